@@ -1,4 +1,4 @@
-"""Shared test helpers: the one place that knows where ../shared and Moses live."""
+"""Pytest setup shared by every test module."""
 
 from __future__ import annotations
 
@@ -7,40 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from shared_paths import shared_file
 
 # Two cores: keep torch from oversubscribing when pytest runs alongside other work.
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-
-
-def shared_data_dir() -> Path | None:
-    """The read-only ../shared folder: $SHARED_DATA_DIR, else ../shared beside the repository."""
-    env = os.environ.get("SHARED_DATA_DIR")
-    path = Path(env) if env else REPO_ROOT.parent / "shared"
-    return path if path.is_dir() else None
-
-
-def shared_file(relative: str) -> Path:
-    """A file under ../shared, or skip the calling test with the reason it is missing."""
-    root = shared_data_dir()
-    if root is None:
-        pytest.skip("../shared not found (set SHARED_DATA_DIR to the shared data folder)")
-    path = root / relative
-    if not path.exists():
-        pytest.skip(f"shared file {relative} is missing from {root}")
-    return path
-
-
-def moses_bin_dir() -> Path:
-    """Directory with the real Moses binaries, or skip: tests never build Moses themselves."""
-    env = os.environ.get("MOSES_BIN_DIR")
-    if not env:
-        pytest.skip("MOSES_BIN_DIR is not set: these tests need a real Moses build")
-    path = Path(env)
-    if not (path / "moses").exists():
-        pytest.skip(f"MOSES_BIN_DIR={env} has no 'moses' binary")
-    return path
 
 
 @pytest.fixture
