@@ -1,0 +1,37 @@
+"""The machine's measured fp32 matmul throughput: the yardstick every benchmark reports against.
+
+A fraction of a measured peak says more than pairs/s alone: it tells how much of the hardware the
+implementation uses, on whatever machine the benchmark runs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seconds: float = 2.0) -> float:
+    """Best sustained FLOP/s of a square fp32 matmul, after a warm-up."""
+    device = torch.device(device)
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    out = torch.empty(size, size, device=device)
+    for _ in range(3):
+        torch.mm(a, b, out=out)
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(4):
+            torch.mm(a, b, out=out)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = max(best, 4 * 2 * size**3 / (time.perf_counter() - t0))
+    return best
+
+
+if __name__ == "__main__":
+    print(f"fp32 matmul peak: {matmul_peak_flops() / 1e9:.1f} GFLOP/s on {torch.get_num_threads()} threads")

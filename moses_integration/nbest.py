@@ -1,0 +1,336 @@
+"""Streaming reader and writer for Moses n-best lists.
+
+A Moses n-best line is ``id ||| hypothesis ||| Name0= v v Name1= v … ||| total`` (SPEC §4, §6):
+ids are 0-based and grouped (all hypotheses of sentence 0, then sentence 1, …), the hypothesis
+ends with a space, feature values have 6 significant digits, and optional further fields (word
+alignment, …) may follow the total. Stateful features come first, then stateless ones, in
+``moses.ini`` order; untuneable features are absent.
+
+MERT needs the lists as dense arrays (:func:`load_nbest_arrays`), and every way a list can be
+broken (a sentence without hypotheses, a feature that appears on some lines only, a stray
+non-number) must be reported with the file and line, because a silently misaligned list gives a
+plausible but wrong tuning result. This module imports nothing from ``rescorer`` or ``mert``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import numpy as np
+
+from moses_integration.phrase_table import PathArg, display_name, open_input
+
+FIELD_SEPARATOR = "|||"
+FeatureNames = list[tuple[str, int]]
+
+
+class NBestError(ValueError):
+    """An n-best line that cannot be used, located by file and 1-based line.
+
+    ``str()`` is ``"{path}:{line_no}: {reason}"`` like :class:`PhraseTableError`, so users can
+    jump straight to the line (``zcat dev.nbest.gz | sed -n 1234p``).
+    """
+
+    def __init__(self, path: PathArg, line_no: int, reason: str) -> None:
+        self.path = os.fspath(path)
+        self.line_no = line_no
+        self.reason = reason
+        super().__init__(f"{self.path}:{line_no}: {reason}")
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line_no}: {self.reason}"
+
+    def __reduce__(self) -> tuple[type[NBestError], tuple[str, int, str]]:
+        # Keep the three attributes when the error crosses a process boundary.
+        return (type(self), (self.path, self.line_no, self.reason))
+
+
+@dataclass(slots=True)
+class NBestEntry:
+    """One hypothesis of an n-best list.
+
+    ``features`` keeps Moses' grouping (``("TranslationModel0", [v1, v2, v3, v4])``) in file
+    order, because weights in ``moses.ini`` are written per feature function, not per column.
+    ``extra`` holds any fields after the total (e.g. word alignment) verbatim, so rewriting a
+    list (for instance after adding a feature) loses nothing. ``line_no`` is where the entry was
+    read (0 for entries built in code) and is only used in error messages.
+    """
+
+    sent_id: int
+    hypothesis: str
+    features: list[tuple[str, list[float]]]
+    total: float
+    extra: tuple[str, ...] = ()
+    line_no: int = field(default=0, compare=False)
+
+    def feature_names(self) -> FeatureNames:
+        """``[(name, number of values), …]`` in file order."""
+        return [(name, len(values)) for name, values in self.features]
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _parse_float(token: str, what: str, path: str, line_no: int) -> float:
+    try:
+        value = float(token)
+    except ValueError:
+        raise NBestError(path, line_no, f"{what}: {token!r} is not a number") from None
+    if math.isnan(value):
+        # NaN breaks every comparison MERT makes; Moses only writes it for a broken model.
+        raise NBestError(path, line_no, f"{what}: value is NaN")
+    return value
+
+
+def _parse_features(text: str, path: str, line_no: int) -> list[tuple[str, list[float]]]:
+    tokens = text.split()
+    starts = [i for i, tok in enumerate(tokens) if tok[-1] == "="]
+    if tokens and (not starts or starts[0] != 0):
+        raise NBestError(path, line_no, f"feature value {tokens[0]!r} before any feature name")
+    features: list[tuple[str, list[float]]] = []
+    seen: set[str] = set()
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(tokens)
+        name = tokens[start][:-1]
+        if not name:
+            raise NBestError(path, line_no, "empty feature name '=' in the feature field")
+        if name in seen:
+            raise NBestError(path, line_no, f"feature {name!r} appears twice")
+        seen.add(name)
+        if end == start + 1:
+            raise NBestError(path, line_no, f"feature {name!r} has no values")
+        try:
+            # Fast path: a line has ~15 values and a merged list 10^5 lines.
+            values = list(map(float, tokens[start + 1 : end]))
+        except ValueError:
+            values = [_parse_float(tok, f"feature {name}", path, line_no) for tok in tokens[start + 1 : end]]
+        if math.isnan(sum(values)) and any(math.isnan(v) for v in values):
+            # NaN breaks every comparison MERT makes. Moses writes it when a phrase-table score
+            # was negative (it takes the log of it, SPEC §6): the table needs fixing.
+            raise NBestError(path, line_no, f"feature {name}: value is NaN")
+        features.append((name, values))
+    return features
+
+
+def parse_nbest_line(line: str, *, path: str = "<n-best>", line_no: int = 0) -> NBestEntry:
+    """Parse one n-best line (without its newline) into an :class:`NBestEntry`.
+
+    The hypothesis is stripped of the surrounding spaces Moses writes; tokens inside are kept
+    as they are (BLEU later splits on whitespace).
+    """
+    fields = line.split(FIELD_SEPARATOR)
+    if len(fields) < 4:
+        raise NBestError(
+            path, line_no, f"expected 'id ||| hypothesis ||| features ||| total', found {len(fields)} field(s)"
+        )
+    id_text = fields[0].strip()
+    try:
+        sent_id = int(id_text)
+    except ValueError:
+        raise NBestError(path, line_no, f"sentence id {id_text!r} is not an integer") from None
+    if sent_id < 0:
+        raise NBestError(path, line_no, f"sentence id {sent_id} is negative")
+    features = _parse_features(fields[2], path, line_no)
+    if not features:
+        raise NBestError(path, line_no, "no features in the feature field")
+    total = _parse_float(fields[3].strip(), "total score", path, line_no)
+    extra = tuple(f.strip() for f in fields[4:])
+    return NBestEntry(sent_id, fields[1].strip(), features, total, extra, line_no)
+
+
+def read_nbest(
+    path: PathArg, *, expected_sentences: int | None = None, check_ids: bool = True
+) -> Iterator[NBestEntry]:
+    """Stream the entries of a Moses n-best list (plain or gzip, ``"-"`` = stdin).
+
+    With ``check_ids`` (the default) the ids must start at 0 and each new id must be the
+    previous one plus 1: Moses writes at least one hypothesis for every input sentence, so a
+    gap means a truncated or hand-edited list, which would silently shift every later sentence
+    against its reference. With ``expected_sentences`` the list must also cover exactly ids
+    ``0 … expected_sentences-1``; a list that stops early is reported at its last line.
+    """
+    name = display_name(path)
+    prev_id = -1
+    line_no = 0
+    with open_input(path) as fh:
+        try:
+            for raw in fh:
+                line_no += 1
+                if raw.endswith(b"\n"):
+                    raw = raw[:-1]
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise NBestError(name, line_no, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+                if not line.strip():
+                    raise NBestError(name, line_no, "empty line")
+                entry = parse_nbest_line(line, path=name, line_no=line_no)
+                if check_ids:
+                    _check_id(entry.sent_id, prev_id, expected_sentences, name, line_no)
+                prev_id = entry.sent_id
+                yield entry
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise NBestError(name, line_no + 1, f"truncated or corrupt gzip input ({exc})") from exc
+    if check_ids and expected_sentences is not None and prev_id + 1 != expected_sentences:
+        if prev_id < 0:
+            raise NBestError(name, line_no, f"the list is empty; expected {expected_sentences} sentences")
+        raise NBestError(
+            name,
+            line_no,
+            f"the list ends at sentence id {prev_id}; expected {expected_sentences} sentences "
+            f"(ids 0..{expected_sentences - 1}): sentence id {prev_id + 1} is missing",
+        )
+
+
+def _check_id(sent_id: int, prev_id: int, expected: int | None, name: str, line_no: int) -> None:
+    if sent_id == prev_id:
+        return
+    if sent_id < prev_id:
+        raise NBestError(
+            name, line_no, f"sentence id {sent_id} after id {prev_id}: ids must be non-decreasing"
+        )
+    if sent_id != prev_id + 1:
+        missing = f"{prev_id + 1}" if sent_id == prev_id + 2 else f"{prev_id + 1}..{sent_id - 1}"
+        raise NBestError(name, line_no, f"sentence id {sent_id} follows id {prev_id}: sentence id {missing} is missing")
+    if expected is not None and sent_id >= expected:
+        raise NBestError(
+            name, line_no, f"sentence id {sent_id} is out of range: expected {expected} sentences (ids 0..{expected - 1})"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def format_value(value: float) -> str:
+    """A feature value as Moses writes it: C++ stream default, i.e. ``%g`` with 6 digits.
+
+    Matching Moses byte for byte lets a read/write round trip reproduce its lists exactly.
+    """
+    return f"{value:.6g}"
+
+
+def format_nbest_line(entry: NBestEntry) -> str:
+    """One entry in Moses' format (trailing space after the hypothesis included), no newline."""
+    feats = " ".join(f"{name}= " + " ".join(format_value(v) for v in values) for name, values in entry.features)
+    parts = [str(entry.sent_id), f"{entry.hypothesis} ", feats, format_value(entry.total), *entry.extra]
+    return " ||| ".join(parts)
+
+
+def write_nbest(fh: TextIO, entries: Iterable[NBestEntry]) -> int:
+    """Write entries to a text handle in Moses' n-best format; return the number of lines."""
+    count = 0
+    for entry in entries:
+        fh.write(format_nbest_line(entry))
+        fh.write("\n")
+        count += 1
+    return count
+
+
+# --------------------------------------------------------------------------------------------
+# Arrays
+
+
+def column_names(names: Sequence[tuple[str, int]]) -> list[str]:
+    """Per-column names as Moses' ``extractor`` writes them: ``LM0_0``, ``TranslationModel0_3``."""
+    return [f"{name}_{i}" for name, count in names for i in range(count)]
+
+
+def feature_vector(
+    entry: NBestEntry, names: Sequence[tuple[str, int]], *, path: str = "<n-best>"
+) -> np.ndarray:
+    """The entry's feature values as a float64 vector in the order given by ``names``.
+
+    Raises :class:`NBestError` (at the entry's line) when the entry's features are not exactly
+    ``names`` (same names, same value counts): silently filling or dropping a column would
+    misalign every weight after it.
+    """
+    values = dict(entry.features)
+    own = entry.feature_names()
+    if len(own) != len(names) or set(values) != {n for n, _ in names}:
+        raise NBestError(path, entry.line_no, f"features {_describe(own)} differ from {_describe(names)}")
+    out: list[float] = []
+    for name, count in names:
+        vals = values[name]
+        if len(vals) != count:
+            raise NBestError(
+                path, entry.line_no, f"feature {name} has {len(vals)} value(s), expected {count}"
+            )
+        out.extend(vals)
+    return np.asarray(out, dtype=np.float64)
+
+
+def _describe(names: Sequence[tuple[str, int]]) -> str:
+    return "[" + " ".join(f"{n}={c}" for n, c in names) + "]"
+
+
+@dataclass(slots=True)
+class NBestArrays:
+    """A whole n-best list as arrays, the form MERT works on.
+
+    Rows are hypotheses in file order (so grouped by sentence). ``offsets[s]:offsets[s+1]`` are
+    the rows of sentence ``s``. ``feature_names`` is ``[(name, count), …]`` in column order.
+    """
+
+    sent_ids: np.ndarray  # int64 [H]
+    hypotheses: list[str]
+    features: np.ndarray  # float64 [H, F]
+    feature_names: FeatureNames
+    totals: np.ndarray  # float64 [H]
+    path: str = ""
+
+    @property
+    def num_sentences(self) -> int:
+        return int(self.sent_ids[-1]) + 1 if len(self.sent_ids) else 0
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """``[S+1]`` row offsets of each sentence (ids are contiguous from 0)."""
+        return np.searchsorted(self.sent_ids, np.arange(self.num_sentences + 1), side="left").astype(np.int64)
+
+    def column_names(self) -> list[str]:
+        return column_names(self.feature_names)
+
+
+def load_nbest_arrays(path: PathArg, *, expected_sentences: int | None = None) -> NBestArrays:
+    """Read a whole n-best list into :class:`NBestArrays`.
+
+    Every line must carry the same features with the same value counts as the first line
+    (dense features only; MERT here does not handle sparse features), reported otherwise with
+    the offending line.
+    """
+    name = display_name(path)
+    sent_ids: list[int] = []
+    hyps: list[str] = []
+    rows: list[list[float]] = []
+    totals: list[float] = []
+    names: FeatureNames | None = None
+    for entry in read_nbest(path, expected_sentences=expected_sentences):
+        own = entry.feature_names()
+        if names is None:
+            names = own
+        elif own != names:
+            raise NBestError(
+                name, entry.line_no, f"features {_describe(own)} differ from the first line's {_describe(names)}"
+            )
+        sent_ids.append(entry.sent_id)
+        hyps.append(entry.hypothesis)
+        rows.append([v for _, values in entry.features for v in values])
+        totals.append(entry.total)
+    if names is None:
+        raise NBestError(name, 0, "the n-best list is empty")
+    return NBestArrays(
+        sent_ids=np.asarray(sent_ids, dtype=np.int64),
+        hypotheses=hyps,
+        features=np.asarray(rows, dtype=np.float64).reshape(len(rows), -1),
+        feature_names=names,
+        totals=np.asarray(totals, dtype=np.float64),
+        path=name,
+    )

@@ -1,0 +1,478 @@
+"""Streaming reader and writer for Moses text phrase tables.
+
+A Moses phrase-table line is ``source ||| target ||| s1 … sk [||| alignment [||| counts [||| sparse]]]``.
+Tables run to tens of GB and hundreds of millions of lines, so everything here streams: nothing
+ever holds a whole table, and lines stay as raw ``bytes`` so that fields we do not touch
+(alignment, counts, sparse/property fields, odd spacing) are written back byte for byte.
+
+Moses reads each score column as a probability and takes ``max(ln p, -100)``; a negative value
+silently becomes NaN (SPEC §3 and §6). Columns we add must therefore be written in the probability
+domain (:func:`format_log_probability`) and the reader rejects values Moses would misread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import math
+import os
+import sys
+import tempfile
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+SEPARATOR = b" ||| "
+LOG_FLOOR = -100.0
+GZIP_MAGIC = b"\x1f\x8b"
+STDIO_NAME = "-"
+
+_READ_BUFFER = 1 << 20
+_WRITE_BATCH_LINES = 4096
+
+PathArg = str | os.PathLike[str]
+
+
+class PhraseTableError(ValueError):
+    """A phrase-table line Moses (or the rescorer) cannot use, located by file and 1-based line.
+
+    The location matters more than the exception type: on a 100M-line table a user needs to know
+    exactly which line to look at (``zcat t.gz | sed -n 1234p``).
+    """
+
+    def __init__(self, path: PathArg, line_no: int, reason: str) -> None:
+        self.path = os.fspath(path)
+        self.line_no = line_no
+        self.reason = reason
+        super().__init__(f"{self.path}:{line_no}: {reason}")
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line_no}: {self.reason}"
+
+    def __reduce__(self) -> tuple[type[PhraseTableError], tuple[str, int, str]]:
+        # Keep the three attributes when the error crosses a process boundary (worker pools).
+        return (type(self), (self.path, self.line_no, self.reason))
+
+
+def display_name(path: PathArg) -> str:
+    """The name used in error messages: ``<stdin>`` is clearer than a bare ``-``."""
+    name = os.fspath(path)
+    return "<stdin>" if name == STDIO_NAME else name
+
+
+# --------------------------------------------------------------------------------------------
+# Opening files
+
+
+class _PrefixedRaw(io.RawIOBase):
+    """A raw stream that first returns ``prefix`` and then reads from ``inner``.
+
+    Used for stdin and other non-seekable inputs (pipes, ``<(zcat ...)``): we must look at the
+    first two bytes to detect gzip, and a pipe can be neither rewound nor reopened. ``owns``
+    is False for stdin, so that ``with open_input("-")`` does not close the process's stdin.
+    """
+
+    def __init__(self, prefix: bytes, inner: BinaryIO, *, owns: bool) -> None:
+        super().__init__()
+        self._prefix = prefix
+        self._inner = inner
+        self._owns = owns
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        if self._prefix:
+            n = min(len(view), len(self._prefix))
+            view[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        reader = getattr(self._inner, "read1", None) or self._inner.read
+        data = reader(len(view))
+        n = len(data)
+        view[:n] = data
+        return n
+
+    def close(self) -> None:
+        if not self.closed and self._owns:
+            self._inner.close()
+        super().close()
+
+
+class _OwningGzipFile(gzip.GzipFile):
+    """A reading GzipFile that also closes the stream it reads from (GzipFile leaves it open)."""
+
+    def __init__(self, owned: BinaryIO) -> None:
+        super().__init__(fileobj=owned, mode="rb")
+        self._owned = owned
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._owned.close()
+
+
+class _NonClosingWriter(io.RawIOBase):
+    """Writes through to ``inner`` (stdout) and flushes on close instead of closing it."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        self._inner.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        if not self.closed:
+            self._inner.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._inner.flush()
+        super().close()
+
+
+def _read_exactly(stream: BinaryIO, n: int) -> bytes:
+    """Up to ``n`` bytes, looping because a pipe may hand them over one at a time."""
+    data = b""
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def open_input(path: PathArg) -> BinaryIO:
+    """Open a table for binary reading: ``"-"`` is stdin; gzip is detected by its magic bytes.
+
+    Detection by content rather than suffix because tables are often renamed or piped, and
+    Moses itself does not care about the suffix either. Multi-member gzip (concatenated members,
+    as written by parallel compressors) is read as one stream. The file is opened once, so
+    named pipes and ``/dev/stdin`` work too.
+    """
+    name = os.fspath(path)
+    if name == STDIO_NAME:
+        return _wrap_unseekable(sys.stdin.buffer, owns=False)
+    fh = open(name, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 - handed to the caller, who closes it
+    try:
+        if not fh.seekable():
+            return _wrap_unseekable(fh, owns=True)
+        magic = fh.read(2)
+        fh.seek(0)
+        return _OwningGzipFile(fh) if magic == GZIP_MAGIC else fh
+    except BaseException:
+        fh.close()
+        raise
+
+
+def _wrap_unseekable(inner: BinaryIO, *, owns: bool) -> BinaryIO:
+    """Sniff the gzip magic of a pipe and hand the two bytes back in front of the rest."""
+    prefix = _read_exactly(inner, 2)
+    stream: BinaryIO = io.BufferedReader(_PrefixedRaw(prefix, inner, owns=owns), _READ_BUFFER)  # type: ignore[arg-type]
+    return _OwningGzipFile(stream) if prefix == GZIP_MAGIC else stream  # type: ignore[return-value]
+
+
+def open_output(path: PathArg, compresslevel: int = 6) -> BinaryIO:
+    """Open a table for binary writing: ``"-"`` is stdout, a ``.gz`` suffix means gzip.
+
+    Here the suffix decides (there is no content yet). Level 6 (gzip's own default) gives up a
+    little size for a much faster write than level 9, which matters on 100M-line outputs.
+    """
+    name = os.fspath(path)
+    if name == STDIO_NAME:
+        return io.BufferedWriter(_NonClosingWriter(sys.stdout.buffer), _READ_BUFFER)  # type: ignore[return-value]
+    if name.endswith(".gz"):
+        return gzip.open(name, "wb", compresslevel=compresslevel)  # type: ignore[return-value]
+    return open(name, "wb", buffering=_READ_BUFFER)
+
+
+def _current_umask() -> int:
+    """The process umask, so an atomically written file gets the permissions a plain open() gives."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_output(path: PathArg, compresslevel: int = 6) -> Iterator[BinaryIO]:
+    """Write ``path`` all-or-nothing: a temp file beside it, fsync, then rename over it.
+
+    A rescoring run over a huge table can die hours in; a half-written table that Moses then
+    loads (or that a rerun mistakes for finished output) is worse than none. The temp file lives
+    in the destination folder so the final ``os.replace`` is an atomic same-filesystem rename.
+    Compression follows the destination's suffix. ``"-"`` passes stdout through unchanged.
+    """
+    name = os.fspath(path)
+    if name == STDIO_NAME:
+        fh = open_output(name)
+        try:
+            yield fh
+        finally:
+            fh.close()
+        return
+    dest = Path(name)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    raw = os.fdopen(fd, "wb", buffering=_READ_BUFFER)
+    fh: BinaryIO
+    if name.endswith(".gz"):
+        # filename="" keeps the temp name out of the gzip header (and stays reproducible).
+        fh = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0)  # type: ignore[assignment]
+    else:
+        fh = raw
+    try:
+        yield fh
+        if fh is not raw:
+            fh.close()  # writes the gzip trailer into raw; a GzipFile never closes its fileobj
+        raw.flush()
+        os.fsync(raw.fileno())
+        raw.close()
+        os.chmod(tmp_name, 0o666 & ~_current_umask())
+        os.replace(tmp_name, dest)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fh.close()
+        with contextlib.suppress(Exception):
+            raw.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_dir(dest.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Persist the rename itself; best effort, since some filesystems refuse directory fsync."""
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def write_lines(fh: BinaryIO, lines: Iterable[bytes]) -> int:
+    """Write lines (without their ``\\n``) and return how many; batches writes for gzip's sake.
+
+    One ``write`` per line costs a Python→C round trip into zlib per line; joining a few thousand
+    lines per write is several times faster on large tables.
+    """
+    count = 0
+    batch: list[bytes] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) >= _WRITE_BATCH_LINES:
+            fh.write(b"\n".join(batch) + b"\n")
+            count += len(batch)
+            batch.clear()
+    if batch:
+        fh.write(b"\n".join(batch) + b"\n")
+        count += len(batch)
+    return count
+
+
+# --------------------------------------------------------------------------------------------
+# Reading lines and entries
+
+
+def iter_lines(path: PathArg) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(1-based line number, raw line without the trailing "\\n")`` of a table.
+
+    A truncated or corrupt gzip surfaces as :class:`PhraseTableError` naming the line being read
+    when decompression failed, so a user sees how far the file is good instead of a bare EOFError.
+    Only ``\\n`` is stripped: a ``\\r`` stays part of the line, as it does for Moses.
+    """
+    name = display_name(path)
+    line_no = 0
+    with open_input(path) as fh:
+        try:
+            for line in fh:
+                line_no += 1
+                yield line_no, line[:-1] if line.endswith(b"\n") else line
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise PhraseTableError(name, line_no + 1, f"truncated or corrupt gzip input ({exc})") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class PhraseTableEntry:
+    """One phrase-table line kept as its raw fields, so writing it back changes no byte.
+
+    Decoded views (``source``, ``target``, ``scores``) are computed on demand: most callers only
+    need one of them, and decoding every field of every line would dominate the cost.
+    """
+
+    line_no: int
+    fields: tuple[bytes, ...]
+
+    @property
+    def source(self) -> str:
+        return self.fields[0].decode("utf-8")
+
+    @property
+    def target(self) -> str:
+        return self.fields[1].decode("utf-8")
+
+    @property
+    def scores(self) -> list[float]:
+        return [float(tok) for tok in self.fields[2].split()]
+
+    @property
+    def raw(self) -> bytes:
+        return SEPARATOR.join(self.fields)
+
+
+def _check_score(token: bytes) -> str | None:
+    """Why ``token`` is not a score Moses reads correctly, or None if it is fine.
+
+    Accepted: finite numbers >= 0. Zero is allowed on purpose: Moses floors ln(0) to -100, a
+    well-defined "never" that real tables and our own writer (below exp(-100)) can produce.
+    Rejected: negatives (Moses silently reads ln of a negative as NaN, so the option can never
+    win), NaN, infinities, and anything not a plain decimal number.
+    """
+    if b"_" in token:  # Python's float() accepts "1_0", Moses does not
+        return f"score {token.decode('utf-8', 'replace')!r} is not a number"
+    try:
+        value = float(token)
+    except ValueError:
+        return f"score {token.decode('utf-8', 'replace')!r} is not a number"
+    if not math.isfinite(value):
+        return f"score {token.decode('utf-8', 'replace')!r} is not finite"
+    if value < 0:
+        return (
+            f"score {token.decode('utf-8', 'replace')!r} is negative "
+            "(Moses takes the log of each score and would silently read NaN)"
+        )
+    return None
+
+
+def _check_phrase(field: bytes, side: str) -> str | None:
+    """Why a source/target field is unusable (invalid UTF-8 or empty), or None."""
+    try:
+        text = field.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"{side} phrase is not valid UTF-8 (byte {exc.start})"
+    if not text.strip():
+        return f"empty {side} phrase"
+    return None
+
+
+def parse_line(raw: bytes, *, path: PathArg, line_no: int, num_scores: int | None = None) -> PhraseTableEntry:
+    """Split and validate one line (without ``\\n``); raise :class:`PhraseTableError` if unusable.
+
+    Validation happens here, once, so that every later stage can trust source/target decode and
+    scores parse. ``num_scores`` is the expected number of score columns, if known.
+    """
+    fields = tuple(raw.split(SEPARATOR))
+    reason: str | None = None
+    if len(fields) < 3:
+        reason = f"expected at least 3 fields separated by ' ||| ', found {len(fields)}"
+    else:
+        reason = _check_phrase(fields[0], "source") or _check_phrase(fields[1], "target")
+        if reason is None:
+            tokens = fields[2].split()
+            if not tokens:
+                reason = "no scores in the third field"
+            elif num_scores is not None and len(tokens) != num_scores:
+                reason = f"expected {num_scores} scores, found {len(tokens)}"
+            else:
+                for token in tokens:
+                    reason = _check_score(token)
+                    if reason is not None:
+                        break
+    if reason is not None:
+        raise PhraseTableError(display_name(path), line_no, reason)
+    return PhraseTableEntry(line_no, fields)
+
+
+def read_phrase_table(path: PathArg, *, num_scores: int | None = None) -> Iterator[PhraseTableEntry]:
+    """Stream validated entries; when ``num_scores`` is None the first line fixes the count.
+
+    Moses requires the same number of columns on every line (and ``num-features`` to match), so a
+    change of count mid-file is reported at the line where it happens.
+    """
+    name = display_name(path)
+    expected = num_scores
+    for line_no, raw in iter_lines(path):
+        entry = parse_line(raw, path=name, line_no=line_no, num_scores=expected)
+        if expected is None:
+            expected = len(entry.fields[2].split())
+        yield entry
+
+
+# --------------------------------------------------------------------------------------------
+# Writing score columns
+
+
+def format_log_probability(f: float) -> str:
+    """The phrase-table text for a log-domain feature value ``f``: ``exp(max(f, -100))``, 6 digits.
+
+    Moses reads each column as a probability p and uses max(ln p, -100), so writing exp(f)
+    makes Moses see f. Clipping at -100 first keeps the value from underflowing to "0" and
+    matches Moses' own floor; 6 significant digits (``%.6g``) bound the error of the recovered
+    log by about 5e-6. (Moses holds scores as 32-bit floats, so below about exp(-87) the value is
+    subnormal there and the recovered log is only good to ~1e-3 near the floor.)
+    """
+    if math.isnan(f) or f == math.inf:
+        raise ValueError(f"cannot write log-probability {f!r} as a phrase-table score")
+    return f"{math.exp(max(f, LOG_FLOOR)):.6g}"
+
+
+def append_score_columns(line: bytes, columns: Sequence[str]) -> bytes:
+    """``line`` (no ``\\n``) with ``columns`` appended to its scores field; other bytes unchanged.
+
+    Works whether or not the alignment/counts/sparse fields follow: only the text right after
+    the last score changes, so a ``diff`` of old and new tables shows just the new numbers.
+    """
+    if not columns:
+        return line
+    return _insert_scores(line, " ".join(columns).encode("ascii"))
+
+
+def append_score_columns_bulk(lines: Sequence[bytes], columns: Sequence[bytes]) -> list[bytes]:
+    """Many-line :func:`append_score_columns`: ``columns[i]`` (space-joined bytes) goes to line i.
+
+    Takes pre-encoded bytes per line so a scorer can format a whole batch at once and avoid the
+    per-line str→bytes conversion; on 100M lines every per-line step counts, hence the inlined
+    common case (a scores field ending in a digit) instead of a call per line.
+    """
+    if len(lines) != len(columns):
+        raise ValueError(f"{len(lines)} lines but {len(columns)} column strings")
+    out: list[bytes] = []
+    append = out.append
+    sep = SEPARATOR
+    for line, extra in zip(lines, columns, strict=True):
+        parts = line.split(sep, 3)
+        if len(parts) >= 3 and parts[2] and parts[2][-1] > 0x20 and extra:
+            parts[2] = parts[2] + b" " + extra
+            append(sep.join(parts))
+        else:
+            append(_insert_scores(line, extra))
+    return out
+
+
+def _insert_scores(line: bytes, extra: bytes) -> bytes:
+    """Insert ``extra`` at the end of field 3, before its trailing blanks (a stray ``\r`` stays last).
+
+    One space separates it from the existing scores unless the field is empty.
+    """
+    if not extra:
+        return line
+    parts = line.split(SEPARATOR, 3)
+    if len(parts) < 3:
+        raise ValueError(f"not a phrase-table line (fewer than 3 fields): {line[:80]!r}")
+    field = parts[2]
+    body = field.rstrip()
+    parts[2] = (body + b" " + extra if body else extra) + field[len(body) :]
+    return SEPARATOR.join(parts)

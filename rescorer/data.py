@@ -1,0 +1,190 @@
+"""Training data: the unique (source, target) phrase pairs of a Moses table, as id sequences.
+
+The paper trains on the *unique* pairs of the phrase table and deliberately ignores phrase
+frequencies (SPEC §1), so each distinct pair is one example. The pairs are stored as an Arrow IPC
+file of ``list<int32>`` columns and memory-mapped: sampling random minibatches then touches only
+the rows drawn, and a table of hundreds of millions of pairs never becomes Python objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+from tqdm import tqdm
+
+from moses_integration.phrase_table import open_input
+from rescorer.table_chunks import EOS_ID, iter_line_chunks, parse_chunk, phrases_to_ids
+from rescorer.vocab import Vocab, build_vocab_from_corpus
+
+PAIR_SCHEMA = pa.schema([("source", pa.string()), ("target", pa.string())])
+ID_SCHEMA = pa.schema([("src", pa.list_(pa.int32())), ("tgt", pa.list_(pa.int32()))])
+
+
+@dataclass
+class PairCorpus:
+    """Unique string pairs extracted from a table, with the word counts gathered on the way."""
+
+    path: Path
+    num_pairs: int
+    src_counts: Counter
+    tgt_counts: Counter
+
+
+def extract_unique_pairs(
+    table: str, out_path: Path, *, chunk_lines: int = 200_000, progress: bool = True
+) -> PairCorpus:
+    """Stream the table once: validate it, drop repeated pairs, count words for the shortlists.
+
+    Moses tables are sorted by ``source ||| target``, so a repeated pair is always adjacent to its
+    first occurrence and dropping adjacent repeats yields the unique pairs in one streaming pass.
+    Source words are counted once per distinct source phrase, target words once per pair, since
+    a source phrase repeats on every line of its block.
+    """
+    src_counts: Counter = Counter()
+    tgt_counts: Counter = Counter()
+    num_pairs = 0
+    prev_src: str | None = None
+    prev_tgt: str | None = None
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    with open_input(table) as fh, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(
+        sink, PAIR_SCHEMA
+    ) as writer, tqdm(desc="reading pairs", unit=" lines", disable=not progress, file=sys.stderr) as bar:
+        for chunk in iter_line_chunks(fh, table, chunk_lines):
+            parsed = parse_chunk(chunk, table)
+            src, tgt = parsed.source, parsed.target
+            n = len(src)
+            prev_s = pa.concat_arrays([pa.array([prev_src], pa.string()), src.slice(0, n - 1)])
+            prev_t = pa.concat_arrays([pa.array([prev_tgt], pa.string()), tgt.slice(0, n - 1)])
+            new_src = pc.fill_null(pc.not_equal(src, prev_s), True)
+            repeat = pc.and_(pc.fill_null(pc.equal(src, prev_s), False), pc.fill_null(pc.equal(tgt, prev_t), False))
+            keep = pc.invert(repeat)
+            src_k, tgt_k = pc.filter(src, keep), pc.filter(tgt, keep)
+            writer.write_batch(pa.record_batch([src_k, tgt_k], schema=PAIR_SCHEMA))
+            num_pairs += len(src_k)
+            _count_words(pc.filter(src, new_src), src_counts)
+            _count_words(tgt_k, tgt_counts)
+            prev_src, prev_tgt = src[n - 1].as_py(), tgt[n - 1].as_py()
+            bar.update(len(chunk.lines))
+    os.replace(tmp, out_path)
+    return PairCorpus(out_path, num_pairs, src_counts, tgt_counts)
+
+
+def _count_words(phrases: pa.Array, counts: Counter) -> None:
+    words = pc.list_flatten(pc.utf8_split_whitespace(phrases))
+    vc = pc.value_counts(words)
+    counts.update(dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True)))
+
+
+def encode_pairs(pairs_path: Path, out_path: Path, src_vocab: Vocab, tgt_vocab: Vocab) -> int:
+    """Map the string pairs to shortlist ids and write the memory-mappable training file."""
+    src_words = pa.array(src_vocab.words, pa.string())
+    tgt_words = pa.array(tgt_vocab.words, pa.string())
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    rows = 0
+    with pa.OSFile(str(pairs_path), "rb") as source, pa.ipc.open_stream(source) as reader, pa.OSFile(
+        str(tmp), "wb"
+    ) as sink, pa.ipc.new_file(sink, ID_SCHEMA) as writer:
+        for batch in reader:
+            if batch.num_rows == 0:
+                continue
+            s = phrases_to_ids(batch.column(0), src_words)
+            t = phrases_to_ids(batch.column(1), tgt_words)
+            writer.write_batch(pa.record_batch([_as_list(s.offsets, s.ids), _as_list(t.offsets, t.ids)], ID_SCHEMA))
+            rows += batch.num_rows
+    os.replace(tmp, out_path)
+    return rows
+
+
+def _as_list(offsets: np.ndarray, ids: np.ndarray) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(ids, pa.int32()))
+
+
+def build_vocabularies(
+    corpus: PairCorpus,
+    shortlist: int,
+    src_corpus: str | None = None,
+    tgt_corpus: str | None = None,
+) -> tuple[Vocab, Vocab]:
+    """Shortlists from monolingual corpora when given (as the paper did), else from the table."""
+    src = build_vocab_from_corpus(src_corpus, shortlist) if src_corpus else Vocab.from_counts(corpus.src_counts, shortlist)
+    tgt = build_vocab_from_corpus(tgt_corpus, shortlist) if tgt_corpus else Vocab.from_counts(corpus.tgt_counts, shortlist)
+    return src, tgt
+
+
+class PairData:
+    """Memory-mapped id pairs with a fixed train/validation split.
+
+    The split depends only on the number of pairs and the seed, so a resumed run sees exactly the
+    same validation pairs without storing them.
+    """
+
+    def __init__(self, path: Path, *, valid_fraction: float = 0.001, min_valid: int = 500, seed: int = 1234):
+        self.path = Path(path)
+        table = pa.ipc.open_file(pa.memory_map(str(self.path))).read_all().combine_chunks()
+        self.src_offsets, self.src_ids = _ragged(table.column("src"))
+        self.tgt_offsets, self.tgt_ids = _ragged(table.column("tgt"))
+        n = len(self.src_offsets) - 1
+        if n < 2:
+            raise ValueError(f"{path}: need at least 2 unique phrase pairs to train, found {n}")
+        n_valid = min(max(min_valid, round(n * valid_fraction)), n // 10 if n >= 20 else 1)
+        order = np.random.default_rng(seed).permutation(n)
+        self.valid_idx = np.sort(order[:n_valid])
+        self.train_idx = np.sort(order[n_valid:])
+
+    @property
+    def num_pairs(self) -> int:
+        return len(self.src_offsets) - 1
+
+    def fingerprint(self) -> str:
+        """Identifies the data a checkpoint was trained on, so --resume refuses other data."""
+        h = hashlib.sha1()
+        for arr in (self.src_offsets[-1:], self.tgt_offsets[-1:], self.src_ids[:4096], self.tgt_ids[:4096]):
+            h.update(np.ascontiguousarray(arr).tobytes())
+        h.update(str(self.num_pairs).encode())
+        return h.hexdigest()
+
+    def target_lengths(self, idx: np.ndarray) -> np.ndarray:
+        return self.tgt_offsets[idx + 1] - self.tgt_offsets[idx]
+
+    def batch(self, idx: np.ndarray, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
+        """Padded (src, src_len, tgt, tgt_len) tensors, each sequence closed by ``</s>``."""
+        src, src_len = pad_with_eos(self.src_offsets, self.src_ids, idx)
+        tgt, tgt_len = pad_with_eos(self.tgt_offsets, self.tgt_ids, idx)
+        return tuple(torch.from_numpy(a).to(device) for a in (src, src_len, tgt, tgt_len))
+
+    def iter_batches(self, idx: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:
+        for start in range(0, len(idx), batch_size):
+            yield idx[start : start + batch_size]
+
+
+def _ragged(column: pa.ChunkedArray | pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    values = arr.values.to_numpy()
+    return offsets - offsets[0], values[offsets[0] : offsets[-1]]
+
+
+def pad_with_eos(offsets: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gather ragged rows into a [B, L] int64 matrix with ``</s>`` after each sequence.
+
+    Padding uses the ``</s>`` id too; the model masks everything past each length, so the pad value
+    never reaches a score.
+    """
+    starts = offsets[rows]
+    lens = offsets[rows + 1] - starts
+    width = int(lens.max()) + 1 if len(rows) else 1
+    pos = np.arange(width)
+    mask = pos[None, :] < lens[:, None]
+    out = np.full((len(rows), width), EOS_ID, dtype=np.int64)
+    out[mask] = ids[(starts[:, None] + pos[None, :])[mask]]
+    return out, (lens + 1).astype(np.int64)

@@ -1,0 +1,305 @@
+"""The RNN Encoder–Decoder of Cho et al. (2014), exactly as in SPEC §1.
+
+Parameter layout (all ``nn.Linear`` weights are ``[out, in]``; stacked blocks are in the order
+*reset, update, candidate*, so e.g. ``enc_input.weight[:d]`` is W_r, ``[d:2d]`` is W_z, ``[2d:]`` is W):
+
+=====================  ==========================================  ====================
+module / parameter     paper symbol                                shape
+=====================  ==========================================  ====================
+src_embed, tgt_embed   e(x) = E x (rank-``embedding`` factor)      [V, emb]
+enc_input              [W_r; W_z; W] + biases                      [3d, emb]
+enc_rec_gates          [U_r; U_z]  (orthogonal blocks, no bias)    [2d, d]
+enc_rec_cand           U           (orthogonal, no bias)           [d, d]
+enc_summary            V + bias:  c = tanh(V h⟨N⟩)                 [d, d]
+dec_init               V' + bias: h'⟨0⟩ = tanh(V' c)               [d, d]
+dec_input              [W'_r; W'_z; W'] + biases                   [3d, emb]
+dec_rec                [U'_r; U'_z; U'] (orthogonal blocks)        [3d, d]
+dec_context            [C_r; C_z; C]   (no bias, see below)        [3d, d]
+dec_cand_bias          bias inside r' ⊙ (U' h' + C c + b)          [d]
+out_hidden, out_prev   O_h, O_y (no bias)                          [2m, d], [2m, emb]
+out_context            O_c + the deep-output bias                  [2m, d]
+out_rank, out_vocab    G_r (no bias), G_l + bias: G = G_l G_r      [r, m], [V, r]
+=====================  ==========================================  ====================
+
+"Biases everywhere": every pre-activation has exactly one bias. A second bias on a recurrent or
+context matrix would only add to the first (same gradient, no new function), except inside the
+decoder's reset-after candidate, where ``dec_cand_bias`` is multiplied by r' and therefore is a
+separate degree of freedom (like cuDNN's ``b_hn``).
+
+Efficiency: the input projections of all time steps are one matmul before the loop; the context
+projections (V', C_*, O_c) are one matmul each per pair; the Python loop holds only the
+recurrent products (encoder: [U_r; U_z] in one matmul plus U on r ⊙ h; decoder: [U'_r; U'_z; U']
+in one matmul since all act on h'); the deep output, maxout and softmax run for all steps at once
+after the loop, and the (large) vocabulary projection only for real, non-padding positions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from rescorer.config import ModelConfig
+from rescorer.vocab import EOS_ID
+
+
+def _orthogonal_(weight: Tensor, block: int) -> None:
+    """Fill each [block, block] slice of ``weight`` with the left singular vectors of a Gaussian.
+
+    Saxe et al.'s orthogonal init, as in SPEC §1. The left singular vectors of A are the
+    eigenvectors of A Aᵀ; ``eigh`` on that Gram matrix (float64) gives them faster than a full
+    SVD on CPU, and returns an orthonormal basis to machine precision whatever A's conditioning.
+
+    The decomposition runs single-threaded: its tridiagonal reduction is a long chain of small
+    BLAS-2 calls, each a thread barrier, and on a shared or oversubscribed CPU the threaded
+    version was measured 15× slower (35 s instead of 2.4 s for the paper's six 1000×1000 blocks).
+    """
+    rows = weight.shape[0]
+    if rows % block or weight.shape[1] != block:
+        raise ValueError(f"cannot split a {tuple(weight.shape)} matrix into [{block}, {block}] blocks")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for start in range(0, rows, block):
+                gaussian = torch.randn(block, block, dtype=torch.float64)
+                _, left_vectors = torch.linalg.eigh(gaussian @ gaussian.T)
+                weight[start : start + block].copy_(left_vectors.to(weight.dtype))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
+    """Boolean [B, max_len] mask, True at positions < length."""
+    positions = torch.arange(max_len, device=lengths.device)
+    return positions.unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def _check_batch(ids: Tensor, lengths: Tensor, what: str) -> int:
+    """Validate a batch and return its longest length (one host sync for min and max).
+
+    The checks turn what would be confusing broadcasting or indexing errors into clear ones.
+    """
+    if ids.dim() != 2:
+        raise ValueError(f"{what} ids must be [B, L], got shape {tuple(ids.shape)}")
+    if lengths.dim() != 1 or lengths.shape[0] != ids.shape[0]:
+        raise ValueError(f"{what}_len must be [B] with B={ids.shape[0]}, got shape {tuple(lengths.shape)}")
+    if ids.shape[0] == 0:
+        return 0
+    low, high = (int(v) for v in torch.aminmax(lengths))
+    if low < 1 or high > ids.shape[1]:
+        raise ValueError(
+            f"{what}_len must be in [1, {ids.shape[1]}] (it counts the </s>); got [{low}, {high}]"
+        )
+    return high
+
+
+class RNNEncoderDecoder(nn.Module):
+    """log p(Y | X) for phrase pairs, with the SPEC §1 equations as the only code path.
+
+    Shape conventions: ``src`` is ``LongTensor[B, N]`` holding the source word ids followed by
+    ``</s>`` (0), ``src_len[b]`` counts that ``</s>``; likewise ``tgt``/``tgt_len``. Positions at
+    or beyond the length are padding: their ids may be anything (they are replaced by 0 before the
+    embedding lookup) and they never influence a score, so a pair scores the same alone or in any
+    padded batch.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        d, emb, m = config.hidden, config.embedding, config.maxout_units
+        self.src_embed = nn.Embedding(config.src_vocab_size, emb)
+        self.tgt_embed = nn.Embedding(config.tgt_vocab_size, emb)
+        # Encoder.
+        self.enc_input = nn.Linear(emb, 3 * d)
+        self.enc_rec_gates = nn.Linear(d, 2 * d, bias=False)
+        self.enc_rec_cand = nn.Linear(d, d, bias=False)
+        self.enc_summary = nn.Linear(d, d)
+        # Decoder.
+        self.dec_init = nn.Linear(d, d)
+        self.dec_input = nn.Linear(emb, 3 * d)
+        self.dec_rec = nn.Linear(d, 3 * d, bias=False)
+        self.dec_context = nn.Linear(d, 3 * d, bias=False)
+        self.dec_cand_bias = nn.Parameter(torch.zeros(d))
+        # Deep output with maxout, and the low-rank softmax matrix G = G_l G_r.
+        self.out_hidden = nn.Linear(d, 2 * m, bias=False)
+        self.out_prev = nn.Linear(emb, 2 * m, bias=False)
+        self.out_context = nn.Linear(d, 2 * m)
+        self.out_rank = nn.Linear(m, config.output_rank, bias=False)
+        self.out_vocab = nn.Linear(config.output_rank, config.tgt_vocab_size)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """SPEC §1 init: weights N(0, init_std²), biases 0, recurrent matrices orthogonal.
+
+        Uses torch's global RNG, so ``torch.manual_seed`` before construction makes it repeatable.
+        """
+        recurrent = {"enc_rec_gates.weight", "enc_rec_cand.weight", "dec_rec.weight"}
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                if name in recurrent:
+                    _orthogonal_(param, self.config.hidden)
+                elif name.endswith("bias"):
+                    param.zero_()
+                else:
+                    param.normal_(0.0, self.config.init_std)
+
+    # ------------------------------------------------------------------ encoder
+
+    def _run_encoder(self, src: Tensor, src_len: Tensor, keep_states: bool) -> tuple[Tensor, Tensor | None]:
+        """The encoder GRU (reset before the recurrent product); returns h⟨N⟩ and optionally all h⟨t⟩."""
+        steps = _check_batch(src, src_len, "src")
+        batch, d = src.shape[0], self.config.hidden
+        mask = _lengths_mask(src_len.to(src.device), steps)  # [B, T]
+        ids = src[:, :steps].masked_fill(~mask, EOS_ID)
+        # One matmul for W_r e, W_z e, W e (+ biases) of every step; time-major for contiguous slices.
+        inputs = self.enc_input(self.src_embed(ids)).transpose(0, 1).contiguous()  # [T, B, 3d]
+        step_mask = mask.transpose(0, 1).unsqueeze(-1)  # [T, B, 1]
+        state_dtype = self.enc_rec_cand.weight.dtype
+        h = torch.zeros(batch, d, dtype=state_dtype, device=src.device)
+        states: list[Tensor] = []
+        for t in range(steps):
+            x_t = inputs[t]
+            gates = torch.sigmoid(x_t[:, : 2 * d] + self.enc_rec_gates(h))
+            r, z = gates[:, :d], gates[:, d:]
+            candidate = torch.tanh(x_t[:, 2 * d :] + self.enc_rec_cand(r * h))
+            h_new = z * h + (1.0 - z) * candidate
+            # Past its length a sequence keeps its last state, so padding never changes h⟨N⟩.
+            h = h + step_mask[t].to(h_new.dtype) * (h_new - h)
+            if keep_states:
+                states.append(h)
+        all_states = torch.stack(states, dim=1) if keep_states and states else None
+        return h, all_states
+
+    def encoder_states(self, src: Tensor, src_len: Tensor) -> Tensor:
+        """All encoder states h⟨1..T⟩ as [B, T, d] (T = max length; a state is held past its length).
+
+        For tests and analysis; :meth:`encode` does not keep them.
+        """
+        _, states = self._run_encoder(src, src_len, keep_states=True)
+        assert states is not None
+        return states
+
+    def encode(self, src: Tensor, src_len: Tensor) -> Tensor:
+        """Summary vector c = tanh(V h⟨N⟩) of each source phrase: Float[B, d]."""
+        h, _ = self._run_encoder(src, src_len, keep_states=False)
+        return torch.tanh(self.enc_summary(h))
+
+    # ------------------------------------------------------------------ decoder
+
+    def _prev_embeddings(self, tgt: Tensor, mask: Tensor) -> Tensor:
+        """e(y_{t−1}) for t = 1..T as [B, T, emb], with e(y_0) = 0 (a zero vector, not an id)."""
+        ids = tgt.masked_fill(~mask, EOS_ID)
+        embedded = self.tgt_embed(ids[:, :-1])
+        return F.pad(embedded, (0, 0, 1, 0))[:, : tgt.shape[1]]
+
+    def _run_decoder(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Decoder states h'⟨1..T⟩ [B, T, d], inputs e(y_{t−1}) [B, T, emb] and the mask [B, T].
+
+        T is ``tgt_len.max()``. No masking is needed inside the loop: the decoder is causal, so
+        padding after position t cannot change anything at positions ≤ t.
+        """
+        steps = _check_batch(tgt, tgt_len, "tgt")
+        if c.dim() != 2 or c.shape[0] != tgt.shape[0] or c.shape[1] != self.config.hidden:
+            raise ValueError(
+                f"c must be [B={tgt.shape[0]}, d={self.config.hidden}], got shape {tuple(c.shape)}"
+            )
+        batch, d = tgt.shape[0], self.config.hidden
+        mask = _lengths_mask(tgt_len.to(tgt.device), steps)
+        prev = self._prev_embeddings(tgt[:, :steps], mask)  # [B, T, emb]
+        # Context projections, once per pair: C_r c, C_z c go straight into the gate inputs of every
+        # step; C c (+ its bias) stays separate because the reset multiplies it.
+        context = self.dec_context(c)  # [B, 3d]
+        inputs = self.dec_input(prev).transpose(0, 1)  # [T, B, 3d]
+        gate_inputs = (inputs[:, :, : 2 * d] + context[:, : 2 * d]).contiguous()  # [T, B, 2d]
+        cand_inputs = inputs[:, :, 2 * d :].contiguous()  # [T, B, d]
+        cand_context = context[:, 2 * d :] + self.dec_cand_bias  # [B, d]
+        # States kept in the parameters' dtype (fp32) even under autocast, like the encoder's.
+        h = torch.tanh(self.dec_init(c)).to(self.dec_rec.weight.dtype)
+        states: list[Tensor] = []
+        for t in range(steps):
+            rec = self.dec_rec(h)  # [B, 3d] = U'_r h', U'_z h', U' h'
+            gates = torch.sigmoid(gate_inputs[t] + rec[:, : 2 * d])
+            r, z = gates[:, :d], gates[:, d:]
+            candidate = torch.tanh(cand_inputs[t] + r * (rec[:, 2 * d :] + cand_context))
+            h = z * h + (1.0 - z) * candidate
+            states.append(h)
+        all_states = torch.stack(states, dim=1) if states else c.new_zeros(batch, 0, d)
+        return all_states, prev, mask
+
+    def decoder_states(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
+        """The decoder's hidden states h'⟨1..T⟩ as [B, T, d] (T = ``tgt_len.max()``)."""
+        states, _, _ = self._run_decoder(c, tgt, tgt_len)
+        return states
+
+    def _maxout(self, c: Tensor, states: Tensor, prev: Tensor) -> Tensor:
+        """s⟨t⟩ for all steps: maxout over adjacent pairs of O_h h' + O_y e(y_{t−1}) + O_c c."""
+        pre = self.out_hidden(states) + self.out_prev(prev) + self.out_context(c).unsqueeze(1)
+        return pre.unflatten(-1, (self.config.maxout_units, 2)).amax(dim=-1)
+
+    def _logits(self, s: Tensor) -> Tensor:
+        """G s = G_l (G_r s) + bias, in at least float32 so the softmax never runs in bf16/fp16.
+
+        (A float64 model, as used by the reference tests, stays in float64.)
+        """
+        logits = self.out_vocab(self.out_rank(s))
+        return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+    def step_log_probs(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
+        """Full next-word distributions log p(· | y_<t, X): Float[B, T, V] (T = ``tgt_len.max()``).
+
+        Materialises B×T×V floats; the scoring path (:meth:`token_logprobs`) avoids that.
+        Rows past a sequence's length are computed from padding and are meaningless.
+        """
+        states, prev, _ = self._run_decoder(c, tgt, tgt_len)
+        return torch.log_softmax(self._logits(self._maxout(c, states, prev)), dim=-1)
+
+    def token_logprobs(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
+        """log p(y_t | y_<t, X) per position: Float[B, M] (M = ``tgt.shape[1]``), 0 past the length.
+
+        Float32 for an fp32/bf16/fp16 model or under autocast; float64 for a float64 model.
+
+        The vocabulary projection and log-sum-exp run only on real positions (padding can be a
+        third of a phrase-table batch, and G_l is the largest matmul per step).
+        """
+        states, prev, mask = self._run_decoder(c, tgt, tgt_len)
+        score_dtype = torch.promote_types(self.out_vocab.weight.dtype, torch.float32)
+        out = torch.zeros(tgt.shape, dtype=score_dtype, device=tgt.device)
+        if mask.numel() == 0:
+            return out
+        s = self._maxout(c, states, prev)[mask]  # [P, m], P = number of real positions
+        logits = self._logits(s).to(score_dtype)
+        targets = tgt[:, : mask.shape[1]][mask]
+        picked = logits.gather(1, targets.unsqueeze(1)).squeeze(1)
+        out[:, : mask.shape[1]][mask] = picked - torch.logsumexp(logits, dim=-1)
+        return out
+
+    def score_targets(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
+        """log p(Y | X) = Σ_t log p(y_t | y_<t, X), including ``</s>``: Float[B] (float32 or wider)."""
+        return self.token_logprobs(c, tgt, tgt_len).sum(dim=1)
+
+    def forward(self, src: Tensor, src_len: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
+        """log p(Y | X) of each pair: ``score_targets(encode(src, src_len), tgt, tgt_len)``."""
+        return self.score_targets(self.encode(src, src_len), tgt, tgt_len)
+
+
+def count_flops_per_pair(config: ModelConfig, src_len: int, tgt_len: int) -> int:
+    """Forward-pass FLOPs (2 × multiply-adds of the matmuls) to score one pair.
+
+    ``src_len``/``tgt_len`` count the ``</s>`` (they are the numbers of encoder/decoder steps).
+    Embedding lookups, element-wise ops and the softmax are not counted. This matches what the
+    implementation computes: the decoder's first step still multiplies W' by e(y_0) = 0, and the
+    context projections are counted once per pair. A training step costs about 3× this.
+    """
+    d, emb, m, r, v = (
+        config.hidden,
+        config.embedding,
+        config.maxout_units,
+        config.output_rank,
+        config.tgt_vocab_size,
+    )
+    encoder_step = 3 * d * emb + 2 * d * d + d * d  # [W_r;W_z;W] e, [U_r;U_z] h, U (r⊙h)
+    per_pair = d * d + d * d + 3 * d * d + 2 * m * d  # V, V', [C_r;C_z;C], O_c
+    decoder_step = 3 * d * emb + 3 * d * d + 2 * m * d + 2 * m * emb + m * r + r * v
+    macs = src_len * encoder_step + per_pair + tgt_len * decoder_step
+    return 2 * macs

@@ -1,0 +1,357 @@
+"""Tests of moses.ini parsing and editing: byte-identical round trips and the num-features edit.
+
+The three real configs of the hansard-enfr fixture (written by train-model.perl, the filter script
+and mert-moses.pl) anchor the format; small hand-written configs cover the edge cases.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from shared_paths import REPO_ROOT, shared_file
+
+from moses_integration.moses_ini import MosesIni, MosesIniError, format_weight
+from moses_integration.phrase_table import read_phrase_table
+
+REAL_INIS = ["filtered/moses.ini", "model/moses.ini", "tuning/moses.ini"]
+FIXTURE = "fixtures/hansard-enfr"
+
+SMALL = """\
+# top comment
+[input-factors]
+0
+
+[feature]
+UnknownWordPenalty
+WordPenalty  # inline comment
+PhraseDictionaryMemory name=TranslationModel0 num-features=4 path=pt.gz input-factor=0 output-factor=0
+Distortion
+
+[foo]
+anything = goes here   # and stays
+
+[weight]
+# comment inside [weight]
+UnknownWordPenalty0= 1
+WordPenalty0= -1
+TranslationModel0= 0.2 0.2 0.2 0.2   # tm weights
+Distortion0= 0.3
+""".replace("output-factor=0\n", "output-factor=0 \n")  # trailing blank as train-model.perl writes it
+
+
+def real_ini(name: str) -> Path:
+    return shared_file(f"{FIXTURE}/{name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Round trips
+
+
+@pytest.mark.parametrize("name", REAL_INIS)
+def test_real_ini_round_trip_is_byte_identical(tmp_path: Path, name: str) -> None:
+    path = real_ini(name)
+    ini = MosesIni.read(path)
+    assert ini.text().encode("utf-8") == path.read_bytes()
+    out = tmp_path / "moses.ini"
+    ini.write(out)
+    assert out.read_bytes() == path.read_bytes()
+
+
+def test_crlf_and_missing_final_newline_round_trip() -> None:
+    text = "[feature]\r\nWordPenalty\r\n[weight]\r\nWordPenalty0= -1"
+    ini = MosesIni.parse(text)
+    assert ini.text() == text
+    assert ini.weights() == {"WordPenalty0": [-1.0]}
+    assert [f.name for f in ini.feature_lines()] == ["WordPenalty0"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading features and weights
+
+
+def test_real_features_names_and_defaults() -> None:
+    ini = MosesIni.read(real_ini("filtered/moses.ini"))
+    features = ini.feature_lines()
+    assert [(f.type, f.name) for f in features] == [
+        ("UnknownWordPenalty", "UnknownWordPenalty0"),
+        ("WordPenalty", "WordPenalty0"),
+        ("PhrasePenalty", "PhrasePenalty0"),
+        ("PhraseDictionaryMemory", "TranslationModel0"),
+        ("LexicalReordering", "LexicalReordering0"),
+        ("Distortion", "Distortion0"),
+        ("KENLM", "LM0"),
+    ]
+    tm = ini.find_feature("TranslationModel0")
+    assert tm is not None
+    assert tm.num_features == 4 and tm.path == "phrase-table.0-0.1.1.gz" and tm.line_no == 21
+    assert list(tm.args) == ["name", "num-features", "path", "input-factor", "output-factor"]
+    assert [f.name for f in ini.phrase_tables()] == ["TranslationModel0"]
+    assert [f.name for f in features if not f.tuneable] == ["UnknownWordPenalty0"]
+    assert ini.find_feature("LM1") is None
+    assert ini.section_values("distortion-limit") == ["6"]
+
+
+def test_real_tuned_weights_in_weight_section_order() -> None:
+    weights = MosesIni.read(real_ini("tuning/moses.ini")).weights()
+    assert list(weights) == [
+        "LexicalReordering0",
+        "Distortion0",
+        "LM0",
+        "WordPenalty0",
+        "PhrasePenalty0",
+        "TranslationModel0",
+        "UnknownWordPenalty0",
+    ]
+    assert weights["TranslationModel0"] == [0.0511706, 0.0479339, 0.0333075, 0.0765164]
+    assert weights["WordPenalty0"] == [-0.293221]
+
+
+def test_weight_order_follows_feature_section() -> None:
+    ini = MosesIni.read(real_ini("tuning/moses.ini"))
+    assert ini.weight_order() == [
+        ("UnknownWordPenalty0", 1),
+        ("WordPenalty0", 1),
+        ("PhrasePenalty0", 1),
+        ("TranslationModel0", 4),
+        ("LexicalReordering0", 6),
+        ("Distortion0", 1),
+        ("LM0", 1),
+    ]
+    assert ("UnknownWordPenalty0", 1) not in ini.weight_order(include_untuneable=False)
+
+
+@pytest.mark.parametrize("name", ["filtered/moses.ini", "tuning/moses.ini"])
+def test_nbest_order_matches_real_moses_feature_names(name: str) -> None:
+    """Moses' own extractor output lists the dense columns; our prediction must agree."""
+    expected = shared_file(f"{FIXTURE}/nbest/feature-names.txt").read_text().split()
+    order = MosesIni.read(real_ini(name)).nbest_feature_order()
+    assert [f"{n}_{i}" for n, count in order for i in range(count)] == expected
+
+
+def test_unnamed_features_are_counted_per_type() -> None:
+    ini = MosesIni.parse(
+        "[feature]\nWordPenalty\nKENLM name=LM0 factor=0 path=a order=4\nKENLM factor=0 path=b order=3\n"
+        "WordPenalty\nDistortion tuneable=false\n"
+    )
+    assert [f.name for f in ini.feature_lines()] == [
+        "WordPenalty0",
+        "LM0",
+        "KENLM0",
+        "WordPenalty1",
+        "Distortion0",
+    ]
+    assert [f.explicit_name for f in ini.feature_lines()] == [False, True, False, False, False]
+    distortion = ini.find_feature("Distortion0")
+    assert distortion is not None and not distortion.tuneable
+    assert ini.nbest_feature_order() == [("LM0", 1), ("KENLM0", 1), ("WordPenalty0", 1), ("WordPenalty1", 1)]
+
+
+def test_comments_and_unknown_sections_are_parsed_like_moses() -> None:
+    ini = MosesIni.parse(SMALL, "small.ini")
+    assert [f.name for f in ini.feature_lines()] == [
+        "UnknownWordPenalty0",
+        "WordPenalty0",
+        "TranslationModel0",
+        "Distortion0",
+    ]
+    assert ini.weights()["TranslationModel0"] == [0.2] * 4
+    assert ini.section_values("foo") == ["anything = goes here"]
+    assert ini.text() == SMALL
+
+
+def test_phrase_table_types() -> None:
+    ini = MosesIni.parse(
+        "[feature]\nPhraseDictionaryCompact name=A num-features=4 path=a\n"
+        "PhraseDictionaryOnDisk name=B num-features=5 path=b\nProbingPT name=C num-features=4 path=c\n"
+        "LexicalReordering name=R num-features=6 path=r\n"
+    )
+    assert [f.name for f in ini.phrase_tables()] == ["A", "B", "C"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Editing
+
+
+def test_add_phrase_table_scores_on_real_ini(tmp_path: Path) -> None:
+    path = real_ini("filtered/moses.ini")
+    original = path.read_text()
+    ini = MosesIni.read(path)
+    updated = ini.add_phrase_table_scores("phrase-table.rnn.gz", [0.1, -0.05])
+    assert updated.num_features == 6 and updated.path == "phrase-table.rnn.gz"
+    assert ini.weights()["TranslationModel0"] == [0.2, 0.2, 0.2, 0.2, 0.1, -0.05]
+    new_text = ini.text()
+    old_lines, new_lines = original.splitlines(keepends=True), new_text.splitlines(keepends=True)
+    assert len(old_lines) == len(new_lines)
+    changed = [(a, b) for a, b in zip(old_lines, new_lines, strict=True) if a != b]
+    assert changed == [
+        (
+            "PhraseDictionaryMemory name=TranslationModel0 num-features=4 path=phrase-table.0-0.1.1.gz "
+            "input-factor=0 output-factor=0 \n",
+            "PhraseDictionaryMemory name=TranslationModel0 num-features=6 path=phrase-table.rnn.gz "
+            "input-factor=0 output-factor=0 \n",
+        ),
+        ("TranslationModel0= 0.2 0.2 0.2 0.2\n", "TranslationModel0= 0.2 0.2 0.2 0.2 0.1 -0.05\n"),
+    ]
+    out = tmp_path / "moses.rnn.ini"
+    ini.write(out)
+    again = MosesIni.read(out)
+    assert again.text() == new_text
+    assert again.weight_order()[3] == ("TranslationModel0", 6)
+
+
+def test_add_phrase_table_scores_keeps_comments_and_unknown_sections() -> None:
+    ini = MosesIni.parse(SMALL, "small.ini")
+    ini.add_phrase_table_scores("pt.rnn.gz", [0.05, -0.1])
+    text = ini.text()
+    for kept in [
+        "# top comment\n",
+        "WordPenalty  # inline comment\n",
+        "[foo]\nanything = goes here   # and stays\n",
+    ]:
+        assert kept in text
+    assert "TranslationModel0= 0.2 0.2 0.2 0.2 0.05 -0.1   # tm weights\n" in text
+    assert "num-features=6 path=pt.rnn.gz input-factor=0 output-factor=0 \n" in text
+    tm = ini.find_feature("TranslationModel0")
+    assert tm is not None and tm.num_features == 6 and len(ini.weights()["TranslationModel0"]) == 6
+
+
+def test_add_phrase_table_scores_mismatch_raises_and_leaves_config_unchanged() -> None:
+    text = SMALL.replace("TranslationModel0= 0.2 0.2 0.2 0.2", "TranslationModel0= 0.2 0.2 0.2")
+    ini = MosesIni.parse(text, "bad.ini")
+    with pytest.raises(MosesIniError) as info:
+        ini.add_phrase_table_scores("pt.rnn.gz", [0.1, 0.1])
+    assert info.value.path == "bad.ini" and info.value.line_no == 18
+    assert "num-features=4 but 3 weights" in str(info.value)
+    assert str(info.value).startswith("bad.ini:18: ")
+    assert ini.text() == text
+
+
+def test_add_phrase_table_scores_needs_a_single_or_named_table() -> None:
+    text = (
+        "[feature]\nPhraseDictionaryMemory name=TM0 num-features=4 path=a.gz\n"
+        "PhraseDictionaryMemory name=TM1 num-features=2 path=b.gz\nWordPenalty\n"
+        "[weight]\nTM0= 1 1 1 1\nTM1= 0.5 0.5\nWordPenalty0= -1\n"
+    )
+    ini = MosesIni.parse(text)
+    with pytest.raises(MosesIniError, match="exactly one phrase table, found 2"):
+        ini.add_phrase_table_scores("x.gz", [0.1])
+    with pytest.raises(MosesIniError, match="not a phrase table"):
+        ini.add_phrase_table_scores("x.gz", [0.1], table_name="WordPenalty0")
+    with pytest.raises(MosesIniError, match="no feature named 'TM9'"):
+        ini.add_phrase_table_scores("x.gz", [0.1], table_name="TM9")
+    assert ini.text() == text
+    ini.add_phrase_table_scores(None, [0.1], table_name="TM1")
+    assert ini.weights() == {"TM0": [1.0] * 4, "TM1": [0.5, 0.5, 0.1], "WordPenalty0": [-1.0]}
+    tm1 = ini.find_feature("TM1")
+    assert tm1 is not None and tm1.num_features == 3 and tm1.path == "b.gz"
+
+
+def test_add_phrase_table_scores_requires_weights_and_num_features() -> None:
+    no_weight = MosesIni.parse("[feature]\nPhraseDictionaryMemory name=TM0 num-features=1 path=a\n[weight]\n")
+    with pytest.raises(MosesIniError, match=r"no \[weight\] line for TM0"):
+        no_weight.add_phrase_table_scores("b", [0.1])
+    no_count = MosesIni.parse("[feature]\nPhraseDictionaryMemory name=TM0 path=a\n[weight]\nTM0= 1\n")
+    with pytest.raises(MosesIniError, match="TM0 has no num-features"):
+        no_count.add_phrase_table_scores("b", [0.1])
+    ok = MosesIni.parse(
+        "[feature]\nPhraseDictionaryMemory name=TM0 num-features=1 path=a\n[weight]\nTM0= 1\n"
+    )
+    with pytest.raises(MosesIniError, match="must be non-empty, without blanks"):
+        ok.add_phrase_table_scores("has space.gz", [0.1])
+
+
+def test_set_feature_arg_replaces_or_appends_one_token() -> None:
+    ini = MosesIni.parse(SMALL)
+    ini.set_feature_arg("WordPenalty0", "tuneable", "false")
+    ini.set_feature_arg("TranslationModel0", "path", "other.gz")
+    text = ini.text()
+    assert "WordPenalty tuneable=false  # inline comment\n" in text
+    assert "num-features=4 path=other.gz input-factor=0" in text
+    wp = ini.find_feature("WordPenalty0")
+    assert wp is not None and not wp.tuneable
+    with pytest.raises(MosesIniError, match="no feature named"):
+        ini.set_feature_arg("Nope0", "path", "x")
+
+
+def test_set_weights_replaces_or_adds_lines() -> None:
+    ini = MosesIni.parse(SMALL)
+    ini.set_weights("Distortion0", [0.1234567890123])
+    ini.set_weights("LM0", [0.5])
+    weights = ini.weights()
+    assert weights["Distortion0"] == [0.1234567890123]
+    assert list(weights)[-1] == "LM0" and weights["LM0"] == [0.5]
+    assert "Distortion0= 0.1234567890123\nLM0= 0.5\n" in ini.text()
+    ini.set_weights("TranslationModel0", [1, 2, 3, 4])
+    assert "TranslationModel0= 1 2 3 4   # tm weights\n" in ini.text()
+
+
+def test_set_weights_creates_weight_section_when_missing() -> None:
+    ini = MosesIni.parse("[feature]\nWordPenalty")
+    ini.set_weights("WordPenalty0", [-1])
+    assert ini.text() == "[feature]\nWordPenalty\n[weight]\nWordPenalty0= -1\n"
+    assert ini.weights() == {"WordPenalty0": [-1.0]}
+
+
+def test_format_weight_is_exact_and_short() -> None:
+    assert format_weight(1.0) == "1"
+    assert format_weight(-0.293221) == "-0.293221"
+    assert format_weight(1e-7) == "1e-07"
+    for value in [0.1, 1 / 3, -2.5e-12, 123456.789]:
+        assert float(format_weight(value)) == value
+    with pytest.raises(ValueError):
+        format_weight(float("nan"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors name the file and line
+
+
+@pytest.mark.parametrize(
+    ("text", "line_no", "reason"),
+    [
+        ("[feature]\nWordPenalty\nKENLM path\n", 3, "is not key=value"),
+        ("[feature]\nKENLM path=a path=b\n", 2, "duplicate key 'path'"),
+        ("[feature]\nWordPenalty\nWordPenalty name=WordPenalty0\n", 3, "already used on line 2"),
+        ("[feature]\nWordPenalty tuneable=maybe\n", 2, "is not a boolean"),
+        ("[feature]\nPhraseDictionaryMemory num-features=four\n", 2, "is not a count"),
+        ("\n[weight]\nWordPenalty0= -1 x\n", 3, "non-number"),
+        ("[weight]\nWordPenalty0 -1\n", 2, "is not 'Name= w1 w2 ...'"),
+        ("[weight]\nA= 1\nA= 2\n", 3, "already given on line 2"),
+        ("[feature]\n[weight\n", 2, "has no ']'"),
+    ],
+)
+def test_errors_name_file_and_line(text: str, line_no: int, reason: str) -> None:
+    with pytest.raises(MosesIniError) as info:
+        ini = MosesIni.parse(text, "conf/moses.ini")
+        ini.feature_lines()
+        ini.weights()
+    err = info.value
+    assert (err.path, err.line_no) == ("conf/moses.ini", line_no)
+    assert str(err).startswith(f"conf/moses.ini:{line_no}: ")
+    assert reason in str(err)
+
+
+def test_read_rejects_invalid_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "moses.ini"
+    path.write_bytes(b"[feature]\nWordPenalty\nKENLM path=\xff\n")
+    with pytest.raises(MosesIniError, match=r"moses.ini:3: not valid UTF-8"):
+        MosesIni.read(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The project's built-in sample config
+
+
+def test_example_ini_matches_example_table() -> None:
+    ini = MosesIni.read(REPO_ROOT / "examples" / "moses.ini")
+    (table,) = ini.phrase_tables()
+    assert table.name == "TranslationModel0" and table.num_features == 4
+    assert table.path is not None
+    table_path = REPO_ROOT / "examples" / table.path
+    first = next(read_phrase_table(table_path))
+    assert len(first.scores) == table.num_features
+    weights = ini.weights()
+    assert len(weights["TranslationModel0"]) == table.num_features
+    assert {name for name, _ in ini.weight_order()} == set(weights)
+    assert ini.text() == (REPO_ROOT / "examples" / "moses.ini").read_text()

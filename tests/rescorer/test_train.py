@@ -1,0 +1,54 @@
+"""Training: perplexity falls on real pairs, and a killed run resumes to the same model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rescorer.checkpoint import load_checkpoint
+from rescorer.config import ModelConfig, TrainConfig
+from rescorer.train import train_on_phrase_table
+from shared_paths import shared_file
+
+SMALL = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=48, embedding=24, maxout_units=24, output_rank=24)
+
+
+def run(table: str, out: Path, steps: int, resume: bool = False, **kw):
+    cfg = TrainConfig(max_steps=steps, valid_every=kw.pop("valid_every", 4), patience=None, seed=7)
+    return train_on_phrase_table(table, out, model_config=SMALL, train_config=cfg, shortlist=kw.pop("shortlist", 300),
+                                 device="cpu", resume=resume, progress=False, **kw)
+
+
+@pytest.mark.slow
+def test_validation_perplexity_falls_on_real_pairs(tmp_path):
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    result = run(table, tmp_path / "m.pt", 120, valid_every=40, shortlist=2000)
+    first, best = result.history[0], result.best
+    assert best.step > 0
+    assert best.perplexity < 0.7 * first.perplexity, [v.perplexity for v in result.history]
+    ck = load_checkpoint(tmp_path / "m.pt")
+    assert ck.train_state["step"] == 120
+    assert len(ck.src_vocab) == ck.config.src_vocab_size <= 2001
+
+
+def test_resume_continues_to_the_same_model(tmp_path):
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    run(table, tmp_path / "straight.pt", 8)
+    run(table, tmp_path / "killed.pt", 4)
+    run(table, tmp_path / "killed.pt", 8, resume=True)
+    a = load_checkpoint(tmp_path / "straight.pt").model.state_dict()
+    b = load_checkpoint(tmp_path / "killed.pt").model.state_dict()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_resume_refuses_other_data(tmp_path):
+    table = shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")
+    run(str(table), tmp_path / "m.pt", 2)
+    other = tmp_path / "other.txt"
+    other.write_text("a ||| b ||| 1 1 1 1\n" * 3 + "c d ||| e ||| 1 1 1 1\n" * 30 + "".join(
+        f"w{i} ||| v{i} ||| 1 1 1 1\n" for i in range(40)))
+    with pytest.raises(ValueError, match="other data"):
+        run(str(other), tmp_path / "m.pt", 4, resume=True)
