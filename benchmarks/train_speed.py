@@ -33,7 +33,8 @@ def phrase_lengths(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     if sample.exists():
         import gzip
 
-        pairs = [line.split(b" ||| ")[:2] for line in gzip.open(sample)]
+        with gzip.open(sample) as fh:
+            pairs = [line.split(b" ||| ")[:2] for line in fh]
         src = np.array([len(p[0].split()) for p in pairs])
         tgt = np.array([len(p[1].split()) for p in pairs])
         pick = rng.integers(0, len(pairs), n)

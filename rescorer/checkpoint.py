@@ -188,8 +188,11 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
         train_config = TrainConfig.from_dict(raw_train) if raw_train is not None else None
         src_vocab = Vocab.from_dict(payload["src_vocab"])
         tgt_vocab = Vocab.from_dict(payload["tgt_vocab"])
-        model = RNNEncoderDecoder(config)
-        model.load_state_dict(payload["state_dict"])
+        # Built on the meta device and filled by assignment: no random init to throw away (six
+        # 1000×1000 eigendecompositions for the paper's size) and no second copy of the weights.
+        with torch.device("meta"):
+            model = RNNEncoderDecoder(config)
+        model.load_state_dict(payload["state_dict"], assign=True)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{path}: damaged rescorer checkpoint ({exc})") from exc
     if len(src_vocab) != config.src_vocab_size or len(tgt_vocab) != config.tgt_vocab_size:

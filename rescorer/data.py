@@ -116,8 +116,14 @@ def build_vocabularies(
     tgt_corpus: str | None = None,
 ) -> tuple[Vocab, Vocab]:
     """Shortlists from monolingual corpora when given (as the paper did), else from the table."""
-    src = build_vocab_from_corpus(src_corpus, shortlist) if src_corpus else Vocab.from_counts(corpus.src_counts, shortlist)
-    tgt = build_vocab_from_corpus(tgt_corpus, shortlist) if tgt_corpus else Vocab.from_counts(corpus.tgt_counts, shortlist)
+    if src_corpus:
+        src = build_vocab_from_corpus(src_corpus, shortlist)
+    else:
+        src = Vocab.from_counts(corpus.src_counts, shortlist)
+    if tgt_corpus:
+        tgt = build_vocab_from_corpus(tgt_corpus, shortlist)
+    else:
+        tgt = Vocab.from_counts(corpus.tgt_counts, shortlist)
     return src, tgt
 
 

@@ -57,6 +57,8 @@ def _orthogonal_(weight: Tensor, block: int) -> None:
     rows = weight.shape[0]
     if rows % block or weight.shape[1] != block:
         raise ValueError(f"cannot split a {tuple(weight.shape)} matrix into [{block}, {block}] blocks")
+    if weight.is_meta:  # shapes only (a model about to receive a checkpoint's weights)
+        return
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

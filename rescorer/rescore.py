@@ -41,7 +41,14 @@ from rescorer.checkpoint import Checkpoint
 from rescorer.device import autocast_dtype, select_device
 from rescorer.output_chunks import format_chunk
 from rescorer.scoring import PairScorer, ScoringOptions
-from rescorer.table_chunks import LineChunk, ParsedChunk, TokenIds, iter_line_chunks, parse_chunk, phrases_to_ids
+from rescorer.table_chunks import (
+    LineChunk,
+    ParsedChunk,
+    TokenIds,
+    iter_line_chunks,
+    parse_chunk,
+    phrases_to_ids,
+)
 
 PROGRESS_VERSION = 1
 WP_SIDES = ("target", "source", "both")
@@ -126,6 +133,8 @@ class _CountingReader:
         data = self.raw.read(n)
         self.count += len(data)
         return data
+
+    read1 = read
 
     def readable(self) -> bool:
         return True
@@ -382,7 +391,8 @@ def _read_stage(fh, path, opts, done, shard_filter, src_words, tgt_words, out_q,
                 prep.sources = phrases_to_ids(encoded.dictionary, src_words)
                 prep.source_of_row = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
                 prep.targets = phrases_to_ids(parsed.target, tgt_words)
-                prev = pa.concat_arrays([pa.array([prev_source], pa.string()), parsed.source.slice(0, len(parsed.source) - 1)])
+                n = len(parsed.source)
+                prev = pa.concat_arrays([pa.array([prev_source], pa.string()), parsed.source.slice(0, n - 1)])
                 prep.new_sources = int(pc.sum(pc.fill_null(pc.not_equal(parsed.source, prev), True)).as_py())
                 prev_source = parsed.source[len(parsed.source) - 1].as_py()
             prep.last_source = prev_source
@@ -511,3 +521,30 @@ def iter_rescored_lines(path: str) -> Iterator[bytes]:
         yield from (line.rstrip(b"\n") for line in fh)
     finally:
         counter.close()
+
+
+TEXT_TABLE_TYPES = ("PhraseDictionaryMemory", "PhraseDictionaryMultiModel")
+
+
+def write_moses_ini(ini_in: str, ini_out: str, table_path: str, weights: tuple[float, ...]) -> None:
+    """A moses.ini whose phrase table is ``table_path``, with ``len(weights)`` more features.
+
+    The path is written absolute because Moses resolves relative paths against its working
+    directory, which is rarely the folder of the ini. A binarised table (compact, on-disk) cannot
+    read the text output; the error says which command rebuilds it with the right score count.
+    """
+    from moses_integration.moses_ini import MosesIni, MosesIniError
+
+    ini = MosesIni.read(ini_in)
+    tables = ini.phrase_tables()
+    if len(tables) == 1 and tables[0].type not in TEXT_TABLE_TYPES and not table_path.endswith(".minphr"):
+        old = tables[0]
+        raise MosesIniError(
+            ini_in, old.line_no,
+            f"{old.name} is a {old.type}, which cannot load the text table {table_path}; binarise it first, e.g. "
+            f"processPhraseTableMin -in {table_path} -out table -nscores {(old.num_features or 0) + len(weights)}, "
+            f"or change the feature to PhraseDictionaryMemory",
+        )
+    new_path = table_path if table_path == "-" else str(Path(table_path).resolve())
+    ini.add_phrase_table_scores(new_path, weights)
+    ini.write(ini_out)

@@ -49,9 +49,12 @@ def iter_line_chunks(
     tail = b""
     line_no = start_line_no
     offset = start_offset
+    # read1 returns what one decompression step gives, so a corrupt tail loses only that step
+    # and the error names a line close to where the damage is.
+    read = getattr(fh, "read1", fh.read)
     while True:
         try:
-            block = fh.read(BLOCK_BYTES)
+            block = read(BLOCK_BYTES)
         except (EOFError, zlib.error, OSError) as exc:
             raise PhraseTableError(
                 path, line_no + len(pending), f"input is truncated or corrupt ({exc})"

@@ -6,10 +6,10 @@ import gzip
 
 import numpy as np
 import pyarrow as pa
+from shared_paths import shared_file
 
 from rescorer.data import PairData, encode_pairs, extract_unique_pairs, pad_with_eos
 from rescorer.vocab import Vocab
-from shared_paths import shared_file
 
 TABLE = b"""a ||| x ||| 1 1 1 1
 a ||| x ||| 1 1 1 1
@@ -52,7 +52,8 @@ def test_pair_data_split_is_deterministic_and_disjoint(tmp_path):
     assert not set(a.valid_idx) & set(a.train_idx)
     assert len(a.valid_idx) + len(a.train_idx) == n
     src_b, src_len, tgt_b, tgt_len = a.batch(np.array([0]))
-    first = gzip.open(path).readline().split(b" ||| ")
+    with gzip.open(path) as fh:
+        first = fh.readline().split(b" ||| ")
     assert tgt_len.item() == len(first[1].split()) + 1
     assert src_b[0, src_len.item() - 1].item() == 0  # </s>
     assert src_b[0, 0].item() == src.encode(first[0].decode().split())[0]

@@ -8,10 +8,10 @@ import io
 import numpy as np
 import pyarrow as pa
 import pytest
+from shared_paths import shared_file
 
 from moses_integration.phrase_table import PhraseTableError, parse_line
 from rescorer.table_chunks import iter_line_chunks, parse_chunk, phrases_to_ids
-from shared_paths import shared_file
 
 GOOD = [
     b"a b ||| x y ||| 0.5 0.25 1 1 ||| 0-0 1-1 ||| 2 2 1 ||| ",
@@ -48,7 +48,8 @@ def test_truncated_gzip_names_the_line_reached():
 
 def test_fast_parse_agrees_with_line_parser_on_real_table():
     path = shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")
-    chunk = next(iter_line_chunks(gzip.open(path), str(path), 3000))
+    with gzip.open(path) as fh:
+        chunk = next(iter_line_chunks(fh, str(path), 3000))
     parsed = parse_chunk(chunk, str(path), want_scores=True)
     assert len(parsed.source) == 3000 and parsed.bad_rows == []
     for i in (0, 1, 1234, 2999):
