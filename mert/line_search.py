@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mert.bleu import NUM_STATS, Smoothing, corpus_bleu
+from mert.bleu import HYP_LEN, NGRAM_ORDER, NUM_STATS, REF_LEN, Smoothing, corpus_bleu
 
 OUTER_STEP_FRACTION = 0.1
 OUTER_STEP_MIN = 0.1
@@ -66,6 +66,7 @@ class MertData:
     pad_index: np.ndarray = field(init=False)  # int64 [S, M], H for padding
     valid: np.ndarray = field(init=False)  # bool [S, M]
     _layout_cache: dict[tuple[int, ...], SlopeLayout] = field(init=False, default_factory=dict)
+    _stats32: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.features = np.ascontiguousarray(self.features, dtype=np.float64)
@@ -85,6 +86,8 @@ class MertData:
         self.valid = cols[None, :] < sizes[:, None]
         self.pad_index = np.where(self.valid, self.offsets[:-1, None] + cols[None, :], num_hyps)
         self._layout_cache = {}
+        if self.stats.size and self.stats.max() >= 1 << 28:
+            raise ValueError("BLEU statistics too large for int32 accumulation")
 
     @property
     def num_sentences(self) -> int:
@@ -93,6 +96,13 @@ class MertData:
     @property
     def num_features(self) -> int:
         return self.features.shape[1]
+
+    @property
+    def stats32(self) -> np.ndarray:
+        """``stats`` as int32: half the memory traffic in the line search's gathers and sums."""
+        if self._stats32 is None:
+            self._stats32 = self.stats.astype(np.int32)
+        return self._stats32
 
     def best_hypotheses(self, weights: np.ndarray) -> np.ndarray:
         """Index of each sentence's highest-scoring hypothesis (first one on ties), ``[S]``."""
@@ -135,14 +145,14 @@ class SlopeLayout:
     (hypothesis index H, slope +inf). Position-major because the running maxima of
     :func:`_candidates` then work on whole contiguous rows at a time.
 
-    ``run_start``/``run_end`` mark the first/last position of each run of equal slopes. Many
+    ``reset_down``/``reset_up`` mark the first/last position of each run of equal slopes. Many
     features are integer counts or mostly 0, so such runs are common.
     """
 
     hyp: np.ndarray  # int64 [M, R] hypothesis index (H = padding)
     slope: np.ndarray  # float64 [M, R]
-    run_start: np.ndarray  # bool [M, R]
-    run_end: np.ndarray  # bool [M, R]
+    reset_down: np.ndarray  # float64 [M, R]: -inf where a run starts, +inf elsewhere
+    reset_up: np.ndarray  # float64 [M, R]: -inf where a run ends, +inf elsewhere
 
     @classmethod
     def build(cls, data: MertData, slopes: list[np.ndarray]) -> SlopeLayout:
@@ -158,7 +168,12 @@ class SlopeLayout:
         run_start[1:] = slope[1:] != slope[:-1]
         run_end = np.ones(slope.shape, dtype=bool)
         run_end[:-1] = run_start[1:]
-        return cls(hyp=hyp, slope=slope, run_start=run_start, run_end=run_end)
+        return cls(
+            hyp=hyp,
+            slope=slope,
+            reset_down=np.where(run_start, -np.inf, np.inf),
+            reset_up=np.where(run_end, -np.inf, np.inf),
+        )
 
 
 @dataclass
@@ -178,59 +193,90 @@ def _unit_index(direction: np.ndarray) -> int | None:
 
 
 def _candidates(a: np.ndarray, layout: SlopeLayout) -> np.ndarray:
-    """Mask ``[M, P, R]`` of the lines that may be on their row's upper envelope (step 2-3).
+    """Mask ``[M, P, R]`` of the lines that may be on their row's upper envelope (steps 2-3).
 
     A line can win on an interval only if it is the highest of its equal-slope run and either
     strictly higher than every line of smaller slope or higher than every line of larger slope.
     Of tied identical lines the first passes the strict test and all pass the other; the hull
     step keeps only the first, which is argmax's lowest-index choice.
 
-    Two passes over the ``M`` positions, each step a vectorised maximum across all rows (on
-    this shape several times faster than ``np.maximum.accumulate``): running maxima of
-    everything above/below each position, and of its own run above/below it.
+    Two passes over the ``M`` positions, each step a vectorised operation across all rows:
+    running maxima of everything above/below each position and of its own run above/below
+    it (``layout.reset_*`` is −inf where a run starts/ends, +inf elsewhere, so a ``minimum``
+    restarts the run maximum without a masked copy). Only one row of each running maximum is
+    kept and the per-position results are booleans, which keeps the memory traffic low.
     """
     width = a.shape[0]
-    above = np.empty_like(a)  # max of the positions strictly above
-    run_down = np.empty_like(a)  # max of the own run from its start down to here
-    above[0] = -np.inf
-    run_down[0] = a[0]
-    for i in range(1, width):
-        np.maximum(above[i - 1], a[i - 1], out=above[i])
-        np.maximum(run_down[i - 1], a[i], out=run_down[i])
-        np.copyto(run_down[i], a[i], where=layout.run_start[i])
-    below = np.empty_like(a)  # max of the positions strictly below
-    run_up = np.empty_like(a)  # max of the own run from its end up to here
-    below[-1] = -np.inf
-    run_up[-1] = a[-1]
-    for i in range(width - 2, -1, -1):
-        np.maximum(below[i + 1], a[i + 1], out=below[i])
-        np.maximum(run_up[i + 1], a[i], out=run_up[i])
-        np.copyto(run_up[i], a[i], where=layout.run_end[i])
-    cand = a >= run_down
-    cand &= a >= run_up
-    cand &= (a > above) | (a >= below)
-    cand &= a > -np.inf
-    return cand
+    shape = a.shape[1:]
+    left = np.empty(a.shape, dtype=bool)  # strictly higher than all smaller slopes (so far)
+    top = np.empty(a.shape, dtype=bool)  # highest of its run from the run start down to here
+    above = np.full(shape, -np.inf)
+    run = np.full(shape, -np.inf)
+    for i in range(width):
+        if i:
+            np.maximum(above, a[i - 1], out=above)
+        np.greater(a[i], above, out=left[i])
+        np.minimum(run, layout.reset_down[i], out=run)
+        np.maximum(run, a[i], out=run)
+        np.greater_equal(a[i], run, out=top[i])
+    below = np.full(shape, -np.inf)
+    run.fill(-np.inf)
+    tmp = np.empty(shape, dtype=bool)
+    for i in range(width - 1, -1, -1):
+        if i < width - 1:
+            np.maximum(below, a[i + 1], out=below)
+        np.minimum(run, layout.reset_up[i], out=run)
+        np.maximum(run, a[i], out=run)
+        np.greater_equal(a[i], run, out=tmp)
+        top[i] &= tmp
+        np.greater_equal(a[i], below, out=tmp)
+        left[i] |= tmp
+    left &= top
+    left &= a > -np.inf
+    return left
 
 
-def _hull_pairwise(ca: np.ndarray, cb: np.ndarray) -> np.ndarray:
-    """Which candidate lines are on their row's upper envelope (step 4); ``[K, n]`` bool.
+def _upper_hulls(ca: np.ndarray, cb: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Monotone-chain upper envelope of the candidates of every row (step 4).
 
-    ``ca``/``cb`` ``[K, n]`` hold K candidates of ``n`` rows in ascending slope (rows with
-    fewer candidates repeat their last one, which then counts as a duplicate). Line i wins
-    exactly on (max over k<i of x(k,i), min over j>i of x(i,j)); of lines with equal slope
-    (identical candidates) only the first counts.
+    ``ca``/``cb`` ``[K, n]`` hold each row's candidates in ascending slope, rows sorted by
+    decreasing candidate count, so the rows still active at step k are a prefix. Returns the
+    stack ``[K, n]`` (the slots on the envelope, bottom first) and its height per row. Steps
+    run over candidate slots (K is small, ~20-50), each vectorised across all active rows.
     """
-    count = ca.shape[0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        d_b = cb[None, :, :] - cb[:, None, :]  # [p, q]: b_q - b_p
-        cross = (ca[:, None, :] - ca[None, :, :]) / d_b  # [p, q]: x(p, q)
-    before = np.tri(count, count, -1, dtype=bool).T[:, :, None]  # [p, q]: p < q
-    rising = before & (d_b > 0)
-    left = np.max(np.where(rising, cross, -np.inf), axis=0)  # over k < i: [i, n]
-    right = np.min(np.where(rising, cross, np.inf), axis=1)  # over j > i: [i, n]
-    duplicate = np.any(before & (d_b == 0), axis=0)  # an earlier line has the same slope
-    return (left < right) & ~duplicate
+    k_max, rows = ca.shape
+    ca_f, cb_f = ca.ravel(), cb.ravel()
+    stack = np.zeros(k_max * rows, dtype=np.int64)  # flat [K, n]
+    top = np.zeros(rows, dtype=np.int64)
+    active_until = np.searchsorted(-counts, -np.arange(k_max), side="left")  # rows with count > k
+    for k in range(k_max):
+        n = int(active_until[k])
+        push = np.arange(n)
+        a_n_all, b_n_all = ca[k, :n], cb[k, :n]
+        if k:
+            # Same slope as the line on top: only the higher one can win; on a tie the
+            # earlier one (lowest hypothesis index) stays, as argmax would choose.
+            t = stack[(top[:n] - 1) * rows + push] * rows + push
+            same = cb_f[t] == b_n_all
+            if same.any():
+                higher = same & (a_n_all > ca_f[t])
+                top[:n][higher] -= 1
+                push = push[~same | higher]
+            check = push[top[push] >= 2]
+            while check.size:
+                t = stack[(top[check] - 1) * rows + check] * rows + check
+                s = stack[(top[check] - 2) * rows + check] * rows + check
+                a_s, b_s = ca_f[s], cb_f[s]
+                a_n, b_n = a_n_all[check], b_n_all[check]
+                # t is useless when the new line overtakes s no later than t does:
+                # x(s,n) <= x(s,t), i.e. (a_s-a_n)/(b_n-b_s) <= (a_s-a_t)/(b_t-b_s).
+                pop = (a_s - a_n) * (cb_f[t] - b_s) <= (a_s - ca_f[t]) * (b_n - b_s)
+                check = check[pop]
+                top[check] -= 1
+                check = check[top[check] >= 2]
+        stack[top[push] * rows + push] = k
+        top[push] += 1
+    return stack.reshape(k_max, rows), top
 
 
 def _envelopes(
@@ -244,53 +290,35 @@ def _envelopes(
     width, num_points, num_rows = a.shape
     total_rows = num_points * num_rows
     cand = _candidates(a, layout).reshape(width, total_rows)
-    # Move each row's candidates to the top, keeping their (slope) order.
+    # Move each row's candidates to the top (slots), keeping their slope order; order the rows
+    # by decreasing candidate count so that the hull steps work on prefixes.
     r_idx, c_idx = np.nonzero(cand.T)  # row by row, positions ascending
     counts = np.bincount(r_idx, minlength=total_rows)
+    row_order = np.argsort(-counts, kind="stable")
+    rank = np.empty(total_rows, dtype=np.int64)
+    rank[row_order] = np.arange(total_rows)
+    counts_sorted = counts[row_order]
     k_idx = np.arange(len(r_idx)) - (np.cumsum(counts) - counts)[r_idx]
-    layout_col = r_idx % num_rows
-    k_max = int(counts.max())
-    # Pad every row to a power of two by repeating its last candidate (see _hull_pairwise).
-    size = 1 << max(0, (k_max - 1).bit_length())
-    last = np.minimum(np.arange(size)[:, None], np.maximum(counts, 1)[None, :] - 1)  # [size, rows]
-    ca = np.zeros((k_max, total_rows))
-    cb = np.zeros((k_max, total_rows))
-    ch = np.zeros((k_max, total_rows), dtype=np.int64)
-    ca[k_idx, r_idx] = a.reshape(width, total_rows)[c_idx, r_idx]
-    cb[k_idx, r_idx] = layout.slope[c_idx, layout_col]
-    ch[k_idx, r_idx] = layout.hyp[c_idx, layout_col]
-    first_hyp = ch[0]  # the lowest-slope candidate wins as γ → −∞
-    bucket = np.where(counts <= 1, 0, 1 << np.maximum(counts - 1, 1).astype(np.int64).__array__().astype(int).tolist().__len__() * 0) if False else None
-    del bucket
-    bucket_of = np.zeros(total_rows, dtype=np.int64)
-    many = counts >= 2
-    bucket_of[many] = 1 << np.ceil(np.log2(counts[many])).astype(np.int64)
-    br_rows_parts: list[np.ndarray] = []
-    br_prev_parts: list[np.ndarray] = []
-    br_next_parts: list[np.ndarray] = []
-    for k in np.unique(bucket_of[many]).tolist():
-        rows_k = np.flatnonzero(bucket_of == k)
-        chunk = max(1, _PAIRWISE_BLOCK // (k * k))
-        for lo in range(0, len(rows_k), chunk):
-            sel = rows_k[lo : lo + chunk]
-            slots = np.minimum(last[:k, sel], k_max - 1)
-            on = _hull_pairwise(ca[slots, sel], cb[slots, sel])  # [k, n]
-            # Consecutive envelope lines: for each line on it (but the first), the previous one.
-            marked = np.where(on, np.arange(k)[:, None], -1)
-            prev = np.maximum.accumulate(marked, axis=0)
-            prev = np.vstack([np.full((1, len(sel)), -1), prev[:-1]])
-            k_on, j_on = np.nonzero(on & (prev >= 0))
-            br_rows_parts.append(sel[j_on])
-            br_prev_parts.append(prev[k_on, j_on])
-            br_next_parts.append(k_on)
-    if not br_rows_parts:
-        empty_i = np.zeros(0, dtype=np.int64)
-        return first_hyp, empty_i, np.zeros(0), empty_i, empty_i
-    br_rows = np.concatenate(br_rows_parts)
-    k_prev = np.concatenate(br_prev_parts)
-    k_next = np.concatenate(br_next_parts)
-    gamma = (ca[k_prev, br_rows] - ca[k_next, br_rows]) / (cb[k_next, br_rows] - cb[k_prev, br_rows])
-    return first_hyp, br_rows, gamma, ch[k_prev, br_rows], ch[k_next, br_rows]
+    k_max = int(counts_sorted[0])
+    dst = k_idx * total_rows + rank[r_idx]
+    src_layout = c_idx * num_rows + r_idx % num_rows
+    ca = np.zeros(k_max * total_rows)
+    cb = np.zeros(k_max * total_rows)
+    ch = np.zeros(k_max * total_rows, dtype=np.int64)
+    ca[dst] = a[c_idx, r_idx // num_rows, r_idx % num_rows]
+    cb[dst] = layout.slope.ravel()[src_layout]
+    ch[dst] = layout.hyp.ravel()[src_layout]
+    ca, cb, ch = (x.reshape(k_max, total_rows) for x in (ca, cb, ch))
+    stack, top = _upper_hulls(ca, cb, counts_sorted)
+    first_hyp = ch[0][rank]  # the lowest-slope candidate wins as γ → −∞
+    # (5) Breakpoints between consecutive envelope lines.
+    has = np.arange(1, k_max)[:, None] < top[None, :]
+    step_idx, rows_sorted = np.nonzero(has)
+    prev_flat = stack[step_idx, rows_sorted] * total_rows + rows_sorted
+    next_flat = stack[step_idx + 1, rows_sorted] * total_rows + rows_sorted
+    ca_f, cb_f, ch_f = ca.ravel(), cb.ravel(), ch.ravel()
+    gamma = (ca_f[prev_flat] - ca_f[next_flat]) / (cb_f[next_flat] - cb_f[prev_flat])
+    return first_hyp, row_order[rows_sorted], gamma, ch_f[prev_flat], ch_f[next_flat]
 
 
 def line_search_points(
@@ -310,59 +338,106 @@ def line_search_points(
     num_points, num_dirs, num_sents = pts.shape[0], dirs.shape[0], data.num_sentences
     num_groups = num_points * num_dirs  # a group is one (point, direction) search
     layout = data.slope_layout(dirs)
-    a_table = np.vstack([data.features @ pts.T, np.full((1, num_points), -np.inf)])  # [H+1, P]
-    a = np.ascontiguousarray(a_table[layout.hyp].transpose(0, 2, 1))  # [M, P, D*S]
+    a_table = np.hstack([pts @ data.features.T, np.full((num_points, 1), -np.inf)])  # [P, H+1]
+    a = np.take(a_table, layout.hyp, axis=1).transpose(1, 0, 2)  # [M, P, D*S] view of [P, M, D*S]
     first_hyp, br_rows, gamma, h_prev, h_next = _envelopes(a, layout)
 
-    stats = data.stats
-    init = stats[first_hyp].reshape(num_groups, num_sents, NUM_STATS).sum(axis=1)  # [G, 10]
-    br_group = br_rows // num_sents
-    order = np.lexsort((gamma, br_group))
-    gamma, br_group = gamma[order], br_group[order]
-    cum = np.cumsum(stats[h_next[order]] - stats[h_prev[order]], axis=0)
-    per_group = np.bincount(br_group, minlength=num_groups)
-    group_start = np.cumsum(per_group) - per_group
-    cum_before = np.vstack([np.zeros((1, NUM_STATS), dtype=np.int64), cum])[group_start]
-    after = init[br_group] + cum - cum_before[br_group]
+    gammas, bleus, per_group = _best_steps(data, first_hyp, br_rows, gamma, h_prev, h_next, num_groups, smooth)
+    shape = (num_points, num_dirs)
+    return LineSearchResult(
+        gammas=gammas.reshape(shape), bleus=bleus.reshape(shape), num_breakpoints=per_group.reshape(shape)
+    )
 
-    # Intervals: per group the one before its first breakpoint, then one after each.
+
+def _log_bleu_rank(stats: np.ndarray) -> np.ndarray:
+    """log BLEU (unsmoothed, −inf when an order has no match) of many rows; only for ranking.
+
+    Skips the exp and the 0..100 scaling of :func:`corpus_bleu`: ranking tens of thousands of
+    intervals per call is one of the hot spots, and only the winners need the real score.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        matches = np.log(stats[:, 0 : 2 * NGRAM_ORDER : 2])
+        matches -= np.log(stats[:, 1 : 2 * NGRAM_ORDER : 2])
+        score = matches.sum(axis=1) / NGRAM_ORDER
+        score += np.minimum(0.0, 1.0 - stats[:, REF_LEN] / stats[:, HYP_LEN])
+    score[np.isnan(score)] = -np.inf  # an order without any n-gram (0/0)
+    return score
+
+
+def _best_steps(
+    data: MertData,
+    first_hyp: np.ndarray,
+    br_rows: np.ndarray,
+    gamma: np.ndarray,
+    h_prev: np.ndarray,
+    h_next: np.ndarray,
+    num_groups: int,
+    smooth: Smoothing,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 5: merge the breakpoints of each group, score every interval, pick the best.
+
+    Intervals are laid out group by group: each block is the interval before the group's
+    first breakpoint followed by one interval after each breakpoint in ascending γ. A single
+    cumulative sum over the statistic changes gives every interval's statistics: the first
+    entry of each block holds that group's starting statistics minus the previous block's
+    final ones, which restarts the sum. Returns per group γ, BLEU (0..100), breakpoints.
+    """
+    num_sents = data.num_sentences
+    stats = data.stats32
+    init = stats[first_hyp].reshape(num_groups, num_sents, NUM_STATS).sum(axis=1, dtype=np.int64)
+    br_group = br_rows // num_sents
+    if num_groups < 1 << 15:
+        # Sort by γ, then stably by group: the int16 stable sort is a radix sort.
+        order = np.argsort(gamma)
+        order = order[np.argsort(br_group[order].astype(np.int16), kind="stable")]
+    else:
+        order = np.lexsort((gamma, br_group))
+    gamma, br_group = gamma[order], br_group[order]
+    delta = stats[h_next[order]] - stats[h_prev[order]]
+    per_group = np.bincount(br_group, minlength=num_groups)
     num_br = len(gamma)
-    last_of_group = np.ones(num_br, dtype=bool)
-    last_of_group[:-1] = br_group[1:] != br_group[:-1]
-    right_after = np.where(last_of_group, np.inf, np.append(gamma[1:], np.inf))
-    first_gamma = np.full(num_groups, np.inf)
-    first_gamma[br_group[::-1]] = gamma[::-1]  # the smallest breakpoint of each group
-    last_gamma = np.full(num_groups, -np.inf)
-    last_gamma[br_group] = gamma
-    iv_group = np.concatenate([np.arange(num_groups), br_group])
-    iv_left = np.concatenate([np.full(num_groups, -np.inf), gamma])
-    iv_right = np.concatenate([first_gamma, right_after])
-    iv_score = np.asarray(corpus_bleu(np.vstack([init, after]), smooth), dtype=np.float64)
+    block_start = np.cumsum(per_group + 1) - (per_group + 1)  # position of each group's first interval
+    bp_pos = np.arange(num_br) + br_group + 1
+    cum = np.vstack([np.zeros((1, NUM_STATS), dtype=np.int64), np.cumsum(delta, axis=0, dtype=np.int64)])
+    ends = np.cumsum(per_group)
+    final = init + cum[ends] - cum[ends - per_group]
+    vals = np.empty((num_br + num_groups, NUM_STATS), dtype=np.int64)
+    vals[bp_pos] = delta
+    vals[block_start] = init
+    vals[block_start[1:]] -= final[:-1]
+    iv_stats = np.cumsum(vals, axis=0)
+    iv_left = np.full(num_br + num_groups, -np.inf)
+    iv_left[bp_pos] = gamma
+    iv_right = np.append(iv_left[1:], np.inf)
+    block_end = np.append(block_start[1:], num_br + num_groups) - 1
+    iv_right[block_end] = np.inf
+    iv_group = np.repeat(np.arange(num_groups), per_group + 1)
+
+    score = _log_bleu_rank(iv_stats) if smooth == "none" else np.log(corpus_bleu(iv_stats, smooth))
     with np.errstate(invalid="ignore"):
         width = iv_right - iv_left
         scale = np.maximum(1.0, np.maximum(np.abs(iv_left), np.abs(iv_right)))
-        usable = ~(width <= MIN_RELATIVE_WIDTH * scale)  # infinite widths are usable
+        score[width <= MIN_RELATIVE_WIDTH * scale] = -np.inf  # empty (noise) intervals; inf widths stay
+    # Best score per group; among equals the interval holding 0, else the one nearest to 0.
+    best_score = np.maximum.reduceat(score, block_start)
     contains_zero = (iv_left < 0.0) & (iv_right > 0.0)
     distance = np.where(contains_zero, 0.0, np.minimum(np.abs(iv_left), np.abs(iv_right)))
-    rank_score = np.where(usable, np.round(iv_score, 10), -np.inf)
-    pick_order = np.lexsort((distance, -rank_score, iv_group))
-    firsts = np.ones(len(pick_order), dtype=bool)
-    firsts[1:] = iv_group[pick_order][1:] != iv_group[pick_order][:-1]
-    best = pick_order[firsts]  # one interval per group, in group order
+    distance[score < best_score[iv_group]] = np.inf
+    nearest = np.minimum.reduceat(distance, block_start)
+    positions = np.where(distance == nearest[iv_group], np.arange(len(distance)), len(distance))
+    best = np.minimum.reduceat(positions, block_start)
 
     left, right = iv_left[best], iv_right[best]
-    spread = np.where(np.isfinite(first_gamma), last_gamma - first_gamma, 0.0)
+    has_br = per_group > 0
+    spread = np.zeros(num_groups)
+    spread[has_br] = iv_left[block_end[has_br]] - iv_left[block_start[has_br] + 1]
     pad = np.maximum(OUTER_STEP_MIN, OUTER_STEP_FRACTION * spread)
     with np.errstate(invalid="ignore"):
         mid = 0.5 * (left + right)
         outer = np.where(np.isinf(left), np.where(np.isinf(right), 0.0, right - pad), left + pad)
     gammas = np.where(contains_zero[best], 0.0, np.where(np.isinf(left) | np.isinf(right), outer, mid))
-    shape = (num_points, num_dirs)
-    return LineSearchResult(
-        gammas=gammas.reshape(shape),
-        bleus=iv_score[best].reshape(shape),
-        num_breakpoints=per_group.astype(np.int64).reshape(shape),
-    )
+    bleus = np.asarray(corpus_bleu(iv_stats[best], smooth), dtype=np.float64)
+    return gammas, bleus, per_group.astype(np.int64)
 
 
 def line_search_batch(

@@ -156,8 +156,8 @@ class RNNEncoderDecoder(nn.Module):
         ids = src[:, :steps].masked_fill(~mask, EOS_ID)
         # One matmul for W_r e, W_z e, W e (+ biases) of every step; time-major for contiguous slices.
         inputs = self.enc_input(self.src_embed(ids)).transpose(0, 1).contiguous()  # [T, B, 3d]
-        step_mask = mask.transpose(0, 1).unsqueeze(-1)  # [T, B, 1]
         state_dtype = self.enc_rec_cand.weight.dtype
+        step_mask = mask.transpose(0, 1).unsqueeze(-1).to(state_dtype)  # [T, B, 1]
         h = torch.zeros(batch, d, dtype=state_dtype, device=src.device)
         states: list[Tensor] = []
         for t in range(steps):
@@ -167,7 +167,7 @@ class RNNEncoderDecoder(nn.Module):
             candidate = torch.tanh(x_t[:, 2 * d :] + self.enc_rec_cand(r * h))
             h_new = z * h + (1.0 - z) * candidate
             # Past its length a sequence keeps its last state, so padding never changes h⟨N⟩.
-            h = h + step_mask[t].to(h_new.dtype) * (h_new - h)
+            h = h + step_mask[t] * (h_new - h)
             if keep_states:
                 states.append(h)
         all_states = torch.stack(states, dim=1) if keep_states and states else None
@@ -178,9 +178,8 @@ class RNNEncoderDecoder(nn.Module):
 
         For tests and analysis; :meth:`encode` does not keep them.
         """
-        _, states = self._run_encoder(src, src_len, keep_states=True)
-        assert states is not None
-        return states
+        h, states = self._run_encoder(src, src_len, keep_states=True)
+        return states if states is not None else h.new_zeros(h.shape[0], 0, h.shape[1])
 
     def encode(self, src: Tensor, src_len: Tensor) -> Tensor:
         """Summary vector c = tanh(V h⟨N⟩) of each source phrase: Float[B, d]."""

@@ -1,0 +1,133 @@
+"""Scoring throughput of ``rescore-phrase-table`` on the real fixture table.
+
+Usage: python benchmarks/score_speed.py [--lines 20000] [--device auto] [--sizes paper,small]
+
+For each model size it prints, end to end (gzip in, parse, score, format, gzip out):
+* pairs/s;
+* the model's FLOPs per pair (matmuls only: each distinct source encoded once per chunk, every
+  target decoded) and the achieved fraction of this machine's fp32 matmul peak, measured here;
+* the same run with source sharing and length sorting switched off, and the speed-up.
+
+Weights are random: the cost of scoring does not depend on their values. The first --lines lines of
+``../shared/fixtures/hansard-enfr/model/phrase-table.gz`` (or --table) are used, so phrase lengths
+and source-block sizes are those of a real Moses table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine_peak import matmul_peak_flops  # noqa: E402
+
+from rescorer.checkpoint import Checkpoint  # noqa: E402
+from rescorer.config import ModelConfig  # noqa: E402
+from rescorer.device import select_device  # noqa: E402
+from rescorer.model import RNNEncoderDecoder, count_flops_per_pair  # noqa: E402
+from rescorer.rescore import RescoreOptions, rescore_phrase_table  # noqa: E402
+from rescorer.scoring import ScoringOptions  # noqa: E402
+from rescorer.vocab import Vocab  # noqa: E402
+
+SIZES = {
+    "paper": {"hidden": 1000, "embedding": 100, "maxout_units": 500, "output_rank": 100},
+    "small": {"hidden": 256, "embedding": 64, "maxout_units": 128, "output_rank": 64},
+}
+
+
+def default_table() -> Path:
+    shared = Path(os.environ.get("SHARED_DATA_DIR", Path(__file__).resolve().parents[2] / "shared"))
+    return shared / "fixtures/hansard-enfr/model/phrase-table.gz"
+
+
+def model_flops(config: ModelConfig, lines: list[bytes], chunk_lines: int) -> float:
+    """Matmul FLOPs the scorer must do: encoder once per distinct source per chunk, decoder per pair."""
+    total = 0.0
+    base = count_flops_per_pair(config, 0, 0)
+    for start in range(0, len(lines), chunk_lines):
+        seen: set[bytes] = set()
+        for line in lines[start : start + chunk_lines]:
+            src, tgt = line.split(b" ||| ")[:2]
+            if src not in seen:
+                seen.add(src)
+                total += count_flops_per_pair(config, len(src.split()) + 1, 0) - base
+            total += count_flops_per_pair(config, 0, len(tgt.split()) + 1)
+    return total
+
+
+def run(table: Path, ck: Checkpoint, device: str, workers: int, chunk_lines: int, scoring: ScoringOptions) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.gz"
+        opts = RescoreOptions(chunk_lines=chunk_lines, workers=workers, progress=False, device=device, scoring=scoring)
+        t0 = time.perf_counter()
+        rescore_phrase_table(str(table), str(out), ck, opts)
+        return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--table", type=Path, default=default_table())
+    parser.add_argument("--lines", type=int, default=20000)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--sizes", default="paper,small")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--chunk-lines", type=int, default=100_000)
+    parser.add_argument("--token-budget", type=int, default=16384)
+    parser.add_argument("--skip-baseline", action="store_true", help="no run without sharing/sorting")
+    args = parser.parse_args()
+    if not args.table.exists():
+        sys.exit(f"{args.table} not found: pass --table or set SHARED_DATA_DIR")
+    device = select_device(args.device)
+    with gzip.open(args.table) as fh:
+        lines = [line.rstrip(b"\n") for line in itertools.islice(fh, args.lines)]
+    src_counts, tgt_counts = Counter(), Counter()
+    for line in lines:
+        src, tgt = line.split(b" ||| ")[:2]
+        src_counts.update(src.decode().split())
+        tgt_counts.update(tgt.decode().split())
+    src_vocab, tgt_vocab = Vocab.from_counts(src_counts, 15000), Vocab.from_counts(tgt_counts, 15000)
+    # Size the output layer as the paper's 15,000-word shortlist, whatever this slice's vocabulary.
+    src_words = src_vocab.words + [f"<pad{i}>" for i in range(15001 - len(src_vocab))]
+    tgt_words = tgt_vocab.words + [f"<pad{i}>" for i in range(15001 - len(tgt_vocab))]
+    src_vocab, tgt_vocab = Vocab(src_words), Vocab(tgt_words)
+    peak = matmul_peak_flops(device)
+    print(f"device: {device} ({torch.get_num_threads()} threads); "
+          f"fp32 matmul peak (measured): {peak / 1e9:.1f} GFLOP/s")
+    print(f"table: first {len(lines)} lines of {args.table.name}, "
+          f"{len({line.split(b' ||| ')[0] for line in lines})} distinct sources")
+    with tempfile.TemporaryDirectory() as tmp:
+        table = Path(tmp) / "in.gz"
+        with gzip.open(table, "wb", compresslevel=1) as fh:
+            fh.write(b"\n".join(lines) + b"\n")
+        for size in args.sizes.split(","):
+            config = ModelConfig(src_vocab_size=15001, tgt_vocab_size=15001, **SIZES[size])
+            torch.manual_seed(0)
+            ck = Checkpoint(RNNEncoderDecoder(config).eval(), config, src_vocab, tgt_vocab)
+            fast = ScoringOptions(token_budget=args.token_budget)
+            run_warm = Path(tmp) / "warm.gz"
+            with gzip.open(run_warm, "wb") as fh:
+                fh.write(b"\n".join(lines[:2000]) + b"\n")
+            run(run_warm, ck, str(device), 0, args.chunk_lines, fast)
+            seconds = run(table, ck, str(device), args.workers, args.chunk_lines, fast)
+            flops = model_flops(config, lines, args.chunk_lines)
+            print(f"[{size}] d={config.hidden}: {len(lines) / seconds:.0f} pairs/s end to end "
+                  f"({seconds:.1f} s); {flops / len(lines) / 1e6:.1f} MFLOP/pair; "
+                  f"{flops / seconds / 1e9:.1f} GFLOP/s = {100 * flops / seconds / peak:.1f}% of matmul peak")
+            if not args.skip_baseline:
+                naive = ScoringOptions(token_budget=args.token_budget, share_sources=False, sort_by_length=False)
+                slow = run(table, ck, str(device), args.workers, args.chunk_lines, naive)
+                print(f"[{size}] without source sharing and length sorting: {len(lines) / slow:.0f} pairs/s "
+                      f"({slow:.1f} s); speed-up from both: {slow / seconds:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
