@@ -133,12 +133,15 @@ def read_reference_lines(path: PathArg) -> list[str]:
     return lines
 
 
-def read_references(paths: Sequence[PathArg], *, expected_sentences: int | None = None) -> References:
+def read_references(
+    paths: Sequence[PathArg], *, expected_sentences: int | None = None, expected_from: str = "the n-best list"
+) -> References:
     """Read one or more reference files (one reference per file per sentence).
 
-    Each file must have exactly ``expected_sentences`` lines when given (the n-best list's
-    sentence count), and all files must have the same number of lines; otherwise
-    :class:`ReferenceFileError` names the file and the line where the mismatch shows.
+    Each file must have exactly ``expected_sentences`` lines when given (the sentence count of
+    ``expected_from``, named in the message), and all files must have the same number of
+    lines; otherwise :class:`ReferenceFileError` names the file and the first line that is
+    missing or extra.
     """
     if not paths:
         raise ValueError("at least one reference file is needed")
@@ -146,15 +149,19 @@ def read_references(paths: Sequence[PathArg], *, expected_sentences: int | None 
     for path in paths:
         lines = read_reference_lines(path)
         name = display_name(path)
-        want = expected_sentences if expected_sentences is not None else (len(streams[0]) if streams else None)
-        if want is not None and len(lines) != want:
-            what = "the n-best list has" if expected_sentences is not None else f"{display_name(paths[0])} has"
-            if len(lines) < want:
-                raise ReferenceFileError(
-                    name, len(lines) + 1, f"reference file ends after {len(lines)} lines but {what} {want} sentences"
-                )
+        if expected_sentences is not None:
+            want, source = expected_sentences, expected_from
+        elif streams:
+            want, source = len(streams[0]), display_name(paths[0])
+        else:
+            want, source = len(lines), ""
+        if len(lines) < want:
             raise ReferenceFileError(
-                name, want + 1, f"reference file has {len(lines)} lines but {what} only {want} sentences"
+                name, len(lines) + 1, f"reference file ends after {len(lines)} lines but {source} has {want} sentences"
+            )
+        if len(lines) > want:
+            raise ReferenceFileError(
+                name, want + 1, f"reference file has {len(lines)} lines but {source} has only {want} sentences"
             )
         streams.append(lines)
     return References.from_lines(streams)

@@ -26,11 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from mert.bleu import Smoothing
-from mert.line_search import MertData, line_search_batch
+from mert.line_search import MertData, line_search_points
 
 DEFAULT_RESTARTS = 20
 DEFAULT_EPSILON = 0.01  # BLEU points: Moses' kEPS = 1e-4 on the 0..1 scale
 DEFAULT_MAX_ITERATIONS = 1000
+# Runs advanced together per line-search call (see powell_runs); measured on the fixture.
+DEFAULT_POINTS_PER_CALL = 4
 
 
 @dataclass
@@ -71,9 +73,9 @@ def _as_bounds(
     return low, high
 
 
-def powell_run(
+def powell_runs(
     data: MertData,
-    start: np.ndarray,
+    starts: np.ndarray,
     *,
     tuneable: np.ndarray,
     epsilon: float = DEFAULT_EPSILON,
@@ -81,37 +83,50 @@ def powell_run(
     rng: np.random.Generator | None = None,
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
     smooth: Smoothing = "none",
-) -> tuple[np.ndarray, float, int]:
-    """Coordinate ascent from ``start``; returns (weights, BLEU, iterations).
+    points_per_call: int = DEFAULT_POINTS_PER_CALL,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Coordinate ascent from each row of ``starts``; returns (weights, BLEU, iterations).
 
-    Like Moses' ``SimpleOptimizer::TrueRun``: all directions are searched from the same point
-    and only the best move is taken; fixed (non-tuneable) coordinates never move.
+    Each run is Moses' ``SimpleOptimizer::TrueRun``: all directions are searched from the
+    current point, only the best move is taken (the first direction on ties), and the run
+    stops when an iteration gains at most ``epsilon``; fixed coordinates never move. Runs
+    are independent but advance in lockstep, ``points_per_call`` of them per line-search call,
+    which shares the per-call work between them. Random directions, when asked for, are drawn
+    afresh every iteration (Gaussian on the tuneable coordinates) and shared by the runs of
+    that call.
     """
-    point = np.asarray(start, dtype=np.float64).copy()
+    points = np.array(starts, dtype=np.float64, ndmin=2)
+    num_runs = points.shape[0]
     dims = np.flatnonzero(tuneable)
     units = np.eye(data.num_features)[dims]
-    best_score = data.score(point, smooth)
-    iterations = 0
-    while iterations < max_iterations:
-        iterations += 1
-        prev_score = best_score
-        directions = units
-        if random_directions > 0:
-            if rng is None:
-                raise ValueError("random directions need an rng")
-            extra = np.zeros((random_directions, data.num_features))
-            extra[:, dims] = rng.standard_normal((random_directions, len(dims)))
-            directions = np.vstack([units, extra])
-        if len(directions) == 0:
-            break
-        result = line_search_batch(data, point, directions, smooth)
-        j = int(np.argmax(result.bleus))
-        if result.bleus[j] > best_score:
-            best_score = float(result.bleus[j])
-            point = point + result.gammas[j] * directions[j]
-        if best_score - prev_score <= epsilon:
-            break
-    return point, best_score, iterations
+    best = np.array([data.score(p, smooth) for p in points])
+    iterations = np.zeros(num_runs, dtype=np.int64)
+    active = np.arange(num_runs)
+    if random_directions > 0 and rng is None:
+        raise ValueError("random directions need an rng")
+    while active.size:
+        prev = best[active].copy()
+        for lo in range(0, active.size, points_per_call):
+            runs = active[lo : lo + points_per_call]
+            directions = units
+            if random_directions > 0:
+                assert rng is not None
+                extra = np.zeros((random_directions, data.num_features))
+                extra[:, dims] = rng.standard_normal((random_directions, len(dims)))
+                directions = np.vstack([units, extra])
+            if len(directions) == 0:
+                continue
+            result = line_search_points(data, points[runs], directions, smooth)
+            j = np.argmax(result.bleus, axis=1)
+            gained = result.bleus[np.arange(len(runs)), j]
+            better = gained > best[runs]
+            moved = runs[better]
+            points[moved] += result.gammas[better, j[better], None] * directions[j[better]]
+            best[moved] = gained[better]
+        iterations[active] += 1
+        done = (best[active] - prev <= epsilon) | (iterations[active] >= max_iterations)
+        active = active[~done]
+    return points, best, iterations
 
 
 def random_start_points(
@@ -137,6 +152,7 @@ def optimize_runs(
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
     smooth: Smoothing = "none",
     normalize: bool = True,
+    points_per_call: int = DEFAULT_POINTS_PER_CALL,
 ) -> OptimizeResult:
     """Optimise from every start point and from ``restarts`` random points; keep the best.
 
@@ -155,28 +171,29 @@ def optimize_runs(
     low, high = _as_bounds(ranges, num_features)
     rng = np.random.default_rng(seed)
     randoms = random_start_points(start_arr[0], restarts, low, high, tuneable, rng)
-    runs: list[RunResult] = []
-    for i, start in enumerate(np.vstack([start_arr, randoms])):
-        weights, bleu, iterations = powell_run(
-            data,
-            start,
-            tuneable=tuneable,
-            epsilon=epsilon,
-            random_directions=random_directions,
-            rng=rng,
-            max_iterations=max_iterations,
-            smooth=smooth,
+    all_starts = np.vstack([start_arr, randoms])
+    weights_all, bleus, iterations = powell_runs(
+        data,
+        all_starts,
+        tuneable=tuneable,
+        epsilon=epsilon,
+        random_directions=random_directions,
+        rng=rng,
+        max_iterations=max_iterations,
+        smooth=smooth,
+        points_per_call=points_per_call,
+    )
+    runs = [
+        RunResult(
+            start=all_starts[i],
+            weights=weights_all[i],
+            bleu=float(bleus[i]),
+            start_bleu=data.score(all_starts[i], smooth),
+            iterations=int(iterations[i]),
+            random_start=i >= len(start_arr),
         )
-        runs.append(
-            RunResult(
-                start=start,
-                weights=weights,
-                bleu=bleu,
-                start_bleu=data.score(start, smooth),
-                iterations=iterations,
-                random_start=i >= len(start_arr),
-            )
-        )
+        for i in range(len(all_starts))
+    ]
     best = max(range(len(runs)), key=lambda i: (runs[i].bleu, -i))
     weights = runs[best].weights.copy()
     if normalize and not fixed_mask.any():

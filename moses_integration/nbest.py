@@ -201,7 +201,9 @@ def _check_id(sent_id: int, prev_id: int, expected: int | None, name: str, line_
         raise NBestError(name, line_no, f"sentence id {sent_id} follows id {prev_id}: sentence id {missing} is missing")
     if expected is not None and sent_id >= expected:
         raise NBestError(
-            name, line_no, f"sentence id {sent_id} is out of range: expected {expected} sentences (ids 0..{expected - 1})"
+            name,
+            line_no,
+            f"sentence id {sent_id} is out of range: expected {expected} sentences (ids 0..{expected - 1})",
         )
 
 

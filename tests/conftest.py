@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from shared_paths import shared_file
 
 # Two cores: keep torch from oversubscribing when pytest runs alongside other work.

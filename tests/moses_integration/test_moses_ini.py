@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from shared_paths import REPO_ROOT, shared_file
 
 from moses_integration.moses_ini import MosesIni, MosesIniError, format_weight
 from moses_integration.phrase_table import read_phrase_table
+from shared_paths import REPO_ROOT, shared_file
 
 REAL_INIS = ["filtered/moses.ini", "model/moses.ini", "tuning/moses.ini"]
 FIXTURE = "fixtures/hansard-enfr"

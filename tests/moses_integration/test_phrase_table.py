@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from shared_paths import REPO_ROOT, shared_file
 
 from moses_integration.phrase_table import (
     LOG_FLOOR,
@@ -39,6 +38,7 @@ from moses_integration.phrase_table import (
     read_phrase_table,
     write_lines,
 )
+from shared_paths import REPO_ROOT, shared_file
 
 SAMPLE = "fixtures/hansard-enfr/phrase-table.sample.gz"
 EXAMPLE_TABLE = REPO_ROOT / "examples" / "phrase-table.en-fr.gz"

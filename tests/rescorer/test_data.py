@@ -6,10 +6,10 @@ import gzip
 
 import numpy as np
 import pyarrow as pa
-from shared_paths import shared_file
 
 from rescorer.data import PairData, encode_pairs, extract_unique_pairs, pad_with_eos
 from rescorer.vocab import Vocab
+from shared_paths import shared_file
 
 TABLE = b"""a ||| x ||| 1 1 1 1
 a ||| x ||| 1 1 1 1

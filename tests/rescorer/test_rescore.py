@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from shared_paths import shared_file
 
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.checkpoint import load_checkpoint
@@ -29,6 +28,7 @@ from rescorer.config import ModelConfig, TrainConfig
 from rescorer.rescore import RescoreError, RescoreOptions, rescore_phrase_table
 from rescorer.scoring import ScoringOptions
 from rescorer.train import train_on_phrase_table
+from shared_paths import shared_file
 
 SMALL = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=32, embedding=16, maxout_units=16, output_rank=16)
 

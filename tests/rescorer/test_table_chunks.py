@@ -8,10 +8,10 @@ import io
 import numpy as np
 import pyarrow as pa
 import pytest
-from shared_paths import shared_file
 
 from moses_integration.phrase_table import PhraseTableError, parse_line
 from rescorer.table_chunks import iter_line_chunks, parse_chunk, phrases_to_ids
+from shared_paths import shared_file
 
 GOOD = [
     b"a b ||| x y ||| 0.5 0.25 1 1 ||| 0-0 1-1 ||| 2 2 1 ||| ",

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from shared_paths import shared_file
 
 from rescorer.checkpoint import load_checkpoint
 from rescorer.config import ModelConfig, TrainConfig
 from rescorer.train import train_on_phrase_table
+from shared_paths import shared_file
 
 SMALL = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=48, embedding=24, maxout_units=24, output_rank=24)
 

@@ -1,0 +1,247 @@
+"""The tuning set MERT optimises on: merged n-best lists, references and named weights.
+
+Moses' ``mert-moses.pl`` merges the n-best lists of all tuning iterations before optimising,
+so that hypotheses found with earlier weights keep constraining the search (SPEC §4); a
+hypothesis that comes back in a later list (same sentence, same words, same features) is
+counted once. This module does that merge, builds the :class:`~mert.line_search.MertData`
+arrays (features + BLEU statistics), and reads/writes weight vectors by Moses feature names
+(``LexicalReordering0= v v v v v v``), the form ``moses.ini`` and ``moses -show-weights`` use.
+Everything here is library code so that the CLI only parses arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mert.bleu import References, bleu_stats_batch, read_references
+from mert.line_search import MertData
+from moses_integration.nbest import FeatureNames, NBestError, column_names, load_nbest_arrays
+from moses_integration.phrase_table import PathArg, display_name, open_input
+
+
+@dataclass
+class NBestSet:
+    """Merged n-best hypotheses grouped by sentence (rows ``offsets[s]:offsets[s+1]``)."""
+
+    feature_names: FeatureNames
+    sent_ids: np.ndarray  # int64 [H], non-decreasing
+    hypotheses: list[str]
+    features: np.ndarray  # float64 [H, F]
+    num_sentences: int
+    sources: list[str] = field(default_factory=list)
+    duplicates_removed: int = 0
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.searchsorted(self.sent_ids, np.arange(self.num_sentences + 1), side="left").astype(np.int64)
+
+    def column_names(self) -> list[str]:
+        return column_names(self.feature_names)
+
+
+def _describe(names: FeatureNames) -> str:
+    return " ".join(f"{n}({c})" for n, c in names)
+
+
+def merge_nbest_lists(paths: Sequence[PathArg], *, expected_sentences: int | None = None) -> NBestSet:
+    """Read and merge n-best lists, dropping repeated hypotheses.
+
+    All lists must have the same features (names and value counts) and cover the same
+    sentences (ids ``0..S-1``, each present); the first list sets both unless
+    ``expected_sentences`` is given. A hypothesis is a repeat when its sentence, words and
+    feature values all equal an earlier one's; within a sentence the first occurrence keeps its
+    place (lists in the order given, each in file order).
+    """
+    if not paths:
+        raise ValueError("at least one n-best list is needed")
+    names: FeatureNames | None = None
+    sent_parts: list[np.ndarray] = []
+    feat_parts: list[np.ndarray] = []
+    hyps: list[str] = []
+    sources: list[str] = []
+    count = expected_sentences
+    for path in paths:
+        arrays = load_nbest_arrays(path, expected_sentences=count)
+        if names is None:
+            names = arrays.feature_names
+        elif arrays.feature_names != names:
+            raise NBestError(
+                arrays.path,
+                1,
+                f"features {_describe(arrays.feature_names)} differ from those of {sources[0]}: {_describe(names)}",
+            )
+        if count is None:
+            count = arrays.num_sentences
+        sent_parts.append(arrays.sent_ids)
+        feat_parts.append(arrays.features)
+        hyps.extend(arrays.hypotheses)
+        sources.append(arrays.path)
+    assert names is not None and count is not None
+    sent_ids = np.concatenate(sent_parts)
+    features = np.concatenate(feat_parts)
+    order = np.argsort(sent_ids, kind="stable")  # group by sentence, keep list/file order
+    seen: set[tuple[int, str, bytes]] = set()
+    keep: list[int] = []
+    for i in order.tolist():
+        key = (int(sent_ids[i]), hyps[i], features[i].tobytes())
+        if key not in seen:
+            seen.add(key)
+            keep.append(i)
+    keep_arr = np.asarray(keep, dtype=np.int64)
+    return NBestSet(
+        feature_names=names,
+        sent_ids=sent_ids[keep_arr],
+        hypotheses=[hyps[i] for i in keep],
+        features=features[keep_arr],
+        num_sentences=count,
+        sources=sources,
+        duplicates_removed=len(sent_ids) - len(keep),
+    )
+
+
+def build_mert_data(nbest: NBestSet, references: References) -> MertData:
+    """Features and BLEU statistics of every hypothesis, ready for the line search."""
+    if len(references) != nbest.num_sentences:
+        raise ValueError(f"{len(references)} references for {nbest.num_sentences} sentences")
+    stats = bleu_stats_batch([h.split() for h in nbest.hypotheses], nbest.sent_ids, references)
+    return MertData(nbest.features, stats, nbest.offsets)
+
+
+def load_tuning_set(
+    nbest_paths: Sequence[PathArg], reference_paths: Sequence[PathArg]
+) -> tuple[NBestSet, MertData]:
+    """Merge the n-best lists, read the references (one file per reference), build the arrays.
+
+    A reference file whose line count differs from the n-best lists' sentence count is an
+    error naming that file (:class:`~mert.bleu.ReferenceFileError`).
+    """
+    nbest = merge_nbest_lists(nbest_paths)
+    references = read_references(
+        reference_paths,
+        expected_sentences=nbest.num_sentences,
+        expected_from=f"the n-best list {nbest.sources[0]}",
+    )
+    return nbest, build_mert_data(nbest, references)
+
+
+# --------------------------------------------------------------------------------------------
+# Weights by feature name
+
+
+class WeightsError(ValueError):
+    """A weights or init file that does not fit the n-best features, with file and line."""
+
+    def __init__(self, path: PathArg, line_no: int, reason: str) -> None:
+        self.path = display_name(path)
+        self.line_no = line_no
+        self.reason = reason
+        super().__init__(f"{self.path}:{line_no}: {reason}")
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line_no}: {self.reason}"
+
+
+_NAMED_LINE = re.compile(r"^\s*(\S+)=\s*(.*)$")
+
+
+def _read_text_lines(path: PathArg) -> list[str]:
+    with open_input(path) as fh:
+        return [raw.decode("utf-8").rstrip("\r\n") for raw in fh]
+
+
+def _floats(text: str, path: PathArg, line_no: int) -> list[float]:
+    try:
+        return [float(tok) for tok in text.split()]
+    except ValueError as exc:
+        raise WeightsError(path, line_no, f"not a number ({exc})") from None
+
+
+def read_weights(path: PathArg, names: FeatureNames) -> np.ndarray:
+    """Weights in n-best column order from a file of ``Name= v v …`` lines or one line of numbers.
+
+    The named form is what ``moses.ini``'s ``[weight]`` section, ``moses -show-weights`` and
+    ``mert optimize`` write: features absent from the n-best lists (``UNTUNEABLE`` lines, or
+    features switched off) are ignored, every n-best feature must be present with the right
+    number of values. The plain form must list one value per n-best column, in order.
+    """
+    lines = [(i, line) for i, line in enumerate(_read_text_lines(path), start=1) if line.strip()]
+    lines = [(i, line) for i, line in lines if not line.lstrip().startswith(("#", "["))]
+    named = {}
+    plain: list[tuple[int, list[float]]] = []
+    for line_no, line in lines:
+        match = _NAMED_LINE.match(line)
+        if match:
+            named[match.group(1)] = (line_no, _floats(match.group(2), path, line_no))
+        elif line.split()[-1] == "UNTUNEABLE":
+            continue
+        else:
+            plain.append((line_no, _floats(line, path, line_no)))
+    columns = sum(c for _, c in names)
+    if not named:
+        if len(plain) != 1 or len(plain[0][1]) != columns:
+            found = sum(len(v) for _, v in plain)
+            raise WeightsError(path, plain[0][0] if plain else 1, f"expected {columns} weights, found {found}")
+        return np.asarray(plain[0][1], dtype=np.float64)
+    values: list[float] = []
+    for name, count in names:
+        if name not in named:
+            raise WeightsError(path, len(_read_text_lines(path)), f"no weights for n-best feature {name}")
+        line_no, vals = named[name]
+        if len(vals) != count:
+            raise WeightsError(path, line_no, f"{name} has {len(vals)} weights, the n-best lists {count} values")
+        values.extend(vals)
+    return np.asarray(values, dtype=np.float64)
+
+
+def read_init_opt(path: PathArg, num_columns: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Moses' ``init.opt``: start weights (line 1), random-restart minima (2) and maxima (3).
+
+    Lines 2-3 are optional; ``mert-moses.pl`` writes 0s and 1s there (the default range).
+    """
+    lines = _read_text_lines(path)
+    rows: list[np.ndarray] = []
+    for line_no, line in enumerate(lines[:3], start=1):
+        vals = _floats(line, path, line_no)
+        if len(vals) != num_columns:
+            raise WeightsError(path, line_no, f"expected {num_columns} values, found {len(vals)}")
+        rows.append(np.asarray(vals, dtype=np.float64))
+    if not rows:
+        raise WeightsError(path, 1, "empty init file")
+    if len(rows) == 2:
+        raise WeightsError(path, 2, "minima without maxima (line 3 is missing)")
+    return rows[0], (rows[1] if len(rows) == 3 else None), (rows[2] if len(rows) == 3 else None)
+
+
+def format_weights(weights: np.ndarray, names: FeatureNames) -> list[str]:
+    """``Name= v v …`` lines (Moses ``[weight]`` syntax, 6 significant digits like ``mert``)."""
+    lines = []
+    pos = 0
+    for name, count in names:
+        vals = " ".join(f"{v:.6g}" for v in weights[pos : pos + count])
+        lines.append(f"{name}= {vals}")
+        pos += count
+    return lines
+
+
+def fixed_mask(names: FeatureNames, fixed: Sequence[str]) -> np.ndarray:
+    """Columns to keep fixed, given feature names (all columns) or column names (``LM0_0``)."""
+    columns = column_names(names)
+    mask = np.zeros(len(columns), dtype=bool)
+    pos = 0
+    by_feature: dict[str, tuple[int, int]] = {}
+    for name, count in names:
+        by_feature[name] = (pos, pos + count)
+        pos += count
+    for item in fixed:
+        if item in by_feature:
+            lo, hi = by_feature[item]
+            mask[lo:hi] = True
+        elif item in columns:
+            mask[columns.index(item)] = True
+        else:
+            raise ValueError(f"--fixed {item}: no such feature or column (have {' '.join(n for n, _ in names)})")
+    return mask

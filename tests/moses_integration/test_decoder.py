@@ -1,0 +1,71 @@
+"""Running Moses: found through MOSES_BIN_DIR, failures carry the decoder's own words."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from moses_integration.decoder import DecoderError, decode, find_moses_bin_dir, format_weight_overwrite
+from moses_integration.nbest import read_nbest
+from shared_paths import moses_bin_dir, shared_file
+
+
+def fake_moses(folder: Path, body: str) -> Path:
+    """A stand-in 'moses' script, to test process handling without a Moses build."""
+    script = folder / "moses"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return folder
+
+
+def test_missing_binary_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("MOSES_BIN_DIR", raising=False)
+    with pytest.raises(DecoderError, match="MOSES_BIN_DIR"):
+        find_moses_bin_dir()
+    with pytest.raises(DecoderError, match="no 'moses' binary"):
+        find_moses_bin_dir(tmp_path)
+
+
+def test_failed_decode_reports_stderr_tail_and_leaves_no_output(tmp_path):
+    bindir = fake_moses(tmp_path, 'for i in $(seq 1 40); do echo "loading line $i" >&2; done\n'
+                                  'echo "Exception: Mismatch in number of features and number of weights" >&2\n'
+                                  'exit 1\n')
+    (tmp_path / "in.txt").write_text("a b\n")
+    (tmp_path / "moses.ini").write_text("[feature]\n")
+    with pytest.raises(DecoderError) as err:
+        decode(bindir, tmp_path / "moses.ini", tmp_path / "in.txt", tmp_path / "out.txt")
+    assert "Mismatch in number of features" in str(err.value)
+    assert "loading line 40" in str(err.value) and "loading line 2\n" not in str(err.value)
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_decode_runs_in_the_ini_folder_with_weight_overrides(tmp_path):
+    system = tmp_path / "system"
+    system.mkdir()
+    bindir = fake_moses(tmp_path, 'pwd > "$PWD/cwd.txt"; echo "$@" > args.txt; cat\n')
+    (tmp_path / "in.txt").write_text("hello\n")
+    (system / "moses.ini").write_text("[feature]\n")
+    result = decode(bindir, system / "moses.ini", tmp_path / "in.txt", tmp_path / "out.txt",
+                    weights={"LM0": [0.5], "TranslationModel0": [0.1, 0.2]})
+    assert result.output.read_text() == "hello\n"
+    assert (system / "cwd.txt").read_text().strip() == str(system.resolve())
+    assert "-weight-overwrite LM0= 0.5 TranslationModel0= 0.1 0.2" in (system / "args.txt").read_text()
+    assert format_weight_overwrite({"A": [1.0]}) == "A= 1"
+
+
+@pytest.mark.slow
+@pytest.mark.moses
+def test_real_moses_reproduces_the_fixture_1best(tmp_path):
+    bindir = moses_bin_dir()
+    fixture = shared_file("fixtures/hansard-enfr")
+    source = tmp_path / "dev3.en"
+    source.write_text("".join((fixture / "data/dev.tok.tc.en").read_text().splitlines(keepends=True)[:3]))
+    result = decode(bindir, fixture / "filtered/moses.ini", source, tmp_path / "dev3.1best",
+                    nbest_path=tmp_path / "dev3.nbest", nbest_size=10, threads=min(2, os.cpu_count() or 1))
+    expected = (fixture / "nbest/dev.1best").read_text().splitlines()[:3]
+    assert result.output.read_text().splitlines() == expected
+    ids = {entry.sent_id for entry in read_nbest(tmp_path / "dev3.nbest")}
+    assert ids == {0, 1, 2}
