@@ -298,16 +298,6 @@ def corpus_bleu(stats: np.ndarray, smooth: Smoothing = "none") -> float | np.nda
     return result
 
 
-def sentence_count_check(num_sentences: int, references: References, path: PathArg) -> None:
-    """Raise :class:`ReferenceFileError` when references and n-best disagree in sentence count."""
-    if len(references) != num_sentences:
-        raise ReferenceFileError(
-            display_name(path),
-            min(len(references), num_sentences) + 1,
-            f"reference has {len(references)} lines but the n-best list has {num_sentences} sentences",
-        )
-
-
 def bleu_from_strings(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> float:
     """Corpus BLEU (0..100) of whitespace-tokenized strings; ``references[r][i]`` as sacrebleu.
 
@@ -332,5 +322,4 @@ __all__ = [
     "corpus_bleu",
     "read_reference_lines",
     "read_references",
-    "sentence_count_check",
 ]

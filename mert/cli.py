@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-import numpy as np
 
 from moses_integration.nbest import NBestError
 from moses_integration.phrase_table import PhraseTableError
@@ -53,7 +52,13 @@ def main() -> None:
 @main.command("optimize")
 @click.argument("nbest", nargs=-1, required=True)
 @click.option("--ref", "refs", multiple=True, required=True, help="reference file (repeat for several references)")
-@click.option("--init", "init_path", help="start weights: 'Name= v …' lines (moses.ini, -show-weights) or numbers")
+@click.option(
+    "--init",
+    "init_paths",
+    multiple=True,
+    help="start weights: 'Name= v …' lines (moses.ini, -show-weights, a previous run) or numbers; repeat "
+    "for several start points (e.g. the decoder's and the previous iteration's weights)",
+)
 @click.option("--init-opt", "init_opt", help="Moses init.opt: start weights, then restart minima and maxima")
 @click.option("--restarts", type=int, default=20, show_default=True, help="random restarts (Moses -n)")
 @click.option("--seed", type=int, default=None, help="seed of the random restarts (default: fresh randomness)")
@@ -65,7 +70,7 @@ def main() -> None:
 def optimize_command(
     nbest: tuple[str, ...],
     refs: tuple[str, ...],
-    init_path: str | None,
+    init_paths: tuple[str, ...],
     init_opt: str | None,
     restarts: int,
     seed: int | None,
@@ -76,31 +81,24 @@ def optimize_command(
 ) -> None:
     """Optimise weights on NBEST list(s) (merged, repeats dropped) against --ref.
 
-    Prints the weights as moses.ini [weight] lines, then '# BLEU …' (0..100, case-sensitive,
-    tokenised, closest reference length, as Moses' mert).
+    Start points: --init-opt's first line and every --init (all ones if none), plus --restarts
+    random points in the --ranges (else init.opt's lines 2-3, else [0, 1]). Prints the weights as
+    moses.ini [weight] lines, then '# BLEU …' (0..100, case-sensitive, tokenised text, closest
+    reference length, no smoothing: as Moses' mert).
     """
-    from mert.nbest_set import fixed_mask, format_weights, load_tuning_set, read_init_opt, read_weights
+    from mert.nbest_set import fixed_mask, format_weights, load_tuning_set, start_points
     from mert.optimizer import optimize_runs
 
-    if init_path and init_opt:
-        raise click.UsageError("give --init or --init-opt, not both")
     started = time.perf_counter()
     nbest_set, data = load_tuning_set(nbest, refs)
     names = nbest_set.feature_names
-    low = high = None
-    if init_opt:
-        start, low, high = read_init_opt(init_opt, data.num_features)
-    elif init_path:
-        start = read_weights(init_path, names)
-    else:
-        start = np.ones(data.num_features)
+    starts, init_ranges = start_points(names, init_opt=init_opt, init_paths=init_paths)
     range_arg = _parse_range(ranges)
-    bounds = range_arg if range_arg is not None else ((low, high) if low is not None else None)
     result = optimize_runs(
         data,
-        start,
+        starts,
         restarts=restarts,
-        ranges=bounds,
+        ranges=range_arg if range_arg is not None else init_ranges,
         fixed=fixed_mask(names, fixed),
         seed=seed,
         epsilon=epsilon,
@@ -114,3 +112,7 @@ def optimize_command(
         f"{time.perf_counter() - started:.1f} s)"
     )
     sys.stdout.flush()
+
+
+if __name__ == "__main__":  # python -m mert.cli, for environments without the console script
+    main()

@@ -7,9 +7,9 @@ on an interval of γ. Merging the interval boundaries of all sentences turns cor
 step function of γ, which can be maximised exactly (Och 2003; Moses ``mert/Optimizer.cpp``).
 
 Moses does this sentence by sentence and hypothesis by hypothesis in C++. Here each step is a
-NumPy operation over all (point, direction, sentence) *rows* at once (several start points are
-optimised in lockstep, see :mod:`mert.optimizer`), and the work per row is cut down before the
-envelope is built:
+NumPy operation over all (point, direction, sentence) *rows* at once (all the directions of a
+coordinate-ascent iteration, optionally several start points), and the work per row is cut
+down before the envelope is built:
 
 1. lines are ordered by slope within each row; for the unit directions the optimiser uses,
    ``b`` is a feature column that does not depend on ``w``, so that order is computed once;
@@ -18,10 +18,9 @@ envelope is built:
 3. a line can only be on the envelope if it is strictly higher than every line of smaller
    slope (it may win on the γ → −∞ side) or than every line of larger slope (γ → +∞ side);
    running maxima along the slope order find these few candidates (typically 5-20 of 100);
-4. the envelope of the candidates: line i wins exactly on
-   (max over smaller slopes k of x(k,i), min over larger slopes j of x(i,j)), x being the
-   crossing point, so it is on the envelope iff that interval is non-empty. This is evaluated
-   pairwise for all rows at once, rows grouped by candidate count rounded up to a power of two;
+4. the envelope of the candidates comes from a monotone-chain (convex hull) sweep over the
+   candidate slots, each step vectorised across all rows that still have candidates (rows
+   are sorted by candidate count, so those are a prefix);
 5. each envelope change contributes ``stats[new] - stats[old]`` at its breakpoint; sorting
    the breakpoints of a (point, direction) and taking a cumulative sum gives the BLEU
    statistics, hence the score, of every interval.
@@ -47,8 +46,6 @@ OUTER_STEP_MIN = 0.1
 # Intervals narrower than this (relative to the magnitude of their boundaries) are treated as
 # empty: they come from floating-point noise between breakpoints that are mathematically equal.
 MIN_RELATIVE_WIDTH = 1e-12
-# Upper bound on the elements of one pairwise block in :func:`_hull_pairwise` (memory cap).
-_PAIRWISE_BLOCK = 1 << 22
 
 
 @dataclass
@@ -201,8 +198,8 @@ def _candidates(a: np.ndarray, layout: SlopeLayout) -> np.ndarray:
 
     A line can win on an interval only if it is the highest of its equal-slope run and either
     strictly higher than every line of smaller slope or higher than every line of larger slope.
-    Of tied identical lines the first passes the strict test and all pass the other; the hull
-    step keeps only the first, which is argmax's lowest-index choice.
+    Of identical lines (a tie for the highest of a run) only the first is kept, which is
+    argmax's lowest-index choice; so no two candidates of a row share a slope.
 
     Two passes over the ``M`` positions, each step a vectorised operation across all rows:
     running maxima of everything above/below each position and of its own run above/below
@@ -212,8 +209,8 @@ def _candidates(a: np.ndarray, layout: SlopeLayout) -> np.ndarray:
     """
     width = a.shape[0]
     shape = a.shape[1:]
-    left = np.empty(a.shape, dtype=bool)  # strictly higher than all smaller slopes (so far)
-    top = np.empty(a.shape, dtype=bool)  # highest of its run from the run start down to here
+    left = np.empty(a.shape, dtype=bool)  # strictly higher than all smaller slopes
+    first = np.empty(a.shape, dtype=bool)  # strictly higher than the earlier lines of its run
     above = np.full(shape, -np.inf)
     run = np.full(shape, -np.inf)
     for i in range(width):
@@ -221,8 +218,8 @@ def _candidates(a: np.ndarray, layout: SlopeLayout) -> np.ndarray:
             np.maximum(above, a[i - 1], out=above)
         np.greater(a[i], above, out=left[i])
         np.minimum(run, layout.reset_down[i], out=run)
+        np.greater(a[i], run, out=first[i])
         np.maximum(run, a[i], out=run)
-        np.greater_equal(a[i], run, out=top[i])
     below = np.full(shape, -np.inf)
     run.fill(-np.inf)
     tmp = np.empty(shape, dtype=bool)
@@ -232,10 +229,10 @@ def _candidates(a: np.ndarray, layout: SlopeLayout) -> np.ndarray:
         np.minimum(run, layout.reset_up[i], out=run)
         np.maximum(run, a[i], out=run)
         np.greater_equal(a[i], run, out=tmp)
-        top[i] &= tmp
+        first[i] &= tmp
         np.greater_equal(a[i], below, out=tmp)
         left[i] |= tmp
-    left &= top
+    left &= first
     left &= a > -np.inf
     return left
 
@@ -243,8 +240,8 @@ def _candidates(a: np.ndarray, layout: SlopeLayout) -> np.ndarray:
 def _upper_hulls(ca: np.ndarray, cb: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Monotone-chain upper envelope of the candidates of every row (step 4).
 
-    ``ca``/``cb`` ``[K, n]`` hold each row's candidates in ascending slope, rows sorted by
-    decreasing candidate count, so the rows still active at step k are a prefix. Returns the
+    ``ca``/``cb`` ``[K, n]`` hold each row's candidates in strictly ascending slope, rows sorted
+    by decreasing candidate count, so the rows still active at step k are a prefix. Returns the
     stack ``[K, n]`` (the slots on the envelope, bottom first) and its height per row. Steps
     run over candidate slots (K is small, ~20-50), each vectorised across all active rows.
     """
@@ -252,34 +249,25 @@ def _upper_hulls(ca: np.ndarray, cb: np.ndarray, counts: np.ndarray) -> tuple[np
     ca_f, cb_f = ca.ravel(), cb.ravel()
     stack = np.zeros(k_max * rows, dtype=np.int64)  # flat [K, n]
     top = np.zeros(rows, dtype=np.int64)
+    all_rows = np.arange(rows)
     active_until = np.searchsorted(-counts, -np.arange(k_max), side="left")  # rows with count > k
     for k in range(k_max):
         n = int(active_until[k])
-        push = np.arange(n)
         a_n_all, b_n_all = ca[k, :n], cb[k, :n]
-        if k:
-            # Same slope as the line on top: only the higher one can win; on a tie the
-            # earlier one (lowest hypothesis index) stays, as argmax would choose.
-            t = stack[(top[:n] - 1) * rows + push] * rows + push
-            same = cb_f[t] == b_n_all
-            if same.any():
-                higher = same & (a_n_all > ca_f[t])
-                top[:n][higher] -= 1
-                push = push[~same | higher]
-            check = push[top[push] >= 2]
-            while check.size:
-                t = stack[(top[check] - 1) * rows + check] * rows + check
-                s = stack[(top[check] - 2) * rows + check] * rows + check
-                a_s, b_s = ca_f[s], cb_f[s]
-                a_n, b_n = a_n_all[check], b_n_all[check]
-                # t is useless when the new line overtakes s no later than t does:
-                # x(s,n) <= x(s,t), i.e. (a_s-a_n)/(b_n-b_s) <= (a_s-a_t)/(b_t-b_s).
-                pop = (a_s - a_n) * (cb_f[t] - b_s) <= (a_s - ca_f[t]) * (b_n - b_s)
-                check = check[pop]
-                top[check] -= 1
-                check = check[top[check] >= 2]
-        stack[top[push] * rows + push] = k
-        top[push] += 1
+        check = np.flatnonzero(top[:n] >= 2)
+        while check.size:
+            t = stack[(top[check] - 1) * rows + check] * rows + check
+            s = stack[(top[check] - 2) * rows + check] * rows + check
+            a_s, b_s = ca_f[s], cb_f[s]
+            a_n, b_n = a_n_all[check], b_n_all[check]
+            # t is useless when the new line overtakes s no later than t does:
+            # x(s,n) <= x(s,t), i.e. (a_s-a_n)/(b_n-b_s) <= (a_s-a_t)/(b_t-b_s).
+            pop = (a_s - a_n) * (cb_f[t] - b_s) <= (a_s - ca_f[t]) * (b_n - b_s)
+            check = check[pop]
+            top[check] -= 1
+            check = check[top[check] >= 2]
+        stack[top[:n] * rows + all_rows[:n]] = k
+        top[:n] += 1
     return stack.reshape(k_max, rows), top
 
 
@@ -306,9 +294,11 @@ def _envelopes(
     k_max = int(counts_sorted[0])
     dst = k_idx * total_rows + rank[r_idx]
     src_layout = c_idx * num_rows + r_idx % num_rows
-    ca = np.zeros(k_max * total_rows)
-    cb = np.zeros(k_max * total_rows)
-    ch = np.zeros(k_max * total_rows, dtype=np.int64)
+    # Every row has at least one candidate (the first highest line of its lowest slope), and
+    # slots past a row's count are never read, so the arrays need no initialisation.
+    ca = np.empty(k_max * total_rows)
+    cb = np.empty(k_max * total_rows)
+    ch = np.empty(k_max * total_rows, dtype=np.int64)
     ca[dst] = a[c_idx, r_idx // num_rows, r_idx % num_rows]
     cb[dst] = layout.slope.ravel()[src_layout]
     ch[dst] = layout.hyp.ravel()[src_layout]
@@ -429,10 +419,10 @@ def _best_steps(
     else:
         with np.errstate(divide="ignore"):
             score = np.log(np.asarray(corpus_bleu(iv_stats.T, smooth)))
-    with np.errstate(invalid="ignore"):
-        width = iv_right - iv_left
-        scale = np.maximum(1.0, np.maximum(np.abs(iv_left), np.abs(iv_right)))
-        score[width <= MIN_RELATIVE_WIDTH * scale] = -np.inf  # empty (noise) intervals; inf widths stay
+    finite_left = np.where(np.isfinite(iv_left), np.abs(iv_left), 0.0)
+    finite_right = np.where(np.isfinite(iv_right), np.abs(iv_right), 0.0)
+    scale = np.maximum(1.0, np.maximum(finite_left, finite_right))
+    score[iv_right - iv_left <= MIN_RELATIVE_WIDTH * scale] = -np.inf  # empty (float noise) intervals
     # Best score per group; among equals the interval holding 0, else the one nearest to 0.
     best_score = np.maximum.reduceat(score, block_start)
     contains_zero = (iv_left < 0.0) & (iv_right > 0.0)

@@ -161,24 +161,33 @@ def _floats(text: str, path: PathArg, line_no: int) -> list[float]:
 
 
 def read_weights(path: PathArg, names: FeatureNames) -> np.ndarray:
-    """Weights in n-best column order from a file of ``Name= v v …`` lines or one line of numbers.
+    """Weights in n-best column order from ``Name= v v …`` lines, a ``moses.ini``, or numbers.
 
-    The named form is what ``moses.ini``'s ``[weight]`` section, ``moses -show-weights`` and
-    ``mert optimize`` write: features absent from the n-best lists (``UNTUNEABLE`` lines, or
-    features switched off) are ignored, every n-best feature must be present with the right
-    number of values. The plain form must list one value per n-best column, in order.
+    The named form is what ``moses.ini``'s ``[weight]`` section (only that section is read when
+    the file has sections), ``moses -show-weights`` and ``mert optimize`` write: features absent
+    from the n-best lists (``UNTUNEABLE`` lines, untuneable or switched-off features) are
+    ignored; every n-best feature must be present with the right number of values. The plain
+    form must list one value per n-best column, in order.
     """
-    lines = [(i, line) for i, line in enumerate(_read_text_lines(path), start=1) if line.strip()]
-    lines = [(i, line) for i, line in lines if not line.lstrip().startswith(("#", "["))]
-    named = {}
+    all_lines = _read_text_lines(path)
+    has_sections = any(line.startswith("[") for line in all_lines)
+    section = None
+    lines: list[tuple[int, str]] = []
+    for line_no, line in enumerate(all_lines, start=1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            section = stripped
+            continue
+        if not stripped or stripped.startswith("#") or (has_sections and section != "[weight]"):
+            continue
+        lines.append((line_no, line))
+    named: dict[str, tuple[int, list[float]]] = {}
     plain: list[tuple[int, list[float]]] = []
     for line_no, line in lines:
         match = _NAMED_LINE.match(line)
         if match:
             named[match.group(1)] = (line_no, _floats(match.group(2), path, line_no))
-        elif line.split()[-1] == "UNTUNEABLE":
-            continue
-        else:
+        elif line.split()[-1] != "UNTUNEABLE":
             plain.append((line_no, _floats(line, path, line_no)))
     columns = sum(c for _, c in names)
     if not named:
@@ -189,7 +198,7 @@ def read_weights(path: PathArg, names: FeatureNames) -> np.ndarray:
     values: list[float] = []
     for name, count in names:
         if name not in named:
-            raise WeightsError(path, len(_read_text_lines(path)), f"no weights for n-best feature {name}")
+            raise WeightsError(path, len(all_lines), f"no weights for n-best feature {name}")
         line_no, vals = named[name]
         if len(vals) != count:
             raise WeightsError(path, line_no, f"{name} has {len(vals)} weights, the n-best lists {count} values")
@@ -214,6 +223,29 @@ def read_init_opt(path: PathArg, num_columns: int) -> tuple[np.ndarray, np.ndarr
     if len(rows) == 2:
         raise WeightsError(path, 2, "minima without maxima (line 3 is missing)")
     return rows[0], (rows[1] if len(rows) == 3 else None), (rows[2] if len(rows) == 3 else None)
+
+
+def start_points(
+    names: FeatureNames, *, init_opt: PathArg | None = None, init_paths: Sequence[PathArg] = ()
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """Start points ``[N, F]`` and random-restart ranges from the user's init files.
+
+    ``init_opt``'s first line comes first (its lines 2-3, when present, are the ranges), then
+    each weights file. Without any, the start is all ones: a neutral guess, since with Moses'
+    defaults it is the random restarts that explore.
+    """
+    columns = sum(c for _, c in names)
+    starts: list[np.ndarray] = []
+    ranges = None
+    if init_opt is not None:
+        first, low, high = read_init_opt(init_opt, columns)
+        starts.append(first)
+        if low is not None and high is not None:
+            ranges = (low, high)
+    starts.extend(read_weights(path, names) for path in init_paths)
+    if not starts:
+        starts.append(np.ones(columns))
+    return np.vstack(starts), ranges
 
 
 def format_weights(weights: np.ndarray, names: FeatureNames) -> list[str]:

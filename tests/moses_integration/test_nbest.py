@@ -1,0 +1,209 @@
+"""Moses n-best lists: exact parsing and writing, arrays, and errors that name file and line."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moses_integration.nbest import (
+    NBestEntry,
+    NBestError,
+    feature_vector,
+    format_nbest_line,
+    load_nbest_arrays,
+    parse_nbest_line,
+    read_nbest,
+    write_nbest,
+)
+from shared_paths import shared_file
+
+LINE = (
+    "0 ||| un Republican stratégie pour contrer la réélection de Obama  ||| LexicalReordering0= -2.05013 0 0 "
+    "-3.45155 0 0 Distortion0= 0 LM0= -81.6386 WordPenalty0= -9 PhrasePenalty0= 8 TranslationModel0= -6.09859 "
+    "-6.83084 -6.98846 -8.95625 ||| -237.645"
+)
+NAMES = [
+    ("LexicalReordering0", 6),
+    ("Distortion0", 1),
+    ("LM0", 1),
+    ("WordPenalty0", 1),
+    ("PhrasePenalty0", 1),
+    ("TranslationModel0", 4),
+]
+
+
+def _write(path: Path, lines: list[str], *, gz: bool = False) -> Path:
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    if gz:
+        path.write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def _small_list(ids: list[int]) -> list[str]:
+    """Lines of a tiny 2-feature list, one or two hypotheses per id."""
+    return [f"{i} ||| hyp {i} {k} ||| A= {i}.5 {k} B= -{k} ||| {i + k}" for i in ids for k in (1, 2)]
+
+
+def test_parse_line_fields() -> None:
+    entry = parse_nbest_line(LINE, path="x", line_no=3)
+    assert entry.sent_id == 0
+    assert entry.hypothesis == "un Republican stratégie pour contrer la réélection de Obama"
+    assert entry.feature_names() == NAMES
+    assert entry.features[0][1] == [-2.05013, 0.0, 0.0, -3.45155, 0.0, 0.0]
+    assert entry.features[2] == ("LM0", [-81.6386])
+    assert entry.total == -237.645
+    assert entry.extra == ()
+    assert entry.line_no == 3
+
+
+def test_extra_fields_and_empty_hypothesis_round_trip() -> None:
+    line = "7 |||  ||| F= 1 2 ||| -3 ||| 0-0 1-1"
+    entry = parse_nbest_line(line)
+    assert entry.hypothesis == ""
+    assert entry.extra == ("0-0 1-1",)
+    assert parse_nbest_line(format_nbest_line(entry)) == entry
+
+
+def test_format_matches_moses_bytes() -> None:
+    entry = NBestEntry(3, "a b", [("X0", [0.0, -1.5, 123456789.0]), ("Y0", [1e-5])], -2.0)
+    assert format_nbest_line(entry) == "3 ||| a b  ||| X0= 0 -1.5 1.23457e+08 Y0= 1e-05 ||| -2"
+
+
+def test_fixture_round_trip_is_byte_identical() -> None:
+    path = shared_file("fixtures/hansard-enfr/nbest/dev.nbest.gz")
+    out = io.StringIO()
+    count = write_nbest(out, read_nbest(path, expected_sentences=200))
+    original = gzip.decompress(path.read_bytes()).decode("utf-8")
+    assert count == 19313
+    assert out.getvalue() == original
+
+
+def test_load_arrays_on_fixture() -> None:
+    arrays = load_nbest_arrays(shared_file("fixtures/hansard-enfr/nbest/dev.nbest.gz"), expected_sentences=200)
+    assert arrays.features.shape == (19313, 14)
+    assert arrays.feature_names == NAMES
+    names_file = shared_file("fixtures/hansard-enfr/nbest/feature-names.txt").read_text().split()
+    assert arrays.column_names() == names_file
+    assert arrays.num_sentences == 200
+    offsets = arrays.offsets
+    assert offsets[0] == 0 and offsets[-1] == 19313 and len(offsets) == 201
+    assert np.all(np.diff(offsets) > 0)
+    assert arrays.hypotheses[0] == "un Republican stratégie pour contrer la réélection de Obama"
+    np.testing.assert_allclose(arrays.features[0, 7], -81.6386)
+    # Same numbers as Moses' extractor wrote to features.dat (first block).
+    dat = gzip.decompress(shared_file("fixtures/hansard-enfr/nbest/features.dat.gz").read_bytes()).decode()
+    first = [line for line in dat.splitlines()[1:4]]
+    np.testing.assert_array_equal(arrays.features[:3], np.array([[float(v) for v in r.split()] for r in first]))
+
+
+def test_plain_gzip_and_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = _small_list([0, 1])
+    plain = _write(tmp_path / "l.txt", lines)
+    gz = _write(tmp_path / "l.gz", lines, gz=True)
+    a = list(read_nbest(plain))
+    assert a == list(read_nbest(gz))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(gzip.compress(plain.read_bytes()))))
+    assert list(read_nbest("-")) == a
+
+
+def test_feature_vector_order_and_mismatch() -> None:
+    entry = parse_nbest_line(LINE, path="x", line_no=9)
+    reordered = [NAMES[2], NAMES[0], NAMES[1], NAMES[3], NAMES[4], NAMES[5]]
+    vec = feature_vector(entry, reordered)
+    assert vec[0] == -81.6386 and vec[1] == -2.05013
+    with pytest.raises(NBestError, match=r"^f:9: .*differ"):
+        feature_vector(entry, [*NAMES[:5], ("TranslationModel1", 4)], path="f")
+    with pytest.raises(NBestError, match=r"^f:9: feature LM0 has 1 value\(s\), expected 2"):
+        feature_vector(entry, [NAMES[0], NAMES[1], ("LM0", 2), *NAMES[3:]], path="f")
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("1 ||| x ||| A= 1 2 B= -1", "expected 'id ||| hypothesis ||| features ||| total'"),
+        ("1 ||| x ||| A= 1 abc B= -1 ||| 3", "feature A: 'abc' is not a number"),
+        ("1 ||| x ||| A= 1 nan B= -1 ||| 3", "feature A: value is NaN"),
+        ("1 ||| x ||| 5 A= 1 2 B= -1 ||| 3", "feature value '5' before any feature name"),
+        ("1 ||| x ||| A= B= -1 ||| 3", "feature 'A' has no values"),
+        ("1 ||| x ||| A= 1 2 B= -1 ||| total", "total score: 'total' is not a number"),
+        ("one ||| x ||| A= 1 2 B= -1 ||| 3", "sentence id 'one' is not an integer"),
+        ("1 ||| x ||| A= 1 2 A= -1 ||| 3", "feature 'A' appears twice"),
+    ],
+)
+def test_malformed_line_names_file_and_line(tmp_path: Path, bad: str, message: str) -> None:
+    lines = _small_list([0, 1])
+    lines[2] = bad
+    path = _write(tmp_path / "bad.nbest", lines)
+    with pytest.raises(NBestError) as err:
+        list(read_nbest(path))
+    assert str(err.value).startswith(f"{path}:3: ")
+    assert message in str(err.value)
+    assert err.value.line_no == 3
+
+
+def test_missing_sentence_id_is_reported(tmp_path: Path) -> None:
+    path = _write(tmp_path / "gap.nbest", _small_list([0, 1, 3, 4]))
+    with pytest.raises(NBestError, match=r"gap.nbest:5: sentence id 3 follows id 1: sentence id 2 is missing"):
+        load_nbest_arrays(path)
+
+
+def test_first_sentence_missing(tmp_path: Path) -> None:
+    path = _write(tmp_path / "late.nbest", _small_list([1, 2]))
+    with pytest.raises(NBestError, match=r"late.nbest:1: .*sentence id 0 is missing"):
+        list(read_nbest(path))
+
+
+def test_missing_sentences_at_the_end_relative_to_expected_count(tmp_path: Path) -> None:
+    path = _write(tmp_path / "short.nbest", _small_list([0, 1, 2]))
+    ends_early = r"short.nbest:6: the list ends at sentence id 2; expected 5 .*id 3 is missing"
+    with pytest.raises(NBestError, match=ends_early):
+        list(read_nbest(path, expected_sentences=5))
+    with pytest.raises(NBestError, match=r"short.nbest:5: sentence id 2 is out of range: expected 2 sentences"):
+        list(read_nbest(path, expected_sentences=2))
+    assert len(list(read_nbest(path, expected_sentences=3))) == 6
+
+
+def test_decreasing_ids(tmp_path: Path) -> None:
+    lines = _small_list([0, 1, 2])
+    lines.append(lines[0])
+    path = _write(tmp_path / "back.nbest", lines)
+    with pytest.raises(NBestError, match=r"back.nbest:7: sentence id 0 after id 2: ids must be non-decreasing"):
+        list(read_nbest(path))
+
+
+def test_feature_names_differing_between_lines(tmp_path: Path) -> None:
+    lines = _small_list([0, 1, 2])
+    lines[3] = lines[3].replace("B=", "C=")
+    path = _write(tmp_path / "names.nbest", lines)
+    with pytest.raises(NBestError, match=r"names.nbest:4: features \[A=2 C=1\] differ from the first line's"):
+        load_nbest_arrays(path)
+    lines = _small_list([0, 1])
+    lines[1] = lines[1].replace("B= -2", "B= -2 7")
+    path = _write(tmp_path / "counts.nbest", lines)
+    with pytest.raises(NBestError, match=r"counts.nbest:2: features \[A=2 B=2\] differ"):
+        load_nbest_arrays(path)
+
+
+def test_encoding_empty_and_corrupt_inputs(tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.nbest"
+    bad.write_bytes("0 ||| caf\xe9 ||| A= 1 ||| 1\n".encode("latin-1"))
+    with pytest.raises(NBestError, match=r"latin1.nbest:1: not valid UTF-8"):
+        list(read_nbest(bad))
+    empty = tmp_path / "empty.nbest"
+    empty.write_bytes(b"")
+    with pytest.raises(NBestError, match=r"empty.nbest:0: the n-best list is empty"):
+        load_nbest_arrays(empty)
+    blank = _write(tmp_path / "blank.nbest", [*_small_list([0]), ""])
+    with pytest.raises(NBestError, match=r"blank.nbest:3: empty line"):
+        list(read_nbest(blank))
+    truncated = tmp_path / "cut.gz"
+    truncated.write_bytes(gzip.compress(("\n".join(_small_list(list(range(50)))) + "\n").encode())[:-30])
+    with pytest.raises(NBestError, match=r"cut.gz:\d+: truncated or corrupt gzip"):
+        list(read_nbest(truncated))
