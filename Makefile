@@ -34,5 +34,47 @@ bench: install
 	$(BIN)/python benchmarks/score_speed.py
 	$(BIN)/python benchmarks/mert_speed.py
 
+# The experiment on a real Moses system (needs MOSES_BIN_DIR): append the RNN scores to the
+# system's phrase table (path read from its moses.ini), tune all weights with `mert tune`, then
+# score the test set with `mert evaluate`. The defaults are the fixture system in ../shared:
+#   make tune MOSES_BIN_DIR=/path/to/moses/bin
+#   make tune SYSTEM=dir DEV_SRC=… DEV_REF=… TEST_SRC=… TEST_REF=… [TEST_TOK_REF=…] [RNN_MODEL=model.pt]
+# Without RNN_MODEL a model is trained on the table first (TRAIN_TIME seconds). RESCORE_ARGS and
+# TUNE_ARGS pass extra options to rescore-phrase-table and mert tune (e.g. TUNE_ARGS=--continue).
+# SYSTEM is the folder of moses.ini; its relative model paths are relative to it (Moses runs there).
+SHARED ?= ../shared
+FIXTURE ?= $(SHARED)/fixtures/hansard-enfr
+SYSTEM ?= $(FIXTURE)/filtered
+SYSTEM_INI ?= $(SYSTEM)/moses.ini
+DEV_SRC ?= $(FIXTURE)/data/dev.tok.tc.en
+DEV_REF ?= $(FIXTURE)/data/dev.tok.tc.fr
+TEST_SRC ?= $(FIXTURE)/data/test.tok.tc.en
+TEST_REF ?= $(FIXTURE)/data/test.fr
+TEST_TOK_REF ?= $(FIXTURE)/data/test.tok.tc.fr
+TARGET_LANG ?= fr
+TUNE_OUT ?= tune-out
+RNN_MODEL ?=
+TRAIN_TIME ?= 1800
+THREADS ?= 2
+RESCORE_ARGS ?=
+TUNE_ARGS ?=
+
+tune: install
+	@test -n "$(MOSES_BIN_DIR)" || { echo "make tune needs MOSES_BIN_DIR=<folder with the moses binary>" >&2; exit 1; }
+	@test -x "$(MOSES_BIN_DIR)/moses" || { echo "no executable moses in MOSES_BIN_DIR=$(MOSES_BIN_DIR)" >&2; exit 1; }
+	mkdir -p $(TUNE_OUT)
+	table=$$($(BIN)/python -c 'import os, sys; from moses_integration.moses_ini import MosesIni; \
+		t = MosesIni.read(sys.argv[1]).phrase_tables(); \
+		sys.exit("need exactly one phrase table in " + sys.argv[1]) if len(t) != 1 else \
+		print(os.path.join(sys.argv[2], t[0].path))' $(SYSTEM_INI) $(SYSTEM)) && \
+	$(BIN)/rescore-phrase-table "$$table" $(TUNE_OUT)/phrase-table.rnn.gz \
+		--moses-ini $(SYSTEM_INI) --moses-ini-out $(TUNE_OUT)/moses.rnn.ini \
+		$(if $(RNN_MODEL),--model $(RNN_MODEL),--train-time $(TRAIN_TIME)) $(RESCORE_ARGS)
+	MOSES_BIN_DIR=$(MOSES_BIN_DIR) $(BIN)/mert tune --moses-ini $(TUNE_OUT)/moses.rnn.ini --decoder-cwd $(SYSTEM) \
+		--src $(DEV_SRC) --ref $(DEV_REF) --work-dir $(TUNE_OUT)/work --threads $(THREADS) $(TUNE_ARGS)
+	MOSES_BIN_DIR=$(MOSES_BIN_DIR) $(BIN)/mert evaluate --moses-ini $(TUNE_OUT)/work/moses.ini --src $(TEST_SRC) \
+		--ref $(TEST_REF) $(if $(TEST_TOK_REF),--tok-ref $(TEST_TOK_REF)) --lang $(TARGET_LANG) \
+		--output-dir $(TUNE_OUT)/eval --threads $(THREADS) --json $(TUNE_OUT)/eval/report.json
+
 clean:
 	rm -rf demo-out .pytest_cache

@@ -11,6 +11,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -112,6 +113,221 @@ def optimize_command(
         f"{time.perf_counter() - started:.1f} s)"
     )
     sys.stdout.flush()
+
+
+
+def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Tuning/evaluation failures (Moses missing or failing, a bad feature) as one clear message."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from mert.tune import TuneError
+        from moses_integration.decoder import DecoderError
+        from moses_integration.moses_ini import MosesIniError
+
+        try:
+            return fn(*args, **kwargs)
+        except (TuneError, DecoderError, MosesIniError) as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper
+
+
+@main.command("tune")
+@click.option("--moses-ini", "ini", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="the system to tune (its weights are the start point)")
+@click.option("--src", "source", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="dev source, as the decoder reads it (tokenized, truecased)")
+@click.option("--ref", "refs", multiple=True, required=True, type=click.Path(exists=True, path_type=Path),
+              help="dev reference, tokenized like the output (repeat for several references)")
+@click.option("--work-dir", default="work", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+              help="where every iteration's ini, n-best list, weights and the log are kept")
+@click.option("--output-ini", type=click.Path(dir_okay=False, path_type=Path),
+              help="also write the tuned moses.ini here (besides WORK_DIR/moses.ini)")
+@click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="folder with the moses binary (default: $MOSES_BIN_DIR)")
+@click.option("--threads", type=int, default=1, show_default=True, help="decoder threads (moses -threads)")
+@click.option("--nbest-size", type=int, default=100, show_default=True, help="n-best list size (distinct)")
+@click.option("--max-iterations", type=int, default=25, show_default=True)
+@click.option("--restarts", type=int, default=20, show_default=True, help="random restarts per optimisation")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="iteration n seeds its restarts with SEED + 1000 n (as --predictable-seeds)")
+@click.option("--random-seeds", is_flag=True, help="fresh randomness each run (not reproducible)")
+@click.option("--min-weight-change", type=float, default=1e-5, show_default=True,
+              help="stop when no weight moves by more than this")
+@click.option("--fixed", multiple=True, help="feature (all its columns) or column (LM0_0) to keep fixed")
+@click.option("--feature", "features", multiple=True,
+              help="extra n-best feature: module:Class[:arg] or a built-in (WordCount, LengthRatio[:ratio])")
+@click.option("--decoder-flags", default="", help="extra moses arguments, e.g. '-distortion-limit 6'")
+@click.option("--decoder-cwd", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="folder the ini's relative model paths refer to, where moses runs (default: the ini's folder)")
+@click.option("--continue", "resume", is_flag=True, help="resume the run in --work-dir after its last iteration")
+@click.option("--engine", type=click.Choice(["builtin", "moses"]), default="builtin", show_default=True,
+              help="moses: delegate to Moses' scripts/training/mert-moses.pl instead")
+@click.option("--moses-scripts-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Moses' scripts/ folder for --engine moses (default: $MOSES_SCRIPTS_DIR, or BIN/../scripts)")
+@_friendly_errors
+@_tune_errors
+def tune_command(
+    ini: Path,
+    source: Path,
+    refs: tuple[Path, ...],
+    work_dir: Path,
+    output_ini: Path | None,
+    moses_bin_dir: Path | None,
+    threads: int,
+    nbest_size: int,
+    max_iterations: int,
+    restarts: int,
+    seed: int,
+    random_seeds: bool,
+    min_weight_change: float,
+    fixed: tuple[str, ...],
+    features: tuple[str, ...],
+    decoder_flags: str,
+    decoder_cwd: Path | None,
+    resume: bool,
+    engine: str,
+    moses_scripts_dir: Path | None,
+) -> None:
+    """Tune the weights of a Moses system with MERT on a dev set, decoding with the real moses.
+
+    Each iteration decodes --src (100-best distinct), adds the --feature scores, merges the
+    list with the earlier ones, optimises (previous weights + --restarts random starts) and
+    writes the weights. Stops when no weight moves by more than --min-weight-change, when no
+    new hypotheses appear, or after --max-iterations. The tuned config is WORK_DIR/moses.ini
+    (model paths made absolute); extra-feature weights go to moses.ini.extra-features.
+    """
+    import shlex
+
+    from mert.tune import TuneOptions, format_weight_lines, tune, tune_with_mert_moses
+
+    options = TuneOptions(
+        ini=ini,
+        source=source,
+        references=list(refs),
+        work_dir=work_dir,
+        moses_bin_dir=moses_bin_dir,
+        feature_specs=list(features),
+        nbest_size=nbest_size,
+        threads=threads,
+        max_iterations=max_iterations,
+        restarts=restarts,
+        seed=None if random_seeds else seed,
+        min_weight_change=min_weight_change,
+        fixed=list(fixed),
+        output_ini=output_ini,
+        decoder_flags=shlex.split(decoder_flags),
+        resume=resume,
+        decoder_cwd=decoder_cwd,
+    )
+    if engine == "moses":
+        final = tune_with_mert_moses(options, scripts_dir=moses_scripts_dir)
+        click.echo(f"tuned config: {final}")
+        return
+    result = tune(options)
+    for line in format_weight_lines(result.weights):
+        click.echo(line)
+    best = result.best_optimised_bleu
+    click.echo(
+        f"# {len(result.iterations)} iteration(s), stopped: {result.stop_reason}; optimised dev BLEU "
+        f"{'-' if best is None else f'{best:.2f}'}; config {result.ini}"
+        + (f" (+ {result.sidecar.name})" if result.sidecar else "")
+    )
+
+
+@main.command("evaluate")
+@click.option("--ref", "refs", multiple=True, required=True, type=click.Path(exists=True, path_type=Path),
+              help="raw (detokenized) reference, scored with sacrebleu's default tokenizer; repeatable")
+@click.option("--tok-ref", "tok_refs", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="tokenized reference for BLEU on tokenized text (tokenize=none); repeatable")
+@click.option("--lang", default="fr", show_default=True, help="target language (detokenizer rules)")
+@click.option("--hyp", "hyps", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="already decoded output (tokenized Moses output), one per tuning run; repeatable")
+@click.option("--moses-ini", "inis", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="tuned config to decode --src with (one per tuning run); repeatable")
+@click.option("--baseline", "baselines", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="baseline output(s) to compare with by paired bootstrap; repeatable")
+@click.option("--baseline-ini", "baseline_inis", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path), help="baseline config(s) to decode")
+@click.option("--src", "source", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="test source for decoding (tokenized, truecased)")
+@click.option("--output-dir", default="eval", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+              help="where decoded and post-processed outputs are written")
+@click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="folder with the moses binary (default: $MOSES_BIN_DIR)")
+@click.option("--threads", type=int, default=1, show_default=True)
+@click.option("--decoder-cwd", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="run moses here (default: each ini's folder; Moses resolves relative model paths against it)")
+@click.option("--nbest-size", type=int, default=100, show_default=True,
+              help="n-best size when extra features rescore the output")
+@click.option("--bootstrap-samples", type=int, default=1000, show_default=True)
+@click.option("--detokenized", is_flag=True, help="the hypotheses are already detokenized: no post-processing")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="also write the report")
+@_friendly_errors
+@_tune_errors
+def evaluate_command(
+    refs: tuple[Path, ...],
+    tok_refs: tuple[Path, ...],
+    lang: str,
+    hyps: tuple[Path, ...],
+    inis: tuple[Path, ...],
+    baselines: tuple[Path, ...],
+    baseline_inis: tuple[Path, ...],
+    source: Path | None,
+    output_dir: Path,
+    moses_bin_dir: Path | None,
+    threads: int,
+    decoder_cwd: Path | None,
+    nbest_size: int,
+    bootstrap_samples: int,
+    detokenized: bool,
+    json_path: Path | None,
+) -> None:
+    """BLEU of a system on a test set: sacrebleu on detokenized text, with its signature.
+
+    Outputs come from --hyp files or are decoded from --src with each --moses-ini (extra
+    n-best features in a moses.ini.extra-features file are applied by n-best rescoring).
+    Post-processing: detruecase, detokenize and unescape (sacremoses). Several runs give
+    mean ± std; --baseline/--baseline-ini add paired bootstrap resampling (sacrebleu).
+    """
+    import json
+
+    from mert.evaluate import decode_test_set, evaluate
+
+    if not hyps and not inis:
+        raise click.UsageError("give --hyp FILE or --moses-ini INI --src SRC")
+    if (inis or baseline_inis) and source is None:
+        raise click.UsageError("--moses-ini/--baseline-ini need --src (the test source)")
+
+    def decoded(configs: tuple[Path, ...], label: str) -> list[Path]:
+        outputs = []
+        for k, ini in enumerate(configs, start=1):
+            assert source is not None
+            out = output_dir / f"{label}.run{k}.tok"
+            click.echo(f"decoding {source} with {ini} -> {out}", err=True)
+            outputs.append(
+                decode_test_set(ini, source, out, moses_bin_dir=moses_bin_dir, threads=threads,
+                                nbest_size=nbest_size, decoder_cwd=decoder_cwd)
+            )
+        return outputs
+
+    system = list(hyps) + decoded(inis, "system")
+    baseline = list(baselines) + decoded(baseline_inis, "baseline")
+    report = evaluate(
+        system,
+        refs,
+        lang=lang,
+        tokenized_references=tok_refs,
+        baseline_hyps=baseline,
+        already_detokenized=detokenized,
+        bootstrap_samples=bootstrap_samples,
+        detok_dir=output_dir if (inis or baseline_inis) else None,
+    )
+    for line in report.lines():
+        click.echo(line)
+    if json_path is not None:
+        json_path.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":  # python -m mert.cli, for environments without the console script

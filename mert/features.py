@@ -1,0 +1,352 @@
+"""Extra n-best features: scores Moses cannot compute, added to its n-best lists for MERT.
+
+Moses has no run-time plugin API (SPEC §6), so a model it cannot run inside the decoder (the CSLM
+of the paper, for one) enters the system by *n-best rescoring*: every hypothesis of every
+n-best list gets ``Name= v …`` appended to its feature field, MERT tunes the extra weights with
+the others, and at test time the decoder's n-best list is rescored with all weights. This module
+holds the interface such a feature implements, the streaming rewrite of an n-best list, and the
+``module:Class[:arg]`` loader that ``mert tune --feature`` uses.
+
+Feature names must be dense-feature names in Moses' sense: no ``_`` (Moses' ``extractor``
+treats any name containing ``_`` as a sparse feature, SPEC §6), no blanks, no ``=``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from moses_integration.nbest import NBestEntry, NBestError, format_nbest_line, read_nbest
+from moses_integration.phrase_table import PathArg, atomic_output, display_name, open_input
+
+#: Hypotheses handed to a feature per ``score`` call (whole sentences only). Large enough for a
+#: neural feature to fill a batch, small enough that a 10^6-line list is never held in memory.
+DEFAULT_CHUNK_HYPOTHESES = 2000
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+class FeatureError(ValueError):
+    """A feature that cannot be loaded or that returned unusable scores."""
+
+
+@runtime_checkable
+class NBestFeature(Protocol):
+    """What an extra n-best feature provides.
+
+    ``name`` is the n-best/``moses.ini`` name (``CSLM0``), ``num_values`` how many dense values it
+    adds to each hypothesis. ``score`` gets the whole source side (one tokenized sentence per
+    line, as the decoder saw it) and a batch of hypotheses from whole sentences
+    (``entry.sent_id`` indexes ``source_sentences``) and returns ``[len(entries), num_values]``
+    finite log-domain values: MERT combines them linearly with Moses' own features. A Protocol
+    rather than a base class, so a model class needs no import from this package to qualify.
+    """
+
+    name: str
+    num_values: int
+
+    def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray: ...
+
+
+def check_feature_name(name: str) -> str:
+    """``name`` if Moses and ``mert`` can use it as a dense feature name, else :class:`FeatureError`."""
+    if not _NAME.match(name):
+        reason = (
+            "contains '_', which Moses' extractor reads as a sparse feature"
+            if "_" in name
+            else ("must be a letter followed by letters or digits")
+        )
+        raise FeatureError(f"feature name {name!r} {reason}")
+    return name
+
+
+def check_feature(feature: object) -> NBestFeature:
+    """Validate the static part of a feature (name, value count, a ``score`` method)."""
+    if not isinstance(feature, NBestFeature):
+        raise FeatureError(f"{feature!r} is not an n-best feature (needs name, num_values and score())")
+    check_feature_name(feature.name)
+    if not isinstance(feature.num_values, int) or feature.num_values < 1:
+        raise FeatureError(f"feature {feature.name}: num_values must be a positive integer, got {feature.num_values!r}")
+    return feature
+
+
+# --------------------------------------------------------------------------------------------
+# Built-in features
+
+
+class WordCount:
+    """The number of target words of the hypothesis.
+
+    Mostly a reference implementation of the interface (it costs nothing and its values are
+    obvious in a test): with Moses' own ``WordPenalty0`` (= −words) in the list, it is collinear
+    with that feature and adds nothing to the model. Useful for n-best lists from systems that
+    lack a word penalty.
+    """
+
+    num_values = 1
+
+    def __init__(self, name: str = "WordCount") -> None:
+        self.name = check_feature_name(name)
+
+    def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
+        return np.array([[len(e.hypothesis.split())] for e in entries], dtype=np.float64)
+
+
+class LengthRatio:
+    """−(log((|hyp|+1)/(|src|+1)) − log r)²: how far the target/source length ratio is from r.
+
+    Moses' word penalty is linear in the hypothesis length alone, so it can only make every
+    output longer or shorter by the same push; it cannot say "about as long as the source". This
+    feature peaks when the hypothesis has ``ratio`` times the source's words (French runs ~1.1×
+    English in tokens) and falls off quadratically in the log ratio, so MERT can trade it against
+    the word penalty to penalise too-short and too-long outputs per sentence. The +1 keeps empty
+    hypotheses finite. The argument (``LengthRatio:1.1``) is ``ratio``, default 1.
+    """
+
+    num_values = 1
+
+    def __init__(self, ratio: str | float = 1.0, name: str = "LengthRatio") -> None:
+        try:
+            value = float(ratio)
+        except ValueError:
+            raise FeatureError(f"LengthRatio: ratio {ratio!r} is not a number") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise FeatureError(f"LengthRatio: ratio must be positive, got {ratio!r}")
+        self.ratio = value
+        self.name = check_feature_name(name)
+
+    def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
+        hyp = np.array([len(e.hypothesis.split()) for e in entries], dtype=np.float64)
+        src = np.array([len(source_sentences[e.sent_id].split()) for e in entries], dtype=np.float64)
+        dev = np.log((hyp + 1.0) / (src + 1.0)) - math.log(self.ratio)
+        return -(dev**2)[:, None]
+
+
+#: Short names for ``--feature``: ``WordCount``, ``LengthRatio:1.1``.
+BUILTIN_FEATURES: dict[str, type] = {"WordCount": WordCount, "LengthRatio": LengthRatio}
+
+
+# --------------------------------------------------------------------------------------------
+# Loading features from a spec
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """A parsed ``--feature`` value: where the class lives and its optional string argument.
+
+    The spec text is what the sidecar file of a tuned system stores, so that ``mert evaluate``
+    can build the same feature again.
+    """
+
+    text: str
+    module: str
+    class_name: str
+    arg: str | None
+
+
+def parse_feature_spec(text: str) -> FeatureSpec:
+    """``module:Class[:arg]`` or a built-in ``Name[:arg]`` (see :data:`BUILTIN_FEATURES`).
+
+    A built-in name wins over a module of the same name, so ``LengthRatio:1.1`` is the built-in
+    with argument ``1.1``. The argument is everything after the second ``:`` (it may contain
+    more colons, e.g. a path on Windows, or a ``key=value`` list the class parses itself).
+    """
+    text = text.strip()
+    head, _, rest = text.partition(":")
+    if head in BUILTIN_FEATURES:
+        return FeatureSpec(text, __name__, head, rest or None)
+    class_name, sep, arg = rest.partition(":")
+    if not head or not class_name:
+        builtins = ", ".join(BUILTIN_FEATURES)
+        raise FeatureError(f"--feature {text!r}: expected module:Class[:arg] or a built-in ({builtins})[:arg]")
+    return FeatureSpec(text, head, class_name, arg if sep else None)
+
+
+def load_feature(spec: str | FeatureSpec) -> NBestFeature:
+    """Import and instantiate a feature: ``Class(arg)`` with an argument, ``Class()`` without."""
+    parsed = parse_feature_spec(spec) if isinstance(spec, str) else spec
+    try:
+        module = importlib.import_module(parsed.module)
+    except ImportError as exc:
+        raise FeatureError(f"--feature {parsed.text!r}: cannot import {parsed.module!r} ({exc})") from exc
+    cls = getattr(module, parsed.class_name, None)
+    if cls is None:
+        raise FeatureError(f"--feature {parsed.text!r}: module {parsed.module!r} has no {parsed.class_name!r}")
+    try:
+        feature = cls(parsed.arg) if parsed.arg is not None else cls()
+    except FeatureError:
+        raise
+    except Exception as exc:
+        raise FeatureError(f"--feature {parsed.text!r}: {parsed.class_name}() failed: {exc}") from exc
+    return check_feature(feature)
+
+
+def load_features(specs: Iterable[str]) -> list[NBestFeature]:
+    """Load every spec; two features with the same name would be indistinguishable in a list."""
+    features = [load_feature(s) for s in specs]
+    names = [f.name for f in features]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise FeatureError(f"feature name(s) used twice: {', '.join(dup)}")
+    return features
+
+
+# --------------------------------------------------------------------------------------------
+# Adding features to n-best lists
+
+
+def read_source_sentences(path: PathArg) -> list[str]:
+    """The decoder input, one sentence per line (UTF-8, plain or gzip), newlines removed."""
+    with open_input(path) as fh:
+        return [line.decode("utf-8").rstrip("\r\n") for line in fh]
+
+
+def _sentence_chunks(entries: Iterator[NBestEntry], size: int) -> Iterator[list[NBestEntry]]:
+    """Consecutive entries grouped into chunks of whole sentences, about ``size`` entries each."""
+    chunk: list[NBestEntry] = []
+    for entry in entries:
+        if len(chunk) >= size and entry.sent_id != chunk[-1].sent_id:
+            yield chunk
+            chunk = []
+        chunk.append(entry)
+    if chunk:
+        yield chunk
+
+
+def score_entries(
+    features: Sequence[NBestFeature], source_sentences: list[str], entries: list[NBestEntry], *, path: str = "<n-best>"
+) -> list[np.ndarray]:
+    """Each feature's ``[len(entries), num_values]`` scores, checked for shape and finiteness.
+
+    A NaN or infinite value would break every comparison MERT makes, and a wrongly shaped array
+    would silently shift values between hypotheses, so both are errors naming the feature.
+    """
+    for entry in entries:
+        if entry.sent_id >= len(source_sentences):
+            raise NBestError(
+                path, entry.line_no, f"sentence id {entry.sent_id} but the source has {len(source_sentences)} lines"
+            )
+    results = []
+    for feature in features:
+        values = np.asarray(feature.score(source_sentences, entries), dtype=np.float64)
+        if values.ndim == 1 and feature.num_values == 1:
+            values = values[:, None]
+        if values.shape != (len(entries), feature.num_values):
+            raise FeatureError(
+                f"feature {feature.name} returned shape {values.shape}, expected ({len(entries)}, {feature.num_values})"
+            )
+        if not np.all(np.isfinite(values)):
+            bad = int(np.flatnonzero(~np.all(np.isfinite(values), axis=1))[0])
+            raise FeatureError(f"feature {feature.name} returned a non-finite value for {path}:{entries[bad].line_no}")
+        results.append(values)
+    return results
+
+
+def add_features(
+    nbest_in: PathArg,
+    nbest_out: PathArg,
+    source_file: PathArg | list[str],
+    features: Sequence[NBestFeature],
+    *,
+    chunk_hypotheses: int = DEFAULT_CHUNK_HYPOTHESES,
+) -> int:
+    """Append every feature's ``Name= v …`` to each hypothesis of ``nbest_in``; return the line count.
+
+    Streams the list in chunks of whole sentences and writes ``nbest_out`` atomically (gzip for
+    a ``.gz`` name), so a crash never leaves a plausible but short list for MERT to merge. The
+    total score (field 4) is left as Moses wrote it: it is informational, and the extra
+    weights are not known until MERT has run. A feature whose name is already in the list is an
+    error (appending it twice would make the list unreadable). Values are written with 6
+    significant digits, as Moses writes its own.
+    """
+    feats = [check_feature(f) for f in features]
+    sources = read_source_sentences(source_file) if not isinstance(source_file, list) else source_file
+    name = display_name(nbest_in)
+    count = 0
+    with atomic_output(nbest_out) as raw:
+        out = io.TextIOWrapper(raw, encoding="utf-8", newline="\n", write_through=False)
+        entries = read_nbest(nbest_in, expected_sentences=len(sources))
+        for chunk in _sentence_chunks(entries, chunk_hypotheses):
+            existing = {n for n, _ in chunk[0].features}
+            clash = [f.name for f in feats if f.name in existing]
+            if clash:
+                raise NBestError(name, chunk[0].line_no, f"the list already has feature(s) {', '.join(clash)}")
+            scores = score_entries(feats, sources, chunk, path=name)
+            for i, entry in enumerate(chunk):
+                entry.features = entry.features + [(f.name, scores[k][i].tolist()) for k, f in enumerate(feats)]
+                out.write(format_nbest_line(entry))
+                out.write("\n")
+            count += len(chunk)
+        out.flush()
+        out.detach()  # leave ``raw`` open for atomic_output to finish (fsync, rename)
+    return count
+
+
+# --------------------------------------------------------------------------------------------
+# The sidecar: extra-feature weights of a tuned moses.ini
+
+SIDECAR_SUFFIX = ".extra-features"
+SIDECAR_FORMAT = "mert-extra-features/1"
+
+
+@dataclass(frozen=True)
+class ExtraFeatureWeights:
+    """One extra feature of a tuned system: how to build it again, its name and its weights."""
+
+    spec: str
+    name: str
+    weights: tuple[float, ...]
+
+
+def sidecar_path(ini_path: PathArg) -> Path:
+    """``moses.ini`` → ``moses.ini.extra-features``: beside the ini, so the two travel together."""
+    return Path(f"{os.fspath(ini_path)}{SIDECAR_SUFFIX}")
+
+
+def write_sidecar(ini_path: PathArg, extras: Sequence[ExtraFeatureWeights]) -> Path | None:
+    """Write (atomically) the extra-feature weights beside ``ini_path``; remove a stale one if none.
+
+    Moses cannot compute these features, so their weights cannot live in ``moses.ini`` (Moses
+    would abort on a weight for an unknown feature). Removing an old sidecar when a config has
+    no extra features matters: ``mert evaluate`` would otherwise rescore with features that
+    were never tuned together with these weights.
+    """
+    path = sidecar_path(ini_path)
+    if not extras:
+        path.unlink(missing_ok=True)
+        return None
+    doc = {
+        "format": SIDECAR_FORMAT,
+        "note": "weights of n-best features Moses cannot compute; apply them by n-best rescoring "
+        "(mert evaluate does this)",
+        "features": [{"spec": e.spec, "name": e.name, "weights": list(e.weights)} for e in extras],
+    }
+    with atomic_output(path) as fh:
+        fh.write((json.dumps(doc, indent=2) + "\n").encode("utf-8"))
+    return path
+
+
+def read_sidecar(ini_path: PathArg) -> list[ExtraFeatureWeights]:
+    """The extra features of a tuned ini (empty when it has no sidecar)."""
+    path = sidecar_path(ini_path)
+    if not path.exists():
+        return []
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        fmt = doc.get("format")
+        items = [(str(f["spec"]), str(f["name"]), tuple(float(w) for w in f["weights"])) for f in doc["features"]]
+    except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise FeatureError(f"{path}: not a valid extra-features file ({exc})") from exc
+    if fmt != SIDECAR_FORMAT:
+        raise FeatureError(f"{path}: unknown format {fmt!r} (expected {SIDECAR_FORMAT})")
+    return [ExtraFeatureWeights(spec, check_feature_name(name), weights) for spec, name, weights in items]

@@ -1,0 +1,673 @@
+"""The MERT tuning loop that drives the real Moses decoder (``mert tune``).
+
+This is what Moses' ``mert-moses.pl`` does, with the optimiser of this package (SPEC §4):
+
+1. decode the dev source with the current weights (``-n-best-list FILE 100 distinct``);
+2. optionally append extra n-best features that Moses cannot compute (:mod:`mert.features`);
+3. merge the list with those of all earlier iterations, dropping repeats;
+4. optimise (Och's line search, the previous weights plus 20 seeded random restarts);
+5. write the new weights into a ``moses.ini``;
+6. repeat until no weight moves by more than 1e-5, no new hypotheses appear, or 25 iterations.
+
+Everything an iteration produces stays in the working directory (``runN.moses.ini``,
+``runN.out``, ``runN.nbest.gz``, ``runN.weights``, a ``tuning.tsv`` log), because MERT is
+unstable (README of the fixture: iteration 2 collapses to ~1 BLEU) and a user has to be able to
+see *which* iteration went wrong. A state file written atomically after every iteration lets
+``--continue`` pick up after a crash (a decode of a real test set takes hours) and give exactly
+the weights an uninterrupted run would: the seeds are per iteration and the weights are stored
+exactly. ``engine="moses"`` instead hands the whole job to Moses' own ``mert-moses.pl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mert.bleu import References, bleu_stats_batch, corpus_bleu, read_references
+from mert.features import (
+    ExtraFeatureWeights,
+    NBestFeature,
+    add_features,
+    load_features,
+    read_source_sentences,
+    write_sidecar,
+)
+from mert.nbest_set import NBestSet, build_mert_data, fixed_mask, merge_nbest_lists
+from mert.optimizer import DEFAULT_RESTARTS, optimize_runs
+from moses_integration.decoder import DecoderError, decode, find_moses_bin_dir
+from moses_integration.moses_ini import MosesIni, format_weight
+from moses_integration.nbest import FeatureNames, load_nbest_arrays
+from moses_integration.phrase_table import PathArg, atomic_output
+
+STATE_FILE = "tuning-state.json"
+LOG_FILE = "tuning.tsv"
+FINAL_INI = "moses.ini"
+STATE_FORMAT = "mert-tune-state/1"
+DEFAULT_MAX_ITERATIONS = 25
+DEFAULT_NBEST_SIZE = 100
+DEFAULT_MIN_WEIGHT_CHANGE = 1e-5
+#: Moses' ``mert-moses.pl --predictable-seeds`` seeds iteration ``n`` with ``1000 n``; we do the
+#: same (offset by ``--seed``), so a run is reproducible and a resumed run equals a fresh one.
+SEED_STRIDE = 1000
+
+STOP_CONVERGED = "weights converged"
+STOP_NO_NEW = "no new hypotheses"
+STOP_MAX = "maximum iterations"
+
+#: Options whose change makes an existing working directory's lists meaningless for a resume.
+_RESUME_KEYS = ("ini", "source", "references", "features", "nbest_size")
+
+_LOG_COLUMNS = (
+    "iteration",
+    "decode_seconds",
+    "hypotheses",
+    "new_hypotheses",
+    "merged_hypotheses",
+    "dev_bleu_1best",
+    "optimised_bleu",
+    "optimise_seconds",
+    "max_weight_change",
+    "weights",
+)
+
+
+class TuneError(RuntimeError):
+    """A tuning run that cannot start or continue (bad options, a working-directory conflict)."""
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class TuneOptions:
+    """Everything ``mert tune`` needs; paths may be relative to the current directory.
+
+    ``seed`` None draws fresh random restarts (not reproducible, and then ``--continue`` only
+    continues, it cannot reproduce). ``fixed`` names features or columns (``LM0_0``) to keep at
+    their start values. ``decoder_cwd`` is the folder the relative model paths of ``ini`` refer
+    to, where Moses must run (default: the ini's folder).
+    """
+
+    ini: Path
+    source: Path
+    references: list[Path]
+    work_dir: Path
+    moses_bin_dir: Path | None = None
+    feature_specs: list[str] = field(default_factory=list)
+    nbest_size: int = DEFAULT_NBEST_SIZE
+    threads: int = 1
+    max_iterations: int = DEFAULT_MAX_ITERATIONS
+    restarts: int = DEFAULT_RESTARTS
+    seed: int | None = 0
+    min_weight_change: float = DEFAULT_MIN_WEIGHT_CHANGE
+    fixed: list[str] = field(default_factory=list)
+    output_ini: Path | None = None
+    decoder_flags: list[str] = field(default_factory=list)
+    resume: bool = False
+    decoder_cwd: Path | None = None
+
+
+@dataclass
+class IterationRecord:
+    """One line of ``tuning.tsv`` (BLEU 0..100; ``optimised_bleu`` None when MERT was not run)."""
+
+    iteration: int
+    decode_seconds: float
+    hypotheses: int
+    new_hypotheses: int
+    merged_hypotheses: int
+    dev_bleu_1best: float
+    optimised_bleu: float | None
+    optimise_seconds: float
+    max_weight_change: float | None
+    weights: dict[str, list[float]]
+
+
+@dataclass
+class TuneResult:
+    """Where the tuned config is and how the run went."""
+
+    ini: Path
+    sidecar: Path | None
+    weights: dict[str, list[float]]
+    iterations: list[IterationRecord]
+    stop_reason: str
+
+    @property
+    def best_optimised_bleu(self) -> float | None:
+        values = [r.optimised_bleu for r in self.iterations if r.optimised_bleu is not None]
+        return max(values) if values else None
+
+
+# --------------------------------------------------------------------------------------------
+# Weights and configs
+
+
+def weights_vector(weights: dict[str, list[float]], names: FeatureNames, *, where: str) -> np.ndarray:
+    """Weights in n-best column order; every n-best feature needs a weight of the right length."""
+    values: list[float] = []
+    for name, count in names:
+        if name not in weights:
+            raise TuneError(f"{where} has no weights for the n-best feature {name}")
+        if len(weights[name]) != count:
+            raise TuneError(f"{where}: {name} has {len(weights[name])} weights, the n-best lists {count} values")
+        values.extend(weights[name])
+    return np.asarray(values, dtype=np.float64)
+
+
+def weights_dict(vector: np.ndarray, names: FeatureNames) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    pos = 0
+    for name, count in names:
+        out[name] = [float(v) for v in vector[pos : pos + count]]
+        pos += count
+    return out
+
+
+def absolutize_paths(ini: MosesIni, base: Path) -> MosesIni:
+    """Make every relative ``path=`` of ``[feature]`` absolute against ``base``.
+
+    Moses resolves model paths against its *working directory*, so a copy of a relocatable
+    config written elsewhere (``work/run3.moses.ini``, the final ``moses.ini``) would point
+    nowhere once moved; absolute paths make the copies usable from any directory.
+    """
+    for feature in ini.feature_lines():
+        path = feature.path
+        if path and not os.path.isabs(path):
+            ini.set_feature_arg(feature.name, "path", os.path.abspath(base / path))
+    return ini
+
+
+def config_with_weights(
+    original: Path, weights: dict[str, list[float]], *, base: Path | None = None, comment: Sequence[str] = ()
+) -> MosesIni:
+    """The original config with model paths made absolute (against ``base``, default its folder) and ``weights``."""
+    folder = base.resolve() if base is not None else original.resolve().parent
+    ini = absolutize_paths(MosesIni.read(original), folder)
+    known = set(ini.weights())
+    for name, values in weights.items():
+        if name not in known:
+            raise TuneError(f"{original}: no [weight] line for {name}")
+        ini.set_weights(name, values)
+    if comment:
+        top = ini.sections[0]
+        top.lines[0:0] = [f"# {line}\n" for line in comment]
+    return ini
+
+
+def format_weight_lines(weights: dict[str, list[float]]) -> list[str]:
+    """``Name= v v`` lines with exact values (a resumed run must read back the same numbers)."""
+    return [f"{name}= " + " ".join(format_weight(v) for v in values) for name, values in weights.items()]
+
+
+# --------------------------------------------------------------------------------------------
+# State and log
+
+
+def _fingerprint(options: TuneOptions) -> dict[str, object]:
+    return {
+        "ini": str(options.ini.resolve()),
+        "source": str(options.source.resolve()),
+        "references": [str(p.resolve()) for p in options.references],
+        "features": list(options.feature_specs),
+        "nbest_size": options.nbest_size,
+        "seed": options.seed,
+        "restarts": options.restarts,
+        "fixed": list(options.fixed),
+    }
+
+
+def _write_json(path: Path, doc: dict[str, object]) -> None:
+    with atomic_output(path) as fh:
+        fh.write((json.dumps(doc, indent=1) + "\n").encode("utf-8"))
+
+
+def read_state(work_dir: Path) -> dict[str, object] | None:
+    """The state of an earlier run in ``work_dir``, or None."""
+    path = work_dir / STATE_FILE
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TuneError(f"{path}: unreadable state file ({exc}); remove it to start afresh") from exc
+    if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
+        raise TuneError(f"{path}: not a mert tune state file")
+    return doc
+
+
+def _format_bleu(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _log_row(record: IterationRecord) -> str:
+    cells = [
+        str(record.iteration),
+        f"{record.decode_seconds:.1f}",
+        str(record.hypotheses),
+        str(record.new_hypotheses),
+        str(record.merged_hypotheses),
+        _format_bleu(record.dev_bleu_1best),
+        _format_bleu(record.optimised_bleu),
+        f"{record.optimise_seconds:.1f}",
+        "-" if record.max_weight_change is None else f"{record.max_weight_change:.6g}",
+        " ".join(format_weight_lines(record.weights)),
+    ]
+    return "\t".join(cells)
+
+
+def _write_log(work_dir: Path, records: Sequence[IterationRecord]) -> None:
+    """Rewrite ``tuning.tsv`` from the records (atomic, so a resume never duplicates rows)."""
+    text = "\t".join(_LOG_COLUMNS) + "\n" + "".join(_log_row(r) + "\n" for r in records)
+    with atomic_output(work_dir / LOG_FILE) as fh:
+        fh.write(text.encode("utf-8"))
+
+
+# --------------------------------------------------------------------------------------------
+# One iteration
+
+
+def one_best_bleu(nbest_path: Path, weights: np.ndarray, names: FeatureNames, references: References) -> float:
+    """BLEU of the argmax of each sentence's list under ``weights`` (the rescored 1-best).
+
+    With extra features this is the system's real output (Moses' own 1-best ignores them).
+    """
+    arrays = load_nbest_arrays(nbest_path, expected_sentences=len(references))
+    if arrays.feature_names != names:
+        raise TuneError(f"{nbest_path}: features differ from the merged lists'")
+    scores = np.append(arrays.features @ weights, -np.inf)
+    offsets = arrays.offsets
+    best = [offsets[s] + int(np.argmax(scores[offsets[s] : offsets[s + 1]])) for s in range(len(references))]
+    hyps = [arrays.hypotheses[i].split() for i in best]
+    stats = bleu_stats_batch(hyps, np.arange(len(references)), references)
+    return float(corpus_bleu(stats.sum(axis=0)))
+
+
+def _bleu_of_lines(lines: list[str], references: References) -> float:
+    stats = bleu_stats_batch([line.split() for line in lines], np.arange(len(references)), references)
+    return float(corpus_bleu(stats.sum(axis=0)))
+
+
+def _gzip_copy(src: Path, dest: Path) -> None:
+    with open(src, "rb") as fin, atomic_output(dest) as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+
+
+class Tuner:
+    """One tuning run in a working directory (see the module doc)."""
+
+    def __init__(self, options: TuneOptions, *, log: Callable[[str], None] = _stderr) -> None:
+        self.options = options
+        self.log = log
+        self.work = options.work_dir
+        self.ini_path = options.ini
+        if not self.ini_path.is_file():
+            raise TuneError(f"moses.ini not found: {self.ini_path}")
+        if not options.references:
+            raise TuneError("at least one reference file is needed")
+        if options.max_iterations < 1:
+            raise TuneError("--max-iterations must be at least 1")
+        self.base_ini = MosesIni.read(self.ini_path)
+        self.decoder_cwd = (options.decoder_cwd or self.ini_path.parent).resolve()
+        if not self.decoder_cwd.is_dir():
+            raise TuneError(f"decoder working directory not found: {self.decoder_cwd}")
+        self.sources = read_source_sentences(options.source)
+        if not self.sources:
+            raise TuneError(f"{options.source}: the dev source is empty")
+        self.references = read_references(
+            options.references, expected_sentences=len(self.sources), expected_from=f"the source {options.source}"
+        )
+        self.features: list[NBestFeature] = load_features(options.feature_specs)
+        clash = {f.name for f in self.features} & set(self.base_ini.weights())
+        if clash:
+            raise TuneError(f"extra feature name(s) {', '.join(sorted(clash))} already used in {self.ini_path}")
+
+    # ---- paths ------------------------------------------------------------------------------
+
+    def run_path(self, iteration: int, suffix: str) -> Path:
+        return self.work / f"run{iteration}.{suffix}"
+
+    # ---- state ------------------------------------------------------------------------------
+
+    def _initial_weights(self) -> dict[str, list[float]]:
+        """The start: the ini's weights, and 0 for extra features (the start is the baseline)."""
+        weights = {name: list(values) for name, values in self.base_ini.weights().items()}
+        for feature in self.features:
+            weights[feature.name] = [0.0] * feature.num_values
+        return weights
+
+    def _load_or_start(self) -> tuple[dict[str, list[float]], list[IterationRecord], int, str | None]:
+        state = read_state(self.work)
+        fingerprint = _fingerprint(self.options)
+        if state is None:
+            if self.options.resume:
+                self.log(f"no {STATE_FILE} in {self.work}: starting from iteration 1")
+            return self._initial_weights(), [], 0, None
+        if not self.options.resume:
+            raise TuneError(
+                f"{self.work} already holds a tuning run ({STATE_FILE}): pass --continue to resume it "
+                "or choose another --work-dir"
+            )
+        old = state.get("fingerprint", {})
+        assert isinstance(old, dict)
+        changed = [k for k in _RESUME_KEYS if old.get(k) != fingerprint[k]]
+        if changed:
+            raise TuneError(
+                f"cannot --continue: {', '.join(changed)} differ from the run in {self.work} "
+                f"({', '.join(f'{k}={old.get(k)!r}' for k in changed)})"
+            )
+        records = [IterationRecord(**r) for r in state["iterations"]]  # type: ignore[arg-type, union-attr]
+        weights = {k: [float(x) for x in v] for k, v in state["weights"].items()}  # type: ignore[union-attr]
+        completed = int(state["completed_iterations"])  # type: ignore[arg-type]
+        stop = state.get("stop_reason")
+        self.log(f"resuming {self.work} after iteration {completed}" + (f" ({stop})" if stop else ""))
+        return weights, records, completed, stop if isinstance(stop, str) else None
+
+    def _save_state(
+        self, weights: dict[str, list[float]], records: list[IterationRecord], completed: int, stop: str | None
+    ) -> None:
+        _write_log(self.work, records)
+        _write_json(
+            self.work / STATE_FILE,
+            {
+                "format": STATE_FORMAT,
+                "fingerprint": _fingerprint(self.options),
+                "completed_iterations": completed,
+                "stop_reason": stop,
+                "weights": weights,
+                "merged_hypotheses": records[-1].merged_hypotheses if records else 0,
+                "iterations": [asdict(r) for r in records],
+            },
+        )
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> TuneResult:
+        opts = self.options
+        bin_dir = find_moses_bin_dir(opts.moses_bin_dir)
+        self.work.mkdir(parents=True, exist_ok=True)
+        weights, records, completed, stop = self._load_or_start()
+        if stop == STOP_MAX and completed < opts.max_iterations:
+            stop = None  # a larger --max-iterations continues a run that only ran out of iterations
+        merged_count = records[-1].merged_hypotheses if records else 0
+        iteration = completed
+        while stop is None and iteration < opts.max_iterations:
+            iteration += 1
+            record, new_weights, stop = self._iteration(bin_dir, iteration, weights, merged_count)
+            records.append(record)
+            merged_count = record.merged_hypotheses
+            weights = new_weights
+            if stop is None and iteration >= opts.max_iterations:
+                stop = STOP_MAX
+            self._save_state(weights, records, iteration, stop)
+        if stop is None:
+            stop = STOP_MAX
+            self._save_state(weights, records, iteration, stop)
+        return self._finish(weights, records, stop)
+
+    def _iteration(
+        self, bin_dir: Path, iteration: int, weights: dict[str, list[float]], merged_before: int
+    ) -> tuple[IterationRecord, dict[str, list[float]], str | None]:
+        opts = self.options
+        moses_weights = {k: v for k, v in weights.items() if k not in {f.name for f in self.features}}
+        run_ini = self.run_path(iteration, "moses.ini")
+        comment = [f"mert tune: weights of iteration {iteration}"]
+        config_with_weights(self.ini_path, moses_weights, base=self.decoder_cwd, comment=comment).write(run_ini)
+        plain_nbest = self.run_path(iteration, "nbest")
+        nbest_gz = self.run_path(iteration, "nbest.gz")
+        result = decode(
+            bin_dir,
+            run_ini,
+            opts.source,
+            self.run_path(iteration, "out"),
+            nbest_path=plain_nbest,
+            nbest_size=opts.nbest_size,
+            distinct=True,
+            threads=opts.threads,
+            cwd=self.decoder_cwd,
+            extra_args=opts.decoder_flags,
+        )
+        if self.features:
+            hyps = add_features(plain_nbest, nbest_gz, self.sources, self.features)
+        else:
+            _gzip_copy(plain_nbest, nbest_gz)
+            with open(plain_nbest, "rb") as fh:
+                hyps = sum(1 for _ in fh)
+        plain_nbest.unlink()
+
+        merged = merge_nbest_lists(
+            [self.run_path(i, "nbest.gz") for i in range(1, iteration + 1)], expected_sentences=len(self.sources)
+        )
+        names = merged.feature_names
+        current = weights_vector(weights, names, where=f"the weights of iteration {iteration}")
+        if self.features:
+            dev_bleu = one_best_bleu(nbest_gz, current, names, self.references)
+        else:
+            out_lines = result.output.read_text(encoding="utf-8").splitlines()
+            if len(out_lines) != len(self.sources):
+                raise DecoderError(f"{result.output}: {len(out_lines)} lines for {len(self.sources)} source sentences")
+            dev_bleu = _bleu_of_lines(out_lines, self.references)
+        new_count = len(merged.hypotheses) - merged_before
+        base = dict(
+            iteration=iteration,
+            decode_seconds=round(result.seconds, 3),
+            hypotheses=hyps,
+            new_hypotheses=new_count,
+            merged_hypotheses=len(merged.hypotheses),
+            dev_bleu_1best=dev_bleu,
+        )
+        if iteration > 1 and new_count == 0:
+            record = IterationRecord(
+                **base, optimised_bleu=None, optimise_seconds=0.0, max_weight_change=None, weights=weights
+            )
+            self._progress(record)
+            return record, weights, STOP_NO_NEW
+
+        new_weights, bleu, seconds = self._optimise(merged, current, iteration)
+        new_dict = dict(weights)
+        new_dict.update(weights_dict(new_weights, names))
+        change = float(np.max(np.abs(new_weights - current))) if len(current) else 0.0
+        record = IterationRecord(
+            **base, optimised_bleu=bleu, optimise_seconds=round(seconds, 3), max_weight_change=change, weights=new_dict
+        )
+        self._write_weights_file(iteration, new_dict, record)
+        self._progress(record)
+        stop = STOP_CONVERGED if change <= opts.min_weight_change else None
+        return record, new_dict, stop
+
+    def _optimise(self, merged: NBestSet, current: np.ndarray, iteration: int) -> tuple[np.ndarray, float, float]:
+        opts = self.options
+        started = time.monotonic()
+        data = build_mert_data(merged, self.references)
+        seed = None if opts.seed is None else opts.seed + SEED_STRIDE * iteration
+        result = optimize_runs(
+            data,
+            current[None, :],
+            restarts=opts.restarts,
+            fixed=fixed_mask(merged.feature_names, opts.fixed),
+            seed=seed,
+        )
+        return result.weights, result.bleu, time.monotonic() - started
+
+    def _write_weights_file(self, iteration: int, weights: dict[str, list[float]], record: IterationRecord) -> None:
+        lines = format_weight_lines(weights)
+        lines.append(
+            f"# iteration {iteration}: optimised BLEU {record.optimised_bleu:.4f} on {record.merged_hypotheses} "
+            f"merged hypotheses; dev BLEU of the decoder 1-best {record.dev_bleu_1best:.4f}"
+        )
+        with atomic_output(self.run_path(iteration, "weights")) as fh:
+            fh.write(("\n".join(lines) + "\n").encode("utf-8"))
+
+    def _progress(self, r: IterationRecord) -> None:
+        opt = (
+            "not run (no new hypotheses)"
+            if r.optimised_bleu is None
+            else (f"{r.optimised_bleu:.2f} ({r.optimise_seconds:.1f} s), max weight change {r.max_weight_change:.3g}")
+        )
+        self.log(
+            f"iteration {r.iteration}: decode {r.decode_seconds:.1f} s, {r.hypotheses} hypotheses "
+            f"({r.new_hypotheses} new, {r.merged_hypotheses} merged), dev BLEU of the 1-best {r.dev_bleu_1best:.2f}, "
+            f"optimised BLEU {opt}"
+        )
+
+    # ---- outputs ----------------------------------------------------------------------------
+
+    def _finish(self, weights: dict[str, list[float]], records: list[IterationRecord], stop: str) -> TuneResult:
+        extra_names = {f.name for f in self.features}
+        moses_weights = {k: v for k, v in weights.items() if k not in extra_names}
+        last_bleu = next((r.optimised_bleu for r in reversed(records) if r.optimised_bleu is not None), None)
+        comment = [
+            f"tuned by mert tune: {len(records)} iteration(s), stopped: {stop}; "
+            f"optimised dev BLEU {_format_bleu(last_bleu)} (on the merged n-best lists)",
+            f"model paths made absolute; started from {self.ini_path.resolve()}",
+        ]
+        if self.features:
+            comment.append("extra n-best features (weights in the .extra-features file): " + " ".join(extra_names))
+        ini = config_with_weights(self.ini_path, moses_weights, base=self.decoder_cwd, comment=comment)
+        extras = [
+            ExtraFeatureWeights(spec, f.name, tuple(weights[f.name]))
+            for spec, f in zip(self.options.feature_specs, self.features, strict=True)
+        ]
+        final = self.work / FINAL_INI
+        targets = [final] + ([self.options.output_ini] if self.options.output_ini is not None else [])
+        sidecar = None
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            ini.write(target)
+            written = write_sidecar(target, extras)
+            sidecar = sidecar or written
+        self.log(f"stopped after {len(records)} iteration(s): {stop}; tuned config in {', '.join(map(str, targets))}")
+        return TuneResult(final, sidecar, weights, records, stop)
+
+
+def tune(options: TuneOptions, *, log: Callable[[str], None] = _stderr) -> TuneResult:
+    """Run (or with ``options.resume`` continue) the tuning loop; see the module doc."""
+    return Tuner(options, log=log).run()
+
+
+# --------------------------------------------------------------------------------------------
+# The reference path: Moses' own mert-moses.pl
+
+
+def find_moses_scripts_dir(explicit: PathArg | None = None, moses_bin_dir: PathArg | None = None) -> Path:
+    """Moses' ``scripts/`` folder: ``explicit``, else ``$MOSES_SCRIPTS_DIR``, else ``<bin>/../scripts``.
+
+    A Moses checkout keeps ``bin/`` and ``scripts/`` side by side, hence the last guess.
+    """
+    candidates: list[tuple[Path, str]] = []
+    if explicit is not None:
+        candidates.append((Path(explicit), "--moses-scripts-dir"))
+    elif os.environ.get("MOSES_SCRIPTS_DIR"):
+        candidates.append((Path(os.environ["MOSES_SCRIPTS_DIR"]), "MOSES_SCRIPTS_DIR"))
+    elif moses_bin_dir is not None:
+        candidates.append((Path(moses_bin_dir).parent / "scripts", "the folder beside the Moses bin dir"))
+    for path, _ in candidates:
+        if (path / "training" / "mert-moses.pl").is_file():
+            return path
+    where = "; ".join(f"{p} ({src})" for p, src in candidates) or "nowhere (nothing given)"
+    raise TuneError(
+        "--engine moses needs Moses' scripts folder (with training/mert-moses.pl): pass --moses-scripts-dir "
+        f"or set MOSES_SCRIPTS_DIR; looked in {where}"
+    )
+
+
+def mert_moses_command(
+    scripts_dir: Path,
+    moses_bin_dir: Path,
+    ini: Path,
+    source: Path,
+    reference: Path,
+    work_dir: Path,
+    *,
+    nbest_size: int = DEFAULT_NBEST_SIZE,
+    threads: int = 1,
+    max_iterations: int = DEFAULT_MAX_ITERATIONS,
+    predictable_seeds: bool = True,
+    resume: bool = False,
+) -> list[str]:
+    """The ``mert-moses.pl`` command line (all paths absolute: it changes into its working dir)."""
+    cmd = [
+        "perl",
+        str((scripts_dir / "training" / "mert-moses.pl").resolve()),
+        str(source.resolve()),
+        str(reference.resolve()),
+        str((moses_bin_dir / "moses").resolve()),
+        str(ini.resolve()),
+        f"--mertdir={moses_bin_dir.resolve()}",
+        f"--working-dir={work_dir.resolve()}",
+        f"--nbest={nbest_size}",
+        f"--decoder-flags=-threads {threads}",
+        f"--maximum-iterations={max_iterations}",
+        "--no-filter-phrase-table",
+    ]
+    if predictable_seeds:
+        cmd.append("--predictable-seeds")
+    if resume:
+        cmd.append("--continue")
+    return cmd
+
+
+def tune_with_mert_moses(
+    options: TuneOptions, *, scripts_dir: PathArg | None = None, log: Callable[[str], None] = _stderr
+) -> Path:
+    """Tune with Moses' ``mert-moses.pl`` (and Moses' ``mert``); return the tuned ``moses.ini``.
+
+    Extra n-best features are not supported on this path (mert-moses.pl would need a
+    ``--transform-decoded-file`` script), nor several reference files (it wants a file stem).
+    """
+    if options.feature_specs:
+        raise TuneError("--engine moses does not support --feature (use the default engine)")
+    if len(options.references) != 1:
+        raise TuneError("--engine moses takes exactly one reference file")
+    if options.fixed:
+        raise TuneError("--engine moses does not support --fixed")
+    bin_dir = find_moses_bin_dir(options.moses_bin_dir)
+    for tool in ("mert", "extractor"):
+        if not (bin_dir / tool).is_file():
+            raise TuneError(f"--engine moses needs Moses' {tool!r} binary in {bin_dir}")
+    scripts = find_moses_scripts_dir(scripts_dir, bin_dir)
+    work = options.work_dir
+    work.mkdir(parents=True, exist_ok=True)
+    # mert-moses.pl runs the decoder from its working dir: give it absolute model paths.
+    abs_ini = work / "moses.start.ini"
+    base = (options.decoder_cwd or options.ini.parent).resolve()
+    absolutize_paths(MosesIni.read(options.ini), base).write(abs_ini)
+    mm_dir = work / "mert-moses"
+    cmd = mert_moses_command(
+        scripts,
+        bin_dir,
+        abs_ini,
+        options.source,
+        options.references[0],
+        mm_dir,
+        nbest_size=options.nbest_size,
+        threads=options.threads,
+        max_iterations=options.max_iterations,
+        predictable_seeds=options.seed is not None,
+        resume=options.resume,
+    )
+    log_path = work / "mert-moses.log"
+    log(f"running {' '.join(cmd)} (log: {log_path})")
+    with open(log_path, "ab") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=work, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
+        raise TuneError(f"mert-moses.pl failed (exit {proc.returncode}); last lines of {log_path}:\n{tail}")
+    tuned = mm_dir / "moses.ini"
+    if not tuned.is_file():
+        raise TuneError(f"mert-moses.pl finished without writing {tuned}")
+    ini = MosesIni.read(tuned)
+    for target in [work / FINAL_INI] + ([options.output_ini] if options.output_ini else []):
+        ini.write(target)
+        write_sidecar(target, [])
+    return work / FINAL_INI

@@ -1,0 +1,220 @@
+"""Test-set evaluation (``mert evaluate``): post-processing, sacrebleu, bootstrap, decoding."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import stat
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mert.bleu import ReferenceFileError
+from mert.cli import main
+from mert.evaluate import (
+    decode_test_set,
+    detruecase,
+    evaluate,
+    mean_std,
+    paired_bootstrap,
+    postprocess,
+    read_lines,
+    rescore_one_best,
+)
+from mert.features import ExtraFeatureWeights, write_sidecar
+from moses_integration.decoder import DecoderError
+from shared_paths import moses_bin_dir, shared_file
+
+FIXTURE = "fixtures/hansard-enfr"
+TUNED = "fixtures/hansard-enfr/tuning/test.tuned.1best"
+DEFAULT = "fixtures/hansard-enfr/nbest/test.1best"
+REF = "fixtures/hansard-enfr/data/test.fr"
+TOK_REF = "fixtures/hansard-enfr/data/test.tok.tc.fr"
+SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:"
+# Measured with this code (sacrebleu 2.6.0, sacremoses): detokenized BLEU of the fixture's
+# test outputs. The tokenized values are the README's, from Moses' own evaluator (§8).
+TUNED_BLEU, DEFAULT_BLEU = 16.26, 15.41
+TUNED_TOK_BLEU, DEFAULT_TOK_BLEU = 17.32, 16.52
+
+
+def test_detruecase_uppercases_sentence_starts_only() -> None:
+    assert detruecase("le chat dort . il rêve ") == "Le chat dort . Il rêve"
+    assert detruecase("&quot; oui , dit-il : non ! ( peut-être ) ?") == "&quot; Oui , dit-il : Non ! ( Peut-être ) ?"
+    assert detruecase("3,5 % des iPhone") == "3,5 % des iPhone"
+    assert detruecase("") == ""
+
+
+def test_postprocess_detokenizes_and_unescapes_french() -> None:
+    lines = ["l&apos; homme a dit &quot; bonjour &quot; ( 3,5 % ) .", "c&apos; est vrai &#124; faux"]
+    assert postprocess(lines, "fr") == ["L'homme a dit \"bonjour\" (3,5 %).", "C'est vrai | faux"]
+
+
+def test_fixture_outputs_score_as_measured() -> None:
+    report = evaluate(
+        [shared_file(TUNED)], [shared_file(REF)], lang="fr", tokenized_references=[shared_file(TOK_REF)],
+        baseline_hyps=[shared_file(DEFAULT)],
+    )
+    tuned, default = report.system[0], report.baseline[0]
+    assert tuned.signature.startswith(SIGNATURE)
+    assert tuned.bleu == pytest.approx(TUNED_BLEU, abs=0.005)
+    assert default.bleu == pytest.approx(DEFAULT_BLEU, abs=0.005)
+    # BLEU on tokenized text reproduces what Moses' evaluator reported for these very files.
+    assert tuned.tokenized_bleu == pytest.approx(TUNED_TOK_BLEU, abs=0.005)
+    assert default.tokenized_bleu == pytest.approx(DEFAULT_TOK_BLEU, abs=0.005)
+    assert tuned.detokenized[1].startswith("Sportsman Jhonathan critiquaient Florez d'un hélicoptère")
+    (boot,) = report.bootstrap
+    assert 0 < boot.p_value <= 1 and boot.samples == 1000
+    assert boot.delta == pytest.approx(TUNED_BLEU - DEFAULT_BLEU, abs=0.01)
+    assert "bs:1000" in boot.signature and "seed:" in boot.signature
+    lines = report.lines()
+    assert any(line.startswith("signature: " + SIGNATURE) for line in lines)
+    assert any(line.startswith("paired bootstrap (1000 samples)") and "p = " in line for line in lines)
+
+
+def test_bootstrap_of_a_system_against_itself_is_not_significant() -> None:
+    hyps = postprocess(read_lines(shared_file(TUNED))[:60], "fr")
+    refs = [read_lines(shared_file(REF))[:60]]
+    result = paired_bootstrap(("a", hyps), ("b", hyps), refs, samples=200)
+    # sacrebleu alone would give 1/(n+1) here (every resampled difference is 0, none "above").
+    assert result.delta == 0 and result.p_value == 1.0
+    other = hyps[:30] + postprocess(read_lines(shared_file(DEFAULT))[30:60], "fr")
+    differ = paired_bootstrap(("a", hyps), ("b", other), refs, samples=200)
+    assert differ.delta != 0 and 0 < differ.p_value <= 1 and "bs:200" in differ.signature
+
+
+def test_several_runs_give_mean_and_std(tmp_path: Path) -> None:
+    runs = [shared_file(TUNED), shared_file(DEFAULT), shared_file(TUNED)]
+    report = evaluate(runs, [shared_file(REF)], lang="fr", bootstrap_samples=100)
+    assert [s.name for s in report.system] == ["test.tuned.1best", "test.1best", "test.tuned.1best#2"]
+    bleus = [s.bleu for s in report.system]
+    assert mean_std(bleus) == (pytest.approx(statistics.fmean(bleus)), pytest.approx(statistics.stdev(bleus)))
+    assert mean_std([17.0]) == (17.0, None)
+    summary = [line for line in report.lines() if "mean ± std over 3 runs" in line]
+    assert summary and f"{statistics.fmean(bleus):.2f} ± {statistics.stdev(bleus):.2f}" in summary[0]
+
+
+def test_reference_of_another_length_names_the_file(tmp_path: Path) -> None:
+    short = tmp_path / "test.short.fr"
+    short.write_text("".join(f"{x}\n" for x in read_lines(shared_file(REF))[:150]), encoding="utf-8")
+    with pytest.raises(ReferenceFileError, match=r"test\.short\.fr:151: reference has 150 lines but the hypotheses "
+                       r"\S*test\.tuned\.1best have 200"):
+        evaluate([shared_file(TUNED)], [short], lang="fr")
+    result = CliRunner().invoke(main, ["evaluate", "--hyp", str(shared_file(TUNED)), "--ref", str(short)])
+    assert result.exit_code == 1 and "test.short.fr:151" in result.output
+
+
+def test_cli_evaluate_hyp_files(tmp_path: Path) -> None:
+    out_json = tmp_path / "report.json"
+    args = ["evaluate", "--hyp", str(shared_file(TUNED)), "--ref", str(shared_file(REF)), "--tok-ref",
+            str(shared_file(TOK_REF)), "--baseline", str(shared_file(DEFAULT)), "--bootstrap-samples", "200",
+            "--json", str(out_json)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert f"signature: {SIGNATURE}" in result.output
+    assert f"tokenized BLEU (tok:none, tokenized reference) = {TUNED_TOK_BLEU:.2f}" in result.output
+    doc = json.loads(out_json.read_text())
+    assert doc["system"][0]["bleu"] == pytest.approx(TUNED_BLEU, abs=0.005)
+    assert 0 < doc["bootstrap"][0]["p_value"] <= 1
+    usage = CliRunner().invoke(main, ["evaluate", "--ref", str(shared_file(REF))])
+    assert usage.exit_code == 2 and "--hyp" in usage.output
+
+
+FAKE_MOSES = r'''#!{python}
+"""Fake moses: writes a fixed n-best list (when asked) and its first hypotheses as the 1-best."""
+import sys
+args = sys.argv[1:]
+lines = open({pool!r}, encoding="utf-8").read().splitlines()
+n = len(sys.stdin.read().splitlines())
+if "-n-best-list" in args:
+    open(args[args.index("-n-best-list") + 1], "w", encoding="utf-8").write("".join(x + "\n" for x in lines))
+seen = set()
+for x in lines:
+    sid, hyp = x.split(" ||| ")[:2]
+    if sid not in seen:
+        seen.add(sid)
+        print(hyp)
+'''
+
+
+@pytest.fixture
+def fake_system(tmp_path: Path) -> dict[str, Path]:
+    root = shared_file(FIXTURE)
+    n = 4
+    lines = gzip.decompress((root / "nbest/dev.nbest.gz").read_bytes()).decode("utf-8").splitlines()
+    pool = tmp_path / "pool.nbest"
+    pool.write_text("".join(f"{x}\n" for x in lines if int(x.split(" ||| ", 1)[0]) < n), encoding="utf-8")
+    src = tmp_path / "src.en"
+    src.write_text("".join(f"{x}\n" for x in read_lines(root / "data/dev.tok.tc.en")[:n]), encoding="utf-8")
+    ini = tmp_path / "sys/moses.ini"
+    ini.parent.mkdir()
+    ini.write_text((root / "filtered/moses.ini").read_text())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "moses"
+    fake.write_text(FAKE_MOSES.format(python=sys.executable, pool=str(pool)), encoding="utf-8")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return {"pool": pool, "src": src, "ini": ini, "bin": bin_dir}
+
+
+def test_decode_without_sidecar_is_the_moses_1best(fake_system: dict[str, Path], tmp_path: Path) -> None:
+    ini, src = fake_system["ini"], fake_system["src"]
+    out = decode_test_set(ini, src, tmp_path / "o/out.tok", moses_bin_dir=fake_system["bin"])
+    firsts = {}
+    for line in fake_system["pool"].read_text().splitlines():
+        firsts.setdefault(line.split(" ||| ")[0], line.split(" ||| ")[1])
+    assert out.read_text().splitlines() == list(firsts.values())
+
+
+def test_decode_with_extra_feature_rescores_the_nbest_list(fake_system: dict[str, Path], tmp_path: Path) -> None:
+    # A large WordCount weight makes the longest hypothesis of each sentence win the rescoring.
+    write_sidecar(fake_system["ini"], [ExtraFeatureWeights("WordCount", "WordCount", (1000.0,))])
+    ini, src = fake_system["ini"], fake_system["src"]
+    out = decode_test_set(ini, src, tmp_path / "out.tok", moses_bin_dir=fake_system["bin"])
+    by_sentence: dict[str, list[str]] = {}
+    for line in fake_system["pool"].read_text().splitlines():
+        sid, hyp = line.split(" ||| ")[:2]
+        by_sentence.setdefault(sid, []).append(hyp.strip())
+    got = out.read_text(encoding="utf-8").splitlines()
+    assert len(got) == 4
+    for hyp, pool in zip(got, by_sentence.values(), strict=True):
+        assert len(hyp.split()) == max(len(h.split()) for h in pool)
+    # The rescored list is kept, with the feature; a list feature without a weight is an error.
+    rescored = tmp_path / "out.tok.nbest.gz"
+    assert "WordCount= " in gzip.decompress(rescored.read_bytes()).decode()
+    with pytest.raises(ValueError, match="no 6 weight.*LexicalReordering0"):
+        rescore_one_best(rescored, {"LM0": [1.0]}, 4)
+
+
+def test_decode_failure_and_missing_moses(fake_system: dict[str, Path], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MOSES_BIN_DIR", raising=False)
+    with pytest.raises(DecoderError, match="MOSES_BIN_DIR"):
+        decode_test_set(fake_system["ini"], fake_system["src"], tmp_path / "out.tok")
+    args = ["evaluate", "--moses-ini", str(fake_system["ini"]), "--ref", str(fake_system["src"])]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "need --src" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.moses
+def test_real_moses_decode_reproduces_the_fixture_and_prints_a_signature(tmp_path: Path) -> None:
+    bin_dir = moses_bin_dir()
+    root = shared_file(FIXTURE)
+    n = 15
+    files = {}
+    for key, rel in (("src", "data/test.tok.tc.en"), ("ref", "data/test.fr"), ("tok", "data/test.tok.tc.fr")):
+        files[key] = tmp_path / Path(rel).name
+        files[key].write_text("".join(f"{x}\n" for x in read_lines(root / rel)[:n]), encoding="utf-8")
+    args = ["evaluate", "--moses-ini", str(root / "filtered/moses.ini"), "--src", str(files["src"]),
+            "--ref", str(files["ref"]), "--tok-ref", str(files["tok"]), "--output-dir", str(tmp_path / "eval"),
+            "--moses-bin-dir", str(bin_dir), "--threads", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert f"signature: {SIGNATURE}" in result.output
+    # Same config, same input: the decoder output is the fixture's default-weight test output.
+    decoded = (tmp_path / "eval/system.run1.tok").read_text(encoding="utf-8").splitlines()
+    assert decoded == read_lines(root / "nbest/test.1best")[:n]
+    assert (tmp_path / "eval/system.run1.tok.detok").is_file()

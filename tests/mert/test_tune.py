@@ -1,0 +1,322 @@
+"""The tuning loop (``mert tune``): with a fake decoder, and with the real Moses when available.
+
+The fake ``moses`` has a tiny, fixed search space: the real 100-best lists of the fixture's first
+dev sentences. For each sentence it returns the top-K of that pool under the weights in the ini
+it is given, so new weights bring new hypotheses, as with the real decoder, and everything about
+the loop except the decoder itself runs for real (ini writing, merging, MERT, state, resume).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from mert.cli import main
+from mert.features import read_sidecar
+from mert.tune import (
+    LOG_FILE,
+    STATE_FILE,
+    STOP_CONVERGED,
+    STOP_MAX,
+    STOP_NO_NEW,
+    TuneError,
+    TuneOptions,
+    find_moses_scripts_dir,
+    mert_moses_command,
+    tune,
+    tune_with_mert_moses,
+)
+from moses_integration.decoder import DecoderError
+from moses_integration.moses_ini import MosesIni
+from moses_integration.nbest import load_nbest_arrays, read_nbest
+from shared_paths import moses_bin_dir, shared_file
+
+FIXTURE = "fixtures/hansard-enfr"
+SENTENCES = 12
+TOP_K = 8
+
+FAKE_MOSES = r'''#!{python}
+"""Fake moses: returns each sentence's top-K of a fixed hypothesis pool under the ini's weights."""
+import os, sys
+
+args = sys.argv[1:]
+if os.environ.get("FAKE_MOSES_FAIL"):
+    sys.stderr.write("Defined parameters (per moses.ini or switch):\n" * 30)
+    sys.stderr.write("Exception: Size of scoreVector != number (4!=5) of score components\n")
+    sys.exit(1)
+ini = args[args.index("-f") + 1]
+i = args.index("-n-best-list")
+nbest_path, size = args[i + 1], int(args[i + 2])
+weights, section = {{}}, None
+for raw in open(ini, encoding="utf-8"):
+    line = raw.split("#", 1)[0].strip()
+    if line.startswith("["):
+        section = line
+    elif section == "[weight]" and line:
+        name, *vals = line.split()
+        weights[name[:-1]] = [float(v) for v in vals]
+static = bool(os.environ.get("FAKE_MOSES_STATIC"))
+pool = {{}}
+for line in open({pool!r}, encoding="utf-8"):
+    sid, hyp, feats, total = line.rstrip("\n").split(" ||| ")[:4]
+    score, name, k = 0.0, None, 0
+    for tok in feats.split():
+        if tok.endswith("="):
+            name, k = tok[:-1], 0
+        else:
+            score += weights[name][k] * float(tok)
+            k += 1
+    pool.setdefault(int(sid), []).append((0.0 if static else score, hyp, feats))
+src = sys.stdin.read().splitlines()
+with open(nbest_path, "w", encoding="utf-8") as nb:
+    for s in range(len(src)):
+        ranked = sorted(pool[s], key=lambda x: -x[0])[: min(size, {top_k})]
+        for score, hyp, feats in ranked:
+            nb.write(f"{{s}} ||| {{hyp}} ||| {{feats}} ||| {{score:.6g}}\n")
+        print(ranked[0][1].strip())
+'''
+
+
+@pytest.fixture
+def dev(tmp_path: Path) -> dict[str, Path]:
+    """A small dev set (source, reference, hypothesis pool) and a fake moses bin dir."""
+    root = shared_file(FIXTURE)
+    lines = gzip.decompress((root / "nbest/dev.nbest.gz").read_bytes()).decode("utf-8").splitlines()
+    pool = tmp_path / "pool.nbest"
+    pool.write_text("".join(f"{x}\n" for x in lines if int(x.split(" ||| ", 1)[0]) < SENTENCES), encoding="utf-8")
+    paths = {"pool": pool, "ini": root / "filtered/moses.ini"}
+    for key, name in (("src", "dev.tok.tc.en"), ("ref", "dev.tok.tc.fr")):
+        text = (root / "data" / name).read_text(encoding="utf-8").splitlines()[:SENTENCES]
+        paths[key] = tmp_path / name
+        paths[key].write_text("".join(f"{x}\n" for x in text), encoding="utf-8")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "moses"
+    fake.write_text(FAKE_MOSES.format(python=sys.executable, pool=str(pool), top_k=TOP_K), encoding="utf-8")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    paths["bin"] = bin_dir
+    return paths
+
+
+def _options(dev: dict[str, Path], work: Path, **kw: object) -> TuneOptions:
+    base: dict[str, object] = dict(
+        ini=dev["ini"], source=dev["src"], references=[dev["ref"]], work_dir=work, moses_bin_dir=dev["bin"],
+        restarts=5,
+    )
+    base.update(kw)
+    return TuneOptions(**base)  # type: ignore[arg-type]
+
+
+def _weight_shape(ini: Path) -> dict[str, int]:
+    return {name: len(values) for name, values in MosesIni.read(ini).weights().items()}
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def test_loop_keeps_every_iteration_and_writes_a_tuned_ini(dev: dict[str, Path], tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    messages: list[str] = []
+    result = tune(_options(dev, work, max_iterations=6, output_ini=tmp_path / "out/tuned.ini"), log=messages.append)
+    n = len(result.iterations)
+    assert n >= 2 and result.stop_reason in {STOP_CONVERGED, STOP_NO_NEW, STOP_MAX}
+    for i in range(1, n + 1):
+        for suffix in ("moses.ini", "out", "nbest.gz"):
+            assert (work / f"run{i}.{suffix}").is_file()
+        # each kept list is a complete, valid Moses n-best list of the dev set
+        assert load_nbest_arrays(work / f"run{i}.nbest.gz", expected_sentences=SENTENCES).features.shape[1] == 14
+    assert not list(work.glob("run*.nbest")) and not list(work.glob(".*tmp"))
+    rows = (work / LOG_FILE).read_text().splitlines()
+    assert rows[0].startswith("iteration\tdecode_seconds") and len(rows) == n + 1
+    merged = [r.merged_hypotheses for r in result.iterations]
+    assert merged == sorted(merged) and merged[0] == SENTENCES * TOP_K
+    assert sum(r.new_hypotheses for r in result.iterations) == merged[-1]
+    first = result.iterations[0]
+    assert first.optimised_bleu is not None and first.optimised_bleu > first.dev_bleu_1best
+    # Progress: one line per iteration with the numbers a user watches.
+    assert sum(m.startswith("iteration ") for m in messages) == n
+    assert "dev BLEU of the 1-best" in messages[0] and "optimised BLEU" in messages[0]
+    # The tuned config: same features and weight counts, the final weights, absolute model paths.
+    for ini in (work / "moses.ini", tmp_path / "out/tuned.ini"):
+        assert _weight_shape(ini) == _weight_shape(dev["ini"])
+        tuned = MosesIni.read(ini)
+        assert tuned.weights() == result.weights
+        assert all(os.path.isabs(f.path) for f in tuned.feature_lines() if f.path)
+        assert not Path(f"{ini}.extra-features").exists()
+    assert result.weights["UnknownWordPenalty0"] == [1.0]  # untuneable: kept as it was
+    tuneable = np.concatenate([v for k, v in result.weights.items() if k != "UnknownWordPenalty0"])
+    if result.iterations[-1].optimised_bleu is not None:
+        assert np.abs(tuneable).sum() == pytest.approx(1.0)  # L1-normalised, as Moses' mert
+    state = json.loads((work / STATE_FILE).read_text())
+    assert state["completed_iterations"] == n and state["stop_reason"] == result.stop_reason
+
+
+def test_same_list_twice_stops_with_no_new_hypotheses(
+    dev: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_MOSES_STATIC", "1")
+    result = tune(_options(dev, tmp_path / "work", max_iterations=5), log=_quiet)
+    assert result.stop_reason == STOP_NO_NEW
+    assert [r.new_hypotheses for r in result.iterations] == [SENTENCES * TOP_K, 0]
+    second = result.iterations[1]
+    assert second.optimised_bleu is None and second.weights == result.iterations[0].weights
+    assert MosesIni.read(tmp_path / "work/moses.ini").weights() == result.iterations[0].weights
+
+
+def test_continue_after_a_crash_gives_the_uninterrupted_result(dev: dict[str, Path], tmp_path: Path) -> None:
+    full = tune(_options(dev, tmp_path / "full", max_iterations=4, min_weight_change=0.0), log=_quiet)
+    assert len(full.iterations) >= 3, "the fake must keep producing new hypotheses for this test"
+    work = tmp_path / "crashed"
+    tune(_options(dev, work, max_iterations=2, min_weight_change=0.0), log=_quiet)
+    # A crash in iteration 3 leaves partial files and no state update; they must be redone.
+    (work / "run3.nbest.gz").write_bytes(b"partial garbage")
+    (work / "run3.moses.ini").write_text("[weight]\n")
+    with pytest.raises(TuneError, match="--continue"):
+        tune(_options(dev, work, max_iterations=4, min_weight_change=0.0), log=_quiet)
+    with pytest.raises(TuneError, match="cannot --continue: references"):
+        tune(_options(dev, work, max_iterations=4, references=[dev["src"]], resume=True), log=_quiet)
+    messages: list[str] = []
+    resumed = tune(_options(dev, work, max_iterations=4, min_weight_change=0.0, resume=True), log=messages.append)
+    assert messages[0].startswith("resuming") and "after iteration 2" in messages[0]
+    assert resumed.weights == full.weights  # exactly: seeds per iteration, weights stored exactly
+    assert [r.optimised_bleu for r in resumed.iterations] == [r.optimised_bleu for r in full.iterations]
+    assert MosesIni.read(work / "moses.ini").weights() == MosesIni.read(tmp_path / "full/moses.ini").weights()
+    def log_rows(folder: Path) -> list[list[str]]:  # all but the timings
+        rows = [line.split("\t") for line in (folder / LOG_FILE).read_text().splitlines()]
+        return [r[:1] + r[2:7] + r[8:] for r in rows]
+
+    assert log_rows(work) == log_rows(tmp_path / "full")
+    # Continuing a finished run only rewrites the outputs.
+    again = tune(_options(dev, work, max_iterations=4, min_weight_change=0.0, resume=True), log=_quiet)
+    assert again.weights == full.weights and len(again.iterations) == len(full.iterations)
+
+
+def test_extra_feature_is_tuned_and_its_weight_goes_to_the_sidecar(dev: dict[str, Path], tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    # An ini written elsewhere whose relative model paths refer to the system folder (what
+    # rescore-phrase-table --moses-ini-out gives): --decoder-cwd names that folder.
+    copy = tmp_path / "elsewhere/moses.ini"
+    copy.parent.mkdir()
+    copy.write_text(dev["ini"].read_text())
+    opts = _options(dev, work, ini=copy, decoder_cwd=dev["ini"].parent, max_iterations=3,
+                    feature_specs=["LengthRatio:1.1"])
+    result = tune(opts, log=_quiet)
+    lm = MosesIni.read(work / "run1.moses.ini").find_feature("LM0")
+    assert lm is not None and lm.path == str(dev["ini"].parent.resolve() / "lm.fr.binary")
+    entries = list(read_nbest(work / "run1.nbest.gz"))
+    assert all(e.features[-1][0] == "LengthRatio" for e in entries)
+    assert len(result.weights["LengthRatio"]) == 1
+    extras = read_sidecar(work / "moses.ini")
+    assert [(e.spec, e.name, e.weights) for e in extras] == [
+        ("LengthRatio:1.1", "LengthRatio", tuple(result.weights["LengthRatio"]))
+    ]
+    tuned = MosesIni.read(work / "moses.ini").weights()
+    assert "LengthRatio" not in tuned and _weight_shape(work / "moses.ini") == _weight_shape(dev["ini"])
+    # Moses never sees the extra feature: the per-iteration configs have no weight for it.
+    assert "LengthRatio" not in (work / "run2.moses.ini").read_text()
+
+
+def test_bad_options_are_clear_errors(dev: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TuneError, match="already used"):
+        tune(_options(dev, tmp_path / "w1", feature_specs=["mert.features:WordCount:LM0"]), log=_quiet)
+    with pytest.raises(ValueError, match="reference file ends after 11 lines"):
+        short = tmp_path / "short.fr"
+        short.write_text("".join(dev["ref"].read_text().splitlines(keepends=True)[:-1]))
+        tune(_options(dev, tmp_path / "w2", references=[short]), log=_quiet)
+    monkeypatch.delenv("MOSES_BIN_DIR", raising=False)
+    with pytest.raises(DecoderError, match="MOSES_BIN_DIR"):
+        tune(_options(dev, tmp_path / "w3", moses_bin_dir=None), log=_quiet)
+    monkeypatch.setenv("FAKE_MOSES_FAIL", "1")
+    with pytest.raises(DecoderError, match=r"(?s)moses failed \(exit 1\).*Size of scoreVector"):
+        tune(_options(dev, tmp_path / "w4"), log=_quiet)
+
+
+def test_cli_tune_prints_the_weights(dev: dict[str, Path], tmp_path: Path) -> None:
+    args = ["tune", "--moses-ini", str(dev["ini"]), "--src", str(dev["src"]), "--ref", str(dev["ref"]),
+            "--work-dir", str(tmp_path / "work"), "--moses-bin-dir", str(dev["bin"]), "--max-iterations", "2",
+            "--restarts", "3"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "LM0= " in result.output and "iteration(s), stopped:" in result.output
+    again = CliRunner().invoke(main, args)  # the work dir is taken: refuse, point to --continue
+    assert again.exit_code == 1 and "--continue" in again.output
+
+
+def test_engine_moses_command_and_errors(dev: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cmd = mert_moses_command(
+        tmp_path / "scripts", tmp_path / "bin", Path("a.ini"), Path("dev.en"), Path("dev.fr"), tmp_path / "mm",
+        threads=2, max_iterations=10,
+    )
+    assert cmd[0] == "perl" and cmd[1].endswith("training/mert-moses.pl")
+    assert all(os.path.isabs(c) for c in cmd[1:6])
+    assert "--decoder-flags=-threads 2" in cmd and "--maximum-iterations=10" in cmd
+    assert "--predictable-seeds" in cmd and "--no-filter-phrase-table" in cmd and "--nbest=100" in cmd
+    monkeypatch.delenv("MOSES_SCRIPTS_DIR", raising=False)
+    with pytest.raises(TuneError, match="--moses-scripts-dir or set MOSES_SCRIPTS_DIR"):
+        find_moses_scripts_dir(None, tmp_path / "nowhere/bin")
+    opts = _options(dev, tmp_path / "w", feature_specs=["WordCount"])
+    with pytest.raises(TuneError, match="does not support --feature"):
+        tune_with_mert_moses(opts)
+
+
+@pytest.mark.skipif(shutil.which("perl") is None, reason="needs perl for the stand-in mert-moses.pl")
+def test_engine_moses_runs_the_script_and_copies_its_ini(
+    dev: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scripts = tmp_path / "scripts"
+    (scripts / "training").mkdir(parents=True)
+    (scripts / "training/mert-moses.pl").write_text(
+        'my ($wd) = map { /^--working-dir=(.*)/ ? $1 : () } @ARGV; mkdir $wd;\n'
+        'open(IN, $ARGV[3]) or die; open(OUT, ">$wd/moses.ini") or die;\n'
+        'print OUT "# stand-in tuned\\n"; print OUT while <IN>; close OUT;\n'
+    )
+    for tool in ("mert", "extractor"):
+        (dev["bin"] / tool).write_text("")
+    monkeypatch.setenv("MOSES_SCRIPTS_DIR", str(scripts))
+    final = tune_with_mert_moses(_options(dev, tmp_path / "work", output_ini=tmp_path / "t.ini"), log=_quiet)
+    text = final.read_text()
+    assert text.startswith("# stand-in tuned") and (tmp_path / "t.ini").read_text() == text
+    # mert-moses.pl runs moses from its own working dir: it got absolute model paths.
+    assert all(os.path.isabs(f.path) for f in MosesIni.read(final).feature_lines() if f.path)
+
+
+@pytest.mark.slow
+@pytest.mark.moses
+def test_real_moses_tuning_improves_dev_bleu(tmp_path: Path) -> None:
+    """3 iterations of real tuning on the first 30 dev sentences of the fixture (a few minutes)."""
+    bin_dir = moses_bin_dir()
+    root = shared_file(FIXTURE)
+    n = 30
+    paths = {}
+    for key, name in (("src", "dev.tok.tc.en"), ("ref", "dev.tok.tc.fr")):
+        paths[key] = tmp_path / name
+        lines = (root / "data" / name).read_text(encoding="utf-8").splitlines()[:n]
+        paths[key].write_text("".join(f"{x}\n" for x in lines), encoding="utf-8")
+    work = tmp_path / "work"
+    result = tune(
+        TuneOptions(
+            ini=root / "filtered/moses.ini", source=paths["src"], references=[paths["ref"]], work_dir=work,
+            moses_bin_dir=bin_dir, threads=2, max_iterations=3,
+        )
+    )
+    assert len(result.iterations) >= 2
+    first = result.iterations[0]
+    assert first.hypotheses > 20 * n  # a real 100-best list
+    assert result.best_optimised_bleu is not None and result.best_optimised_bleu > first.dev_bleu_1best
+    assert _weight_shape(work / "moses.ini") == _weight_shape(root / "filtered/moses.ini")
+    # The tuned config (absolute model paths) decodes from anywhere.
+    from moses_integration.decoder import decode
+
+    (tmp_path / "elsewhere").mkdir()
+    out = decode(bin_dir, work / "moses.ini", paths["src"], tmp_path / "out.txt", threads=2, cwd=tmp_path / "elsewhere")
+    assert len(out.output.read_text(encoding="utf-8").splitlines()) == n
