@@ -159,6 +159,14 @@ class PairData:
         h.update(str(self.num_pairs).encode())
         return h.hexdigest()
 
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        """The training pairs in the random order of one epoch (cached: drawing it is O(n))."""
+        key = (seed, epoch)
+        if getattr(self, "_order_key", None) != key:
+            self._order = np.random.default_rng([seed, epoch]).permutation(self.train_idx)
+            self._order_key = key
+        return self._order
+
     def target_lengths(self, idx: np.ndarray) -> np.ndarray:
         return self.tgt_offsets[idx + 1] - self.tgt_offsets[idx]
 

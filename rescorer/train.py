@@ -70,7 +70,7 @@ def group_batches(data: PairData, cfg: TrainConfig, epoch: int, group_start: int
 
     Being a pure function is what makes resume exact: the state to save is just three integers.
     """
-    perm = np.random.default_rng([cfg.seed, epoch]).permutation(data.train_idx)
+    perm = data.epoch_order(cfg.seed, epoch)
     group = perm[group_start : group_start + cfg.batch_size * cfg.length_group]
     group = group[np.argsort(data.target_lengths(group), kind="stable")]
     batches = [group[i : i + cfg.batch_size] for i in range(0, len(group), cfg.batch_size)]
