@@ -216,3 +216,32 @@ def test_without_model_trains_on_the_table_then_scores(tmp_path):
     assert res.exit_code == 0, res.output
     assert (tmp_path / "out.gz.model.pt").exists()
     assert len(lines_of(out)) == len(lines_of(table))
+
+
+def test_scores_parquet_matches_the_written_columns(sample, checkpoint, reference_output, tmp_path):
+    import pyarrow.parquet as pq
+
+    parquet = tmp_path / "scores.parquet"
+    rescore(sample, tmp_path / "o.gz", checkpoint, chunk_lines=1000, scores_parquet=str(parquet))
+    table = pq.read_table(parquet)
+    assert table.num_rows == 5166
+    assert not (tmp_path / "scores.parquet.parts").exists()
+    lines = lines_of(reference_output)
+    for i in (0, 1234, 5165):
+        fields = lines[i].decode().split(" ||| ")
+        assert table.column("source")[i].as_py() == fields[0]
+        assert table.column("target")[i].as_py() == fields[1]
+        scores = [float(x) for x in fields[2].split()]
+        assert table.column("table_scores")[i].as_py() == scores[:4]
+        assert math.log(scores[4]) == pytest.approx(table.column("log_p")[i].as_py(), abs=1e-4)
+        assert table.column("n_unk")[i].as_py() == -round(math.log(scores[5]))
+
+
+def test_stdin_to_stdout(sample, model_path, reference_output):
+    exe = str(Path(sys.executable).parent / "rescore-phrase-table")
+    result = subprocess.run([exe, "-", "-", "--model", str(model_path), "--chunk-lines", "1000", "-j", "0",
+                             "--token-budget", "4096",
+                             "--device", "cpu", "--quiet"], input=gzip.decompress(sample.read_bytes()),
+                            capture_output=True, check=True)
+    assert result.stdout.splitlines() == lines_of(reference_output)
+    assert b"rescored 5166 lines" in result.stderr
