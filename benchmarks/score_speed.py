@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="paper,small")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--chunk-lines", type=int, default=100_000)
-    parser.add_argument("--token-budget", type=int, default=16384)
+    parser.add_argument("--token-budget", type=int, default=None, help="default: automatic")
     parser.add_argument("--skip-baseline", action="store_true", help="no run without sharing/sorting")
     args = parser.parse_args()
     if not args.table.exists():

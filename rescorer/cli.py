@@ -118,8 +118,8 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
               help="which side's words outside the shortlist the penalty counts")
 @click.option("-j", "--workers", type=int, default=None, help="compression processes [default: all cores]")
 @click.option("--chunk-lines", type=int, default=100_000, show_default=True)
-@click.option("--token-budget", type=int, default=16384, show_default=True,
-              help="padded tokens per batch (halved automatically on GPU out-of-memory)")
+@click.option("--token-budget", type=int,
+              help="padded tokens per batch [default: 8192 on CPU, from free memory on GPU; halved on OOM]")
 @click.option("--skip-bad-lines", is_flag=True, help="copy malformed lines through unscored instead of stopping")
 @click.option("--shard", help="score only slice K/N (1-based), cut at source-phrase boundaries")
 @click.option("--resume", is_flag=True, help="continue a killed run from its last completed chunk")
