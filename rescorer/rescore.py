@@ -319,6 +319,8 @@ def rescore_phrase_table(
                 output_bytes = _write_head(in_flight, out, output_bytes, to_stdout, progress_path, identity)
         while in_flight:
             output_bytes = _write_head(in_flight, out, output_bytes, to_stdout, progress_path, identity)
+        if output_bytes == 0 and compress is not None:
+            out.write(gzip.compress(b"", mtime=0))  # an empty table is still a valid gzip file
     except BaseException:
         stop.set()
         if not to_stdout:

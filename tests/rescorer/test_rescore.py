@@ -245,3 +245,10 @@ def test_stdin_to_stdout(sample, model_path, reference_output):
                             capture_output=True, check=True)
     assert result.stdout.splitlines() == lines_of(reference_output)
     assert b"rescored 5166 lines" in result.stderr
+
+
+def test_empty_table_gives_a_valid_empty_gzip(tmp_path, checkpoint):
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    summary = rescore(empty, tmp_path / "o.gz", checkpoint)
+    assert summary.lines == 0 and lines_of(tmp_path / "o.gz") == []
