@@ -59,6 +59,9 @@ DEFAULT_MIN_WEIGHT_CHANGE = 1e-5
 #: same (offset by ``--seed``), so a run is reproducible and a resumed run equals a fresh one.
 SEED_STRIDE = 1000
 
+#: Binaries mert-moses.pl checks for in its --mertdir before doing anything.
+MERT_MOSES_TOOLS = ("extractor", "mert", "pro", "kbmira", "evaluator")
+
 STOP_CONVERGED = "weights converged"
 STOP_NO_NEW = "no new hypotheses"
 STOP_MAX = "maximum iterations"
@@ -174,26 +177,12 @@ def weights_dict(vector: np.ndarray, names: FeatureNames) -> dict[str, list[floa
     return out
 
 
-def absolutize_paths(ini: MosesIni, base: Path) -> MosesIni:
-    """Make every relative ``path=`` of ``[feature]`` absolute against ``base``.
-
-    Moses resolves model paths against its *working directory*, so a copy of a relocatable
-    config written elsewhere (``work/run3.moses.ini``, the final ``moses.ini``) would point
-    nowhere once moved; absolute paths make the copies usable from any directory.
-    """
-    for feature in ini.feature_lines():
-        path = feature.path
-        if path and not os.path.isabs(path):
-            ini.set_feature_arg(feature.name, "path", os.path.abspath(base / path))
-    return ini
-
-
 def config_with_weights(
     original: Path, weights: dict[str, list[float]], *, base: Path | None = None, comment: Sequence[str] = ()
 ) -> MosesIni:
     """The original config with model paths made absolute (against ``base``, default its folder) and ``weights``."""
     folder = base.resolve() if base is not None else original.resolve().parent
-    ini = absolutize_paths(MosesIni.read(original), folder)
+    ini = MosesIni.read(original).absolutize_paths(folder)
     known = set(ini.weights())
     for name, values in weights.items():
         if name not in known:
@@ -632,16 +621,18 @@ def tune_with_mert_moses(
     if options.fixed:
         raise TuneError("--engine moses does not support --fixed")
     bin_dir = find_moses_bin_dir(options.moses_bin_dir)
-    for tool in ("mert", "extractor"):
-        if not (bin_dir / tool).is_file():
-            raise TuneError(f"--engine moses needs Moses' {tool!r} binary in {bin_dir}")
+    # mert-moses.pl refuses to start unless all of these are executable in --mertdir, even the
+    # ones plain MERT never runs (pro, kbmira); say so up front rather than through its log.
+    missing = [t for t in MERT_MOSES_TOOLS if not os.access(bin_dir / t, os.X_OK)]
+    if missing:
+        raise TuneError(f"--engine moses: mert-moses.pl needs {', '.join(missing)} (Moses' mert/ tools) in {bin_dir}")
     scripts = find_moses_scripts_dir(scripts_dir, bin_dir)
     work = options.work_dir
     work.mkdir(parents=True, exist_ok=True)
     # mert-moses.pl runs the decoder from its working dir: give it absolute model paths.
     abs_ini = work / "moses.start.ini"
     base = (options.decoder_cwd or options.ini.parent).resolve()
-    absolutize_paths(MosesIni.read(options.ini), base).write(abs_ini)
+    MosesIni.read(options.ini).absolutize_paths(base).write(abs_ini)
     mm_dir = work / "mert-moses"
     cmd = mert_moses_command(
         scripts,

@@ -312,6 +312,19 @@ class MosesIni:
     def phrase_tables(self) -> list[FeatureLine]:
         return [f for f in self.feature_lines() if f.is_phrase_table]
 
+    def absolutize_paths(self, base: str | os.PathLike[str]) -> MosesIni:
+        """Make every relative ``path=`` in ``[feature]`` absolute against ``base``; returns self.
+
+        Moses resolves model paths against its *working directory*, so a copy of a relocatable
+        config written elsewhere would point nowhere once moved; absolute paths make the copy
+        usable from any directory.
+        """
+        for feature in self.feature_lines():
+            path = feature.path
+            if path and not os.path.isabs(path):
+                self.set_feature_arg(feature.name, "path", os.path.abspath(os.path.join(base, path)))
+        return self
+
     def set_feature_arg(self, name: str, key: str, value: str) -> FeatureLine:
         """Set ``key=value`` on feature ``name``: replace that token in place, or append it.
 

@@ -531,8 +531,9 @@ TEXT_TABLE_TYPES = ("PhraseDictionaryMemory", "PhraseDictionaryMultiModel")
 def write_moses_ini(ini_in: str, ini_out: str, table_path: str, weights: tuple[float, ...]) -> None:
     """A moses.ini whose phrase table is ``table_path``, with ``len(weights)`` more features.
 
-    The path is written absolute because Moses resolves relative paths against its working
-    directory, which is rarely the folder of the ini. A binarised table (compact, on-disk) cannot
+    Paths are written absolute (the other models' relative paths resolved against the input ini's
+    folder) because Moses resolves relative paths against its working directory, which is rarely
+    the folder of the new ini. A binarised table (compact, on-disk) cannot
     read the text output; the error says which command rebuilds it with the right score count.
     """
     from moses_integration.moses_ini import MosesIni, MosesIniError
@@ -548,5 +549,8 @@ def write_moses_ini(ini_in: str, ini_out: str, table_path: str, weights: tuple[f
             f"or change the feature to PhraseDictionaryMemory",
         )
     new_path = table_path if table_path == "-" else str(Path(table_path).resolve())
+    # Relocatable systems keep relative model paths, valid when Moses runs in the ini's folder;
+    # the new ini lives elsewhere, so its other models are pinned to where they are now.
+    ini.absolutize_paths(Path(ini_in).resolve().parent)
     ini.add_phrase_table_scores(new_path, weights)
     ini.write(ini_out)

@@ -24,6 +24,7 @@ from mert.cli import main
 from mert.features import read_sidecar
 from mert.tune import (
     LOG_FILE,
+    MERT_MOSES_TOOLS,
     STATE_FILE,
     STOP_CONVERGED,
     STOP_MAX,
@@ -280,10 +281,14 @@ def test_engine_moses_runs_the_script_and_copies_its_ini(
         'open(IN, $ARGV[3]) or die; open(OUT, ">$wd/moses.ini") or die;\n'
         'print OUT "# stand-in tuned\\n"; print OUT while <IN>; close OUT;\n'
     )
-    for tool in ("mert", "extractor"):
-        (dev["bin"] / tool).write_text("")
+    opts = _options(dev, tmp_path / "work", output_ini=tmp_path / "t.ini")
     monkeypatch.setenv("MOSES_SCRIPTS_DIR", str(scripts))
-    final = tune_with_mert_moses(_options(dev, tmp_path / "work", output_ini=tmp_path / "t.ini"), log=_quiet)
+    with pytest.raises(TuneError, match="needs extractor, mert, pro, kbmira, evaluator"):
+        tune_with_mert_moses(opts, log=_quiet)
+    for tool in MERT_MOSES_TOOLS:
+        (dev["bin"] / tool).write_text("")
+        (dev["bin"] / tool).chmod(0o755)
+    final = tune_with_mert_moses(opts, log=_quiet)
     text = final.read_text()
     assert text.startswith("# stand-in tuned") and (tmp_path / "t.ini").read_text() == text
     # mert-moses.pl runs moses from its own working dir: it got absolute model paths.

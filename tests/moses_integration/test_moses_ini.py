@@ -355,3 +355,14 @@ def test_example_ini_matches_example_table() -> None:
     assert len(weights["TranslationModel0"]) == table.num_features
     assert {name for name, _ in ini.weight_order()} == set(weights)
     assert ini.text() == (REPO_ROOT / "examples" / "moses.ini").read_text()
+
+
+def test_absolutize_paths_pins_relative_model_paths(tmp_path):
+    ini = MosesIni.parse(
+        "[feature]\nKENLM name=LM0 factor=0 path=lm.bin order=4\n"
+        "PhraseDictionaryMemory name=TranslationModel0 num-features=4 path=/abs/pt.gz input-factor=0\n"
+        "[weight]\nLM0= 0.5\nTranslationModel0= 0.2 0.2 0.2 0.2\n"
+    )
+    ini.absolutize_paths(tmp_path)
+    assert ini.find_feature("LM0").path == str(tmp_path / "lm.bin")
+    assert ini.find_feature("TranslationModel0").path == "/abs/pt.gz"
