@@ -20,13 +20,13 @@ Scores are on sacrebleu's 0..100 scale throughout this package (Moses' ``mert`` 
 from __future__ import annotations
 
 import itertools
-import os
 from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 
+from moses_integration.errors import FileLineError
 from moses_integration.phrase_table import PathArg, display_name, open_input
 
 NGRAM_ORDER = 4
@@ -37,24 +37,12 @@ REF_LEN = 2 * NGRAM_ORDER + 1
 Smoothing = Literal["none", "exp"]
 
 
-class ReferenceFileError(ValueError):
+class ReferenceFileError(FileLineError):
     """A reference file that does not fit the n-best list, located by file and 1-based line.
 
     Reference/n-best misalignment is the classic silent MERT failure (every sentence scored
     against its neighbour's reference), so it is always an error naming the file.
     """
-
-    def __init__(self, path: PathArg, line_no: int, reason: str) -> None:
-        self.path = os.fspath(path)
-        self.line_no = line_no
-        self.reason = reason
-        super().__init__(f"{self.path}:{line_no}: {reason}")
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line_no}: {self.reason}"
-
-    def __reduce__(self) -> tuple[type[ReferenceFileError], tuple[str, int, str]]:
-        return (type(self), (self.path, self.line_no, self.reason))
 
 
 # --------------------------------------------------------------------------------------------

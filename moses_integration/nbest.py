@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import os
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,31 +23,19 @@ from typing import TextIO
 
 import numpy as np
 
+from moses_integration.errors import FileLineError
 from moses_integration.phrase_table import PathArg, display_name, open_input
 
 FIELD_SEPARATOR = "|||"
 FeatureNames = list[tuple[str, int]]
 
 
-class NBestError(ValueError):
+class NBestError(FileLineError):
     """An n-best line that cannot be used, located by file and 1-based line.
 
     ``str()`` is ``"{path}:{line_no}: {reason}"`` like :class:`PhraseTableError`, so users can
     jump straight to the line (``zcat dev.nbest.gz | sed -n 1234p``).
     """
-
-    def __init__(self, path: PathArg, line_no: int, reason: str) -> None:
-        self.path = os.fspath(path)
-        self.line_no = line_no
-        self.reason = reason
-        super().__init__(f"{self.path}:{line_no}: {reason}")
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line_no}: {self.reason}"
-
-    def __reduce__(self) -> tuple[type[NBestError], tuple[str, int, str]]:
-        # Keep the three attributes when the error crosses a process boundary.
-        return (type(self), (self.path, self.line_no, self.reason))
 
 
 @dataclass(slots=True)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from moses_integration.errors import FileLineError
+
 SEPARATOR = b" ||| "
 LOG_FLOOR = -100.0
 GZIP_MAGIC = b"\x1f\x8b"
@@ -36,25 +38,12 @@ _WRITE_BATCH_LINES = 4096
 PathArg = str | os.PathLike[str]
 
 
-class PhraseTableError(ValueError):
+class PhraseTableError(FileLineError):
     """A phrase-table line Moses (or the rescorer) cannot use, located by file and 1-based line.
 
     The location matters more than the exception type: on a 100M-line table a user needs to know
     exactly which line to look at (``zcat t.gz | sed -n 1234p``).
     """
-
-    def __init__(self, path: PathArg, line_no: int, reason: str) -> None:
-        self.path = os.fspath(path)
-        self.line_no = line_no
-        self.reason = reason
-        super().__init__(f"{self.path}:{line_no}: {reason}")
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line_no}: {self.reason}"
-
-    def __reduce__(self) -> tuple[type[PhraseTableError], tuple[str, int, str]]:
-        # Keep the three attributes when the error crosses a process boundary (worker pools).
-        return (type(self), (self.path, self.line_no, self.reason))
 
 
 def display_name(path: PathArg) -> str:
@@ -246,10 +235,10 @@ def atomic_output(path: PathArg, compresslevel: int = 6) -> Iterator[BinaryIO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
-    _fsync_dir(dest.parent)
+    fsync_directory(dest.parent)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_directory(folder: Path) -> None:
     """Persist the rename itself; best effort, since some filesystems refuse directory fsync."""
     try:
         dir_fd = os.open(folder, os.O_RDONLY)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from moses_integration.phrase_table import fsync_directory
 from rescorer.config import ModelConfig, TrainConfig
 from rescorer.model import RNNEncoderDecoder
 from rescorer.vocab import Vocab
@@ -143,22 +144,8 @@ def save_checkpoint(
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    _fsync_directory(directory)
+    fsync_directory(directory)
     return path
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable where the OS allows it (POSIX); best effort elsewhere."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> Checkpoint:
