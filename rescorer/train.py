@@ -78,6 +78,11 @@ def group_batches(data: PairData, cfg: TrainConfig, epoch: int, group_start: int
     return [batches[i] for i in order]
 
 
+def last_checkpoint_path(model_out: str | Path) -> Path:
+    """Where the latest training state lives, beside the best model ``model_out``."""
+    return Path(str(model_out) + ".last")
+
+
 def train(
     data: PairData,
     model_out: Path,
@@ -91,7 +96,11 @@ def train(
     resume: bool = False,
     progress: bool = True,
 ) -> TrainResult:
-    """Train until max_steps, max_time or early stopping, checkpointing at every validation."""
+    """Train until max_steps, max_time or early stopping, checkpointing at every validation.
+
+    ``model_out`` holds the model with the best validation log-likelihood (the one to score
+    with); ``model_out.last`` holds the latest state, which ``resume`` continues from.
+    """
     cfg = train_config
     dev = select_device(device)
     amp_dtype = autocast_dtype(dev, precision)
@@ -103,36 +112,41 @@ def train(
         "step": 0, "epoch": 0, "group_start": 0, "batch_in_group": 0, "elapsed": 0.0,
         "best_ll": -math.inf, "bad_validations": 0, "history": [], "data": data.fingerprint(),
     }
-    if resume and Path(model_out).exists():
-        ck = load_checkpoint(model_out, map_location=dev)
+    last = last_checkpoint_path(model_out)
+    resume_from = last if last.exists() else Path(model_out)
+    if resume and resume_from.exists():
+        ck = load_checkpoint(resume_from, map_location=dev)
         if ck.train_state is None or ck.optimizer_state is None:
-            raise ValueError(f"{model_out}: checkpoint holds no training state to resume from")
+            raise ValueError(f"{resume_from}: checkpoint holds no training state to resume from")
         if ck.train_state.get("data") != state["data"]:
-            raise ValueError(f"{model_out}: checkpoint was trained on other data than {data.path}; cannot resume")
+            raise ValueError(f"{resume_from}: checkpoint was trained on other data than {data.path}; cannot resume")
         if ck.config != model_config:
-            raise ValueError(f"{model_out}: checkpoint config {ck.config} differs from the requested {model_config}")
+            raise ValueError(f"{resume_from}: checkpoint config {ck.config} differs from the requested {model_config}")
         model.load_state_dict(ck.model.state_dict())
         optimizer.load_state_dict(ck.optimizer_state)
         state = dict(ck.train_state)
     history = [Validation(**v) for v in state["history"]]
 
-    def checkpoint() -> None:
+    def checkpoint(improved: bool = False) -> None:
+        """The latest state always goes to MODEL.last (for --resume); MODEL is the best so far."""
         state["history"] = [v.__dict__ for v in history]
-        save_checkpoint(
-            model_out, model=model, config=model_config, src_vocab=src_vocab, tgt_vocab=tgt_vocab,
-            train_config=cfg, optimizer_state=optimizer.state_dict(), train_state=state,
-        )
+        for path in (last, model_out) if improved or not Path(model_out).exists() else (last,):
+            save_checkpoint(
+                path, model=model, config=model_config, src_vocab=src_vocab, tgt_vocab=tgt_vocab,
+                train_config=cfg, optimizer_state=optimizer.state_dict(), train_state=state,
+            )
 
-    def validate() -> bool:
-        """Record validation; True when patience ran out."""
+    def validate() -> tuple[bool, bool]:
+        """Record validation; returns (improved, patience ran out)."""
         ll, ppl = evaluate(model, data, data.valid_idx, dev)
         history.append(Validation(state["step"], ll, ppl))
-        if ll > state["best_ll"] + 1e-6:
+        improved = ll > state["best_ll"] + 1e-6
+        if improved:
             state["best_ll"], state["bad_validations"] = ll, 0
         else:
             state["bad_validations"] += 1
         tqdm.write(f"step {state['step']}: valid log-likelihood {ll:.4f}, perplexity {ppl:.2f}", file=sys.stderr)
-        return cfg.patience is not None and state["bad_validations"] >= cfg.patience
+        return improved, cfg.patience is not None and state["bad_validations"] >= cfg.patience
 
     if not history:
         validate()
@@ -172,11 +186,11 @@ def train(
             done_time = cfg.max_time is not None and state["elapsed"] >= cfg.max_time
             at_end = cfg.max_steps is not None and state["step"] >= cfg.max_steps
             if state["step"] % cfg.valid_every == 0 or done_time or at_end:
-                if validate():
+                improved, out_of_patience = validate()
+                checkpoint(improved)
+                if out_of_patience:
                     stopped_by = "early_stopping"
-                    checkpoint()
                     break
-                checkpoint()
             if done_time:
                 stopped_by = "max_time"
                 break
@@ -240,8 +254,9 @@ def train_on_phrase_table(
 
     model_out = Path(model_out)
     vocabs = None
-    if resume and model_out.exists():
-        ck = load_checkpoint(model_out)
+    resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
+    if resume and resume_from.exists():
+        ck = load_checkpoint(resume_from)
         vocabs, model_config = (ck.src_vocab, ck.tgt_vocab), ck.config
         train_config = replace(ck.train_config, max_steps=train_config.max_steps, max_time=train_config.max_time)
     workdir = model_out.with_name(model_out.name + ".data")

@@ -28,9 +28,11 @@ def test_validation_perplexity_falls_on_real_pairs(tmp_path):
     first, best = result.history[0], result.best
     assert best.step > 0
     assert best.perplexity < 0.7 * first.perplexity, [v.perplexity for v in result.history]
-    ck = load_checkpoint(tmp_path / "m.pt")
-    assert ck.train_state["step"] == 120
-    assert len(ck.src_vocab) == ck.config.src_vocab_size <= 2001
+    last = load_checkpoint(tmp_path / "m.pt.last")
+    assert last.train_state["step"] == 120
+    best = load_checkpoint(tmp_path / "m.pt")  # the model file holds the best validation point
+    assert best.train_state["step"] == result.best.step
+    assert len(best.src_vocab) == best.config.src_vocab_size <= 2001
 
 
 def test_resume_continues_to_the_same_model(tmp_path):
