@@ -314,7 +314,7 @@ def rescore_phrase_table(
             }
             in_flight.append((job, marker))
             bar.update(counter.count - bar.n)
-            bar.set_postfix(lines=summary.lines, pairs_s=f"{summary.scored / (time.monotonic() - started):.0f}")
+            bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{summary.scored / (time.monotonic() - started):.0f}")
             while in_flight and (len(in_flight) > 2 * max(1, opts.workers) or _ready(in_flight[0][0])):
                 output_bytes = _write_head(in_flight, out, output_bytes, to_stdout, progress_path, identity)
         while in_flight:
