@@ -71,8 +71,8 @@ tune: install
 		--moses-ini $(SYSTEM_INI) --moses-ini-out $(TUNE_OUT)/moses.rnn.ini \
 		$(if $(RNN_MODEL),--model $(RNN_MODEL),--train-time $(TRAIN_TIME)) $(RESCORE_ARGS)
 	MOSES_BIN_DIR=$(MOSES_BIN_DIR) $(BIN)/mert tune --moses-ini $(TUNE_OUT)/moses.rnn.ini --decoder-cwd $(SYSTEM) \
-		--src $(DEV_SRC) --ref $(DEV_REF) --work-dir $(TUNE_OUT)/work --threads $(THREADS) $(TUNE_ARGS)
-	MOSES_BIN_DIR=$(MOSES_BIN_DIR) $(BIN)/mert evaluate --moses-ini $(TUNE_OUT)/work/moses.ini --src $(TEST_SRC) \
+		--src $(DEV_SRC) --ref $(DEV_REF) --work-dir $(TUNE_OUT)/tuning --threads $(THREADS) $(TUNE_ARGS)
+	MOSES_BIN_DIR=$(MOSES_BIN_DIR) $(BIN)/mert evaluate --moses-ini $(TUNE_OUT)/tuning/moses.ini --src $(TEST_SRC) \
 		--ref $(TEST_REF) $(if $(TEST_TOK_REF),--tok-ref $(TEST_TOK_REF)) --lang $(TARGET_LANG) \
 		--output-dir $(TUNE_OUT)/eval --threads $(THREADS) --json $(TUNE_OUT)/eval/report.json
 
