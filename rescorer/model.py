@@ -163,9 +163,10 @@ class RNNEncoderDecoder(nn.Module):
         ids = src[:, :steps].masked_fill(~mask, EOS_ID)
         # One matmul for W_r e, W_z e, W e (+ biases) of every step; time-major for contiguous slices.
         state_dtype = self.enc_rec_cand.weight.dtype
-        inputs = self.enc_input(self.src_embed(ids)).transpose(0, 1).to(state_dtype)  # [T, B, 3d]
-        gate_inputs = inputs[:, :, : 2 * d].contiguous()
-        cand_inputs = inputs[:, :, 2 * d :].contiguous()
+        # Time-major from the (small) ids, so the [T, B, 3d] projections need no transposing copy.
+        inputs = self.enc_input(self.src_embed(ids.t())).to(state_dtype)  # [T, B, 3d]
+        gate_inputs = inputs[:, :, : 2 * d]
+        cand_inputs = inputs[:, :, 2 * d :]
         step_mask = mask.transpose(0, 1).unsqueeze(-1).to(state_dtype)  # [T, B, 1]
         u_gates = self.enc_rec_gates.weight.t()  # [d, 2d]: U_r, U_z
         u_cand = self.enc_rec_cand.weight.t()  # [d, d]: U
@@ -223,9 +224,9 @@ class RNNEncoderDecoder(nn.Module):
         # Context projections, once per pair: C_r c, C_z c go straight into the gate inputs of every
         # step; C c (+ its bias) stays separate because the reset multiplies it.
         context = self.dec_context(c)  # [B, 3d]
-        inputs = self.dec_input(prev).transpose(0, 1)  # [T, B, 3d]
-        gate_inputs = (inputs[:, :, : 2 * d] + context[:, : 2 * d]).contiguous()  # [T, B, 2d]
-        cand_inputs = inputs[:, :, 2 * d :].contiguous()  # [T, B, d]
+        inputs = self.dec_input(prev.transpose(0, 1))  # [T, B, 3d], time-major (see the encoder)
+        gate_inputs = inputs[:, :, : 2 * d] + context[:, : 2 * d]  # [T, B, 2d]
+        cand_inputs = inputs[:, :, 2 * d :]  # [T, B, d]
         cand_context = context[:, 2 * d :] + self.dec_cand_bias  # [B, d]
         # States kept in the parameters' dtype (fp32) even under autocast, like the encoder's.
         h = torch.tanh(self.dec_init(c)).to(self.dec_rec.weight.dtype)
@@ -290,14 +291,17 @@ class RNNEncoderDecoder(nn.Module):
         s = self._maxout(c, states, prev)[mask]  # [P, m], P = number of real positions
         targets = tgt[:, : mask.shape[1]][mask]
         rows = CPU_OUTPUT_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
+        # [G_l | bias]: the bias rides in the matmul as a column (against a constant 1 appended to
+        # G_r s) instead of being broadcast-copied into every block of logits first.
+        weight_and_bias = torch.cat([self.out_vocab.weight, self.out_vocab.bias.unsqueeze(1)], dim=1)
         scores = [
-            self._target_log_probs(s[i : i + rows], targets[i : i + rows], score_dtype)
+            self._target_log_probs(s[i : i + rows], targets[i : i + rows], score_dtype, weight_and_bias)
             for i in range(0, s.shape[0], rows)
         ]
         out[:, : mask.shape[1]][mask] = torch.cat(scores)
         return out
 
-    def _target_log_probs(self, s: Tensor, targets: Tensor, dtype: torch.dtype) -> Tensor:
+    def _target_log_probs(self, s: Tensor, targets: Tensor, dtype: torch.dtype, weight_and_bias: Tensor) -> Tensor:
         """log softmax(G s)[target] for a block of rows, never materialising [rows, V] at once on CPU.
 
         The target's logit is a row-wise dot product with its row of G_l; the log-sum-exp over the
@@ -306,10 +310,11 @@ class RNNEncoderDecoder(nn.Module):
         low = self.out_rank(s)  # G_r s: [rows, r]
         weight, bias = self.out_vocab.weight, self.out_vocab.bias
         picked = (low.to(dtype) * weight[targets].to(dtype)).sum(-1) + bias[targets].to(dtype)
+        low_and_one = F.pad(low, (0, 1), value=1.0)
         vocab = weight.shape[0]
         step = CPU_OUTPUT_BLOCK_VOCAB if s.device.type == "cpu" else vocab
         parts = [
-            torch.logsumexp(F.linear(low, weight[j : j + step], bias[j : j + step]).to(dtype), dim=-1)
+            torch.logsumexp(F.linear(low_and_one, weight_and_bias[j : j + step]).to(dtype), dim=-1)
             for j in range(0, vocab, step)
         ]
         total = parts[0] if len(parts) == 1 else torch.logsumexp(torch.stack(parts), dim=0)
@@ -341,6 +346,6 @@ def count_flops_per_pair(config: ModelConfig, src_len: int, tgt_len: int) -> int
     )
     encoder_step = 3 * d * emb + 2 * d * d + d * d  # [W_r;W_z;W] e, [U_r;U_z] h, U (r⊙h)
     per_pair = d * d + d * d + 3 * d * d + 2 * m * d  # V, V', [C_r;C_z;C], O_c
-    decoder_step = 3 * d * emb + 3 * d * d + 2 * m * d + 2 * m * emb + m * r + r * v
+    decoder_step = 3 * d * emb + 3 * d * d + 2 * m * d + 2 * m * emb + m * r + (r + 1) * v  # bias as a column
     macs = src_len * encoder_step + per_pair + tgt_len * decoder_step
     return 2 * macs
