@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -514,15 +513,6 @@ def _check_paths(input_path: str, output_path: str, opts: RescoreOptions) -> Non
         raise RescoreError(f"refusing to overwrite the input {input_path}; choose another output path")
     if not Path(output_path).resolve().parent.is_dir():
         raise RescoreError(f"output folder {Path(output_path).parent} does not exist")
-
-
-def iter_rescored_lines(path: str) -> Iterator[bytes]:
-    """Lines of a (possibly multi-member gzip) output, for tests and tools."""
-    fh, counter, _ = _open_input(path)
-    try:
-        yield from (line.rstrip(b"\n") for line in fh)
-    finally:
-        counter.close()
 
 
 TEXT_TABLE_TYPES = ("PhraseDictionaryMemory", "PhraseDictionaryMultiModel")
