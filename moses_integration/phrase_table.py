@@ -164,6 +164,19 @@ def open_input(path: PathArg) -> BinaryIO:
         raise
 
 
+def input_position(stream: BinaryIO) -> int | None:
+    """Bytes of the file (compressed, for gzip) that a stream from :func:`open_input` has consumed.
+
+    A progress bar in input bytes is the only honest one for gzip, whose decompressed size is
+    unknown until the end. None for pipes and stdin, which have no position.
+    """
+    raw = stream._owned if isinstance(stream, _OwningGzipFile) else stream
+    try:
+        return raw.tell() if raw.seekable() else None
+    except (OSError, ValueError):
+        return None
+
+
 def _wrap_unseekable(inner: BinaryIO, *, owns: bool) -> BinaryIO:
     """Sniff the gzip magic of a pipe and hand the two bytes back in front of the rest."""
     prefix = _read_exactly(inner, 2)

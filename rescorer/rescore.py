@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from moses_integration.phrase_table import PhraseTableError
+from moses_integration.phrase_table import PhraseTableError, input_position, open_input
 from rescorer.checkpoint import Checkpoint
 from rescorer.device import autocast_dtype, select_device
 from rescorer.output_chunks import format_chunk
@@ -122,47 +122,16 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-class _CountingReader:
-    """Counts compressed bytes read, for a progress bar in input bytes."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self.raw, self.count = raw, 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.raw.read(n)
-        self.count += len(data)
-        return data
-
-    read1 = read
-
-    def readable(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        self.raw.close()
-
-
-def _open_input(path: str) -> tuple[BinaryIO, _CountingReader, int | None]:
-    raw = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed by caller
-    counter = _CountingReader(raw)
-    size = None if path == "-" else os.fstat(raw.fileno()).st_size
-    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    fh: BinaryIO = gzip.GzipFile(fileobj=counter, mode="rb") if head == b"\x1f\x8b" else counter  # type: ignore[assignment]
-    return fh, counter, size
-
-
 def count_lines(path: str) -> int:
     """Total lines (one decompression pass), needed to cut shards of equal size."""
-    fh, counter, _ = _open_input(path)
     total, last = 0, b"\n"
-    try:
-        while block := fh.read(8 << 20):
-            total += block.count(b"\n")
-            last = block[-1:]
-    except (EOFError, OSError) as exc:
-        raise PhraseTableError(path, total + 1, f"input is truncated or corrupt ({exc})") from exc
-    finally:
-        counter.close()
+    with open_input(path) as fh:
+        try:
+            while block := fh.read(8 << 20):
+                total += block.count(b"\n")
+                last = block[-1:]
+        except (EOFError, OSError) as exc:
+            raise PhraseTableError(path, total + 1, f"input is truncated or corrupt ({exc})") from exc
     return total + (last != b"\n")
 
 
@@ -267,7 +236,8 @@ def rescore_phrase_table(
     if not to_stdout:
         out.truncate(done["output_bytes"])
         out.seek(done["output_bytes"])
-    fh, counter, in_size = _open_input(input_path)
+    fh = open_input(input_path)
+    in_size = None if input_path == "-" else os.path.getsize(input_path)
     shard_filter = _ShardFilter(opts.shard, total_lines, done["shard_state"]) if opts.shard else None
     bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
                file=sys.stderr, dynamic_ncols=True)
@@ -312,7 +282,9 @@ def rescore_phrase_table(
                 "summary": asdict(summary), "shard_state": prep.shard_state, "prev_source": prep.last_source,
             }
             in_flight.append((job, marker))
-            bar.update(counter.count - bar.n)
+            position = input_position(fh)
+            if position is not None:
+                bar.update(position - bar.n)
             bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{summary.scored / (time.monotonic() - started):.0f}")
             while in_flight and (len(in_flight) > 2 * max(1, opts.workers) or _ready(in_flight[0][0])):
                 output_bytes = _write_head(in_flight, out, output_bytes, to_stdout, progress_path, identity)
@@ -333,7 +305,7 @@ def rescore_phrase_table(
         bar.close()
         if pool:
             pool.shutdown(cancel_futures=True)
-        counter.close()
+        fh.close()
     summary.seconds = time.monotonic() - started
     if not to_stdout:
         out.flush()

@@ -485,3 +485,15 @@ def test_example_table_is_what_its_generator_writes() -> None:
     spec.loader.exec_module(module)
     expected = b"".join(line + b"\n" for line in module.build_lines())
     assert gzip.decompress(EXAMPLE_TABLE.read_bytes()) == expected
+
+
+def test_input_position_counts_compressed_bytes(tmp_path):
+    from moses_integration.phrase_table import input_position
+
+    data = b"".join(b"w%d ||| v%d ||| 0.5 0.5\n" % (i, i) for i in range(20000))
+    gz = tmp_path / "t.gz"
+    gz.write_bytes(gzip.compress(data))
+    with open_input(gz) as fh:
+        assert input_position(fh) == 0
+        fh.read()
+        assert input_position(fh) == gz.stat().st_size
