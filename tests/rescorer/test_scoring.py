@@ -64,16 +64,16 @@ def test_batches_respect_the_token_budget(problem):
 def test_out_of_memory_halves_the_batch_and_loses_nothing(problem, monkeypatch):
     model, sources, source_of_row, targets = problem
     expected = PairScorer(model, torch.device("cpu")).score(sources, source_of_row, targets)
-    real = model.score_targets
+    real = model.score_prefix_tree
     calls = []
 
-    def flaky(c, tgt, tgt_len):
-        calls.append(c.shape[0])
-        if c.shape[0] > 8:
+    def flaky(c, tree):
+        calls.append(tree.rows)
+        if tree.rows > 8:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(c, tgt, tgt_len)
+        return real(c, tree)
 
-    monkeypatch.setattr(model, "score_targets", flaky)
+    monkeypatch.setattr(model, "score_prefix_tree", flaky)
     scorer = PairScorer(model, torch.device("cpu"), options=ScoringOptions(token_budget=100_000))
     got = scorer.score(sources, source_of_row, targets)
     np.testing.assert_allclose(got, expected, atol=1e-6)
@@ -82,7 +82,7 @@ def test_out_of_memory_halves_the_batch_and_loses_nothing(problem, monkeypatch):
 
 def test_other_errors_are_not_swallowed(problem, monkeypatch):
     model, sources, source_of_row, targets = problem
-    monkeypatch.setattr(model, "score_targets", lambda *a: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
+    monkeypatch.setattr(model, "score_prefix_tree", lambda *a: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         PairScorer(model, torch.device("cpu")).score(sources, source_of_row, targets)
 

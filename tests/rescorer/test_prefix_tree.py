@@ -1,0 +1,87 @@
+"""Prefix-tree decoding: each distinct (source, prefix) once, scores exactly those of the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rescorer.config import ModelConfig
+from rescorer.model import RNNEncoderDecoder
+from rescorer.prefix_tree import build_prefix_tree
+from rescorer.table_chunks import TokenIds
+
+A, B, C, D = 2, 3, 4, 5
+
+
+def ragged(seqs: list[list[int]]) -> TokenIds:
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
+    ids = np.array([i for s in seqs for i in s], dtype=np.int32)
+    return TokenIds(offsets, ids, np.zeros(len(seqs), dtype=np.int32))
+
+
+def test_tree_holds_each_shared_prefix_once():
+    # Source 0: "a b", "a c", "a", "d"; source 1: "a b". Prefix "a" of source 0 is shared by three
+    # targets but is one node; source 1's "a" is a different node (another c).
+    targets = ragged([[A, B], [A, C], [A], [D], [A, B]])
+    tree = build_prefix_tree(np.array([0, 0, 0, 0, 1]), targets, np.arange(5))
+    assert tree.level_sizes == [2, 3, 3]
+    assert tree.nodes == 8 and tree.rows == 5
+    level1 = slice(2, 5)
+    assert sorted(zip(tree.source[level1].tolist(), tree.token[level1].tolist(), strict=True)) == [(0, A), (0, D), (1, A)]
+    assert tree.parent[:2].tolist() == [-1, -1]
+    # Every node's parent is on the level before it and belongs to the same source.
+    for node in range(2, 8):
+        parent = int(tree.parent[node])
+        assert (parent < 2) if node < 5 else (2 <= parent < 5)
+        assert tree.source[parent] == tree.source[node]
+    # One scored position per target word plus its </s>: 3 + 3 + 2 + 2 + 3.
+    assert len(tree.position_node) == 13
+    assert np.bincount(tree.position_row.numpy()).tolist() == [3, 3, 2, 2, 3]
+
+
+def test_rows_subset_keeps_row_order():
+    targets = ragged([[A], [B, C], [A, D], [C]])
+    rows = np.array([3, 1])
+    tree = build_prefix_tree(np.array([0, 0]), targets, rows)
+    assert tree.rows == 2
+    # Local row 0 is table row 3 ("c"): it scores c then </s>.
+    first = tree.position_row == 0
+    assert sorted(tree.position_next[first].tolist()) == [0, C]
+
+
+@pytest.fixture(scope="module")
+def float64_model() -> RNNEncoderDecoder:
+    torch.manual_seed(3)
+    config = ModelConfig(src_vocab_size=20, tgt_vocab_size=7, hidden=12, embedding=5, maxout_units=6, output_rank=4)
+    return RNNEncoderDecoder(config).double().eval()
+
+
+def test_tree_scores_equal_one_pair_at_a_time(float64_model):
+    """A small target vocabulary forces many shared prefixes; every pair's log p must be the model's."""
+    model = float64_model
+    rng = np.random.default_rng(7)
+    sources = [list(rng.integers(2, 20, rng.integers(1, 5))) for _ in range(6)]
+    source_of_row = np.concatenate([np.arange(6), rng.integers(0, 6, 50)])
+    targets = [list(rng.integers(1, 7, rng.integers(0, 6))) for _ in source_of_row]  # includes empty targets
+    tree = build_prefix_tree(source_of_row, ragged(targets), np.arange(len(targets)))
+    assert tree.nodes < sum(len(t) + 1 for t in targets)  # the test does exercise sharing
+    with torch.no_grad():
+        c = torch.cat([model.encode(torch.tensor([s + [0]]), torch.tensor([len(s) + 1])) for s in sources])
+        got = model.score_prefix_tree(c, tree).numpy()
+        expected = [
+            model(
+                torch.tensor([sources[s] + [0]]),
+                torch.tensor([len(sources[s]) + 1]),
+                torch.tensor([t + [0]]),
+                torch.tensor([len(t) + 1]),
+            ).item()
+            for s, t in zip(source_of_row, targets, strict=True)
+        ]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+
+
+def test_tree_rejects_summaries_of_the_wrong_shape(float64_model):
+    tree = build_prefix_tree(np.array([0, 1]), ragged([[A], [B]]), np.arange(2))
+    with pytest.raises(ValueError, match="c must be"):
+        float64_model.score_prefix_tree(torch.zeros(3, 12, dtype=torch.float64), tree)
