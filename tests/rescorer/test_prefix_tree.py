@@ -28,7 +28,8 @@ def test_tree_holds_each_shared_prefix_once():
     assert tree.level_sizes == [2, 3, 3]
     assert tree.nodes == 8 and tree.rows == 5
     level1 = slice(2, 5)
-    assert sorted(zip(tree.source[level1].tolist(), tree.token[level1].tolist(), strict=True)) == [(0, A), (0, D), (1, A)]
+    level1_nodes = zip(tree.source[level1].tolist(), tree.token[level1].tolist(), strict=True)
+    assert sorted(level1_nodes) == [(0, A), (0, D), (1, A)]
     assert tree.parent[:2].tolist() == [-1, -1]
     # Every node's parent is on the level before it and belongs to the same source.
     for node in range(2, 8):
