@@ -157,35 +157,44 @@ class RNNEncoderDecoder(nn.Module):
     # ------------------------------------------------------------------ encoder
 
     def _run_encoder(self, src: Tensor, src_len: Tensor, keep_states: bool) -> tuple[Tensor, Tensor | None]:
-        """The encoder GRU (reset before the recurrent product); returns h⟨N⟩ and optionally all h⟨t⟩."""
+        """The encoder GRU (reset before the recurrent product); returns h⟨N⟩ and optionally all h⟨t⟩.
+
+        Rows run longest first, so the sequences still going at step t are the first n_t rows: each
+        step updates only those, and a finished sequence keeps its last state without a mask (no
+        work is spent on padding, and padding never changes h⟨N⟩).
+        """
         steps = _check_batch(src, src_len, "src")
         batch, d = src.shape[0], self.config.hidden
-        mask = _lengths_mask(src_len.to(src.device), steps)  # [B, T]
-        ids = src[:, :steps].masked_fill(~mask, EOS_ID)
-        # One matmul for W_r e, W_z e, W e (+ biases) of every step; time-major for contiguous slices.
+        src_len = src_len.to(src.device)
+        lengths, order = torch.sort(src_len, descending=True, stable=True)
+        running = (lengths.unsqueeze(0) > torch.arange(steps, device=src.device).unsqueeze(1)).sum(1).tolist()
+        mask = _lengths_mask(lengths, steps)  # [B, T], in the longest-first order
+        ids = src[order, :steps].masked_fill(~mask, EOS_ID)
         state_dtype = self.enc_rec_cand.weight.dtype
-        # Time-major from the (small) ids, so the [T, B, 3d] projections need no transposing copy.
+        # One matmul for W_r e, W_z e, W e (+ biases) of every step, time-major from the (small) ids
+        # so the [T, B, 3d] projections need no transposing copy.
         inputs = self.enc_input(self.src_embed(ids.t())).to(state_dtype)  # [T, B, 3d]
         gate_inputs = inputs[:, :, : 2 * d]
         cand_inputs = inputs[:, :, 2 * d :]
-        step_mask = mask.transpose(0, 1).unsqueeze(-1).to(state_dtype)  # [T, B, 1]
         u_gates = self.enc_rec_gates.weight.t()  # [d, 2d]: U_r, U_z
         u_cand = self.enc_rec_cand.weight.t()  # [d, d]: U
         h = torch.zeros(batch, d, dtype=state_dtype, device=src.device)
         states: list[Tensor] = []
-        for t in range(steps):
+        for t, n in enumerate(running):
+            h_run = h[:n]
             # addmm folds the input term into the matmul and lerp does z⊙h + (1−z)⊙h̃ in one pass:
-            # the same equations with fewer passes over [B, d] memory, which dominate small steps.
-            gates = torch.sigmoid(torch.addmm(gate_inputs[t], h, u_gates)).to(h.dtype)  # (autocast: bf16 matmul)
+            # the same equations with fewer passes over [n, d] memory, which dominate small steps.
+            gates = torch.sigmoid(torch.addmm(gate_inputs[t, :n], h_run, u_gates)).to(h.dtype)  # (autocast: bf16)
             r, z = gates[:, :d], gates[:, d:]
-            candidate = torch.tanh(torch.addmm(cand_inputs[t], r * h, u_cand)).to(h.dtype)
-            h_new = torch.lerp(candidate, h, z)
-            # Past its length a sequence keeps its last state, so padding never changes h⟨N⟩.
-            h = torch.lerp(h, h_new, step_mask[t])
+            candidate = torch.tanh(torch.addmm(cand_inputs[t, :n], r * h_run, u_cand)).to(h.dtype)
+            h_new = torch.lerp(candidate, h_run, z)
+            h = h_new if n == batch else torch.cat([h_new, h[n:]])
             if keep_states:
                 states.append(h)
-        all_states = torch.stack(states, dim=1) if keep_states and states else None
-        return h, all_states
+        restore = torch.empty_like(order)
+        restore[order] = torch.arange(batch, device=order.device)
+        all_states = torch.stack(states, dim=1)[restore] if keep_states and states else None
+        return h[restore], all_states
 
     def encoder_states(self, src: Tensor, src_len: Tensor) -> Tensor:
         """All encoder states h⟨1..T⟩ as [B, T, d] (T = max length; a state is held past its length).
@@ -199,6 +208,36 @@ class RNNEncoderDecoder(nn.Module):
         """Summary vector c = tanh(V h⟨N⟩) of each source phrase: Float[B, d]."""
         h, _ = self._run_encoder(src, src_len, keep_states=False)
         return torch.tanh(self.enc_summary(h))
+
+    def encode_prefix_tree(self, tree: PrefixTree) -> Tensor:
+        """Summary c of each of the ``tree.rows`` sources in a one-root tree of sources + ``</s>``.
+
+        Each distinct source prefix is one encoder step (see :mod:`rescorer.prefix_tree`): the
+        root is the empty prefix with h⟨0⟩ = 0, each level one batched GRU step from the parents'
+        states, and c = tanh(V h) at each source's final node (the one that read its ``</s>``).
+        """
+        if tree.level_sizes[0] != 1:
+            raise ValueError(f"a source tree has one root, got {tree.level_sizes[0]}")
+        d = self.config.hidden
+        state_dtype = self.enc_rec_cand.weight.dtype
+        u_gates = self.enc_rec_gates.weight.t()
+        u_cand = self.enc_rec_cand.weight.t()
+        states = torch.empty(tree.nodes, d, dtype=state_dtype, device=tree.token.device)
+        states[0] = 0
+        rows = CPU_OUTPUT_BLOCK_ROWS if states.device.type == "cpu" else max(1, tree.nodes)
+        start = 1
+        for size in tree.level_sizes[1:]:
+            for lo in range(start, start + size, rows):
+                hi = min(lo + rows, start + size)
+                # The encoder equations of _run_encoder, for a piece of one level.
+                h = states[tree.parent[lo:hi]]
+                inputs = self.enc_input(self.src_embed(tree.token[lo:hi])).to(state_dtype)
+                gates = torch.sigmoid(torch.addmm(inputs[:, : 2 * d], h, u_gates)).to(state_dtype)
+                r, z = gates[:, :d], gates[:, d:]
+                candidate = torch.tanh(torch.addmm(inputs[:, 2 * d :], r * h, u_cand)).to(state_dtype)
+                torch.lerp(candidate, h, z, out=states[lo:hi])
+            start += size
+        return torch.tanh(self.enc_summary(states[tree.final_node]))
 
     # ------------------------------------------------------------------ decoder
 

@@ -11,20 +11,23 @@ the context projections, the first step and its softmax) is computed once per so
 
 The tree is numbered level by level (level k holds the prefixes of k words), so the decoder runs one
 batched GRU step per level, and the parents of a level are all in the level before it.
+
+The encoder gains even more from the same structure. It reads a source left to right, so its state
+after x_1..x_k is shared by every source that begins with those words, and a Moses table lists
+each phrase next to its extensions ("of the", "of the house", …): the 57,092 distinct sources of
+the first 100,000 fixture lines take 326,948 encoder steps one by one, but only 118,813 distinct
+prefixes (``</s>`` included). All sources then hang from one root, the empty prefix with h⟨0⟩ = 0.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from rescorer.table_chunks import TokenIds
 from rescorer.vocab import EOS_ID
-
-if TYPE_CHECKING:
-    from rescorer.table_chunks import TokenIds
 
 
 @dataclass
@@ -45,6 +48,7 @@ class PrefixTree:
     position_node: torch.Tensor  # int64 [positions]
     position_next: torch.Tensor  # int64 [positions]
     position_row: torch.Tensor  # int64 [positions]
+    final_node: torch.Tensor  # int64 [rows], the node of each row's whole sequence
     rows: int
 
     @property
@@ -59,6 +63,13 @@ class PrefixTree:
             if isinstance(getattr(self, f.name), torch.Tensor)
         }
         return PrefixTree(level_sizes=self.level_sizes, rows=self.rows, **moved)
+
+
+def with_end_of_phrase(phrases: TokenIds) -> TokenIds:
+    """The same phrases with ``</s>`` appended to each, as the encoder reads them."""
+    ids = np.insert(phrases.ids, phrases.offsets[1:], EOS_ID)
+    offsets = phrases.offsets + np.arange(len(phrases.offsets), dtype=np.int64)
+    return TokenIds(offsets, ids, phrases.n_unk)
 
 
 def build_prefix_tree(source_of_row: np.ndarray, targets: TokenIds, rows: np.ndarray) -> PrefixTree:
@@ -118,5 +129,6 @@ def build_prefix_tree(source_of_row: np.ndarray, targets: TokenIds, rows: np.nda
         position_node=cat(position_node),
         position_next=cat(position_next),
         position_row=cat(position_row),
+        final_node=torch.from_numpy(node_of_row),
         rows=len(rows),
     )

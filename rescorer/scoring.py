@@ -18,7 +18,7 @@ import torch
 from rescorer.data import pad_with_eos
 from rescorer.device import autocast, is_out_of_memory
 from rescorer.model import RNNEncoderDecoder
-from rescorer.prefix_tree import build_prefix_tree
+from rescorer.prefix_tree import build_prefix_tree, with_end_of_phrase
 from rescorer.table_chunks import TokenIds
 
 
@@ -94,7 +94,32 @@ class PairScorer:
             return torch.cat([self._run(fn, rows[:half]), self._run(fn, rows[half:])])
 
     def encode_sources(self, sources: TokenIds) -> torch.Tensor:
-        """Summary vectors c [n, d] (fp32) for ragged source id sequences."""
+        """Summary vectors c [n, d] (fp32) for ragged source id sequences.
+
+        Shared prefixes are encoded once (a prefix tree per group of consecutive sources, which in
+        a Moses table are sorted, so phrases and their extensions sit together).
+        """
+        if not self.options.share_sources:
+            return self._encode_padded(sources)
+        n = len(sources.offsets) - 1
+        out = torch.empty((n, self.model.config.hidden), dtype=torch.float32, device=self.device)
+        sequences = with_end_of_phrase(sources)
+
+        def encode_tree(rows: np.ndarray) -> torch.Tensor:
+            tree = build_prefix_tree(np.zeros(len(rows), dtype=np.int64), sequences, rows)
+            return self.model.encode_prefix_tree(tree.to(self.device, non_blocking=True)).float()
+
+        # Groups of consecutive sources; a budget of tokens read one by one, about twice the
+        # distinct prefixes (nodes) the tree will hold.
+        tokens = np.cumsum(sequences.lengths)
+        group = (tokens - sequences.lengths) // (2 * self.token_budget)
+        for rows in np.split(np.arange(n), np.flatnonzero(np.diff(group)) + 1):
+            if len(rows):
+                out[torch.from_numpy(rows).to(self.device)] = self._run(encode_tree, rows)
+        return out
+
+    def _encode_padded(self, sources: TokenIds) -> torch.Tensor:
+        """Summaries from padded batches, one source at a time (the unshared baseline)."""
         n = len(sources.offsets) - 1
         out = torch.empty((n, self.model.config.hidden), dtype=torch.float32, device=self.device)
 
@@ -151,7 +176,7 @@ class PairScorer:
 
     def _score_unshared(self, sources: TokenIds, source_of_row: np.ndarray, targets: TokenIds) -> np.ndarray:
         """One encoding and one padded decoding per row: the naive cost, kept for the benchmark."""
-        summaries = self.encode_sources(_expand(sources, source_of_row))
+        summaries = self._encode_padded(_expand(sources, source_of_row))
         result = np.empty(len(source_of_row), dtype=np.float64)
 
         def decode(rows: np.ndarray) -> torch.Tensor:

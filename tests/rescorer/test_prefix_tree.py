@@ -8,7 +8,7 @@ import torch
 
 from rescorer.config import ModelConfig
 from rescorer.model import RNNEncoderDecoder
-from rescorer.prefix_tree import build_prefix_tree
+from rescorer.prefix_tree import build_prefix_tree, with_end_of_phrase
 from rescorer.table_chunks import TokenIds
 
 A, B, C, D = 2, 3, 4, 5
@@ -86,3 +86,25 @@ def test_tree_rejects_summaries_of_the_wrong_shape(float64_model):
     tree = build_prefix_tree(np.array([0, 1]), ragged([[A], [B]]), np.arange(2))
     with pytest.raises(ValueError, match="c must be"):
         float64_model.score_prefix_tree(torch.zeros(3, 12, dtype=torch.float64), tree)
+
+
+def test_end_of_phrase_is_appended_to_every_phrase():
+    phrases = with_end_of_phrase(ragged([[A, B], [], [C]]))
+    assert phrases.offsets.tolist() == [0, 3, 4, 6]
+    assert phrases.ids.tolist() == [A, B, 0, 0, C, 0]
+
+
+def test_source_tree_summaries_equal_the_encoder(float64_model):
+    """Sources that extend each other, as in a sorted Moses table, share their encoder prefixes."""
+    model = float64_model
+    sources = [[A], [A, B], [A, B, C], [A, C], [B], [B, B, B, B], [D, A]]
+    sequences = with_end_of_phrase(ragged(sources))
+    rows = np.array([6, 0, 1, 2, 3, 4, 5])
+    tree = build_prefix_tree(np.zeros(len(rows), dtype=np.int64), sequences, rows)
+    assert tree.nodes - 1 < sum(len(s) + 1 for s in sources)
+    with torch.no_grad():
+        got = model.encode_prefix_tree(tree)
+        expected = torch.cat(
+            [model.encode(torch.tensor([sources[i] + [0]]), torch.tensor([len(sources[i]) + 1])) for i in rows]
+        )
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
