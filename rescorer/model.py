@@ -49,6 +49,9 @@ from rescorer.vocab import EOS_ID
 # On GPUs one block covers everything (blocks would only add kernel launches).
 CPU_OUTPUT_BLOCK_ROWS = 512
 CPU_OUTPUT_BLOCK_VOCAB = 2048
+# Prefix-tree levels run in pieces of this many nodes on CPU, so the step's temporaries are reused
+# from the allocator instead of being fresh (page-faulting) buffers.
+CPU_TREE_STEP_ROWS = 512
 
 
 def _orthogonal_(weight: Tensor, block: int) -> None:
@@ -224,7 +227,7 @@ class RNNEncoderDecoder(nn.Module):
         u_cand = self.enc_rec_cand.weight.t()
         states = torch.empty(tree.nodes, d, dtype=state_dtype, device=tree.token.device)
         states[0] = 0
-        rows = CPU_OUTPUT_BLOCK_ROWS if states.device.type == "cpu" else max(1, tree.nodes)
+        rows = CPU_TREE_STEP_ROWS if states.device.type == "cpu" else max(1, tree.nodes)
         start = 1
         for size in tree.level_sizes[1:]:
             for lo in range(start, start + size, rows):
@@ -331,55 +334,81 @@ class RNNEncoderDecoder(nn.Module):
         s = self._maxout(c, states, prev)[mask]  # [P, m], P = number of real positions
         targets = tgt[:, : mask.shape[1]][mask]
         rows = CPU_OUTPUT_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
-        # [G_l | bias]: the bias rides in the matmul as a column (against a constant 1 appended to
-        # G_r s) instead of being broadcast-copied into every block of logits first.
-        weight_and_bias = torch.cat([self.out_vocab.weight, self.out_vocab.bias.unsqueeze(1)], dim=1)
+        output_matrix = self._output_matrix()
         scores = [
-            self._target_log_probs(s[i : i + rows], targets[i : i + rows], score_dtype, weight_and_bias)
+            self._target_log_probs(s[i : i + rows], targets[i : i + rows], score_dtype, output_matrix)
             for i in range(0, s.shape[0], rows)
         ]
         out[:, : mask.shape[1]][mask] = torch.cat(scores)
         return out
 
-    def _target_log_probs(self, s: Tensor, targets: Tensor, dtype: torch.dtype, weight_and_bias: Tensor) -> Tensor:
+    def _target_log_probs(self, s: Tensor, targets: Tensor, dtype: torch.dtype, output_matrix: Tensor) -> Tensor:
         """log softmax(G s)[target] for a block of rows, never materialising [rows, V] at once on CPU."""
         low = self.out_rank(s)  # G_r s: [rows, r]
-        return self._picked_logits(low, targets, dtype) - self._log_normalizer(low, dtype, weight_and_bias)
+        return self._picked_logits(low, targets, dtype) - self._log_normalizer(low, dtype, output_matrix)
+
+    def _output_matrix(self) -> Tensor:
+        """[G_l | bias | 1] ([V, r + 2]): the bias rides in the matmul as a column, against a
+        constant 1 appended to G_r s, instead of being broadcast into every block of logits; the
+        last column lets :meth:`_log_normalizer` subtract a shift inside the matmul the same way."""
+        weight = self.out_vocab.weight
+        return torch.cat([weight, self.out_vocab.bias.unsqueeze(1), weight.new_ones(weight.shape[0], 1)], dim=1)
 
     def _picked_logits(self, low: Tensor, targets: Tensor, dtype: torch.dtype) -> Tensor:
         """(G s)[target] + bias as a row-wise dot product of G_r s with the target's row of G_l."""
         weight, bias = self.out_vocab.weight, self.out_vocab.bias
         return (low.to(dtype) * weight[targets].to(dtype)).sum(-1) + bias[targets].to(dtype)
 
-    def _log_normalizer(self, low: Tensor, dtype: torch.dtype, weight_and_bias: Tensor) -> Tensor:
-        """log Σ_w exp((G s)_w + b_w) per row, from G_r s ([rows, r]).
+    def _log_normalizer(self, low: Tensor, dtype: torch.dtype, output_matrix: Tensor) -> Tensor:
+        """log Σ_w exp((G s)_w + b_w) per row, from G_r s ([rows, r]) and :meth:`_output_matrix`.
 
-        On CPU the vocabulary is cut into blocks whose logits stay in cache; the per-block
-        log-sum-exps are combined exactly (logsumexp of logsumexps).
+        On CPU the vocabulary is cut into blocks whose logits stay in cache (never [rows, V] at once).
         """
-        low_and_one = F.pad(low, (0, 1), value=1.0)
-        vocab = weight_and_bias.shape[0]
+        vocab = output_matrix.shape[0]
         step = CPU_OUTPUT_BLOCK_VOCAB if low.device.type == "cpu" else vocab
-        differentiable = torch.is_grad_enabled() and (low.requires_grad or weight_and_bias.requires_grad)
-        if differentiable or step >= vocab or not low.dtype == weight_and_bias.dtype == dtype:
-            parts = [
-                torch.logsumexp(F.linear(low_and_one, weight_and_bias[j : j + step]).to(dtype), dim=-1)
-                for j in range(0, vocab, step)
-            ]
-            return parts[0] if len(parts) == 1 else torch.logsumexp(torch.stack(parts), dim=0)
-        # Scoring on CPU: one reused buffer, and the log-sum-exp's steps done in place in it. The
-        # same arithmetic as torch.logsumexp without a fresh [rows, block] tensor at each step,
-        # measured 1.5× faster for the whole output layer at the paper's sizes.
-        buffer = low.new_empty(low.shape[0], step)
-        parts = []
-        for j in range(0, vocab, step):
-            block = weight_and_bias[j : j + step]
-            logits = buffer[:, : block.shape[0]]
-            torch.mm(low_and_one, block.t(), out=logits)
-            peak = logits.amax(dim=1, keepdim=True)
-            logits.sub_(peak).exp_()
-            parts.append(logits.sum(dim=1).log_().add_(peak.squeeze(1)))
+        differentiable = torch.is_grad_enabled() and (low.requires_grad or output_matrix.requires_grad)
+        if not differentiable and step < vocab and low.dtype == output_matrix.dtype == dtype:
+            return self._log_normalizer_in_place(low, output_matrix, step)
+        # Per-block log-sum-exps combined exactly (logsumexp of logsumexps); used for training,
+        # on GPUs (one block) and under autocast.
+        low_and_one = F.pad(low, (0, 1), value=1.0)
+        parts = [
+            torch.logsumexp(F.linear(low_and_one, output_matrix[j : j + step, :-1]).to(dtype), dim=-1)
+            for j in range(0, vocab, step)
+        ]
         return parts[0] if len(parts) == 1 else torch.logsumexp(torch.stack(parts), dim=0)
+
+    def _log_normalizer_in_place(self, low: Tensor, output_matrix: Tensor, step: int) -> Tensor:
+        """The CPU scoring path of :meth:`_log_normalizer`: fewer passes over each block of logits.
+
+        log Σ exp(x) = m + log Σ exp(x − m) for any shift m. The first block (the most frequent
+        words, where the largest logit usually is) is shifted by its own row maximum; every later
+        block is shifted by that same m, which the matmul subtracts itself (a −m column against
+        the constant-1 column of :meth:`_output_matrix`), so each later block costs the matmul, one
+        in-place exp and one sum, in one reused buffer: no max pass and no fresh tensor. Words far
+        below m underflow to 0, which changes nothing at float precision since the first block
+        contributes at least exp(0) = 1. A later logit more than ~88 above m would overflow; those
+        rows are recomputed the plain way, so the result is always the exact log-sum-exp.
+        Measured 10% faster for the whole scorer than per-block torch.logsumexp at paper sizes.
+        """
+        vocab = output_matrix.shape[0]
+        extended = F.pad(low, (0, 2), value=1.0)  # [G_r s, 1, −m]
+        buffer = low.new_empty(low.shape[0], step)
+        torch.mm(extended[:, :-1], output_matrix[:step, :-1].t(), out=buffer)
+        shift = buffer.amax(dim=1)
+        total = buffer.sub_(shift.unsqueeze(1)).exp_().sum(dim=1)
+        extended[:, -1] = -shift
+        for j in range(step, vocab, step):
+            block = output_matrix[j : j + step]
+            logits = buffer[:, : block.shape[0]]
+            torch.mm(extended, block.t(), out=logits)
+            total += logits.exp_().sum(dim=1)
+        result = total.log_().add_(shift)
+        overflowed = ~torch.isfinite(result)
+        if overflowed.any():
+            low_and_one = F.pad(low[overflowed], (0, 1), value=1.0)
+            result[overflowed] = torch.logsumexp(F.linear(low_and_one, output_matrix[:, :-1]), dim=-1)
+        return result
 
     def score_prefix_tree(self, c: Tensor, tree: PrefixTree) -> Tensor:
         """log p(Y | X) of the ``tree.rows`` targets held in ``tree``, each prefix decoded once.
@@ -408,7 +437,7 @@ class RNNEncoderDecoder(nn.Module):
         states = torch.empty(tree.nodes, d, dtype=state_dtype, device=c.device)
         # Work in pieces of at most ``rows`` nodes: on CPU the temporaries then stay small enough to
         # be reused from the allocator and to sit in cache (fresh large buffers cost page faults).
-        rows = CPU_OUTPUT_BLOCK_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
+        rows = CPU_TREE_STEP_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
         start = 0
         for level, size in enumerate(tree.level_sizes):
             for lo in range(start, start + size, rows):
@@ -425,17 +454,18 @@ class RNNEncoderDecoder(nn.Module):
                 torch.lerp(candidate, h, z, out=states[lo:hi])
             start += size
         out_context = self.out_context(c)  # [S, 2m]
-        weight_and_bias = torch.cat([self.out_vocab.weight, self.out_vocab.bias.unsqueeze(1)], dim=1)
+        output_matrix = self._output_matrix()
         low = torch.empty(tree.nodes, self.config.output_rank, dtype=score_dtype, device=c.device)
         normalizer = torch.empty(tree.nodes, dtype=score_dtype, device=c.device)
-        for lo in range(0, tree.nodes, rows):
-            hi = min(lo + rows, tree.nodes)
+        out_rows = CPU_OUTPUT_BLOCK_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
+        for lo in range(0, tree.nodes, out_rows):
+            hi = min(lo + out_rows, tree.nodes)
             pre = self.out_hidden(states[lo:hi]) + self.out_prev(embedded[lo:hi])
             pre += out_context.index_select(0, tree.source[lo:hi])
             s = pre.unflatten(-1, (self.config.maxout_units, 2)).amax(dim=-1)  # maxout: [n, m]
             block_low = self.out_rank(s)  # G_r s
             low[lo:hi] = block_low
-            normalizer[lo:hi] = self._log_normalizer(block_low, score_dtype, weight_and_bias)
+            normalizer[lo:hi] = self._log_normalizer(block_low, score_dtype, output_matrix)
         position_scores = (
             self._picked_logits(low[tree.position_node], tree.position_next, score_dtype)
             - normalizer[tree.position_node]

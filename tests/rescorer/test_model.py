@@ -339,6 +339,26 @@ def test_autocast_keeps_log_softmax_in_float32() -> None:
     torch.testing.assert_close(dists.exp().sum(-1), torch.ones(dists.shape[:2]), atol=1e-5, rtol=0)
 
 
+def test_cpu_softmax_normaliser_is_exact_also_when_a_rare_word_dominates() -> None:
+    """The CPU scoring path shifts later vocabulary blocks by the first block's maximum; a logit
+    far above it (here word 4500, in the third block, for half of the rows) must not overflow."""
+    config = ModelConfig(src_vocab_size=10, tgt_vocab_size=5000, hidden=8, embedding=4, maxout_units=4, output_rank=6)
+    torch.manual_seed(0)
+    model = RNNEncoderDecoder(config).eval()
+    with torch.no_grad():
+        model.out_vocab.weight.normal_(0, 1)
+        model.out_vocab.bias.normal_(0, 1)
+        model.out_vocab.weight[4500] = torch.tensor([10.0, 0, 0, 0, 0, 0])
+        low = torch.randn(64, 6)
+        low[::2, 0] = 30.0  # logit of word 4500 about 300 in even rows
+        expected = torch.logsumexp(
+            low.double() @ model.out_vocab.weight.double().t() + model.out_vocab.bias.double(), dim=-1
+        )
+        got = model._log_normalizer(low, torch.float32, model._output_matrix())
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), expected, atol=1e-4, rtol=1e-6)
+
+
 @pytest.mark.parametrize(("src_len", "tgt_len"), [(1, 1), (4, 3), (7, 9)])
 def test_flop_count_matches_torch_flop_counter(src_len: int, tgt_len: int) -> None:
     config = ModelConfig(
