@@ -89,3 +89,12 @@ def test_other_errors_are_not_swallowed(problem, monkeypatch):
 
 def test_cpu_budget_is_fixed():
     assert auto_token_budget(torch.device("cpu"), CONFIG) == CPU_TOKEN_BUDGET
+
+
+def test_mixed_precision_path_stays_close(problem):
+    """The CUDA bf16 path (autocast matmuls, fp32 states and softmax), run here under CPU autocast."""
+    model, sources, source_of_row, targets = problem
+    exact = PairScorer(model, torch.device("cpu")).score(sources, source_of_row, targets)
+    mixed = PairScorer(model, torch.device("cpu"), amp_dtype=torch.bfloat16).score(sources, source_of_row, targets)
+    assert np.isfinite(mixed).all()
+    np.testing.assert_allclose(mixed, exact, atol=0.1, rtol=0.02)
