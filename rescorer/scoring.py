@@ -28,8 +28,8 @@ class ScoringOptions:
 
     token_budget: int | None = None  # padded tokens per batch; None = auto_token_budget()
     max_batch: int = 4096  # pairs per batch, whatever their length
-    share_sources: bool = True  # encode each distinct source once per chunk
-    sort_by_length: bool = True  # length-sorted batches (less padding)
+    share_sources: bool = True  # prefix trees: each distinct source / target prefix once per chunk
+    sort_by_length: bool = True  # group sources of equally long targets (and, unshared, sort by length)
 
 
 class PairScorer:

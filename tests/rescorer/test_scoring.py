@@ -98,3 +98,17 @@ def test_mixed_precision_path_stays_close(problem):
     mixed = PairScorer(model, torch.device("cpu"), amp_dtype=torch.bfloat16).score(sources, source_of_row, targets)
     assert np.isfinite(mixed).all()
     np.testing.assert_allclose(mixed, exact, atol=0.1, rtol=0.02)
+
+
+def test_source_groups_keep_each_source_whole_within_the_budget(problem):
+    model, _, source_of_row, targets = problem
+    scorer = PairScorer(model, torch.device("cpu"), options=ScoringOptions(token_budget=40))
+    tokens = targets.lengths + 1
+    groups = scorer._source_groups(source_of_row, tokens)
+    assert sorted(np.concatenate(groups).tolist()) == list(range(len(source_of_row)))
+    group_of = {}
+    for g, rows in enumerate(groups):
+        for src in set(source_of_row[rows].tolist()):
+            assert group_of.setdefault(src, g) == g  # all of a source's targets decoded together
+        largest_source = max(tokens[source_of_row == s].sum() for s in set(source_of_row[rows].tolist()))
+        assert tokens[rows].sum() <= 40 + largest_source
