@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 lint: install

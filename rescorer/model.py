@@ -442,10 +442,8 @@ class RNNEncoderDecoder(nn.Module):
         for level, size in enumerate(tree.level_sizes):
             for lo in range(start, start + size, rows):
                 hi = min(lo + rows, start + size)
-                if level == 0:  # h'⟨0⟩ = tanh(V' c), kept in fp32 like every state (also under autocast)
-                    h = torch.tanh(self.dec_init(c[lo:hi])).to(state_dtype)
-                else:
-                    h = states[tree.parent[lo:hi]]
+                # The parents' states; for the roots h'⟨0⟩ = tanh(V' c), in fp32 like every state.
+                h = torch.tanh(self.dec_init(c[lo:hi])).to(state_dtype) if level == 0 else states[tree.parent[lo:hi]]
                 # One GRU step for a piece of the level: the decoder equations of _run_decoder.
                 pre_context = context.index_select(0, tree.source[lo:hi])  # [n, 3d]
                 inputs = self.dec_input(embedded[lo:hi]).to(state_dtype)

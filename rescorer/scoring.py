@@ -1,12 +1,20 @@
-"""Batched scoring of phrase pairs: each source encoded once, its targets decoded as a prefix tree.
+"""Batched scoring of phrase pairs, computing nothing twice: source and target prefix trees.
 
-This is the compute core of ``rescore-phrase-table``. Three savings matter on real tables (SPEC §3):
-a source phrase has on average two or more targets, so its summary c (and everything that depends
-on c alone) is computed once and reused; the targets of a source often begin alike, so each
-distinct prefix is decoded once (:mod:`rescorer.prefix_tree`), which also leaves no padding in the
-decoder; and source lengths vary from 1 to 7+ words, so the encoder's rows are sorted by length and
-cut into batches by a token budget. Sharing and sorting can be switched off to measure them: the
-unshared path encodes and decodes every pair on its own, padded."""
+This is the compute core of ``rescore-phrase-table``. Savings on real tables (SPEC §3), all exact:
+
+* a Moses table lists each source phrase next to its extensions, and the encoder reads left to
+  right, so the distinct sources of a chunk are encoded as prefix trees (each distinct source
+  prefix once);
+* a source has two or more targets on average, so its summary c, and everything that depends on c
+  alone, is computed once;
+* the targets of a source often begin alike, so each distinct (source, target prefix) is decoded
+  once (:mod:`rescorer.prefix_tree`).
+
+Trees need no padding. Groups of sources are cut by a token budget; with ``sort_by_length``,
+sources whose targets are equally long go together. With ``share_sources`` off, every pair is
+encoded and decoded on its own in padded batches (length-sorted or not): the naive cost, kept so
+the benchmark can measure the savings.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +34,7 @@ from rescorer.table_chunks import TokenIds
 class ScoringOptions:
     """Knobs of the batched scorer; none of them changes a score beyond float rounding."""
 
-    token_budget: int | None = None  # padded tokens per batch; None = auto_token_budget()
+    token_budget: int | None = None  # tokens per batch or tree group; None = auto_token_budget()
     max_batch: int = 4096  # pairs per batch, whatever their length
     share_sources: bool = True  # prefix trees: each distinct source / target prefix once per chunk
     sort_by_length: bool = True  # group sources of equally long targets (and, unshared, sort by length)
