@@ -52,6 +52,11 @@ CPU_OUTPUT_BLOCK_VOCAB = 2048
 # Prefix-tree levels run in pieces of this many nodes on CPU, so the step's temporaries are reused
 # from the allocator instead of being fresh (page-faulting) buffers.
 CPU_TREE_STEP_ROWS = 512
+# Scoring (no gradient) on CPU: blocks for the in-place log-sum-exp, whose buffer of logits
+# (1024 × 512 floats, 2 MB) stays in the cores' L2 through the matmul, exp and sum. Measured on 2
+# cores, paper sizes: 19 µs/row against 22 µs with 512 × 2048 blocks.
+CPU_SCORING_BLOCK_ROWS = 1024
+CPU_SCORING_BLOCK_VOCAB = 512
 
 
 def _orthogonal_(weight: Tensor, block: int) -> None:
@@ -365,10 +370,11 @@ class RNNEncoderDecoder(nn.Module):
         On CPU the vocabulary is cut into blocks whose logits stay in cache (never [rows, V] at once).
         """
         vocab = output_matrix.shape[0]
-        step = CPU_OUTPUT_BLOCK_VOCAB if low.device.type == "cpu" else vocab
+        on_cpu = low.device.type == "cpu"
         differentiable = torch.is_grad_enabled() and (low.requires_grad or output_matrix.requires_grad)
-        if not differentiable and step < vocab and low.dtype == output_matrix.dtype == dtype:
-            return self._log_normalizer_in_place(low, output_matrix, step)
+        if on_cpu and not differentiable and low.dtype == output_matrix.dtype == dtype:
+            return self._log_normalizer_in_place(low, output_matrix, min(vocab, CPU_SCORING_BLOCK_VOCAB))
+        step = CPU_OUTPUT_BLOCK_VOCAB if on_cpu else vocab
         # Per-block log-sum-exps combined exactly (logsumexp of logsumexps); used for training,
         # on GPUs (one block) and under autocast.
         low_and_one = F.pad(low, (0, 1), value=1.0)
@@ -458,7 +464,7 @@ class RNNEncoderDecoder(nn.Module):
         output_matrix = self._output_matrix()
         low = torch.empty(tree.nodes, self.config.output_rank, dtype=score_dtype, device=c.device)
         normalizer = torch.empty(tree.nodes, dtype=score_dtype, device=c.device)
-        out_rows = CPU_OUTPUT_BLOCK_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
+        out_rows = CPU_SCORING_BLOCK_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
         for lo in range(0, tree.nodes, out_rows):
             hi = min(lo + out_rows, tree.nodes)
             pre = self.out_hidden(states[lo:hi]) + self.out_prev(embedded[lo:hi])
