@@ -31,6 +31,11 @@ projections (V', C_*, O_c) are one matmul each per pair; the Python loop holds o
 recurrent products (encoder: [U_r; U_z] in one matmul plus U on r ⊙ h; decoder: [U'_r; U'_z; U']
 in one matmul since all act on h'); the deep output, maxout and softmax run for all steps at once
 after the loop, and the (large) vocabulary projection only for real, non-padding positions.
+
+Scoring a phrase table uses :meth:`RNNEncoderDecoder.encode_prefix_tree` and
+:meth:`RNNEncoderDecoder.score_prefix_tree` instead: the same equations over prefix trees
+(:mod:`rescorer.prefix_tree`), so that a prefix shared by several phrases is computed once. The
+tests check both against the padded path at 1e-12 in float64.
 """
 
 from __future__ import annotations
