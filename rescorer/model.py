@@ -187,20 +187,10 @@ class RNNEncoderDecoder(nn.Module):
         # One matmul for W_r e, W_z e, W e (+ biases) of every step, time-major from the (small) ids
         # so the [T, B, 3d] projections need no transposing copy.
         inputs = self.enc_input(self.src_embed(ids.t())).to(state_dtype)  # [T, B, 3d]
-        gate_inputs = inputs[:, :, : 2 * d]
-        cand_inputs = inputs[:, :, 2 * d :]
-        u_gates = self.enc_rec_gates.weight.t()  # [d, 2d]: U_r, U_z
-        u_cand = self.enc_rec_cand.weight.t()  # [d, d]: U
         h = torch.zeros(batch, d, dtype=state_dtype, device=src.device)
         states: list[Tensor] = []
         for t, n in enumerate(running):
-            h_run = h[:n]
-            # addmm folds the input term into the matmul and lerp does z⊙h + (1−z)⊙h̃ in one pass:
-            # the same equations with fewer passes over [n, d] memory, which dominate small steps.
-            gates = torch.sigmoid(torch.addmm(gate_inputs[t, :n], h_run, u_gates)).to(h.dtype)  # (autocast: bf16)
-            r, z = gates[:, :d], gates[:, d:]
-            candidate = torch.tanh(torch.addmm(cand_inputs[t, :n], r * h_run, u_cand)).to(h.dtype)
-            h_new = torch.lerp(candidate, h_run, z)
+            h_new = self._encoder_step(h[:n], inputs[t, :n])
             h = h_new if n == batch else torch.cat([h_new, h[n:]])
             if keep_states:
                 states.append(h)
@@ -208,6 +198,19 @@ class RNNEncoderDecoder(nn.Module):
         restore[order] = torch.arange(batch, device=order.device)
         all_states = torch.stack(states, dim=1)[restore] if keep_states and states else None
         return h[restore], all_states
+
+    def _encoder_step(self, h: Tensor, inputs: Tensor, out: Tensor | None = None) -> Tensor:
+        """One encoder GRU step (reset before the recurrent product) from [W_r; W_z; W] e + b ([n, 3d]).
+
+        addmm folds the input term into the matmul and lerp does z⊙h + (1−z)⊙h̃ in one pass: the
+        same equations with fewer passes over [n, d] memory, which dominate small steps. States
+        stay in h's dtype (fp32) under autocast, where the matmuls run in bf16/fp16.
+        """
+        d = self.config.hidden
+        gates = torch.sigmoid(torch.addmm(inputs[:, : 2 * d], h, self.enc_rec_gates.weight.t())).to(h.dtype)
+        r, z = gates[:, :d], gates[:, d:]
+        candidate = torch.tanh(torch.addmm(inputs[:, 2 * d :], r * h, self.enc_rec_cand.weight.t())).to(h.dtype)
+        return torch.lerp(candidate, h, z, out=out)
 
     def encoder_states(self, src: Tensor, src_len: Tensor) -> Tensor:
         """All encoder states h⟨1..T⟩ as [B, T, d] (T = max length; a state is held past its length).
@@ -231,24 +234,17 @@ class RNNEncoderDecoder(nn.Module):
         """
         if tree.level_sizes[0] != 1:
             raise ValueError(f"a source tree has one root, got {tree.level_sizes[0]}")
-        d = self.config.hidden
         state_dtype = self.enc_rec_cand.weight.dtype
-        u_gates = self.enc_rec_gates.weight.t()
-        u_cand = self.enc_rec_cand.weight.t()
-        states = torch.empty(tree.nodes, d, dtype=state_dtype, device=tree.token.device)
+        states = torch.empty(tree.nodes, self.config.hidden, dtype=state_dtype, device=tree.token.device)
         states[0] = 0
         rows = CPU_TREE_STEP_ROWS if states.device.type == "cpu" else max(1, tree.nodes)
         start = 1
         for size in tree.level_sizes[1:]:
             for lo in range(start, start + size, rows):
                 hi = min(lo + rows, start + size)
-                # The encoder equations of _run_encoder, for a piece of one level.
-                h = states[tree.parent[lo:hi]]
+                # One encoder step for a piece of one level, from the parents' states.
                 inputs = self.enc_input(self.src_embed(tree.token[lo:hi])).to(state_dtype)
-                gates = torch.sigmoid(torch.addmm(inputs[:, : 2 * d], h, u_gates)).to(state_dtype)
-                r, z = gates[:, :d], gates[:, d:]
-                candidate = torch.tanh(torch.addmm(inputs[:, 2 * d :], r * h, u_cand)).to(state_dtype)
-                torch.lerp(candidate, h, z, out=states[lo:hi])
+                self._encoder_step(states[tree.parent[lo:hi]], inputs, out=states[lo:hi])
             start += size
         return torch.tanh(self.enc_summary(states[tree.final_node]))
 
@@ -284,22 +280,29 @@ class RNNEncoderDecoder(nn.Module):
         # States kept in the parameters' dtype (fp32) even under autocast, like the encoder's.
         h = torch.tanh(self.dec_init(c)).to(self.dec_rec.weight.dtype)
         states: list[Tensor] = []
-        u_gates = self.dec_rec.weight[: 2 * d].t()  # [d, 2d]: U'_r, U'_z
-        u_cand = self.dec_rec.weight[2 * d :].t()  # [d, d]: U'
         gate_inputs = gate_inputs.to(h.dtype)
         cand_inputs = cand_inputs.to(h.dtype)
         cand_context = cand_context.to(h.dtype)
         for t in range(steps):
-            # Same equations as written in the class doc, with the additions folded into addmm
-            # and the state update as one lerp (see the encoder).
-            gates = torch.sigmoid(torch.addmm(gate_inputs[t], h, u_gates)).to(h.dtype)
-            r, z = gates[:, :d], gates[:, d:]
-            recurrent = torch.addmm(cand_context, h, u_cand).to(h.dtype)
-            candidate = torch.tanh(torch.addcmul(cand_inputs[t], r, recurrent))
-            h = torch.lerp(candidate, h, z)
+            h = self._decoder_step(h, gate_inputs[t], cand_inputs[t], cand_context)
             states.append(h)
         all_states = torch.stack(states, dim=1) if states else c.new_zeros(batch, 0, d)
         return all_states, prev, mask
+
+    def _decoder_step(
+        self, h: Tensor, gate_inputs: Tensor, cand_inputs: Tensor, cand_context: Tensor, out: Tensor | None = None
+    ) -> Tensor:
+        """One decoder GRU step: the class doc's equations, additions folded into addmm (see the encoder).
+
+        ``gate_inputs`` = [W'_r; W'_z] e + [C_r; C_z] c + b ([n, 2d]); ``cand_inputs`` = W' e + b
+        ([n, d]); ``cand_context`` = C c + its bias ([n, d]), which the reset r' multiplies.
+        """
+        d = self.config.hidden
+        gates = torch.sigmoid(torch.addmm(gate_inputs, h, self.dec_rec.weight[: 2 * d].t())).to(h.dtype)
+        r, z = gates[:, :d], gates[:, d:]
+        recurrent = torch.addmm(cand_context, h, self.dec_rec.weight[2 * d :].t()).to(h.dtype)
+        candidate = torch.tanh(torch.addcmul(cand_inputs, r, recurrent))
+        return torch.lerp(candidate, h, z, out=out)
 
     def decoder_states(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
         """The decoder's hidden states h'⟨1..T⟩ as [B, T, d] (T = ``tgt_len.max()``)."""
@@ -309,6 +312,10 @@ class RNNEncoderDecoder(nn.Module):
     def _maxout(self, c: Tensor, states: Tensor, prev: Tensor) -> Tensor:
         """s⟨t⟩ for all steps: maxout over adjacent pairs of O_h h' + O_y e(y_{t−1}) + O_c c."""
         pre = self.out_hidden(states) + self.out_prev(prev) + self.out_context(c).unsqueeze(1)
+        return self._maxout_pool(pre)
+
+    def _maxout_pool(self, pre: Tensor) -> Tensor:
+        """max over adjacent pairs of the last dimension: [..., 2m] → [..., m]."""
         return pre.unflatten(-1, (self.config.maxout_units, 2)).amax(dim=-1)
 
     def _logits(self, s: Tensor) -> Tensor:
@@ -443,8 +450,6 @@ class RNNEncoderDecoder(nn.Module):
         # from W' e because the reset multiplies it), h'⟨0⟩ = tanh(V' c) and O_c c.
         context = self.dec_context(c).to(state_dtype)
         context[:, 2 * d :] += self.dec_cand_bias
-        u_gates = self.dec_rec.weight[: 2 * d].t()
-        u_cand = self.dec_rec.weight[2 * d :].t()
         states = torch.empty(tree.nodes, d, dtype=state_dtype, device=c.device)
         # Work in pieces of at most ``rows`` nodes: on CPU the temporaries then stay small enough to
         # be reused from the allocator and to sit in cache (fresh large buffers cost page faults).
@@ -459,11 +464,8 @@ class RNNEncoderDecoder(nn.Module):
                 pre_context = context.index_select(0, tree.source[lo:hi])  # [n, 3d]
                 inputs = self.dec_input(embedded[lo:hi]).to(state_dtype)
                 pre_context[:, : 2 * d] += inputs[:, : 2 * d]
-                gates = torch.sigmoid(torch.addmm(pre_context[:, : 2 * d], h, u_gates)).to(state_dtype)
-                r, z = gates[:, :d], gates[:, d:]
-                recurrent = torch.addmm(pre_context[:, 2 * d :], h, u_cand).to(state_dtype)
-                candidate = torch.tanh(torch.addcmul(inputs[:, 2 * d :], r, recurrent))
-                torch.lerp(candidate, h, z, out=states[lo:hi])
+                gate_inputs, cand_context = pre_context[:, : 2 * d], pre_context[:, 2 * d :]
+                self._decoder_step(h, gate_inputs, inputs[:, 2 * d :], cand_context, out=states[lo:hi])
             start += size
         out_context = self.out_context(c)  # [S, 2m]
         output_matrix = self._output_matrix()
@@ -474,7 +476,7 @@ class RNNEncoderDecoder(nn.Module):
             hi = min(lo + out_rows, tree.nodes)
             pre = self.out_hidden(states[lo:hi]) + self.out_prev(embedded[lo:hi])
             pre += out_context.index_select(0, tree.source[lo:hi])
-            s = pre.unflatten(-1, (self.config.maxout_units, 2)).amax(dim=-1)  # maxout: [n, m]
+            s = self._maxout_pool(pre)  # [n, m]
             block_low = self.out_rank(s)  # G_r s
             low[lo:hi] = block_low
             normalizer[lo:hi] = self._log_normalizer(block_low, score_dtype, output_matrix)
