@@ -40,6 +40,8 @@ tests check both against the padded path at 1e-12 in float64.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -115,6 +117,20 @@ def _check_batch(ids: Tensor, lengths: Tensor, what: str) -> int:
             f"{what}_len must be in [1, {ids.shape[1]}] (it counts the </s>); got [{low}, {high}]"
         )
     return high
+
+
+@dataclass
+class DecoderStart:
+    """Per-pair decoder terms for generating word by word (:meth:`RNNEncoderDecoder.start_decoding`).
+
+    ``state`` is h'⟨0⟩ = tanh(V' c); ``gate_context`` [C_r c; C_z c]; ``cand_context`` C c plus the
+    bias the reset multiplies; ``out_context`` O_c c plus the deep-output bias.
+    """
+
+    state: Tensor
+    gate_context: Tensor
+    cand_context: Tensor
+    out_context: Tensor
 
 
 class RNNEncoderDecoder(nn.Module):
@@ -334,6 +350,45 @@ class RNNEncoderDecoder(nn.Module):
         """
         states, prev, _ = self._run_decoder(c, tgt, tgt_len)
         return torch.log_softmax(self._logits(self._maxout(c, states, prev)), dim=-1)
+
+    # ------------------------------------------------------------------ generation, one word at a time
+
+    def start_decoding(self, c: Tensor) -> DecoderStart:
+        """What generation needs from the summaries c [B, d]: h'⟨0⟩ and the per-pair context terms.
+
+        The same projections as :meth:`_run_decoder` and :meth:`_maxout` compute once per pair, so
+        :meth:`next_word_log_probs` repeats none of them per step.
+        """
+        d = self.config.hidden
+        state_dtype = self.dec_rec.weight.dtype
+        context = self.dec_context(c)  # [B, 3d]: C_r c, C_z c, C c
+        return DecoderStart(
+            state=torch.tanh(self.dec_init(c)).to(state_dtype),
+            gate_context=context[:, : 2 * d].to(state_dtype),
+            cand_context=(context[:, 2 * d :] + self.dec_cand_bias).to(state_dtype),
+            out_context=self.out_context(c),
+        )
+
+    def next_word_log_probs(
+        self, start: DecoderStart, rows: Tensor, h: Tensor, prev: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """One generation step: (h'⟨t⟩ [n, d], log p(y_t = · | y_<t, X) [n, V]).
+
+        ``rows`` [n] picks each hypothesis' pair in ``start`` (several hypotheses may share one
+        source), ``h`` [n, d] is h'⟨t−1⟩ and ``prev`` [n] the ids y_{t−1}, or None at t = 1 where
+        e(y_0) = 0. The GRU step, maxout and output layer are the very methods the scoring paths
+        use, so a generated target's summed step scores equal :meth:`score_targets` of it.
+        """
+        if prev is None:
+            embedded = h.new_zeros(h.shape[0], self.config.embedding, dtype=self.tgt_embed.weight.dtype)
+        else:
+            embedded = self.tgt_embed(prev)
+        d = self.config.hidden
+        inputs = self.dec_input(embedded).to(h.dtype)  # W'_r e, W'_z e, W' e (+ biases)
+        gate_inputs = inputs[:, : 2 * d] + start.gate_context[rows]
+        h = self._decoder_step(h, gate_inputs, inputs[:, 2 * d :], start.cand_context[rows])
+        pre = self.out_hidden(h) + self.out_prev(embedded) + start.out_context[rows]
+        return h, torch.log_softmax(self._logits(self._maxout_pool(pre)), dim=-1)
 
     def token_logprobs(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
         """log p(y_t | y_<t, X) per position: Float[B, M] (M = ``tgt.shape[1]``), 0 past the length.
