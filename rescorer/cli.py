@@ -97,6 +97,177 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
     )
 
 
+# ------------------------------------------------------------------ looking inside a model
+
+
+def _load(model_path: str):
+    from rescorer.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        return load_checkpoint(model_path)
+    except CheckpointError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@main.command("sample")
+@click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+@click.argument("source")
+@click.option("-n", "--samples", type=click.IntRange(min=0), default=50, show_default=True,
+              help="targets drawn from the decoder")
+@click.option("--beam", type=click.IntRange(min=0), default=5, show_default=True,
+              help="beam width; its best targets are listed too")
+@click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--max-words", type=click.IntRange(min=1), default=30, show_default=True,
+              help="a target still going after this many words is cut")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a Markdown table")
+@_friendly_errors
+def sample_command(model_path, source, samples, beam, seed, max_words, as_json) -> None:
+    """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
+    import json
+
+    from rescorer.sampling import format_sample_result, sample_and_search
+
+    checkpoint = _load(model_path)
+    result = sample_and_search(checkpoint.model, checkpoint.src_vocab, source, n=samples, beam=beam, seed=seed,
+                               max_words=max_words)
+    if as_json:
+        click.echo(json.dumps({"source": result.source, "samples": result.n_samples, "beam": result.beam,
+                               "seed": result.seed,
+                               "targets": [g.to_dict(checkpoint.tgt_vocab) for g in result.candidates]},
+                              ensure_ascii=False, indent=1))
+    else:
+        click.echo(format_sample_result(result, checkpoint.tgt_vocab, checkpoint.src_vocab))
+
+
+@main.command("compare")
+@click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+@click.argument("phrase_table")
+@click.option("--min-src-words", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--frequent/--rare", default=True, show_default=True,
+              help="the most frequent or the rarest long source phrases (count from the counts field)")
+@click.option("-n", "--sources", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="targets per list")
+@click.option("--min-targets", type=click.IntRange(min=1), default=2, show_default=True,
+              help="only sources with at least this many targets in the table")
+@click.option("--column", type=click.IntRange(min=1), default=3, show_default=True,
+              help="the table's score column to rank by (3 = direct φ(e|f) in Moses tables)")
+@click.option("--seed", type=int, default=1234, show_default=True, help="breaks ties among rare sources")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of Markdown")
+@click.option("--quiet", is_flag=True, help="no progress bar")
+@_friendly_errors
+def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
+                    as_json, quiet) -> None:
+    """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
+    from rescorer.compare import compare_blocks, format_json, format_markdown
+    from rescorer.table_scan import scan_table
+
+    checkpoint = _load(model_path)
+    scan = scan_table(phrase_table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets,
+                      seed=seed, progress=not quiet)
+    rows = compare_blocks(checkpoint, scan.frequent if frequent else scan.rare, top=top, column=column - 1)
+    if as_json:
+        click.echo(format_json(rows))
+    else:
+        counted = "count" if scan.summary.has_counts else "targets"
+        click.echo(format_markdown(rows, frequency=counted))
+
+
+@main.command("plot-scores")
+@click.argument("scores_parquet", type=click.Path(exists=True, dir_okay=False))
+@click.argument("out_png", type=click.Path(dir_okay=False))
+@click.option("--column", type=click.IntRange(min=1), default=3, show_default=True,
+              help="the table's score column on the x axis (3 = direct φ(e|f) in Moses tables)")
+@_friendly_errors
+def plot_scores_command(scores_parquet, out_png, column) -> None:
+    """RNN log p against the table's log φ(e|f), from rescore-phrase-table --scores-parquet (paper Fig. 3)."""
+    from rescorer.plots import plot_scores, read_scores_parquet
+
+    click.echo(f"reading {scores_parquet}", err=True)
+    description = plot_scores(read_scores_parquet(scores_parquet, column=column - 1), out_png)
+    click.echo(f"wrote {out_png}: {description}", err=True)
+
+
+@main.command("map-words")
+@click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+@click.argument("out_png", type=click.Path(dir_okay=False))
+@click.option("--words", type=click.IntRange(min=5), default=1000, show_default=True,
+              help="the most frequent source words to map")
+@click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
+@click.option("--seed", type=int, default=1234, show_default=True)
+@_friendly_errors
+def map_words_command(model_path, out_png, words, labels, seed) -> None:
+    """2-D t-SNE map of the source word embeddings (paper Fig. 4)."""
+    from rescorer.plots import map_words
+
+    checkpoint = _load(model_path)
+    click.echo(f"t-SNE of up to {words} word embeddings", err=True)
+    click.echo(f"wrote {out_png}: {map_words(checkpoint, out_png, words=words, seed=seed, max_labels=labels)}",
+               err=True)
+
+
+@main.command("map-phrases")
+@click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+@click.argument("phrases", metavar="PHRASES")
+@click.argument("out_png", type=click.Path(dir_okay=False))
+@click.option("--max-phrases", type=click.IntRange(min=5), default=1000, show_default=True,
+              help="a seeded random sample of this many distinct phrases is mapped")
+@click.option("--min-words", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
+@click.option("--seed", type=int, default=1234, show_default=True)
+@_friendly_errors
+def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, labels, seed) -> None:
+    """2-D t-SNE map of the summaries c of PHRASES (paper Fig. 5).
+
+    PHRASES is a text file with one phrase per line, or a Moses phrase table (its source phrases).
+    """
+    from rescorer.plots import map_phrases, read_phrases
+
+    checkpoint = _load(model_path)
+    chosen = read_phrases(phrases, max_phrases=max_phrases, min_words=min_words, seed=seed)
+    click.echo(f"t-SNE of {len(chosen)} phrase summaries", err=True)
+    click.echo(f"wrote {out_png}: {map_phrases(checkpoint, chosen, out_png, seed=seed, max_labels=labels)}",
+               err=True)
+
+
+@main.command("report")
+@click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+@click.argument("phrase_table")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--sources", type=click.IntRange(min=1), default=8, show_default=True,
+              help="frequent and rare long sources in the top-target tables")
+@click.option("--min-src-words", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--sample-sources", type=click.IntRange(min=0), default=4, show_default=True,
+              help="sources whose samples are shown")
+@click.option("-n", "--samples", type=click.IntRange(min=0), default=50, show_default=True)
+@click.option("--beam", type=click.IntRange(min=0), default=5, show_default=True)
+@click.option("--score-sources", type=click.IntRange(min=0), default=5000, show_default=True,
+              help="random source phrases whose lines are scored for the score scatter and phrase map")
+@click.option("--map-words", "map_words_", type=click.IntRange(min=5), default=1000, show_default=True)
+@click.option("--map-phrases", "map_phrases_", type=click.IntRange(min=5), default=1000, show_default=True)
+@click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--screenshot", type=click.Path(dir_okay=False),
+              help="also render the page with headless Chromium into this PNG")
+@click.option("--quiet", is_flag=True, help="no progress messages")
+@_friendly_errors
+def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
+                   score_sources, map_words_, map_phrases_, seed, screenshot, quiet) -> None:
+    """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
+    from rescorer.report import ReportOptions, build_report
+    from rescorer.report import screenshot as take_screenshot
+
+    options = ReportOptions(compare_sources=sources, min_src_words=min_src_words, sample_sources=sample_sources,
+                            samples=samples, beam=beam, score_sources=score_sources, map_words=map_words_,
+                            map_phrases=map_phrases_, seed=seed, progress=not quiet)
+    page = build_report(model_path, phrase_table, out_dir, options)
+    click.echo(f"wrote {page}", err=True)
+    if screenshot:
+        try:
+            take_screenshot(page, screenshot)
+        except RuntimeError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(f"wrote {screenshot}", err=True)
+
+
 @click.command("rescore-phrase-table")
 @click.argument("input_table")
 @click.argument("output_table")
