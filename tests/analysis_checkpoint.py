@@ -8,6 +8,7 @@ training in every test run would cost minutes on two cores.
 from __future__ import annotations
 
 import gzip
+import struct
 from pathlib import Path
 
 import torch
@@ -46,3 +47,10 @@ def write_random_checkpoint(table: Path, out: Path, *, seed: int = 5, history: l
     state = {"step": history[-1]["step"], "history": history} if history else None
     return save_checkpoint(out, model=model, config=config, src_vocab=src_vocab, tgt_vocab=tgt_vocab,
                            train_config=TrainConfig(), train_state=state)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk; fails on anything that is not a PNG."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])

@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import math
-import struct
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from analysis_checkpoint import EXAMPLE_TABLE, write_random_checkpoint
+from analysis_checkpoint import EXAMPLE_TABLE, png_size, write_random_checkpoint
 from click.testing import CliRunner
 
 import rescorer.plots as plots
 from rescorer.checkpoint import load_checkpoint
 from rescorer.cli import main
 from rescorer.rescore import RescoreOptions, rescore_phrase_table
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    """(width, height) from a PNG's IHDR chunk; fails on anything that is not a PNG."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
-    return struct.unpack(">II", data[16:24])
 
 
 @pytest.fixture(scope="module")
