@@ -100,11 +100,15 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
 # ------------------------------------------------------------------ looking inside a model
 
 
-def _load(model_path: str):
+_DEVICE_HELP = "auto, cpu, cuda or cuda:N (scores in fp32)"
+
+
+def _load(model_path: str, device: str = "cpu"):
     from rescorer.checkpoint import CheckpointError, load_checkpoint
+    from rescorer.device import select_device
 
     try:
-        return load_checkpoint(model_path)
+        return load_checkpoint(model_path, map_location=select_device(device))
     except CheckpointError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -120,14 +124,15 @@ def _load(model_path: str):
 @click.option("--max-words", type=click.IntRange(min=1), default=30, show_default=True,
               help="a target still going after this many words is cut")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a Markdown table")
+@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
 @_friendly_errors
-def sample_command(model_path, source, samples, beam, seed, max_words, as_json) -> None:
+def sample_command(model_path, source, samples, beam, seed, max_words, as_json, device) -> None:
     """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
     import json
 
     from rescorer.sampling import format_sample_result, sample_and_search
 
-    checkpoint = _load(model_path)
+    checkpoint = _load(model_path, device)
     result = sample_and_search(checkpoint.model, checkpoint.src_vocab, source, n=samples, beam=beam, seed=seed,
                                max_words=max_words)
     if as_json:
@@ -154,14 +159,15 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json) 
 @click.option("--seed", type=int, default=1234, show_default=True, help="breaks ties among rare sources")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of Markdown")
 @click.option("--quiet", is_flag=True, help="no progress bar")
+@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
 @_friendly_errors
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
-                    as_json, quiet) -> None:
+                    as_json, quiet, device) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
     from rescorer.compare import compare_blocks, format_json, format_markdown
     from rescorer.table_scan import scan_table
 
-    checkpoint = _load(model_path)
+    checkpoint = _load(model_path, device)
     scan = scan_table(phrase_table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets,
                       seed=seed, progress=not quiet)
     rows = compare_blocks(checkpoint, scan.frequent if frequent else scan.rare, top=top, column=column - 1)
@@ -214,15 +220,16 @@ def map_words_command(model_path, out_png, words, labels, seed) -> None:
 @click.option("--min-words", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
 @click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
 @_friendly_errors
-def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, labels, seed) -> None:
+def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, labels, seed, device) -> None:
     """2-D t-SNE map of the summaries c of PHRASES (paper Fig. 5).
 
     PHRASES is a text file with one phrase per line, or a Moses phrase table (its source phrases).
     """
     from rescorer.plots import map_phrases, read_phrases
 
-    checkpoint = _load(model_path)
+    checkpoint = _load(model_path, device)
     chosen = read_phrases(phrases, max_phrases=max_phrases, min_words=min_words, seed=seed)
     click.echo(f"t-SNE of {len(chosen)} phrase summaries", err=True)
     click.echo(f"wrote {out_png}: {map_phrases(checkpoint, chosen, out_png, seed=seed, max_labels=labels)}",
@@ -248,16 +255,17 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 @click.option("--screenshot", type=click.Path(dir_okay=False),
               help="also render the page with headless Chromium into this PNG")
 @click.option("--quiet", is_flag=True, help="no progress messages")
+@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
 @_friendly_errors
 def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
-                   score_sources, map_words_, map_phrases_, seed, screenshot, quiet) -> None:
+                   score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device) -> None:
     """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
     from rescorer.report import ReportOptions, build_report
     from rescorer.report import screenshot as take_screenshot
 
     options = ReportOptions(compare_sources=sources, min_src_words=min_src_words, sample_sources=sample_sources,
                             samples=samples, beam=beam, score_sources=score_sources, map_words=map_words_,
-                            map_phrases=map_phrases_, seed=seed, progress=not quiet)
+                            map_phrases=map_phrases_, seed=seed, device=device, progress=not quiet)
     page = build_report(model_path, phrase_table, out_dir, options)
     click.echo(f"wrote {page}", err=True)
     if screenshot:

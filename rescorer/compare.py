@@ -47,7 +47,7 @@ def score_blocks(
     """
     if not blocks:
         return []
-    scorer = PairScorer(checkpoint.model, device or torch.device("cpu"))
+    scorer = PairScorer(checkpoint.model, device or next(checkpoint.model.parameters()).device)
     sources = encode_phrases([block.source for block in blocks], checkpoint.src_vocab)
     targets = encode_phrases([t for block in blocks for t in block.targets], checkpoint.tgt_vocab)
     source_of_row = np.repeat(np.arange(len(blocks)), [len(block.targets) for block in blocks])

@@ -168,9 +168,9 @@ def map_words(checkpoint: Checkpoint, out_png, *, words: int = 1000, seed: int =
 
 def phrase_summaries(checkpoint: Checkpoint, phrases: Sequence[str]) -> np.ndarray:
     """The summary vectors c [n, d] of source phrases, by the scorer's encoder."""
-    scorer = PairScorer(checkpoint.model, torch.device("cpu"))
+    scorer = PairScorer(checkpoint.model, next(checkpoint.model.parameters()).device)
     with torch.inference_mode():
-        return scorer.encode_sources(encode_phrases(phrases, checkpoint.src_vocab)).numpy()
+        return scorer.encode_sources(encode_phrases(phrases, checkpoint.src_vocab)).cpu().numpy()
 
 
 def map_phrases(checkpoint: Checkpoint, phrases: Sequence[str], out_png, *, seed: int = 1234,

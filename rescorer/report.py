@@ -28,6 +28,7 @@ import numpy as np
 from moses_integration.phrase_table import atomic_output
 from rescorer.checkpoint import Checkpoint, load_checkpoint
 from rescorer.compare import ComparedSource, compare_blocks, score_blocks
+from rescorer.device import select_device
 from rescorer.plots import (
     PIXELS,
     ScorePairs,
@@ -55,6 +56,7 @@ class ReportOptions:
     map_words: int = 1000
     map_phrases: int = 1000
     seed: int = 1234
+    device: str = "auto"
     progress: bool = True
 
 
@@ -72,7 +74,7 @@ def build_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    checkpoint = load_checkpoint(model_path)
+    checkpoint = load_checkpoint(model_path, map_location=select_device(opts.device))
     _say(f"reading {table_path}", opts.progress)
     scan = scan_table(table_path, min_src_words=opts.min_src_words, n_chosen=opts.compare_sources,
                       n_sampled=opts.score_sources, seed=opts.seed, progress=opts.progress)

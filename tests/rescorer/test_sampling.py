@@ -119,3 +119,35 @@ def test_sample_and_search_merges_distinct_targets_sorted_by_score() -> None:
     assert scores == sorted(scores, reverse=True)
     with pytest.raises(ValueError, match="empty"):
         sample_and_search(model, src_vocab, "  ", n=5, beam=1)
+
+
+def test_cli_lists_distinct_targets_as_markdown_or_json(tmp_path) -> None:
+    import json
+
+    from analysis_checkpoint import EXAMPLE_TABLE, write_random_checkpoint
+    from click.testing import CliRunner
+
+    from rescorer.checkpoint import load_checkpoint
+    from rescorer.cli import main
+
+    model = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "model.pt")
+    runner = CliRunner()
+    args = ["sample", str(model), "all canadians", "-n", "20", "--beam", "2", "--seed", "9", "--device", "cpu"]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "as the model reads it: all canadians </s>" in result.output
+    assert result.output.count("</s> |") + result.output.count("(cut) |") >= 2
+    result = runner.invoke(main, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    listing = json.loads(result.output)
+    assert sum(t["samples"] for t in listing["targets"]) == 20
+    checkpoint = load_checkpoint(model)
+    best = next(t for t in listing["targets"] if t["beam_rank"] == 1)
+    src = checkpoint.src_vocab.encode("all canadians", add_eos=True)
+    tgt = checkpoint.tgt_vocab.encode(best["target"], add_eos=True)
+    with torch.no_grad():
+        c = checkpoint.model.encode(torch.tensor([src]), torch.tensor([len(src)]))
+        steps = checkpoint.model.token_logprobs(c, torch.tensor([tgt]), torch.tensor([len(tgt)]))[0]
+    # A target cut at --max-words has no </s> yet: its score is that of its words alone.
+    direct = float(steps.sum() if best["finished"] else steps[:-1].sum())
+    assert best["log_p"] == pytest.approx(direct, abs=1e-4)
