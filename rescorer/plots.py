@@ -124,10 +124,13 @@ def _tsne(vectors: np.ndarray, seed: int) -> np.ndarray:
     return tsne.fit_transform(vectors.astype(np.float64))
 
 
-def _readable_labels(points: np.ndarray, max_labels: int, grid: int = 24) -> list[int]:
-    """Indices to label: at most one per cell of a grid×grid raster, earlier (more frequent) first."""
+def _readable_labels(points: np.ndarray, max_labels: int, columns: int, rows: int) -> list[int]:
+    """Indices to label: at most one per cell of a columns × rows raster, earlier (more frequent)
+    points first. Cells are wider than tall because labels are: a label then rarely runs into
+    its neighbour's."""
     low, high = points.min(0), points.max(0)
-    cells = np.floor((points - low) / np.maximum(high - low, 1e-12) * (grid - 1e-9)).astype(int)
+    scaled = (points - low) / np.maximum(high - low, 1e-12)
+    cells = np.floor(scaled * (np.array([columns, rows]) - 1e-9)).astype(int)
     taken: set[tuple[int, int]] = set()
     chosen = []
     for i, cell in enumerate(map(tuple, cells)):
@@ -139,12 +142,15 @@ def _readable_labels(points: np.ndarray, max_labels: int, grid: int = 24) -> lis
     return chosen
 
 
-def _plot_map(points: np.ndarray, labels: Sequence[str], out_png, title: str, max_labels: int) -> int:
+def _plot_map(points: np.ndarray, labels: Sequence[str], out_png, title: str, max_labels: int,
+              columns: int) -> int:
+    """Scatter of the 2-D points, labels cut to fit a cell of the label raster."""
     fig, ax = _figure()
     ax.scatter(points[:, 0], points[:, 1], s=4, alpha=0.4, linewidths=0, color="tab:blue")
-    shown = _readable_labels(points, max_labels)
+    shown = _readable_labels(points, max_labels, columns=columns, rows=40)
+    width = max(6, PIXELS[0] // columns // 5)  # about 5 pixels per character at 6 points
     for i in shown:
-        text = labels[i] if len(labels[i]) <= 28 else labels[i][:27] + "…"
+        text = labels[i] if len(labels[i]) <= width else labels[i][: width - 1] + "…"
         ax.annotate(text, points[i], fontsize=6, alpha=0.85)
     ax.set_title(title, fontsize=10)
     ax.set_xticks([])
@@ -162,7 +168,7 @@ def map_words(checkpoint: Checkpoint, out_png, *, words: int = 1000, seed: int =
     vectors = checkpoint.model.src_embed.weight.detach().float().cpu().numpy()[2 : 2 + n]
     points = _tsne(vectors, seed)
     shown = _plot_map(points, vocab[:n], out_png,
-                      f"source word embeddings, {n} most frequent words (t-SNE)", max_labels)
+                      f"source word embeddings, {n} most frequent words (t-SNE)", max_labels, columns=14)
     return f"{n} words, {shown} labelled"
 
 
@@ -178,7 +184,7 @@ def map_phrases(checkpoint: Checkpoint, phrases: Sequence[str], out_png, *, seed
     """Fig. 5: t-SNE of the phrase summaries c."""
     points = _tsne(phrase_summaries(checkpoint, phrases), seed)
     shown = _plot_map(points, list(phrases), out_png,
-                      f"source phrase summaries c, {len(phrases)} phrases (t-SNE)", max_labels)
+                      f"source phrase summaries c, {len(phrases)} phrases (t-SNE)", max_labels, columns=7)
     return f"{len(phrases)} phrases, {shown} labelled"
 
 
