@@ -26,8 +26,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from moses_integration.lines import read_text_lines
 from moses_integration.nbest import NBestEntry, NBestError, format_nbest_line, read_nbest
-from moses_integration.phrase_table import PathArg, atomic_output, display_name, open_input
+from moses_integration.phrase_table import PathArg, atomic_output, display_name
 
 #: Hypotheses handed to a feature per ``score`` call (whole sentences only). Large enough for a
 #: neural feature to fill a batch, small enough that a 10^6-line list is never held in memory.
@@ -207,8 +208,7 @@ def load_features(specs: Iterable[str]) -> list[NBestFeature]:
 
 def read_source_sentences(path: PathArg) -> list[str]:
     """The decoder input, one sentence per line (UTF-8, plain or gzip), newlines removed."""
-    with open_input(path) as fh:
-        return [line.decode("utf-8").rstrip("\r\n") for line in fh]
+    return read_text_lines(path)
 
 
 def _sentence_chunks(entries: Iterator[NBestEntry], size: int) -> Iterator[list[NBestEntry]]:

@@ -24,6 +24,7 @@ from typing import TextIO
 import numpy as np
 
 from moses_integration.errors import FileLineError
+from moses_integration.lines import strip_line_end
 from moses_integration.phrase_table import PathArg, display_name, open_input
 
 FIELD_SEPARATOR = "|||"
@@ -150,8 +151,7 @@ def read_nbest(
         try:
             for raw in fh:
                 line_no += 1
-                if raw.endswith(b"\n"):
-                    raw = raw[:-1]
+                raw = strip_line_end(raw)
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:

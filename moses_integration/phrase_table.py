@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from moses_integration.errors import FileLineError
+from moses_integration.tokens import split_tokens
 
 SEPARATOR = b" ||| "
 LOG_FLOOR = -100.0
@@ -328,7 +329,7 @@ class PhraseTableEntry:
 
     @property
     def scores(self) -> list[float]:
-        return [float(tok) for tok in self.fields[2].split()]
+        return [float(tok) for tok in score_tokens(self.fields[2])]
 
     @property
     def raw(self) -> bytes:
@@ -343,7 +344,7 @@ def _check_score(token: bytes) -> str | None:
     Rejected: negatives (Moses silently reads ln of a negative as NaN, so the option can never
     win), NaN, infinities, and anything not a plain decimal number.
     """
-    if b"_" in token:  # Python's float() accepts "1_0", Moses does not
+    if b"_" in token or any(byte <= 0x20 for byte in token):  # float() accepts "1_0" and "\v1"
         return f"score {token.decode('utf-8', 'replace')!r} is not a number"
     try:
         value = float(token)
@@ -365,9 +366,18 @@ def _check_phrase(field: bytes, side: str) -> str | None:
         text = field.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"{side} phrase is not valid UTF-8 (byte {exc.start})"
-    if not text.strip():
+    if not split_tokens(text):
         return f"empty {side} phrase"
     return None
+
+
+def score_tokens(field: bytes) -> list[bytes]:
+    """The score tokens of a third field: split on ASCII space/tab as Moses does.
+
+    A trailing ``\r`` (a table written with CRLF line ends whose scores are the last field) is
+    dropped, since Moses' number parser stops before it too.
+    """
+    return [token for token in field.rstrip(b"\r").replace(b"\t", b" ").split(b" ") if token]
 
 
 def parse_line(raw: bytes, *, path: PathArg, line_no: int, num_scores: int | None = None) -> PhraseTableEntry:
@@ -383,7 +393,7 @@ def parse_line(raw: bytes, *, path: PathArg, line_no: int, num_scores: int | Non
     else:
         reason = _check_phrase(fields[0], "source") or _check_phrase(fields[1], "target")
         if reason is None:
-            tokens = fields[2].split()
+            tokens = score_tokens(fields[2])
             if not tokens:
                 reason = "no scores in the third field"
             elif num_scores is not None and len(tokens) != num_scores:
@@ -409,7 +419,7 @@ def read_phrase_table(path: PathArg, *, num_scores: int | None = None) -> Iterat
     for line_no, raw in iter_lines(path):
         entry = parse_line(raw, path=name, line_no=line_no, num_scores=expected)
         if expected is None:
-            expected = len(entry.fields[2].split())
+            expected = len(score_tokens(entry.fields[2]))
         yield entry
 
 

@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from moses_integration.phrase_table import open_input
+from moses_integration.tokens import split_tokens_arrow
 from rescorer.table_chunks import EOS_ID, iter_line_chunks, parse_chunk, phrases_to_ids
 from rescorer.vocab import Vocab, build_vocab_from_corpus
 
@@ -80,7 +81,7 @@ def extract_unique_pairs(
 
 
 def _count_words(phrases: pa.Array, counts: Counter) -> None:
-    words = pc.list_flatten(pc.utf8_split_whitespace(phrases))
+    words = pc.list_flatten(split_tokens_arrow(phrases))
     vc = pc.value_counts(words)
     counts.update(dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True)))
 

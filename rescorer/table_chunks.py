@@ -2,8 +2,8 @@
 
 Phrase tables run to hundreds of millions of lines, so per-line Python parsing would dominate the
 cost of scoring. Here a chunk of raw lines becomes Arrow arrays in a handful of vectorised calls
-(split on `` ||| ``, split tokens, map tokens to ids). Validation is vectorised too; only when a
-chunk is found to hold a bad line do we fall back to the per-line parser of
+(split on `` ||| ``, split tokens on ASCII space/tab as Moses does, map tokens to ids).
+Validation is vectorised too; only when a chunk is found to hold a bad line do we fall back to the per-line parser of
 :mod:`moses_integration.phrase_table`, which names the exact line and reason.
 """
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from moses_integration.phrase_table import PhraseTableError, parse_line
+from moses_integration.tokens import split_tokens_arrow
 
 FIELD_SEPARATOR = " ||| "
 BLOCK_BYTES = 8 << 20
@@ -132,6 +133,9 @@ def parse_chunk(
     return ParsedChunk(chunk, parsed.source, parsed.target, np.asarray(good, dtype=np.int64), bad, parsed.scores)
 
 
+_NO_TOKEN = "^[ \t]*$"
+
+
 class _NeedsSlowPath(Exception):
     pass
 
@@ -146,11 +150,12 @@ def _parse_fast(chunk: LineChunk, path: str, num_scores: int | None, want_scores
         raise _NeedsSlowPath
     source = pc.list_element(fields, 0)
     target = pc.list_element(fields, 1)
-    if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(source)), 0)).as_py() or pc.any(
-        pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(target)), 0)
+    # A phrase of separators only has no token for Moses (a no-break space alone is a token).
+    if pc.any(pc.match_substring_regex(source, _NO_TOKEN)).as_py() or pc.any(
+        pc.match_substring_regex(target, _NO_TOKEN)
     ).as_py():
         raise _NeedsSlowPath
-    score_text = pc.utf8_split_whitespace(pc.list_element(fields, 2))
+    score_text = split_tokens_arrow(pc.utf8_rtrim(pc.list_element(fields, 2), characters="\r"))
     counts = pc.list_value_length(score_text).to_numpy(zero_copy_only=False)
     expected = num_scores if num_scores is not None else int(counts[0])
     if expected < 1 or (counts != expected).any():
@@ -184,14 +189,12 @@ EOS_ID = 0
 
 
 def phrases_to_ids(phrases: pa.Array, vocab_words: pa.Array) -> TokenIds:
-    """Map whitespace-separated phrases to shortlist ids in one vectorised pass.
+    """Map phrases to shortlist ids in one vectorised pass, split into tokens as Moses splits them.
 
     ``vocab_words[i]`` is the word with id i (0 = ``</s>``, 1 = ``[UNK]``). A literal ``</s>``
     token inside a phrase is treated as unknown, since id 0 is reserved for the end of phrase.
     """
-    tokens = pc.utf8_split_whitespace(phrases)
-    if isinstance(tokens, pa.ChunkedArray):
-        tokens = tokens.combine_chunks()
+    tokens = split_tokens_arrow(phrases)
     flat = pc.list_flatten(tokens)
     index = pc.index_in(flat, value_set=vocab_words)
     ids = pc.fill_null(index, UNK_ID).to_numpy(zero_copy_only=False).astype(np.int32)
