@@ -207,13 +207,38 @@ def _current_umask() -> int:
 
 
 @contextlib.contextmanager
+def atomic_path(path: PathArg) -> Iterator[Path]:
+    """The project's one atomic write: a temp file beside ``path``, fsync, then rename over it.
+
+    Yields the temp file's path, for writers that want a file name (pyarrow, torch.save); the
+    file exists and is empty. If the block raises, the temp file is removed and ``path`` is left
+    as it was, so a kill, a full disk or a bug never leaves a half-written file under the final
+    name. The temp file lives in the destination folder so the rename is an atomic
+    same-filesystem ``os.replace``; the file gets the permissions a plain ``open()`` would give.
+    """
+    dest = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb") as written:
+            os.fsync(written.fileno())
+        os.chmod(tmp, 0o666 & ~_current_umask())
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(dest.parent)
+
+
+@contextlib.contextmanager
 def atomic_output(path: PathArg, compresslevel: int = 6) -> Iterator[BinaryIO]:
-    """Write ``path`` all-or-nothing: a temp file beside it, fsync, then rename over it.
+    """Write ``path`` all-or-nothing through :func:`atomic_path`, as an open binary stream.
 
     A rescoring run over a huge table can die hours in; a half-written table that Moses then
-    loads (or that a rerun mistakes for finished output) is worse than none. The temp file lives
-    in the destination folder so the final ``os.replace`` is an atomic same-filesystem rename.
-    Compression follows the destination's suffix. ``"-"`` passes stdout through unchanged.
+    loads (or that a rerun mistakes for finished output) is worse than none. Compression follows
+    the destination's suffix. ``"-"`` passes stdout through unchanged.
     """
     name = os.fspath(path)
     if name == STDIO_NAME:
@@ -223,33 +248,19 @@ def atomic_output(path: PathArg, compresslevel: int = 6) -> Iterator[BinaryIO]:
         finally:
             fh.close()
         return
-    dest = Path(name)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    raw = os.fdopen(fd, "wb", buffering=_READ_BUFFER)
-    fh: BinaryIO
-    if name.endswith(".gz"):
-        # filename="" keeps the temp name out of the gzip header (and stays reproducible).
-        fh = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0)  # type: ignore[assignment]
-    else:
-        fh = raw
-    try:
-        yield fh
-        if fh is not raw:
-            fh.close()  # writes the gzip trailer into raw; a GzipFile never closes its fileobj
-        raw.flush()
-        os.fsync(raw.fileno())
-        raw.close()
-        os.chmod(tmp_name, 0o666 & ~_current_umask())
-        os.replace(tmp_name, dest)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            fh.close()
-        with contextlib.suppress(Exception):
-            raw.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    fsync_directory(dest.parent)
+    with atomic_path(name) as tmp, open(tmp, "wb", buffering=_READ_BUFFER) as raw:
+        if name.endswith(".gz"):
+            # filename="" keeps the temp name out of the gzip header (and stays reproducible).
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0) as gz:
+                yield gz  # type: ignore[misc]
+        else:
+            yield raw
+
+
+def atomic_write_bytes(path: PathArg, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (small files: progress records, weights)."""
+    with atomic_output(path) as fh:
+        fh.write(data)
 
 
 def fsync_directory(folder: Path) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from moses_integration.phrase_table import PhraseTableError, parse_line
+from moses_integration.phrase_table import PhraseTableError, parse_line, score_tokens
 from moses_integration.tokens import split_tokens_arrow
 
 FIELD_SEPARATOR = " ||| "
@@ -93,6 +93,7 @@ class ParsedChunk:
     good_rows: np.ndarray  # indices into chunk.lines of the rows in source/target
     bad_rows: list[tuple[int, str]]  # (line_no, reason) of rows skipped with --skip-bad-lines
     scores: np.ndarray | None = None  # [good rows, num_scores] float64, when requested
+    num_scores: int | None = None  # score columns of the good rows (None when there are none)
 
 
 def parse_chunk(
@@ -107,6 +108,9 @@ def parse_chunk(
 
     The vectorised path checks field count, empty phrases, score count and that each score is a
     finite non-negative number. Any failure re-parses the chunk line by line to name the culprit.
+    ``num_scores`` is the column count every line must have (from moses.ini or the table's first
+    line); None lets this chunk's first good line decide. Callers pass on ``num_scores`` of the
+    result so that a count changing from one chunk to the next is caught as well.
     """
     try:
         return _parse_fast(chunk, path, num_scores, want_scores)
@@ -117,7 +121,9 @@ def parse_chunk(
     for i, raw in enumerate(chunk.lines):
         line_no = chunk.first_line_no + i
         try:
-            parse_line(raw, path=path, line_no=line_no, num_scores=num_scores)
+            entry = parse_line(raw, path=path, line_no=line_no, num_scores=num_scores)
+            if num_scores is None:
+                num_scores = len(score_tokens(entry.fields[2]))
         except PhraseTableError as exc:
             if not skip_bad_lines:
                 raise
@@ -128,9 +134,11 @@ def parse_chunk(
     if not good:
         empty = pa.array([], type=pa.string())
         scores = np.zeros((0, num_scores or 0)) if want_scores else None
-        return ParsedChunk(chunk, empty, empty, np.zeros(0, dtype=np.int64), bad, scores)
+        return ParsedChunk(chunk, empty, empty, np.zeros(0, dtype=np.int64), bad, scores, num_scores)
     parsed = _parse_fast(sub, path, num_scores, want_scores)
-    return ParsedChunk(chunk, parsed.source, parsed.target, np.asarray(good, dtype=np.int64), bad, parsed.scores)
+    return ParsedChunk(
+        chunk, parsed.source, parsed.target, np.asarray(good, dtype=np.int64), bad, parsed.scores, parsed.num_scores
+    )
 
 
 _NO_TOKEN = "^[ \t]*$"
@@ -168,7 +176,7 @@ def _parse_fast(chunk: LineChunk, path: str, num_scores: int | None, want_scores
         raise _NeedsSlowPath
     scores = values.reshape(len(chunk.lines), expected) if want_scores else None
     rows = np.arange(len(chunk.lines), dtype=np.int64)
-    return ParsedChunk(chunk, source, target, rows, [], scores)
+    return ParsedChunk(chunk, source, target, rows, [], scores, expected)
 
 
 @dataclass
