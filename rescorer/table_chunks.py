@@ -25,6 +25,10 @@ FIELD_SEPARATOR = " ||| "
 BLOCK_BYTES = 8 << 20
 
 
+class UnreadableInputError(PhraseTableError):
+    """The input stops being readable (truncated or corrupt gzip): no option gets past it."""
+
+
 @dataclass
 class LineChunk:
     """Consecutive raw lines (no trailing newline) and where they sit in the input."""
@@ -57,7 +61,7 @@ def iter_line_chunks(
         try:
             block = read(BLOCK_BYTES)
         except (EOFError, zlib.error, OSError) as exc:
-            raise PhraseTableError(
+            raise UnreadableInputError(
                 path, line_no + len(pending), f"input is truncated or corrupt ({exc})"
             ) from exc
         if not block:

@@ -17,7 +17,8 @@ from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
 from rescorer.checkpoint import load_checkpoint
 from rescorer.config import ModelConfig, TrainConfig
-from rescorer.rescore import RescoreOptions, rescore_phrase_table, write_moses_ini
+from rescorer.moses_config import write_moses_ini
+from rescorer.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.train import train_on_phrase_table
 from shared_paths import moses_bin_dir, shared_file
 
