@@ -35,6 +35,7 @@ class NBestSet:
     num_sentences: int
     sources: list[str] = field(default_factory=list)
     duplicates_removed: int = 0
+    sparse_names: tuple[str, ...] = ()  # sparse features of the lists, held at their weights
 
     @property
     def offsets(self) -> np.ndarray:
@@ -64,6 +65,7 @@ def merge_nbest_lists(paths: Sequence[PathArg], *, expected_sentences: int | Non
     feat_parts: list[np.ndarray] = []
     hyps: list[str] = []
     sources: list[str] = []
+    sparse: set[str] = set()
     count = expected_sentences
     for path in paths:
         arrays = load_nbest_arrays(path, expected_sentences=count)
@@ -81,6 +83,7 @@ def merge_nbest_lists(paths: Sequence[PathArg], *, expected_sentences: int | Non
         feat_parts.append(arrays.features)
         hyps.extend(arrays.hypotheses)
         sources.append(arrays.path)
+        sparse.update(arrays.sparse_names)
     assert names is not None and count is not None
     sent_ids = np.concatenate(sent_parts)
     features = np.concatenate(feat_parts)
@@ -101,6 +104,7 @@ def merge_nbest_lists(paths: Sequence[PathArg], *, expected_sentences: int | Non
         num_sentences=count,
         sources=sources,
         duplicates_removed=len(sent_ids) - len(keep),
+        sparse_names=tuple(sorted(sparse)),
     )
 
 

@@ -298,6 +298,7 @@ class Tuner:
     def __init__(self, options: TuneOptions, *, log: Callable[[str], None] = _stderr) -> None:
         self.options = options
         self.log = log
+        self.sparse_reported = False
         self.work = options.work_dir
         self.ini_path = options.ini
         if not self.ini_path.is_file():
@@ -438,6 +439,11 @@ class Tuner:
             [self.run_path(i, "nbest.gz") for i in range(1, iteration + 1)], expected_sentences=len(self.sources)
         )
         names = merged.feature_names
+        if merged.sparse_names and not self.sparse_reported:
+            self.sparse_reported = True
+            shown = ", ".join(merged.sparse_names[:5]) + (" ..." if len(merged.sparse_names) > 5 else "")
+            self.log(f"the n-best lists have {len(merged.sparse_names)} sparse feature(s) ({shown}): MERT tunes "
+                     "the dense weights; sparse weights stay as moses.ini sets them, as with Moses' mert")
         current = weights_vector(weights, names, where=f"the weights of iteration {iteration}")
         if self.features:
             dev_bleu = one_best_bleu(nbest_gz, current, names, self.references)
