@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -277,26 +277,6 @@ def fsync_directory(folder: Path) -> None:
         os.close(dir_fd)
 
 
-def write_lines(fh: BinaryIO, lines: Iterable[bytes]) -> int:
-    """Write lines (without their ``\\n``) and return how many; batches writes for gzip's sake.
-
-    One ``write`` per line costs a Python→C round trip into zlib per line; joining a few thousand
-    lines per write is several times faster on large tables.
-    """
-    count = 0
-    batch: list[bytes] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) >= _WRITE_BATCH_LINES:
-            fh.write(b"\n".join(batch) + b"\n")
-            count += len(batch)
-            batch.clear()
-    if batch:
-        fh.write(b"\n".join(batch) + b"\n")
-        count += len(batch)
-    return count
-
-
 # --------------------------------------------------------------------------------------------
 # Reading lines and entries
 
@@ -452,19 +432,11 @@ def format_log_probability(f: float) -> str:
     return f"{math.exp(max(f, LOG_FLOOR)):.6g}"
 
 
-def append_score_columns(line: bytes, columns: Sequence[str]) -> bytes:
-    """``line`` (no ``\\n``) with ``columns`` appended to its scores field; other bytes unchanged.
-
-    Works whether or not the alignment/counts/sparse fields follow: only the text right after
-    the last score changes, so a ``diff`` of old and new tables shows just the new numbers.
-    """
-    if not columns:
-        return line
-    return _insert_scores(line, " ".join(columns).encode("ascii"))
-
-
 def append_score_columns_bulk(lines: Sequence[bytes], columns: Sequence[bytes]) -> list[bytes]:
-    """Many-line :func:`append_score_columns`: ``columns[i]`` (space-joined bytes) goes to line i.
+    """``lines`` (no ``\n``) with ``columns[i]`` (space-joined bytes) appended to line i's scores.
+
+    Only the text right after the last score changes, whether or not alignment/counts/sparse
+    fields follow, so a ``diff`` of old and new tables shows just the new numbers.
 
     Takes pre-encoded bytes per line so a scorer can format a whole batch at once and avoid the
     per-line str→bytes conversion; on 100M lines every per-line step counts, hence the inlined

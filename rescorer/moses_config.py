@@ -8,10 +8,11 @@ makes the edit that goes with the two appended columns (SPEC §3).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from moses_integration.moses_ini import FeatureLine, MosesIni, MosesIniError
-from moses_integration.phrase_table import PhraseTableError, display_name, open_input, parse_line, score_tokens
+from moses_integration.phrase_table import display_name, read_phrase_table
 
 TEXT_TABLE_TYPES = ("PhraseDictionaryMemory", "PhraseDictionaryMultiModel")
 
@@ -43,21 +44,12 @@ def _check_loadable_type(ini_path: str, table: FeatureLine, table_path: str, new
 
 
 def first_line_columns(table_path: str) -> int | None:
-    """Score columns on the table's first line; None for stdin or an empty or unreadable first line.
-
-    A bad first line is left to the full pass, which reports it with the other bad lines.
-    """
+    """Score columns on the table's first line (checked as Moses reads it); None for stdin or empty."""
     if table_path == "-":
         return None
-    with open_input(table_path) as fh:
-        first = fh.readline().rstrip(b"\n")
-    if not first:
-        return None
-    try:
-        entry = parse_line(first, path=display_name(table_path), line_no=1)
-    except PhraseTableError:
-        return None
-    return len(score_tokens(entry.fields[2]))
+    with contextlib.closing(read_phrase_table(table_path)) as entries:
+        first = next(entries, None)
+    return None if first is None else len(first.scores)
 
 
 def check_moses_ini(
