@@ -276,3 +276,23 @@ def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypat
     assert "reused as it is" in res.output
     assert {p.name: p.read_bytes() for p in (model, tmp_path / "out.txt.model.pt.last")} == trained
     assert len(out.read_bytes().splitlines()) == 400
+
+
+def test_shards_of_a_plain_table_partition_it_at_source_boundaries(tmp_path: Path, tiny_checkpoint,
+                                                                   monkeypatch) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(600))
+    run(table, tmp_path / "whole.txt", tiny_checkpoint, chunk_lines=50)
+    whole = (tmp_path / "whole.txt").read_bytes().splitlines()
+    real_open = rescore_module.open_input
+    opened = []
+    monkeypatch.setattr(rescore_module, "open_input", lambda path: opened.append(path) or real_open(path))
+    parts = []
+    for k in range(1, 5):
+        run(table, tmp_path / f"part{k}.txt", tiny_checkpoint, chunk_lines=50, shard=(k, 4))
+        parts.append((tmp_path / f"part{k}.txt").read_bytes().splitlines())
+    assert len(opened) == 4  # a plain table is cut by bytes: no extra pass to count its lines
+    assert all(parts) and sum(len(p) for p in parts) == len(whole)
+    joined = [line for part in parts for line in part]
+    assert [line.split(b" ||| ")[:2] for line in joined] == [line.split(b" ||| ")[:2] for line in whole]
+    for before, after in zip(parts, parts[1:], strict=False):  # no source block is split between two shards
+        assert before[-1].split(b" ||| ")[0] != after[0].split(b" ||| ")[0]
