@@ -45,7 +45,7 @@ from rescorer.device import autocast_dtype, select_device
 from rescorer.output_chunks import format_chunk
 from rescorer.resume import PROGRESS_VERSION, ResumeError, file_identity, load_progress, save_progress
 from rescorer.scoring import PairScorer, ScoringOptions
-from rescorer.shards import ShardError, ShardFilter, table_bytes
+from rescorer.shards import ShardError, ShardFilter
 from rescorer.table_chunks import (
     LineChunk,
     ParsedChunk,
@@ -203,7 +203,6 @@ def rescore_phrase_table(
     device = select_device(opts.device)
     scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, opts.precision), opts.scoring)
     vocab_words = (pa.array(checkpoint.src_vocab.words, pa.string()), pa.array(checkpoint.tgt_vocab.words, pa.string()))
-    total_bytes = table_bytes(input_path) if opts.shard else None
 
     to_stdout = output_path == "-"
     files = _Files.beside(output_path)
@@ -228,7 +227,7 @@ def rescore_phrase_table(
 
     writer = _DurableWriter(files, to_stdout, identity, done)
     fh = open_input(input_path)
-    shard_filter = ShardFilter(opts.shard, total_bytes, done["shard_state"]) if opts.shard else None
+    shard_filter = ShardFilter(opts.shard, os.path.getsize(input_path), done["shard_state"]) if opts.shard else None
     in_size = None if input_path == "-" else os.path.getsize(input_path)
     bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
                file=sys.stderr, dynamic_ncols=True)
@@ -428,7 +427,8 @@ def _read_stage(fh, path, opts, done, shard_filter, vocab_words, out_q, stop) ->
     try:
         prev_source = done.get("prev_source")
         num_scores = opts.num_scores if opts.num_scores is not None else done.get("num_scores")
-        for chunk in iter_line_chunks(fh, path, opts.chunk_lines):
+        positions = (lambda: input_position(fh)) if shard_filter else None
+        for chunk in iter_line_chunks(fh, path, opts.chunk_lines, positions=positions):
             if stop.is_set():
                 return
             if chunk.last_line_no <= done["lines_done"]:

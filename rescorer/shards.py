@@ -1,18 +1,18 @@
 """``--shard K/N``: cut a table into N contiguous slices at source-phrase boundaries.
 
 Each SLURM array task scores one slice; the slices concatenate to the whole output. A slice is
-defined by input bytes, so no task has to count the table's lines first: shard k nominally starts
-at byte floor((k-1)·S/N) of the (decompressed) table, and really starts at the first line from
-there whose source differs from the previous line's. Every shard applies the same rule to both of
-its ends, so the shards partition the table. S is the file size for a plain table; for gzip it is
-the decompressed size, which one fast pass finds (gzip does not store it reliably).
+defined by position in the file (compressed bytes for gzip), so no task has to read the table
+once more just to count its lines: with S the file size, shard k nominally starts at byte
+floor((k-1)·S/N) and really starts at the first line from there whose source differs from the
+previous line's. Every shard applies the same rule to both of its ends, so the shards partition
+the table. Line positions come from :func:`rescorer.table_chunks.iter_line_chunks`, which derives
+them from the file alone, so every task computes the same ones.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from moses_integration.phrase_table import GZIP_MAGIC, PhraseTableError, open_input
 from rescorer.table_chunks import LineChunk
 
 
@@ -31,23 +31,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def table_bytes(path: str) -> int:
-    """Decompressed size of a table: the file size when plain, one decompression pass for gzip."""
-    with open(path, "rb") as probe:
-        is_gzip = probe.read(2) == GZIP_MAGIC
-        if not is_gzip:
-            probe.seek(0, 2)
-            return probe.tell()
-    total = 0
-    with open_input(path) as fh:
-        try:
-            while block := fh.read(8 << 20):
-                total += len(block)
-        except (EOFError, OSError) as exc:
-            raise PhraseTableError(path, 0, f"input is truncated or corrupt ({exc})") from exc
-    return total
-
-
 def _sources_of(lines: list[bytes]) -> list[bytes]:
     return [line.split(b" ||| ", 1)[0] for line in lines]
 
@@ -55,10 +38,10 @@ def _sources_of(lines: list[bytes]) -> list[bytes]:
 class ShardFilter:
     """Keeps the lines of shard K/N: contiguous, cut where the source phrase changes."""
 
-    def __init__(self, shard: tuple[int, int], total_bytes: int, state: dict | None = None) -> None:
+    def __init__(self, shard: tuple[int, int], file_size: int, state: dict | None = None) -> None:
         k, n = shard
-        self.start_byte = (k - 1) * total_bytes // n
-        self.end_byte = k * total_bytes // n  # nominal start of the next shard
+        self.start_byte = (k - 1) * file_size // n
+        self.end_byte = k * file_size // n  # nominal start of the next shard
         self.last_shard = k == n
         state = state or {}
         self.started = state.get("started", k == 1)
@@ -70,13 +53,13 @@ class ShardFilter:
         return {"started": self.started, "finished": self.finished, "prev_source": self.prev_source}
 
     def rows(self, chunk: LineChunk) -> np.ndarray:
-        """Indices of the chunk's lines that belong to this shard."""
+        """Indices of the chunk's lines that belong to this shard (``chunk.positions`` needed)."""
+        if chunk.positions is None:
+            raise ValueError("sharding needs the lines' file positions (iter_line_chunks(positions=...))")
         keep = np.zeros(len(chunk.lines), dtype=bool)
         prev = self.prev_source.encode() if isinstance(self.prev_source, str) else self.prev_source
-        # Byte offset where each line starts, counted back from the end of the chunk.
-        ends = chunk.end_offset - np.cumsum([len(x) + 1 for x in reversed(chunk.lines)])[::-1]
         for i, src in enumerate(_sources_of(chunk.lines)):
-            start = int(ends[i])
+            start = float(chunk.positions[i])
             boundary = prev is None or src != prev
             if not self.started and start >= self.start_byte and boundary:
                 self.started = True

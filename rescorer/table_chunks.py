@@ -10,7 +10,7 @@ Validation is vectorised too; only when a chunk is found to hold a bad line do w
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -36,6 +36,9 @@ class LineChunk:
     first_line_no: int
     lines: list[bytes]
     end_offset: int  # bytes of (decompressed) input consumed after this chunk
+    # Where each line ends in the *file* (compressed bytes for gzip), when asked for: the measure
+    # --shard cuts by, so that no shard needs a pass over the table to learn its size.
+    positions: np.ndarray | None = None
 
     @property
     def last_line_no(self) -> int:
@@ -43,14 +46,26 @@ class LineChunk:
 
 
 def iter_line_chunks(
-    fh: BinaryIO, path: str, chunk_lines: int, *, start_line_no: int = 1, start_offset: int = 0
+    fh: BinaryIO,
+    path: str,
+    chunk_lines: int,
+    *,
+    start_line_no: int = 1,
+    start_offset: int = 0,
+    positions: Callable[[], int | None] | None = None,
 ) -> Iterator[LineChunk]:
     """Yield chunks of about ``chunk_lines`` lines, reading big blocks rather than line by line.
 
     Decompression errors (a truncated or corrupt gzip) become a :class:`PhraseTableError` naming
-    the line reached, so a user knows how far the file is good.
+    the line reached, so a user knows how far the file is good. With ``positions`` (a function
+    giving the bytes of the file consumed so far), each chunk carries every line's position in
+    the file: the file position after the block that holds the line, interpolated by the line's
+    place in the block. It depends only on the file and the fixed block size, never on
+    ``chunk_lines``, so separate runs (shards) agree on it exactly.
     """
     pending: list[bytes] = []
+    pending_pos: list[float] = []
+    file_pos = float(positions() or 0) if positions else 0.0
     tail = b""
     line_no = start_line_no
     offset = start_offset
@@ -75,16 +90,23 @@ def iter_line_chunks(
         new_lines = block[:cut].split(b"\n")
         pending.extend(new_lines)
         offset += cut + 1
+        if positions:
+            now = float(positions() or 0)
+            ends = np.cumsum(np.fromiter((len(x) + 1 for x in new_lines), np.int64, len(new_lines)))
+            pending_pos.extend((file_pos + (now - file_pos) * ends / len(block)).tolist())
+            file_pos = now
         while len(pending) >= chunk_lines:
             lines, pending = pending[:chunk_lines], pending[chunk_lines:]
+            line_pos, pending_pos = pending_pos[:chunk_lines], pending_pos[chunk_lines:]
             consumed = sum(len(x) + 1 for x in pending)
-            yield LineChunk(line_no, lines, offset - consumed)
+            yield LineChunk(line_no, lines, offset - consumed, np.asarray(line_pos) if positions else None)
             line_no += len(lines)
     if tail:
         pending.append(tail)  # last line without a newline
+        pending_pos.append(float(positions() or 0) if positions else 0.0)
         offset += len(tail)
     if pending:
-        yield LineChunk(line_no, pending, offset)
+        yield LineChunk(line_no, pending, offset, np.asarray(pending_pos) if positions else None)
 
 
 @dataclass

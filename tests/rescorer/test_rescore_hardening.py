@@ -278,9 +278,13 @@ def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypat
     assert len(out.read_bytes().splitlines()) == 400
 
 
-def test_shards_of_a_plain_table_partition_it_at_source_boundaries(tmp_path: Path, tiny_checkpoint,
-                                                                   monkeypatch) -> None:
-    table = write_table(tmp_path / "pt.txt", table_lines(600))
+@pytest.mark.parametrize("name", ["pt.txt", "pt.gz"])
+def test_shards_partition_the_table_at_source_boundaries_without_a_counting_pass(
+    tmp_path: Path, tiny_checkpoint, monkeypatch, name: str
+) -> None:
+    table = write_table(tmp_path / name, table_lines(600))
+    if name.endswith(".gz"):
+        table.write_bytes(gzip.compress(table.read_bytes()))
     run(table, tmp_path / "whole.txt", tiny_checkpoint, chunk_lines=50)
     whole = (tmp_path / "whole.txt").read_bytes().splitlines()
     real_open = rescore_module.open_input
@@ -290,7 +294,7 @@ def test_shards_of_a_plain_table_partition_it_at_source_boundaries(tmp_path: Pat
     for k in range(1, 5):
         run(table, tmp_path / f"part{k}.txt", tiny_checkpoint, chunk_lines=50, shard=(k, 4))
         parts.append((tmp_path / f"part{k}.txt").read_bytes().splitlines())
-    assert len(opened) == 4  # a plain table is cut by bytes: no extra pass to count its lines
+    assert len(opened) == 4  # cut by file position: no extra pass over the table to count its lines
     assert all(parts) and sum(len(p) for p in parts) == len(whole)
     joined = [line for part in parts for line in part]
     assert [line.split(b" ||| ")[:2] for line in joined] == [line.split(b" ||| ")[:2] for line in whole]
