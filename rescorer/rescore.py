@@ -103,6 +103,7 @@ class RescoreSummary:
     target_unknown: int = 0
     seconds: float = 0.0
     rejects_path: str | None = None
+    resumed_lines: int = 0  # lines an interrupted run had done (not part of this run's speed)
 
     @property
     def mean_log_prob(self) -> float:
@@ -113,7 +114,7 @@ class RescoreSummary:
         return self.target_unknown / self.target_tokens if self.target_tokens else 0.0
 
     def report(self) -> str:
-        rate = self.lines / self.seconds if self.seconds > 0 else 0.0
+        rate = (self.lines - self.resumed_lines) / self.seconds if self.seconds > 0 else 0.0
         rejected = f", {self.rejected} malformed lines rejected to {self.rejects_path}" if self.rejected else ""
         return (
             f"rescored {self.lines} lines{rejected}, "
@@ -221,7 +222,7 @@ def rescore_phrase_table(
         except ResumeError as exc:
             raise RescoreError(str(exc)) from exc
     summary = RescoreSummary(**done["summary"])
-    summary.seconds = 0.0
+    summary.seconds, summary.resumed_lines = 0.0, summary.lines
     if parts_dir:
         score_parquet.drop_parts_from(parts_dir, done["chunks_done"])
 
