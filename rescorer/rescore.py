@@ -285,7 +285,10 @@ def rescore_phrase_table(
             score_parquet.merge_parts(parts_dir, Path(opts.scores_parquet))
     except BaseException as exc:
         stop.set()
-        raise _stopped(exc, writer, files, to_stdout) from exc
+        replacement = _stopped(exc, writer, files, to_stdout)
+        if replacement is exc:
+            raise
+        raise replacement from exc
     finally:
         bar.close()
         if pool:
