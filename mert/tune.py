@@ -44,6 +44,7 @@ from mert.features import (
 from mert.nbest_set import NBestSet, build_mert_data, fixed_mask, merge_nbest_lists
 from mert.optimizer import DEFAULT_RESTARTS, optimize_runs
 from moses_integration.decoder import DecoderError, decode, find_moses_bin_dir
+from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import MosesIni, format_weight
 from moses_integration.nbest import FeatureNames, load_nbest_arrays
 from moses_integration.phrase_table import PathArg, atomic_output
@@ -448,7 +449,7 @@ class Tuner:
         if self.features:
             dev_bleu = one_best_bleu(nbest_gz, current, names, self.references)
         else:
-            out_lines = result.output.read_text(encoding="utf-8").splitlines()
+            out_lines = read_text_lines(result.output)
             if len(out_lines) != len(self.sources):
                 raise DecoderError(f"{result.output}: {len(out_lines)} lines for {len(self.sources)} source sentences")
             dev_bleu = _bleu_of_lines(out_lines, self.references)
