@@ -30,16 +30,23 @@ def split_tokens(text: str) -> list[str]:
 def split_tokens_arrow(texts: pa.Array | pa.ChunkedArray) -> pa.ListArray:
     """:func:`split_tokens` for a whole Arrow string array at once (phrase-table chunks).
 
-    ``pc.utf8_split_whitespace`` would split on Unicode spaces too, so the split is on
-    :data:`SEPARATOR_PATTERN` and the empty strings that leading, trailing or repeated separators
-    leave are dropped, exactly as :func:`split_tokens` does.
+    ``pc.utf8_split_whitespace`` would split on Unicode spaces too. Literal splits are used rather
+    than :data:`SEPARATOR_PATTERN` with ``split_pattern_regex``, which is 3x slower: tabs become
+    spaces (only when there are any), the text is split on single spaces, and the empty strings
+    that leading, trailing or repeated separators leave are dropped (only when there are any), so
+    a clean phrase table costs no more than ``utf8_split_whitespace``.
     """
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks()
-    parts = pc.split_pattern_regex(texts, SEPARATOR_PATTERN)
+    if pc.any(pc.match_substring(texts, "\t")).as_py():
+        texts = pc.replace_substring(texts, "\t", " ")
+    parts = pc.split_pattern(texts, " ")
+    flat = pc.list_flatten(parts)
+    keep = pc.greater(pc.binary_length(flat), 0)
+    if pc.all(keep).as_py() is not False:  # True, or None for no tokens at all
+        return parts
+    keep_np = keep.to_numpy(zero_copy_only=False)
     offsets = parts.offsets.to_numpy().astype(np.int64)
-    flat = parts.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-    keep = pc.greater(pc.binary_length(flat), 0).to_numpy(zero_copy_only=False)
-    kept_before = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    kept_before = np.concatenate([[0], np.cumsum(keep_np, dtype=np.int64)])
     new_offsets = kept_before[offsets - offsets[0]]
-    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), pc.filter(flat, pa.array(keep)))
+    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), pc.filter(flat, keep))

@@ -39,3 +39,9 @@ def test_arrow_split_equals_the_python_split() -> None:
     assert split_tokens_arrow(sliced).to_pylist() == [split_tokens(t) for t in CASES[2:6]]
     chunked = pa.chunked_array([array.slice(0, 3), array.slice(3)])
     assert split_tokens_arrow(chunked).to_pylist() == [split_tokens(t) for t in CASES]
+
+
+def test_arrow_split_of_clean_phrases_takes_the_fast_path_correctly() -> None:
+    clean = pa.array(["a b", f"la{NBSP}maison bleue", "c", "d e f"], pa.string())
+    assert split_tokens_arrow(clean.slice(1, 2)).to_pylist() == [[f"la{NBSP}maison", "bleue"], ["c"]]
+    assert split_tokens_arrow(pa.array([], pa.string())).to_pylist() == []
