@@ -29,6 +29,7 @@ import numpy as np
 from moses_integration.lines import read_text_lines
 from moses_integration.nbest import NBestEntry, NBestError, format_nbest_line, read_nbest
 from moses_integration.phrase_table import PathArg, atomic_output, display_name
+from moses_integration.tokens import split_tokens
 
 #: Hypotheses handed to a feature per ``score`` call (whole sentences only). Large enough for a
 #: neural feature to fill a batch, small enough that a 10^6-line list is never held in memory.
@@ -100,7 +101,7 @@ class WordCount:
         self.name = check_feature_name(name)
 
     def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
-        return np.array([[len(e.hypothesis.split())] for e in entries], dtype=np.float64)
+        return np.array([[len(split_tokens(e.hypothesis))] for e in entries], dtype=np.float64)
 
 
 class LengthRatio:
@@ -127,8 +128,8 @@ class LengthRatio:
         self.name = check_feature_name(name)
 
     def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
-        hyp = np.array([len(e.hypothesis.split()) for e in entries], dtype=np.float64)
-        src = np.array([len(source_sentences[e.sent_id].split()) for e in entries], dtype=np.float64)
+        hyp = np.array([len(split_tokens(e.hypothesis)) for e in entries], dtype=np.float64)
+        src = np.array([len(split_tokens(source_sentences[e.sent_id])) for e in entries], dtype=np.float64)
         dev = np.log((hyp + 1.0) / (src + 1.0)) - math.log(self.ratio)
         return -(dev**2)[:, None]
 
