@@ -151,7 +151,13 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     from moses_integration.threads import limit_threads
     from rescorer.checkpoint import load_checkpoint
     from rescorer.moses_config import check_moses_ini, write_moses_ini
-    from rescorer.rescore import RescoreOptions, default_model_path, finished_training_of, rescore_phrase_table
+    from rescorer.rescore import (
+        RescoreOptions,
+        check_options,
+        default_model_path,
+        finished_training_of,
+        rescore_phrase_table,
+    )
     from rescorer.scoring import ScoringOptions
     from rescorer.shards import parse_shard
     from rescorer.train import train_on_phrase_table
@@ -170,6 +176,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         progress=not quiet, device=device, precision=precision, scoring=ScoringOptions(token_budget=token_budget),
         num_scores=num_scores, workers=workers if workers is not None else threads,
     )
+    check_options(input_table, output_table, options)
     if model_path is None and resume and finished_training_of(output_table, save_model):
         model_path = finished_training_of(output_table, save_model)
         click.echo(f"--resume: scoring had started, so the model {model_path} is reused as it is", err=True)

@@ -199,7 +199,7 @@ def rescore_phrase_table(
 ) -> RescoreSummary:
     """Stream ``input_path`` to ``output_path`` with two more score columns. See module doc."""
     opts = options or RescoreOptions()
-    _check_options(input_path, output_path, opts)
+    check_options(input_path, output_path, opts)
     started = time.monotonic()
     device = select_device(opts.device)
     scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, opts.precision), opts.scoring)
@@ -496,7 +496,8 @@ def _warn_low_overlap(prep: _Prepared) -> None:
         )
 
 
-def _check_options(input_path: str, output_path: str, opts: RescoreOptions) -> None:
+def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> None:
+    """Refuse settings that cannot work, before any training or scoring starts."""
     if opts.wp_side not in WP_SIDES:
         raise RescoreError(f"--wp-side must be one of {', '.join(WP_SIDES)}")
     if input_path == "-" and (opts.resume or opts.shard):

@@ -300,3 +300,13 @@ def test_shards_partition_the_table_at_source_boundaries_without_a_counting_pass
     assert [line.split(b" ||| ")[:2] for line in joined] == [line.split(b" ||| ")[:2] for line in whole]
     for before, after in zip(parts, parts[1:], strict=False):  # no source block is split between two shards
         assert before[-1].split(b" ||| ")[0] != after[0].split(b" ||| ")[0]
+
+
+def test_impossible_output_fails_before_training(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # where a model trained for stdout output would go
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    res = cli(str(table), str(tmp_path / "missing" / "out.gz"), "--train-steps", "5")
+    assert res.exit_code == 1 and "does not exist" in res.output
+    res = cli(str(table), "-", "--train-steps", "5", "--skip-bad-lines")
+    assert res.exit_code == 1 and "not stdout" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]  # no model was trained
