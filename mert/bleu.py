@@ -27,7 +27,8 @@ from typing import Literal
 import numpy as np
 
 from moses_integration.errors import FileLineError
-from moses_integration.phrase_table import PathArg, display_name, open_input
+from moses_integration.lines import read_text_lines
+from moses_integration.phrase_table import PathArg, display_name
 
 NGRAM_ORDER = 4
 NUM_STATS = 2 * NGRAM_ORDER + 2
@@ -110,15 +111,7 @@ class References:
 
 def read_reference_lines(path: PathArg) -> list[str]:
     """All lines of a reference file (plain or gzip), without newlines, decoded as UTF-8."""
-    name = display_name(path)
-    lines: list[str] = []
-    with open_input(path) as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            try:
-                lines.append(raw.rstrip(b"\n").decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise ReferenceFileError(name, line_no, f"not valid UTF-8 ({exc.reason})") from None
-    return lines
+    return read_text_lines(path, error=ReferenceFileError)
 
 
 def read_references(

@@ -146,7 +146,8 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="also write the tuned moses.ini here (besides WORK_DIR/moses.ini)")
 @click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
-@click.option("--threads", type=int, default=1, show_default=True, help="decoder threads (moses -threads)")
+@click.option("--threads", type=int, help="decoder threads (moses -threads) [default: the CPUs this process may "
+              "use (os.sched_getaffinity), e.g. a SLURM job's share]")
 @click.option("--nbest-size", type=int, default=100, show_default=True, help="n-best list size (distinct)")
 @click.option("--max-iterations", type=int, default=25, show_default=True)
 @click.option("--restarts", type=int, default=20, show_default=True, help="random restarts per optimisation")
@@ -175,7 +176,7 @@ def tune_command(
     work_dir: Path,
     output_ini: Path | None,
     moses_bin_dir: Path | None,
-    threads: int,
+    threads: int | None,
     nbest_size: int,
     max_iterations: int,
     restarts: int,
@@ -201,6 +202,9 @@ def tune_command(
     import shlex
 
     from mert.tune import TuneOptions, format_weight_lines, tune, tune_with_mert_moses
+    from moses_integration.threads import limit_threads
+
+    threads = limit_threads(threads)
 
     options = TuneOptions(
         ini=ini,

@@ -26,8 +26,10 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from moses_integration.lines import read_text_lines
 from moses_integration.nbest import NBestEntry, NBestError, format_nbest_line, read_nbest
-from moses_integration.phrase_table import PathArg, atomic_output, display_name, open_input
+from moses_integration.phrase_table import PathArg, atomic_output, display_name
+from moses_integration.tokens import split_tokens
 
 #: Hypotheses handed to a feature per ``score`` call (whole sentences only). Large enough for a
 #: neural feature to fill a batch, small enough that a 10^6-line list is never held in memory.
@@ -99,7 +101,7 @@ class WordCount:
         self.name = check_feature_name(name)
 
     def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
-        return np.array([[len(e.hypothesis.split())] for e in entries], dtype=np.float64)
+        return np.array([[len(split_tokens(e.hypothesis))] for e in entries], dtype=np.float64)
 
 
 class LengthRatio:
@@ -126,8 +128,8 @@ class LengthRatio:
         self.name = check_feature_name(name)
 
     def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
-        hyp = np.array([len(e.hypothesis.split()) for e in entries], dtype=np.float64)
-        src = np.array([len(source_sentences[e.sent_id].split()) for e in entries], dtype=np.float64)
+        hyp = np.array([len(split_tokens(e.hypothesis)) for e in entries], dtype=np.float64)
+        src = np.array([len(split_tokens(source_sentences[e.sent_id])) for e in entries], dtype=np.float64)
         dev = np.log((hyp + 1.0) / (src + 1.0)) - math.log(self.ratio)
         return -(dev**2)[:, None]
 
@@ -207,8 +209,7 @@ def load_features(specs: Iterable[str]) -> list[NBestFeature]:
 
 def read_source_sentences(path: PathArg) -> list[str]:
     """The decoder input, one sentence per line (UTF-8, plain or gzip), newlines removed."""
-    with open_input(path) as fh:
-        return [line.decode("utf-8").rstrip("\r\n") for line in fh]
+    return read_text_lines(path)
 
 
 def _sentence_chunks(entries: Iterator[NBestEntry], size: int) -> Iterator[list[NBestEntry]]:

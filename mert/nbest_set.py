@@ -19,8 +19,9 @@ import numpy as np
 
 from mert.bleu import References, bleu_stats_batch, read_references
 from mert.line_search import MertData
+from moses_integration.lines import read_text_lines
 from moses_integration.nbest import FeatureNames, NBestError, column_names, load_nbest_arrays
-from moses_integration.phrase_table import PathArg, display_name, open_input
+from moses_integration.phrase_table import PathArg, display_name
 
 
 @dataclass
@@ -34,6 +35,7 @@ class NBestSet:
     num_sentences: int
     sources: list[str] = field(default_factory=list)
     duplicates_removed: int = 0
+    sparse_names: tuple[str, ...] = ()  # sparse features of the lists, held at their weights
 
     @property
     def offsets(self) -> np.ndarray:
@@ -63,6 +65,7 @@ def merge_nbest_lists(paths: Sequence[PathArg], *, expected_sentences: int | Non
     feat_parts: list[np.ndarray] = []
     hyps: list[str] = []
     sources: list[str] = []
+    sparse: set[str] = set()
     count = expected_sentences
     for path in paths:
         arrays = load_nbest_arrays(path, expected_sentences=count)
@@ -80,6 +83,7 @@ def merge_nbest_lists(paths: Sequence[PathArg], *, expected_sentences: int | Non
         feat_parts.append(arrays.features)
         hyps.extend(arrays.hypotheses)
         sources.append(arrays.path)
+        sparse.update(arrays.sparse_names)
     assert names is not None and count is not None
     sent_ids = np.concatenate(sent_parts)
     features = np.concatenate(feat_parts)
@@ -100,6 +104,7 @@ def merge_nbest_lists(paths: Sequence[PathArg], *, expected_sentences: int | Non
         num_sentences=count,
         sources=sources,
         duplicates_removed=len(sent_ids) - len(keep),
+        sparse_names=tuple(sorted(sparse)),
     )
 
 
@@ -148,11 +153,6 @@ class WeightsError(ValueError):
 _NAMED_LINE = re.compile(r"^\s*(\S+)=\s*(.*)$")
 
 
-def _read_text_lines(path: PathArg) -> list[str]:
-    with open_input(path) as fh:
-        return [raw.decode("utf-8").rstrip("\r\n") for raw in fh]
-
-
 def _floats(text: str, path: PathArg, line_no: int) -> list[float]:
     try:
         return [float(tok) for tok in text.split()]
@@ -169,7 +169,7 @@ def read_weights(path: PathArg, names: FeatureNames) -> np.ndarray:
     ignored; every n-best feature must be present with the right number of values. The plain
     form must list one value per n-best column, in order.
     """
-    all_lines = _read_text_lines(path)
+    all_lines = read_text_lines(path)
     has_sections = any(line.startswith("[") for line in all_lines)
     section = None
     lines: list[tuple[int, str]] = []
@@ -211,7 +211,7 @@ def read_init_opt(path: PathArg, num_columns: int) -> tuple[np.ndarray, np.ndarr
 
     Lines 2-3 are optional; ``mert-moses.pl`` writes 0s and 1s there (the default range).
     """
-    lines = _read_text_lines(path)
+    lines = read_text_lines(path)
     rows: list[np.ndarray] = []
     for line_no, line in enumerate(lines[:3], start=1):
         vals = _floats(line, path, line_no)

@@ -44,6 +44,7 @@ from mert.features import (
 from mert.nbest_set import NBestSet, build_mert_data, fixed_mask, merge_nbest_lists
 from mert.optimizer import DEFAULT_RESTARTS, optimize_runs
 from moses_integration.decoder import DecoderError, decode, find_moses_bin_dir
+from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import MosesIni, format_weight
 from moses_integration.nbest import FeatureNames, load_nbest_arrays
 from moses_integration.phrase_table import PathArg, atomic_output
@@ -298,6 +299,7 @@ class Tuner:
     def __init__(self, options: TuneOptions, *, log: Callable[[str], None] = _stderr) -> None:
         self.options = options
         self.log = log
+        self.sparse_reported = False
         self.work = options.work_dir
         self.ini_path = options.ini
         if not self.ini_path.is_file():
@@ -438,11 +440,16 @@ class Tuner:
             [self.run_path(i, "nbest.gz") for i in range(1, iteration + 1)], expected_sentences=len(self.sources)
         )
         names = merged.feature_names
+        if merged.sparse_names and not self.sparse_reported:
+            self.sparse_reported = True
+            shown = ", ".join(merged.sparse_names[:5]) + (" ..." if len(merged.sparse_names) > 5 else "")
+            self.log(f"the n-best lists have {len(merged.sparse_names)} sparse feature(s) ({shown}): MERT tunes "
+                     "the dense weights; sparse weights stay as moses.ini sets them, as with Moses' mert")
         current = weights_vector(weights, names, where=f"the weights of iteration {iteration}")
         if self.features:
             dev_bleu = one_best_bleu(nbest_gz, current, names, self.references)
         else:
-            out_lines = result.output.read_text(encoding="utf-8").splitlines()
+            out_lines = read_text_lines(result.output)
             if len(out_lines) != len(self.sources):
                 raise DecoderError(f"{result.output}: {len(out_lines)} lines for {len(self.sources)} source sentences")
             dev_bleu = _bleu_of_lines(out_lines, self.references)

@@ -8,12 +8,15 @@ failed decode usually says why only at the end of a long stderr, so errors carry
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from moses_integration.phrase_table import atomic_path
 
 STDERR_TAIL_LINES = 25
 
@@ -73,31 +76,25 @@ def decode(
     output_path = Path(output_path).resolve()
     workdir = Path(cwd).resolve() if cwd is not None else ini.parent
     log_path = output_path.with_name(output_path.name + ".log")
-    tmp_out = output_path.with_name(f".{output_path.name}.tmp")
-    cmd = [str(moses), "-f", str(ini), "-threads", str(threads)]
-    tmp_nbest = None
-    if nbest_path is not None:
-        nbest_path = Path(nbest_path).resolve()
-        tmp_nbest = nbest_path.with_name(f".{nbest_path.name}.tmp")
-        cmd += ["-n-best-list", str(tmp_nbest), str(nbest_size)] + (["distinct"] if distinct else [])
-    if weights:
-        cmd += ["-weight-overwrite", format_weight_overwrite(weights)]
-    cmd += list(extra_args)
+    nbest_path = Path(nbest_path).resolve() if nbest_path is not None else None
     started = time.monotonic()
-    with open(input_path, "rb") as stdin, open(tmp_out, "wb") as stdout, open(log_path, "wb") as stderr:
-        try:
-            proc = subprocess.run(cmd, stdin=stdin, stdout=stdout, stderr=stderr, cwd=workdir, check=False)
-        except OSError as exc:
-            raise DecoderError(f"cannot run {moses}: {exc}") from exc
-    if proc.returncode != 0:
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-STDERR_TAIL_LINES:])
-        tmp_out.unlink(missing_ok=True)
-        if tmp_nbest is not None:
-            tmp_nbest.unlink(missing_ok=True)
-        raise DecoderError(
-            f"moses failed (exit {proc.returncode}) on {input_path} with {ini}; last lines of {log_path}:\n{tail}"
-        )
-    os.replace(tmp_out, output_path)
-    if tmp_nbest is not None and nbest_path is not None:
-        os.replace(tmp_nbest, nbest_path)
+    with contextlib.ExitStack() as stack:
+        tmp_out = stack.enter_context(atomic_path(output_path))
+        cmd = [str(moses), "-f", str(ini), "-threads", str(threads)]
+        if nbest_path is not None:
+            tmp_nbest = stack.enter_context(atomic_path(nbest_path))
+            cmd += ["-n-best-list", str(tmp_nbest), str(nbest_size)] + (["distinct"] if distinct else [])
+        if weights:
+            cmd += ["-weight-overwrite", format_weight_overwrite(weights)]
+        cmd += list(extra_args)
+        with open(input_path, "rb") as stdin, open(tmp_out, "wb") as stdout, open(log_path, "wb") as stderr:
+            try:
+                proc = subprocess.run(cmd, stdin=stdin, stdout=stdout, stderr=stderr, cwd=workdir, check=False)
+            except OSError as exc:
+                raise DecoderError(f"cannot run {moses}: {exc}") from exc
+        if proc.returncode != 0:  # raising inside the block removes both temp files
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-STDERR_TAIL_LINES:])
+            raise DecoderError(
+                f"moses failed (exit {proc.returncode}) on {input_path} with {ini}; last lines of {log_path}:\n{tail}"
+            )
     return DecodeResult(output_path, nbest_path, time.monotonic() - started, log_path)

@@ -24,6 +24,7 @@ from typing import TextIO
 import numpy as np
 
 from moses_integration.errors import FileLineError
+from moses_integration.lines import strip_line_end
 from moses_integration.phrase_table import PathArg, display_name, open_input
 
 FIELD_SEPARATOR = "|||"
@@ -150,8 +151,7 @@ def read_nbest(
         try:
             for raw in fh:
                 line_no += 1
-                if raw.endswith(b"\n"):
-                    raw = raw[:-1]
+                raw = strip_line_end(raw)
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
@@ -274,6 +274,7 @@ class NBestArrays:
     feature_names: FeatureNames
     totals: np.ndarray  # float64 [H]
     path: str = ""
+    sparse_names: tuple[str, ...] = ()  # sparse features seen (left out of ``features``)
 
     @property
     def num_sentences(self) -> int:
@@ -291,9 +292,11 @@ class NBestArrays:
 def load_nbest_arrays(path: PathArg, *, expected_sentences: int | None = None) -> NBestArrays:
     """Read a whole n-best list into :class:`NBestArrays`.
 
-    Every line must carry the same features with the same value counts as the first line
-    (dense features only; MERT here does not handle sparse features), reported otherwise with
-    the offending line.
+    Every line must carry the same dense features with the same value counts as the first line,
+    reported otherwise with the offending line. Sparse features (``Name_x= v``: a name with
+    ``_``, as Moses' extractor tells them apart, SPEC §6) fire on some hypotheses only; they are
+    left out of the dense columns and their names listed in ``sparse_names``, as Moses' ``mert``
+    optimises the dense weights and holds the sparse ones where they are.
     """
     name = display_name(path)
     sent_ids: list[int] = []
@@ -301,7 +304,13 @@ def load_nbest_arrays(path: PathArg, *, expected_sentences: int | None = None) -
     rows: list[list[float]] = []
     totals: list[float] = []
     names: FeatureNames | None = None
+    sparse: set[str] = set()
     for entry in read_nbest(path, expected_sentences=expected_sentences):
+        if any("_" in feature for feature, _ in entry.features):
+            sparse.update(feature for feature, _ in entry.features if "_" in feature)
+            entry = NBestEntry(entry.sent_id, entry.hypothesis,
+                               [(f, v) for f, v in entry.features if "_" not in f], entry.total, entry.extra,
+                               entry.line_no)
         own = entry.feature_names()
         if names is None:
             names = own
@@ -322,4 +331,5 @@ def load_nbest_arrays(path: PathArg, *, expected_sentences: int | None = None) -
         feature_names=names,
         totals=np.asarray(totals, dtype=np.float64),
         path=name,
+        sparse_names=tuple(sorted(sparse)),
     )

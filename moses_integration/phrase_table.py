@@ -20,12 +20,13 @@ import os
 import sys
 import tempfile
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from moses_integration.errors import FileLineError
+from moses_integration.tokens import split_tokens
 
 SEPARATOR = b" ||| "
 LOG_FLOOR = -100.0
@@ -206,13 +207,38 @@ def _current_umask() -> int:
 
 
 @contextlib.contextmanager
+def atomic_path(path: PathArg) -> Iterator[Path]:
+    """The project's one atomic write: a temp file beside ``path``, fsync, then rename over it.
+
+    Yields the temp file's path, for writers that want a file name (pyarrow, torch.save); the
+    file exists and is empty. If the block raises, the temp file is removed and ``path`` is left
+    as it was, so a kill, a full disk or a bug never leaves a half-written file under the final
+    name. The temp file lives in the destination folder so the rename is an atomic
+    same-filesystem ``os.replace``; the file gets the permissions a plain ``open()`` would give.
+    """
+    dest = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb") as written:
+            os.fsync(written.fileno())
+        os.chmod(tmp, 0o666 & ~_current_umask())
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(dest.parent)
+
+
+@contextlib.contextmanager
 def atomic_output(path: PathArg, compresslevel: int = 6) -> Iterator[BinaryIO]:
-    """Write ``path`` all-or-nothing: a temp file beside it, fsync, then rename over it.
+    """Write ``path`` all-or-nothing through :func:`atomic_path`, as an open binary stream.
 
     A rescoring run over a huge table can die hours in; a half-written table that Moses then
-    loads (or that a rerun mistakes for finished output) is worse than none. The temp file lives
-    in the destination folder so the final ``os.replace`` is an atomic same-filesystem rename.
-    Compression follows the destination's suffix. ``"-"`` passes stdout through unchanged.
+    loads (or that a rerun mistakes for finished output) is worse than none. Compression follows
+    the destination's suffix. ``"-"`` passes stdout through unchanged.
     """
     name = os.fspath(path)
     if name == STDIO_NAME:
@@ -222,33 +248,19 @@ def atomic_output(path: PathArg, compresslevel: int = 6) -> Iterator[BinaryIO]:
         finally:
             fh.close()
         return
-    dest = Path(name)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    raw = os.fdopen(fd, "wb", buffering=_READ_BUFFER)
-    fh: BinaryIO
-    if name.endswith(".gz"):
-        # filename="" keeps the temp name out of the gzip header (and stays reproducible).
-        fh = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0)  # type: ignore[assignment]
-    else:
-        fh = raw
-    try:
-        yield fh
-        if fh is not raw:
-            fh.close()  # writes the gzip trailer into raw; a GzipFile never closes its fileobj
-        raw.flush()
-        os.fsync(raw.fileno())
-        raw.close()
-        os.chmod(tmp_name, 0o666 & ~_current_umask())
-        os.replace(tmp_name, dest)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            fh.close()
-        with contextlib.suppress(Exception):
-            raw.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    fsync_directory(dest.parent)
+    with atomic_path(name) as tmp, open(tmp, "wb", buffering=_READ_BUFFER) as raw:
+        if name.endswith(".gz"):
+            # filename="" keeps the temp name out of the gzip header (and stays reproducible).
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0) as gz:
+                yield gz  # type: ignore[misc]
+        else:
+            yield raw
+
+
+def atomic_write_bytes(path: PathArg, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (small files: progress records, weights)."""
+    with atomic_output(path) as fh:
+        fh.write(data)
 
 
 def fsync_directory(folder: Path) -> None:
@@ -263,26 +275,6 @@ def fsync_directory(folder: Path) -> None:
         pass
     finally:
         os.close(dir_fd)
-
-
-def write_lines(fh: BinaryIO, lines: Iterable[bytes]) -> int:
-    """Write lines (without their ``\\n``) and return how many; batches writes for gzip's sake.
-
-    One ``write`` per line costs a Python→C round trip into zlib per line; joining a few thousand
-    lines per write is several times faster on large tables.
-    """
-    count = 0
-    batch: list[bytes] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) >= _WRITE_BATCH_LINES:
-            fh.write(b"\n".join(batch) + b"\n")
-            count += len(batch)
-            batch.clear()
-    if batch:
-        fh.write(b"\n".join(batch) + b"\n")
-        count += len(batch)
-    return count
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,7 +320,7 @@ class PhraseTableEntry:
 
     @property
     def scores(self) -> list[float]:
-        return [float(tok) for tok in self.fields[2].split()]
+        return [float(tok) for tok in score_tokens(self.fields[2])]
 
     @property
     def raw(self) -> bytes:
@@ -343,7 +335,7 @@ def _check_score(token: bytes) -> str | None:
     Rejected: negatives (Moses silently reads ln of a negative as NaN, so the option can never
     win), NaN, infinities, and anything not a plain decimal number.
     """
-    if b"_" in token:  # Python's float() accepts "1_0", Moses does not
+    if b"_" in token or any(byte <= 0x20 for byte in token):  # float() accepts "1_0" and "\v1"
         return f"score {token.decode('utf-8', 'replace')!r} is not a number"
     try:
         value = float(token)
@@ -365,9 +357,18 @@ def _check_phrase(field: bytes, side: str) -> str | None:
         text = field.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"{side} phrase is not valid UTF-8 (byte {exc.start})"
-    if not text.strip():
+    if not split_tokens(text):
         return f"empty {side} phrase"
     return None
+
+
+def score_tokens(field: bytes) -> list[bytes]:
+    """The score tokens of a third field: split on ASCII space/tab as Moses does.
+
+    A trailing ``\r`` (a table written with CRLF line ends whose scores are the last field) is
+    dropped, since Moses' number parser stops before it too.
+    """
+    return [token for token in field.rstrip(b"\r").replace(b"\t", b" ").split(b" ") if token]
 
 
 def parse_line(raw: bytes, *, path: PathArg, line_no: int, num_scores: int | None = None) -> PhraseTableEntry:
@@ -383,7 +384,7 @@ def parse_line(raw: bytes, *, path: PathArg, line_no: int, num_scores: int | Non
     else:
         reason = _check_phrase(fields[0], "source") or _check_phrase(fields[1], "target")
         if reason is None:
-            tokens = fields[2].split()
+            tokens = score_tokens(fields[2])
             if not tokens:
                 reason = "no scores in the third field"
             elif num_scores is not None and len(tokens) != num_scores:
@@ -409,7 +410,7 @@ def read_phrase_table(path: PathArg, *, num_scores: int | None = None) -> Iterat
     for line_no, raw in iter_lines(path):
         entry = parse_line(raw, path=name, line_no=line_no, num_scores=expected)
         if expected is None:
-            expected = len(entry.fields[2].split())
+            expected = len(score_tokens(entry.fields[2]))
         yield entry
 
 
@@ -431,19 +432,11 @@ def format_log_probability(f: float) -> str:
     return f"{math.exp(max(f, LOG_FLOOR)):.6g}"
 
 
-def append_score_columns(line: bytes, columns: Sequence[str]) -> bytes:
-    """``line`` (no ``\\n``) with ``columns`` appended to its scores field; other bytes unchanged.
-
-    Works whether or not the alignment/counts/sparse fields follow: only the text right after
-    the last score changes, so a ``diff`` of old and new tables shows just the new numbers.
-    """
-    if not columns:
-        return line
-    return _insert_scores(line, " ".join(columns).encode("ascii"))
-
-
 def append_score_columns_bulk(lines: Sequence[bytes], columns: Sequence[bytes]) -> list[bytes]:
-    """Many-line :func:`append_score_columns`: ``columns[i]`` (space-joined bytes) goes to line i.
+    """``lines`` (no ``\n``) with ``columns[i]`` (space-joined bytes) appended to line i's scores.
+
+    Only the text right after the last score changes, whether or not alignment/counts/sparse
+    fields follow, so a ``diff`` of old and new tables shows just the new numbers.
 
     Takes pre-encoded bytes per line so a scorer can format a whole batch at once and avoid the
     per-line str→bytes conversion; on 100M lines every per-line step counts, hence the inlined

@@ -14,7 +14,6 @@ middle of a write must leave the previous checkpoint intact, never a truncated o
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from moses_integration.phrase_table import fsync_directory
+from moses_integration.phrase_table import atomic_path
 from rescorer.config import ModelConfig, TrainConfig
 from rescorer.model import RNNEncoderDecoder
 from rescorer.vocab import Vocab
@@ -130,21 +129,8 @@ def save_checkpoint(
         "optimizer_state": optimizer_state,
         "train_state": train_state,
     }
-    directory = path.parent
-    # Hidden, unique name in the same folder (same file system, so os.replace is atomic). os.open
-    # with 0o666 lets the umask decide the final permissions, unlike mkstemp's 0o600.
-    temp = directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as stream:
-            torch.save(payload, stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    fsync_directory(directory)
+    with atomic_path(path) as temp, open(temp, "wb") as stream:
+        torch.save(payload, stream)
     return path
 
 

@@ -37,10 +37,11 @@ def _friendly_errors(fn: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         from moses_integration.moses_ini import MosesIniError
         from rescorer.rescore import RescoreError
+        from rescorer.shards import ShardError
 
         try:
             return fn(*args, **kwargs)
-        except (PhraseTableError, RescoreError, MosesIniError, ValueError, FileNotFoundError) as exc:
+        except (PhraseTableError, RescoreError, MosesIniError, ShardError, ValueError, FileNotFoundError) as exc:
             raise click.ClickException(str(exc)) from exc
 
     return wrapper
@@ -72,13 +73,18 @@ def main() -> None:
 @click.option("--resume", is_flag=True, help="continue the run saved in MODEL_OUT")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
-@click.option("--quiet", is_flag=True, help="no progress bar")
+@click.option("--threads", type=int, help="CPU threads for torch and worker processes [default: the CPUs this "
+              "process may use (os.sched_getaffinity), e.g. a SLURM job's share]")
+@click.option("-q", "--quiet", is_flag=True, help="no progress bar")
 @_friendly_errors
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
                   maxout_units, output_rank, max_steps, max_time, patience, valid_every, batch_size, seed,
-                  resume, device, precision, quiet) -> None:
+                  resume, device, precision, threads, quiet) -> None:
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
+    from moses_integration.threads import limit_threads
     from rescorer.train import train_on_phrase_table
+
+    limit_threads(threads)
 
     if max_steps is None and max_time is None and patience is None:
         raise click.UsageError("give --max-steps, --max-time or --patience, or training never stops")
@@ -290,49 +296,73 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.option("--moses-ini", type=click.Path(exists=True, dir_okay=False), help="moses.ini of the system")
 @click.option("--moses-ini-out", type=click.Path(dir_okay=False),
               help="write a moses.ini that uses OUTPUT_TABLE, with 2 more features and weights")
+@click.option("--table", "table_name", help="which phrase table of --moses-ini (its name=, e.g. TranslationModel0) "
+              "INPUT_TABLE is; needed when the ini has several")
 @click.option("--rnn-weight", type=float, default=0.2, show_default=True, help="initial weight of the RNN column")
 @click.option("--wp-weight", type=float, default=0.2, show_default=True,
               help="initial weight of the unknown-word column")
 @click.option("--wp-side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True,
               help="which side's words outside the shortlist the penalty counts")
-@click.option("-j", "--workers", type=int, default=None, help="compression processes [default: all cores]")
+@click.option("-j", "--workers", type=int, default=None, help="compression processes [default: --threads]")
 @click.option("--chunk-lines", type=int, default=100_000, show_default=True)
 @click.option("--token-budget", type=int,
               help="padded tokens per batch [default: 8192 on CPU, from free memory on GPU; halved on OOM]")
-@click.option("--skip-bad-lines", is_flag=True, help="copy malformed lines through unscored instead of stopping")
+@click.option("--skip-bad-lines", is_flag=True,
+              help="move malformed lines to OUTPUT_TABLE.rejects (as they are) instead of stopping")
 @click.option("--shard", help="score only slice K/N (1-based), cut at source-phrase boundaries")
 @click.option("--resume", is_flag=True, help="continue a killed run from its last completed chunk")
 @click.option("--scores-parquet", type=click.Path(dir_okay=False), help="also write the scores to Parquet")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
-@click.option("--quiet", is_flag=True, help="no progress bar")
+@click.option("--threads", type=int, help="CPU threads for torch and worker processes [default: the CPUs this "
+              "process may use (os.sched_getaffinity), e.g. a SLURM job's share]")
+@click.option("-q", "--quiet", is_flag=True, help="no progress bar")
 @_friendly_errors
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
                                  shortlist, hidden, embedding, maxout_units, output_rank, moses_ini, moses_ini_out,
-                                 rnn_weight, wp_weight, wp_side, workers, chunk_lines, token_budget, skip_bad_lines,
-                                 shard, resume, scores_parquet, device, precision, quiet) -> None:
+                                 table_name, rnn_weight, wp_weight, wp_side, workers, chunk_lines, token_budget,
+                                 skip_bad_lines, shard, resume, scores_parquet, device, precision, threads,
+                                 quiet) -> None:
     """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table.
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
     """
+    from moses_integration.threads import limit_threads
     from rescorer.checkpoint import load_checkpoint
-    from rescorer.rescore import RescoreOptions, parse_shard, rescore_phrase_table, write_moses_ini
+    from rescorer.moses_config import check_moses_ini, write_moses_ini
+    from rescorer.rescore import (
+        RescoreOptions,
+        check_options,
+        default_model_path,
+        finished_training_of,
+        rescore_phrase_table,
+    )
     from rescorer.scoring import ScoringOptions
+    from rescorer.shards import parse_shard
     from rescorer.train import train_on_phrase_table
 
     if bool(moses_ini) != bool(moses_ini_out):
         raise click.UsageError("--moses-ini and --moses-ini-out go together")
+    if table_name and not moses_ini:
+        raise click.UsageError("--table names a phrase table of --moses-ini")
+    threads = limit_threads(threads)
+    # Everything Moses will check is checked now, before hours of training and scoring.
+    num_scores = check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out,
+                                 table_name=table_name) if moses_ini else None
     options = RescoreOptions(
         chunk_lines=chunk_lines, wp_side=wp_side, skip_bad_lines=skip_bad_lines,
         shard=parse_shard(shard) if shard else None, resume=resume, scores_parquet=scores_parquet,
         progress=not quiet, device=device, precision=precision, scoring=ScoringOptions(token_budget=token_budget),
+        num_scores=num_scores, workers=workers if workers is not None else threads,
     )
-    if workers is not None:
-        options.workers = workers
+    check_options(input_table, output_table, options)
+    if model_path is None and resume and finished_training_of(output_table, save_model):
+        model_path = finished_training_of(output_table, save_model)
+        click.echo(f"--resume: scoring had started, so the model {model_path} is reused as it is", err=True)
     if model_path is None:
         if input_table == "-":
             raise click.UsageError("training without --model needs INPUT_TABLE as a file, not stdin")
-        model_path = save_model or (output_table + ".model.pt" if output_table != "-" else "rescorer.model.pt")
+        model_path = default_model_path(output_table, save_model)
         if train_time is None and train_steps is None:
             train_time = DEFAULT_TRAIN_TIME
         click.echo(f"no --model: training on the unique pairs of {input_table} into {model_path}", err=True)
@@ -346,7 +376,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     summary = rescore_phrase_table(input_table, output_table, checkpoint, options)
     click.echo(summary.report(), err=True)
     if moses_ini:
-        write_moses_ini(moses_ini, moses_ini_out, output_table, (rnn_weight, wp_weight))
+        write_moses_ini(moses_ini, moses_ini_out, output_table, (rnn_weight, wp_weight), table_name)
         click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, 2 more features", err=True)
 
 

@@ -9,7 +9,6 @@ the rows drawn, and a table of hundreds of millions of pairs never becomes Pytho
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -22,8 +21,9 @@ import pyarrow.compute as pc
 import torch
 from tqdm import tqdm
 
-from moses_integration.phrase_table import open_input
-from rescorer.table_chunks import EOS_ID, iter_line_chunks, parse_chunk, phrases_to_ids
+from moses_integration.phrase_table import atomic_path, open_input
+from moses_integration.tokens import split_tokens_arrow
+from rescorer.table_chunks import EOS_ID, FIELD_SEPARATOR, iter_line_chunks, parse_chunk, phrases_to_ids
 from rescorer.vocab import Vocab, build_vocab_from_corpus
 
 PAIR_SCHEMA = pa.schema([("source", pa.string()), ("target", pa.string())])
@@ -45,42 +45,79 @@ def extract_unique_pairs(
 ) -> PairCorpus:
     """Stream the table once: validate it, drop repeated pairs, count words for the shortlists.
 
-    Moses tables are sorted by ``source ||| target``, so a repeated pair is always adjacent to its
-    first occurrence and dropping adjacent repeats yields the unique pairs in one streaming pass.
-    Source words are counted once per distinct source phrase, target words once per pair, since
-    a source phrase repeats on every line of its block.
+    Moses writes its tables sorted as ``LC_ALL=C sort`` sorts the lines, i.e. by the bytes of
+    ``source ||| target ||| ``, so a repeated pair is always next to its first occurrence and
+    dropping adjacent repeats yields the unique pairs in one streaming pass. That order is checked
+    on the way; a table that breaks it (hand-made, concatenated, sorted in another locale) is read
+    again with repeats found in memory, which is exact whatever the order. Source words are counted
+    once per distinct source phrase, target words once per pair.
     """
+    try:
+        return _extract_pairs(table, out_path, chunk_lines, progress, sorted_input=True)
+    except _NotSorted as exc:
+        sys.stderr.write(
+            f"{table}:{exc.line_no}: the table is not sorted (LC_ALL=C sort order of 'source ||| target'); "
+            "finding repeated pairs in memory instead\n"
+        )
+        return _extract_pairs(table, out_path, chunk_lines, progress, sorted_input=False)
+
+
+class _NotSorted(Exception):
+    def __init__(self, line_no: int) -> None:
+        super().__init__(line_no)
+        self.line_no = line_no
+
+
+def _extract_pairs(table: str, out_path: Path, chunk_lines: int, progress: bool, *, sorted_input: bool) -> PairCorpus:
     src_counts: Counter = Counter()
     tgt_counts: Counter = Counter()
     num_pairs = 0
+    num_scores: int | None = None
+    prev_key: str | None = None
     prev_src: str | None = None
-    prev_tgt: str | None = None
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    with open_input(table) as fh, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(
+    seen_pairs: set[str] = set()
+    seen_sources: set[str] = set()
+    with atomic_path(out_path) as tmp, open_input(table) as fh, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(
         sink, PAIR_SCHEMA
     ) as writer, tqdm(desc="reading pairs", unit=" lines", disable=not progress, file=sys.stderr) as bar:
         for chunk in iter_line_chunks(fh, table, chunk_lines):
-            parsed = parse_chunk(chunk, table)
+            parsed = parse_chunk(chunk, table, num_scores=num_scores)
+            num_scores = parsed.num_scores
             src, tgt = parsed.source, parsed.target
             n = len(src)
-            prev_s = pa.concat_arrays([pa.array([prev_src], pa.string()), src.slice(0, n - 1)])
-            prev_t = pa.concat_arrays([pa.array([prev_tgt], pa.string()), tgt.slice(0, n - 1)])
-            new_src = pc.fill_null(pc.not_equal(src, prev_s), True)
-            repeat = pc.and_(pc.fill_null(pc.equal(src, prev_s), False), pc.fill_null(pc.equal(tgt, prev_t), False))
-            keep = pc.invert(repeat)
+            key = pc.binary_join_element_wise(src, tgt, pa.scalar(FIELD_SEPARATOR), pa.scalar(""), FIELD_SEPARATOR)
+            if sorted_input:
+                prev_k = pa.concat_arrays([pa.array([prev_key], pa.string()), key.slice(0, n - 1)])
+                backwards = pc.fill_null(pc.less(key, prev_k), False).to_numpy(zero_copy_only=False)
+                if backwards.any():
+                    raise _NotSorted(chunk.first_line_no + int(np.argmax(backwards)))
+                keep = pc.fill_null(pc.not_equal(key, prev_k), True)
+                prev_s = pa.concat_arrays([pa.array([prev_src], pa.string()), src.slice(0, n - 1)])
+                new_src = pc.fill_null(pc.not_equal(src, prev_s), True)
+            else:
+                keep = pa.array(_first_seen(key.to_pylist(), seen_pairs))
+                new_src = pa.array(_first_seen(src.to_pylist(), seen_sources))
             src_k, tgt_k = pc.filter(src, keep), pc.filter(tgt, keep)
             writer.write_batch(pa.record_batch([src_k, tgt_k], schema=PAIR_SCHEMA))
             num_pairs += len(src_k)
             _count_words(pc.filter(src, new_src), src_counts)
             _count_words(tgt_k, tgt_counts)
-            prev_src, prev_tgt = src[n - 1].as_py(), tgt[n - 1].as_py()
+            prev_key, prev_src = key[n - 1].as_py(), src[n - 1].as_py()
             bar.update(len(chunk.lines))
-    os.replace(tmp, out_path)
     return PairCorpus(out_path, num_pairs, src_counts, tgt_counts)
 
 
+def _first_seen(values: list[str], seen: set[str]) -> list[bool]:
+    """True where a value occurs for the first time (in ``values`` and in ``seen``, which grows)."""
+    out = []
+    for value in values:
+        out.append(value not in seen)
+        seen.add(value)
+    return out
+
+
 def _count_words(phrases: pa.Array, counts: Counter) -> None:
-    words = pc.list_flatten(pc.utf8_split_whitespace(phrases))
+    words = pc.list_flatten(split_tokens_arrow(phrases))
     vc = pc.value_counts(words)
     counts.update(dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True)))
 
@@ -89,11 +126,10 @@ def encode_pairs(pairs_path: Path, out_path: Path, src_vocab: Vocab, tgt_vocab: 
     """Map the string pairs to shortlist ids and write the memory-mappable training file."""
     src_words = pa.array(src_vocab.words, pa.string())
     tgt_words = pa.array(tgt_vocab.words, pa.string())
-    tmp = out_path.with_name(out_path.name + ".tmp")
     rows = 0
-    with pa.OSFile(str(pairs_path), "rb") as source, pa.ipc.open_stream(source) as reader, pa.OSFile(
-        str(tmp), "wb"
-    ) as sink, pa.ipc.new_file(sink, ID_SCHEMA) as writer:
+    with atomic_path(out_path) as tmp, pa.OSFile(str(pairs_path), "rb") as source, pa.ipc.open_stream(
+        source
+    ) as reader, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, ID_SCHEMA) as writer:
         for batch in reader:
             if batch.num_rows == 0:
                 continue
@@ -101,7 +137,6 @@ def encode_pairs(pairs_path: Path, out_path: Path, src_vocab: Vocab, tgt_vocab: 
             t = phrases_to_ids(batch.column(1), tgt_words)
             writer.write_batch(pa.record_batch([_as_list(s.offsets, s.ids), _as_list(t.offsets, t.ids)], ID_SCHEMA))
             rows += batch.num_rows
-    os.replace(tmp, out_path)
     return rows
 
 

@@ -19,25 +19,18 @@ def format_chunk(
     lines: list[bytes],
     log_probs: np.ndarray,
     n_unknown: np.ndarray,
-    scored_rows: np.ndarray,
     compresslevel: int | None,
 ) -> bytes:
-    """Lines with the two new columns (rows not in ``scored_rows`` pass through unchanged).
+    """Lines with the two new columns; every line is scored (rejected lines never get here).
 
     Column 1 is exp(log p) floored at exp(-100); column 2 is exp(-n_unk), which Moses reads back
     as -n_unk. ``compresslevel=None`` returns plain text.
     """
-    rows = scored_rows.tolist()
     columns = [
         f"{format_log_probability(lp)} {format_log_probability(-n)}".encode("ascii")
         for lp, n in zip(log_probs.tolist(), n_unknown.tolist(), strict=True)
     ]
-    if len(rows) == len(lines):
-        out = append_score_columns_bulk(lines, columns)
-    else:
-        out = list(lines)
-        for row, line in zip(rows, append_score_columns_bulk([lines[r] for r in rows], columns), strict=True):
-            out[row] = line
+    out = append_score_columns_bulk(lines, columns)
     data = b"\n".join(out) + b"\n" if out else b""
     if compresslevel is None:
         return data

@@ -7,17 +7,20 @@ The run is a pipeline of three overlapping stages, so that no stage waits on ano
 * worker processes format the lines and compress each chunk into its own gzip member.
 
 Memory is bounded by a few chunks whatever the table size. Output goes to a hidden partial file
-next to the destination and is renamed only when complete. After every chunk a small progress
-file records how many input lines are done and how many output bytes are good, so ``--resume``
-truncates the partial file to that size and continues; the result is byte-identical to an
-uninterrupted run because chunk boundaries and gzip members depend only on the input.
+next to the destination and is renamed only when complete; every chunk is recorded as durable
+(:mod:`rescorer.resume`), so ``--resume`` continues a killed run. The output holds only lines
+Moses can load: with ``--skip-bad-lines`` a malformed line goes byte for byte to ``OUT.rejects``
+instead, so input lines = output lines + rejected lines. Sharding is in :mod:`rescorer.shards`,
+the Parquet side output in :mod:`rescorer.score_parquet`, the moses.ini edit in
+:mod:`rescorer.moses_config`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as futures
+import contextlib
+import errno
 import gzip
-import json
 import multiprocessing
 import os
 import queue
@@ -32,24 +35,27 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from moses_integration.phrase_table import PhraseTableError, input_position, open_input
+from moses_integration.phrase_table import PhraseTableError, display_name, input_position, open_input
+from moses_integration.threads import available_cpus
+from rescorer import score_parquet
 from rescorer.checkpoint import Checkpoint
 from rescorer.device import autocast_dtype, select_device
 from rescorer.output_chunks import format_chunk
+from rescorer.resume import PROGRESS_VERSION, ResumeError, file_identity, load_progress, save_progress
 from rescorer.scoring import PairScorer, ScoringOptions
+from rescorer.shards import ShardError, ShardFilter
 from rescorer.table_chunks import (
     LineChunk,
     ParsedChunk,
     TokenIds,
+    UnreadableInputError,
     iter_line_chunks,
     parse_chunk,
     phrases_to_ids,
 )
 
-PROGRESS_VERSION = 1
 WP_SIDES = ("target", "source", "both")
 LOW_OVERLAP_PERCENT = 50.0
 
@@ -61,7 +67,7 @@ class RescoreError(RuntimeError):
 @dataclass
 class RescoreOptions:
     chunk_lines: int = 100_000
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    workers: int = field(default_factory=available_cpus)
     wp_side: str = "target"
     skip_bad_lines: bool = False
     shard: tuple[int, int] | None = None  # (K, N), K in 1..N
@@ -71,110 +77,51 @@ class RescoreOptions:
     progress: bool = True
     device: str = "auto"
     precision: str = "auto"
+    num_scores: int | None = None  # score columns every line must have (moses.ini num-features)
     scoring: ScoringOptions = field(default_factory=ScoringOptions)
 
     def identity(self) -> dict:
-        """Settings that change the output bytes; a resume must use the same ones."""
+        """Settings that change the output bytes; a resume must use the same ones.
+
+        ``skip_bad_lines`` is not one: up to the first bad line the output is the same either way,
+        so a run stopped by a malformed line can continue with ``--skip-bad-lines --resume``.
+        """
         return {
-            "chunk_lines": self.chunk_lines, "wp_side": self.wp_side, "skip_bad_lines": self.skip_bad_lines,
+            "chunk_lines": self.chunk_lines, "wp_side": self.wp_side,
             "shard": list(self.shard) if self.shard else None, "compresslevel": self.compresslevel,
-            "scores_parquet": self.scores_parquet,
+            "scores_parquet": self.scores_parquet, "num_scores": self.num_scores,
         }
 
 
 @dataclass
 class RescoreSummary:
-    lines: int = 0  # lines written
-    scored: int = 0  # lines that got the two columns
+    lines: int = 0  # lines written (all scored)
+    rejected: int = 0  # malformed lines moved to the rejects file
     distinct_sources: int = 0
-    bad_lines: int = 0
     sum_log_prob: float = 0.0
     target_tokens: int = 0
     target_unknown: int = 0
     seconds: float = 0.0
+    rejects_path: str | None = None
+    resumed_lines: int = 0  # lines an interrupted run had done (not part of this run's speed)
 
     @property
     def mean_log_prob(self) -> float:
-        return self.sum_log_prob / self.scored if self.scored else float("nan")
+        return self.sum_log_prob / self.lines if self.lines else float("nan")
 
     @property
     def unknown_share(self) -> float:
         return self.target_unknown / self.target_tokens if self.target_tokens else 0.0
 
     def report(self) -> str:
-        rate = self.scored / self.seconds if self.seconds > 0 else 0.0
+        rate = (self.lines - self.resumed_lines) / self.seconds if self.seconds > 0 else 0.0
+        rejected = f", {self.rejected} malformed lines rejected to {self.rejects_path}" if self.rejected else ""
         return (
-            f"rescored {self.lines} lines ({self.scored} scored, {self.bad_lines} bad lines copied through), "
+            f"rescored {self.lines} lines{rejected}, "
             f"{self.distinct_sources} distinct sources; mean log p {self.mean_log_prob:.4f}; "
             f"target words outside the shortlist {100 * self.unknown_share:.2f}%; "
             f"{self.seconds:.1f} s ({rate:.0f} pairs/s)"
         )
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``K/N`` with 1 ≤ K ≤ N, as a SLURM array index would give it."""
-    try:
-        k, n = (int(x) for x in text.split("/"))
-    except ValueError as exc:
-        raise RescoreError(f"--shard must look like K/N (e.g. 3/8), got {text!r}") from exc
-    if not 1 <= k <= n:
-        raise RescoreError(f"--shard {text}: K must be between 1 and N")
-    return k, n
-
-
-def count_lines(path: str) -> int:
-    """Total lines (one decompression pass), needed to cut shards of equal size."""
-    total, last = 0, b"\n"
-    with open_input(path) as fh:
-        try:
-            while block := fh.read(8 << 20):
-                total += block.count(b"\n")
-                last = block[-1:]
-        except (EOFError, OSError) as exc:
-            raise PhraseTableError(path, total + 1, f"input is truncated or corrupt ({exc})") from exc
-    return total + (last != b"\n")
-
-
-def _sources_of(lines: list[bytes]) -> list[bytes]:
-    return [line.split(b" ||| ", 1)[0] for line in lines]
-
-
-class _ShardFilter:
-    """Keeps the lines of shard K/N: contiguous, cut where the source phrase changes.
-
-    Shard k nominally starts at line floor((k-1)·T/N)+1; the real start moves forward to the first
-    line whose source differs from its predecessor's. Every shard applies the same rule to both
-    of its ends, so the shards partition the table and concatenate to the whole.
-    """
-
-    def __init__(self, shard: tuple[int, int], total_lines: int, state: dict | None = None) -> None:
-        k, n = shard
-        self.start_line = (k - 1) * total_lines // n + 1
-        self.end_line = k * total_lines // n + 1  # nominal start of the next shard
-        self.last_shard = k == n
-        state = state or {}
-        self.started = state.get("started", k == 1)
-        self.finished = state.get("finished", False)
-        self.prev_source = state.get("prev_source")
-
-    def state(self) -> dict:
-        return {"started": self.started, "finished": self.finished, "prev_source": self.prev_source}
-
-    def rows(self, chunk: LineChunk) -> np.ndarray:
-        keep = np.zeros(len(chunk.lines), dtype=bool)
-        sources = _sources_of(chunk.lines)
-        prev = self.prev_source.encode() if isinstance(self.prev_source, str) else self.prev_source
-        for i, src in enumerate(sources):
-            line_no = chunk.first_line_no + i
-            boundary = prev is None or src != prev
-            if not self.started and line_no >= self.start_line and boundary:
-                self.started = True
-            if self.started and not self.last_shard and line_no >= self.end_line and boundary:
-                self.finished = True
-            keep[i] = self.started and not self.finished
-            prev = src
-        self.prev_source = prev.decode("utf-8", "replace") if prev is not None else None
-        return np.flatnonzero(keep)
 
 
 @dataclass
@@ -188,6 +135,60 @@ class _Prepared:
     new_sources: int = 0
     shard_state: dict | None = None
     last_source: str | None = None  # carried across chunks to count distinct sources
+    num_scores: int | None = None  # the column count fixed so far, carried across chunks
+
+    def good_lines(self) -> list[bytes]:
+        """The raw lines that were scored (the sub-chunk starts at the run's first row)."""
+        if self.parsed is None:
+            return []
+        first = int(self.rows[0])
+        return [self.chunk.lines[first + int(g)] for g in self.parsed.good_rows]
+
+    def rejected_lines(self) -> list[tuple[int, str, bytes]]:
+        """``(line number, reason, raw line)`` of the lines set aside by ``--skip-bad-lines``."""
+        if self.parsed is None:
+            return []
+        return [(n, why, self.chunk.lines[n - self.chunk.first_line_no]) for n, why in self.parsed.bad_rows]
+
+
+@dataclass
+class _Files:
+    """Where a run writes: the partial output, the rejects beside it and the progress record."""
+
+    output: str
+    partial: Path
+    rejects: Path
+    rejects_partial: Path
+    progress: Path
+
+    @classmethod
+    def beside(cls, output_path: str) -> _Files:
+        folder = Path(output_path).resolve().parent if output_path != "-" else Path.cwd()
+        name = Path(output_path).name
+        return cls(output_path, folder / f".{name}.partial", folder / f"{name}.rejects",
+                   folder / f".{name}.rejects.partial", folder / f".{name}.progress.json")
+
+    def discard(self) -> None:
+        for path in (self.partial, self.rejects_partial, self.progress):
+            path.unlink(missing_ok=True)
+
+
+def default_model_path(output_path: str, save_model: str | None = None) -> str:
+    """Where a model trained by ``rescore-phrase-table`` without ``--model`` is saved."""
+    return save_model or (output_path + ".model.pt" if output_path != "-" else "rescorer.model.pt")
+
+
+def finished_training_of(output_path: str, save_model: str | None = None) -> str | None:
+    """The model an interrupted run trained, if that run got as far as scoring; else None.
+
+    Scoring starts only after training has finished, so a progress record beside the output
+    means the saved model is final: ``--resume`` must reuse it, not train it further (which would
+    also change the model file and make the partial output unusable).
+    """
+    model = default_model_path(output_path, save_model)
+    if output_path != "-" and _Files.beside(output_path).progress.exists() and Path(model).exists():
+        return model
+    return None
 
 
 def rescore_phrase_table(
@@ -198,64 +199,51 @@ def rescore_phrase_table(
 ) -> RescoreSummary:
     """Stream ``input_path`` to ``output_path`` with two more score columns. See module doc."""
     opts = options or RescoreOptions()
-    if opts.wp_side not in WP_SIDES:
-        raise RescoreError(f"--wp-side must be one of {', '.join(WP_SIDES)}")
-    _check_paths(input_path, output_path, opts)
+    check_options(input_path, output_path, opts)
     started = time.monotonic()
     device = select_device(opts.device)
     scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, opts.precision), opts.scoring)
-    src_words = pa.array(checkpoint.src_vocab.words, pa.string())
-    tgt_words = pa.array(checkpoint.tgt_vocab.words, pa.string())
-    total_lines = count_lines(input_path) if opts.shard else None
+    vocab_words = (pa.array(checkpoint.src_vocab.words, pa.string()), pa.array(checkpoint.tgt_vocab.words, pa.string()))
 
     to_stdout = output_path == "-"
-    out_dir = Path(output_path).resolve().parent if not to_stdout else Path.cwd()
-    name = Path(output_path).name
-    partial = out_dir / f".{name}.partial"
-    progress_path = out_dir / f".{name}.progress.json"
+    files = _Files.beside(output_path)
     parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
     compress = None if not output_path.endswith(".gz") else opts.compresslevel
-
     identity = {
-        "version": PROGRESS_VERSION, "input": _file_identity(input_path),
-        "model": _file_identity(getattr(checkpoint, "path", None)), "options": opts.identity(),
+        "version": PROGRESS_VERSION, "input": file_identity(input_path),
+        "model": file_identity(getattr(checkpoint, "path", None)), "options": opts.identity(),
     }
-    done = {"lines_done": 0, "output_bytes": 0, "chunks_done": 0, "summary": asdict(RescoreSummary()),
-            "shard_state": None, "prev_source": None}
+    done = {"lines_done": 0, "output_bytes": 0, "rejects_bytes": 0, "chunks_done": 0,
+            "summary": asdict(RescoreSummary()), "shard_state": None, "prev_source": None, "num_scores": None}
     if opts.resume and not to_stdout:
-        done = _load_progress(progress_path, partial, identity, done)
+        try:
+            partials = {"output_bytes": files.partial, "rejects_bytes": files.rejects_partial}
+            done = load_progress(files.progress, partials, identity, done)
+        except ResumeError as exc:
+            raise RescoreError(str(exc)) from exc
     summary = RescoreSummary(**done["summary"])
-    summary.seconds = 0.0
+    summary.seconds, summary.resumed_lines = 0.0, summary.lines
     if parts_dir:
-        parts_dir.mkdir(parents=True, exist_ok=True)
-        for part in parts_dir.glob("part-*.parquet"):
-            if int(part.stem.split("-")[1]) >= done["chunks_done"]:
-                part.unlink()
+        score_parquet.drop_parts_from(parts_dir, done["chunks_done"])
 
-    out = sys.stdout.buffer if to_stdout else open(partial, "r+b" if opts.resume and partial.exists() else "wb")  # noqa: SIM115
-    if not to_stdout:
-        out.truncate(done["output_bytes"])
-        out.seek(done["output_bytes"])
+    writer = _DurableWriter(files, to_stdout, identity, done)
     fh = open_input(input_path)
+    shard_filter = ShardFilter(opts.shard, os.path.getsize(input_path), done["shard_state"]) if opts.shard else None
     in_size = None if input_path == "-" else os.path.getsize(input_path)
-    shard_filter = _ShardFilter(opts.shard, total_lines, done["shard_state"]) if opts.shard else None
     bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
                file=sys.stderr, dynamic_ncols=True)
     prepared_q: queue.Queue = queue.Queue(maxsize=2)
     stop = threading.Event()
     reader = threading.Thread(
-        target=_read_stage,
-        args=(fh, input_path, opts, done, shard_filter, src_words, tgt_words, prepared_q, stop),
-        daemon=True,
+        target=_read_stage, args=(fh, input_path, opts, done, shard_filter, vocab_words, prepared_q, stop), daemon=True,
     )
     reader.start()
     pool = (
         futures.ProcessPoolExecutor(opts.workers, mp_context=multiprocessing.get_context("spawn"))
         if opts.workers > 1 else None
     )
-    in_flight: list[tuple[futures.Future | bytes, dict]] = []
+    in_flight: list[tuple[futures.Future | bytes, bytes, dict]] = []
     chunks_done = done["chunks_done"]
-    output_bytes = done["output_bytes"]
     warned = False
     try:
         while True:
@@ -265,84 +253,186 @@ def rescore_phrase_table(
             if item is None:
                 break
             prep: _Prepared = item
-            log_p, n_unk, scored_rows = _score_prepared(prep, scorer, opts.wp_side, summary)
+            log_p, n_unk = _score_prepared(prep, scorer, opts.wp_side, summary)
             if not warned and prep.targets is not None and len(prep.targets.ids):
                 warned = True
                 _warn_low_overlap(prep)
-            lines = [prep.chunk.lines[i] for i in prep.rows]
-            summary.lines += len(lines)
+            rejects = _report_rejects(prep, input_path)
+            summary.rejected += len(prep.rejected_lines())
             summary.distinct_sources += prep.new_sources
-            if parts_dir and prep.parsed is not None:
-                _write_parquet_part(parts_dir / f"part-{chunks_done:08d}.parquet", prep, log_p, n_unk)
-            args = (lines, log_p, n_unk, scored_rows, compress)
+            if parts_dir and prep.parsed is not None and len(log_p):
+                parsed = prep.parsed
+                score_parquet.write_part(score_parquet.part_path(parts_dir, chunks_done), parsed.source,
+                                         parsed.target, parsed.scores, log_p, n_unk)
+            args = (prep.good_lines(), log_p, n_unk, compress)
             job = pool.submit(format_chunk, *args) if pool else format_chunk(*args)
             chunks_done += 1
             marker = {
-                "lines_done": prep.chunk.last_line_no, "chunks_done": chunks_done,
-                "summary": asdict(summary), "shard_state": prep.shard_state, "prev_source": prep.last_source,
+                "lines_done": prep.chunk.last_line_no, "chunks_done": chunks_done, "summary": asdict(summary),
+                "shard_state": prep.shard_state, "prev_source": prep.last_source, "num_scores": prep.num_scores,
             }
-            in_flight.append((job, marker))
+            in_flight.append((job, rejects, marker))
             position = input_position(fh)
             if position is not None:
                 bar.update(position - bar.n)
-            bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{summary.scored / (time.monotonic() - started):.0f}")
+            bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{summary.lines / (time.monotonic() - started):.0f}")
             while in_flight and (len(in_flight) > 2 * max(1, opts.workers) or _ready(in_flight[0][0])):
-                output_bytes = _write_head(in_flight, out, output_bytes, to_stdout, progress_path, identity)
+                writer.write(*_result(in_flight.pop(0)))
         while in_flight:
-            output_bytes = _write_head(in_flight, out, output_bytes, to_stdout, progress_path, identity)
-        if output_bytes == 0 and compress is not None:
-            out.write(gzip.compress(b"", mtime=0))  # an empty table is still a valid gzip file
-    except BaseException:
+            writer.write(*_result(in_flight.pop(0)))
+        writer.finish(compress is not None)
+        if parts_dir:
+            score_parquet.merge_parts(parts_dir, Path(opts.scores_parquet))
+    except BaseException as exc:
         stop.set()
-        if not to_stdout:
-            out.close()
-            sys.stderr.write(
-                f"rescore-phrase-table: stopped; {output_bytes} good bytes kept in {partial} "
-                f"(run again with --resume to continue)\n"
-            )
-        raise
+        replacement = _stopped(exc, writer, files, to_stdout)
+        if replacement is exc:
+            raise
+        raise replacement from exc
     finally:
         bar.close()
         if pool:
             pool.shutdown(cancel_futures=True)
         fh.close()
     summary.seconds = time.monotonic() - started
-    if not to_stdout:
-        out.flush()
-        os.fsync(out.fileno())
-        out.close()
-        if opts.scores_parquet:
-            _merge_parquet(parts_dir, Path(opts.scores_parquet))
-        os.replace(partial, output_path)
-        progress_path.unlink(missing_ok=True)
-    else:
-        out.flush()
+    summary.rejects_path = str(files.rejects) if summary.rejected else None
     return summary
+
+
+def _result(entry: tuple[futures.Future | bytes, bytes, dict]) -> tuple[bytes, bytes, dict]:
+    job, rejects, marker = entry
+    return (job.result() if isinstance(job, futures.Future) else job), rejects, marker
 
 
 def _ready(job: futures.Future | bytes) -> bool:
     return not isinstance(job, futures.Future) or job.done()
 
 
-def _write_head(in_flight: list, out: BinaryIO, output_bytes: int, to_stdout: bool, progress_path: Path,
-                identity: dict) -> int:
-    """Write the oldest finished chunk, then record it as durable in the progress file."""
-    job, marker = in_flight.pop(0)
-    data = job.result() if isinstance(job, futures.Future) else job
-    out.write(data)
-    output_bytes += len(data)
-    if not to_stdout:
-        out.flush()
-        os.fsync(out.fileno())
-        _atomic_json(progress_path, {**identity, **marker, "output_bytes": output_bytes})
-    return output_bytes
+def _stopped(exc: BaseException, writer: _DurableWriter, files: _Files, to_stdout: bool) -> BaseException:
+    """The exception to raise when a run stops, after leaving the partial files in a sane state.
+
+    * Disk full (or any write error): the partial files are cut back to their durable bytes and
+      the message says how much is kept and that ``--resume`` continues once there is space.
+    * A malformed line: what is durable is kept, and ``--skip-bad-lines --resume`` continues
+      (a plain ``--resume`` would stop at the same line, so it is not suggested).
+    * Input that cannot be read (truncated gzip, bad settings): nothing is kept, since a rerun
+      would stop at the same place.
+    * Anything else (Ctrl-C, a crash): what is durable is kept for ``--resume``.
+    In every case a partial file holding no good byte is removed.
+    """
+    if to_stdout:
+        return exc
+    kept = writer.close_and_cut()
+    malformed_line = isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError)
+    input_error = isinstance(exc, (PhraseTableError, ShardError, RescoreError))
+    if (input_error and not malformed_line) or kept == 0:
+        files.discard()
+        kept = 0
+    if isinstance(exc, OSError) and not input_error:
+        what = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"writing failed ({exc})"
+        if kept:
+            return RescoreError(
+                f"{what}: {kept} good bytes of output kept in {files.partial} (cut back to the last complete chunk); "
+                f"free space and run again with --resume to continue"
+            )
+        return RescoreError(f"{what}: nothing of {files.output} could be written; free space and run again")
+    if malformed_line and kept:
+        sys.stderr.write(f"rescore-phrase-table: stopped; {kept} good bytes kept in {files.partial} (run again "
+                         f"with --skip-bad-lines --resume to move malformed lines to {files.rejects} and continue)\n")
+    elif not input_error and kept:
+        sys.stderr.write(f"rescore-phrase-table: stopped; {kept} good bytes kept in {files.partial} "
+                         f"(run again with --resume to continue)\n")
+    return exc
 
 
-def _read_stage(fh, path, opts, done, shard_filter, src_words, tgt_words, out_q, stop) -> None:
+class _DurableWriter:
+    """Appends finished chunks to the partial output (and rejects) and records them as durable.
+
+    ``durable`` is the output size the progress record holds: what a resume may trust. A write
+    that fails half-way (disk full) leaves bytes past it, which :meth:`close_and_cut` removes.
+    """
+
+    def __init__(self, files: _Files, to_stdout: bool, identity: dict, done: dict) -> None:
+        self.files, self.to_stdout, self.identity = files, to_stdout, identity
+        self.durable = done["output_bytes"]
+        self.durable_rejects = done["rejects_bytes"]
+        resuming = done["output_bytes"] > 0 or done["chunks_done"] > 0
+        if to_stdout:
+            self.out: BinaryIO = sys.stdout.buffer
+            self.rejects = None
+            return
+        self.out = _open_at(files.partial, self.durable, resuming)
+        self.rejects = _open_at(files.rejects_partial, self.durable_rejects, resuming)
+
+    def write(self, data: bytes, rejects: bytes, marker: dict) -> None:
+        self.out.write(data)
+        if self.to_stdout:
+            return
+        self.rejects.write(rejects)
+        for stream in (self.out, self.rejects):
+            stream.flush()
+            os.fsync(stream.fileno())
+        output_bytes, rejects_bytes = self.durable + len(data), self.durable_rejects + len(rejects)
+        save_progress(self.files.progress,
+                      {**self.identity, **marker, "output_bytes": output_bytes, "rejects_bytes": rejects_bytes})
+        self.durable, self.durable_rejects = output_bytes, rejects_bytes
+
+    def finish(self, gzip_output: bool) -> None:
+        """Complete the run: rename the partial files into place, drop the progress record."""
+        if self.durable == 0 and gzip_output:
+            self.write(gzip.compress(b"", mtime=0), b"", {})  # an empty table is still a valid gzip file
+        self.out.flush()
+        if self.to_stdout:
+            return
+        for stream in (self.out, self.rejects):
+            os.fsync(stream.fileno())
+            stream.close()
+        os.replace(self.files.partial, self.files.output)
+        if self.durable_rejects:
+            os.replace(self.files.rejects_partial, self.files.rejects)
+        else:  # no rejects this time: a rejects file from an earlier run would mislead
+            self.files.rejects_partial.unlink(missing_ok=True)
+            self.files.rejects.unlink(missing_ok=True)
+        self.files.progress.unlink(missing_ok=True)
+
+    def close_and_cut(self) -> int:
+        """Close the partial files cut back to their durable sizes; returns the output's."""
+        for stream, path, size in ((self.out, self.files.partial, self.durable),
+                                   (self.rejects, self.files.rejects_partial, self.durable_rejects)):
+            if stream is None or stream.closed:
+                continue
+            with contextlib.suppress(OSError):  # the buffered tail that failed to write is cut below
+                stream.close()
+            if path.exists():
+                os.truncate(path, size)
+        return self.durable
+
+
+def _open_at(path: Path, size: int, resuming: bool) -> BinaryIO:
+    """A partial file opened for appending at ``size`` (its durable bytes), created if new."""
+    stream = open(path, "r+b" if resuming and path.exists() else "wb")  # noqa: SIM115 - closed by the writer
+    stream.truncate(size)
+    stream.seek(size)
+    return stream
+
+
+def _report_rejects(prep: _Prepared, input_path: str) -> bytes:
+    """``FILE:LINE: reason`` on stderr for each rejected line; their raw bytes for the rejects file."""
+    rejected = prep.rejected_lines()
+    name = display_name(input_path)
+    for line_no, reason, _ in rejected:
+        sys.stderr.write(f"{name}:{line_no}: {reason} (rejected)\n")
+    return b"".join(raw + b"\n" for _, _, raw in rejected)
+
+
+def _read_stage(fh, path, opts, done, shard_filter, vocab_words, out_q, stop) -> None:
     """Reader thread: chunks → validated phrases → ids. Errors travel to the main thread."""
+    src_words, tgt_words = vocab_words
     try:
         prev_source = done.get("prev_source")
-        for chunk in iter_line_chunks(fh, path, opts.chunk_lines):
+        num_scores = opts.num_scores if opts.num_scores is not None else done.get("num_scores")
+        positions = (lambda: input_position(fh)) if shard_filter else None
+        for chunk in iter_line_chunks(fh, path, opts.chunk_lines, positions=positions):
             if stop.is_set():
                 return
             if chunk.last_line_no <= done["lines_done"]:
@@ -350,15 +440,18 @@ def _read_stage(fh, path, opts, done, shard_filter, src_words, tgt_words, out_q,
             rows = shard_filter.rows(chunk) if shard_filter else np.arange(len(chunk.lines))
             shard_state = shard_filter.state() if shard_filter else None
             if not len(rows):
-                out_q.put(_Prepared(chunk, rows, None, shard_state=shard_state, last_source=prev_source))
+                out_q.put(_Prepared(chunk, rows, None, shard_state=shard_state, last_source=prev_source,
+                                    num_scores=num_scores))
                 if shard_filter and shard_filter.finished:
                     break
                 continue
-            sub = LineChunk(chunk.first_line_no + int(rows[0]), [chunk.lines[i] for i in rows], chunk.end_offset)
-            if len(rows) and rows[-1] - rows[0] + 1 != len(rows):
+            if rows[-1] - rows[0] + 1 != len(rows):
                 raise RuntimeError("shard rows must be contiguous")
-            parsed = parse_chunk(sub, path, skip_bad_lines=opts.skip_bad_lines, want_scores=bool(opts.scores_parquet))
-            prep = _Prepared(chunk, rows, parsed, shard_state=shard_state)
+            sub = LineChunk(chunk.first_line_no + int(rows[0]), [chunk.lines[i] for i in rows], chunk.end_offset)
+            parsed = parse_chunk(sub, path, num_scores=num_scores, skip_bad_lines=opts.skip_bad_lines,
+                                 want_scores=bool(opts.scores_parquet))
+            num_scores = parsed.num_scores if parsed.num_scores is not None else num_scores
+            prep = _Prepared(chunk, rows, parsed, shard_state=shard_state, num_scores=num_scores)
             if len(parsed.source):
                 encoded = pc.dictionary_encode(parsed.source)
                 prep.sources = phrases_to_ids(encoded.dictionary, src_words)
@@ -378,24 +471,18 @@ def _read_stage(fh, path, opts, done, shard_filter, src_words, tgt_words, out_q,
 
 
 def _score_prepared(prep: _Prepared, scorer: PairScorer, wp_side: str, summary: RescoreSummary):
-    """Scores of the scored rows, with their positions in the run's line list."""
-    parsed = prep.parsed
-    if parsed is None or prep.targets is None:
-        empty = np.zeros(0)
-        if parsed is not None:
-            summary.bad_lines += len(parsed.bad_rows)
-        return empty, empty.astype(np.int64), empty.astype(np.int64)
+    """RNN log-probabilities and unknown-word counts of the chunk's good lines, in order."""
+    if prep.parsed is None or prep.targets is None:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
     log_p = scorer.score(prep.sources, prep.source_of_row, prep.targets)
     src_unk = prep.sources.n_unk[prep.source_of_row]
     tgt_unk = prep.targets.n_unk
     n_unk = {"target": tgt_unk, "source": src_unk, "both": src_unk + tgt_unk}[wp_side].astype(np.int64)
-    summary.scored += len(log_p)
-    summary.bad_lines += len(parsed.bad_rows)
+    summary.lines += len(log_p)
     summary.sum_log_prob += float(log_p.sum())
     summary.target_tokens += int(len(prep.targets.ids))
     summary.target_unknown += int(tgt_unk.sum())
-    # parsed.good_rows index the shard sub-chunk, which starts at the run's first row of the chunk.
-    return log_p, n_unk, parsed.good_rows
+    return log_p, n_unk
 
 
 def _warn_low_overlap(prep: _Prepared) -> None:
@@ -409,110 +496,19 @@ def _warn_low_overlap(prep: _Prepared) -> None:
         )
 
 
-def _write_parquet_part(path: Path, prep: _Prepared, log_p: np.ndarray, n_unk: np.ndarray) -> None:
-    parsed = prep.parsed
-    scores = parsed.scores if parsed.scores is not None else np.zeros((len(log_p), 0))
-    width = scores.shape[1]
-    flat = pa.array(scores.reshape(-1), pa.float64())
-    table = pa.table({
-        "source": parsed.source, "target": parsed.target, "log_p": pa.array(log_p, pa.float64()),
-        "n_unk": pa.array(n_unk, pa.int32()),
-        "table_scores": pa.FixedSizeListArray.from_arrays(flat, width) if width else pa.nulls(len(log_p)),
-    })
-    tmp = path.with_suffix(".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
-
-
-def _merge_parquet(parts_dir: Path, dest: Path) -> None:
-    parts = sorted(parts_dir.glob("part-*.parquet"))
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    writer = None
-    try:
-        for part in parts:
-            table = pq.read_table(part)
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, table.schema)
-            writer.write_table(table)
-    finally:
-        if writer:
-            writer.close()
-    if writer is None:
-        pq.write_table(pa.table({"source": pa.array([], pa.string())}), tmp)
-    os.replace(tmp, dest)
-    for part in parts:
-        part.unlink()
-    parts_dir.rmdir()
-
-
-def _file_identity(path: str | os.PathLike | None) -> dict | None:
-    if path is None or str(path) == "-":
-        return None
-    st = os.stat(path)
-    return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def _atomic_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
-
-
-def _load_progress(progress_path: Path, partial: Path, identity: dict, fresh: dict) -> dict:
-    """The last durable state of a killed run, after checking it belongs to this run."""
-    if not progress_path.exists() or not partial.exists():
-        return fresh
-    saved = json.loads(progress_path.read_text())
-    for key in ("version", "input", "model", "options"):
-        if saved.get(key) != identity[key]:
-            raise RescoreError(
-                f"cannot --resume: the {key} differs from the interrupted run recorded in {progress_path}; "
-                f"remove {partial} and {progress_path} to start over"
-            )
-    if partial.stat().st_size < saved["output_bytes"]:
-        raise RescoreError(f"cannot --resume: {partial} is shorter than its recorded {saved['output_bytes']} bytes")
-    return saved
-
-
-def _check_paths(input_path: str, output_path: str, opts: RescoreOptions) -> None:
+def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> None:
+    """Refuse settings that cannot work, before any training or scoring starts."""
+    if opts.wp_side not in WP_SIDES:
+        raise RescoreError(f"--wp-side must be one of {', '.join(WP_SIDES)}")
     if input_path == "-" and (opts.resume or opts.shard):
         raise RescoreError("--resume and --shard need a file as input, not stdin")
     if output_path == "-":
         if opts.resume:
             raise RescoreError("--resume needs a file as output, not stdout")
+        if opts.skip_bad_lines:
+            raise RescoreError("--skip-bad-lines writes rejected lines beside the output: give a file, not stdout")
         return
     if input_path != "-" and Path(input_path).resolve() == Path(output_path).resolve():
         raise RescoreError(f"refusing to overwrite the input {input_path}; choose another output path")
     if not Path(output_path).resolve().parent.is_dir():
         raise RescoreError(f"output folder {Path(output_path).parent} does not exist")
-
-
-TEXT_TABLE_TYPES = ("PhraseDictionaryMemory", "PhraseDictionaryMultiModel")
-
-
-def write_moses_ini(ini_in: str, ini_out: str, table_path: str, weights: tuple[float, ...]) -> None:
-    """A moses.ini whose phrase table is ``table_path``, with ``len(weights)`` more features.
-
-    Paths are written absolute (the other models' relative paths resolved against the input ini's
-    folder) because Moses resolves relative paths against its working directory, which is rarely
-    the folder of the new ini. A binarised table (compact, on-disk) cannot
-    read the text output; the error says which command rebuilds it with the right score count.
-    """
-    from moses_integration.moses_ini import MosesIni, MosesIniError
-
-    ini = MosesIni.read(ini_in)
-    tables = ini.phrase_tables()
-    if len(tables) == 1 and tables[0].type not in TEXT_TABLE_TYPES and not table_path.endswith(".minphr"):
-        old = tables[0]
-        raise MosesIniError(
-            ini_in, old.line_no,
-            f"{old.name} is a {old.type}, which cannot load the text table {table_path}; binarise it first, e.g. "
-            f"processPhraseTableMin -in {table_path} -out table -nscores {(old.num_features or 0) + len(weights)}, "
-            f"or change the feature to PhraseDictionaryMemory",
-        )
-    new_path = table_path if table_path == "-" else str(Path(table_path).resolve())
-    # Relocatable systems keep relative model paths, valid when Moses runs in the ini's folder;
-    # the new ini lives elsewhere, so its other models are pinned to where they are now.
-    ini.absolutize_paths(Path(ini_in).resolve().parent)
-    ini.add_phrase_table_scores(new_path, weights)
-    ini.write(ini_out)

@@ -2,15 +2,15 @@
 
 Phrase tables run to hundreds of millions of lines, so per-line Python parsing would dominate the
 cost of scoring. Here a chunk of raw lines becomes Arrow arrays in a handful of vectorised calls
-(split on `` ||| ``, split tokens, map tokens to ids). Validation is vectorised too; only when a
-chunk is found to hold a bad line do we fall back to the per-line parser of
+(split on `` ||| ``, split tokens on ASCII space/tab as Moses does, map tokens to ids).
+Validation is vectorised too; only when a chunk is found to hold a bad line do we fall back to the per-line parser of
 :mod:`moses_integration.phrase_table`, which names the exact line and reason.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -18,10 +18,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from moses_integration.phrase_table import PhraseTableError, parse_line
+from moses_integration.phrase_table import PhraseTableError, parse_line, score_tokens
+from moses_integration.tokens import split_tokens_arrow
 
 FIELD_SEPARATOR = " ||| "
 BLOCK_BYTES = 8 << 20
+
+
+class UnreadableInputError(PhraseTableError):
+    """The input stops being readable (truncated or corrupt gzip): no option gets past it."""
 
 
 @dataclass
@@ -31,6 +36,9 @@ class LineChunk:
     first_line_no: int
     lines: list[bytes]
     end_offset: int  # bytes of (decompressed) input consumed after this chunk
+    # Where each line ends in the *file* (compressed bytes for gzip), when asked for: the measure
+    # --shard cuts by, so that no shard needs a pass over the table to learn its size.
+    positions: np.ndarray | None = None
 
     @property
     def last_line_no(self) -> int:
@@ -38,14 +46,26 @@ class LineChunk:
 
 
 def iter_line_chunks(
-    fh: BinaryIO, path: str, chunk_lines: int, *, start_line_no: int = 1, start_offset: int = 0
+    fh: BinaryIO,
+    path: str,
+    chunk_lines: int,
+    *,
+    start_line_no: int = 1,
+    start_offset: int = 0,
+    positions: Callable[[], int | None] | None = None,
 ) -> Iterator[LineChunk]:
     """Yield chunks of about ``chunk_lines`` lines, reading big blocks rather than line by line.
 
     Decompression errors (a truncated or corrupt gzip) become a :class:`PhraseTableError` naming
-    the line reached, so a user knows how far the file is good.
+    the line reached, so a user knows how far the file is good. With ``positions`` (a function
+    giving the bytes of the file consumed so far), each chunk carries every line's position in
+    the file: the file position after the block that holds the line, interpolated by the line's
+    place in the block. It depends only on the file and the fixed block size, never on
+    ``chunk_lines``, so separate runs (shards) agree on it exactly.
     """
     pending: list[bytes] = []
+    pending_pos: list[float] = []
+    file_pos = float(positions() or 0) if positions else 0.0
     tail = b""
     line_no = start_line_no
     offset = start_offset
@@ -56,7 +76,7 @@ def iter_line_chunks(
         try:
             block = read(BLOCK_BYTES)
         except (EOFError, zlib.error, OSError) as exc:
-            raise PhraseTableError(
+            raise UnreadableInputError(
                 path, line_no + len(pending), f"input is truncated or corrupt ({exc})"
             ) from exc
         if not block:
@@ -70,16 +90,23 @@ def iter_line_chunks(
         new_lines = block[:cut].split(b"\n")
         pending.extend(new_lines)
         offset += cut + 1
+        if positions:
+            now = float(positions() or 0)
+            ends = np.cumsum(np.fromiter((len(x) + 1 for x in new_lines), np.int64, len(new_lines)))
+            pending_pos.extend((file_pos + (now - file_pos) * ends / len(block)).tolist())
+            file_pos = now
         while len(pending) >= chunk_lines:
             lines, pending = pending[:chunk_lines], pending[chunk_lines:]
+            line_pos, pending_pos = pending_pos[:chunk_lines], pending_pos[chunk_lines:]
             consumed = sum(len(x) + 1 for x in pending)
-            yield LineChunk(line_no, lines, offset - consumed)
+            yield LineChunk(line_no, lines, offset - consumed, np.asarray(line_pos) if positions else None)
             line_no += len(lines)
     if tail:
         pending.append(tail)  # last line without a newline
+        pending_pos.append(float(positions() or 0) if positions else 0.0)
         offset += len(tail)
     if pending:
-        yield LineChunk(line_no, pending, offset)
+        yield LineChunk(line_no, pending, offset, np.asarray(pending_pos) if positions else None)
 
 
 @dataclass
@@ -92,6 +119,7 @@ class ParsedChunk:
     good_rows: np.ndarray  # indices into chunk.lines of the rows in source/target
     bad_rows: list[tuple[int, str]]  # (line_no, reason) of rows skipped with --skip-bad-lines
     scores: np.ndarray | None = None  # [good rows, num_scores] float64, when requested
+    num_scores: int | None = None  # score columns of the good rows (None when there are none)
 
 
 def parse_chunk(
@@ -106,6 +134,9 @@ def parse_chunk(
 
     The vectorised path checks field count, empty phrases, score count and that each score is a
     finite non-negative number. Any failure re-parses the chunk line by line to name the culprit.
+    ``num_scores`` is the column count every line must have (from moses.ini or the table's first
+    line); None lets this chunk's first good line decide. Callers pass on ``num_scores`` of the
+    result so that a count changing from one chunk to the next is caught as well.
     """
     try:
         return _parse_fast(chunk, path, num_scores, want_scores)
@@ -116,7 +147,9 @@ def parse_chunk(
     for i, raw in enumerate(chunk.lines):
         line_no = chunk.first_line_no + i
         try:
-            parse_line(raw, path=path, line_no=line_no, num_scores=num_scores)
+            entry = parse_line(raw, path=path, line_no=line_no, num_scores=num_scores)
+            if num_scores is None:
+                num_scores = len(score_tokens(entry.fields[2]))
         except PhraseTableError as exc:
             if not skip_bad_lines:
                 raise
@@ -127,9 +160,14 @@ def parse_chunk(
     if not good:
         empty = pa.array([], type=pa.string())
         scores = np.zeros((0, num_scores or 0)) if want_scores else None
-        return ParsedChunk(chunk, empty, empty, np.zeros(0, dtype=np.int64), bad, scores)
+        return ParsedChunk(chunk, empty, empty, np.zeros(0, dtype=np.int64), bad, scores, num_scores)
     parsed = _parse_fast(sub, path, num_scores, want_scores)
-    return ParsedChunk(chunk, parsed.source, parsed.target, np.asarray(good, dtype=np.int64), bad, parsed.scores)
+    return ParsedChunk(
+        chunk, parsed.source, parsed.target, np.asarray(good, dtype=np.int64), bad, parsed.scores, parsed.num_scores
+    )
+
+
+_NO_TOKEN = "^[ \t]*$"
 
 
 class _NeedsSlowPath(Exception):
@@ -146,11 +184,12 @@ def _parse_fast(chunk: LineChunk, path: str, num_scores: int | None, want_scores
         raise _NeedsSlowPath
     source = pc.list_element(fields, 0)
     target = pc.list_element(fields, 1)
-    if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(source)), 0)).as_py() or pc.any(
-        pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(target)), 0)
+    # A phrase of separators only has no token for Moses (a no-break space alone is a token).
+    if pc.any(pc.match_substring_regex(source, _NO_TOKEN)).as_py() or pc.any(
+        pc.match_substring_regex(target, _NO_TOKEN)
     ).as_py():
         raise _NeedsSlowPath
-    score_text = pc.utf8_split_whitespace(pc.list_element(fields, 2))
+    score_text = split_tokens_arrow(pc.utf8_rtrim(pc.list_element(fields, 2), characters="\r"))
     counts = pc.list_value_length(score_text).to_numpy(zero_copy_only=False)
     expected = num_scores if num_scores is not None else int(counts[0])
     if expected < 1 or (counts != expected).any():
@@ -163,7 +202,7 @@ def _parse_fast(chunk: LineChunk, path: str, num_scores: int | None, want_scores
         raise _NeedsSlowPath
     scores = values.reshape(len(chunk.lines), expected) if want_scores else None
     rows = np.arange(len(chunk.lines), dtype=np.int64)
-    return ParsedChunk(chunk, source, target, rows, [], scores)
+    return ParsedChunk(chunk, source, target, rows, [], scores, expected)
 
 
 @dataclass
@@ -184,14 +223,12 @@ EOS_ID = 0
 
 
 def phrases_to_ids(phrases: pa.Array, vocab_words: pa.Array) -> TokenIds:
-    """Map whitespace-separated phrases to shortlist ids in one vectorised pass.
+    """Map phrases to shortlist ids in one vectorised pass, split into tokens as Moses splits them.
 
     ``vocab_words[i]`` is the word with id i (0 = ``</s>``, 1 = ``[UNK]``). A literal ``</s>``
     token inside a phrase is treated as unknown, since id 0 is reserved for the end of phrase.
     """
-    tokens = pc.utf8_split_whitespace(phrases)
-    if isinstance(tokens, pa.ChunkedArray):
-        tokens = tokens.combine_chunks()
+    tokens = split_tokens_arrow(phrases)
     flat = pc.list_flatten(tokens)
     index = pc.index_in(flat, value_set=vocab_words)
     ids = pc.fill_null(index, UNK_ID).to_numpy(zero_copy_only=False).astype(np.int32)

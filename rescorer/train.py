@@ -158,6 +158,14 @@ def train(
     pairs_done, t_rate = 0, time.monotonic()
     try:
         while cfg.max_steps is None or state["step"] < cfg.max_steps:
+            # A resumed run whose budget is already spent must not take one more step: --resume
+            # after a finished training (rescore-phrase-table --resume) reuses the model as it is.
+            if cfg.max_time is not None and state["elapsed"] >= cfg.max_time:
+                stopped_by = "max_time"
+                break
+            if cfg.patience is not None and state["bad_validations"] >= cfg.patience:
+                stopped_by = "early_stopping"
+                break
             batches = group_batches(data, cfg, state["epoch"], state["group_start"])
             if not batches:
                 state["epoch"], state["group_start"], state["batch_in_group"] = state["epoch"] + 1, 0, 0
@@ -168,8 +176,9 @@ def train(
                 loss = -model(src, src_len, tgt, tgt_len).float().mean()
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+            if cfg.clip_norm is not None:  # None: no clipping, as TrainConfig documents
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
             scaler.step(optimizer)
             scaler.update()
             state["step"] += 1

@@ -13,12 +13,15 @@ appears anyway it is treated as an unknown word rather than silently becoming a 
 
 from __future__ import annotations
 
-import gzip
 import os
-import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+from moses_integration.lines import iter_text_lines
+from moses_integration.tokens import split_tokens
+
+__all__ = ["EOS", "UNK", "Vocab", "build_vocab_from_corpus", "count_tokens", "read_corpus_lines", "split_tokens"]
 
 EOS = "</s>"
 UNK = "[UNK]"
@@ -26,15 +29,6 @@ EOS_ID = 0
 UNK_ID = 1
 SPECIAL_WORDS: tuple[str, str] = (EOS, UNK)
 
-# Moses splits tokens on ASCII spaces/tabs only. str.split() would also split on U+00A0 and other
-# Unicode spaces, which Moses keeps inside a token, so we split on ASCII whitespace explicitly.
-_ASCII_WS = re.compile(r"[ \t\n\r\f\v]+")
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-def split_tokens(text: str) -> list[str]:
-    """Split a phrase or sentence into tokens the way Moses does (ASCII whitespace only)."""
-    return [token for token in _ASCII_WS.split(text) if token]
 
 
 class Vocab:
@@ -102,7 +96,7 @@ class Vocab:
     def encode(self, tokens: str | Iterable[str], *, add_eos: bool = False) -> list[int]:
         """Map tokens to ids, unknown ones to ``[UNK]`` (1).
 
-        A ``str`` is split on ASCII whitespace first (a phrase-table field such as ``"la maison"``);
+        A ``str`` (a phrase-table field such as ``"la maison"``) is split as Moses splits it first;
         iterating over it character by character is never what a caller means. ``add_eos``
         appends ``</s>`` (0), which is how the model expects both source and target phrases.
         """
@@ -120,7 +114,7 @@ class Vocab:
 
     @staticmethod
     def count_tokens(lines: Iterable[str]) -> Counter[str]:
-        """Token frequencies over whitespace-tokenised lines (one phrase or sentence each)."""
+        """Token frequencies over Moses-tokenised lines (one phrase or sentence each)."""
         counts: Counter[str] = Counter()
         for line in lines:
             counts.update(split_tokens(line))
@@ -165,20 +159,8 @@ count_tokens = Vocab.count_tokens
 
 
 def read_corpus_lines(path: str | os.PathLike[str]) -> Iterator[str]:
-    """Stream the lines of a UTF-8 text file, gzip-compressed or not (detected by magic bytes).
-
-    Detection by content rather than by the ``.gz`` suffix because corpora are often renamed or
-    piped; a multi-member gzip (parallel compression) is read through to the end.
-    """
-    with open(path, "rb") as probe:
-        is_gzip = probe.read(2) == _GZIP_MAGIC
-    opener = gzip.open if is_gzip else open
-    with opener(path, "rb") as stream:
-        for line_no, raw in enumerate(stream, start=1):
-            try:
-                yield raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{os.fspath(path)}:{line_no}: not valid UTF-8 ({exc.reason})") from exc
+    """Stream the lines of a UTF-8 text file (plain or gzip, by content), line ends removed."""
+    return (line for _, line in iter_text_lines(path))
 
 
 def build_vocab_from_corpus(path: str | os.PathLike[str], shortlist: int = 15000) -> Vocab:

@@ -153,3 +153,12 @@ def test_reference_count_mismatch_names_file_and_line(tmp_path: Path) -> None:
         read_references([short, long])
     refs = read_references([short, short])
     assert len(refs) == 2 and refs.tokens[1] == [["c", "d"], ["c", "d"]]
+
+
+def test_crlf_references_read_like_lf(tmp_path) -> None:
+    from mert.bleu import read_reference_lines
+
+    lf, crlf = tmp_path / "ref.lf", tmp_path / "ref.crlf"
+    lf.write_bytes("le chat .\nla\u00a0maison\n".encode())
+    crlf.write_bytes("le chat .\r\nla\u00a0maison\r\n".encode())
+    assert read_reference_lines(crlf) == read_reference_lines(lf) == ["le chat .", "la\u00a0maison"]

@@ -186,3 +186,11 @@ def test_sidecar_round_trip_and_stale_sidecar_removed(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(FeatureError, match="not a valid extra-features file"):
         read_sidecar(ini)
+
+
+def test_word_counts_use_moses_tokens() -> None:
+    # Moses' WordPenalty counts "la<U+00A0>maison" as one word; str.split() would count two.
+    entries = [NBestEntry(0, "la\u00a0maison  bleue", [("LM0", [-1.0])], -1.0)]
+    assert WordCount().score(["the blue\thouse"], entries).tolist() == [[2.0]]
+    expected = -((math.log(3 / 4)) ** 2)
+    assert LengthRatio().score(["the blue\thouse"], entries)[0, 0] == pytest.approx(expected)

@@ -207,3 +207,26 @@ def test_encoding_empty_and_corrupt_inputs(tmp_path: Path) -> None:
     truncated.write_bytes(gzip.compress(("\n".join(_small_list(list(range(50)))) + "\n").encode())[:-30])
     with pytest.raises(NBestError, match=r"cut.gz:\d+: truncated or corrupt gzip"):
         list(read_nbest(truncated))
+
+
+def test_sparse_features_are_left_out_of_the_dense_columns(tmp_path: Path) -> None:
+    dense = [
+        "0 ||| le chat ||| LM0= -3.5 TranslationModel0= -1 -2 ||| -6.5",
+        "0 ||| la chatte ||| LM0= -4 TranslationModel0= -1.5 -2 ||| -7.5",
+        "1 ||| oui ||| LM0= -1 TranslationModel0= -0.5 -0.25 ||| -1.75",
+    ]
+    sparse = [  # Moses writes a sparse feature only on the hypotheses it fires on
+        "0 ||| le chat ||| LM0= -3.5 TranslationModel0= -1 -2 TranslationModel0_dom_news= 1 ||| -6.5",
+        "0 ||| la chatte ||| LM0= -4 TranslationModel0= -1.5 -2 ||| -7.5",
+        "1 ||| oui ||| LM0= -1 TranslationModel0_dom_web= 1 TranslationModel0= -0.5 -0.25 ||| -1.75",
+    ]
+    plain = load_nbest_arrays(_write(tmp_path / "dense.nbest", dense))
+    arrays = load_nbest_arrays(_write(tmp_path / "sparse.nbest", sparse))
+    assert arrays.feature_names == plain.feature_names == [("LM0", 1), ("TranslationModel0", 2)]
+    assert np.array_equal(arrays.features, plain.features)
+    assert arrays.sparse_names == ("TranslationModel0_dom_news", "TranslationModel0_dom_web")
+    assert plain.sparse_names == ()
+    from mert.nbest_set import merge_nbest_lists
+
+    merged = merge_nbest_lists([tmp_path / "sparse.nbest", tmp_path / "dense.nbest"])
+    assert merged.sparse_names == arrays.sparse_names and merged.features.shape == (3, 3)

@@ -6,7 +6,9 @@ import gzip
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
+from moses_integration.phrase_table import PhraseTableError
 from rescorer.data import PairData, encode_pairs, extract_unique_pairs, pad_with_eos
 from rescorer.vocab import Vocab
 from shared_paths import shared_file
@@ -57,3 +59,33 @@ def test_pair_data_split_is_deterministic_and_disjoint(tmp_path):
     assert tgt_len.item() == len(first[1].split()) + 1
     assert src_b[0, src_len.item() - 1].item() == 0  # </s>
     assert src_b[0, 0].item() == src.encode(first[0].decode().split())[0]
+
+
+def test_repeats_are_found_in_an_unsorted_table(tmp_path, capsys):
+    lines = [b"b ||| y ||| 1 1", b"a ||| x ||| 1 1", b"b ||| y ||| 1 1", b"a ||| z ||| 1 1", b"a ||| x ||| 1 1"]
+    table = tmp_path / "pt.txt"
+    table.write_bytes(b"\n".join(lines) + b"\n")
+    corpus = extract_unique_pairs(str(table), tmp_path / "pairs.arrow", chunk_lines=2, progress=False)
+    pairs = pa.ipc.open_stream(pa.OSFile(str(tmp_path / "pairs.arrow"))).read_all()
+    assert list(zip(pairs.column("source").to_pylist(), pairs.column("target").to_pylist(), strict=True)) == [
+        ("b", "y"), ("a", "x"), ("a", "z")]
+    assert corpus.num_pairs == 3
+    assert corpus.src_counts == {"a": 1, "b": 1} and corpus.tgt_counts == {"x": 1, "y": 1, "z": 1}
+    assert "pt.txt:2: the table is not sorted" in capsys.readouterr().err
+
+
+def test_moses_sort_order_is_taken_as_sorted(tmp_path, capsys):
+    # LC_ALL=C sort puts "x y ||| ..." before "x ||| ..." (space < '|'): not a disorder.
+    lines = [b"x y ||| a b ||| 1", b"x y ||| a ||| 1", b"x ||| a ||| 1", b"x ||| a ||| 1"]
+    table = tmp_path / "pt.txt"
+    table.write_bytes(b"\n".join(lines) + b"\n")
+    assert extract_unique_pairs(str(table), tmp_path / "p.arrow", progress=False).num_pairs == 3
+    assert "not sorted" not in capsys.readouterr().err
+
+
+def test_column_count_change_across_chunks_names_the_line(tmp_path):
+    table = tmp_path / "pt.txt"
+    table.write_bytes(b"a ||| x ||| 1 1\nb ||| y ||| 1 1\nc ||| z ||| 1 1 1\n")
+    with pytest.raises(PhraseTableError, match=r"pt.txt:3: expected 2 scores, found 3"):
+        extract_unique_pairs(str(table), tmp_path / "pairs.arrow", chunk_lines=2, progress=False)
+    assert list(tmp_path.iterdir()) == [table]  # no temp file left behind

@@ -17,7 +17,8 @@ from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
 from rescorer.checkpoint import load_checkpoint
 from rescorer.config import ModelConfig, TrainConfig
-from rescorer.rescore import RescoreOptions, rescore_phrase_table, write_moses_ini
+from rescorer.moses_config import write_moses_ini
+from rescorer.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.train import train_on_phrase_table
 from shared_paths import moses_bin_dir, shared_file
 
@@ -41,7 +42,8 @@ def filter_table(src: Path, dest: Path, phrases: set[bytes]) -> None:
                 fout.write(line)
 
 
-def test_moses_decodes_with_the_rescored_table(tmp_path):
+@pytest.mark.parametrize("with_bad_line", [False, True])
+def test_moses_decodes_with_the_rescored_table(tmp_path, with_bad_line):
     bindir = moses_bin_dir()
     fixture = shared_file("fixtures/hansard-enfr")
     sentences = (fixture / "data/dev.tok.tc.en").read_text().splitlines()[:2]
@@ -61,9 +63,16 @@ def test_moses_decodes_with_the_rescored_table(tmp_path):
     train_on_phrase_table(str(table), model, model_config=config,
                           train_config=TrainConfig(max_steps=10, valid_every=10, patience=None),
                           device="cpu", progress=False)
+    if with_bad_line:  # one non-numeric score: with --skip-bad-lines Moses must still load the output
+        lines = gzip.decompress(table.read_bytes()).splitlines()
+        fields = lines[len(lines) // 2].split(b" ||| ")
+        fields[2] = b"x" + fields[2]  # first score "x0.5..." is not a number
+        lines.insert(len(lines) // 2, b" ||| ".join(fields))
+        table.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
     out = tmp_path / "phrase-table.rnn.gz"
-    rescore_phrase_table(str(table), str(out), load_checkpoint(model),
-                         RescoreOptions(progress=False, device="cpu", workers=0))
+    options = RescoreOptions(progress=False, device="cpu", workers=0, skip_bad_lines=with_bad_line)
+    summary = rescore_phrase_table(str(table), str(out), load_checkpoint(model), options)
+    assert summary.rejected == int(with_bad_line)
     write_moses_ini(str(tmp_path / "moses.ini"), str(tmp_path / "moses.rnn.ini"), str(out), (0.2, 0.2))
 
     source = tmp_path / "dev.en"

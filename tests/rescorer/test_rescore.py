@@ -173,24 +173,26 @@ def test_malformed_line_stops_with_file_and_line(tmp_path, checkpoint):
     assert not (tmp_path / "o.gz").exists()
 
 
-def test_skip_bad_lines_copies_them_through(tmp_path, checkpoint):
+def test_skip_bad_lines_moves_them_to_rejects(tmp_path, checkpoint):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"a ||| b ||| 0.5 0.5\nbroken line\nc ||| d ||| 0.5 0.5\n")
     with pytest.warns(UserWarning, match="shortlists"):  # a, b, c, d are not words of the model
         summary = rescore(bad, tmp_path / "o.txt", checkpoint, skip_bad_lines=True)
     lines = (tmp_path / "o.txt").read_bytes().splitlines()
-    assert summary.bad_lines == 1 and lines[1] == b"broken line"
-    assert len(lines[0].split(b" ||| ")[2].split()) == 4
+    assert summary.rejected == 1 and summary.lines == 2 and len(lines) == 2
+    assert (tmp_path / "o.txt.rejects").read_bytes() == b"broken line\n"
+    assert all(len(line.split(b" ||| ")[2].split()) == 4 for line in lines)
 
 
-def test_truncated_gzip_is_an_error_and_keeps_partial_for_resume(sample, tmp_path, checkpoint):
+def test_truncated_gzip_is_an_error_and_keeps_nothing(sample, tmp_path, checkpoint):
     data = sample.read_bytes()
     cut = tmp_path / "cut.gz"
     cut.write_bytes(data[: len(data) * 2 // 3])
     with pytest.raises(PhraseTableError, match="truncated"):
         rescore(cut, tmp_path / "o.gz", checkpoint, chunk_lines=500)
     assert not (tmp_path / "o.gz").exists()
-    assert (tmp_path / ".o.gz.partial").exists()
+    # a rerun would stop at the same place: no partial file, no progress record to --resume from
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.gz"]
 
 
 def test_refuses_to_overwrite_input(sample, tmp_path, checkpoint):

@@ -93,3 +93,39 @@ def test_phrases_to_ids_maps_unknown_and_reserved_words():
     assert ids.ids.tolist() == [2, 3, 2, 1, 1, 3]
     assert ids.n_unk.tolist() == [0, 2, 0]
     assert np.array_equal(ids.lengths, [2, 3, 1])
+
+
+NBSP = "\u00a0"
+TOKEN_LINES = [
+    f"la{NBSP}maison ||| the house ||| 0.5 0.25 1 1".encode(),  # one source token for Moses
+    b"a\tb ||| x  y ||| 0.5\t0.5 1  1",  # tabs and repeated spaces separate tokens and scores
+    f"c ||| {NBSP} ||| 1 1 1 1".encode(),  # a target made of one no-break space is one token
+]
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_fast_and_slow_parsers_tokenise_like_moses(slow: bool) -> None:
+    lines = TOKEN_LINES + ([b"broken line"] if slow else [])  # a bad line forces the per-line path
+    chunk = chunks_of(b"\n".join(lines) + b"\n", 10)[0]
+    parsed = parse_chunk(chunk, "t.txt", skip_bad_lines=True, want_scores=True)
+    assert parsed.good_rows.tolist() == [0, 1, 2]
+    assert [line_no for line_no, _ in parsed.bad_rows] == ([4] if slow else [])
+    assert parsed.scores.tolist() == [[0.5, 0.25, 1, 1], [0.5, 0.5, 1, 1], [1, 1, 1, 1]]
+    vocab = pa.array(["</s>", "[UNK]", "la", "maison", "a", "b", "x", "y", "the", "house"], pa.string())
+    src = phrases_to_ids(parsed.source, vocab)
+    tgt = phrases_to_ids(parsed.target, vocab)
+    assert src.lengths.tolist() == [1, 2, 1]  # "la maison" with a no-break space is ONE unknown word
+    assert src.n_unk.tolist() == [1, 0, 1]
+    assert tgt.lengths.tolist() == [2, 2, 1] and tgt.n_unk.tolist() == [0, 0, 1]
+    for i, raw in enumerate(TOKEN_LINES):  # the per-line parser agrees
+        entry = parse_line(raw, path="t.txt", line_no=i + 1)
+        assert entry.scores == parsed.scores[i].tolist()
+
+
+def test_score_with_a_no_break_space_is_rejected_by_both_parsers() -> None:
+    line = f"a ||| b ||| 0.5{NBSP} 1 1 1".encode()
+    with pytest.raises(PhraseTableError, match="not a number"):
+        parse_line(line, path="t.txt", line_no=1)
+    chunk = chunks_of(line + b"\n", 10)[0]
+    with pytest.raises(PhraseTableError, match="t.txt:1: score"):
+        parse_chunk(chunk, "t.txt")

@@ -54,3 +54,22 @@ def test_resume_refuses_other_data(tmp_path):
         f"w{i} ||| v{i} ||| 1 1 1 1\n" for i in range(40)))
     with pytest.raises(ValueError, match="other data"):
         run(str(other), tmp_path / "m.pt", 4, resume=True)
+
+
+def test_resume_of_a_finished_timed_run_trains_no_more(tmp_path):
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    cfg = TrainConfig(max_time=0.2, valid_every=1000, patience=None, seed=7)
+    kw = dict(model_config=SMALL, train_config=cfg, shortlist=300, device="cpu", progress=False)
+    first = train_on_phrase_table(table, tmp_path / "m.pt", **kw)
+    saved = {p.name: p.read_bytes() for p in (tmp_path / "m.pt", tmp_path / "m.pt.last")}
+    again = train_on_phrase_table(table, tmp_path / "m.pt", resume=True, **kw)
+    assert again.steps == first.steps and again.stopped_by == "max_time"
+    assert {p.name: p.read_bytes() for p in (tmp_path / "m.pt", tmp_path / "m.pt.last")} == saved
+
+
+def test_training_without_gradient_clipping(tmp_path):
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    cfg = TrainConfig(max_steps=3, valid_every=3, patience=None, seed=7, clip_norm=None)
+    result = train_on_phrase_table(table, tmp_path / "m.pt", model_config=SMALL, train_config=cfg, shortlist=300,
+                                   device="cpu", progress=False)
+    assert result.steps == 3 and load_checkpoint(tmp_path / "m.pt").train_config.clip_norm is None

@@ -54,7 +54,7 @@ def test_ties_are_broken_by_word_whatever_the_insertion_order() -> None:
 
 
 def test_count_tokens_and_reserved_strings_are_not_counted() -> None:
-    counts = count_tokens(["a b a", "  b c\n", "", "</s> [UNK] a"])
+    counts = count_tokens(["a b a", "  b c", "", "</s> [UNK] a"])
     assert counts == Counter({"a": 3, "b": 2, "c": 1, "</s>": 1, "[UNK]": 1})
     assert Vocab.count_tokens(["x"]) == Counter({"x": 1})
     vocab = Vocab.from_counts(counts, shortlist=100)
@@ -103,3 +103,12 @@ def test_corpus_with_invalid_utf8_names_the_line(tmp_path: Path) -> None:
     path.write_bytes(b"ok\nbad \xff byte\n")
     with pytest.raises(ValueError, match=r"bad\.txt:2: not valid UTF-8"):
         build_vocab_from_corpus(path)
+
+
+def test_crlf_corpus_gives_the_same_words_as_lf(tmp_path: Path) -> None:
+    lf, crlf = tmp_path / "lf.txt", tmp_path / "crlf.txt"
+    lf.write_bytes("le chat\nle chien\nla\u00a0maison\n".encode())
+    crlf.write_bytes("le chat\r\nle chien\r\nla\u00a0maison\r\n".encode())
+    words = build_vocab_from_corpus(crlf, shortlist=100).words
+    assert words == build_vocab_from_corpus(lf, shortlist=100).words
+    assert "chat" in words and "la\u00a0maison" in words and not any(w.endswith("\r") for w in words)

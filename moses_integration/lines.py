@@ -1,0 +1,52 @@
+"""The one reader of text files line by line: corpora, references, n-best lists, weights.
+
+Files made on Windows or passed through some tools end lines with ``\\r\\n``. Moses' C++ readers
+keep a stray ``\\r`` as part of the last token, which silently turns the last word of every
+sentence into an unknown word (or a reference word that never matches). Every reader here strips
+exactly one line end, ``\\n`` or ``\\r\\n``, the same way, so a corpus, its references and the
+n-best lists made from it always agree on the words. Phrase tables are the exception: they are
+copied byte for byte (:mod:`moses_integration.phrase_table`) and never go through this module.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Iterator
+
+from moses_integration.errors import FileLineError
+from moses_integration.phrase_table import PathArg, display_name, open_input
+
+
+def strip_line_end(raw: bytes) -> bytes:
+    """``raw`` without one trailing ``\\n`` or ``\\r\\n`` (other ``\\r`` and spaces stay)."""
+    if raw.endswith(b"\r\n"):
+        return raw[:-2]
+    if raw.endswith(b"\n"):
+        return raw[:-1]
+    return raw
+
+
+def iter_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError) -> Iterator[tuple[int, str]]:
+    """``(1-based line number, line)`` of a UTF-8 text file, plain or gzip, ``"-"`` for stdin.
+
+    Invalid UTF-8 and a truncated or corrupt gzip raise ``error`` (a :class:`FileLineError`
+    subclass chosen by the caller) naming the file and line, so a user knows where to look.
+    """
+    name = display_name(path)
+    line_no = 0
+    with open_input(path) as fh:
+        try:
+            for raw in fh:
+                line_no += 1
+                try:
+                    yield line_no, strip_line_end(raw).decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise error(name, line_no, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise error(name, line_no + 1, f"truncated or corrupt gzip input ({exc})") from exc
+
+
+def read_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError) -> list[str]:
+    """All lines of a small text file (references, decoder input, weights), line ends removed."""
+    return [line for _, line in iter_text_lines(path, error=error)]

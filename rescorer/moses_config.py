@@ -1,0 +1,106 @@
+"""The moses.ini side of rescoring: checked before any work, rewritten after it.
+
+A wrong ``num-features``, a binarised table or the wrong one of several tables is something Moses
+finds when it loads the new table, after hours of training and scoring. Everything Moses will
+check is checked here first, in seconds (:func:`check_moses_ini`); :func:`write_moses_ini` then
+makes the edit that goes with the two appended columns (SPEC §3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from moses_integration.moses_ini import FeatureLine, MosesIni, MosesIniError
+from moses_integration.phrase_table import display_name, read_phrase_table
+
+TEXT_TABLE_TYPES = ("PhraseDictionaryMemory", "PhraseDictionaryMultiModel")
+
+
+def choose_phrase_table(ini: MosesIni, table_name: str | None) -> FeatureLine:
+    """The phrase table ``--table NAME`` names, or the only one; an error lists the names."""
+    tables = ini.phrase_tables()
+    names = ", ".join(t.name for t in tables) or "none"
+    if table_name is not None:
+        for table in tables:
+            if table.name == table_name:
+                return table
+        raise MosesIniError(ini.path, None, f"no phrase table named {table_name!r}; its phrase tables: {names}")
+    if len(tables) != 1:
+        raise MosesIniError(
+            ini.path, None, f"{len(tables)} phrase tables ({names}): choose the one to rescore with --table NAME"
+        )
+    return tables[0]
+
+
+def _check_loadable_type(ini_path: str, table: FeatureLine, table_path: str, new_columns: int) -> None:
+    if table.type not in TEXT_TABLE_TYPES and not table_path.endswith(".minphr"):
+        raise MosesIniError(
+            ini_path, table.line_no,
+            f"{table.name} is a {table.type}, which cannot load the text table {table_path}; binarise it first, e.g. "
+            f"processPhraseTableMin -in {table_path} -out table -nscores {(table.num_features or 0) + new_columns}, "
+            f"or change the feature to PhraseDictionaryMemory",
+        )
+
+
+def first_line_columns(table_path: str) -> int | None:
+    """Score columns on the table's first line (checked as Moses reads it); None for stdin or empty."""
+    if table_path == "-":
+        return None
+    with contextlib.closing(read_phrase_table(table_path)) as entries:
+        first = next(entries, None)
+    return None if first is None else len(first.scores)
+
+
+def check_moses_ini(
+    ini_in: str,
+    input_table: str,
+    output_table: str,
+    *,
+    ini_out: str | None = None,
+    table_name: str | None = None,
+    new_columns: int = 2,
+) -> int:
+    """Everything Moses will check about the new table, checked now; returns its ``num-features``.
+
+    The returned count is what every line of ``input_table`` must have; the scorer enforces it
+    line by line. Nothing is written.
+    """
+    ini = MosesIni.read(ini_in)
+    table = choose_phrase_table(ini, table_name)
+    _check_loadable_type(ini.path, table, output_table, new_columns)
+    # A dry run of the edit itself: num-features present and equal to the number of weights.
+    ini.add_phrase_table_scores(None, [0.0] * new_columns, table.name)
+    assert table.num_features is not None  # add_phrase_table_scores refuses a table without it
+    columns = first_line_columns(input_table)
+    if columns is not None and columns != table.num_features:
+        raise MosesIniError(
+            ini.path, table.line_no,
+            f"{table.name} has num-features={table.num_features}, but {display_name(input_table)}:1 has {columns} "
+            f"scores; Moses would refuse the rescored table (fix num-features and its weights, or pick the table "
+            f"with --table NAME)",
+        )
+    if ini_out is not None and not Path(ini_out).resolve().parent.is_dir():
+        raise MosesIniError(ini_out, None, f"the folder of --moses-ini-out {ini_out} does not exist")
+    return table.num_features
+
+
+def write_moses_ini(
+    ini_in: str, ini_out: str, table_path: str, weights: tuple[float, ...], table_name: str | None = None
+) -> None:
+    """A moses.ini whose phrase table is ``table_path``, with ``len(weights)`` more features.
+
+    Paths are written absolute (the other models' relative paths resolved against the input ini's
+    folder) because Moses resolves relative paths against its working directory, which is rarely
+    the folder of the new ini. A binarised table (compact, on-disk) cannot read the text output;
+    the error says which command rebuilds it with the right score count.
+    """
+    ini = MosesIni.read(ini_in)
+    table = choose_phrase_table(ini, table_name)
+    _check_loadable_type(ini.path, table, table_path, len(weights))
+    new_path = table_path if table_path == "-" else str(Path(table_path).resolve())
+    # Relocatable systems keep relative model paths, valid when Moses runs in the ini's folder;
+    # the new ini lives elsewhere, so its other models are pinned to where they are now.
+    ini.absolutize_paths(Path(ini_in).resolve().parent)
+    ini.add_phrase_table_scores(new_path, weights, table.name)
+    ini.write(ini_out)

@@ -1,0 +1,59 @@
+"""``--resume`` for rescoring: what a killed run had finished, and whether it is the same run.
+
+After every chunk the pipeline records how many input lines are done and how many bytes of the
+partial output (and of the rejects file) are good. A resumed run cuts the partial files back to
+those sizes and continues; the result is byte-identical to an uninterrupted run because chunk
+boundaries and gzip members depend only on the input. The record also holds what identifies the
+run (input and model files, settings that change the bytes), so a resume with anything else is
+refused instead of splicing two different outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from moses_integration.phrase_table import atomic_write_bytes
+
+PROGRESS_VERSION = 2
+
+
+class ResumeError(RuntimeError):
+    """A progress record that does not belong to this run, or partial files that lost bytes."""
+
+
+def file_identity(path: str | os.PathLike | None) -> dict | None:
+    """Path, size and modification time: enough to notice a changed input or a retrained model."""
+    if path is None or str(path) == "-":
+        return None
+    st = os.stat(path)
+    return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def save_progress(path: Path, record: dict) -> None:
+    """Replace the progress record atomically (a kill mid-write keeps the previous one)."""
+    atomic_write_bytes(path, json.dumps(record).encode("utf-8"))
+
+
+def load_progress(progress_path: Path, partials: dict[str, Path], identity: dict, fresh: dict) -> dict:
+    """The last durable state of a killed run, after checking it belongs to this run.
+
+    ``partials`` maps the record's byte counters (``output_bytes``, ``rejects_bytes``) to the
+    files they count; each must still hold at least that many bytes.
+    """
+    main_partial = partials["output_bytes"]
+    if not progress_path.exists() or not main_partial.exists():
+        return fresh
+    saved = json.loads(progress_path.read_text(encoding="utf-8"))
+    for key in ("version", "input", "model", "options"):
+        if saved.get(key) != identity[key]:
+            raise ResumeError(
+                f"cannot --resume: the {key} differs from the interrupted run recorded in {progress_path}; "
+                f"remove {main_partial} and {progress_path} to start over"
+            )
+    for counter, partial in partials.items():
+        size = partial.stat().st_size if partial.exists() else 0
+        if size < saved.get(counter, 0):
+            raise ResumeError(f"cannot --resume: {partial} is shorter than its recorded {saved[counter]} bytes")
+    return saved

@@ -1,0 +1,35 @@
+"""The one line reader strips \\n and \\r\\n alike, on plain, gzip and piped input."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from moses_integration.errors import FileLineError
+from moses_integration.lines import iter_text_lines, read_text_lines, strip_line_end
+
+
+def test_strip_line_end() -> None:
+    assert strip_line_end(b"a b\r\n") == b"a b"
+    assert strip_line_end(b"a b\n") == b"a b"
+    assert strip_line_end(b"a b") == b"a b"
+    assert strip_line_end(b"a b \r") == b"a b \r"  # a lone \r is not a line end
+    assert strip_line_end(b"a\r\r\n") == b"a\r"
+
+
+def test_crlf_and_lf_files_read_the_same(tmp_path: Path) -> None:
+    lf, crlf, gz = tmp_path / "lf.txt", tmp_path / "crlf.txt", tmp_path / "crlf.gz"
+    lf.write_bytes(b"le chat\nla\xc2\xa0maison \nfin")
+    crlf.write_bytes(b"le chat\r\nla\xc2\xa0maison \r\nfin")
+    gz.write_bytes(gzip.compress(crlf.read_bytes()))
+    expected = ["le chat", "la\u00a0maison ", "fin"]
+    assert read_text_lines(lf) == read_text_lines(crlf) == read_text_lines(gz) == expected
+
+
+def test_bad_utf8_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"ok\n\xff\n")
+    with pytest.raises(FileLineError, match=r"bad.txt:2: not valid UTF-8"):
+        list(iter_text_lines(path))

@@ -1,0 +1,41 @@
+"""--threads defaults to the CPUs this process may use, not the machine's core count."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from moses_integration.threads import available_cpus, limit_threads, resolve_threads
+
+needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
+
+
+@needs_affinity
+def test_default_follows_the_affinity_mask_like_a_slurm_job() -> None:
+    one_cpu = min(os.sched_getaffinity(0))
+    code = (
+        "import os, torch\n"
+        f"os.sched_setaffinity(0, {{{one_cpu}}})\n"
+        "from moses_integration.threads import limit_threads\n"
+        "from rescorer.rescore import RescoreOptions\n"
+        "print(limit_threads(None), torch.get_num_threads(), RescoreOptions().workers)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "1", "1"]
+
+
+def test_explicit_threads_and_bad_values() -> None:
+    assert resolve_threads(None) == available_cpus() >= 1
+    assert resolve_threads(3) == 3
+    for bad in (0, -2, True, 1.5):
+        with pytest.raises(ValueError, match="--threads"):
+            resolve_threads(bad)  # type: ignore[arg-type]
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    try:
+        assert limit_threads(1) == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,312 @@
+"""Cases a Moses user hits in the first week: tokenisation, early checks, loadable output.
+
+Each test here reproduces a defect found by trying the tool on real tables (issue 8) with a tiny
+hand-built model, so the checks run in seconds.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from moses_integration.phrase_table import PhraseTableError
+from rescorer import rescore as rescore_module
+from rescorer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from rescorer.cli import rescore_phrase_table_command
+from rescorer.config import ModelConfig
+from rescorer.model import RNNEncoderDecoder
+from rescorer.rescore import RescoreError, RescoreOptions, rescore_phrase_table
+from rescorer.scoring import ScoringOptions
+from rescorer.vocab import EOS, UNK, Vocab
+
+NBSP = "\u00a0"
+WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint() -> Checkpoint:
+    vocab = Vocab([EOS, UNK, *WORDS])
+    config = ModelConfig(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), hidden=8, embedding=4,
+                         maxout_units=4, output_rank=4)
+    torch.manual_seed(0)
+    return Checkpoint(RNNEncoderDecoder(config).eval(), config, vocab, vocab)
+
+
+def run(inp: Path, out: Path, ck: Checkpoint, **kw):
+    opts = RescoreOptions(progress=False, device="cpu", workers=0, scoring=ScoringOptions(token_budget=512), **kw)
+    return rescore_phrase_table(str(inp), str(out), ck, opts)
+
+
+def added_columns(path: Path) -> list[list[float]]:
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines() if path.suffix == ".gz" else \
+        path.read_text(encoding="utf-8").splitlines()
+    return [[float(x) for x in line.split(" ||| ")[2].split(" ")[-2:]] for line in lines]
+
+
+def test_no_break_space_makes_one_unknown_token_in_the_penalty(tmp_path: Path, tiny_checkpoint) -> None:
+    table = tmp_path / "pt.txt"
+    table.write_text(
+        f"the house ||| la{NBSP}maison ||| 0.5 0.5 0.5 0.5\n"  # one token, unknown to the model
+        "the house ||| la maison ||| 0.5 0.5 0.5 0.5\n"  # two known tokens
+        "the\thouse ||| la\t\tmaison  ||| 0.5 0.5 0.5 0.5\n",  # tab and repeated spaces separate
+        encoding="utf-8",
+    )
+    out = tmp_path / "out.txt"
+    run(table, out, tiny_checkpoint)
+    penalty = [cols[1] for cols in added_columns(out)]
+    assert penalty[0] == pytest.approx(math.exp(-1), rel=1e-5)
+    assert penalty[1] == 1.0 and penalty[2] == 1.0
+
+
+# ---- tables for the checks below --------------------------------------------------------------
+
+def table_lines(n: int, scores: str = "0.5 0.5 0.5 0.5") -> list[bytes]:
+    """``n`` sorted lines over the tiny model's words, a few targets per source."""
+    lines = []
+    for i in range(n):
+        src = f"{WORDS[(i // 3) % 4]} {WORDS[(i // 12) % 7]}{i // 84}"
+        lines.append(f"{src} ||| {WORDS[i % 3]} {WORDS[(i // 3) % 5]} ||| {scores}".encode())
+    return lines
+
+
+def write_table(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+@pytest.fixture
+def model_file(tmp_path_factory, tiny_checkpoint) -> Path:
+    path = tmp_path_factory.mktemp("model") / "tiny.pt"
+    ck = tiny_checkpoint
+    save_checkpoint(path, model=ck.model, config=ck.config, src_vocab=ck.src_vocab, tgt_vocab=ck.tgt_vocab)
+    return path
+
+
+def cli(*args: str):
+    return CliRunner().invoke(rescore_phrase_table_command, [*args, "-q", "-j", "0", "--device", "cpu"])
+
+
+def ini_text(tables: list[tuple[str, int, str]], weights: dict[str, int] | None = None) -> str:
+    """A moses.ini with the given (name, num-features, type) phrase tables and matching weights."""
+    features = "\n".join(f"{kind} name={name} num-features={n} path=/nowhere/{name}.gz input-factor=0 output-factor=0"
+                         for name, n, kind in tables)
+    counts = weights or {name: n for name, n, _ in tables}
+    weight_lines = "\n".join(f"{name}= " + " ".join(["0.2"] * counts[name]) for name, _, _ in tables)
+    return f"[feature]\nWordPenalty\n{features}\n\n[weight]\nWordPenalty0= -1\n{weight_lines}\n"
+
+
+# ---- 2. checks before the long work -----------------------------------------------------------
+
+def test_stale_num_features_fails_before_training(tmp_path: Path) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(50))
+    ini = tmp_path / "moses.ini"
+    ini.write_text(ini_text([("TranslationModel0", 5, "PhraseDictionaryMemory")]))  # 5 weights too, 4 scores
+    res = cli(str(table), str(tmp_path / "out.gz"), "--moses-ini", str(ini), "--moses-ini-out",
+              str(tmp_path / "new.ini"), "--train-steps", "5")
+    assert res.exit_code == 1
+    assert "num-features=5" in res.output and "pt.txt:1 has 4 scores" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["moses.ini", "pt.txt"]  # no model, no output
+
+
+def test_several_phrase_tables_need_table_name(tmp_path: Path, model_file: Path) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    ini = tmp_path / "moses.ini"
+    ini.write_text(ini_text([("TranslationModel0", 4, "PhraseDictionaryMemory"),
+                             ("TranslationModel1", 3, "PhraseDictionaryMemory")]))
+    out, new_ini = tmp_path / "out.txt", tmp_path / "new.ini"
+    common = [str(table), str(out), "--model", str(model_file), "--moses-ini", str(ini), "--moses-ini-out",
+              str(new_ini)]
+    res = cli(*common)
+    assert res.exit_code == 1 and "TranslationModel0, TranslationModel1" in res.output and "--table" in res.output
+    assert not out.exists()
+    res = cli(*common, "--table", "TranslationModel1")  # 3 features, but the table has 4 columns
+    assert res.exit_code == 1 and "TranslationModel1 has num-features=3" in res.output
+    res = cli(*common, "--table", "TranslationModel0")
+    assert res.exit_code == 0, res.output
+    text = new_ini.read_text()
+    assert f"name=TranslationModel0 num-features=6 path={out}" in text
+    assert "name=TranslationModel1 num-features=3 path=/nowhere/TranslationModel1.gz" in text
+    assert "TranslationModel0= 0.2 0.2 0.2 0.2 0.2 0.2" in text
+
+
+def test_compact_table_fails_before_training(tmp_path: Path) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    ini = tmp_path / "moses.ini"
+    ini.write_text(ini_text([("TranslationModel0", 4, "PhraseDictionaryCompact")]))
+    res = cli(str(table), str(tmp_path / "out.gz"), "--moses-ini", str(ini), "--moses-ini-out",
+              str(tmp_path / "new.ini"), "--train-steps", "5")
+    assert res.exit_code == 1 and "processPhraseTableMin" in res.output and "-nscores 6" in res.output
+    assert not (tmp_path / "out.gz.model.pt").exists()
+
+
+def test_column_count_change_in_a_later_chunk_names_the_line(tmp_path: Path, tiny_checkpoint) -> None:
+    lines = table_lines(120)
+    lines[95] = lines[95] + b" 0.5"  # 5 scores on line 96, in the second chunk
+    table = write_table(tmp_path / "pt.txt", lines)
+    with pytest.raises(PhraseTableError, match=r"pt.txt:96: expected 4 scores, found 5"):
+        run(table, tmp_path / "out.txt", tiny_checkpoint, chunk_lines=50)
+
+
+def test_nothing_good_written_leaves_no_partial(tmp_path: Path, tiny_checkpoint) -> None:
+    lines = table_lines(20)
+    lines[3] = b"a ||| b ||| 0.5 oops 0.5 0.5"
+    table = write_table(tmp_path / "pt.txt", lines)
+    with pytest.raises(PhraseTableError, match=r"pt.txt:4: score 'oops' is not a number"):
+        run(table, tmp_path / "out.txt", tiny_checkpoint)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]
+
+
+def test_malformed_line_later_continues_with_skip_bad_lines_resume(tmp_path: Path, model_file: Path, capfd) -> None:
+    lines = table_lines(300)
+    lines[250] = b"a ||| b ||| 0.5 oops 0.5 0.5"
+    table = write_table(tmp_path / "pt.txt", lines)
+    ck = load_checkpoint(model_file)
+    with pytest.raises(PhraseTableError, match=r"pt.txt:251:"):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100)
+    err = capfd.readouterr().err
+    assert "--skip-bad-lines --resume" in err and (tmp_path / ".out.gz.partial").exists()
+    run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True)
+    run(table, tmp_path / "straight.gz", ck, chunk_lines=100, skip_bad_lines=True)
+    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+    assert (tmp_path / "out.gz.rejects").read_bytes() == lines[250] + b"\n"
+
+
+# ---- 3. output Moses can always load ----------------------------------------------------------
+
+def test_rejected_lines_go_to_rejects_and_every_input_line_is_accounted_for(tmp_path: Path, tiny_checkpoint,
+                                                                            capfd) -> None:
+    lines = table_lines(2000)
+    lines[1234] = lines[1234].replace(b"0.5 0.5 0.5 0.5", b"0.5 x 0.5 0.5")  # one non-numeric score
+    lines[1500] = b"no separators here"
+    table = write_table(tmp_path / "pt.gz", [])
+    table.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
+    summary = run(table, tmp_path / "out.gz", tiny_checkpoint, chunk_lines=300, skip_bad_lines=True)
+    out = gzip.decompress((tmp_path / "out.gz").read_bytes()).splitlines()
+    rejects = (tmp_path / "out.gz.rejects").read_bytes().splitlines()
+    assert len(out) + len(rejects) == len(lines) == 2000
+    assert rejects == [lines[1234], lines[1500]]  # byte for byte, in input order
+    assert summary.rejected == 2 and summary.lines == 1998
+    assert {len(line.split(b" ||| ")[2].split()) for line in out} == {6}  # one column count: Moses loads it
+    err = capfd.readouterr().err
+    assert "pt.gz:1235: score 'x' is not a number" in err and "pt.gz:1501:" in err
+
+
+class _FullDisk:
+    """A file that accepts ``room`` more bytes, writes part of the next write, then fails: ENOSPC."""
+
+    def __init__(self, stream, room: int) -> None:
+        self._stream, self._room = stream, room
+
+    def write(self, data: bytes) -> int:
+        if len(data) > self._room:
+            self._stream.write(data[: self._room])  # a real full disk also takes part of the write
+            self._stream.flush()
+            self._room = 0
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self._room -= len(data)
+        return self._stream.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def test_disk_full_keeps_the_good_bytes_and_resume_completes(tmp_path: Path, model_file: Path, monkeypatch) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(600))
+    ck = load_checkpoint(model_file)
+    run(table, tmp_path / "straight.gz", ck, chunk_lines=100)
+    straight = (tmp_path / "straight.gz").read_bytes()
+    real_open = rescore_module._open_at
+    partial = tmp_path / ".out.gz.partial"
+
+    def small_disk(path, size, resuming):  # room for about half the output
+        stream = real_open(path, size, resuming)
+        return _FullDisk(stream, len(straight) // 2) if path == partial else stream
+
+    monkeypatch.setattr(rescore_module, "_open_at", small_disk)
+    with pytest.raises(RescoreError, match=r"disk is full: (\d+) good bytes of output kept in .*--resume") as err:
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100)
+    kept = int(str(err.value).split(": ")[1].split()[0])
+    progress = json.loads((tmp_path / ".out.gz.progress.json").read_text())
+    assert 0 < kept == progress["output_bytes"] == partial.stat().st_size  # cut back to the good bytes
+    assert partial.read_bytes() == straight[:kept]
+    monkeypatch.undo()
+    run(table, tmp_path / "out.gz", ck, chunk_lines=100, resume=True)
+    assert (tmp_path / "out.gz").read_bytes() == straight
+
+
+def test_disk_full_before_any_chunk_leaves_nothing(tmp_path: Path, tiny_checkpoint, monkeypatch) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(50))
+    real_open = rescore_module._open_at
+    monkeypatch.setattr(rescore_module, "_open_at",
+                        lambda path, size, resuming: _FullDisk(real_open(path, size, resuming), 10))
+    with pytest.raises(RescoreError, match="disk is full: nothing of .*out.txt could be written"):
+        run(table, tmp_path / "out.txt", tiny_checkpoint)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]
+
+
+def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypatch) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(400))
+    out = tmp_path / "out.txt"
+    args = [str(table), str(out), "--train-time", "1", "--hidden", "8", "--embedding", "4", "--maxout-units", "4",
+            "--output-rank", "4", "--shortlist", "20", "--chunk-lines", "100"]
+    real_write = rescore_module._DurableWriter.write
+    calls = []
+
+    def killed_after_two_chunks(self, *a):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_write(self, *a)
+
+    monkeypatch.setattr(rescore_module._DurableWriter, "write", killed_after_two_chunks)
+    res = cli(*args)
+    assert res.exit_code != 0 and (tmp_path / ".out.txt.partial").exists()
+    model = tmp_path / "out.txt.model.pt"
+    trained = {p.name: p.read_bytes() for p in (model, tmp_path / "out.txt.model.pt.last")}
+    monkeypatch.undo()
+    res = cli(*args, "--resume")
+    assert res.exit_code == 0, res.output
+    assert "reused as it is" in res.output
+    assert {p.name: p.read_bytes() for p in (model, tmp_path / "out.txt.model.pt.last")} == trained
+    assert len(out.read_bytes().splitlines()) == 400
+
+
+@pytest.mark.parametrize("name", ["pt.txt", "pt.gz"])
+def test_shards_partition_the_table_at_source_boundaries_without_a_counting_pass(
+    tmp_path: Path, tiny_checkpoint, monkeypatch, name: str
+) -> None:
+    table = write_table(tmp_path / name, table_lines(600))
+    if name.endswith(".gz"):
+        table.write_bytes(gzip.compress(table.read_bytes()))
+    run(table, tmp_path / "whole.txt", tiny_checkpoint, chunk_lines=50)
+    whole = (tmp_path / "whole.txt").read_bytes().splitlines()
+    real_open = rescore_module.open_input
+    opened = []
+    monkeypatch.setattr(rescore_module, "open_input", lambda path: opened.append(path) or real_open(path))
+    parts = []
+    for k in range(1, 5):
+        run(table, tmp_path / f"part{k}.txt", tiny_checkpoint, chunk_lines=50, shard=(k, 4))
+        parts.append((tmp_path / f"part{k}.txt").read_bytes().splitlines())
+    assert len(opened) == 4  # cut by file position: no extra pass over the table to count its lines
+    assert all(parts) and sum(len(p) for p in parts) == len(whole)
+    joined = [line for part in parts for line in part]
+    assert [line.split(b" ||| ")[:2] for line in joined] == [line.split(b" ||| ")[:2] for line in whole]
+    for before, after in zip(parts, parts[1:], strict=False):  # no source block is split between two shards
+        assert before[-1].split(b" ||| ")[0] != after[0].split(b" ||| ")[0]
+
+
+def test_impossible_output_fails_before_training(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # where a model trained for stdout output would go
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    res = cli(str(table), str(tmp_path / "missing" / "out.gz"), "--train-steps", "5")
+    assert res.exit_code == 1 and "does not exist" in res.output
+    res = cli(str(table), "-", "--train-steps", "5", "--skip-bad-lines")
+    assert res.exit_code == 1 and "not stdout" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]  # no model was trained
