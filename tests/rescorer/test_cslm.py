@@ -37,6 +37,15 @@ WORDS = ["le", "la", "les", "de", "du", "des", "et", "à", "un", "une", "chat", 
          "voit", "mange"]
 
 
+@pytest.fixture(autouse=True)
+def one_thread() -> object:
+    """Small matmuls on one thread: on a busy 2-core CI machine, two threads wait on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def small_model(order: int = 4, seed: int = 0, init_range: float = 0.5) -> tuple[CSLM, Vocab]:
     """A random CSLM over a few French words; the wide init makes probabilities far from uniform."""
     vocab = Vocab.from_counts({w: 100 - i for i, w in enumerate(WORDS)}, shortlist=12)  # some words are [UNK]
