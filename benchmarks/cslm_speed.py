@@ -52,6 +52,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", help="a trained CSLM (default: random weights at the sizes below)")
     parser.add_argument("--sentences", type=int, default=200, help="n-best sentences to rescore")
+    parser.add_argument("--unshared-sentences", type=int, default=0,
+                        help="also time the first N sentences with and without history sharing")
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--device", default="auto")
@@ -93,6 +95,16 @@ def main() -> None:
           f"in {elapsed:.2f} s: {len(entries) / elapsed:.0f} hypotheses/s, {stats.tokens / elapsed:.0f} tokens/s")
     print(f"  distinct histories: {stats.distinct_histories} = {stats.history_share:.1%} of tokens; "
           f"{flops / elapsed / 1e9:.1f} GFLOP/s = {flops / elapsed / peak:.0%} of peak")
+
+    if args.unshared_sentences:
+        first = [s for e, s in zip(entries, sentences, strict=True) if e.sent_id < args.unshared_sentences]
+        times = {}
+        for share in (True, False):
+            t0 = time.perf_counter()
+            sentence_log_probs(model, vocab, first, share_histories=share)
+            times[share] = time.perf_counter() - t0
+        print(f"  first {args.unshared_sentences} sentences ({len(first)} hypotheses): {times[True]:.2f} s with "
+              f"history sharing, {times[False]:.2f} s without ({times[False] / times[True]:.1f}x)")
 
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)

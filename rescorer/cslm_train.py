@@ -307,7 +307,7 @@ def train_cslm(
 
     ``model_config.vocab_size`` is replaced by the size of the shortlist actually built. With
     ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``), with that file's config,
-    vocabulary and training recipe' position; the corpus must be the one it was trained on.
+    vocabulary and position; the corpus must be the one it was trained on.
     """
     model_out = Path(model_out)
     cfg = train_config
