@@ -158,7 +158,8 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="stop when no weight moves by more than this")
 @click.option("--fixed", multiple=True, help="feature (all its columns) or column (LM0_0) to keep fixed")
 @click.option("--feature", "features", multiple=True,
-              help="extra n-best feature: module:Class[:arg] or a built-in (WordCount, LengthRatio[:ratio])")
+              help="extra n-best feature: module:Class[:arg] or a built-in "
+                   "(WordCount, LengthRatio[:ratio], CSLM:model.pt)")
 @click.option("--decoder-flags", default="", help="extra moses arguments, e.g. '-distortion-limit 6'")
 @click.option("--decoder-cwd", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="folder the ini's relative model paths refer to, where moses runs (default: the ini's folder)")
@@ -201,6 +202,7 @@ def tune_command(
     """
     import shlex
 
+    from mert.features import absolute_spec_path
     from mert.tune import TuneOptions, format_weight_lines, tune, tune_with_mert_moses
     from moses_integration.threads import limit_threads
 
@@ -212,7 +214,7 @@ def tune_command(
         references=list(refs),
         work_dir=work_dir,
         moses_bin_dir=moses_bin_dir,
-        feature_specs=list(features),
+        feature_specs=[absolute_spec_path(f) for f in features],
         nbest_size=nbest_size,
         threads=threads,
         max_iterations=max_iterations,

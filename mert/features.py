@@ -134,8 +134,21 @@ class LengthRatio:
         return -(dev**2)[:, None]
 
 
-#: Short names for ``--feature``: ``WordCount``, ``LengthRatio:1.1``.
-BUILTIN_FEATURES: dict[str, type] = {"WordCount": WordCount, "LengthRatio": LengthRatio}
+def CSLM(model: str | None = None) -> NBestFeature:  # noqa: N802 (named like the class it stands for)
+    """``CSLM:model.pt``: the continuous-space LM of ``rescorer cslm`` as feature ``CSLM0``.
+
+    ``CSLM:model.pt,name=CSLM1`` names it differently (two CSLMs in one system). Imported
+    lazily: ``rescorer`` pulls in torch, which MERT without a CSLM never needs.
+    """
+    if not model:
+        raise FeatureError("CSLM needs a model file: --feature CSLM:path/to/cslm.pt")
+    from rescorer.cslm import CSLMFeature
+
+    return CSLMFeature(model)
+
+
+#: Short names for ``--feature``: ``WordCount``, ``LengthRatio:1.1``, ``CSLM:model.pt``.
+BUILTIN_FEATURES: dict[str, object] = {"WordCount": WordCount, "LengthRatio": LengthRatio, "CSLM": CSLM}
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,6 +185,20 @@ def parse_feature_spec(text: str) -> FeatureSpec:
         builtins = ", ".join(BUILTIN_FEATURES)
         raise FeatureError(f"--feature {text!r}: expected module:Class[:arg] or a built-in ({builtins})[:arg]")
     return FeatureSpec(text, head, class_name, arg if sep else None)
+
+
+#: Built-ins whose argument is a file: ``mert tune`` stores their spec with an absolute path, so
+#: that ``mert evaluate`` run from another folder finds the same model.
+FILE_ARGUMENT_FEATURES = frozenset({"CSLM"})
+
+
+def absolute_spec_path(text: str) -> str:
+    """``CSLM:model.pt`` → ``CSLM:/abs/model.pt`` (other specs unchanged)."""
+    head, sep, arg = text.strip().partition(":")
+    if head not in FILE_ARGUMENT_FEATURES or not arg:
+        return text
+    path, comma, options = arg.partition(",")
+    return f"{head}{sep}{os.path.abspath(path)}{comma}{options}"
 
 
 def load_feature(spec: str | FeatureSpec) -> NBestFeature:

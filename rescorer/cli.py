@@ -380,5 +380,116 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, 2 more features", err=True)
 
 
+# --------------------------------------------------------------------------------------------
+# rescorer cslm: the continuous-space language model (SPEC §5), an n-best feature for MERT
+
+
+@main.group("cslm")
+def cslm_group() -> None:
+    """Schwenk's CSLM: a 7-gram neural LM for n-best rescoring (train, score, nbest)."""
+
+
+def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
+    try:
+        sizes = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated layer sizes such as 1536,1024, got {value!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"expected positive layer sizes, got {value!r}")
+    return sizes
+
+
+@cslm_group.command("train")
+@click.argument("corpus")
+@click.argument("model_out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--valid", type=click.Path(exists=True, dir_okay=False),
+              help="validation text [default: a random 0.1% of CORPUS's lines, at least 500]")
+@click.option("--order", type=int, default=7, show_default=True, help="n of the n-gram model")
+@click.option("--shortlist", type=int, default=15000, show_default=True, help="output words, [UNK] included")
+@click.option("--embedding", type=int, default=512, show_default=True, help="embedding size of each history word")
+@click.option("--hidden", default="1536,1024", show_default=True, callback=_hidden_sizes,
+              help="ReLU hidden layer sizes, comma-separated")
+@click.option("--max-time", type=float, help="stop after this many seconds of training")
+@click.option("--max-epochs", type=int, help="stop after this many epochs")
+@click.option("--patience", type=int, default=10, show_default=True,
+              help="stop after this many epochs without validation improvement")
+@click.option("--epoch-size", type=int, help="n-grams per epoch, resampled each epoch [default: all]")
+@click.option("--batch-size", type=int, default=128, show_default=True)
+@click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True)
+@click.option("--lr", type=float, help="learning rate [default: 1e-3 for adam, 0.02 for sgd]")
+@click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--resume", is_flag=True, help="continue the run saved in MODEL_OUT(.last)")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
+@click.option("--threads", type=int, help="CPU threads for torch [default: torch's choice]")
+@click.option("--quiet", is_flag=True, help="no progress bar")
+@_friendly_errors
+def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hidden, max_time, max_epochs, patience,
+                       epoch_size, batch_size, optimizer, lr, seed, resume, device, precision, threads, quiet):
+    """Train a CSLM on tokenized target-language text CORPUS (plain or .gz) into MODEL_OUT."""
+    from rescorer.cslm import CSLMConfig, set_threads
+    from rescorer.cslm_train import CSLMTrainConfig, train_cslm
+
+    set_threads(threads)
+    result = train_cslm(
+        corpus, model_out,
+        model_config=CSLMConfig(vocab_size=2, order=order, embedding=embedding, hidden=hidden),
+        train_config=CSLMTrainConfig(batch_size=batch_size, optimizer=optimizer, lr=lr, epoch_size=epoch_size,
+                                     max_epochs=max_epochs, max_time=max_time, patience=patience, seed=seed),
+        shortlist=shortlist, valid=valid, device=device, precision=precision, resume=resume, progress=not quiet,
+    )
+    best = result.best
+    click.echo(f"stopped by {result.stopped_by} after {result.examples} n-grams in {result.elapsed:.0f} s; "
+               f"best valid perplexity {best.perplexity:.2f} (epoch {best.epoch}) in {model_out}", err=True)
+
+
+@cslm_group.command("score")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("text", default="-")
+@click.option("--device", default="auto", show_default=True)
+@click.option("--threads", type=int, help="CPU threads for torch")
+@_friendly_errors
+def cslm_score_command(model, text, device, threads):
+    """One natural-log sentence probability per line of TEXT on stdout; perplexity on stderr."""
+    from moses_integration.phrase_table import open_input
+    from rescorer.cslm import ScoreStats, load_cslm, score_lines, set_threads
+
+    set_threads(threads)
+    loaded = load_cslm(model, device)
+    stats = ScoreStats()
+    with open_input(text) as fh:
+        lines = (raw.decode("utf-8") for raw in fh)
+        out = sys.stdout
+        for value in score_lines(loaded.model, loaded.vocab, lines, stats=stats):
+            out.write(f"{value:.6f}\n")
+    click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
+               f"perplexity {stats.perplexity:.2f}", err=True)
+
+
+@cslm_group.command("nbest")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("nbest_in", default="-")
+@click.argument("nbest_out", default="-")
+@click.option("--name", default="CSLM0", show_default=True, help="feature name (letters and digits, no '_')")
+@click.option("--device", default="auto", show_default=True)
+@click.option("--threads", type=int, help="CPU threads for torch")
+@_friendly_errors
+def cslm_nbest_command(model, nbest_in, nbest_out, name, device, threads):
+    """Append NAME= log p(hypothesis) to each line of a Moses n-best list, every other byte kept.
+
+    Usable as mert-moses.pl's --transform-decoded-file (with --batch-mira).
+    """
+    from mert.features import check_feature_name
+    from rescorer.cslm import ScoreStats, add_cslm_to_nbest, load_cslm, set_threads
+
+    set_threads(threads)
+    loaded = load_cslm(model, device)
+    stats = ScoreStats()
+    lines = add_cslm_to_nbest(loaded.model, loaded.vocab, nbest_in, nbest_out, name=check_feature_name(name),
+                              stats=stats)
+    click.echo(f"{lines} hypotheses, {stats.tokens} tokens, distinct histories {stats.history_share:.1%} "
+               f"of tokens", err=True)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -188,6 +188,31 @@ def test_decode_with_extra_feature_rescores_the_nbest_list(fake_system: dict[str
         rescore_one_best(rescored, {"LM0": [1.0]}, 4)
 
 
+def test_decode_with_the_cslm_feature_picks_its_best_hypothesis(fake_system: dict[str, Path], tmp_path: Path) -> None:
+    """The sidecar spec ``CSLM:model.pt`` is built again and rescores the test n-best list."""
+    import torch
+
+    from moses_integration.tokens import split_tokens
+    from rescorer.cslm import CSLM, CSLMConfig, save_cslm, sentence_log_probs
+    from rescorer.vocab import Vocab
+
+    by_sentence: dict[str, list[str]] = {}
+    for line in fake_system["pool"].read_text(encoding="utf-8").splitlines():
+        sid, hyp = line.split(" ||| ")[:2]
+        by_sentence.setdefault(sid, []).append(hyp.strip())
+    vocab = Vocab.from_counts(Vocab.count_tokens(h for hyps in by_sentence.values() for h in hyps), 5000)
+    torch.manual_seed(0)
+    model = CSLM(CSLMConfig(vocab_size=len(vocab), embedding=8, hidden=[16], init_range=0.5)).eval()
+    path = save_cslm(tmp_path / "cslm.pt", model, vocab)
+    write_sidecar(fake_system["ini"], [ExtraFeatureWeights(f"CSLM:{path}", "CSLM0", (1e6,))])
+    out = decode_test_set(fake_system["ini"], fake_system["src"], tmp_path / "out.tok",
+                          moses_bin_dir=fake_system["bin"])
+    got = out.read_text(encoding="utf-8").splitlines()
+    for hyp, pool in zip(got, by_sentence.values(), strict=True):
+        scores = sentence_log_probs(model, vocab, [split_tokens(h) for h in pool])
+        assert scores[pool.index(hyp)] >= scores.max() - 1e-4
+
+
 def test_decode_failure_and_missing_moses(fake_system: dict[str, Path], tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MOSES_BIN_DIR", raising=False)

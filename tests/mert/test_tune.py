@@ -325,3 +325,27 @@ def test_real_moses_tuning_improves_dev_bleu(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     out = decode(bin_dir, work / "moses.ini", paths["src"], tmp_path / "out.txt", threads=2, cwd=tmp_path / "elsewhere")
     assert len(out.output.read_text(encoding="utf-8").splitlines()) == n
+
+
+def test_cslm_feature_is_tuned_on_the_fake_decoder(dev: dict[str, Path], tmp_path: Path) -> None:
+    """``--feature CSLM:model.pt``: every hypothesis gets CSLM0, MERT weighs it, the sidecar keeps it."""
+    import torch
+
+    from moses_integration.tokens import split_tokens
+    from rescorer.cslm import CSLM, CSLMConfig, save_cslm, sentence_log_probs
+    from rescorer.vocab import Vocab
+
+    vocab = Vocab.from_counts(Vocab.count_tokens(dev["ref"].read_text(encoding="utf-8").splitlines()), 200)
+    torch.manual_seed(0)
+    model = CSLM(CSLMConfig(vocab_size=len(vocab), embedding=8, hidden=[16], init_range=0.3)).eval()
+    path = save_cslm(tmp_path / "cslm.pt", model, vocab)
+    work = tmp_path / "work"
+    result = tune(_options(dev, work, max_iterations=2, feature_specs=[f"CSLM:{path}"]), log=_quiet)
+    entries = list(read_nbest(work / "run1.nbest.gz"))
+    assert all(e.features[-1][0] == "CSLM0" for e in entries)
+    expected = sentence_log_probs(model, vocab, [split_tokens(e.hypothesis) for e in entries])
+    np.testing.assert_allclose([e.features[-1][1][0] for e in entries], expected, rtol=1e-5, atol=1e-4)
+    assert len(result.weights["CSLM0"]) == 1
+    extras = read_sidecar(work / "moses.ini")
+    assert [(e.spec, e.name) for e in extras] == [(f"CSLM:{path}", "CSLM0")]
+    assert "CSLM0" not in MosesIni.read(work / "moses.ini").weights()

@@ -1,0 +1,139 @@
+"""CSLM speed at paper size: n-best rescoring (hypotheses/s, tokens/s) and training (n-grams/s).
+
+Usage: python benchmarks/cslm_speed.py [--model cslm.pt] [--sentences 200] [--train-steps 20]
+       [--device auto] [--threads N] [--embedding 512 --hidden 1536,1024 --vocab 15001]
+
+Rescores the fixture's real 100-best list (../shared/fixtures/hansard-enfr/nbest/dev.nbest.gz)
+with a trained model (``--model``) or, without one, a randomly initialised model of the given
+sizes over the list's own most frequent words (the speed does not depend on the weights). Prints
+hypotheses/s, tokens/s (words + ``</s>``), distinct histories as a share of tokens, and the
+fraction of this machine's fp32 matmul peak, measured in the same run by benchmarks/machine_peak.py.
+FLOPs count the matmuls actually run: hidden layers and the full softmax once per distinct
+history, one output row per token; training counts 3× the forward matmuls of every n-gram.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine_peak import matmul_peak_flops  # noqa: E402
+
+from moses_integration.nbest import read_nbest  # noqa: E402
+from moses_integration.tokens import split_tokens  # noqa: E402
+from rescorer.cslm import CSLM, CSLMConfig, ScoreStats, load_cslm, sentence_log_probs  # noqa: E402
+from rescorer.device import select_device  # noqa: E402
+from rescorer.vocab import Vocab  # noqa: E402
+
+
+def nbest_path() -> Path:
+    shared = Path(os.environ.get("SHARED_DATA_DIR", Path(__file__).resolve().parents[2] / "shared"))
+    path = shared / "fixtures/hansard-enfr/nbest/dev.nbest.gz"
+    if not path.exists():
+        sys.exit(f"{path} not found: the benchmark needs the fixture's n-best list (set SHARED_DATA_DIR)")
+    return path
+
+
+def hidden_flops(cfg: CSLMConfig) -> int:
+    """Multiply-adds ×2 of the hidden layers for one history."""
+    widths = [cfg.context * cfg.embedding, *cfg.hidden]
+    return sum(2 * a * b for a, b in zip(widths, widths[1:], strict=False))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", help="a trained CSLM (default: random weights at the sizes below)")
+    parser.add_argument("--sentences", type=int, default=200, help="n-best sentences to rescore")
+    parser.add_argument("--unshared-sentences", type=int, default=0,
+                        help="also time the first N sentences with and without history sharing")
+    parser.add_argument("--train-steps", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--embedding", type=int, default=512)
+    parser.add_argument("--hidden", default="1536,1024")
+    parser.add_argument("--vocab", type=int, default=15001)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = select_device(args.device)
+    entries = [e for e in read_nbest(nbest_path()) if e.sent_id < args.sentences]
+    sentences = [split_tokens(e.hypothesis) for e in entries]
+    if args.model:
+        loaded = load_cslm(args.model, device)
+        model, vocab = loaded.model, loaded.vocab
+    else:
+        counts = Counter(w for s in sentences for w in s)
+        vocab = Vocab.from_counts(counts, args.vocab - 1)
+        torch.manual_seed(0)
+        cfg = CSLMConfig(vocab_size=args.vocab, embedding=args.embedding,
+                         hidden=[int(h) for h in args.hidden.split(",")])
+        model = CSLM(cfg).to(device).eval()
+    cfg = model.config
+    peak = matmul_peak_flops(device)
+    print(f"device {device}, {torch.get_num_threads()} threads; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s")
+    print(f"model: {cfg.order}-gram, embedding {cfg.embedding}, hidden {cfg.hidden}, {cfg.vocab_size} outputs")
+
+    sentence_log_probs(model, vocab, sentences[:200])  # warm-up
+    stats = ScoreStats()
+    t0 = time.perf_counter()
+    sentence_log_probs(model, vocab, sentences, stats=stats)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - t0
+    out_flops = 2 * cfg.hidden[-1] * cfg.vocab_size
+    flops = stats.distinct_histories * (hidden_flops(cfg) + out_flops) + stats.tokens * 2 * cfg.hidden[-1]
+    print(f"n-best rescoring: {len(entries)} hypotheses ({args.sentences} sentences), {stats.tokens} tokens "
+          f"in {elapsed:.2f} s: {len(entries) / elapsed:.0f} hypotheses/s, {stats.tokens / elapsed:.0f} tokens/s")
+    print(f"  distinct histories: {stats.distinct_histories} = {stats.history_share:.1%} of tokens; "
+          f"{flops / elapsed / 1e9:.1f} GFLOP/s = {flops / elapsed / peak:.0%} of peak")
+
+    if args.unshared_sentences:
+        first = [s for e, s in zip(entries, sentences, strict=True) if e.sent_id < args.unshared_sentences]
+        times = {}
+        for share in (True, False):
+            t0 = time.perf_counter()
+            sentence_log_probs(model, vocab, first, share_histories=share)
+            times[share] = time.perf_counter() - t0
+        print(f"  first {args.unshared_sentences} sentences ({len(first)} hypotheses): {times[True]:.2f} s with "
+              f"history sharing, {times[False]:.2f} s without ({times[False] / times[True]:.1f}x)")
+
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    rng = np.random.default_rng(0)
+    n = args.batch_size
+
+    def step() -> None:
+        hist = torch.from_numpy(rng.integers(0, cfg.vocab_size + 1, (n, cfg.context))).to(device)
+        tgt = torch.from_numpy(rng.integers(0, cfg.vocab_size, n)).to(device)
+        loss = torch.nn.functional.cross_entropy(model(hist).float(), tgt)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(args.train_steps):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - t0
+    ngrams = args.train_steps * n
+    train_flops = 3 * ngrams * (hidden_flops(cfg) + out_flops)
+    print(f"training (Adam, batch {n}): {ngrams / elapsed:.0f} n-grams/s; "
+          f"{train_flops / elapsed / 1e9:.1f} GFLOP/s = {train_flops / elapsed / peak:.0%} of peak")
+
+
+if __name__ == "__main__":
+    main()

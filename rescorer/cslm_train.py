@@ -1,0 +1,417 @@
+"""Training the CSLM: random n-gram minibatches from a memory-mapped corpus, early stopping.
+
+The corpus (tokenised target text, possibly millions of lines) is streamed twice: once to count
+words for the shortlist and the line lengths, once to write the token ids into ``.npy`` files
+that are memory-mapped during training (:class:`NgramCorpus`). An n-gram is just a token
+position: its history is gathered from the id stream when the minibatch is drawn, so no list of
+n-grams ever exists.
+
+Optimiser. Schwenk's CSLM toolkit trains with plain SGD, a learning rate decayed as
+lr₀/(1 + n·decay) over the n examples seen, and weight decay. Adam is the default here because it
+reached a clearly lower validation perplexity in the same wall time on the fixture's French LM
+text (README, "CSLM"; ``--optimizer sgd`` gives the toolkit's recipe for comparison): with a
+15,001-way softmax most output rows receive rare, small gradients, which Adam's per-parameter
+scaling handles without tuning a decay schedule.
+
+Epochs. By default an epoch is one pass over all training n-grams. ``--epoch-size N`` makes
+each epoch a fresh random sample of N n-grams, as the CSLM toolkit's resampling does: with a
+large corpus and a time budget, validation (and the patience rule) then happens at a useful
+rate. The model file holds the best model by validation perplexity; ``MODEL.last`` holds the
+latest state, from which ``--resume`` continues (also mid-epoch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from moses_integration.tokens import split_tokens
+from rescorer.config import _check_positive_int, _strict_from_dict
+from rescorer.cslm import (
+    CSLM,
+    CSLMConfig,
+    gather_histories,
+    load_cslm,
+    save_cslm,
+    sentence_positions,
+    token_log_probs,
+)
+from rescorer.device import autocast, autocast_dtype, select_device
+from rescorer.vocab import Vocab, read_corpus_lines
+
+DATA_VERSION = 1
+
+
+@dataclass
+class CSLMTrainConfig:
+    """The training recipe; saved in the model file so a run can be resumed and inspected."""
+
+    batch_size: int = 128
+    optimizer: str = "adam"
+    lr: float | None = None  # None: 1e-3 for Adam, 0.02 for SGD
+    lr_decay: float = 5e-8  # SGD only: lr = lr0 / (1 + examples_seen * lr_decay)
+    weight_decay: float = 0.0
+    epoch_size: int | None = None  # n-grams per epoch; None = all training n-grams
+    max_epochs: int | None = None
+    max_time: float | None = None
+    patience: int | None = 10
+    seed: int = 1234
+    checkpoint_every: float = 600.0  # seconds between mid-epoch saves of MODEL.last
+
+    def __post_init__(self) -> None:
+        _check_positive_int("CSLMTrainConfig", "batch_size", self.batch_size)
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"CSLMTrainConfig.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        for name in ("epoch_size", "max_epochs", "patience"):
+            if getattr(self, name) is not None:
+                _check_positive_int("CSLMTrainConfig", name, getattr(self, name))
+        if self.lr is not None and not float(self.lr) > 0:
+            raise ValueError(f"CSLMTrainConfig.lr must be > 0, got {self.lr!r}")
+        if self.max_time is not None and not float(self.max_time) > 0:
+            raise ValueError(f"CSLMTrainConfig.max_time must be > 0 seconds, got {self.max_time!r}")
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.lr) if self.lr is not None else (1e-3 if self.optimizer == "adam" else 0.02)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CSLMTrainConfig:
+        return _strict_from_dict(cls, data)
+
+
+# --------------------------------------------------------------------------------------------
+# The memory-mapped corpus
+
+
+@dataclass
+class CorpusCounts:
+    """Pass 1 over a corpus: word counts and each line's token count."""
+
+    counts: Counter
+    lengths: np.ndarray  # tokens per line, without </s>
+
+
+def count_corpus(path: str, progress: bool = True) -> CorpusCounts:
+    counts: Counter = Counter()
+    lengths: list[int] = []
+    bar = tqdm(desc=f"counting {Path(path).name}", unit=" lines", disable=not progress, file=sys.stderr)
+    for line in read_corpus_lines(path):
+        tokens = split_tokens(line.rstrip("\r\n"))
+        counts.update(tokens)
+        lengths.append(len(tokens))
+        bar.update(1)
+    bar.close()
+    return CorpusCounts(counts, np.asarray(lengths, dtype=np.int64))
+
+
+def _write_split(path: str, lines: np.ndarray, lengths: np.ndarray, vocab: Vocab, out: Path, context: int,
+                 progress: bool) -> None:
+    """Pass 2: the ids of the chosen lines (each closed by ``</s>``) into ``out/tokens.npy``, ``positions.npy``."""
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = np.zeros(len(lengths), dtype=bool)
+    chosen[lines] = True
+    total = int((lengths[chosen] + 1).sum())
+    tokens = np.lib.format.open_memmap(out / "tokens.npy.tmp", mode="w+", dtype=np.int32, shape=(total,))
+    at = 0
+    bar = tqdm(desc=f"encoding {out.name}", total=len(lengths), unit=" lines", disable=not progress, file=sys.stderr)
+    for line_no, line in enumerate(read_corpus_lines(path)):
+        bar.update(1)
+        if line_no >= len(chosen) or not chosen[line_no]:
+            continue
+        ids = vocab.encode(split_tokens(line.rstrip("\r\n")), add_eos=True)
+        tokens[at : at + len(ids)] = ids
+        at += len(ids)
+    bar.close()
+    if at != total:
+        raise ValueError(f"{path}: changed while it was being read ({at} tokens, expected {total})")
+    tokens.flush()
+    del tokens
+    positions = sentence_positions(lengths[chosen] + 1, context).astype(np.uint8)
+    np.save(out / "positions.npy.tmp.npy", positions)
+    os.replace(out / "positions.npy.tmp.npy", out / "positions.npy")
+    os.replace(out / "tokens.npy.tmp", out / "tokens.npy")
+
+
+class NgramSplit:
+    """One split (train or valid) of a prepared corpus: memory-mapped ids and positions."""
+
+    def __init__(self, folder: Path, config: CSLMConfig) -> None:
+        self.tokens = np.load(folder / "tokens.npy", mmap_mode="r")
+        self.positions = np.load(folder / "positions.npy", mmap_mode="r")
+        self.config = config
+        if len(self.tokens) != len(self.positions):
+            raise ValueError(f"{folder}: tokens.npy and positions.npy differ in length; delete the folder")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def batch(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Histories ``[B, order−1]`` and targets ``[B]`` of the n-grams ending at token positions ``idx``."""
+        idx = np.sort(np.asarray(idx, dtype=np.int64))  # sequential reads from the memory map
+        hist = gather_histories(self.tokens, self.positions, idx, self.config.context, self.config.bos_id)
+        return torch.from_numpy(hist), torch.from_numpy(np.asarray(self.tokens[idx], dtype=np.int64))
+
+
+def _fingerprint(path: str) -> dict[str, Any]:
+    st = os.stat(path)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def prepare_corpus(
+    corpus: str,
+    folder: Path,
+    *,
+    shortlist: int,
+    order: int,
+    valid: str | None = None,
+    vocab: Vocab | None = None,
+    seed: int = 1234,
+    progress: bool = True,
+) -> tuple[Vocab, NgramSplit, NgramSplit, str]:
+    """Shortlist and memory-mapped train/valid id files in ``folder`` (reused when still current).
+
+    Without ``valid`` a random 0.1% of the corpus lines (at least 500, at most a tenth) is held
+    out. ``vocab`` (from a model being resumed) wins over building a new shortlist. Returns the
+    vocabulary, both splits and a fingerprint that a resumed run compares.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {"version": DATA_VERSION, "corpus": _fingerprint(corpus), "valid": _fingerprint(valid) if valid else None,
+            "shortlist": shortlist, "order": order, "seed": seed}
+    meta_path = folder / "meta.json"
+    vocab_path = folder / "vocab.json"
+    current = meta_path.exists() and json.loads(meta_path.read_text(encoding="utf-8")) == meta
+    if current:
+        stored = Vocab(json.loads(vocab_path.read_text(encoding="utf-8")))
+        current = vocab is None or stored == vocab
+    if not current:
+        meta_path.unlink(missing_ok=True)
+        counted = count_corpus(corpus, progress)
+        n = len(counted.lengths)
+        if n == 0:
+            raise ValueError(f"{corpus}: the corpus is empty")
+        if vocab is None:
+            vocab = Vocab.from_counts(counted.counts, shortlist)
+        if valid:
+            valid_counts = count_corpus(valid, progress)
+            train_lines = np.arange(n)
+        else:
+            n_valid = min(max(500, round(n * 0.001)), max(1, n // 10))
+            if n < 2:
+                raise ValueError(f"{corpus}: need at least 2 lines to hold out validation text")
+            order_ = np.random.default_rng(seed).permutation(n)
+            train_lines = np.sort(order_[n_valid:])
+            valid_counts = CorpusCounts(Counter(), counted.lengths)
+            valid_lines = np.sort(order_[:n_valid])
+        context = order - 1
+        _write_split(corpus, train_lines, counted.lengths, vocab, folder / "train", context, progress)
+        if valid:
+            _write_split(valid, np.arange(len(valid_counts.lengths)), valid_counts.lengths, vocab, folder / "valid",
+                         context, progress)
+        else:
+            _write_split(corpus, valid_lines, counted.lengths, vocab, folder / "valid", context, progress)
+        vocab_path.write_text(json.dumps(vocab.words, ensure_ascii=False), encoding="utf-8")
+        meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    assert vocab is not None or current
+    vocab = vocab or Vocab(json.loads(vocab_path.read_text(encoding="utf-8")))
+    config = CSLMConfig(vocab_size=len(vocab), order=order)
+    fingerprint = hashlib.sha1(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+    return vocab, NgramSplit(folder / "train", config), NgramSplit(folder / "valid", config), fingerprint
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+
+
+@dataclass
+class Validation:
+    epoch: int
+    examples: int
+    perplexity: float
+
+
+@dataclass
+class CSLMTrainResult:
+    epochs: int
+    examples: int
+    elapsed: float
+    stopped_by: str
+    history: list[Validation] = field(default_factory=list)
+
+    @property
+    def best(self) -> Validation | None:
+        return min(self.history, key=lambda v: v.perplexity, default=None)
+
+
+@torch.no_grad()
+def perplexity(model: CSLM, split: NgramSplit, batch: int = 8192, amp_dtype: torch.dtype | None = None) -> float:
+    """Per-token perplexity (``</s>`` included, out-of-shortlist words as ``[UNK]``) of a split."""
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for start in range(0, len(split), batch):
+        hist, tgt = split.batch(np.arange(start, min(start + batch, len(split))))
+        lp, _ = token_log_probs(model, hist, tgt, amp_dtype=amp_dtype)
+        total += float(lp.double().sum())
+    model.train(was_training)
+    return math.exp(-total / max(1, len(split)))
+
+
+def _epoch_order(n: int, cfg: CSLMTrainConfig, epoch: int) -> np.ndarray:
+    """The training n-grams of one epoch, a pure function of (seed, epoch): resuming needs only the position."""
+    perm = np.random.default_rng([cfg.seed, epoch]).permutation(n)
+    return perm[: cfg.epoch_size] if cfg.epoch_size is not None else perm
+
+
+def _make_optimizer(model: CSLM, cfg: CSLMTrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+
+
+def last_path(model_out: Path) -> Path:
+    return Path(str(model_out) + ".last")
+
+
+def train_cslm(
+    corpus: str,
+    model_out: Path,
+    *,
+    model_config: CSLMConfig,
+    train_config: CSLMTrainConfig,
+    shortlist: int = 15000,
+    valid: str | None = None,
+    device: str = "auto",
+    precision: str = "auto",
+    resume: bool = False,
+    progress: bool = True,
+) -> CSLMTrainResult:
+    """What ``rescorer cslm train`` does: prepare the corpus, train, keep the best model in ``model_out``.
+
+    ``model_config.vocab_size`` is replaced by the size of the shortlist actually built. With
+    ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``), with that file's config,
+    vocabulary and position; the corpus must be the one it was trained on.
+    """
+    model_out = Path(model_out)
+    cfg = train_config
+    dev = select_device(device)
+    amp_dtype = autocast_dtype(dev, precision)
+    resume_from = last_path(model_out) if last_path(model_out).exists() else model_out
+    loaded = load_cslm(resume_from, dev) if resume and resume_from.exists() else None
+    if loaded is not None:
+        if loaded.train_state is None or loaded.optimizer_state is None:
+            raise ValueError(f"{resume_from}: the model file holds no training state to resume from")
+        model_config = loaded.model.config
+    data_dir = Path(str(model_out) + ".data")
+    vocab, train_split, valid_split, fingerprint = prepare_corpus(
+        corpus, data_dir, shortlist=shortlist, order=model_config.order, valid=valid,
+        vocab=loaded.vocab if loaded else None, seed=cfg.seed, progress=progress,
+    )
+    model_config = dataclasses.replace(model_config, vocab_size=len(vocab))
+    torch.manual_seed(cfg.seed)
+    model = CSLM(model_config).to(dev)
+    optimizer = _make_optimizer(model, cfg)
+    state: dict[str, Any] = {"epoch": 0, "position": 0, "examples": 0, "elapsed": 0.0, "best": math.inf,
+                             "bad_epochs": 0, "history": [], "data": fingerprint}
+    if loaded is not None:
+        assert loaded.train_state is not None and loaded.optimizer_state is not None
+        if loaded.train_state.get("data") != fingerprint:
+            raise ValueError(f"{resume_from}: trained on other data (or other settings) than {corpus}; cannot resume")
+        model.load_state_dict(loaded.model.state_dict())
+        optimizer.load_state_dict(loaded.optimizer_state)
+        state = dict(loaded.train_state)
+    history = [Validation(**v) for v in state["history"]]
+
+    def save(best: bool) -> None:
+        state["history"] = [dataclasses.asdict(v) for v in history]
+        for path in (last_path(model_out), model_out) if best or not model_out.exists() else (last_path(model_out),):
+            save_cslm(path, model, vocab, train_config=cfg.to_dict(), optimizer_state=optimizer.state_dict(),
+                      train_state=state)
+
+    def validate() -> bool:
+        """Record one validation; True when it is the best so far."""
+        ppl = perplexity(model, valid_split, amp_dtype=amp_dtype)
+        history.append(Validation(state["epoch"], state["examples"], ppl))
+        partial = f" (stopped {state['position']} n-grams into epoch {state['epoch'] + 1})" if state["position"] else ""
+        tqdm.write(f"epoch {state['epoch']}: valid perplexity {ppl:.2f}{partial}", file=sys.stderr)
+        if ppl < state["best"] - 1e-9:
+            state["best"], state["bad_epochs"] = ppl, 0
+            return True
+        state["bad_epochs"] += 1
+        return False
+
+    if not history:
+        save(validate())
+    model.train()
+    started = time.monotonic() - state["elapsed"]
+    last_save = time.monotonic()
+    stopped_by = "max_epochs"
+    epoch_len = len(_epoch_order(len(train_split), cfg, 0)) if cfg.epoch_size is None else min(
+        cfg.epoch_size, len(train_split))
+    bar = tqdm(total=epoch_len, initial=state["position"], desc=f"epoch {state['epoch'] + 1}", unit=" ngram",
+               unit_scale=True, disable=not progress, file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+    try:
+        while cfg.max_epochs is None or state["epoch"] < cfg.max_epochs:
+            order = _epoch_order(len(train_split), cfg, state["epoch"])
+            done_time = False
+            while state["position"] < len(order):
+                rows = order[state["position"] : state["position"] + cfg.batch_size]
+                hist, tgt = train_split.batch(rows)
+                if cfg.optimizer == "sgd":
+                    for group in optimizer.param_groups:
+                        group["lr"] = cfg.learning_rate / (1.0 + state["examples"] * cfg.lr_decay)
+                with autocast(dev, amp_dtype):
+                    logits = model(hist.to(dev))
+                loss = F.cross_entropy(logits.float(), tgt.to(dev))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                state["position"] += len(rows)
+                state["examples"] += len(rows)
+                state["elapsed"] = time.monotonic() - started
+                bar.update(len(rows))
+                if state["position"] % (cfg.batch_size * 50) < cfg.batch_size:
+                    bar.set_postfix(loss=f"{loss.item():.3f}", ngram_s=f"{bar.format_dict['rate'] or 0:.0f}")
+                done_time = cfg.max_time is not None and state["elapsed"] >= cfg.max_time
+                if done_time:
+                    break
+                if time.monotonic() - last_save >= cfg.checkpoint_every:
+                    save(False)
+                    last_save = time.monotonic()
+            if not done_time:
+                state["epoch"] += 1
+                state["position"] = 0
+            improved = validate()
+            save(improved)
+            last_save = time.monotonic()
+            if done_time:
+                stopped_by = "max_time"
+                break
+            if cfg.patience is not None and state["bad_epochs"] >= cfg.patience:
+                stopped_by = "early_stopping"
+                break
+            bar.reset(total=epoch_len)
+            bar.set_description(f"epoch {state['epoch'] + 1}")
+    except KeyboardInterrupt:
+        save(False)
+        raise
+    finally:
+        bar.close()
+    return CSLMTrainResult(state["epoch"], state["examples"], state["elapsed"], stopped_by, history)

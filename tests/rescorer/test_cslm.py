@@ -1,0 +1,249 @@
+"""The CSLM: normalisation, sentence scores against one-n-gram-at-a-time brute force, training,
+model files, and the n-best filter on the fixture's real 100-best list."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import math
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from moses_integration.nbest import read_nbest
+from moses_integration.tokens import split_tokens
+from rescorer.cli import main
+from rescorer.cslm import (
+    CSLM,
+    CSLMConfig,
+    CSLMError,
+    ScoreStats,
+    add_cslm_to_nbest,
+    load_cslm,
+    save_cslm,
+    sentence_log_probs,
+)
+from rescorer.cslm_train import CSLMTrainConfig, train_cslm
+from rescorer.vocab import Vocab
+from shared_paths import moses_bin_dir, shared_file
+
+NBEST = "fixtures/hansard-enfr/nbest/dev.nbest.gz"
+
+WORDS = ["le", "la", "les", "de", "du", "des", "et", "à", "un", "une", "chat", "chien", "maison", "rouge", "noir",
+         "voit", "mange"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> object:
+    """Small matmuls on one thread: on a busy 2-core CI machine, two threads wait on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small_model(order: int = 4, seed: int = 0, init_range: float = 0.5) -> tuple[CSLM, Vocab]:
+    """A random CSLM over a few French words; the wide init makes probabilities far from uniform."""
+    vocab = Vocab.from_counts({w: 100 - i for i, w in enumerate(WORDS)}, shortlist=12)  # some words are [UNK]
+    torch.manual_seed(seed)
+    model = CSLM(CSLMConfig(vocab_size=len(vocab), order=order, embedding=6, hidden=[10, 7], init_range=init_range))
+    return model.eval(), vocab
+
+
+def brute_force(model: CSLM, vocab: Vocab, tokens: list[str]) -> float:
+    """The sentence's log-probability computed one n-gram at a time with the full softmax."""
+    ctx = model.config.context
+    ids = vocab.encode(tokens) + [vocab.eos_id]
+    padded = [model.config.bos_id] * ctx + ids
+    total = 0.0
+    for i, word in enumerate(ids):
+        hist = torch.tensor([padded[i : i + ctx]])
+        with torch.no_grad():
+            total += float(model.log_probs(hist)[0, word])
+    return total
+
+
+def test_probabilities_over_the_output_vocabulary_sum_to_one() -> None:
+    model, _ = small_model()
+    paper = CSLM(CSLMConfig(vocab_size=15001))  # the paper's sizes: 7-gram, 512, 1536-1024
+    for m in (model, paper):
+        cfg = m.config
+        hist = torch.randint(0, cfg.vocab_size + 1, (20, cfg.context))  # <s> (= vocab_size) included
+        with torch.no_grad():
+            sums = m.log_probs(hist).double().exp().sum(-1)
+        assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5)
+    assert paper.embed.weight.shape == (15002, 512) and paper.output.weight.shape == (15001, 1024)
+    assert float(paper.output.weight.detach().abs().max()) <= 0.01
+
+
+def test_sentence_score_is_the_sum_of_its_ngram_log_probs_in_any_batch() -> None:
+    model, vocab = small_model()
+    rng = np.random.default_rng(3)
+    pool = [*WORDS, "inconnu", "mot\u00a0insécable"]  # out-of-shortlist words, one with a no-break space
+    sentences = [[pool[i] for i in rng.integers(0, len(pool), n)] for n in (0, 1, 2, 3, 5, 8, 3, 3, 12)]
+    sentences.append(list(sentences[3]))  # a repeated hypothesis, as in an n-best list
+    truth = np.array([brute_force(model, vocab, s) for s in sentences])
+    for share, batch in itertools.product((True, False), (1, 7, 100000)):
+        got = sentence_log_probs(model, vocab, sentences, share_histories=share, batch_tokens=batch)
+        np.testing.assert_allclose(got, truth, rtol=0, atol=1e-4)
+    alone = [sentence_log_probs(model, vocab, [s])[0] for s in sentences]
+    np.testing.assert_allclose(alone, truth, rtol=0, atol=1e-4)
+    reordered = sentence_log_probs(model, vocab, sentences[::-1])
+    np.testing.assert_allclose(reordered[::-1], truth, rtol=0, atol=1e-4)
+    # A no-break space is inside a token (Moses' split), so this "word" is one [UNK], not two words.
+    assert split_tokens("mot\u00a0insécable") == ["mot\u00a0insécable"]
+
+
+def test_history_sharing_counts_each_distinct_history_once() -> None:
+    model, vocab = small_model(order=3)
+    stats = ScoreStats()
+    sentences = [["le", "chat"], ["le", "chat"], ["le", "chien"]]
+    sentence_log_probs(model, vocab, sentences, stats=stats)
+    # Histories (2 previous words): <s><s>, <s>le, le chat, le chien -> 4 distinct of 9 tokens.
+    assert (stats.tokens, stats.distinct_histories) == (9, 4)
+
+
+def test_model_file_round_trip_and_bad_files(tmp_path: Path) -> None:
+    model, vocab = small_model()
+    path = save_cslm(tmp_path / "m.pt", model, vocab)
+    loaded = load_cslm(path)
+    assert loaded.vocab == vocab and loaded.model.config == model.config
+    sents = [["le", "chat", "voit", "la", "maison"]]
+    assert sentence_log_probs(loaded.model, loaded.vocab, sents)[0] == pytest.approx(
+        sentence_log_probs(model, vocab, sents)[0], abs=1e-6)
+    (tmp_path / "bad.pt").write_bytes(b"not a model")
+    with pytest.raises(CSLMError, match="bad.pt: not a CSLM model file"):
+        load_cslm(tmp_path / "bad.pt")
+    torch.save({"format": "something else"}, tmp_path / "other.pt")
+    with pytest.raises(CSLMError, match="no 'moses-rnn-rescorer-cslm' marker"):
+        load_cslm(tmp_path / "other.pt")
+
+
+def _french_lines(n: int) -> list[str]:
+    with gzip.open(shared_file("data/hansard/hansard.fr.gz"), "rt", encoding="utf-8") as fh:
+        return [line for line in itertools.islice(fh, 20000, 20000 + n)]
+
+
+@pytest.mark.slow
+def test_training_on_real_french_lowers_validation_perplexity_and_resumes(tmp_path: Path) -> None:
+    lines = _french_lines(3000)
+    corpus = tmp_path / "fr.txt.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as fh:
+        fh.writelines(lines)
+    model_out = tmp_path / "cslm.pt"
+    cfg = CSLMConfig(vocab_size=2, order=5, embedding=32, hidden=[64])
+    result = train_cslm(str(corpus), model_out, model_config=cfg, shortlist=2000, progress=False,
+                        train_config=CSLMTrainConfig(max_epochs=2, batch_size=128, epoch_size=12800))
+    first, last = result.history[0].perplexity, result.best.perplexity
+    assert first > 1500  # untrained: about uniform over the 2,001 outputs
+    assert last < first / 5, [v.perplexity for v in result.history]
+    loaded = load_cslm(model_out)
+    assert loaded.model.config.vocab_size == 2001 and loaded.train_state["epoch"] == 2
+    # --resume continues from MODEL.last: one more epoch on the same held-out split.
+    more = train_cslm(str(corpus), model_out, model_config=cfg, shortlist=2000, progress=False, resume=True,
+                      train_config=CSLMTrainConfig(max_epochs=3, batch_size=128, epoch_size=12800))
+    assert more.epochs == 3 and [v.perplexity for v in more.history[:3]] == [v.perplexity for v in result.history]
+    # The held-out lines are 0.1% of the corpus but at least 500.
+    valid_tokens = sum(len(split_tokens(x)) + 1 for x in lines)
+    assert 500 < len(np.load(tmp_path / "cslm.pt.data/valid/tokens.npy", mmap_mode="r")) < valid_tokens / 5
+
+
+def test_cli_train_score_and_nbest(tmp_path: Path) -> None:
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(700)), encoding="utf-8")
+    model = tmp_path / "m.pt"
+    runner = CliRunner()
+    res = runner.invoke(main, ["cslm", "train", str(corpus), str(model), "--max-epochs", "1", "--embedding", "8",
+                               "--hidden", "16,8", "--shortlist", "300", "--threads", "1", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "epoch 1: valid perplexity" in res.stderr
+    text = "le président .\nmonsieur le président , je\n"
+    res = runner.invoke(main, ["cslm", "score", str(model), "-"], input=text)
+    assert res.exit_code == 0, res.output
+    loaded = load_cslm(model)
+    expected = sentence_log_probs(loaded.model, loaded.vocab, [s.split() for s in text.splitlines()])
+    got = [float(x) for x in res.stdout.split()]
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    res = runner.invoke(main, ["cslm", "nbest", str(model), "-", "-", "--name", "CSLM_0"], input="")
+    assert res.exit_code != 0 and "sparse feature" in res.output
+    res = runner.invoke(main, ["cslm", "score", str(tmp_path / "missing.pt")])
+    assert res.exit_code != 0
+
+
+def _nbest_head(tmp_path: Path, sentences: int) -> Path:
+    raw = gzip.decompress(shared_file(NBEST).read_bytes())
+    keep = [line for line in raw.splitlines(keepends=True) if int(line.split(b" ||| ", 1)[0]) < sentences]
+    path = tmp_path / "head.nbest"
+    path.write_bytes(b"".join(keep))
+    return path
+
+
+def test_nbest_filter_keeps_every_other_byte_of_a_real_list(tmp_path: Path) -> None:
+    model, vocab = small_model()
+    src = _nbest_head(tmp_path, 5)
+    out = tmp_path / "out.nbest.gz"
+    stats = ScoreStats()
+    n = add_cslm_to_nbest(model, vocab, src, out, stats=stats, chunk_lines=150)
+    before = src.read_bytes().splitlines(keepends=True)
+    after = gzip.decompress(out.read_bytes()).splitlines(keepends=True)
+    assert n == len(before) == len(after)
+    entries = list(read_nbest(src))
+    truth = sentence_log_probs(model, vocab, [split_tokens(e.hypothesis) for e in entries])
+    for line_in, line_out, value in zip(before, after, truth, strict=True):
+        f_in, f_out = line_in.split(b" ||| "), line_out.split(b" ||| ")
+        added = f" CSLM0= {value:.6g}".encode()
+        assert f_out[2] == f_in[2] + added  # Moses' field has no trailing space before " ||| "
+        assert f_out[:2] == f_in[:2] and f_out[3:] == f_in[3:]
+    assert 0 < stats.history_share < 0.6  # a 100-best list shares most histories
+    with pytest.raises(ValueError, match="already has feature CSLM0"):
+        add_cslm_to_nbest(model, vocab, out, tmp_path / "again.nbest", chunk_lines=150)
+    assert not (tmp_path / "again.nbest").exists()
+    broken = tmp_path / "broken.nbest"
+    broken.write_bytes(before[0] + b"0 ||| no features here\n")
+    with pytest.raises(ValueError, match=r"broken.nbest:2: expected 'id \|\|\| hypothesis"):
+        add_cslm_to_nbest(model, vocab, broken, tmp_path / "x.nbest")
+
+
+@pytest.mark.moses
+def test_moses_extractor_reads_the_extended_list(tmp_path: Path) -> None:
+    bin_dir = moses_bin_dir()
+    extractor = bin_dir / "extractor"
+    if not extractor.exists():
+        pytest.skip(f"no extractor in {bin_dir}")
+    model, vocab = small_model()
+    src = _nbest_head(tmp_path, 3)
+    ref = tmp_path / "ref.fr"
+    ref.write_text("".join(shared_file("fixtures/hansard-enfr/data/dev.tok.tc.fr").read_text(
+        encoding="utf-8").splitlines(keepends=True)[:3]), encoding="utf-8")
+    out = tmp_path / "cslm.nbest"
+    add_cslm_to_nbest(model, vocab, src, out)
+    heads = []
+    for name, nbest in (("plain", src), ("cslm", out)):
+        subprocess.run([str(extractor), "--sctype", "BLEU", "--scconfig", "case:true", "--scfile",
+                        str(tmp_path / f"{name}.scores.dat"), "--ffile", str(tmp_path / f"{name}.features.dat"),
+                        "-r", str(ref), "-n", str(nbest)], check=True, capture_output=True, cwd=tmp_path)
+        heads.append((tmp_path / f"{name}.features.dat").read_text().splitlines()[0])
+    plain, cslm = (h.split() for h in heads)
+    # FEATURES_TXT_BEGIN_0 <sentence> <hypotheses> <number of features> <names...>
+    assert int(cslm[3]) == int(plain[3]) + 1 and cslm[-1] == "CSLM0_0" and cslm[4:-1] == plain[4:]
+
+
+def test_cslm_feature_through_the_mert_spec(tmp_path: Path) -> None:
+    from mert.features import absolute_spec_path, load_feature
+
+    model, vocab = small_model()
+    path = save_cslm(tmp_path / "m.pt", model, vocab)
+    feature = load_feature(f"CSLM:{path}")
+    assert feature.name == "CSLM0" and feature.num_values == 1
+    entries = list(read_nbest(_nbest_head(tmp_path, 2)))
+    values = feature.score([], entries)
+    truth = sentence_log_probs(model, vocab, [split_tokens(e.hypothesis) for e in entries])
+    np.testing.assert_allclose(values[:, 0], truth, atol=1e-6)
+    assert load_feature(f"CSLM:{path},name=CSLM1").name == "CSLM1"
+    assert absolute_spec_path("CSLM:m.pt,name=CSLM1") == f"CSLM:{Path('m.pt').resolve()},name=CSLM1"
+    assert absolute_spec_path("LengthRatio:1.1") == "LengthRatio:1.1"
+    assert math.isfinite(float(values.sum()))
