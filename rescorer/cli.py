@@ -27,6 +27,9 @@ def _model_size_options(fn: Callable) -> Callable:
         fn = click.option(f"--{name}", type=int, default=default, show_default=True, help=help_)(fn)
     fn = click.option("--shortlist", type=int, default=15000, show_default=True,
                       help="words per language kept in the model vocabulary ([UNK] included)")(fn)
+    fn = click.option("--init-std", type=float, default=defaults.init_std, show_default=True,
+                      help="std of the N(0, s²) initial weights (recurrent ones stay orthogonal). The paper's "
+                      "0.01 leaves small models ignoring the source for a long time: watch the 'source gain'")(fn)
     return fn
 
 
@@ -47,9 +50,9 @@ def _friendly_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def _model_config(hidden: int, embedding: int, maxout_units: int, output_rank: int) -> ModelConfig:
+def _model_config(hidden: int, embedding: int, maxout_units: int, output_rank: int, init_std: float) -> ModelConfig:
     return ModelConfig(src_vocab_size=1, tgt_vocab_size=1, hidden=hidden, embedding=embedding,
-                       maxout_units=maxout_units, output_rank=output_rank)
+                       maxout_units=maxout_units, output_rank=output_rank, init_std=init_std)
 
 
 @click.group()
@@ -78,7 +81,7 @@ def main() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar")
 @_friendly_errors
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
-                  maxout_units, output_rank, max_steps, max_time, patience, valid_every, batch_size, seed,
+                  maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
                   resume, device, precision, threads, quiet) -> None:
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
     from moses_integration.threads import limit_threads
@@ -91,7 +94,7 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
     train_config = TrainConfig(batch_size=batch_size, seed=seed, valid_every=valid_every, max_steps=max_steps,
                                max_time=max_time, patience=patience)
     result = train_on_phrase_table(
-        phrase_table, model_out, model_config=_model_config(hidden, embedding, maxout_units, output_rank),
+        phrase_table, model_out, model_config=_model_config(hidden, embedding, maxout_units, output_rank, init_std),
         train_config=train_config, src_corpus=vocab_corpus_src, tgt_corpus=vocab_corpus_tgt, shortlist=shortlist,
         device=device, precision=precision, resume=resume, progress=not quiet,
     )
@@ -319,10 +322,10 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar")
 @_friendly_errors
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
-                                 shortlist, hidden, embedding, maxout_units, output_rank, moses_ini, moses_ini_out,
-                                 table_name, rnn_weight, wp_weight, wp_side, workers, chunk_lines, token_budget,
-                                 skip_bad_lines, shard, resume, scores_parquet, device, precision, threads,
-                                 quiet) -> None:
+                                 shortlist, hidden, embedding, maxout_units, output_rank, init_std, moses_ini,
+                                 moses_ini_out, table_name, rnn_weight, wp_weight, wp_side, workers, chunk_lines,
+                                 token_budget, skip_bad_lines, shard, resume, scores_parquet, device, precision,
+                                 threads, quiet) -> None:
     """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table.
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
@@ -367,7 +370,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
             train_time = DEFAULT_TRAIN_TIME
         click.echo(f"no --model: training on the unique pairs of {input_table} into {model_path}", err=True)
         train_on_phrase_table(
-            input_table, Path(model_path), model_config=_model_config(hidden, embedding, maxout_units, output_rank),
+            input_table, Path(model_path),
+            model_config=_model_config(hidden, embedding, maxout_units, output_rank, init_std),
             train_config=TrainConfig(max_steps=train_steps, max_time=train_time, patience=None,
                                      valid_every=max(50, min(500, (train_steps or 500) // 4))),
             shortlist=shortlist, device=device, precision=precision, resume=resume, progress=not quiet,

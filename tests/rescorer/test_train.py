@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,3 +74,39 @@ def test_training_without_gradient_clipping(tmp_path):
     result = train_on_phrase_table(table, tmp_path / "m.pt", model_config=SMALL, train_config=cfg, shortlist=300,
                                    device="cpu", progress=False)
     assert result.steps == 3 and load_checkpoint(tmp_path / "m.pt").train_config.clip_norm is None
+
+
+def test_source_gain_equals_brute_force_and_is_zero_for_a_source_blind_model(tmp_path):
+    """The validation 'source gain' is mean log p(Y|X) − log p(Y|X') with X' the next pair's source."""
+    from rescorer.data import PairData
+    from rescorer.model import RNNEncoderDecoder
+    from rescorer.train import evaluate, prepare_data
+
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    ids_path, src_vocab, tgt_vocab = prepare_data(table, tmp_path / "data", shortlist=300, progress=False)
+    data = PairData(ids_path, seed=3)
+    config = ModelConfig(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), hidden=16, embedding=8,
+                         maxout_units=8, output_rank=8, init_std=0.3)
+    torch.manual_seed(0)
+    model = RNNEncoderDecoder(config).double()
+    idx = data.valid_idx[:40]
+    ll, _, gain = evaluate(model, data, idx, torch.device("cpu"), batch_size=16)
+
+    order = idx[np.argsort(data.target_lengths(idx), kind="stable")]
+    own, other = [], []
+    for start in range(0, len(order), 16):  # brute force: each pair on its own
+        rows = order[start:start + 16]
+        for k, row in enumerate(rows):
+            src, src_len, tgt, tgt_len = data.batch(np.array([row]))
+            osrc, osrc_len, _, _ = data.batch(np.array([rows[k - 1]]))  # roll by one: the previous row's source
+            with torch.no_grad():
+                own.append(float(model(src, src_len, tgt, tgt_len)))
+                other.append(float(model(osrc, osrc_len, tgt, tgt_len)))
+    assert ll == pytest.approx(np.mean(own), abs=1e-9)
+    assert gain == pytest.approx(np.mean(own) - np.mean(other), abs=1e-9)
+    assert abs(gain) > 1e-3  # this random model does depend on the source
+
+    with torch.no_grad():  # cut every path from c to the output: the gain must vanish
+        for layer in (model.dec_init, model.dec_context, model.out_context):
+            layer.weight.zero_()
+    assert evaluate(model, data, idx, torch.device("cpu"), batch_size=16)[2] == pytest.approx(0.0, abs=1e-9)
