@@ -224,8 +224,9 @@ def train_model_command(
     reordering: str = "msd-bidirectional-fe", max_phrase_length: int = 7,
 ) -> list[str]:
     """``train-model.perl`` with its defaults from ``first_step`` (1 with GIZA, 4 with an alignment)."""
+    giza = ["-mgiza", "-mgiza-cpus", str(jobs)] if first_step < 3 and (install.bin_dir / "mgiza").is_file() else []
     return [
-        os.fspath(install.script("training/train-model.perl")),
+        os.fspath(install.script("training/train-model.perl")), *giza,
         "-root-dir", os.fspath(root), "-corpus", os.fspath(corpus), "-f", src_lang, "-e", tgt_lang,
         "-alignment", alignment, "-reordering", reordering, "-max-phrase-length", str(max_phrase_length),
         "-lm", f"0:{lm_order}:{os.fspath(lm)}:8", "-first-step", str(first_step), "-last-step", "9",
