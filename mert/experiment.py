@@ -316,6 +316,11 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
     exp.step("baseline", lambda: {"aligner": aligner})
 
 
+def _tool(command: list, log: Path) -> dict[str, object]:
+    """Run one of the project's commands as a step body; its log is ``log``."""
+    return {"command": " ".join(map(str, command)), "tool_seconds": round(run_logged(command, log), 1)}
+
+
 def single_phrase_table(ini_path: Path) -> tuple[str, str, int]:
     """(feature name, path, number of scores) of the one phrase table of a moses.ini."""
     tables = MosesIni.read(ini_path).phrase_tables()
@@ -339,16 +344,16 @@ def step_rnn(exp: Experiment) -> None:
     full_table = exp.path("baseline", "model", "phrase-table.gz")
     sizes = ["--hidden", str(r.hidden), "--embedding", str(r.embedding), "--maxout-units", str(r.maxout_units),
              "--output-rank", str(r.output_rank), "--shortlist", str(r.shortlist)]
-    exp.step("rnn/train", lambda: run_logged(
+    exp.step("rnn/train", lambda: _tool(
         [exp.console("rescorer"), "train", full_table, model, *sizes, "--max-time", str(r.max_time),
-         "--patience", str(r.patience), "--device", exp.device, "--resume", "--quiet"], log) and None)
+         "--patience", str(r.patience), "--device", exp.device, "--resume", "--quiet"], log))
 
     filtered_ini = exp.path("baseline", "filtered", "moses.ini")
     _, table, _ = single_phrase_table(filtered_ini)
-    exp.step("rnn/rescore", lambda: run_logged(
+    exp.step("rnn/rescore", lambda: _tool(
         [exp.console("rescore-phrase-table"), table, out / "phrase-table.rnn.gz", "--model", model,
          "--moses-ini", filtered_ini, "--moses-ini-out", exp.rnn_ini, "--device", exp.device, "--resume",
-         "--workers", str(exp.jobs), "--quiet"], log) and None)
+         "--workers", str(exp.jobs), "--quiet"], log))
     exp.step("rnn", lambda: None)
 
 
@@ -361,11 +366,11 @@ def step_cslm(exp: Experiment) -> None:
     exp.require("prepare")
     c = exp.settings.cslm
     exp.cslm_model.parent.mkdir(parents=True, exist_ok=True)
-    exp.step("cslm", lambda: run_logged(
+    exp.step("cslm", lambda: _tool(
         [exp.console("rescorer"), "cslm", "train", exp.prepared("lm", exp.tgt), exp.cslm_model,
          "--valid", exp.prepared("lm-valid", exp.tgt), "--max-time", str(c.max_time), "--embedding", str(c.embedding),
          "--hidden", ",".join(map(str, c.hidden)), "--shortlist", str(c.shortlist), "--device", exp.device,
-         "--threads", str(exp.jobs), "--resume"], exp.log_file("cslm")) and None)
+         "--threads", str(exp.jobs), "--resume"], exp.log_file("cslm")))
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,8 +388,7 @@ def tune_command(exp: Experiment, plan: RunPlan) -> list[str]:
         "--max-iterations", str(s.tune_max_iterations), "--nbest-size", str(s.nbest_size),
         "--restarts", str(s.restarts), "--continue",
     ]
-    if exp.moses_bin_dir is not None:
-        command += ["--moses-bin-dir", str(exp.moses_bin_dir)]
+    command += ["--moses-bin-dir", str(exp.moses().bin_dir)]
     for column in plan.config.fixed_columns(table_feature, num_scores):
         command += ["--fixed", column]
     for spec in plan.config.feature_specs(str(exp.cslm_model)):
@@ -413,8 +417,8 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
         for k in range(1, runs + 1):
             plan = RunPlan(config, k)
             exp.tune_dir(plan).parent.mkdir(parents=True, exist_ok=True)
-            exp.step(f"tune/{plan.name}", lambda p=plan: run_logged(
-                tune_command(exp, p), exp.log_file(f"tune-{p.config.key}-run{p.run}")) and None)
+            exp.step(f"tune/{plan.name}", lambda p=plan: _tool(
+                tune_command(exp, p), exp.log_file(f"tune-{p.config.key}-run{p.run}")))
 
 
 # --------------------------------------------------------------------------------------------
@@ -432,8 +436,8 @@ def step_eval(exp: Experiment, configs: list[Configuration], runs: int) -> None:
             for split in ("dev", "test"):
                 exp.step(f"eval/{plan.name}/{split}", lambda p=plan, sp=split: decode_test_set(
                     exp.tune_dir(p) / "moses.ini", exp.prepared(sp, exp.src), exp.eval_output(p, sp),
-                    moses_bin_dir=exp.moses_bin_dir, threads=exp.jobs, nbest_size=exp.settings.nbest_size,
-                ) and None)
+                    moses_bin_dir=exp.moses().bin_dir, threads=exp.jobs, nbest_size=exp.settings.nbest_size,
+                ) and {"output": str(exp.eval_output(p, sp))})
 
 
 def load_experiment(work: str | os.PathLike[str], scale: str, **kwargs: object) -> Experiment:

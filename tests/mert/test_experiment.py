@@ -153,14 +153,16 @@ def _rnn_system(exp: ex.Experiment, rnn: str = "0", wp: str = "0") -> None:
 
 
 def test_tune_command_fixes_unused_columns_and_resumes(tmp_path):
-    exp = _experiment(tmp_path, moses_bin_dir=Path("/opt/moses/bin"))
+    (tmp_path / "moses" / "bin").mkdir(parents=True)
+    (tmp_path / "moses" / "scripts").mkdir()
+    exp = _experiment(tmp_path, moses_home=tmp_path / "moses")
     _rnn_system(exp)
     base = ex.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["baseline"], 2))
     text = " ".join(base)
     assert "--fixed TranslationModel0_4 --fixed TranslationModel0_5" in text
     assert "--seed 2000" in text and "--continue" in text and "--feature" not in text
     assert f"--work-dir {exp.work / 'tune' / 'baseline' / 'run2'}" in text
-    assert "--moses-bin-dir /opt/moses/bin" in text
+    assert f"--moses-bin-dir {tmp_path / 'moses' / 'bin'}" in text
     assert f"--max-iterations {SMALL.tune_max_iterations}" in text
     full = " ".join(ex.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["cslm-rnn-wp"], 1)))
     assert "--fixed" not in full and f"--feature CSLM:{exp.cslm_model}" in full
