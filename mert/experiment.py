@@ -346,6 +346,9 @@ def step_rnn(exp: Experiment) -> None:
              "--output-rank", str(r.output_rank), "--shortlist", str(r.shortlist)]
     exp.step("rnn/train", lambda: _tool(
         [exp.console("rescorer"), "train", full_table, model, *sizes, "--max-time", str(r.max_time),
+         # shortlists: the most frequent words of the training text, as in the paper
+         "--vocab-corpus-src", exp.path("prepared", f"train.clean.{exp.src}"),
+         "--vocab-corpus-tgt", exp.path("prepared", f"train.clean.{exp.tgt}"),
          "--patience", str(r.patience), "--device", exp.device, "--resume", "--quiet"], log))
 
     filtered_ini = exp.path("baseline", "filtered", "moses.ini")
