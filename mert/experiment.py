@@ -353,6 +353,7 @@ def step_rnn(exp: Experiment) -> None:
 
     filtered_ini = exp.path("baseline", "filtered", "moses.ini")
     _, table, _ = single_phrase_table(filtered_ini)
+    table = str(filtered_ini.parent / table)  # an absolute path= stays as it is
     exp.step("rnn/rescore", lambda: _tool(
         [exp.console("rescore-phrase-table"), table, out / "phrase-table.rnn.gz", "--model", model,
          "--moses-ini", filtered_ini, "--moses-ini-out", exp.rnn_ini, "--device", exp.device, "--resume",
