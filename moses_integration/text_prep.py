@@ -12,11 +12,12 @@ either the finished file or nothing.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -65,6 +66,26 @@ def _batches(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
+def _map_batches(work: Callable[[list[str]], list[str]], lines: Iterable[str], jobs: int) -> Iterator[str]:
+    """``work`` over batches of lines, in order, on ``jobs`` processes with a bounded window.
+
+    ``Executor.map`` would read the whole input first; a full-scale LM text does not fit in memory.
+    """
+    batches = _batches(lines, BATCH_LINES)
+    if jobs <= 1:
+        for batch in batches:
+            yield from work(batch)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        window: collections.deque = collections.deque()
+        for batch in batches:
+            window.append(pool.submit(work, batch))
+            if len(window) >= 2 * jobs:
+                yield from window.popleft().result()
+        while window:
+            yield from window.popleft().result()
+
+
 # --------------------------------------------------------------------------------------------
 # Tokenisation (tokenizer.perl, default options: escaping on, no aggressive hyphen splitting)
 
@@ -85,13 +106,7 @@ def tokenize_lines(lines: Iterable[str], lang: str, *, jobs: int = 1) -> Iterato
 
     ``jobs`` > 1 spreads batches over processes; the order of the lines is kept.
     """
-    work = partial(_tokenize_batch, lang)
-    if jobs <= 1:
-        for batch in _batches(lines, BATCH_LINES):
-            yield from work(batch)
-        return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        yield from itertools.chain.from_iterable(pool.map(work, _batches(lines, BATCH_LINES)))
+    yield from _map_batches(partial(_tokenize_batch, lang), lines, jobs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,13 +142,7 @@ def _truecase_batch(model: str, lines: list[str]) -> list[str]:
 
 def truecase_lines(lines: Iterable[str], model: PathArg, *, jobs: int = 1) -> Iterator[str]:
     """``truecase.perl --model MODEL`` over ``lines`` (order kept; ``jobs`` processes)."""
-    work = partial(_truecase_batch, os.fspath(model))
-    if jobs <= 1:
-        for batch in _batches(lines, BATCH_LINES):
-            yield from work(batch)
-        return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        yield from itertools.chain.from_iterable(pool.map(work, _batches(lines, BATCH_LINES)))
+    yield from _map_batches(partial(_truecase_batch, os.fspath(model)), lines, jobs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,9 +198,11 @@ def clean_pairs(pairs: Iterable[tuple[str, str]], rules: CleanRules = CleanRules
 def clean_corpus_files(
     src_in: PathArg, tgt_in: PathArg, src_out: PathArg, tgt_out: PathArg, rules: CleanRules = CleanRules()
 ) -> tuple[int, int]:
-    """Clean a parallel corpus file pair into two new files; returns ``(pairs read, pairs kept)``."""
-    read = 0
-    kept: list[tuple[str, str]] = []
+    """Clean a parallel corpus file pair into two new files; returns ``(pairs read, pairs kept)``.
+
+    Streams (a full-scale corpus has millions of lines); both outputs appear together or not at all.
+    """
+    read = kept = 0
 
     def pairs() -> Iterator[tuple[str, str]]:
         nonlocal read
@@ -203,10 +214,12 @@ def clean_corpus_files(
             read += 1
             yield f, e
 
-    kept = [(f, e) for _, f, e in clean_pairs(pairs(), rules)]
-    write_text_lines(src_out, (f for f, _ in kept))
-    write_text_lines(tgt_out, (e for _, e in kept))
-    return read, len(kept)
+    with atomic_output(src_out) as src_fh, atomic_output(tgt_out) as tgt_fh:
+        for _, f, e in clean_pairs(pairs(), rules):
+            src_fh.write(f.encode("utf-8") + b"\n")
+            tgt_fh.write(e.encode("utf-8") + b"\n")
+            kept += 1
+    return read, kept
 
 
 def progress(message: str) -> None:
