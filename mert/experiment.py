@@ -28,7 +28,6 @@ from moses_integration.moses_ini import MosesIni
 from moses_integration.phrase_table import atomic_output
 from moses_integration.system_training import (
     MosesInstall,
-    MosesToolError,
     build_language_model,
     eflomal_align,
     filter_for_input,
@@ -452,12 +451,6 @@ def load_experiment(work: str | os.PathLike[str], scale: str, **kwargs: object) 
     exp.check_settings()
     return exp
 
-
-def raise_tool_errors(error: Exception) -> None:
-    """Tool failures and missing steps are one clear message (for the CLI)."""
-    if isinstance(error, (ExperimentError, MosesToolError)):
-        raise ExperimentError(str(error)) from error
-    raise error
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import collections
 import itertools
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -220,7 +219,3 @@ def clean_corpus_files(
             tgt_fh.write(e.encode("utf-8") + b"\n")
             kept += 1
     return read, kept
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
