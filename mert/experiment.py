@@ -467,6 +467,19 @@ def run_weights(tuned_ini: Path) -> dict[str, list[float]]:
     return weights
 
 
+def step_timings(exp: Experiment) -> dict[str, float]:
+    """Wall seconds of each stamped step, plus ``STEP (total)`` summing a step's parts."""
+    timings: dict[str, float] = {}
+    for stamp in sorted(exp.path(STAMPS).glob("*.json")):
+        info = json.loads(stamp.read_text(encoding="utf-8"))
+        timings[info["step"]] = float(info["seconds"])
+    totals: dict[str, float] = {}
+    for name, seconds in timings.items():
+        top = name.split("/", 1)[0]
+        totals[f"{top} (total)"] = totals.get(f"{top} (total)", 0.0) + seconds
+    return {**timings, **{k: round(v, 1) for k, v in totals.items()}}
+
+
 def step_report(
     exp: Experiment, configs: list[Configuration], runs: int, out_dir: Path, command: str = ""
 ) -> list[Path]:
@@ -492,10 +505,7 @@ def step_report(
         collected, dev_tok_ref=exp.prepared("dev", exp.tgt), test_ref=exp.path("raw", f"test.{exp.tgt}"),
         test_tok_ref=exp.prepared("test", exp.tgt), lang=exp.tgt,
     )
-    timings = {}
-    for stamp in sorted(exp.path(STAMPS).glob("*.json")):
-        info = json.loads(stamp.read_text(encoding="utf-8"))
-        timings[info["step"]] = info["seconds"]
+    timings = step_timings(exp)
     notes = [
         f"SCALE={exp.settings.name}; data and sizes differ from the paper's (see Settings and README).",
         f"The CSLM rescores {exp.settings.nbest_size}-best lists as an extra MERT feature; the paper scored "

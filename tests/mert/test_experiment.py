@@ -87,6 +87,9 @@ def test_a_stamped_step_is_skipped_on_rerun_and_timed_once(tmp_path):
     stamp = json.loads(exp.stamp_path("baseline/lm").read_text())
     assert stamp["step"] == "baseline/lm" and stamp["n"] == 3 and stamp["seconds"] >= 0
     assert len((exp.work / "timings.tsv").read_text().splitlines()) == 1
+    exp.step("baseline", lambda: None)
+    timings = ex.step_timings(exp)
+    assert timings["baseline (total)"] == pytest.approx(timings["baseline/lm"] + timings["baseline"], abs=0.11)
 
 
 def test_a_failed_step_leaves_no_stamp_and_runs_again(tmp_path):
