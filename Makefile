@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench tune clean
+.PHONY: install test lint demo bench tune clean data prepare baseline rnn cslm tune-all eval report table1
 
 install: $(STAMP)
 
@@ -76,6 +76,49 @@ tune: install
 	MOSES_BIN_DIR=$(MOSES_BIN_DIR) $(BIN)/mert evaluate --moses-ini $(TUNE_OUT)/tuning/moses.ini --src $(TEST_SRC) \
 		--ref $(TEST_REF) $(if $(TEST_TOK_REF),--tok-ref $(TEST_TOK_REF)) --lang $(TARGET_LANG) \
 		--output-dir $(TUNE_OUT)/eval --threads $(THREADS) --json $(TUNE_OUT)/eval/report.json
+
+# The Table 1 experiment (README, "The experiment"): raw text to the four tuned systems and
+# results/table1.{md,json,png}. Every step skips what is done, so `make table1` may be rerun
+# after an interruption. The settings of each SCALE are in mert/experiment_settings.py.
+#   make table1 SCALE=small MOSES_BIN_DIR=/path/to/moses/bin MOSES_HOME=/path/to/moses [WORK=…] [RUNS=3]
+# CONFIGS picks configurations (baseline rnn cslm-rnn cslm-rnn-wp; default all); ALIGNER=eflomal
+# aligns with eflomal where Moses has no GIZA++/mgiza (auto picks).
+SCALE ?= small
+WORK ?= ../table1-work
+DATA ?= $(if $(filter full,$(SCALE)),$(WORK)/wmt14,$(SHARED)/data)
+MOSES_HOME ?=
+JOBS ?= 2
+DEVICE ?= auto
+RUNS ?= 3
+CONFIGS ?=
+ALIGNER ?= auto
+RESULTS ?= results
+TABLE1 = $(BIN)/mert table1 --work $(WORK) --scale $(SCALE) --data $(DATA) \
+	$(if $(MOSES_BIN_DIR),--moses-bin-dir $(MOSES_BIN_DIR)) $(if $(MOSES_HOME),--moses-home $(MOSES_HOME)) \
+	--jobs $(JOBS) --device $(DEVICE) --runs $(RUNS) --configs '$(CONFIGS)' --aligner $(ALIGNER) --results $(RESULTS)
+
+$(VENV)/.installed-experiment: $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[experiment]'
+	touch $@
+
+data: $(VENV)/.installed-experiment
+	$(TABLE1) data
+prepare: data
+	$(TABLE1) prepare
+baseline: prepare
+	$(TABLE1) baseline
+rnn: baseline
+	$(TABLE1) rnn
+cslm: prepare
+	$(TABLE1) cslm
+tune-all: rnn cslm
+	$(TABLE1) tune
+eval: tune-all
+	$(TABLE1) eval
+report: install
+	$(TABLE1) report
+table1: eval
+	$(TABLE1) report
 
 clean:
 	rm -rf demo-out .pytest_cache

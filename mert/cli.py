@@ -336,5 +336,81 @@ def evaluate_command(
         json_path.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
 
 
+# --------------------------------------------------------------------------------------------
+# The Table 1 experiment: `mert table1 STEP` (the Makefile's `make table1` calls these in order)
+
+
+def _experiment_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Options every step shares; they mirror the Makefile's parameters (WORK=, SCALE=, ...)."""
+    options = [
+        click.option("--work", required=True, type=click.Path(file_okay=False, path_type=Path),
+                     help="work folder (outside the source tree); every step's outputs and stamps"),
+        click.option("--scale", type=click.Choice(["small", "full"]), default="small", show_default=True,
+                     help="settings: mert/experiment_settings.py"),
+        click.option("--data", type=click.Path(file_okay=False, path_type=Path),
+                     help="raw text folder (SCALE=small: the shared data folder with hansard/ and newstest/)"),
+        click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
+                     help="Moses binaries (default: $MOSES_BIN_DIR, else MOSES_HOME/bin)"),
+        click.option("--moses-home", type=click.Path(file_okay=False, path_type=Path),
+                     help="Moses tree with scripts/ (default: $MOSES_HOME, else BIN/../scripts)"),
+        click.option("--jobs", type=int, default=2, show_default=True, help="processes / decoder threads"),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N (model training)"),
+        click.option("--configs", default="", help="configurations to run, e.g. 'baseline rnn' (default: all four)"),
+        click.option("--runs", type=int, default=3, show_default=True, help="tuning runs per configuration"),
+        click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,
+                     help="auto: GIZA++/mgiza where Moses has them, else eflomal"),
+        click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+                     show_default=True, help="where the table step writes table1.{md,json,png}"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@main.command("table1")
+@click.argument("steps", nargs=-1, required=True,
+                type=click.Choice(["data", "prepare", "baseline", "rnn", "cslm", "tune", "eval", "report"]))
+@_experiment_options
+def table1_command(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, moses_bin_dir: Path | None,
+                   moses_home: Path | None, jobs: int, device: str, configs: str, runs: int, aligner: str,
+                   results: Path) -> None:
+    """Run STEPS of the Table 1 experiment in WORK; finished steps are skipped, so rerun freely.
+
+    data, prepare, baseline, rnn, cslm, tune, eval, report (see README, "The experiment").
+    """
+    from mert import experiment as ex
+    from mert.experiment_settings import select_configurations
+    from moses_integration.system_training import MosesToolError
+
+    try:
+        chosen = select_configurations(configs)
+        exp = ex.load_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
+                                 jobs=jobs, device=device)
+        for step in steps:
+            if step == "data":
+                ex.step_data(exp)
+            elif step == "prepare":
+                ex.step_prepare(exp)
+            elif step == "baseline":
+                ex.step_baseline(exp, aligner)
+            elif step == "rnn":
+                ex.step_rnn(exp)
+            elif step == "cslm":
+                if any(c.cslm for c in chosen):
+                    ex.step_cslm(exp)
+                else:
+                    click.echo("cslm: no chosen configuration uses the CSLM; skipped", err=True)
+            elif step == "tune":
+                ex.step_tune(exp, chosen, runs)
+            elif step == "eval":
+                ex.step_eval(exp, chosen, runs)
+            else:
+                command = f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{configs}'" if configs else "")
+                for path in ex.step_report(exp, chosen, runs, results, command):
+                    click.echo(f"wrote {path}", err=True)
+    except (ex.ExperimentError, MosesToolError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 if __name__ == "__main__":  # python -m mert.cli, for environments without the console script
     main()

@@ -163,6 +163,8 @@ def test_moses_ini_gets_two_more_features(sample, model_path, tmp_path):
     assert "num-features=6" in feature and f"path={tmp_path / 'o.gz'}" in feature
     weights = next(line for line in text.splitlines() if line.startswith("TranslationModel0="))
     assert len(weights.split()) == 1 + 6
+    # default start weights 0: the untuned system decodes exactly as the original one
+    assert weights.split()[1:] == ["0.2"] * 4 + ["0", "0"]
 
 
 def test_malformed_line_stops_with_file_and_line(tmp_path, checkpoint):

@@ -1,0 +1,519 @@
+"""The Table 1 pipeline: raw text to four tuned systems, one restartable step at a time.
+
+Each step (``data``, ``prepare``, ``baseline``, ``rnn``, ``cslm``, ``tune``, ``eval``) writes its
+outputs under the work folder atomically and then a stamp ``stamps/<step>.json`` with its wall
+time; a rerun skips every stamped step, and long steps (model training, tuning runs) resume
+inside themselves. So ``make table1`` can be interrupted at any point and simply run again,
+in a later session if need be. ``tune`` and ``eval`` stamp each configuration's run separately:
+the CSLM rows can be added later without redoing Baseline and +RNN.
+
+Every tool call is appended, command line first, to ``logs/<step>.log``; wall times also go to
+``timings.tsv``, which the report copies next to the table.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mert.experiment_settings import SCALES, Configuration, RunPlan, ScaleSettings, TextSlice
+from moses_integration.moses_ini import MosesIni
+from moses_integration.phrase_table import atomic_output
+from moses_integration.system_training import (
+    MosesInstall,
+    build_language_model,
+    eflomal_align,
+    filter_for_input,
+    run_logged,
+    symmetrize,
+    train_model_command,
+)
+from moses_integration.text_prep import (
+    CleanRules,
+    clean_corpus_files,
+    read_text_lines,
+    tokenize_lines,
+    train_truecaser,
+    truecase_lines,
+    write_text_lines,
+)
+
+STAMPS = "stamps"
+SETTINGS_FILE = "settings.json"
+TIMINGS_FILE = "timings.tsv"
+
+
+class ExperimentError(RuntimeError):
+    """The pipeline cannot go on (missing input, a previous step not done, settings changed)."""
+
+
+def _log(message: str) -> None:
+    print(f"[table1 {_dt.datetime.now(_dt.timezone.utc):%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+def _write_json(path: Path, doc: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(path) as fh:
+        fh.write((json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+
+
+@dataclass
+class Experiment:
+    """One work folder of the experiment and where its inputs and tools are."""
+
+    work: Path
+    settings: ScaleSettings
+    data: Path | None = None
+    moses_bin_dir: Path | None = None
+    moses_home: Path | None = None
+    jobs: int = 2
+    device: str = "auto"
+    python: str = sys.executable
+
+    # -- layout -------------------------------------------------------------------------------
+    def path(self, *parts: str) -> Path:
+        return self.work.joinpath(*parts)
+
+    @property
+    def src(self) -> str:
+        return self.settings.src_lang
+
+    @property
+    def tgt(self) -> str:
+        return self.settings.tgt_lang
+
+    def prepared(self, name: str, lang: str) -> Path:
+        """``prepared/NAME.tok.tc.LANG``: the text the systems are trained and tuned on."""
+        return self.path("prepared", f"{name}.tok.tc.{lang}")
+
+    @property
+    def rnn_ini(self) -> Path:
+        """The 6-column system (filtered for dev+test) that every configuration tunes."""
+        return self.path("rnn", "moses.ini")
+
+    @property
+    def cslm_model(self) -> Path:
+        return self.path("cslm", "model.pt")
+
+    def tune_dir(self, plan: RunPlan) -> Path:
+        return self.path("tune", plan.config.key, f"run{plan.run}")
+
+    def eval_output(self, plan: RunPlan, split: str) -> Path:
+        return self.path("eval", plan.config.key, f"run{plan.run}.{split}.tok")
+
+    def moses(self) -> MosesInstall:
+        return MosesInstall.locate(self.moses_bin_dir, self.moses_home)
+
+    # -- stamps and settings --------------------------------------------------------------------
+    def check_settings(self) -> None:
+        """A work folder belongs to one scale: refuse to mix steps made with other settings."""
+        path = self.path(SETTINGS_FILE)
+        current = self.settings.to_json()
+        if path.exists():
+            before = json.loads(path.read_text(encoding="utf-8"))
+            if before != json.loads(json.dumps(current)):
+                changed = sorted(k for k in current if before.get(k) != json.loads(json.dumps(current[k])))
+                raise ExperimentError(
+                    f"{self.work} was made with other settings ({', '.join(changed)} differ, see {path}); "
+                    "use another WORK folder"
+                )
+        else:
+            _write_json(path, current)
+
+    def stamp_path(self, name: str) -> Path:
+        return self.path(STAMPS, name.replace("/", "--") + ".json")
+
+    def done(self, name: str) -> bool:
+        return self.stamp_path(name).exists()
+
+    def step(self, name: str, body: Callable[[], dict[str, object] | None]) -> bool:
+        """Run ``body`` unless ``name`` is stamped; stamp it with its wall time. True if it ran."""
+        stamp = self.stamp_path(name)
+        if stamp.exists():
+            info = json.loads(stamp.read_text(encoding="utf-8"))
+            _log(f"{name}: done already ({info.get('seconds', 0):.0f} s, {info.get('finished')}); skipped")
+            return False
+        _log(f"{name}: starting")
+        started = time.perf_counter()
+        details = body() or {}
+        seconds = time.perf_counter() - started
+        finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        _write_json(stamp, {"step": name, "seconds": round(seconds, 1), "finished": finished, **details})
+        with open(self.path(TIMINGS_FILE), "a", encoding="utf-8") as fh:
+            fh.write(f"{name}\t{seconds:.1f}\t{finished}\n")
+        _log(f"{name}: done in {seconds:.0f} s")
+        return True
+
+    def log_file(self, name: str) -> Path:
+        path = self.path("logs", f"{name}.log")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def require(self, *names: str) -> None:
+        missing = [n for n in names if not self.done(n)]
+        if missing:
+            raise ExperimentError(f"step(s) {', '.join(missing)} not done in {self.work}: run them first")
+
+    def console(self, name: str) -> str:
+        """A console script of this project, beside the running Python (its venv) or on PATH."""
+        beside = Path(self.python).parent / name
+        found = str(beside) if beside.exists() else shutil.which(name)
+        if not found:
+            raise ExperimentError(f"command {name!r} not found beside {self.python} or on PATH")
+        return found
+
+
+# --------------------------------------------------------------------------------------------
+# data: the raw text slices
+
+
+def _slice_lines(data: Path, piece: TextSlice, lang: str):
+    path = data / piece.path.format(lang=lang)
+    if not path.exists():
+        raise ExperimentError(f"missing input {path} (see README, 'The experiment', for the expected files)")
+    return read_text_lines(path, first=piece.first, last=piece.last)
+
+
+def _write_slices(data: Path, pieces: list[TextSlice], lang: str, out: Path) -> int:
+    def lines():
+        for piece in pieces:
+            yield from _slice_lines(data, piece, lang)
+
+    return write_text_lines(out, lines())
+
+
+def step_data(exp: Experiment) -> None:
+    """Copy the slices the scale names from ``DATA`` into ``raw/`` (untokenised text)."""
+    if exp.data is None:
+        raise ExperimentError("give DATA= (the folder of the raw text; SCALE=small: ../shared/data)")
+    s = exp.settings
+
+    def body() -> dict[str, object]:
+        raw = exp.path("raw")
+        raw.mkdir(parents=True, exist_ok=True)
+        counts: dict[str, int] = {}
+        for name, pieces, langs in (
+            ("train", s.train, (exp.src, exp.tgt)),
+            ("dev", s.dev, (exp.src, exp.tgt)),
+            ("test", [s.test], (exp.src, exp.tgt)),
+            ("lm", s.lm, (exp.tgt,)),
+            ("lm-valid", [s.lm_valid], (exp.tgt,)),
+        ):
+            for lang in langs:
+                counts[f"{name}.{lang}"] = _write_slices(exp.data, pieces, lang, raw / f"{name}.{lang}")  # type: ignore[arg-type]
+        for name in ("train", "dev", "test"):
+            if counts[f"{name}.{exp.src}"] != counts[f"{name}.{exp.tgt}"]:
+                raise ExperimentError(f"{name}: {counts[f'{name}.{exp.src}']} {exp.src} lines but "
+                                      f"{counts[f'{name}.{exp.tgt}']} {exp.tgt} lines")
+        return {"lines": counts}
+
+    exp.step("data", body)
+
+
+# --------------------------------------------------------------------------------------------
+# prepare: tokenise, truecase, clean
+
+
+def step_prepare(exp: Experiment) -> None:
+    """Moses' preprocessing: tokenise (escaped), truecaser trained on the training side, clean."""
+    exp.require("data")
+    raw, prep = exp.path("raw"), exp.path("prepared")
+    prep.mkdir(parents=True, exist_ok=True)
+    sets = {exp.src: ("train", "dev", "test"), exp.tgt: ("train", "dev", "test", "lm", "lm-valid")}
+
+    for lang, names in sets.items():
+        for name in names:
+            exp.step(f"prepare/tokenize.{name}.{lang}", lambda n=name, lg=lang: {"lines": write_text_lines(
+                prep / f"{n}.tok.{lg}", tokenize_lines(read_text_lines(raw / f"{n}.{lg}"), lg, jobs=exp.jobs))})
+        exp.step(f"prepare/truecaser.{lang}",
+                 lambda lg=lang: train_truecaser(prep / f"train.tok.{lg}", prep / f"truecase-model.{lg}"))
+        for name in names:
+            exp.step(f"prepare/truecase.{name}.{lang}", lambda n=name, lg=lang: {"lines": write_text_lines(
+                exp.prepared(n, lg), truecase_lines(read_text_lines(prep / f"{n}.tok.{lg}"),
+                                                    prep / f"truecase-model.{lg}", jobs=exp.jobs))})
+
+    def clean() -> dict[str, object]:
+        read, kept = clean_corpus_files(
+            exp.prepared("train", exp.src), exp.prepared("train", exp.tgt),
+            prep / f"train.clean.{exp.src}", prep / f"train.clean.{exp.tgt}",
+            CleanRules(min_words=1, max_words=exp.settings.max_sentence_words),
+        )
+        return {"pairs_read": read, "pairs_kept": kept}
+
+    exp.step("prepare/clean", clean)
+    exp.step("prepare", lambda: None)
+
+
+# --------------------------------------------------------------------------------------------
+# baseline: alignment, LM, train-model.perl, filtering
+
+
+def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
+    """A Moses system with ``train-model.perl``'s defaults, and its tables filtered for dev+test."""
+    exp.require("prepare")
+    base, prep = exp.path("baseline"), exp.path("prepared")
+    corpus = prep / "train.clean"
+    log = exp.log_file("baseline")
+    if aligner == "auto":
+        aligner = "giza" if exp.moses().has_giza() else "eflomal"
+    if aligner not in ("giza", "eflomal"):
+        raise ExperimentError(f"ALIGNER={aligner}: expected giza, eflomal or auto")
+    gdfa = base / "model" / "aligned.grow-diag-final-and"
+    src_text, tgt_text = Path(f"{corpus}.{exp.src}"), Path(f"{corpus}.{exp.tgt}")
+    if aligner == "eflomal":
+        align = base / "align"
+
+        def run_eflomal() -> None:
+            align.mkdir(parents=True, exist_ok=True)
+            fwd, rev = align / "fwd.partial", align / "rev.partial"
+            eflomal_align(src_text, tgt_text, fwd, rev, log)
+            os.replace(fwd, align / f"fwd.{exp.src}-{exp.tgt}")
+            os.replace(rev, align / f"rev.{exp.src}-{exp.tgt}")
+
+        exp.step("baseline/eflomal", run_eflomal)
+
+        def run_symal() -> None:
+            gdfa.parent.mkdir(parents=True, exist_ok=True)
+            symmetrize(exp.moses(), src_text, tgt_text, align / f"fwd.{exp.src}-{exp.tgt}",
+                       align / f"rev.{exp.src}-{exp.tgt}", gdfa, log)
+
+        exp.step("baseline/symal-gdfa", run_symal)
+
+    lm = base / "lm" / f"lm.{exp.tgt}.binary"
+    s = exp.settings
+    exp.step("baseline/lm", lambda: {"seconds_tools": build_language_model(
+        exp.moses(), exp.prepared("lm", exp.tgt), lm, base / "lm" / "tmp", log,
+        order=s.lm_order, prune=s.lm_prune, memory=s.lm_memory)})
+
+    def train_model() -> None:
+        model = base / "model"
+        for leftover in ("moses.ini", "phrase-table.gz"):
+            (model / leftover).unlink(missing_ok=True)
+        moses = exp.moses()
+        command = train_model_command(moses, base, corpus, exp.src, exp.tgt, lm, lm_order=s.lm_order, jobs=exp.jobs,
+                                      first_step=1 if aligner == "giza" else 4)
+        run_logged(command, log, cwd=base)
+        if not (model / "moses.ini").exists():
+            raise ExperimentError(f"train-model.perl wrote no {model / 'moses.ini'}; see {log}")
+
+    exp.step("baseline/train-model", train_model)
+
+    def filtered() -> None:
+        devtest = prep / f"devtest.tok.tc.{exp.src}"
+        write_text_lines(devtest, (line for name in ("dev", "test")
+                                   for line in read_text_lines(exp.prepared(name, exp.src))))
+        filter_for_input(exp.moses(), base / "model" / "moses.ini", devtest, base / "filtered", log)
+
+    exp.step("baseline/filter", filtered)
+    exp.step("baseline", lambda: {"aligner": aligner})
+
+
+def _tool(command: list, log: Path) -> dict[str, object]:
+    """Run one of the project's commands as a step body; its log is ``log``."""
+    return {"command": " ".join(map(str, command)), "tool_seconds": round(run_logged(command, log), 1)}
+
+
+def single_phrase_table(ini_path: Path) -> tuple[str, str, int]:
+    """(feature name, path, number of scores) of the one phrase table of a moses.ini."""
+    tables = MosesIni.read(ini_path).phrase_tables()
+    if len(tables) != 1 or tables[0].path is None or tables[0].num_features is None:
+        raise ExperimentError(f"{ini_path}: expected exactly one phrase table with path= and num-features=")
+    return tables[0].name, tables[0].path, tables[0].num_features
+
+
+# --------------------------------------------------------------------------------------------
+# rnn: train on the full table, score the filtered one
+
+
+def step_rnn(exp: Experiment) -> None:
+    """``rescorer train`` on the baseline's full table, then ``rescore-phrase-table`` on the filtered one."""
+    exp.require("baseline")
+    r = exp.settings.rnn
+    out = exp.path("rnn")
+    out.mkdir(parents=True, exist_ok=True)
+    log = exp.log_file("rnn")
+    model = out / "model.pt"
+    full_table = exp.path("baseline", "model", "phrase-table.gz")
+    sizes = ["--hidden", str(r.hidden), "--embedding", str(r.embedding), "--maxout-units", str(r.maxout_units),
+             "--output-rank", str(r.output_rank), "--shortlist", str(r.shortlist)]
+    exp.step("rnn/train", lambda: _tool(
+        [exp.console("rescorer"), "train", full_table, model, *sizes, "--max-time", str(r.max_time),
+         # shortlists: the most frequent words of the training text, as in the paper
+         "--vocab-corpus-src", exp.path("prepared", f"train.clean.{exp.src}"),
+         "--vocab-corpus-tgt", exp.path("prepared", f"train.clean.{exp.tgt}"),
+         "--patience", str(r.patience), "--device", exp.device, "--resume", "--quiet"], log))
+
+    filtered_ini = exp.path("baseline", "filtered", "moses.ini")
+    _, table, _ = single_phrase_table(filtered_ini)
+    table = str(filtered_ini.parent / table)  # an absolute path= stays as it is
+    exp.step("rnn/rescore", lambda: _tool(
+        [exp.console("rescore-phrase-table"), table, out / "phrase-table.rnn.gz", "--model", model,
+         "--moses-ini", filtered_ini, "--moses-ini-out", exp.rnn_ini, "--device", exp.device, "--resume",
+         "--workers", str(exp.jobs), "--quiet"], log))
+    exp.step("rnn", lambda: None)
+
+
+# --------------------------------------------------------------------------------------------
+# cslm: the continuous-space LM on the LM text
+
+
+def step_cslm(exp: Experiment) -> None:
+    """``rescorer cslm train`` on the prepared LM text, early-stopped on held-out news text."""
+    exp.require("prepare")
+    c = exp.settings.cslm
+    exp.cslm_model.parent.mkdir(parents=True, exist_ok=True)
+    exp.step("cslm", lambda: _tool(
+        [exp.console("rescorer"), "cslm", "train", exp.prepared("lm", exp.tgt), exp.cslm_model,
+         "--valid", exp.prepared("lm-valid", exp.tgt), "--max-time", str(c.max_time), "--embedding", str(c.embedding),
+         "--hidden", ",".join(map(str, c.hidden)), "--shortlist", str(c.shortlist), "--device", exp.device,
+         "--threads", str(exp.jobs), "--resume"], exp.log_file("cslm")))
+
+
+# --------------------------------------------------------------------------------------------
+# tune: every configuration, RUNS times
+
+
+def tune_command(exp: Experiment, plan: RunPlan) -> list[str]:
+    """The ``mert tune`` call of one run: 6-column system, columns outside the row fixed at 0."""
+    table_feature, _, num_scores = single_phrase_table(exp.rnn_ini)
+    s = exp.settings
+    command = [
+        exp.console("mert"), "tune", "--moses-ini", str(exp.rnn_ini),
+        "--src", str(exp.prepared("dev", exp.src)), "--ref", str(exp.prepared("dev", exp.tgt)),
+        "--work-dir", str(exp.tune_dir(plan)), "--threads", str(exp.jobs), "--seed", str(plan.seed),
+        "--max-iterations", str(s.tune_max_iterations), "--nbest-size", str(s.nbest_size),
+        "--restarts", str(s.restarts), "--continue",
+    ]
+    command += ["--moses-bin-dir", str(exp.moses().bin_dir)]
+    for column in plan.config.fixed_columns(table_feature, num_scores):
+        command += ["--fixed", column]
+    for spec in plan.config.feature_specs(str(exp.cslm_model)):
+        command += ["--feature", spec]
+    return command
+
+
+def check_start_weights(exp: Experiment, config: Configuration) -> None:
+    """Fixed columns stay at their start weight: it must be 0, or Baseline is not the original system."""
+    table_feature, _, num_scores = single_phrase_table(exp.rnn_ini)
+    weights = MosesIni.read(exp.rnn_ini).weights().get(table_feature, [])
+    for column in config.fixed_columns(table_feature, num_scores):
+        value = weights[int(column.rsplit("_", 1)[1])]
+        if value != 0.0:
+            raise ExperimentError(f"{exp.rnn_ini}: {column} starts at {value}, but {config.label} holds it fixed; "
+                                  "its start weight must be 0 (rescore-phrase-table --rnn-weight 0 --wp-weight 0)")
+
+
+def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
+    """Tune each configuration ``runs`` times (seeds 1000, 2000, ...); each run resumes by itself."""
+    exp.require("rnn")
+    for config in configs:
+        if config.cslm:
+            exp.require("cslm")
+        check_start_weights(exp, config)
+        for k in range(1, runs + 1):
+            plan = RunPlan(config, k)
+            exp.tune_dir(plan).parent.mkdir(parents=True, exist_ok=True)
+            exp.step(f"tune/{plan.name}", lambda p=plan: _tool(
+                tune_command(exp, p), exp.log_file(f"tune-{p.config.key}-run{p.run}")))
+
+
+# --------------------------------------------------------------------------------------------
+# eval: decode dev and test with every tuned system
+
+
+def step_eval(exp: Experiment, configs: list[Configuration], runs: int) -> None:
+    """Decode dev and test with each tuned config (the CSLM rows by n-best rescoring)."""
+    from mert.evaluate import decode_test_set
+
+    for config in configs:
+        for k in range(1, runs + 1):
+            plan = RunPlan(config, k)
+            exp.require(f"tune/{plan.name}")
+            for split in ("dev", "test"):
+                exp.step(f"eval/{plan.name}/{split}", lambda p=plan, sp=split: decode_test_set(
+                    exp.tune_dir(p) / "moses.ini", exp.prepared(sp, exp.src), exp.eval_output(p, sp),
+                    moses_bin_dir=exp.moses().bin_dir, threads=exp.jobs, nbest_size=exp.settings.nbest_size,
+                ) and {"output": str(exp.eval_output(p, sp))})
+
+
+def load_experiment(work: str | os.PathLike[str], scale: str, **kwargs: object) -> Experiment:
+    if scale not in SCALES:
+        raise ExperimentError(f"SCALE={scale}: expected one of {', '.join(SCALES)}")
+    exp = Experiment(work=Path(work).resolve(), settings=SCALES[scale], **kwargs)  # type: ignore[arg-type]
+    exp.work.mkdir(parents=True, exist_ok=True)
+    exp.check_settings()
+    return exp
+
+
+
+# --------------------------------------------------------------------------------------------
+# table1: the report
+
+
+def run_weights(tuned_ini: Path) -> dict[str, list[float]]:
+    """The tuned weights of a run: moses.ini's tuneable ones plus the extra n-best features'."""
+    from mert.features import read_sidecar
+
+    weights = dict(MosesIni.read(tuned_ini).weights())
+    weights.pop("UnknownWordPenalty0", None)
+    weights.update({e.name: list(e.weights) for e in read_sidecar(tuned_ini)})
+    return weights
+
+
+def step_timings(exp: Experiment) -> dict[str, float]:
+    """Wall seconds of each stamped step, plus ``STEP (total)`` summing a step's parts."""
+    timings: dict[str, float] = {}
+    for stamp in sorted(exp.path(STAMPS).glob("*.json")):
+        info = json.loads(stamp.read_text(encoding="utf-8"))
+        timings[info["step"]] = float(info["seconds"])
+    totals: dict[str, float] = {}
+    for name, seconds in timings.items():
+        top = name.split("/", 1)[0]
+        totals[f"{top} (total)"] = totals.get(f"{top} (total)", 0.0) + seconds
+    return {**timings, **{k: round(v, 1) for k, v in totals.items()}}
+
+
+def step_report(
+    exp: Experiment, configs: list[Configuration], runs: int, out_dir: Path, command: str = ""
+) -> list[Path]:
+    """results/table1.{md,json,png} from every run whose dev and test outputs exist (never stamped:
+    it is cheap and is redone as runs are added). Also copies the step timings beside it."""
+    from mert.table1 import build_table, score_runs, write_report
+    from mert.tune import read_state
+
+    collected = []
+    for config in configs:
+        found = []
+        for k in range(1, runs + 1):
+            plan = RunPlan(config, k)
+            if not (exp.done(f"eval/{plan.name}/dev") and exp.done(f"eval/{plan.name}/test")):
+                continue
+            state = read_state(exp.tune_dir(plan)) or {}
+            found.append((k, exp.eval_output(plan, "dev"), exp.eval_output(plan, "test"),
+                          run_weights(exp.tune_dir(plan) / "moses.ini"), state.get("completed_iterations")))
+        collected.append((config, found))
+    if not any(found for _, found in collected):
+        raise ExperimentError(f"no evaluated run in {exp.work} yet: run the eval step first")
+    scored, signature = score_runs(
+        collected, dev_tok_ref=exp.prepared("dev", exp.tgt), test_ref=exp.path("raw", f"test.{exp.tgt}"),
+        test_tok_ref=exp.prepared("test", exp.tgt), lang=exp.tgt,
+    )
+    timings = step_timings(exp)
+    notes = [
+        f"SCALE={exp.settings.name}; data and sizes differ from the paper's (see Settings and README).",
+        f"The CSLM rescores {exp.settings.nbest_size}-best lists as an extra MERT feature; the paper scored "
+        "partial hypotheses in the decoder.",
+        "Columns outside a configuration are fixed at weight 0 during MERT (same 6-column table for every row).",
+    ]
+    doc = build_table(scored, settings={"scale": exp.settings.to_json(), "runs": runs}, signature=signature,
+                      runs_requested=runs, timings=timings, notes=notes)
+    paths = write_report(doc, out_dir, command)
+    shutil.copyfile(exp.path(TIMINGS_FILE), out_dir / "timings.tsv")
+    return paths

@@ -1,0 +1,185 @@
+"""The Table 1 experiment's settings and configurations, all in one readable place.
+
+``SCALE=small`` is what runs on a 2-core machine in a few hours of CPU per step; ``SCALE=full`` is
+the paper's setup for a GPU machine (README, "The experiment"). Everything that differs between
+the two is a field of :class:`ScaleSettings`; nothing else in the pipeline depends on the scale.
+
+The four configurations of SPEC §5 share one 6-column phrase table (the four Moses scores, then
+p_RNN and the unknown-word column). A column that is not part of a configuration keeps weight 0
+and is held there by the optimizer (``mert tune --fixed``), so Baseline decodes exactly as the
+4-column system. The CSLM rescores n-best lists as an extra feature (Moses has no hook to score
+partial hypotheses with it, as the paper did).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class TextSlice:
+    """Lines ``first..last`` (1-based, inclusive; ``last`` None: to the end) of ``DATA/path``.
+
+    ``path`` names the source-language file with ``{lang}`` where the language code goes.
+    """
+
+    path: str
+    first: int = 1
+    last: int | None = None
+
+
+@dataclass(frozen=True)
+class RnnSettings:
+    """The RNN Encoder-Decoder (``rescorer train``) sizes and budget."""
+
+    hidden: int
+    embedding: int
+    maxout_units: int
+    output_rank: int
+    shortlist: int
+    max_time: float  # seconds of training
+    patience: int = 10
+
+
+@dataclass(frozen=True)
+class CslmSettings:
+    """The CSLM (``rescorer cslm train``) sizes and budget."""
+
+    embedding: int
+    hidden: tuple[int, int]
+    shortlist: int
+    max_time: float
+
+
+@dataclass(frozen=True)
+class ScaleSettings:
+    """Everything that differs between ``SCALE=small`` and ``SCALE=full``."""
+
+    name: str
+    train: list[TextSlice]  # parallel training text (source and target of each slice)
+    lm: list[TextSlice]  # target-language LM text ({lang} is the target language)
+    lm_valid: TextSlice  # held-out target text for the CSLM's early stopping (not dev, not test)
+    dev: list[TextSlice]  # tuning set (concatenated)
+    test: TextSlice
+    max_sentence_words: int  # clean-corpus-n MAX
+    lm_order: int
+    lm_prune: tuple[int, ...]
+    lm_memory: str  # lmplz -S
+    rnn: RnnSettings
+    cslm: CslmSettings
+    tune_max_iterations: int
+    nbest_size: int = 100
+    restarts: int = 20
+    src_lang: str = "en"
+    tgt_lang: str = "fr"
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+SMALL = ScaleSettings(
+    name="small",
+    # The fixture's corpus: the first 40,000 Hansard pairs; its LM text: 300,000 French lines.
+    train=[TextSlice("hansard/hansard.{lang}.gz", 1, 40_000)],
+    lm=[TextSlice("hansard/hansard.{lang}.gz", 1, 300_000)],
+    lm_valid=TextSlice("newstest/newstest2011.{lang}", 1, 1000),
+    # 400 tuning sentences from the paper's tuning sets; 1,000 sentences of the paper's test set.
+    dev=[TextSlice("newstest/newstest2012.{lang}", 1, 200), TextSlice("newstest/newstest2013.{lang}", 1, 200)],
+    test=TextSlice("newstest/newstest2014.{lang}", 1, 1000),
+    max_sentence_words=80,
+    lm_order=4,
+    lm_prune=(0, 0, 1),
+    lm_memory="1G",
+    # benchmarks/score_speed.py's 'small' size: d = 256 scores ~7,000 pairs/s on 2 cores (README
+    # performance table); two hours of training (wall time: on a shared machine it gets less).
+    rnn=RnnSettings(hidden=256, embedding=64, maxout_units=128, output_rank=64, shortlist=15_000, max_time=7200),
+    cslm=CslmSettings(embedding=128, hidden=(512, 256), shortlist=15_000, max_time=3600),
+    tune_max_iterations=10,
+)
+
+FULL = ScaleSettings(
+    name="full",
+    # DATA/train.{en,fr}.gz: the WMT'14 en-fr parallel data after the paper's data selection;
+    # DATA/lm.fr.gz: news monolingual French plus the French side (README lists the sources).
+    train=[TextSlice("train.{lang}.gz")],
+    lm=[TextSlice("lm.{lang}.gz")],
+    lm_valid=TextSlice("newstest/newstest2011.{lang}"),
+    dev=[TextSlice("newstest/newstest2012.{lang}"), TextSlice("newstest/newstest2013.{lang}")],
+    test=TextSlice("newstest/newstest2014.{lang}"),
+    max_sentence_words=80,
+    lm_order=5,
+    lm_prune=(0, 0, 1),
+    lm_memory="50%",
+    # The paper's sizes (SPEC §1, §5); budgets are upper bounds, early stopping usually ends first.
+    rnn=RnnSettings(hidden=1000, embedding=100, maxout_units=500, output_rank=100, shortlist=15_000,
+                    max_time=3 * 24 * 3600),
+    cslm=CslmSettings(embedding=512, hidden=(1536, 1024), shortlist=15_000, max_time=3 * 24 * 3600),
+    tune_max_iterations=25,
+)
+
+SCALES: dict[str, ScaleSettings] = {s.name: s for s in (SMALL, FULL)}
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One row of Table 1: which of the new columns and features it tunes."""
+
+    key: str  # used in file names and CONFIGS=
+    label: str  # as in the paper
+    rnn: bool
+    cslm: bool
+    wp: bool
+    paper_dev: float
+    paper_test: float
+
+    def fixed_columns(self, table_feature: str, num_scores: int) -> list[str]:
+        """The n-best columns held at weight 0: the RNN column and/or the unknown-word column.
+
+        The two appended columns are the table's last two (``rescore-phrase-table``'s order).
+        """
+        rnn_col, wp_col = f"{table_feature}_{num_scores - 2}", f"{table_feature}_{num_scores - 1}"
+        return ([] if self.rnn else [rnn_col]) + ([] if self.wp else [wp_col])
+
+    def feature_specs(self, cslm_model: str) -> list[str]:
+        """``mert tune --feature`` values: the CSLM as an n-best feature where the row has it."""
+        return [f"CSLM:{cslm_model}"] if self.cslm else []
+
+
+CONFIGURATIONS: list[Configuration] = [
+    Configuration("baseline", "Baseline", rnn=False, cslm=False, wp=False, paper_dev=30.64, paper_test=33.30),
+    Configuration("rnn", "+ RNN", rnn=True, cslm=False, wp=False, paper_dev=31.20, paper_test=33.87),
+    Configuration("cslm-rnn", "+ CSLM + RNN", rnn=True, cslm=True, wp=False, paper_dev=31.48, paper_test=34.64),
+    Configuration("cslm-rnn-wp", "+ CSLM + RNN + WP", rnn=True, cslm=True, wp=True, paper_dev=31.50,
+                  paper_test=34.54),
+]
+CONFIGURATIONS_BY_KEY = {c.key: c for c in CONFIGURATIONS}
+
+
+def select_configurations(keys: str | list[str] | None) -> list[Configuration]:
+    """The configurations named (space or comma separated; all four when empty), in Table 1 order."""
+    if isinstance(keys, str):
+        keys = keys.replace(",", " ").split()
+    if not keys:
+        return list(CONFIGURATIONS)
+    unknown = [k for k in keys if k not in CONFIGURATIONS_BY_KEY]
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {', '.join(unknown)} (have {', '.join(CONFIGURATIONS_BY_KEY)})")
+    return [c for c in CONFIGURATIONS if c.key in keys]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Run ``k`` (1-based) of a configuration: its MERT seed and folder names."""
+
+    config: Configuration
+    run: int
+
+    @property
+    def seed(self) -> int:
+        # Each run draws different random restarts; the same run of every configuration uses the
+        # same seed, so configurations differ only in their columns.
+        return 1000 * self.run
+
+    @property
+    def name(self) -> str:
+        return f"{self.config.key}/run{self.run}"

@@ -1,0 +1,205 @@
+"""Table 1 from the runs: dev and test BLEU per configuration, weights, settings (md/json/png).
+
+How the runs are combined: each configuration was tuned ``RUNS`` times with different MERT
+seeds (random restarts). Table cells are the mean ± sample standard deviation over those runs.
+Significance is sacreBLEU's paired bootstrap (1,000 resamples) of run *k* of a configuration
+against run *k* of Baseline (the same seed), one p-value per pair, as Clark et al. (2011)
+recommend comparing whole tuning runs rather than the best of them; the table shows all of them.
+
+Dev BLEU is on the tokenised, truecased dev set (what MERT maximises); test BLEU is sacreBLEU on
+detruecased, detokenised output against the raw reference (with its signature), plus the
+tokenised figure. The CSLM rows rescore n-best lists (Moses cannot call it during search, unlike
+the paper's decoder integration).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sacrebleu.metrics import BLEU
+
+from mert.evaluate import check_same_length, mean_std, paired_bootstrap, read_lines, score_system
+from mert.experiment_settings import Configuration, RunPlan
+from moses_integration.phrase_table import atomic_output
+
+
+@dataclass
+class RunScores:
+    """One tuned run of one configuration."""
+
+    run: int
+    dev_bleu: float  # tokenised BLEU on the dev set (MERT's metric)
+    test_bleu: float  # sacreBLEU, detokenised
+    test_tokenized_bleu: float | None
+    weights: dict[str, list[float]]
+    p_value: float | None = None  # paired bootstrap against Baseline's run of the same number
+    iterations: int | None = None
+
+
+@dataclass
+class ConfigScores:
+    config: Configuration
+    runs: list[RunScores] = field(default_factory=list)
+
+
+def _mean_std_json(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "std": None}
+    mean, std = mean_std(values)
+    return {"mean": round(mean, 4), "std": None if std is None else round(std, 4)}
+
+
+def build_table(
+    scores: Sequence[ConfigScores], *, settings: dict[str, object], signature: str, runs_requested: int,
+    timings: dict[str, float] | None = None, notes: Sequence[str] = (),
+) -> dict[str, object]:
+    """The report as one JSON-able document (what table1.json holds; md and png are drawn from it)."""
+    rows = []
+    for cs in scores:
+        runs = sorted(cs.runs, key=lambda r: r.run)
+        rows.append({
+            "key": cs.config.key,
+            "label": cs.config.label,
+            "paper": {"dev": cs.config.paper_dev, "test": cs.config.paper_test},
+            "runs_finished": len(runs),
+            "dev": _mean_std_json([r.dev_bleu for r in runs]),
+            "test": _mean_std_json([r.test_bleu for r in runs]),
+            "test_tokenized": _mean_std_json([r.test_tokenized_bleu for r in runs
+                                              if r.test_tokenized_bleu is not None]),
+            "p_values_vs_baseline": [r.p_value for r in runs if r.p_value is not None],
+            "runs": [
+                {"run": r.run, "seed": RunPlan(cs.config, r.run).seed, "dev_bleu": r.dev_bleu, "test_bleu": r.test_bleu,
+                 "test_tokenized_bleu": r.test_tokenized_bleu, "p_value_vs_baseline": r.p_value,
+                 "iterations": r.iterations, "weights": r.weights}
+                for r in runs
+            ],
+        })
+    return {
+        "rows": rows,
+        "runs_requested": runs_requested,
+        "sacrebleu_signature": signature,
+        "combination": "mean ± sample std over runs; p: paired bootstrap (1000 samples) of run k vs Baseline run k",
+        "settings": settings,
+        "timings_seconds": timings or {},
+        "notes": list(notes),
+    }
+
+
+def _cell(stat: dict[str, float | None], finished: int) -> str:
+    if stat.get("mean") is None:
+        return "–"
+    std = stat.get("std")
+    text = f"{stat['mean']:.2f}" + (f" ± {std:.2f}" if std is not None else "")
+    return text + (f" ({finished} run{'s' if finished != 1 else ''})" if finished else "")
+
+
+def format_markdown(doc: dict[str, object], command: str = "") -> str:
+    """table1.md: the table with the paper's numbers beside ours, then every run and the settings."""
+    rows: list[dict] = doc["rows"]  # type: ignore[assignment]
+    out = ["# Table 1: English→French, tuned on newstest2012+2013, tested on newstest2014", ""]
+    if command:
+        out += [f"Made by `{command}`.", ""]
+    out += [
+        "| configuration | dev (ours) | test (ours, sacreBLEU) | test (ours, tokenised) | paper dev | paper test | "
+        "p vs Baseline (per run) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ps = ", ".join(f"{p:.3f}" for p in row["p_values_vs_baseline"]) or "–"
+        n = row["runs_finished"]
+        out.append(
+            f"| {row['label']} | {_cell(row['dev'], n)} | {_cell(row['test'], n)} | {_cell(row['test_tokenized'], 0)} "
+            f"| {row['paper']['dev']:.2f} | {row['paper']['test']:.2f} | {ps} |"
+        )
+    out += ["", f"Runs combined: {doc['combination']}. Runs requested per configuration: {doc['runs_requested']}.",
+            f"sacreBLEU signature: `{doc['sacrebleu_signature']}`.", ""]
+    for note in doc.get("notes", []):  # type: ignore[union-attr]
+        out.append(f"- {note}")
+    out += ["", "## Tuned weights of every run", ""]
+    for row in rows:
+        for run in row["runs"]:
+            weights = "; ".join(f"{k}= {' '.join(f'{v:.4g}' for v in vs)}" for k, vs in run["weights"].items())
+            out.append(f"- {row['label']} run {run['run']} (seed {run['seed']}, dev {run['dev_bleu']:.2f}, "
+                       f"test {run['test_bleu']:.2f}): {weights}")
+    timings: dict[str, float] = doc.get("timings_seconds", {})  # type: ignore[assignment]
+    if timings:
+        out += ["", "## Wall time of each step (2-core machine, shared with other jobs)", "", "| step | seconds |",
+                "|---|---|"]
+        out += [f"| {name} | {sec:.0f} |" for name, sec in timings.items()]
+    out += ["", "## Settings", "", "```json", json.dumps(doc["settings"], indent=1, sort_keys=True), "```", ""]
+    return "\n".join(out)
+
+
+def draw_png(doc: dict[str, object], path: Path) -> None:
+    """table1.png: dev and test BLEU (mean ± std over runs) per configuration, paper numbers as marks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows: list[dict] = doc["rows"]  # type: ignore[assignment]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
+    for ax, split in zip(axes, ("dev", "test"), strict=True):
+        xs = range(len(rows))
+        means = [r[split]["mean"] if r[split]["mean"] is not None else 0.0 for r in rows]
+        stds = [r[split]["std"] or 0.0 for r in rows]
+        ax.bar(xs, means, yerr=stds, capsize=4, color="#4c72b0", label="ours (mean ± std over runs)")
+        ax.scatter(xs, [r["paper"][split] for r in rows], marker="_", s=600, color="#c44e52", label="paper")
+        ax.set_xticks(list(xs), [r["label"] for r in rows], rotation=15)
+        ax.set_title(f"{split} BLEU")
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def write_report(doc: dict[str, object], out_dir: Path, command: str = "") -> list[Path]:
+    """Write table1.json, table1.md and table1.png into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "table1.json", out_dir / "table1.md", out_dir / "table1.png"]
+    with atomic_output(paths[0]) as fh:
+        fh.write((json.dumps(doc, indent=1) + "\n").encode("utf-8"))
+    with atomic_output(paths[1]) as fh:
+        fh.write(format_markdown(doc, command).encode("utf-8"))
+    draw_png(doc, paths[2])
+    return paths
+
+
+def score_runs(
+    configs: Sequence[tuple[Configuration, list[tuple[int, Path, Path, dict[str, list[float]], int | None]]]],
+    *, dev_tok_ref: Path, test_ref: Path, test_tok_ref: Path, lang: str, bootstrap_samples: int = 1000,
+) -> tuple[list[ConfigScores], str]:
+    """Score every run's dev and test output; bootstrap each against Baseline's run of the same number.
+
+    ``configs`` holds, per configuration, ``(run, dev output, test output, weights, iterations)``.
+    """
+    dev_ref = [read_lines(dev_tok_ref)]
+    refs, tok_refs = [read_lines(test_ref)], [read_lines(test_tok_ref)]
+    signature = ""
+    scored: list[ConfigScores] = []
+    baseline_detok: dict[int, tuple[str, list[str]]] = {}
+    for config, runs in configs:
+        cs = ConfigScores(config)
+        for run, dev_out, test_out, weights, iterations in runs:
+            dev_hyps = read_lines(dev_out)
+            check_same_length(dev_out, len(dev_hyps), [dev_tok_ref], [len(dev_ref[0])])
+            dev_bleu = float(BLEU(tokenize="none", force=True).corpus_score(dev_hyps, dev_ref).score)
+            test = score_system(test_out.name, test_out, read_lines(test_out), refs, [test_ref], lang=lang,
+                                tokenized_references=tok_refs, tokenized_ref_paths=[test_tok_ref])
+            signature = test.signature
+            p_value = None
+            if config.key == "baseline":
+                baseline_detok[run] = (f"baseline run{run}", test.detokenized)
+            elif run in baseline_detok:
+                result = paired_bootstrap(baseline_detok[run], (f"{config.key} run{run}", test.detokenized), refs,
+                                          samples=bootstrap_samples)
+                p_value = result.p_value
+            cs.runs.append(RunScores(run, dev_bleu, test.bleu, test.tokenized_bleu, weights, p_value, iterations))
+        scored.append(cs)
+    return scored, signature

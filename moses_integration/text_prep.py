@@ -1,0 +1,221 @@
+"""Preparing raw text the way a Moses system expects it: tokenise, truecase, clean.
+
+These are the first steps of every Moses system (the fixture README, step 1): Moses'
+``tokenizer.perl`` (default escaping), ``train-truecaser.perl`` / ``truecase.perl`` and
+``clean-corpus-n.perl``. The tokeniser and truecaser are sacremoses' ports of the Perl scripts, so
+no Perl is needed; the cleaning rules are re-stated here from ``clean-corpus-n.perl`` because they
+are a dozen lines and the experiment must run where only the Moses binaries are installed.
+
+Every output is written all-or-nothing (:func:`atomic_output`), so an interrupted step leaves
+either the finished file or nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from moses_integration.phrase_table import atomic_output, open_input
+from moses_integration.tokens import split_tokens
+
+PathArg = str | os.PathLike[str]
+
+#: Lines handed to a worker process at a time (large enough to amortise pickling).
+BATCH_LINES = 2000
+
+
+def read_text_lines(path: PathArg, *, first: int = 1, last: int | None = None) -> Iterator[str]:
+    """Lines ``first..last`` (1-based, inclusive) of a UTF-8 text file, plain or gzip, without ``\\n``.
+
+    Only ``\\n`` ends a line (as for Moses and ``sed -n``): a U+2028 inside a sentence stays in it.
+    """
+    with open_input(path) as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if line_no < first:
+                continue
+            if last is not None and line_no > last:
+                break
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{os.fspath(path)}:{line_no}: not UTF-8 ({exc.reason})") from exc
+            yield text[:-1] if text.endswith("\n") else text
+
+
+def write_text_lines(path: PathArg, lines: Iterable[str]) -> int:
+    """Write ``lines`` (each gets a ``\\n``) atomically; returns the number of lines."""
+    count = 0
+    with atomic_output(path) as fh:
+        for line in lines:
+            fh.write(line.encode("utf-8") + b"\n")
+            count += 1
+    return count
+
+
+def _batches(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(lines)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
+
+
+def _map_batches(work: Callable[[list[str]], list[str]], lines: Iterable[str], jobs: int) -> Iterator[str]:
+    """``work`` over batches of lines, in order, on ``jobs`` processes with a bounded window.
+
+    ``Executor.map`` would read the whole input first; a full-scale LM text does not fit in memory.
+    """
+    batches = _batches(lines, BATCH_LINES)
+    if jobs <= 1:
+        for batch in batches:
+            yield from work(batch)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        window: collections.deque = collections.deque()
+        for batch in batches:
+            window.append(pool.submit(work, batch))
+            if len(window) >= 2 * jobs:
+                yield from window.popleft().result()
+        while window:
+            yield from window.popleft().result()
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenisation (tokenizer.perl, default options: escaping on, no aggressive hyphen splitting)
+
+_TOKENIZERS: dict[str, object] = {}
+
+
+def _tokenize_batch(lang: str, lines: list[str]) -> list[str]:
+    from sacremoses import MosesTokenizer
+
+    tok = _TOKENIZERS.get(lang)
+    if tok is None:
+        tok = _TOKENIZERS[lang] = MosesTokenizer(lang=lang)
+    return [tok.tokenize(line, escape=True, return_str=True) for line in lines]  # type: ignore[attr-defined]
+
+
+def tokenize_lines(lines: Iterable[str], lang: str, *, jobs: int = 1) -> Iterator[str]:
+    """Moses tokenisation of each line (``tokenizer.perl -l LANG``: escaped, as Moses reads text).
+
+    ``jobs`` > 1 spreads batches over processes; the order of the lines is kept.
+    """
+    yield from _map_batches(partial(_tokenize_batch, lang), lines, jobs)
+
+
+# --------------------------------------------------------------------------------------------
+# Truecasing (train-truecaser.perl / truecase.perl)
+
+
+def train_truecaser(tokenized: PathArg, model_out: PathArg) -> None:
+    """Learn the most frequent casing of each word from a tokenised corpus; Moses' model format.
+
+    As ``train-truecaser.perl``: the first word of a sentence and words after sentence-ending
+    punctuation do not count, since their case is forced.
+    """
+    from sacremoses import MosesTruecaser
+
+    truecaser = MosesTruecaser()
+    truecaser.train((split_tokens(line) for line in read_text_lines(tokenized)), possibly_use_first_token=False)
+    tmp = Path(os.fspath(model_out) + ".partial")
+    truecaser.save_model(tmp)
+    os.replace(tmp, model_out)
+
+
+_TRUECASERS: dict[str, object] = {}
+
+
+def _truecase_batch(model: str, lines: list[str]) -> list[str]:
+    from sacremoses import MosesTruecaser
+
+    tc = _TRUECASERS.get(model)
+    if tc is None:
+        tc = _TRUECASERS[model] = MosesTruecaser(load_from=model)
+    return [tc.truecase(line, return_str=True) for line in lines]  # type: ignore[attr-defined]
+
+
+def truecase_lines(lines: Iterable[str], model: PathArg, *, jobs: int = 1) -> Iterator[str]:
+    """``truecase.perl --model MODEL`` over ``lines`` (order kept; ``jobs`` processes)."""
+    yield from _map_batches(partial(_truecase_batch, os.fspath(model)), lines, jobs)
+
+
+# --------------------------------------------------------------------------------------------
+# Cleaning (clean-corpus-n.perl)
+
+_SPACES = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class CleanRules:
+    """``clean-corpus-n.perl CORPUS L1 L2 OUT MIN MAX`` with its defaults (-ratio 9, -mwl 1000)."""
+
+    min_words: int = 1
+    max_words: int = 80
+    ratio: float = 9.0
+    max_word_length: int = 1000
+
+
+def _normalise(line: str, factored: bool) -> str:
+    if not factored:
+        line = line.replace("|", "")
+    return _SPACES.sub(" ", line).strip(" ")
+
+
+def clean_pairs(pairs: Iterable[tuple[str, str]], rules: CleanRules = CleanRules()) -> Iterator[tuple[int, str, str]]:
+    """The pairs ``clean-corpus-n.perl`` keeps, as ``(1-based input line, l1, l2)``.
+
+    Its rules, in its order: ``|`` is removed unless the first line looks factored; whitespace
+    runs become one space and the ends are trimmed (Perl's ``\\s``, which is what ``re``'s ``\\s``
+    matches on ``str``); empty sides are dropped; a side with more than ``max_words`` or fewer
+    than ``min_words`` words, a length ratio above ``ratio`` either way, or a word longer than
+    ``max_word_length`` characters drops the pair. Words are split on single spaces, as the
+    script's ``split(/ /)``.
+    """
+    long_word = re.compile(r"[^\s|]{" + str(rules.max_word_length + 1) + "}")
+    factored: bool | None = None
+    for line_no, (f, e) in enumerate(pairs, start=1):
+        if factored is None:
+            factored = "|" in e or "|" in f
+        f, e = _normalise(f, factored), _normalise(e, factored)
+        if not f or not e:
+            continue
+        fc, ec = len(f.split(" ")), len(e.split(" "))
+        if max(fc, ec) > rules.max_words or min(fc, ec) < rules.min_words:
+            continue
+        if ec / fc > rules.ratio or fc / ec > rules.ratio:
+            continue
+        if long_word.search(e) or long_word.search(f):
+            continue
+        yield line_no, f, e
+
+
+def clean_corpus_files(
+    src_in: PathArg, tgt_in: PathArg, src_out: PathArg, tgt_out: PathArg, rules: CleanRules = CleanRules()
+) -> tuple[int, int]:
+    """Clean a parallel corpus file pair into two new files; returns ``(pairs read, pairs kept)``.
+
+    Streams (a full-scale corpus has millions of lines); both outputs appear together or not at all.
+    """
+    read = kept = 0
+
+    def pairs() -> Iterator[tuple[str, str]]:
+        nonlocal read
+        src_lines, tgt_lines = read_text_lines(src_in), read_text_lines(tgt_in)
+        for f, e in itertools.zip_longest(src_lines, tgt_lines):
+            if f is None or e is None:
+                short = src_in if f is None else tgt_in
+                raise ValueError(f"{os.fspath(short)}:{read + 1}: file ends before its parallel file")
+            read += 1
+            yield f, e
+
+    with atomic_output(src_out) as src_fh, atomic_output(tgt_out) as tgt_fh:
+        for _, f, e in clean_pairs(pairs(), rules):
+            src_fh.write(f.encode("utf-8") + b"\n")
+            tgt_fh.write(e.encode("utf-8") + b"\n")
+            kept += 1
+    return read, kept

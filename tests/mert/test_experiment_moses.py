@@ -1,0 +1,73 @@
+"""The whole Table 1 pipeline on a tiny slice of the shared data, with the real Moses tools.
+
+Skipped without MOSES_BIN_DIR (and ../shared); marked slow. It checks what a user of
+`make table1` relies on: every step runs, Baseline decodes exactly as the 4-column system
+(the two new columns stay at weight 0), and a rerun finds everything done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from mert import experiment as ex
+from mert.experiment_settings import SCALES, SMALL, RnnSettings, TextSlice, select_configurations
+from moses_integration.moses_ini import MosesIni
+from moses_integration.system_training import MosesInstall
+from shared_paths import moses_bin_dir, shared_file
+
+pytestmark = [pytest.mark.slow, pytest.mark.moses]
+
+
+@pytest.fixture
+def tiny(monkeypatch, tmp_path):
+    bins = moses_bin_dir()
+    home = os.environ.get("MOSES_HOME")
+    install = MosesInstall.locate(bins, home)
+    for tool in ("symal", "lmplz", "build_binary", "extract", "score", "consolidate", "lexical-reordering-score"):
+        if not (install.bin_dir / tool).exists():
+            pytest.skip(f"Moses build lacks {tool}")
+    if shutil.which("eflomal-align") is None and not (Path(sys.executable).parent / "eflomal-align").exists():
+        pytest.skip("eflomal not installed (pip install '.[experiment]')")
+    data = shared_file("data")
+    settings = dataclasses.replace(
+        SMALL, name="tiny", train=[TextSlice("hansard/hansard.{lang}.gz", 1, 2000)],
+        lm=[TextSlice("hansard/hansard.{lang}.gz", 1, 2000)], lm_valid=TextSlice("newstest/newstest2011.{lang}", 1, 20),
+        dev=[TextSlice("newstest/newstest2012.{lang}", 1, 4), TextSlice("newstest/newstest2013.{lang}", 1, 4)],
+        test=TextSlice("newstest/newstest2014.{lang}", 1, 8), lm_order=3, lm_prune=(0,),
+        rnn=RnnSettings(hidden=16, embedding=8, maxout_units=8, output_rank=8, shortlist=500, max_time=5),
+        tune_max_iterations=2, nbest_size=20, restarts=2,
+    )
+    monkeypatch.setitem(SCALES, "tiny", settings)
+    return ex.load_experiment(tmp_path / "work", "tiny", data=data, moses_bin_dir=install.bin_dir,
+                              moses_home=install.scripts_dir.parent, jobs=2, device="cpu")
+
+
+def test_tiny_table1_end_to_end(tiny, tmp_path):
+    exp = tiny
+    configs = select_configurations("baseline rnn")
+    ex.step_data(exp)
+    ex.step_prepare(exp)
+    ex.step_baseline(exp, "eflomal")
+    ex.step_rnn(exp)
+    weights = MosesIni.read(exp.rnn_ini).weights()["TranslationModel0"]
+    assert len(weights) == 6 and weights[4:] == [0.0, 0.0]
+    ex.step_tune(exp, configs, 1)
+    ex.step_eval(exp, configs, 1)
+    # Baseline is the original system: its tuned RNN and unknown-word weights stayed 0.
+    tuned = ex.run_weights(exp.tune_dir(ex.RunPlan(configs[0], 1)) / "moses.ini")
+    assert tuned["TranslationModel0"][4:] == [0.0, 0.0]
+    ex.step_report(exp, configs, 1, tmp_path / "results")
+    doc = json.loads((tmp_path / "results" / "table1.json").read_text())
+    assert [r["runs_finished"] for r in doc["rows"]] == [1, 1]
+    stamps = sorted(p.name for p in (exp.work / "stamps").iterdir())
+    # a rerun finds every step done and changes nothing
+    ex.step_baseline(exp, "eflomal")
+    ex.step_tune(exp, configs, 1)
+    assert sorted(p.name for p in (exp.work / "stamps").iterdir()) == stamps

@@ -1,0 +1,89 @@
+"""Text preparation: Moses' tokeniser and truecaser (sacremoses), clean-corpus-n.perl's rules."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from moses_integration.text_prep import (
+    CleanRules,
+    clean_corpus_files,
+    clean_pairs,
+    read_text_lines,
+    tokenize_lines,
+    train_truecaser,
+    truecase_lines,
+    write_text_lines,
+)
+from shared_paths import shared_file
+
+
+def test_clean_pairs_applies_each_rule_of_clean_corpus_n():
+    pairs = [
+        ("a  b\tc ", " x y"),  # whitespace runs collapse, ends trimmed: kept as "a b c" / "x y"
+        ("", "x"),  # empty side: dropped
+        ("a " * 81, "x"),  # 81 words > max 80: dropped
+        ("a " * 10, "x"),  # ratio 10 > 9: dropped
+        ("a " * 9, "x"),  # ratio exactly 9: kept
+        ("a|b c", "x | y"),  # '|' removed (first line not factored), then spaces normalised
+        ("w" * 1001, "x"),  # word longer than 1000 characters: dropped
+    ]
+    kept = list(clean_pairs(pairs))
+    assert kept == [(1, "a b c", "x y"), (5, " ".join(["a"] * 9), "x"), (6, "ab c", "x y")]
+
+
+def test_clean_pairs_min_words_and_custom_max():
+    pairs = [("a", "x"), ("a b c", "x y z")]
+    assert [n for n, _, _ in clean_pairs(pairs, CleanRules(min_words=2, max_words=3))] == [2]
+
+
+def test_clean_corpus_files_reports_counts_and_a_short_file(tmp_path):
+    write_text_lines(tmp_path / "c.en", ["a b", "", "c"])
+    write_text_lines(tmp_path / "c.fr", ["x", "y", "z w"])
+    read, kept = clean_corpus_files(tmp_path / "c.en", tmp_path / "c.fr", tmp_path / "o.en", tmp_path / "o.fr")
+    assert (read, kept) == (3, 2)
+    assert (tmp_path / "o.en").read_text() == "a b\nc\n"
+    assert (tmp_path / "o.fr").read_text() == "x\nz w\n"
+    write_text_lines(tmp_path / "short.fr", ["x"])
+    with pytest.raises(ValueError, match=r"short\.fr:2: file ends before"):
+        clean_corpus_files(tmp_path / "c.en", tmp_path / "short.fr", tmp_path / "p.en", tmp_path / "p.fr")
+
+
+def test_read_text_lines_slices_gzip_and_names_bad_utf8(tmp_path):
+    path = tmp_path / "t.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write("un\ndeux\u2028x\ntrois\n".encode())
+    assert list(read_text_lines(path, first=2, last=3)) == ["deux\u2028x", "trois"]
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok\n\xff\n")
+    with pytest.raises(ValueError, match=r"bad\.txt:2: not UTF-8"):
+        list(read_text_lines(bad))
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_tokenize_escapes_as_moses_tokenizer_perl(jobs):
+    # tokenizer.perl -l fr (default escaping) output for these lines.
+    lines = ["L'homme a dit: \"oui\" & <non>.", "C'est 3,5 %."] * 3
+    out = list(tokenize_lines(lines, "fr", jobs=jobs))
+    assert out[0] == "L&apos; homme a dit : &quot; oui &quot; &amp; &lt; non &gt; ."
+    assert out[1] == "C&apos; est 3,5 % ."
+    assert out[2:] == out[:2] * 2
+
+
+def test_truecaser_learns_the_usual_case_of_each_word(tmp_path):
+    corpus = tmp_path / "tok.en"
+    write_text_lines(corpus, ["The house of Commons met .", "we saw the house .", "Paris is big .", "in Paris ."])
+    train_truecaser(corpus, tmp_path / "model.en")
+    out = list(truecase_lines(["The house is in Paris .", "Paris ."], tmp_path / "model.en"))
+    # sentence-initial words take their usual case; other words keep theirs
+    assert out == ["the house is in Paris .", "Paris ."]
+
+
+def test_prepared_text_matches_the_fixture_made_with_moses_perl_scripts(tmp_path):
+    """tokenizer.perl made the fixture's dev set; sacremoses gives the same tokens (case aside)."""
+    raw = shared_file("fixtures/hansard-enfr/data/dev.en")
+    tok_tc = shared_file("fixtures/hansard-enfr/data/dev.tok.tc.en")
+    ours = list(tokenize_lines(read_text_lines(raw, last=100), "en"))
+    theirs = list(read_text_lines(tok_tc, last=100))
+    assert [o.lower() for o in ours] == [t.lower() for t in theirs]
