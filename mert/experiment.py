@@ -342,7 +342,7 @@ def step_rnn(exp: Experiment) -> None:
     model = out / "model.pt"
     full_table = exp.path("baseline", "model", "phrase-table.gz")
     sizes = ["--hidden", str(r.hidden), "--embedding", str(r.embedding), "--maxout-units", str(r.maxout_units),
-             "--output-rank", str(r.output_rank), "--shortlist", str(r.shortlist)]
+             "--output-rank", str(r.output_rank), "--shortlist", str(r.shortlist), "--init-std", str(r.init_std)]
     exp.step("rnn/train", lambda: _tool(
         [exp.console("rescorer"), "train", full_table, model, *sizes, "--max-time", str(r.max_time),
          # shortlists: the most frequent words of the training text, as in the paper
