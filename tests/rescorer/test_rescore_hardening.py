@@ -133,7 +133,7 @@ def test_several_phrase_tables_need_table_name(tmp_path: Path, model_file: Path)
     text = new_ini.read_text()
     assert f"name=TranslationModel0 num-features=6 path={out}" in text
     assert "name=TranslationModel1 num-features=3 path=/nowhere/TranslationModel1.gz" in text
-    assert "TranslationModel0= 0.2 0.2 0.2 0.2 0.2 0.2" in text
+    assert "TranslationModel0= 0.2 0.2 0.2 0.2 0 0" in text  # new columns start at weight 0
 
 
 def test_compact_table_fails_before_training(tmp_path: Path) -> None:
