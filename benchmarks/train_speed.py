@@ -1,10 +1,17 @@
-"""Training throughput of the paper-size model: pairs/s and the fraction of measured matmul peak.
+"""Training throughput per model size: pairs/s, updates/s, GFLOP/s and the fraction of the matmul peak.
 
-Usage: python benchmarks/train_speed.py [--steps 10] [--device auto] [--hidden 1000 ...]
+Usage: python benchmarks/train_speed.py [--sizes paper,small] [--steps 10] [--device auto] [--threads N]
 
+Times ``rescorer.train.train_step``, the very function ``rescorer train`` runs, on minibatches
+drawn as training draws them (10 minibatches of 64 pairs sorted by target length and re-batched).
 Phrase lengths come from the real fixture table (../shared) when present, else from a synthetic
-distribution like a Moses table's (1–7 words). FLOPs per trained pair are taken as 3× the forward
-matmul FLOPs (forward + two backward matmuls), the usual convention.
+distribution like a Moses table's (1–7 words). Sizes: ``paper`` (d = 1000, embedding 100,
+maxout 500, rank 100, 15k shortlists) and ``small`` (SCALE=small's RNN of the Table 1
+pipeline). FLOPs per trained pair are 3× the forward matmul FLOPs of scoring the pair on its
+own (forward + two backward matmuls, the usual convention); the output layer's recomputed
+logits in backward are extra work not counted, so the fraction is conservative. The matmul
+peak is measured in the same run, before the sizes (and again at the end, to show drift).
+Then a profile of a few steps prints its top five entries by self CPU time.
 """
 
 from __future__ import annotations
@@ -21,9 +28,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
 
-from rescorer.config import ModelConfig  # noqa: E402
-from rescorer.device import autocast, autocast_dtype, select_device  # noqa: E402
+from mert.experiment_settings import SMALL  # noqa: E402
+from rescorer.config import ModelConfig, TrainConfig  # noqa: E402
+from rescorer.device import autocast_dtype, select_device  # noqa: E402
 from rescorer.model import RNNEncoderDecoder, count_flops_per_pair  # noqa: E402
+from rescorer.train import make_optimizer, train_step  # noqa: E402
+
+SIZES = {
+    "paper": {"hidden": 1000, "embedding": 100, "maxout_units": 500, "output_rank": 100},
+    "small": {"hidden": SMALL.rnn.hidden, "embedding": SMALL.rnn.embedding,
+              "maxout_units": SMALL.rnn.maxout_units, "output_rank": SMALL.rnn.output_rank},
+}
 
 
 def phrase_lengths(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -42,59 +57,99 @@ def phrase_lengths(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     return rng.integers(1, 8, n), rng.integers(1, 9, n)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--hidden", type=int, default=1000)
-    parser.add_argument("--vocab", type=int, default=15001)
-    args = parser.parse_args()
-    device = select_device(args.device)
-    amp = autocast_dtype(device)
+def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.random.Generator,
+                     device: torch.device) -> list:
+    """Minibatches as ``rescorer.train.group_batches`` makes them, with their FLOPs and padding."""
+    batches, group = [], cfg.batch_size * cfg.length_group
+    while len(batches) < steps:
+        s_len, t_len = phrase_lengths(group, rng)
+        s_len, t_len = s_len + 1, t_len + 1  # </s>
+        order = np.argsort(t_len, kind="stable")
+        for lo in range(0, group, cfg.batch_size):
+            rows = order[lo : lo + cfg.batch_size]
+            sl, tl = s_len[rows], t_len[rows]
+            src = torch.from_numpy(rng.integers(2, config.src_vocab_size, (len(rows), sl.max())))
+            tgt = torch.from_numpy(rng.integers(2, config.tgt_vocab_size, (len(rows), tl.max())))
+            flops = sum(3 * count_flops_per_pair(config, int(a), int(b)) for a, b in zip(sl, tl, strict=True))
+            padded = len(rows) * int(tl.max()) - int(tl.sum())
+            # Lengths stay on the host, as rescorer.train passes them (no GPU sync per step).
+            batches.append(((src.to(device), torch.from_numpy(sl), tgt.to(device), torch.from_numpy(tl)),
+                            flops, padded, int(tl.sum())))
+    rng.shuffle(batches)
+    return batches[:steps]
+
+
+def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: float) -> float:
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
-    config = ModelConfig(src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, hidden=args.hidden)
+    config = ModelConfig(src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, **SIZES[name])
+    cfg = TrainConfig()
     model = RNNEncoderDecoder(config).to(device)
-    opt = torch.optim.Adadelta(model.parameters(), lr=1.0, rho=0.95, eps=1e-6)
-    peak = matmul_peak_flops(device)
-
-    batches = []
-    for _ in range(args.steps + 2):
-        s_len, t_len = phrase_lengths(args.batch_size, rng)
-        s_len, t_len = s_len + 1, t_len + 1  # </s>
-        src = torch.from_numpy(rng.integers(2, args.vocab, (args.batch_size, s_len.max())))
-        tgt = torch.from_numpy(rng.integers(2, args.vocab, (args.batch_size, t_len.max())))
-        flops = sum(3 * count_flops_per_pair(config, int(a), int(b)) for a, b in zip(s_len, t_len, strict=True))
-        batches.append((src.to(device), torch.from_numpy(s_len).to(device), tgt.to(device),
-                        torch.from_numpy(t_len).to(device), flops))
+    amp = autocast_dtype(device)
+    optimizer = make_optimizer(model, cfg)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
+    warmup, batches = 2, training_batches(args.steps + 2 + args.profile_steps, config, cfg, rng, device)
 
     def step(batch) -> None:
-        src, sl, tgt, tl, _ = batch
-        with autocast(device, amp):
-            loss = -model(src, sl, tgt, tl).float().mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        train_step(model, optimizer, scaler, batch[0], cfg.clip_norm, amp)
 
-    for b in batches[:2]:
+    for b in batches[:warmup]:
+        step(b)
+    timed = batches[warmup : warmup + args.steps]
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0, c0 = time.perf_counter(), time.process_time()
+    for b in timed:
         step(b)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for b in batches[2:]:
-        step(b)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - t0
-    pairs = args.steps * args.batch_size
-    flops = sum(b[4] for b in batches[2:])
-    print(f"device: {device} ({torch.get_num_threads()} threads), model d={args.hidden}, vocab {args.vocab}")
-    print(f"fp32 matmul peak (measured): {peak / 1e9:.1f} GFLOP/s")
-    print(f"training: {pairs / elapsed:.1f} pairs/s, {args.steps / elapsed:.2f} updates/s "
-          f"(batch {args.batch_size})")
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    pairs = sum(b[0][0].shape[0] for b in timed)
+    flops = sum(b[1] for b in timed)
+    padded, real = sum(b[2] for b in timed), sum(b[3] for b in timed)
+    print(f"\n== {name}: d={config.hidden}, embedding {config.embedding}, maxout {config.maxout_units}, "
+          f"rank {config.output_rank}, vocab {args.vocab}, batch {cfg.batch_size}")
+    print(f"training: {pairs / elapsed:.1f} pairs/s, {len(timed) / elapsed:.2f} updates/s "
+          f"(CPU time {cpu / elapsed:.2f}× wall)")
     print(f"achieved: {flops / elapsed / 1e9:.1f} GFLOP/s = {100 * flops / elapsed / peak:.1f}% of matmul peak")
+    print(f"padded decoder steps: {100 * padded / (padded + real):.1f}% of decoder steps")
+
+    profiled = batches[warmup + args.steps :]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for b in profiled:
+            step(b)
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    print(f"profile of {len(profiled)} steps, top five by self CPU time:")
+    for e in events[:5]:
+        print(f"  {e.key:40s} {100 * e.self_cpu_time_total / total:5.1f}%  "
+              f"{e.self_cpu_time_total / 1e3 / len(profiled):8.1f} ms/step  ({e.count // len(profiled)} calls/step)")
+    return flops / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="paper,small", help="comma-separated: paper, small")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--profile-steps", type=int, default=3)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--vocab", type=int, default=15001)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = select_device(args.device)
+    peak = matmul_peak_flops(device)
+    print(f"device: {device} ({torch.get_num_threads()} threads)")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if device.type == "cpu" and load > torch.get_num_threads():
+        print(f"note: load average {load:.1f} > {torch.get_num_threads()} threads: the machine is shared, "
+              "so absolute figures are low (the fraction of a peak measured in the same run holds better)")
+    for name in args.sizes.split(","):
+        run_size(name.strip(), args, device, peak)
+    peak_after = matmul_peak_flops(device)
+    print(f"\nfp32 matmul peak (measured before/after): {peak / 1e9:.1f} / {peak_after / 1e9:.1f} GFLOP/s; "
+          "fractions above use the first")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rescorer.config import ModelConfig
+from rescorer.gru import decoder_recurrence, encoder_recurrence
+from rescorer.output_layer import target_log_probs
 from rescorer.prefix_tree import PrefixTree
 from rescorer.vocab import EOS_ID
 
@@ -194,15 +196,23 @@ class RNNEncoderDecoder(nn.Module):
         """
         steps = _check_batch(src, src_len, "src")
         batch, d = src.shape[0], self.config.hidden
-        src_len = src_len.to(src.device)
+        # Sorted where the lengths live: lengths kept on the host (as training passes them) make
+        # the row counts below free, where device lengths would cost a host sync.
         lengths, order = torch.sort(src_len, descending=True, stable=True)
-        running = (lengths.unsqueeze(0) > torch.arange(steps, device=src.device).unsqueeze(1)).sum(1).tolist()
+        running = (lengths.unsqueeze(0) > torch.arange(steps, device=lengths.device).unsqueeze(1)).sum(1).tolist()
+        lengths, order = lengths.to(src.device, non_blocking=True), order.to(src.device, non_blocking=True)
         mask = _lengths_mask(lengths, steps)  # [B, T], in the longest-first order
         ids = src[order, :steps].masked_fill(~mask, EOS_ID)
         state_dtype = self.enc_rec_cand.weight.dtype
         # One matmul for W_r e, W_z e, W e (+ biases) of every step, time-major from the (small) ids
         # so the [T, B, 3d] projections need no transposing copy.
         inputs = self.enc_input(self.src_embed(ids.t())).to(state_dtype)  # [T, B, 3d]
+        if not keep_states and torch.is_grad_enabled() and self.enc_rec_cand.weight.requires_grad:
+            # Training: the same steps with a backward through time written by hand (rescorer.gru).
+            h = encoder_recurrence(inputs, self.enc_rec_gates.weight, self.enc_rec_cand.weight, running, state_dtype)
+            restore = torch.empty_like(order)
+            restore[order] = torch.arange(batch, device=order.device)
+            return h[restore], None
         h = torch.zeros(batch, d, dtype=state_dtype, device=src.device)
         states: list[Tensor] = []
         for t, n in enumerate(running):
@@ -299,24 +309,37 @@ class RNNEncoderDecoder(nn.Module):
         gate_inputs = gate_inputs.to(h.dtype)
         cand_inputs = cand_inputs.to(h.dtype)
         cand_context = cand_context.to(h.dtype)
+        if steps and torch.is_grad_enabled() and self.dec_rec.weight.requires_grad:
+            # Training: the same steps with a backward through time written by hand (rescorer.gru).
+            states_t = decoder_recurrence(h, gate_inputs, cand_inputs, cand_context, self.dec_rec.weight)
+            return states_t.transpose(0, 1), prev, mask
+        weights = self._decoder_weights()
         for t in range(steps):
-            h = self._decoder_step(h, gate_inputs[t], cand_inputs[t], cand_context)
+            h = self._decoder_step(h, gate_inputs[t], cand_inputs[t], cand_context, weights=weights)
             states.append(h)
         all_states = torch.stack(states, dim=1) if states else c.new_zeros(batch, 0, d)
         return all_states, prev, mask
 
+    def _decoder_weights(self) -> tuple[Tensor, Tensor]:
+        """[U'_r; U'_z]ᵀ and U'ᵀ, the decoder step's two recurrent matrices as views."""
+        d = self.config.hidden
+        return self.dec_rec.weight[: 2 * d].t(), self.dec_rec.weight[2 * d :].t()
+
     def _decoder_step(
-        self, h: Tensor, gate_inputs: Tensor, cand_inputs: Tensor, cand_context: Tensor, out: Tensor | None = None
+        self, h: Tensor, gate_inputs: Tensor, cand_inputs: Tensor, cand_context: Tensor, out: Tensor | None = None,
+        weights: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """One decoder GRU step: the class doc's equations, additions folded into addmm (see the encoder).
 
         ``gate_inputs`` = [W'_r; W'_z] e + [C_r; C_z] c + b ([n, 2d]); ``cand_inputs`` = W' e + b
         ([n, d]); ``cand_context`` = C c + its bias ([n, d]), which the reset r' multiplies.
+        ``weights``: :meth:`_decoder_weights`, taken once by a caller that loops over steps.
         """
         d = self.config.hidden
-        gates = torch.sigmoid(torch.addmm(gate_inputs, h, self.dec_rec.weight[: 2 * d].t())).to(h.dtype)
+        gate_weight, cand_weight = weights if weights is not None else self._decoder_weights()
+        gates = torch.sigmoid(torch.addmm(gate_inputs, h, gate_weight)).to(h.dtype)
         r, z = gates[:, :d], gates[:, d:]
-        recurrent = torch.addmm(cand_context, h, self.dec_rec.weight[2 * d :].t()).to(h.dtype)
+        recurrent = torch.addmm(cand_context, h, cand_weight).to(h.dtype)
         candidate = torch.tanh(torch.addcmul(cand_inputs, r, recurrent))
         return torch.lerp(candidate, h, z, out=out)
 
@@ -405,6 +428,12 @@ class RNNEncoderDecoder(nn.Module):
             return out
         s = self._maxout(c, states, prev)[mask]  # [P, m], P = number of real positions
         targets = tgt[:, : mask.shape[1]][mask]
+        if torch.is_grad_enabled() and self.out_vocab.weight.requires_grad:
+            # Training: the same values through a backward that recomputes the logits per block
+            # instead of storing them (rescorer.output_layer).
+            picked = target_log_probs(self.out_rank(s), self.out_vocab.weight, self.out_vocab.bias, targets)
+            out[:, : mask.shape[1]][mask] = picked.to(score_dtype)
+            return out
         rows = CPU_OUTPUT_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
         output_matrix = self._output_matrix()
         scores = [

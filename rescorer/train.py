@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from rescorer.adadelta import ChunkedAdadelta
 from rescorer.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.config import ModelConfig, TrainConfig
 from rescorer.data import PairData
@@ -93,6 +94,37 @@ def group_batches(data: PairData, cfg: TrainConfig, epoch: int, group_start: int
     return [batches[i] for i in order]
 
 
+def make_optimizer(model: RNNEncoderDecoder, cfg: TrainConfig) -> ChunkedAdadelta:
+    """Adadelta (SPEC §1: lr 1, ρ, ε from the config) over all parameters."""
+    return ChunkedAdadelta(model.parameters(), lr=1.0, rho=cfg.rho, eps=cfg.eps)
+
+
+def train_step(
+    model: RNNEncoderDecoder,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    clip_norm: float | None,
+    amp_dtype: torch.dtype | None,
+) -> torch.Tensor:
+    """One update on one minibatch: −mean log p(Y|X), backward, gradient clipping, Adadelta.
+
+    Returns the loss as a tensor (reading it is a host sync, which the caller does rarely).
+    The benchmark (benchmarks/train_speed.py) times exactly this function.
+    """
+    src, src_len, tgt, tgt_len = batch
+    with autocast(src.device, amp_dtype):
+        loss = -model(src, src_len, tgt, tgt_len).float().mean()
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    if clip_norm is not None:  # None: no clipping, as TrainConfig documents
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
 def last_checkpoint_path(model_out: str | Path) -> Path:
     """Where the latest training state lives, beside the best model ``model_out``."""
     return Path(str(model_out) + ".last")
@@ -121,7 +153,7 @@ def train(
     amp_dtype = autocast_dtype(dev, precision)
     torch.manual_seed(cfg.seed)
     model = RNNEncoderDecoder(model_config).to(dev)
-    optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0, rho=cfg.rho, eps=cfg.eps)
+    optimizer = make_optimizer(model, cfg)
     scaler = torch.amp.GradScaler(dev.type, enabled=amp_dtype == torch.float16)
     state: dict = {
         "step": 0, "epoch": 0, "group_start": 0, "batch_in_group": 0, "elapsed": 0.0,
@@ -187,16 +219,8 @@ def train(
                 state["epoch"], state["group_start"], state["batch_in_group"] = state["epoch"] + 1, 0, 0
                 continue
             rows = batches[state["batch_in_group"]]
-            src, src_len, tgt, tgt_len = data.batch(rows, dev)
-            with autocast(dev, amp_dtype):
-                loss = -model(src, src_len, tgt, tgt_len).float().mean()
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if cfg.clip_norm is not None:  # None: no clipping, as TrainConfig documents
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
-            scaler.step(optimizer)
-            scaler.update()
+            loss = train_step(model, optimizer, scaler, data.batch(rows, dev, host_lengths=True), cfg.clip_norm,
+                              amp_dtype)
             state["step"] += 1
             state["batch_in_group"] += 1
             if state["batch_in_group"] >= len(batches):
