@@ -79,7 +79,7 @@ def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.
     return batches[:steps]
 
 
-def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: float) -> float:
+def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: float, cpu_peak: float) -> float:
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     config = ModelConfig(src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, **SIZES[name])
@@ -112,6 +112,9 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: fl
     print(f"training: {pairs / elapsed:.1f} pairs/s, {len(timed) / elapsed:.2f} updates/s "
           f"(CPU time {cpu / elapsed:.2f}× wall)")
     print(f"achieved: {flops / elapsed / 1e9:.1f} GFLOP/s = {100 * flops / elapsed / peak:.1f}% of matmul peak")
+    if device.type == "cpu":
+        print(f"per CPU-second: {flops / cpu / 1e9:.1f} GFLOP = {100 * flops / cpu / cpu_peak:.1f}% of the matmul "
+              "peak per CPU-second (the steadier figure on a shared machine)")
     print(f"padded decoder steps: {100 * padded / (padded + real):.1f}% of decoder steps")
 
     profiled = batches[warmup + args.steps :]
@@ -140,16 +143,17 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = select_device(args.device)
     peak = matmul_peak_flops(device)
+    cpu_peak = matmul_peak_flops(device, clock=time.process_time) if device.type == "cpu" else peak
     print(f"device: {device} ({torch.get_num_threads()} threads)")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if device.type == "cpu" and load > torch.get_num_threads():
         print(f"note: load average {load:.1f} > {torch.get_num_threads()} threads: the machine is shared, "
               "so absolute figures are low (the fraction of a peak measured in the same run holds better)")
     for name in args.sizes.split(","):
-        run_size(name.strip(), args, device, peak)
+        run_size(name.strip(), args, device, peak, cpu_peak)
     peak_after = matmul_peak_flops(device)
     print(f"\nfp32 matmul peak (measured before/after): {peak / 1e9:.1f} / {peak_after / 1e9:.1f} GFLOP/s; "
-          "fractions above use the first")
+          f"fractions above use the first; per CPU-second: {cpu_peak / 1e9:.1f} GFLOP")
 
 
 if __name__ == "__main__":

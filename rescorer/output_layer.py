@@ -1,21 +1,24 @@
 """The training path of the softmax output layer: log p(y | s) = (G s)_y + b_y − log Σ_w exp((G s)_w + b_w).
 
-Autograd on the plain form stores the [positions, V] logits (15,001 columns at the paper's
-shortlist), and on CPU, where the vocabulary runs in cache-sized blocks, every block's slice of
-G_l gets a full-size zero-filled gradient in backward: at paper sizes those fills and the adds
-that merge them took a fifth of a training step. This function computes exactly the same values
-and gradients, blockwise and in two passes with nothing [positions, V] kept between them:
+Autograd on the plain form, where the CPU vocabulary runs in cache-sized blocks, gave every
+block's slice of G_l its own full-size zero-filled gradient in backward and stored each block's
+logits and log-sum-exp for the generic logsumexp backward: at paper sizes those fills and the
+adds that merged them took a fifth of a training step. This function computes the same values
+and gradients (checked against autograd in float64) with one pass over the vocabulary each way:
 
-* forward: per vocabulary block, the logits by one matmul, folded into a running log-sum-exp;
-* backward: per block, the logits again by one matmul (recomputed rather than stored), then
-  p = softmax · g in place and two matmuls for the gradients of G_r s and of the block of G_l,
-  written straight into the one gradient buffer; the −g at each target word (the picked logit's
-  part) is a gather and two index_adds.
+* forward, per vocabulary block: the logits by one matmul, then exp(logits − the block's row
+  maximum) in place, kept for backward with the block maxima; log Σ combines the blocks exactly;
+* backward, per block: −g · softmax is the kept block times exp(max − log Σ) · (−g) per row,
+  then two matmuls for the gradients of G_r s and of the block of G_l, written straight into
+  the one gradient buffer; the picked logit's part (+g at each target word) is a gather and two
+  index_adds.
 
-The recomputation costs one more [P, r] × [r, V] matmul per step (4 instead of 3 for this layer)
-and saves every pass over stored logits. On a GPU one block spans the whole vocabulary.
-Under autocast the matmuls run in the autocast dtype, as the plain form's would, while the
-log-sum-exp, the softmax and the results stay in float32.
+Keeping exp(logits − max) ([positions, V], 18 MB for a 64-pair paper minibatch) instead of
+recomputing it in backward saves a matmul and an exp pass per block: measured on this machine
+(1 thread, ``benchmarks/train_speed.py``) 11% faster training at SCALE=small's sizes and 1–2%
+at the paper's. On a GPU one block spans the whole vocabulary. Under autocast the matmuls run
+in the autocast dtype, as the plain form's would, while the exp, the log-sum-exp and the
+gradients stay in float32.
 """
 
 from __future__ import annotations
@@ -23,9 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-# Vocabulary columns per block on CPU: a [P, block] buffer of logits for a 64-pair minibatch
-# (a few hundred target positions) stays in L2 through the matmul, the exp and the two gradient
-# matmuls that read it.
+# Vocabulary columns per block on CPU: a [P, block] block of logits for a 64-pair minibatch
+# (a few hundred target positions) stays in L2 between its matmul, its maximum and its exp.
 CPU_TRAIN_BLOCK_VOCAB = 1024
 
 
@@ -45,48 +47,62 @@ class _TargetLogProbs(torch.autograd.Function):
         mm_dtype = _matmul_dtype(low.device, weight.dtype)
         with torch.autocast(low.device.type, enabled=False):
             low_mm, weight_mm = low.to(mm_dtype), weight.to(mm_dtype)
-            vocab = weight.shape[0]
-            running_max = torch.full((low.shape[0],), -torch.inf, dtype=score_dtype, device=low.device)
-            running_sum = torch.zeros(low.shape[0], dtype=score_dtype, device=low.device)
-            for j in range(0, vocab, block):
-                logits = torch.mm(low_mm, weight_mm[j : j + block].t()).to(score_dtype).add_(bias[j : j + block])
-                block_max = logits.amax(dim=1)
-                new_max = torch.maximum(running_max, block_max)
-                running_sum.mul_(torch.exp(running_max - new_max))
-                running_sum += logits.sub_(new_max.unsqueeze(1)).exp_().sum(dim=1)
-                running_max = new_max
-            log_norm = running_sum.log_().add_(running_max)
+            rows, vocab = low.shape[0], weight.shape[0]
+            blocks = range(0, vocab, block)
+            # exp(logits − the block's row maximum) of every block, each block contiguous ([rows,
+            # width] at offset rows · j), kept for backward; with the maxima and the row sums.
+            kept = low.new_empty(rows * vocab, dtype=score_dtype)
+            block_max = low.new_empty(len(blocks), rows, dtype=score_dtype)
+            sums = torch.empty_like(block_max)
+            for k, j in enumerate(blocks):
+                w = weight_mm[j : j + block]
+                logits = kept[rows * j : rows * (j + w.shape[0])].view(rows, w.shape[0])
+                if mm_dtype == score_dtype:
+                    torch.addmm(bias[j : j + block], low_mm, w.t(), out=logits)
+                else:
+                    logits.copy_(torch.mm(low_mm, w.t())).add_(bias[j : j + block])
+                torch.amax(logits, dim=1, out=block_max[k])
+                torch.sum(logits.sub_(block_max[k].unsqueeze(1)).exp_(), dim=1, out=sums[k])
+            overall = block_max.amax(dim=0)
+            log_norm = (sums * torch.exp(block_max - overall)).sum(dim=0).log_().add_(overall)
             picked = (low_mm.to(score_dtype) * weight_mm[targets].to(score_dtype)).sum(-1)
             picked += bias[targets].to(score_dtype)
-        ctx.save_for_backward(low, weight, bias, targets, log_norm)
+        ctx.save_for_backward(low, weight, targets, kept, torch.exp(block_max - log_norm))
         ctx.block, ctx.mm_dtype = block, mm_dtype
         return picked - log_norm
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
-        low, weight, bias, targets, log_norm = ctx.saved_tensors
+        low, weight, targets, kept, scale = ctx.saved_tensors
         block, mm_dtype = ctx.block, ctx.mm_dtype
-        score_dtype = log_norm.dtype
+        score_dtype, rows = kept.dtype, low.shape[0]
         with torch.autocast(low.device.type, enabled=False):
             grad = grad.to(score_dtype)
             low_mm, weight_mm = low.to(mm_dtype), weight.to(mm_dtype)
             grad_low = torch.zeros(low.shape, dtype=score_dtype, device=low.device)
             grad_weight = torch.empty(weight.shape, dtype=score_dtype, device=low.device)
-            grad_bias = torch.empty(bias.shape, dtype=score_dtype, device=low.device)
-            for j in range(0, weight.shape[0], block):
+            grad_bias = torch.empty(weight.shape[0], dtype=score_dtype, device=low.device)
+            buffer = kept.new_empty(rows * min(block, weight.shape[0]))
+            for k, j in enumerate(range(0, weight.shape[0], block)):
                 w = weight_mm[j : j + block]
-                # ∂(−g·log Σ exp(logits))/∂logits = −g·softmax, recomputed from the logits.
-                neg_p = torch.mm(low_mm, w.t()).to(score_dtype).add_(bias[j : j + block])
-                neg_p.sub_(log_norm.unsqueeze(1)).exp_().mul_(-grad.unsqueeze(1))
-                neg_p_mm = neg_p.to(mm_dtype)
-                grad_low += torch.mm(neg_p_mm, w)
-                grad_weight[j : j + block] = torch.mm(neg_p_mm.t(), low_mm)
+                width = w.shape[0]
+                # −g · softmax = −g · exp(logits − m_k) · exp(m_k − log Σ), from what forward kept
+                # (not in place: a second backward through a retained graph must find it intact).
+                neg_p = torch.mul(kept[rows * j : rows * (j + width)].view(rows, width),
+                                  (scale[k] * -grad).unsqueeze(1), out=buffer[: rows * width].view(rows, width))
+                if mm_dtype == score_dtype:
+                    grad_low.addmm_(neg_p, w)
+                    torch.mm(neg_p.t(), low_mm, out=grad_weight[j : j + width])
+                else:
+                    neg_p_mm = neg_p.to(mm_dtype)
+                    grad_low += torch.mm(neg_p_mm, w)
+                    grad_weight[j : j + width] = torch.mm(neg_p_mm.t(), low_mm)
                 torch.sum(neg_p, dim=0, out=grad_bias[j : j + block])
             # The picked logit's part: +g at each row's target word.
             grad_low += grad.unsqueeze(1) * weight[targets].to(score_dtype)
             grad_weight.index_add_(0, targets, grad.unsqueeze(1) * low.to(score_dtype))
             grad_bias.index_add_(0, targets, grad)
-        return grad_low.to(low.dtype), grad_weight.to(weight.dtype), grad_bias.to(bias.dtype), None, None
+        return grad_low.to(low.dtype), grad_weight.to(weight.dtype), grad_bias.to(weight.dtype), None, None
 
 
 def target_log_probs(low: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, block: int | None = None) -> Tensor:

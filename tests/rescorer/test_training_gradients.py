@@ -112,6 +112,19 @@ def test_output_layer_gradients_with_any_vocabulary_block(block: int) -> None:
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
+def test_output_layer_backward_twice_through_a_retained_graph() -> None:
+    """Backward reads what forward kept without changing it, so a second backward agrees."""
+    g = torch.Generator().manual_seed(7)
+    low = torch.randn(6, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    weight = torch.randn(20, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    bias = torch.zeros(20, dtype=torch.float64, requires_grad=True)
+    out = target_log_probs(low, weight, bias, torch.arange(6), block=8).sum()
+    first = torch.autograd.grad(out, (low, weight), retain_graph=True)
+    second = torch.autograd.grad(out, (low, weight))
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_output_layer_survives_logits_far_from_zero() -> None:
     """The running log-sum-exp must not overflow where one logit is ~1000 (exp would be inf)."""
     low = torch.tensor([[1000.0], [-1000.0]], dtype=torch.float64, requires_grad=True)
