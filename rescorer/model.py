@@ -32,6 +32,10 @@ recurrent products (encoder: [U_r; U_z] in one matmul plus U on r ⊙ h; decoder
 in one matmul since all act on h'); the deep output, maxout and softmax run for all steps at once
 after the loop, and the (large) vocabulary projection only for real, non-padding positions.
 
+Training (gradients enabled) runs the same equations through :mod:`rescorer.gru` and
+:mod:`rescorer.output_layer`, whose backward is written by hand (the tests compare it with
+autograd on the plain equations in float64).
+
 Scoring a phrase table uses :meth:`RNNEncoderDecoder.encode_prefix_tree` and
 :meth:`RNNEncoderDecoder.score_prefix_tree` instead: the same equations over prefix trees
 (:mod:`rescorer.prefix_tree`), so that a prefix shared by several phrases is computed once. The

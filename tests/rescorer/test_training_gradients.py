@@ -155,3 +155,19 @@ def test_decoder_recurrence_under_autocast_keeps_states_and_gradients_in_float32
     for a, b in zip(mixed_grads, exact_grads, strict=True):
         assert a.dtype == torch.float32
         torch.testing.assert_close(a, b, atol=0.15, rtol=0.1)
+
+
+def test_mixed_precision_training_gradients_are_close_to_float32() -> None:
+    """The CUDA bf16 path of the whole model (encoder, decoder, output layer), run with CPU autocast."""
+    model = _model(seed=6).float()
+    srcs, tgts = _pairs()
+    batch = (*_padded(srcs), *_padded(tgts))
+    exact = torch.autograd.grad(model(*batch).sum(), list(model.parameters()))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed_scores = model(*batch)
+    assert mixed_scores.dtype == torch.float32
+    mixed = torch.autograd.grad(mixed_scores.sum(), list(model.parameters()))
+    for (name, _), a, b in zip(model.named_parameters(), mixed, exact, strict=True):
+        assert a.dtype == torch.float32, name
+        scale = float(b.abs().max())
+        torch.testing.assert_close(a, b, atol=0.05 * scale, rtol=0.05, msg=lambda m, n=name: f"{n}: {m}")
