@@ -480,6 +480,30 @@ def step_timings(exp: Experiment) -> dict[str, float]:
     return {**timings, **{k: round(v, 1) for k, v in totals.items()}}
 
 
+def training_notes(exp: Experiment) -> list[str]:
+    """What the RNN and CSLM trainings reached, from the last lines their logs hold (the report
+    states it beside the BLEU scores: a weak model explains a small gain)."""
+    wanted = {
+        "rnn": ("RNN training", ("trained ", "step ")),
+        "cslm": ("CSLM training", ("stopped by ", "epoch ")),
+    }
+    notes = []
+    for name, (label, prefixes) in wanted.items():
+        log = exp.path("logs", f"{name}.log")
+        if not log.exists():
+            continue
+        last: dict[str, str] = {}
+        with open(log, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                for prefix in prefixes:
+                    if line.startswith(prefix):
+                        last[prefix] = line.strip()
+        found = [last[p] for p in prefixes if p in last]
+        if found:
+            notes.append(f"{label}: " + "; last validation: ".join(found) + ".")
+    return notes
+
+
 def step_report(
     exp: Experiment, configs: list[Configuration], runs: int, out_dir: Path, command: str = ""
 ) -> list[Path]:
@@ -511,6 +535,7 @@ def step_report(
         f"The CSLM rescores {exp.settings.nbest_size}-best lists as an extra MERT feature; the paper scored "
         "partial hypotheses in the decoder.",
         "Columns outside a configuration are fixed at weight 0 during MERT (same 6-column table for every row).",
+        *training_notes(exp),
     ]
     doc = build_table(scored, settings={"scale": exp.settings.to_json(), "runs": runs}, signature=signature,
                       runs_requested=runs, timings=timings, notes=notes)

@@ -213,6 +213,21 @@ def test_report_from_finished_runs(tmp_path):
     assert (tmp_path / "results" / "timings.tsv").exists() and len(paths) == 3
 
 
+def test_report_states_what_the_trainings_reached(tmp_path):
+    exp = _experiment(tmp_path)
+    exp.log_file("rnn").write_text(
+        "$ rescorer train ...\nstep 0: valid log-likelihood -49.9, perplexity 15501.32, source gain 0.021 nats/pair\n"
+        "step 500: valid log-likelihood -28.2, perplexity 233.18, source gain 1.441 nats/pair\n"
+        "trained 500 steps in 60 s (stopped by max_time); best validation perplexity 233.18 at step 500; model: m.pt\n"
+    )
+    notes = ex.training_notes(exp)
+    assert notes == [
+        "RNN training: trained 500 steps in 60 s (stopped by max_time); best validation perplexity 233.18 at step "
+        "500; model: m.pt; last validation: step 500: valid log-likelihood -28.2, perplexity 233.18, source gain "
+        "1.441 nats/pair."
+    ]
+
+
 def test_report_needs_an_evaluated_run(tmp_path):
     exp = _experiment(tmp_path)
     with pytest.raises(ex.ExperimentError, match="no evaluated run"):
