@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -373,7 +374,7 @@ def step_cslm(exp: Experiment) -> None:
         [exp.console("rescorer"), "cslm", "train", exp.prepared("lm", exp.tgt), exp.cslm_model,
          "--valid", exp.prepared("lm-valid", exp.tgt), "--max-time", str(c.max_time), "--embedding", str(c.embedding),
          "--hidden", ",".join(map(str, c.hidden)), "--shortlist", str(c.shortlist), "--device", exp.device,
-         "--threads", str(exp.jobs), "--resume"], exp.log_file("cslm")))
+         "--threads", str(exp.jobs), "--resume", "--quiet"], exp.log_file("cslm")))
 
 
 # --------------------------------------------------------------------------------------------
@@ -484,21 +485,21 @@ def training_notes(exp: Experiment) -> list[str]:
     """What the RNN and CSLM trainings reached, from the last lines their logs hold (the report
     states it beside the BLEU scores: a weak model explains a small gain)."""
     wanted = {
-        "rnn": ("RNN training", ("trained ", "step ")),
-        "cslm": ("CSLM training", ("stopped by ", "epoch ")),
+        "rnn": ("RNN training", (r"trained \d+ steps ", r"step \d+: valid ")),
+        "cslm": ("CSLM training", (r"stopped by ", r"epoch \d+: valid perplexity ")),
     }
     notes = []
-    for name, (label, prefixes) in wanted.items():
+    for name, (label, patterns) in wanted.items():
         log = exp.path("logs", f"{name}.log")
         if not log.exists():
             continue
         last: dict[str, str] = {}
-        with open(log, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                for prefix in prefixes:
-                    if line.startswith(prefix):
-                        last[prefix] = line.strip()
-        found = [last[p] for p in prefixes if p in last]
+        # Progress bars (older runs logged them) end their updates with \r, not \n.
+        for line in re.split(r"[\r\n]+", log.read_text(encoding="utf-8", errors="replace")):
+            for pattern in patterns:
+                if re.match(pattern, line):
+                    last[pattern] = line.strip()
+        found = [last[p] for p in patterns if p in last]
         if found:
             notes.append(f"{label}: " + "; last validation: ".join(found) + ".")
     return notes

@@ -220,8 +220,13 @@ def test_report_states_what_the_trainings_reached(tmp_path):
         "step 500: valid log-likelihood -28.2, perplexity 233.18, source gain 1.441 nats/pair\n"
         "trained 500 steps in 60 s (stopped by max_time); best validation perplexity 233.18 at step 500; model: m.pt\n"
     )
+    exp.log_file("cslm").write_text(
+        "epoch 0: valid perplexity 15005.54\nepoch 1:   0%|  | 768/6.34M [00:01<2:24:02, 734 ngram/s]\repoch 1: "
+        " 50%| 3.1M/6.34M\repoch 1: valid perplexity 210.50 (partial epoch)\nepoch 2:   1%|  | 1k/6.34M\r"
+    )
     notes = ex.training_notes(exp)
-    assert notes == [
+    assert notes[1] == "CSLM training: epoch 1: valid perplexity 210.50 (partial epoch)."
+    assert notes[:1] == [
         "RNN training: trained 500 steps in 60 s (stopped by max_time); best validation perplexity 233.18 at step "
         "500; model: m.pt; last validation: step 500: valid log-likelihood -28.2, perplexity 233.18, source gain "
         "1.441 nats/pair."
