@@ -317,6 +317,11 @@ def rescore_with_scorer(
             score_parquet.merge_parts(parts_dir, Path(opts.scores_parquet))
     except BaseException as exc:
         stop.set()
+        if isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError):
+            # The chunks before a malformed line are complete: keep them all, as a serial run does.
+            with contextlib.suppress(Exception):
+                while in_flight:
+                    writer.write(*_result(in_flight.pop(0), summary))
         replacement = _stopped(exc, writer, files, to_stdout)
         if replacement is exc:
             raise
