@@ -13,6 +13,7 @@ with the model replaced by a constant scorer, once per ``-j`` given. It prints, 
   (thread CPU time, so other processes on a shared machine do not inflate it):
   read (gunzip + cutting into chunks, one thread), parse (validation, parsing, id mapping),
   trees (groups and prefix trees, as the scorer uses them), format (formatting + gzip -6);
+* how the format stage splits into formatting and gzip -6 (measured apart on the first chunks);
 * what the main process costs per line beyond reading (handing chunks to the workers, taking
   results back, writing), which does not scale with ``-j``;
 * the rate that C cores could sustain: the serial parts on their own cores, the parallel stages
@@ -44,9 +45,11 @@ if __name__ == "__main__":
     from score_speed import default_table
 
     from moses_integration.threads import available_cpus
+    from rescorer.output_chunks import format_chunk
     from rescorer.rescore import RescoreOptions, RescoreSummary, rescore_with_scorer
     from rescorer.scoring import CPU_TOKEN_BUDGET, ScoringOptions
     from rescorer.scoring_plan import ScoringPlan
+    from rescorer.table_chunks import iter_line_chunks
     from rescorer.vocab import Vocab
 
 PARALLEL_STAGES = ("parse", "trees", "format")
@@ -92,6 +95,20 @@ def run(table: Path, workers: int, chunk_lines: int, vocab: tuple[list[str], lis
         return (summary, time.perf_counter() - wall, time.process_time() - cpu, children_cpu() - child)
 
 
+def format_and_gzip_apart(table: Path, chunk_lines: int, chunks: int = 3) -> tuple[float, float]:
+    """Lines/s per core of formatting alone and of gzip -6 alone, on the table's first chunks."""
+    lines = fmt = gz = 0.0
+    with gzip.open(table) as fh:
+        for chunk in itertools.islice(iter_line_chunks(fh, str(table), chunk_lines), chunks):
+            log_p, n_unk = np.full(len(chunk), -2.0), np.zeros(len(chunk), dtype=np.int64)
+            started = time.thread_time()
+            text = format_chunk(chunk, log_p, n_unk, None)
+            formatted = time.thread_time()
+            gzip.compress(text, compresslevel=6, mtime=0)
+            fmt, gz, lines = fmt + formatted - started, gz + time.thread_time() - formatted, lines + len(chunk)
+    return lines / fmt, lines / gz
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--table", type=Path, default=default_table())
@@ -115,6 +132,8 @@ def main() -> None:
             load = os.getloadavg()[0]
             summary, wall, cpu, child = run(table, workers, args.chunk_lines, vocab)
             report(summary, workers, wall, cpu, child, load, args.cores)
+        fmt, gz = format_and_gzip_apart(table, args.chunk_lines)
+        print(f"format stage apart, per core: formatting {fmt / 1e3:,.0f}k lines/s, gzip -6 {gz / 1e3:,.0f}k lines/s")
 
 
 def report(summary: RescoreSummary, workers: int, wall: float, cpu: float, child: float, load: float,

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 import numpy as np
+import pyarrow as pa
 from tqdm import tqdm
 
 from moses_integration.phrase_table import PhraseTableError, display_name, input_position, open_input
@@ -263,7 +264,7 @@ def rescore_with_scorer(
                                     initializer=init_worker, initargs=(src_words, tgt_words))
         if opts.workers > 1 else None
     )
-    vocab = None if pool else _arrow_vocab(src_words, tgt_words)
+    vocab = _arrow_vocab(src_words, tgt_words)  # for chunks prepared in this process
     prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
     stop = threading.Event()
     num_scores = opts.num_scores if opts.num_scores is not None else done.get("num_scores")
@@ -285,9 +286,9 @@ def rescore_with_scorer(
             if item is None:
                 break
             pending: _Pending = item
-            prep = _settle(pending, known, vocab or _arrow_vocab(src_words, tgt_words), summary)
+            prep = _settle(pending, known, vocab, summary)
             log_p, n_unk = _score_prepared(prep, scorer, opts.wp_side, summary)
-            if not warned and prep is not None and len(prep.targets.ids):
+            if not warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
                 warned = True
                 _warn_low_overlap(prep)
             rejected = pending.rejected_lines(prep)
@@ -350,9 +351,7 @@ class _InOrder:
     prev_source: str | None
 
 
-def _arrow_vocab(src_words: list[str], tgt_words: list[str]):
-    import pyarrow as pa
-
+def _arrow_vocab(src_words: list[str], tgt_words: list[str]) -> tuple[pa.Array, pa.Array]:
     return pa.array(src_words, pa.string()), pa.array(tgt_words, pa.string())
 
 

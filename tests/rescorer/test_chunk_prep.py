@@ -121,3 +121,16 @@ def test_a_plan_made_in_a_worker_scores_exactly_as_the_scorer(real_lines, checkp
     assert len(plan.decoder_groups) > 1 and len(plan.encoder_groups) >= 1
     expected = scorer.score(plan.sources, plan.source_of_row, plan.targets)
     assert np.array_equal(scorer.score_plan(plan), expected)
+
+
+def test_a_first_chunk_of_only_malformed_lines_is_skipped_alike(real_lines, checkpoint, tmp_path, capfd):
+    lines = [b"no separators here"] * CHUNK + real_lines[: 2 * CHUNK]
+    table = tmp_path / "pt.txt"
+    table.write_bytes(b"\n".join(lines) + b"\n")
+    got = {}
+    for workers in (1, 3):
+        out = tmp_path / f"out-{workers}.gz"
+        summary = run(table, out, checkpoint, workers, skip_bad_lines=True)
+        got[workers] = (out.read_bytes(), summary.lines, summary.rejected, capfd.readouterr().err.count("(rejected)"))
+    assert got[3] == got[1]
+    assert got[1][1:] == (2 * CHUNK, CHUNK, CHUNK)
