@@ -161,7 +161,13 @@ class PairScorer:
         return self.score_plan(self.plan(sources, source_of_row, targets))
 
     def score_plan(self, plan: ScoringPlan) -> np.ndarray:
-        """Scores of a chunk whose groups and trees were built beforehand (e.g. in a worker process)."""
+        """Scores of a chunk whose groups and trees were built beforehand (e.g. in a worker process).
+
+        A plan made for a larger budget than this scorer now has (an out-of-memory error halved
+        it after the plan was sent) is made again here, rather than running out of memory again.
+        """
+        if plan.token_budget > self.token_budget and self.options.share_sources:
+            plan = self.plan(plan.sources, plan.source_of_row, plan.targets)
         sources, source_of_row, targets = plan.sources, plan.source_of_row, plan.targets
         if not len(source_of_row):
             return np.empty(0, dtype=np.float64)
