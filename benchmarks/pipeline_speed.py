@@ -146,6 +146,8 @@ def report(summary: RescoreSummary, workers: int, wall: float, cpu: float, child
     print(f"-j {workers}: {n} lines in {wall:.1f} s = {n / wall:,.0f} lines/s end to end; "
           f"CPU {cpu:.1f} s main process + {child:.1f} s workers{busy}")
     per_core = ", ".join(f"{name} {rate[name] / 1e3:,.0f}k" for name in ("read", *PARALLEL_STAGES) if name in rate)
+    if "read" in stage and "parse" in stage:  # the stage (a): gunzip + parse + id mapping
+        per_core += f" (read + parse: {n / (stage['read'] + stage['parse']) / 1e3:,.0f}k)"
     print(f"  per core, lines/s: {per_core}")
     if workers > 1:
         main_cost = cpu - stage.get("read", 0.0) - stage.get("score", 0.0)
