@@ -33,6 +33,7 @@ demo: install
 bench: install
 	$(BIN)/python benchmarks/train_speed.py
 	$(BIN)/python benchmarks/score_speed.py
+	$(BIN)/python benchmarks/pipeline_speed.py
 	$(BIN)/python benchmarks/mert_speed.py
 
 # The experiment on a real Moses system (needs MOSES_BIN_DIR): append the RNN scores to the

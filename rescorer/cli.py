@@ -310,7 +310,9 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
               help="initial weight of the unknown-word column (0: the untuned system is the original one)")
 @click.option("--wp-side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True,
               help="which side's words outside the shortlist the penalty counts")
-@click.option("-j", "--workers", type=int, default=None, help="compression processes [default: --threads]")
+@click.option("-j", "--workers", type=int, default=None,
+              help="worker processes that parse chunks, build their prefix trees, format and compress them "
+              "[default: --threads]")
 @click.option("--chunk-lines", type=int, default=100_000, show_default=True)
 @click.option("--token-budget", type=int,
               help="padded tokens per batch [default: 8192 on CPU, from free memory on GPU; halved on OOM]")

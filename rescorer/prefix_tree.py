@@ -22,12 +22,14 @@ prefixes (``</s>`` included). All sources then hang from one root, the empty pre
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from rescorer.table_chunks import TokenIds
-from rescorer.vocab import EOS_ID
+from rescorer.table_chunks import EOS_ID, TokenIds
+
+if TYPE_CHECKING:  # torch is imported only where tensors are made, so worker processes build trees without it
+    import torch
 
 
 @dataclass
@@ -57,6 +59,8 @@ class PrefixTree:
 
     def to(self, device: torch.device, non_blocking: bool = False) -> PrefixTree:
         """The same tree with its index tensors on ``device``."""
+        import torch
+
         moved = {
             f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
             for f in fields(self)
@@ -76,8 +80,43 @@ def build_prefix_tree(source_of_row: np.ndarray, targets: TokenIds, rows: np.nda
     """The prefix tree of ``targets[rows]``, where row ``rows[i]`` belongs to source ``source_of_row[i]``.
 
     ``source_of_row`` holds dense source indices 0..S−1 (every one used), in the order of the c
-    that will be scored with the tree. Runs in a few vectorised NumPy calls per level.
+    that will be scored with the tree.
     """
+    return build_tree_arrays(source_of_row, targets, rows).tensors()
+
+
+@dataclass
+class TreeArrays:
+    """A :class:`PrefixTree` as NumPy arrays (int32 where it fits): built and shipped by workers.
+
+    Torch-free, so the processes that parse chunks build the trees too and the scoring thread
+    only turns them into tensors (:meth:`tensors`).
+    """
+
+    level_sizes: list[int]
+    parent: np.ndarray
+    token: np.ndarray
+    source: np.ndarray
+    position_node: np.ndarray
+    position_next: np.ndarray
+    position_row: np.ndarray
+    final_node: np.ndarray
+    rows: int
+
+    def tensors(self) -> PrefixTree:
+        import torch
+
+        def tensor(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(a.astype(np.int64, copy=False))
+
+        return PrefixTree(
+            level_sizes=self.level_sizes, rows=self.rows,
+            **{f.name: tensor(getattr(self, f.name)) for f in fields(self) if f.name not in ("level_sizes", "rows")},
+        )
+
+
+def build_tree_arrays(source_of_row: np.ndarray, targets: TokenIds, rows: np.ndarray) -> TreeArrays:
+    """:func:`build_prefix_tree` without torch: a few vectorised NumPy calls per level."""
     starts = targets.offsets[rows]
     lengths = targets.offsets[rows + 1] - starts
     n_sources = int(source_of_row.max()) + 1 if len(rows) else 0
@@ -118,10 +157,12 @@ def build_prefix_tree(source_of_row: np.ndarray, targets: TokenIds, rows: np.nda
         active = going
         level += 1
 
-    def cat(parts: list[np.ndarray]) -> torch.Tensor:
-        return torch.from_numpy(np.concatenate(parts).astype(np.int64, copy=False))
+    small = np.int32 if max(first_node + level_sizes[-1], len(rows), radix) < 2**31 else np.int64
 
-    return PrefixTree(
+    def cat(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts).astype(small, copy=False)
+
+    return TreeArrays(
         level_sizes=level_sizes,
         parent=cat(parents),
         token=cat(tokens),
@@ -129,6 +170,6 @@ def build_prefix_tree(source_of_row: np.ndarray, targets: TokenIds, rows: np.nda
         position_node=cat(position_node),
         position_next=cat(position_next),
         position_row=cat(position_row),
-        final_node=torch.from_numpy(node_of_row),
+        final_node=node_of_row.astype(small, copy=False),
         rows=len(rows),
     )

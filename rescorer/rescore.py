@@ -1,12 +1,15 @@
 """``rescore-phrase-table``: stream a Moses table, append the RNN and unknown-word columns.
 
-The run is a pipeline of three overlapping stages, so that no stage waits on another:
+The run is a pipeline of overlapping stages, so that no stage waits on another:
 
-* a reader thread decompresses, splits and validates chunks and maps words to ids (pyarrow);
-* the main thread scores each chunk with the model (torch releases the GIL);
-* worker processes format the lines and compress each chunk into its own gzip member.
+* a reader thread decompresses the table and cuts it into chunks of whole lines (vectorised);
+* ``-j`` worker processes validate and parse each chunk, map words to ids (pyarrow) and build its
+  prefix trees (:mod:`rescorer.chunk_prep`), so all of that overlaps the model;
+* the main thread scores each chunk with the model (torch releases the GIL), in chunk order;
+* the same worker processes format the lines and compress each chunk into its own gzip member.
 
-Memory is bounded by a few chunks whatever the table size. Output goes to a hidden partial file
+With ``-j 1`` the reader thread parses and builds the trees itself and the main thread formats.
+Memory is bounded by a few chunks per worker whatever the table size. Output goes to a hidden partial file
 next to the destination and is renamed only when complete; every chunk is recorded as durable
 (:mod:`rescorer.resume`), so ``--resume`` continues a killed run. The output holds only lines
 Moses can load: with ``--skip-bad-lines`` a malformed line goes byte for byte to ``OUT.rejects``
@@ -30,31 +33,24 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from tqdm import tqdm
 
 from moses_integration.phrase_table import PhraseTableError, display_name, input_position, open_input
 from moses_integration.threads import available_cpus
 from rescorer import score_parquet
 from rescorer.checkpoint import Checkpoint
+from rescorer.chunk_prep import PreparedChunk, PrepareTask, init_worker, prepare_chunk, timed
 from rescorer.device import autocast_dtype, select_device
 from rescorer.output_chunks import format_chunk
 from rescorer.resume import PROGRESS_VERSION, ResumeError, file_identity, load_progress, save_progress
 from rescorer.scoring import PairScorer, ScoringOptions
+from rescorer.scoring_plan import ScoringPlan
 from rescorer.shards import ShardError, ShardFilter
-from rescorer.table_chunks import (
-    LineChunk,
-    ParsedChunk,
-    TokenIds,
-    UnreadableInputError,
-    iter_line_chunks,
-    parse_chunk,
-    phrases_to_ids,
-)
+from rescorer.table_chunks import LineChunk, UnreadableInputError, iter_line_chunks
 
 WP_SIDES = ("target", "source", "both")
 LOW_OVERLAP_PERCENT = 50.0
@@ -104,6 +100,13 @@ class RescoreSummary:
     seconds: float = 0.0
     rejects_path: str | None = None
     resumed_lines: int = 0  # lines an interrupted run had done (not part of this run's speed)
+    # CPU seconds of this run's stages, wherever they ran (threads or worker processes): "read"
+    # (decompress, cut into chunks, shard filter), "parse" (validate, parse, map to ids), "trees"
+    # (groups and prefix trees), "score" (the model), "format" (format and compress).
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def add_stage(self, stage: str, seconds: float) -> None:
+        self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + seconds
 
     @property
     def mean_log_prob(self) -> float:
@@ -124,31 +127,38 @@ class RescoreSummary:
         )
 
 
+class ChunkScorer(Protocol):
+    """What the pipeline needs of a scorer: :class:`rescorer.scoring.PairScorer`, or a stand-in
+    (``benchmarks/pipeline_speed.py`` measures the pipeline with a constant one)."""
+
+    token_budget: int  # tokens per tree group, read when a chunk's trees are planned
+    options: ScoringOptions
+
+    def score_plan(self, plan: ScoringPlan) -> np.ndarray: ...
+
+
 @dataclass
-class _Prepared:
+class _Pending:
+    """A chunk between the reader and the writer, with its preparation (done or in a worker)."""
+
     chunk: LineChunk
     rows: np.ndarray  # rows of the chunk that belong to this run (shard)
-    parsed: ParsedChunk | None
-    sources: TokenIds | None = None
-    source_of_row: np.ndarray | None = None
-    targets: TokenIds | None = None
-    new_sources: int = 0
+    task: PrepareTask | None  # None when no row belongs to this run
+    job: futures.Future | PreparedChunk | BaseException | None
     shard_state: dict | None = None
-    last_source: str | None = None  # carried across chunks to count distinct sources
-    num_scores: int | None = None  # the column count fixed so far, carried across chunks
 
-    def good_lines(self) -> list[bytes]:
-        """The raw lines that were scored (the sub-chunk starts at the run's first row)."""
-        if self.parsed is None:
-            return []
-        first = int(self.rows[0])
-        return [self.chunk.lines[first + int(g)] for g in self.parsed.good_rows]
+    def good_lines(self, prep: PreparedChunk | None) -> LineChunk:
+        """The lines that were scored, in order."""
+        if prep is None:
+            return LineChunk.from_lines(self.chunk.first_line_no, [])
+        return self.task.lines.take(prep.good_rows) if prep.bad_rows else self.task.lines
 
-    def rejected_lines(self) -> list[tuple[int, str, bytes]]:
+    def rejected_lines(self, prep: PreparedChunk | None) -> list[tuple[int, str, bytes]]:
         """``(line number, reason, raw line)`` of the lines set aside by ``--skip-bad-lines``."""
-        if self.parsed is None:
+        if prep is None:
             return []
-        return [(n, why, self.chunk.lines[n - self.chunk.first_line_no]) for n, why in self.parsed.bad_rows]
+        lines = self.task.lines
+        return [(n, why, lines.line(n - lines.first_line_no)) for n, why in prep.bad_rows]
 
 
 @dataclass
@@ -200,18 +210,34 @@ def rescore_phrase_table(
     """Stream ``input_path`` to ``output_path`` with two more score columns. See module doc."""
     opts = options or RescoreOptions()
     check_options(input_path, output_path, opts)
-    started = time.monotonic()
     device = select_device(opts.device)
     scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, opts.precision), opts.scoring)
-    vocab_words = (pa.array(checkpoint.src_vocab.words, pa.string()), pa.array(checkpoint.tgt_vocab.words, pa.string()))
+    return rescore_with_scorer(input_path, output_path, scorer, checkpoint.src_vocab.words,
+                               checkpoint.tgt_vocab.words, getattr(checkpoint, "path", None), opts)
 
+
+def rescore_with_scorer(
+    input_path: str,
+    output_path: str,
+    scorer: ChunkScorer,
+    src_words: list[str],
+    tgt_words: list[str],
+    model_path: str | os.PathLike | None,
+    opts: RescoreOptions,
+) -> RescoreSummary:
+    """The pipeline of :func:`rescore_phrase_table` around any scorer of the model's shortlists.
+
+    ``model_path`` identifies the model for ``--resume`` (None: none to check).
+    """
+    check_options(input_path, output_path, opts)
+    started = time.monotonic()
     to_stdout = output_path == "-"
     files = _Files.beside(output_path)
     parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
     compress = None if not output_path.endswith(".gz") else opts.compresslevel
     identity = {
         "version": PROGRESS_VERSION, "input": file_identity(input_path),
-        "model": file_identity(getattr(checkpoint, "path", None)), "options": opts.identity(),
+        "model": file_identity(model_path), "options": opts.identity(),
     }
     done = {"lines_done": 0, "output_bytes": 0, "rejects_bytes": 0, "chunks_done": 0,
             "summary": asdict(RescoreSummary()), "shard_state": None, "prev_source": None, "num_scores": None}
@@ -222,7 +248,7 @@ def rescore_phrase_table(
         except ResumeError as exc:
             raise RescoreError(str(exc)) from exc
     summary = RescoreSummary(**done["summary"])
-    summary.seconds, summary.resumed_lines = 0.0, summary.lines
+    summary.seconds, summary.resumed_lines, summary.stage_seconds = 0.0, summary.lines, {}
     if parts_dir:
         score_parquet.drop_parts_from(parts_dir, done["chunks_done"])
 
@@ -232,17 +258,24 @@ def rescore_phrase_table(
     in_size = None if input_path == "-" else os.path.getsize(input_path)
     bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
                file=sys.stderr, dynamic_ncols=True)
-    prepared_q: queue.Queue = queue.Queue(maxsize=2)
-    stop = threading.Event()
-    reader = threading.Thread(
-        target=_read_stage, args=(fh, input_path, opts, done, shard_filter, vocab_words, prepared_q, stop), daemon=True,
-    )
-    reader.start()
+    # Parsing and formatting share one pool; with -j 1 both run in this process.
     pool = (
-        futures.ProcessPoolExecutor(opts.workers, mp_context=multiprocessing.get_context("spawn"))
+        futures.ProcessPoolExecutor(opts.workers, mp_context=multiprocessing.get_context("spawn"),
+                                    initializer=init_worker, initargs=(src_words, tgt_words))
         if opts.workers > 1 else None
     )
-    in_flight: list[tuple[futures.Future | bytes, bytes, dict]] = []
+    vocab = _arrow_vocab(src_words, tgt_words)  # for chunks prepared in this process
+    prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
+    stop = threading.Event()
+    num_scores = opts.num_scores if opts.num_scores is not None else done.get("num_scores")
+    known = _InOrder(num_scores, done.get("prev_source"))
+    reader = threading.Thread(
+        target=_read_stage,
+        args=(fh, input_path, opts, done, shard_filter, scorer, known, pool, vocab, prepared_q, stop, summary),
+        daemon=True,
+    )
+    reader.start()
+    in_flight: list[tuple[futures.Future | tuple, bytes, dict]] = []
     chunks_done = done["chunks_done"]
     warned = False
     try:
@@ -252,24 +285,24 @@ def rescore_phrase_table(
                 raise item
             if item is None:
                 break
-            prep: _Prepared = item
+            pending: _Pending = item
+            prep = _settle(pending, known, vocab, summary)
             log_p, n_unk = _score_prepared(prep, scorer, opts.wp_side, summary)
-            if not warned and prep.targets is not None and len(prep.targets.ids):
+            if not warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
                 warned = True
                 _warn_low_overlap(prep)
-            rejects = _report_rejects(prep, input_path)
-            summary.rejected += len(prep.rejected_lines())
-            summary.distinct_sources += prep.new_sources
-            if parts_dir and prep.parsed is not None and len(log_p):
-                parsed = prep.parsed
-                score_parquet.write_part(score_parquet.part_path(parts_dir, chunks_done), parsed.source,
-                                         parsed.target, parsed.scores, log_p, n_unk)
-            args = (prep.good_lines(), log_p, n_unk, compress)
-            job = pool.submit(format_chunk, *args) if pool else format_chunk(*args)
+            rejected = pending.rejected_lines(prep)
+            rejects = _report_rejects(rejected, input_path)
+            summary.rejected += len(rejected)
+            if parts_dir and prep is not None and len(log_p):
+                score_parquet.write_part(score_parquet.part_path(parts_dir, chunks_done), prep.source,
+                                         prep.target, prep.scores, log_p, n_unk)
+            args = (format_chunk, pending.good_lines(prep), log_p, n_unk, compress)
+            job = pool.submit(timed, *args) if pool else timed(*args)
             chunks_done += 1
             marker = {
-                "lines_done": prep.chunk.last_line_no, "chunks_done": chunks_done, "summary": asdict(summary),
-                "shard_state": prep.shard_state, "prev_source": prep.last_source, "num_scores": prep.num_scores,
+                "lines_done": pending.chunk.last_line_no, "chunks_done": chunks_done, "summary": asdict(summary),
+                "shard_state": pending.shard_state, "prev_source": known.prev_source, "num_scores": known.num_scores,
             }
             in_flight.append((job, rejects, marker))
             position = input_position(fh)
@@ -277,20 +310,27 @@ def rescore_phrase_table(
                 bar.update(position - bar.n)
             bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{summary.lines / (time.monotonic() - started):.0f}")
             while in_flight and (len(in_flight) > 2 * max(1, opts.workers) or _ready(in_flight[0][0])):
-                writer.write(*_result(in_flight.pop(0)))
+                writer.write(*_result(in_flight.pop(0), summary))
         while in_flight:
-            writer.write(*_result(in_flight.pop(0)))
+            writer.write(*_result(in_flight.pop(0), summary))
         writer.finish(compress is not None)
         if parts_dir:
             score_parquet.merge_parts(parts_dir, Path(opts.scores_parquet))
     except BaseException as exc:
         stop.set()
+        if isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError):
+            # The chunks before a malformed line are complete: keep them all, as a serial run does.
+            with contextlib.suppress(Exception):
+                while in_flight:
+                    writer.write(*_result(in_flight.pop(0), summary))
         replacement = _stopped(exc, writer, files, to_stdout)
         if replacement is exc:
             raise
         raise replacement from exc
     finally:
         bar.close()
+        stop.set()
+        _drain(prepared_q)
         if pool:
             pool.shutdown(cancel_futures=True)
         fh.close()
@@ -299,12 +339,72 @@ def rescore_phrase_table(
     return summary
 
 
-def _result(entry: tuple[futures.Future | bytes, bytes, dict]) -> tuple[bytes, bytes, dict]:
+@dataclass
+class _InOrder:
+    """What carries from one chunk to the next, as known in chunk order.
+
+    The reader sends each chunk with the column count known when it is sent; the main thread,
+    which takes the chunks in order, checks it against the count fixed by the chunks before.
+    """
+
+    num_scores: int | None
+    prev_source: str | None
+
+
+def _arrow_vocab(src_words: list[str], tgt_words: list[str]) -> tuple[pa.Array, pa.Array]:
+    return pa.array(src_words, pa.string()), pa.array(tgt_words, pa.string())
+
+
+def _settle(pending: _Pending, known: _InOrder, vocab, summary: RescoreSummary) -> PreparedChunk | None:
+    """The chunk's preparation, exactly as a serial run would have made it (or its error).
+
+    A chunk sent before the table's column count was known was parsed with the count of its own
+    first good line; if that differs from the count fixed by earlier chunks, or any line was
+    bad, it is parsed again here with the right count, so the same lines are rejected (or the same
+    line stops the run) as in a serial run.
+    """
+    if pending.task is None:
+        return None
+    job = pending.job
+    try:
+        if isinstance(job, BaseException):
+            raise job
+        prep = job.result() if isinstance(job, futures.Future) else job
+    except PhraseTableError:
+        if pending.task.num_scores is not None or known.num_scores is None:
+            raise
+        prep = None
+    if pending.task.num_scores is None and known.num_scores is not None and (
+        prep is None or prep.bad_rows or prep.num_scores not in (None, known.num_scores)
+    ):
+        pending.task.num_scores = known.num_scores
+        prep = prepare_chunk(pending.task, vocab)
+    if prep.num_scores is not None:
+        known.num_scores = prep.num_scores
+    summary.add_stage("parse", prep.parse_seconds)
+    summary.add_stage("trees", prep.tree_seconds)
+    if prep.plan is not None:
+        new = prep.source_changes + (known.prev_source is None or prep.first_source != known.prev_source)
+        summary.distinct_sources += int(new)
+        known.prev_source = prep.last_source
+    return prep
+
+
+def _drain(q: queue.Queue) -> None:
+    """Empty the queue so that a reader blocked on it sees the stop flag."""
+    with contextlib.suppress(queue.Empty):
+        while True:
+            q.get_nowait()
+
+
+def _result(entry: tuple[futures.Future | tuple, bytes, dict], summary: RescoreSummary) -> tuple[bytes, bytes, dict]:
     job, rejects, marker = entry
-    return (job.result() if isinstance(job, futures.Future) else job), rejects, marker
+    data, seconds = job.result() if isinstance(job, futures.Future) else job
+    summary.add_stage("format", seconds)
+    return data, rejects, marker
 
 
-def _ready(job: futures.Future | bytes) -> bool:
+def _ready(job: futures.Future | tuple) -> bool:
     return not isinstance(job, futures.Future) or job.done()
 
 
@@ -416,76 +516,91 @@ def _open_at(path: Path, size: int, resuming: bool) -> BinaryIO:
     return stream
 
 
-def _report_rejects(prep: _Prepared, input_path: str) -> bytes:
+def _report_rejects(rejected: list[tuple[int, str, bytes]], input_path: str) -> bytes:
     """``FILE:LINE: reason`` on stderr for each rejected line; their raw bytes for the rejects file."""
-    rejected = prep.rejected_lines()
     name = display_name(input_path)
     for line_no, reason, _ in rejected:
         sys.stderr.write(f"{name}:{line_no}: {reason} (rejected)\n")
     return b"".join(raw + b"\n" for _, _, raw in rejected)
 
 
-def _read_stage(fh, path, opts, done, shard_filter, vocab_words, out_q, stop) -> None:
-    """Reader thread: chunks → validated phrases → ids. Errors travel to the main thread."""
-    src_words, tgt_words = vocab_words
+def _read_stage(fh, path, opts, done, shard_filter, scorer, known, pool, vocab, out_q, stop, summary) -> None:
+    """Reader thread: chunks of whole lines, each sent off to be prepared, in order.
+
+    With a pool the chunk goes to a worker process and the queue carries its future; with
+    ``-j 1`` it is prepared here. Errors travel to the main thread, after the chunks before them.
+    """
+    num_scores = known.num_scores  # with -j 1: the count fixed so far, exactly as a serial run
+    busy = 0.0  # CPU seconds of preparing chunks here (-j 1), which are not reading
+    started = time.thread_time()
     try:
-        prev_source = done.get("prev_source")
-        num_scores = opts.num_scores if opts.num_scores is not None else done.get("num_scores")
         positions = (lambda: input_position(fh)) if shard_filter else None
         for chunk in iter_line_chunks(fh, path, opts.chunk_lines, positions=positions):
             if stop.is_set():
                 return
             if chunk.last_line_no <= done["lines_done"]:
                 continue
-            rows = shard_filter.rows(chunk) if shard_filter else np.arange(len(chunk.lines))
+            rows = shard_filter.rows(chunk) if shard_filter else np.arange(len(chunk))
             shard_state = shard_filter.state() if shard_filter else None
             if not len(rows):
-                out_q.put(_Prepared(chunk, rows, None, shard_state=shard_state, last_source=prev_source,
-                                    num_scores=num_scores))
+                _put(out_q, _Pending(chunk, rows, None, None, shard_state), stop)
                 if shard_filter and shard_filter.finished:
                     break
                 continue
             if rows[-1] - rows[0] + 1 != len(rows):
                 raise RuntimeError("shard rows must be contiguous")
-            sub = LineChunk(chunk.first_line_no + int(rows[0]), [chunk.lines[i] for i in rows], chunk.end_offset)
-            parsed = parse_chunk(sub, path, num_scores=num_scores, skip_bad_lines=opts.skip_bad_lines,
-                                 want_scores=bool(opts.scores_parquet))
-            num_scores = parsed.num_scores if parsed.num_scores is not None else num_scores
-            prep = _Prepared(chunk, rows, parsed, shard_state=shard_state, num_scores=num_scores)
-            if len(parsed.source):
-                encoded = pc.dictionary_encode(parsed.source)
-                prep.sources = phrases_to_ids(encoded.dictionary, src_words)
-                prep.source_of_row = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-                prep.targets = phrases_to_ids(parsed.target, tgt_words)
-                n = len(parsed.source)
-                prev = pa.concat_arrays([pa.array([prev_source], pa.string()), parsed.source.slice(0, n - 1)])
-                prep.new_sources = int(pc.sum(pc.fill_null(pc.not_equal(parsed.source, prev), True)).as_py())
-                prev_source = parsed.source[len(parsed.source) - 1].as_py()
-            prep.last_source = prev_source
-            out_q.put(prep)
-            if shard_filter and shard_filter.finished:
+            task = PrepareTask(
+                chunk.take(rows), path, num_scores if pool is None else known.num_scores, opts.skip_bad_lines,
+                bool(opts.scores_parquet), scorer.token_budget, scorer.options.share_sources,
+                scorer.options.sort_by_length,
+            )
+            if pool is not None:
+                job = pool.submit(prepare_chunk, task)
+            else:
+                before = time.thread_time()
+                try:
+                    job = prepare_chunk(task, vocab)
+                    num_scores = job.num_scores if job.num_scores is not None else num_scores
+                except PhraseTableError as exc:
+                    job = exc
+                busy += time.thread_time() - before
+            _put(out_q, _Pending(chunk, rows, task, job, shard_state), stop)
+            if isinstance(job, BaseException) or (shard_filter and shard_filter.finished):
                 break
-        out_q.put(None)
+        _put(out_q, None, stop)
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
-        out_q.put(exc)
+        _put(out_q, exc, stop)
+    finally:
+        summary.add_stage("read", time.thread_time() - started - busy)
 
 
-def _score_prepared(prep: _Prepared, scorer: PairScorer, wp_side: str, summary: RescoreSummary):
+def _put(q: queue.Queue, item, stop: threading.Event) -> None:
+    """Put ``item`` on the bounded queue, giving up when the run stops (nobody would take it)."""
+    while not stop.is_set():
+        with contextlib.suppress(queue.Full):
+            q.put(item, timeout=0.1)
+            return
+
+
+def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: str, summary: RescoreSummary):
     """RNN log-probabilities and unknown-word counts of the chunk's good lines, in order."""
-    if prep.parsed is None or prep.targets is None:
+    if prep is None or prep.plan is None:
         return np.zeros(0), np.zeros(0, dtype=np.int64)
-    log_p = scorer.score(prep.sources, prep.source_of_row, prep.targets)
-    src_unk = prep.sources.n_unk[prep.source_of_row]
-    tgt_unk = prep.targets.n_unk
+    started = time.thread_time()
+    log_p = scorer.score_plan(prep.plan)
+    summary.add_stage("score", time.thread_time() - started)
+    plan = prep.plan
+    src_unk = plan.sources.n_unk[plan.source_of_row]
+    tgt_unk = plan.targets.n_unk
     n_unk = {"target": tgt_unk, "source": src_unk, "both": src_unk + tgt_unk}[wp_side].astype(np.int64)
     summary.lines += len(log_p)
     summary.sum_log_prob += float(log_p.sum())
-    summary.target_tokens += int(len(prep.targets.ids))
+    summary.target_tokens += int(len(plan.targets.ids))
     summary.target_unknown += int(tgt_unk.sum())
     return log_p, n_unk
 
 
-def _warn_low_overlap(prep: _Prepared) -> None:
+def _warn_low_overlap(prep: PreparedChunk) -> None:
     src_known = 100.0 * (1 - prep.sources.n_unk.sum() / max(1, len(prep.sources.ids)))
     tgt_known = 100.0 * (1 - prep.targets.n_unk.sum() / max(1, len(prep.targets.ids)))
     if min(src_known, tgt_known) < LOW_OVERLAP_PERCENT:

@@ -26,7 +26,15 @@ import torch
 from rescorer.data import pad_with_eos
 from rescorer.device import autocast, is_out_of_memory
 from rescorer.model import RNNEncoderDecoder
-from rescorer.prefix_tree import build_prefix_tree, with_end_of_phrase
+from rescorer.prefix_tree import TreeArrays, with_end_of_phrase
+from rescorer.scoring_plan import (
+    ScoringPlan,
+    decoder_tree,
+    encoder_groups,
+    encoder_tree,
+    plan_scoring,
+    source_groups,
+)
 from rescorer.table_chunks import TokenIds
 
 
@@ -87,11 +95,15 @@ class PairScorer:
             start = end
         return batches
 
-    def _run(self, fn, rows: np.ndarray) -> torch.Tensor:
-        """Apply ``fn`` to ``rows``, splitting the rows in half on CUDA out-of-memory."""
+    def _run(self, fn, rows: np.ndarray, prepared=None) -> torch.Tensor:
+        """Apply ``fn`` to ``rows``, splitting the rows in half on CUDA out-of-memory.
+
+        ``prepared`` is what a :class:`ScoringPlan` built for exactly these rows (a tree); the
+        halves of a split build their own.
+        """
         try:
             with torch.inference_mode(), autocast(self.device, self.amp_dtype):
-                return fn(rows)
+                return fn(rows) if prepared is None else fn(rows, prepared)
         except (RuntimeError, MemoryError) as exc:
             if not is_out_of_memory(exc) or len(rows) == 1:
                 raise
@@ -109,21 +121,21 @@ class PairScorer:
         """
         if not self.options.share_sources:
             return self._encode_padded(sources)
+        groups = [(rows, None) for rows in encoder_groups(with_end_of_phrase(sources), self.token_budget)]
+        return self._encode_groups(sources, groups)
+
+    def _encode_groups(self, sources: TokenIds, groups: list[tuple[np.ndarray, TreeArrays | None]]) -> torch.Tensor:
+        """Summaries of the sources, group by group, from the groups' trees (built here if None)."""
         n = len(sources.offsets) - 1
         out = torch.empty((n, self.model.config.hidden), dtype=torch.float32, device=self.device)
         sequences = with_end_of_phrase(sources)
 
-        def encode_tree(rows: np.ndarray) -> torch.Tensor:
-            tree = build_prefix_tree(np.zeros(len(rows), dtype=np.int64), sequences, rows)
-            return self.model.encode_prefix_tree(tree.to(self.device, non_blocking=True)).float()
+        def encode_tree(rows: np.ndarray, tree: TreeArrays | None = None) -> torch.Tensor:
+            tree = tree if tree is not None else encoder_tree(sequences, rows)
+            return self.model.encode_prefix_tree(tree.tensors().to(self.device, non_blocking=True)).float()
 
-        # Groups of consecutive sources; a budget of tokens read one by one, about twice the
-        # distinct prefixes (nodes) the tree will hold.
-        tokens = np.cumsum(sequences.lengths)
-        group = (tokens - sequences.lengths) // (2 * self.token_budget)
-        for rows in np.split(np.arange(n), np.flatnonzero(np.diff(group)) + 1):
-            if len(rows):
-                out[torch.from_numpy(rows).to(self.device)] = self._run(encode_tree, rows)
+        for rows, tree in groups:
+            out[torch.from_numpy(rows).to(self.device)] = self._run(encode_tree, rows, tree)
         return out
 
     def _encode_padded(self, sources: TokenIds) -> torch.Tensor:
@@ -139,48 +151,43 @@ class PairScorer:
             out[torch.from_numpy(rows).to(self.device)] = self._run(encode, rows)
         return out
 
+    def plan(self, sources: TokenIds, source_of_row: np.ndarray, targets: TokenIds) -> ScoringPlan:
+        """The groups and trees :meth:`score_plan` runs, for this scorer's budget and options."""
+        return plan_scoring(sources, source_of_row, targets, self.token_budget,
+                            share_sources=self.options.share_sources, sort_by_length=self.options.sort_by_length)
+
     def score(self, sources: TokenIds, source_of_row: np.ndarray, targets: TokenIds) -> np.ndarray:
         """log p(target_i | source_{source_of_row[i]}) for every row, as float64."""
+        return self.score_plan(self.plan(sources, source_of_row, targets))
+
+    def score_plan(self, plan: ScoringPlan) -> np.ndarray:
+        """Scores of a chunk whose groups and trees were built beforehand (e.g. in a worker process).
+
+        A plan made for a larger budget than this scorer now has (an out-of-memory error halved
+        it after the plan was sent) is made again here, rather than running out of memory again.
+        """
+        if plan.token_budget > self.token_budget and self.options.share_sources:
+            plan = self.plan(plan.sources, plan.source_of_row, plan.targets)
+        sources, source_of_row, targets = plan.sources, plan.source_of_row, plan.targets
         if not len(source_of_row):
             return np.empty(0, dtype=np.float64)
         if not self.options.share_sources:
             return self._score_unshared(sources, source_of_row, targets)
-        summaries = self.encode_sources(sources)
+        summaries = self._encode_groups(sources, plan.encoder_groups)
         result = np.empty(len(source_of_row), dtype=np.float64)
 
-        def decode_tree(rows: np.ndarray) -> torch.Tensor:
-            used, local_source = np.unique(source_of_row[rows], return_inverse=True)
-            tree = build_prefix_tree(local_source.reshape(-1), targets, rows).to(self.device, non_blocking=True)
+        def decode_tree(rows: np.ndarray, prepared: tuple[np.ndarray, TreeArrays] | None = None) -> torch.Tensor:
+            used, tree = prepared if prepared is not None else decoder_tree(source_of_row, targets, rows)
             c = summaries[torch.from_numpy(used).to(self.device)]
-            return self.model.score_prefix_tree(c, tree).float()
+            return self.model.score_prefix_tree(c, tree.tensors().to(self.device, non_blocking=True)).float()
 
-        for rows in self._source_groups(source_of_row, targets.lengths + 1):
-            result[rows] = self._run(decode_tree, rows).double().cpu().numpy()
+        for rows, used, tree in plan.decoder_groups:
+            result[rows] = self._run(decode_tree, rows, (used, tree)).double().cpu().numpy()
         return result
 
     def _source_groups(self, source_of_row: np.ndarray, target_tokens: np.ndarray) -> list[np.ndarray]:
-        """Rows cut into groups of whole sources with about ``token_budget`` target tokens each.
-
-        A source's targets stay together so that their common prefixes are decoded once. When
-        sorting, sources are ordered by their longest target: the tree levels of a group are then
-        about equally deep, so no level is left with a handful of rows (each level is one matmul
-        over the recurrent weights, which costs about the same for 5 rows as for 100).
-        """
-        n_sources = int(source_of_row.max()) + 1 if len(source_of_row) else 0
-        tokens = np.bincount(source_of_row, weights=target_tokens, minlength=n_sources)
-        if self.options.sort_by_length:
-            depth = np.zeros(n_sources, dtype=np.int64)
-            np.maximum.at(depth, source_of_row, target_tokens)
-            order = np.argsort(depth, kind="stable")
-        else:
-            order = np.arange(n_sources)
-        before = np.cumsum(tokens[order]) - tokens[order]
-        group_of_source = np.empty(n_sources, dtype=np.int64)
-        group_of_source[order] = before // self.token_budget
-        group_of_row = group_of_source[source_of_row]
-        row_order = np.argsort(group_of_row, kind="stable")
-        cuts = np.flatnonzero(np.diff(group_of_row[row_order])) + 1
-        return np.split(row_order, cuts)
+        """Rows cut into groups of whole sources (:func:`rescorer.scoring_plan.source_groups`)."""
+        return source_groups(source_of_row, target_tokens, self.token_budget, self.options.sort_by_length)
 
     def _score_unshared(self, sources: TokenIds, source_of_row: np.ndarray, targets: TokenIds) -> np.ndarray:
         """One encoding and one padded decoding per row: the naive cost, kept for the benchmark."""

@@ -112,3 +112,18 @@ def test_source_groups_keep_each_source_whole_within_the_budget(problem):
             assert group_of.setdefault(src, g) == g  # all of a source's targets decoded together
         largest_source = max(tokens[source_of_row == s].sum() for s in set(source_of_row[rows].tolist()))
         assert tokens[rows].sum() <= 40 + largest_source
+
+
+def test_a_plan_made_before_the_budget_was_halved_is_made_again(problem, monkeypatch):
+    """Plans are built ahead in worker processes; after an out-of-memory halving they must not OOM again."""
+    model, sources, source_of_row, targets = problem
+    expected = PairScorer(model, torch.device("cpu")).score(sources, source_of_row, targets)
+    scorer = PairScorer(model, torch.device("cpu"), options=ScoringOptions(token_budget=100_000))
+    early = scorer.plan(sources, source_of_row, targets)
+    scorer.token_budget = 40  # as an out-of-memory error would have left it
+    calls, real = [], model.score_prefix_tree
+    monkeypatch.setattr(model, "score_prefix_tree", lambda c, tree: calls.append(tree.rows) or real(c, tree))
+    got = scorer.score_plan(early)
+    now = scorer.plan(sources, source_of_row, targets)
+    assert len(early.decoder_groups) == 1 and len(calls) == len(now.decoder_groups) > 1
+    np.testing.assert_allclose(got, expected, atol=1e-6)

@@ -1,0 +1,163 @@
+"""The CPU side of ``rescore-phrase-table``: how fast the pipeline around the model can go.
+
+Usage: python benchmarks/pipeline_speed.py [--table T] [--lines N] [--workers 1,2] [--chunk-lines 100000]
+
+A GPU scores hundreds of thousands of pairs per second; then reading, parsing, prefix-tree
+building, formatting and compression bound the run. This runs the real pipeline
+(:func:`rescorer.rescore.rescore_with_scorer`: the same reader, worker processes, trees, writer,
+progress record and gzip output as ``rescore-phrase-table``) on the whole fixture phrase table,
+with the model replaced by a constant scorer, once per ``-j`` given. It prints, for each run:
+
+* end to end: lines/s (wall clock), and the CPU seconds of all its processes;
+* each stage's rate per core, from the CPU time the pipeline itself records where the stage runs
+  (thread CPU time, so other processes on a shared machine do not inflate it):
+  read (gunzip + cutting into chunks, one thread), parse (validation, parsing, id mapping),
+  trees (groups and prefix trees, as the scorer uses them), format (formatting + gzip -6);
+* how the format stage splits into formatting and gzip -6 (measured apart on the first chunks);
+* what the main process costs per line beyond reading (handing chunks to the workers, taking
+  results back, writing), which does not scale with ``-j``;
+* the rate that C cores could sustain: the serial parts on their own cores, the parallel stages
+  shared by the others.
+
+The shortlists are the 15,000 most frequent words of each side of the table's first 200,000
+lines (what a model trained on the table would have). The load average is printed with the
+figures: above 1 per core they were taken while other work shared the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import os
+import resource
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+# Spawned worker processes import this script again as ``__mp_main__``: heavy imports only here.
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from score_speed import default_table
+
+    from moses_integration.threads import available_cpus
+    from rescorer.output_chunks import format_chunk
+    from rescorer.rescore import RescoreOptions, RescoreSummary, rescore_with_scorer
+    from rescorer.scoring import CPU_TOKEN_BUDGET, ScoringOptions
+    from rescorer.scoring_plan import ScoringPlan
+    from rescorer.table_chunks import iter_line_chunks
+    from rescorer.vocab import Vocab
+
+PARALLEL_STAGES = ("parse", "trees", "format")
+
+
+class ConstantScorer:
+    """A scorer that gives every pair log p = -2 at no cost: the pipeline alone is measured.
+
+    Trees are still planned with the CPU scorer's token budget, so tree building costs what it
+    costs in a real run.
+    """
+
+    def __init__(self) -> None:
+        self.token_budget = CPU_TOKEN_BUDGET
+        self.options = ScoringOptions()
+
+    def score_plan(self, plan: ScoringPlan) -> np.ndarray:
+        return np.full(plan.rows, -2.0)
+
+
+def shortlists(table: Path, lines: int = 200_000, size: int = 15000) -> tuple[list[str], list[str]]:
+    src, tgt = Counter(), Counter()
+    with gzip.open(table) as fh:
+        for line in itertools.islice(fh, lines):
+            fields = line.split(b" ||| ")
+            src.update(fields[0].decode().split())
+            tgt.update(fields[1].decode().split())
+    return Vocab.from_counts(src, size).words, Vocab.from_counts(tgt, size).words
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(table: Path, workers: int, chunk_lines: int, vocab: tuple[list[str], list[str]],
+        ) -> tuple[RescoreSummary, float, float, float]:
+    """One run: the summary, wall seconds, CPU seconds of this process and of its workers."""
+    with tempfile.TemporaryDirectory() as tmp:
+        opts = RescoreOptions(chunk_lines=chunk_lines, workers=workers, progress=False)
+        wall, cpu, child = time.perf_counter(), time.process_time(), children_cpu()
+        summary = rescore_with_scorer(str(table), str(Path(tmp) / "out.gz"), ConstantScorer(), *vocab, None, opts)
+        return (summary, time.perf_counter() - wall, time.process_time() - cpu, children_cpu() - child)
+
+
+def format_and_gzip_apart(table: Path, chunk_lines: int, chunks: int = 3) -> tuple[float, float]:
+    """Lines/s per core of formatting alone and of gzip -6 alone, on the table's first chunks."""
+    lines = fmt = gz = 0.0
+    with gzip.open(table) as fh:
+        for chunk in itertools.islice(iter_line_chunks(fh, str(table), chunk_lines), chunks):
+            log_p, n_unk = np.full(len(chunk), -2.0), np.zeros(len(chunk), dtype=np.int64)
+            started = time.thread_time()
+            text = format_chunk(chunk, log_p, n_unk, None)
+            formatted = time.thread_time()
+            gzip.compress(text, compresslevel=6, mtime=0)
+            fmt, gz, lines = fmt + formatted - started, gz + time.thread_time() - formatted, lines + len(chunk)
+    return lines / fmt, lines / gz
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--table", type=Path, default=default_table())
+    parser.add_argument("--lines", type=int, default=0, help="only the first N lines (default: the whole table)")
+    parser.add_argument("--workers", default="1,2", help="-j values to run, comma-separated")
+    parser.add_argument("--chunk-lines", type=int, default=100_000)
+    parser.add_argument("--cores", type=int, default=16, help="the machine to project the rate for")
+    args = parser.parse_args()
+    if not args.table.exists():
+        sys.exit(f"{args.table} not found: pass --table or set SHARED_DATA_DIR")
+    vocab = shortlists(args.table)
+    with tempfile.TemporaryDirectory() as tmp:
+        table = args.table
+        if args.lines:
+            table = Path(tmp) / "in.gz"
+            with gzip.open(args.table) as src, gzip.open(table, "wb") as dst:
+                dst.writelines(itertools.islice(src, args.lines))
+        print(f"table: {table.name if not args.lines else f'first {args.lines} lines of {args.table.name}'}; "
+              f"constant scorer; chunks of {args.chunk_lines} lines; {available_cpus()} CPUs")
+        for workers in (int(w) for w in args.workers.split(",")):
+            load = os.getloadavg()[0]
+            summary, wall, cpu, child = run(table, workers, args.chunk_lines, vocab)
+            report(summary, workers, wall, cpu, child, load, args.cores)
+        fmt, gz = format_and_gzip_apart(table, args.chunk_lines)
+        print(f"format stage apart, per core: formatting {fmt / 1e3:,.0f}k lines/s, gzip -6 {gz / 1e3:,.0f}k lines/s")
+
+
+def report(summary: RescoreSummary, workers: int, wall: float, cpu: float, child: float, load: float,
+           cores: int) -> None:
+    n = summary.lines
+    stage = summary.stage_seconds
+    rate = {name: n / seconds for name, seconds in stage.items() if seconds > 0}
+    load = max(load, os.getloadavg()[0])
+    busy = f"; load average {load:.1f}" + (" (taken under contention: the machine was shared)" if load > 1 else "")
+    print(f"-j {workers}: {n} lines in {wall:.1f} s = {n / wall:,.0f} lines/s end to end; "
+          f"CPU {cpu:.1f} s main process + {child:.1f} s workers{busy}")
+    per_core = ", ".join(f"{name} {rate[name] / 1e3:,.0f}k" for name in ("read", *PARALLEL_STAGES) if name in rate)
+    if "read" in stage and "parse" in stage:  # the issue's stage (a): gunzip + parse + id mapping
+        per_core += f" (read + parse: {n / (stage['read'] + stage['parse']) / 1e3:,.0f}k)"
+    print(f"  per core, lines/s: {per_core}")
+    if workers > 1:
+        main_cost = cpu - stage.get("read", 0.0) - stage.get("score", 0.0)
+        parallel = sum(stage.get(name, 0.0) for name in PARALLEL_STAGES) / n
+        serial = max(stage.get("read", 0.0), main_cost) / n
+        print(f"  main process beyond reading (hand-off, results, writing): {n / main_cost / 1e3:,.0f}k lines/s; "
+              f"parallel stages together: {1 / parallel / 1e3:,.0f}k lines/s per core")
+        print(f"  projected for {cores} cores (reader and main thread on one core each, {cores - 2} workers): "
+              f"{min(1 / serial, (cores - 2) / parallel) / 1e6:.2f}M lines/s")
+
+
+if __name__ == "__main__":
+    main()
