@@ -125,6 +125,22 @@ def train_step(
     return loss.detach()
 
 
+def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: torch.optim.Optimizer,
+             fingerprint: object) -> dict:
+    """Load model and optimiser from checkpoint ``path`` and return its training state, after
+    checking that it continues this very run (same data, same model configuration)."""
+    ck = load_checkpoint(path, map_location=next(model.parameters()).device)
+    if ck.train_state is None or ck.optimizer_state is None:
+        raise ValueError(f"{path}: checkpoint holds no training state to resume from")
+    if ck.train_state.get("data") != fingerprint:
+        raise ValueError(f"{path}: checkpoint was trained on other data than {data.path}; cannot resume")
+    if ck.config != model.config:
+        raise ValueError(f"{path}: checkpoint config {ck.config} differs from the requested {model.config}")
+    model.load_state_dict(ck.model.state_dict())
+    optimizer.load_state_dict(ck.optimizer_state)
+    return dict(ck.train_state)
+
+
 def last_checkpoint_path(model_out: str | Path) -> Path:
     """Where the latest training state lives, beside the best model ``model_out``."""
     return Path(str(model_out) + ".last")
@@ -162,16 +178,7 @@ def train(
     last = last_checkpoint_path(model_out)
     resume_from = last if last.exists() else Path(model_out)
     if resume and resume_from.exists():
-        ck = load_checkpoint(resume_from, map_location=dev)
-        if ck.train_state is None or ck.optimizer_state is None:
-            raise ValueError(f"{resume_from}: checkpoint holds no training state to resume from")
-        if ck.train_state.get("data") != state["data"]:
-            raise ValueError(f"{resume_from}: checkpoint was trained on other data than {data.path}; cannot resume")
-        if ck.config != model_config:
-            raise ValueError(f"{resume_from}: checkpoint config {ck.config} differs from the requested {model_config}")
-        model.load_state_dict(ck.model.state_dict())
-        optimizer.load_state_dict(ck.optimizer_state)
-        state = dict(ck.train_state)
+        state = _restore(resume_from, data, model, optimizer, state["data"])
     history = [Validation(**v) for v in state["history"]]
 
     def checkpoint(improved: bool = False) -> None:
