@@ -11,8 +11,9 @@ through time; the recurrent matrices' gradients are then one large matmul each o
 The equations are exactly those of :class:`rescorer.model.RNNEncoderDecoder` (its
 ``_encoder_step``/``_decoder_step``, additions folded into addmm the same way), as the same
 operations: the tests find the training and scoring paths' log-probabilities equal within 1e-12,
-and the gradients equal to autograd on the plain equations in float64 within 1e-8. Under autocast the matmuls run in the autocast dtype and the states,
-gates and gradients in the states' dtype, as the plain path does.
+and the gradients equal to autograd on the plain equations in float64 within 1e-8. Under
+autocast the matmuls run in the autocast dtype and the states, gates and gradients in the
+states' dtype, as the plain path does.
 """
 
 from __future__ import annotations
