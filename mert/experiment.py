@@ -511,6 +511,7 @@ def step_report(
     """results/table1.{md,json,png} from every run whose dev and test outputs exist (never stamped:
     it is cheap and is redone as runs are added). Also copies the step timings beside it."""
     from mert.table1 import build_table, score_runs, write_report
+    from mert.table1_analysis import analysis_document
     from mert.tune import read_state
 
     collected = []
@@ -540,6 +541,14 @@ def step_report(
     ]
     doc = build_table(scored, settings={"scale": exp.settings.to_json(), "runs": runs}, signature=signature,
                       runs_requested=runs, timings=timings, notes=notes)
+    table_feature, table_path, _ = single_phrase_table(exp.rnn_ini)
+    if Path(table_path).exists():
+        doc["analysis"] = analysis_document(
+            Path(table_path), {config.label: [(k, w) for k, _, _, w, _ in found] for config, found in collected},
+            table_feature,
+        )
+    else:
+        doc["notes"].append(f"No analysis of the RNN column: {table_path} (the 6-column table) is missing.")
     paths = write_report(doc, out_dir, command)
     shutil.copyfile(exp.path(TIMINGS_FILE), out_dir / "timings.tsv")
     return paths

@@ -124,6 +124,10 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
             weights = "; ".join(f"{k}= {' '.join(f'{v:.4g}' for v in vs)}" for k, vs in run["weights"].items())
             out.append(f"- {row['label']} run {run['run']} (seed {run['seed']}, dev {run['dev_bleu']:.2f}, "
                        f"test {run['test_bleu']:.2f}): {weights}")
+    if doc.get("analysis"):
+        from mert.table1_analysis import format_analysis
+
+        out += [""] + format_analysis(doc["analysis"])  # type: ignore[arg-type]
     timings: dict[str, float] = doc.get("timings_seconds", {})  # type: ignore[assignment]
     if timings:
         out += ["", "## Wall time of each step (2-core machine, shared with other jobs)", "", "| step | seconds |",

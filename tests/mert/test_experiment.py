@@ -32,7 +32,7 @@ SIX_COLUMN_INI = """[input-factors]
 UnknownWordPenalty
 WordPenalty
 PhrasePenalty
-PhraseDictionaryMemory name=TranslationModel0 num-features=6 path=/x/phrase-table.rnn.gz input-factor=0 output-factor=0
+PhraseDictionaryMemory name=TranslationModel0 num-features=6 path={table} input-factor=0 output-factor=0
 Distortion
 KENLM name=LM0 factor=0 path=/x/lm.bin order=4
 [weight]
@@ -150,9 +150,13 @@ def test_data_step_takes_the_slices_of_the_settings(tmp_path, monkeypatch):
     assert json.loads(exp.stamp_path("data").read_text())["lines"]["test.en"] == 3
 
 
+def _six_column_ini(exp: ex.Experiment, rnn: str, wp: str) -> str:
+    return SIX_COLUMN_INI.format(rnn=rnn, wp=wp, table=exp.rnn_ini.parent / "phrase-table.rnn.gz")
+
+
 def _rnn_system(exp: ex.Experiment, rnn: str = "0", wp: str = "0") -> None:
     exp.rnn_ini.parent.mkdir(parents=True, exist_ok=True)
-    exp.rnn_ini.write_text(SIX_COLUMN_INI.format(rnn=rnn, wp=wp))
+    exp.rnn_ini.write_text(_six_column_ini(exp, rnn, wp))
 
 
 def test_tune_command_fixes_unused_columns_and_resumes(tmp_path):
@@ -196,7 +200,13 @@ def test_report_from_finished_runs(tmp_path):
                 exp.step(f"eval/{plan.name}/{split}", lambda: None)
             tuned = exp.tune_dir(plan) / "moses.ini"
             tuned.parent.mkdir(parents=True, exist_ok=True)
-            tuned.write_text(SIX_COLUMN_INI.format(rnn="0.05" if key == "rnn" else "0", wp="0"))
+            tuned.write_text(_six_column_ini(exp, "0.05" if key == "rnn" else "0", "0"))
+    # The 6-column table: p_RNN equals p(e|f) on every line, one line has an unknown word.
+    p_ef = [0.5, 0.25, 0.125, 0.1, 0.01]
+    _write(exp.rnn_ini.parent / "phrase-table.rnn.gz", [
+        f"s{i} ||| t{i} ||| 0.5 {0.1 * (i + 1):g} {p:g} 0.3 {p:g} {0.367879 if i == 2 else 1:g} ||| 0-0 |||"
+        for i, p in enumerate(p_ef)
+    ], gz=True)
     paths = ex.step_report(exp, select_configurations("baseline rnn"), 2, tmp_path / "results", "make table1")
     doc = json.loads((tmp_path / "results" / "table1.json").read_text())
     base, rnn = doc["rows"][0], doc["rows"][1]
@@ -211,6 +221,17 @@ def test_report_from_finished_runs(tmp_path):
     assert "Made by `make table1`" in md
     assert (tmp_path / "results" / "table1.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "results" / "timings.tsv").exists() and len(paths) == 3
+    analysis = doc["analysis"]
+    assert analysis["phrase_pairs"] == 5 and analysis["pairs_with_unknown_words"] == pytest.approx(0.2)
+    by_column = {c["column"]: c for c in analysis["correlations"]}
+    assert by_column["p(e|f)"]["pearson"] == pytest.approx(1.0)
+    assert by_column["p(e|f)"]["spearman"] == pytest.approx(1.0)
+    assert by_column["p(f|e)"] == {"column": "p(f|e)", "pearson": None, "spearman": None}  # constant column
+    assert by_column["lex(f|e)"]["spearman"] == pytest.approx(-1.0)  # 0.1 … 0.5 against a falling p_RNN
+    rnn_runs = analysis["weights"]["+ RNN"]
+    # L1 of the tuned weights: |−1| + 0.2 + 4 × 0.2 + 0.05 + 0 + 0.3 + 0.5 = 2.85
+    assert rnn_runs[0] == {"run": 1, "rnn": 0.05, "wp": 0.0, "rnn_l1_share": pytest.approx(0.05 / 2.85)}
+    assert "| + RNN | 1 | 0.05 | 0 | 1.8% |" in md and "| p(e\\|f) | 1.000 | 1.000 |" in md
 
 
 def test_report_states_what_the_trainings_reached(tmp_path):

@@ -1,0 +1,106 @@
+"""Evidence beside Table 1's BLEU scores: what the RNN column holds and what MERT made of it.
+
+A +RNN row that does not beat Baseline can mean a weak model, a column that repeats what the
+table already says, or a weight MERT left near 0. The report therefore states, from the run's own
+files: how the RNN's log-probabilities correlate with each of the table's four columns on the
+filtered table the systems decode with (the paper's Fig. 3 shows little correlation with the
+phrase frequencies), and the weight each tuned run gave the RNN and word-penalty columns, also
+as a share of all the dense weights' L1 norm (a scale-free measure, since MERT's weights are
+only defined up to a positive factor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from moses_integration.phrase_table import LOG_FLOOR, read_phrase_table
+
+# Moses' four phrase-table columns, then the two this project appends.
+COLUMN_NAMES = ("p(f|e)", "lex(f|e)", "p(e|f)", "lex(e|f)", "p_RNN", "WP")
+RNN_COLUMN, WP_COLUMN = 4, 5
+
+
+@dataclass(frozen=True)
+class ColumnCorrelation:
+    column: str
+    pearson: float | None  # None where a column is constant (no correlation is defined)
+    spearman: float | None
+
+
+def read_log_scores(table: Path) -> np.ndarray:
+    """ln of every score of a (rescored) phrase table, as Moses reads them: max(ln p, −100)."""
+    rows = [entry.scores for entry in read_phrase_table(table)]
+    if not rows:
+        raise ValueError(f"{table}: no phrase pairs")
+    with np.errstate(divide="ignore"):
+        return np.maximum(np.log(np.asarray(rows, dtype=np.float64)), LOG_FLOOR)
+
+
+def rnn_correlations(log_scores: np.ndarray, rnn_column: int = RNN_COLUMN) -> list[ColumnCorrelation]:
+    """Pearson and Spearman correlation of ln p_RNN with each of the table's own columns."""
+    rnn = log_scores[:, rnn_column]
+    found = []
+    for i in range(min(4, rnn_column)):
+        column = log_scores[:, i]
+        if np.ptp(column) == 0 or np.ptp(rnn) == 0:
+            found.append(ColumnCorrelation(COLUMN_NAMES[i], None, None))
+            continue
+        found.append(ColumnCorrelation(COLUMN_NAMES[i], float(np.corrcoef(column, rnn)[0, 1]),
+                                       float(spearmanr(column, rnn).statistic)))
+    return found
+
+
+def weight_shares(weights: Mapping[str, Sequence[float]], table_feature: str) -> dict[str, float]:
+    """The tuned RNN and WP weights of one run, and the RNN's share of the L1 norm of all weights."""
+    table = list(weights[table_feature])
+    total = sum(abs(w) for values in weights.values() for w in values)
+    return {
+        "rnn": table[RNN_COLUMN],
+        "wp": table[WP_COLUMN],
+        "rnn_l1_share": abs(table[RNN_COLUMN]) / total if total else 0.0,
+    }
+
+
+def analysis_document(table: Path, runs: Mapping[str, Sequence[tuple[int, Mapping[str, Sequence[float]]]]],
+                      table_feature: str) -> dict[str, object]:
+    """The ``analysis`` part of table1.json: correlations on ``table``, weights of each row's runs."""
+    log_scores = read_log_scores(table)
+    return {
+        "table": str(table),
+        "phrase_pairs": int(log_scores.shape[0]),
+        "rnn_log_p": {"mean": float(log_scores[:, RNN_COLUMN].mean()), "std": float(log_scores[:, RNN_COLUMN].std())},
+        "pairs_with_unknown_words": float((log_scores[:, WP_COLUMN] < 0).mean()),
+        "correlations": [c.__dict__ for c in rnn_correlations(log_scores)],
+        "weights": {label: [{"run": k, **weight_shares(w, table_feature)} for k, w in found]
+                    for label, found in runs.items()},
+    }
+
+
+def format_analysis(doc: Mapping[str, object]) -> list[str]:
+    """Markdown lines of the analysis section of table1.md."""
+    out = ["## What the RNN column holds, and what MERT made of it", "",
+           f"On the filtered table the systems decode with ({doc['phrase_pairs']:,} phrase pairs): ln p_RNN has "
+           f"mean {doc['rnn_log_p']['mean']:.2f} and std {doc['rnn_log_p']['std']:.2f}; "
+           f"{100 * doc['pairs_with_unknown_words']:.1f}% of the pairs hold a word outside the shortlists.", "",
+           "| table column (ln) | Pearson r with ln p_RNN | Spearman ρ |", "|---|---|---|"]
+    out += [f"| {_escaped(c['column'])} | {_number(c['pearson'])} | {_number(c['spearman'])} |"
+            for c in doc["correlations"]]
+    out += ["", "| configuration | run | RNN weight | WP weight | RNN share of the L1 norm |", "|---|---|---|---|---|"]
+    for label, runs in doc["weights"].items():
+        out += [f"| {label} | {r['run']} | {r['rnn']:.4g} | {r['wp']:.4g} | {100 * r['rnn_l1_share']:.1f}% |"
+                for r in runs]
+    return out + [""]
+
+
+def _number(value: float | None) -> str:
+    return "– (constant column)" if value is None else f"{value:.3f}"
+
+
+def _escaped(text: str) -> str:
+    """A Markdown table cell's text: a bare | (as in p(e|f)) would end the cell."""
+    return text.replace("|", "\\|")
