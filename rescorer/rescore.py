@@ -216,6 +216,21 @@ def rescore_phrase_table(
                                checkpoint.tgt_vocab.words, getattr(checkpoint, "path", None), opts)
 
 
+def _fresh_progress() -> dict:
+    """The progress record of a run that has done nothing yet."""
+    return {"lines_done": 0, "output_bytes": 0, "rejects_bytes": 0, "chunks_done": 0,
+            "summary": asdict(RescoreSummary()), "shard_state": None, "prev_source": None, "num_scores": None}
+
+
+def _progress_so_far(files: _Files, identity: dict) -> dict:
+    """What an interrupted run recorded as durable (``--resume``), checked against this run."""
+    try:
+        partials = {"output_bytes": files.partial, "rejects_bytes": files.rejects_partial}
+        return load_progress(files.progress, partials, identity, _fresh_progress())
+    except ResumeError as exc:
+        raise RescoreError(str(exc)) from exc
+
+
 def rescore_with_scorer(
     input_path: str,
     output_path: str,
@@ -239,14 +254,7 @@ def rescore_with_scorer(
         "version": PROGRESS_VERSION, "input": file_identity(input_path),
         "model": file_identity(model_path), "options": opts.identity(),
     }
-    done = {"lines_done": 0, "output_bytes": 0, "rejects_bytes": 0, "chunks_done": 0,
-            "summary": asdict(RescoreSummary()), "shard_state": None, "prev_source": None, "num_scores": None}
-    if opts.resume and not to_stdout:
-        try:
-            partials = {"output_bytes": files.partial, "rejects_bytes": files.rejects_partial}
-            done = load_progress(files.progress, partials, identity, done)
-        except ResumeError as exc:
-            raise RescoreError(str(exc)) from exc
+    done = _progress_so_far(files, identity) if opts.resume and not to_stdout else _fresh_progress()
     summary = RescoreSummary(**done["summary"])
     summary.seconds, summary.resumed_lines, summary.stage_seconds = 0.0, summary.lines, {}
     if parts_dir:
