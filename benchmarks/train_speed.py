@@ -17,6 +17,8 @@ Then a profile of a few steps prints its top five entries by self CPU time.
 from __future__ import annotations
 
 import argparse
+import functools
+import gzip
 import os
 import sys
 import time
@@ -41,20 +43,25 @@ SIZES = {
 }
 
 
-def phrase_lengths(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(source, target) word counts: from the real table when available."""
+@functools.cache
+def _table_lengths() -> tuple[np.ndarray, np.ndarray] | None:
+    """Source and target word counts of the real fixture table's sample, read once."""
     shared = Path(os.environ.get("SHARED_DATA_DIR", Path(__file__).resolve().parents[2] / "shared"))
     sample = shared / "fixtures/hansard-enfr/phrase-table.sample.gz"
-    if sample.exists():
-        import gzip
+    if not sample.exists():
+        return None
+    with gzip.open(sample) as fh:
+        pairs = [line.split(b" ||| ")[:2] for line in fh]
+    return np.array([len(p[0].split()) for p in pairs]), np.array([len(p[1].split()) for p in pairs])
 
-        with gzip.open(sample) as fh:
-            pairs = [line.split(b" ||| ")[:2] for line in fh]
-        src = np.array([len(p[0].split()) for p in pairs])
-        tgt = np.array([len(p[1].split()) for p in pairs])
-        pick = rng.integers(0, len(pairs), n)
-        return src[pick], tgt[pick]
-    return rng.integers(1, 8, n), rng.integers(1, 9, n)
+
+def phrase_lengths(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) word counts: from the real table when available."""
+    table = _table_lengths()
+    if table is None:
+        return rng.integers(1, 8, n), rng.integers(1, 9, n)
+    pick = rng.integers(0, len(table[0]), n)
+    return table[0][pick], table[1][pick]
 
 
 def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.random.Generator,
