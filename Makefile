@@ -96,7 +96,8 @@ ALIGNER ?= auto
 RESULTS ?= results
 TABLE1 = $(BIN)/mert table1 --work $(WORK) --scale $(SCALE) --data $(DATA) \
 	$(if $(MOSES_BIN_DIR),--moses-bin-dir $(MOSES_BIN_DIR)) $(if $(MOSES_HOME),--moses-home $(MOSES_HOME)) \
-	--jobs $(JOBS) --device $(DEVICE) --runs $(RUNS) --configs '$(CONFIGS)' --aligner $(ALIGNER) --results $(RESULTS)
+	--jobs $(JOBS) --device $(DEVICE) --runs $(RUNS) --configs '$(CONFIGS)' --aligner $(ALIGNER) --results $(RESULTS) \
+	$(if $(MIRROR),--mirror $(MIRROR))
 
 $(VENV)/.installed-experiment: $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[experiment]'

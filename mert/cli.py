@@ -361,6 +361,8 @@ def _experiment_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="auto: GIZA++/mgiza where Moses has them, else eflomal"),
         click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
                      show_default=True, help="where the table step writes table1.{md,json,png}"),
+        click.option("--mirror", default="https://www.statmt.org/", show_default=True,
+                     help="data step: where the WMT'14 training and LM archives that DATA lacks are fetched from"),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -373,7 +375,7 @@ def _experiment_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_experiment_options
 def table1_command(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, moses_bin_dir: Path | None,
                    moses_home: Path | None, jobs: int, device: str, configs: str, runs: int, aligner: str,
-                   results: Path) -> None:
+                   results: Path, mirror: str) -> None:
     """Run STEPS of the Table 1 experiment in WORK; finished steps are skipped, so rerun freely.
 
     data, prepare, baseline, rnn, cslm, tune, eval, report (see README, "The experiment").
@@ -388,7 +390,7 @@ def table1_command(steps: tuple[str, ...], work: Path, scale: str, data: Path | 
                                  jobs=jobs, device=device)
         for step in steps:
             if step == "data":
-                ex.step_data(exp)
+                ex.step_data(exp, mirror)
             elif step == "prepare":
                 ex.step_prepare(exp)
             elif step == "baseline":

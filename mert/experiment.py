@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mert import wmt14
 from mert.experiment_settings import SCALES, Configuration, RunPlan, ScaleSettings, TextSlice
 from moses_integration.moses_ini import MosesIni
 from moses_integration.phrase_table import atomic_output
@@ -190,30 +191,54 @@ def _write_slices(data: Path, pieces: list[TextSlice], lang: str, out: Path) -> 
     return write_text_lines(out, lines())
 
 
-def step_data(exp: Experiment) -> None:
-    """Copy the slices the scale names from ``DATA`` into ``raw/`` (untokenised text)."""
+def _data_parts(exp: Experiment) -> list[tuple[str, list[TextSlice], tuple[str, ...]]]:
+    """``(raw file stem, slices, languages)`` of every text the scale reads from ``DATA``."""
+    s, both = exp.settings, (exp.src, exp.tgt)
+    return [("train", s.train, both), ("dev", s.dev, both), ("test", [s.test], both),
+            ("lm", s.lm, (exp.tgt,)), ("lm-valid", [s.lm_valid], (exp.tgt,))]
+
+
+def missing_inputs(exp: Experiment) -> list[str]:
+    """The files of ``DATA`` (relative paths) that the scale reads and that are not there."""
+    assert exp.data is not None
+    wanted = {piece.path.format(lang=lang) for _, pieces, langs in _data_parts(exp) for piece in pieces
+              for lang in langs}
+    return sorted(p for p in wanted if not (exp.data / p).exists())
+
+
+def step_data(exp: Experiment, mirror: str = wmt14.STATMT) -> None:
+    """Copy the slices the scale names from ``DATA`` into ``raw/`` (untokenised text).
+
+    Files of the WMT'14 data that ``DATA`` lacks are fetched first from their official sources
+    (:mod:`mert.wmt14`; ``mirror`` stands for ``https://www.statmt.org/``); any other missing
+    file is an error that names it.
+    """
     if exp.data is None:
         raise ExperimentError("give DATA= (the folder of the raw text; SCALE=small: ../shared/data)")
-    s = exp.settings
 
     def body() -> dict[str, object]:
+        missing = missing_inputs(exp)
+        fetched: dict[str, object] = {}
+        if missing:
+            if not all(wmt14.provides(p) for p in missing):
+                raise ExperimentError(f"missing input(s) in {exp.data}: {', '.join(missing)} (see README, "
+                                      "'The experiment', for the expected files)")
+            _log(f"data: fetching {', '.join(missing)} into {exp.data}")
+            try:
+                fetched = wmt14.fetch(exp.data, missing, mirror=mirror)  # type: ignore[arg-type]
+            except wmt14.DataFetchError as exc:
+                raise ExperimentError(str(exc)) from exc
         raw = exp.path("raw")
         raw.mkdir(parents=True, exist_ok=True)
         counts: dict[str, int] = {}
-        for name, pieces, langs in (
-            ("train", s.train, (exp.src, exp.tgt)),
-            ("dev", s.dev, (exp.src, exp.tgt)),
-            ("test", [s.test], (exp.src, exp.tgt)),
-            ("lm", s.lm, (exp.tgt,)),
-            ("lm-valid", [s.lm_valid], (exp.tgt,)),
-        ):
+        for name, pieces, langs in _data_parts(exp):
             for lang in langs:
                 counts[f"{name}.{lang}"] = _write_slices(exp.data, pieces, lang, raw / f"{name}.{lang}")  # type: ignore[arg-type]
         for name in ("train", "dev", "test"):
             if counts[f"{name}.{exp.src}"] != counts[f"{name}.{exp.tgt}"]:
                 raise ExperimentError(f"{name}: {counts[f'{name}.{exp.src}']} {exp.src} lines but "
                                       f"{counts[f'{name}.{exp.tgt}']} {exp.tgt} lines")
-        return {"lines": counts}
+        return {"lines": counts, **({"fetched": fetched} if fetched else {})}
 
     exp.step("data", body)
 
