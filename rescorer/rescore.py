@@ -245,106 +245,147 @@ def rescore_with_scorer(
     ``model_path`` identifies the model for ``--resume`` (None: none to check).
     """
     check_options(input_path, output_path, opts)
-    started = time.monotonic()
-    to_stdout = output_path == "-"
-    files = _Files.beside(output_path)
-    parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
-    compress = None if not output_path.endswith(".gz") else opts.compresslevel
-    identity = {
-        "version": PROGRESS_VERSION, "input": file_identity(input_path),
-        "model": file_identity(model_path), "options": opts.identity(),
-    }
-    done = _progress_so_far(files, identity) if opts.resume and not to_stdout else _fresh_progress()
-    summary = RescoreSummary(**done["summary"])
-    summary.seconds, summary.resumed_lines, summary.stage_seconds = 0.0, summary.lines, {}
-    if parts_dir:
-        score_parquet.drop_parts_from(parts_dir, done["chunks_done"])
-
-    writer = _DurableWriter(files, to_stdout, identity, done)
-    fh = open_input(input_path)
-    shard_filter = ShardFilter(opts.shard, os.path.getsize(input_path), done["shard_state"]) if opts.shard else None
-    in_size = None if input_path == "-" else os.path.getsize(input_path)
-    bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
-               file=sys.stderr, dynamic_ncols=True)
-    # Parsing and formatting share one pool; with -j 1 both run in this process.
-    pool = (
-        futures.ProcessPoolExecutor(opts.workers, mp_context=multiprocessing.get_context("spawn"),
-                                    initializer=init_worker, initargs=(src_words, tgt_words))
-        if opts.workers > 1 else None
-    )
-    vocab = _arrow_vocab(src_words, tgt_words)  # for chunks prepared in this process
-    prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
-    stop = threading.Event()
-    num_scores = opts.num_scores if opts.num_scores is not None else done.get("num_scores")
-    known = _InOrder(num_scores, done.get("prev_source"))
-    reader = threading.Thread(
-        target=_read_stage,
-        args=(fh, input_path, opts, done, shard_filter, scorer, known, pool, vocab, prepared_q, stop, summary),
-        daemon=True,
-    )
-    reader.start()
-    in_flight: list[tuple[futures.Future | tuple, bytes, dict]] = []
-    chunks_done = done["chunks_done"]
-    warned = False
+    run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts)
     try:
-        while True:
-            item = prepared_q.get()
-            if isinstance(item, BaseException):
-                raise item
-            if item is None:
-                break
-            pending: _Pending = item
-            prep = _settle(pending, known, vocab, summary)
-            log_p, n_unk = _score_prepared(prep, scorer, opts.wp_side, summary)
-            if not warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
-                warned = True
-                _warn_low_overlap(prep)
-            rejected = pending.rejected_lines(prep)
-            rejects = _report_rejects(rejected, input_path)
-            summary.rejected += len(rejected)
-            if parts_dir and prep is not None and len(log_p):
-                score_parquet.write_part(score_parquet.part_path(parts_dir, chunks_done), prep.source,
-                                         prep.target, prep.scores, log_p, n_unk)
-            args = (format_chunk, pending.good_lines(prep), log_p, n_unk, compress)
-            job = pool.submit(timed, *args) if pool else timed(*args)
-            chunks_done += 1
-            marker = {
-                "lines_done": pending.chunk.last_line_no, "chunks_done": chunks_done, "summary": asdict(summary),
-                "shard_state": pending.shard_state, "prev_source": known.prev_source, "num_scores": known.num_scores,
-            }
-            in_flight.append((job, rejects, marker))
-            position = input_position(fh)
-            if position is not None:
-                bar.update(position - bar.n)
-            bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{summary.lines / (time.monotonic() - started):.0f}")
-            while in_flight and (len(in_flight) > 2 * max(1, opts.workers) or _ready(in_flight[0][0])):
-                writer.write(*_result(in_flight.pop(0), summary))
-        while in_flight:
-            writer.write(*_result(in_flight.pop(0), summary))
-        writer.finish(compress is not None)
-        if parts_dir:
-            score_parquet.merge_parts(parts_dir, Path(opts.scores_parquet))
+        run.start_reader()
+        while (pending := run.next_chunk()) is not None:
+            run.score_and_format(pending)
+            run.write_finished(window=2 * max(1, opts.workers))
+        run.write_finished(window=0)
+        run.finish()
     except BaseException as exc:
-        stop.set()
-        if isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError):
-            # The chunks before a malformed line are complete: keep them all, as a serial run does.
-            with contextlib.suppress(Exception):
-                while in_flight:
-                    writer.write(*_result(in_flight.pop(0), summary))
-        replacement = _stopped(exc, writer, files, to_stdout)
+        replacement = run.stopped(exc)
         if replacement is exc:
             raise
         raise replacement from exc
     finally:
-        bar.close()
-        stop.set()
-        _drain(prepared_q)
-        if pool:
-            pool.shutdown(cancel_futures=True)
-        fh.close()
-    summary.seconds = time.monotonic() - started
-    summary.rejects_path = str(files.rejects) if summary.rejected else None
-    return summary
+        run.close()
+    return run.final_summary()
+
+
+class _Run:
+    """One run of the pipeline: its files, its stages and the chunks in flight.
+
+    The main thread takes the prepared chunks in order (:meth:`next_chunk`), scores each and sends
+    it to be formatted (:meth:`score_and_format`), and appends the formatted chunks to the output
+    in order as they come back (:meth:`write_finished`), keeping a bounded window in flight.
+    """
+
+    def __init__(self, input_path: str, output_path: str, scorer: ChunkScorer, src_words: list[str],
+                 tgt_words: list[str], model_path: str | os.PathLike | None, opts: RescoreOptions) -> None:
+        self.input_path, self.scorer, self.opts = input_path, scorer, opts
+        self.started = time.monotonic()
+        self.to_stdout = output_path == "-"
+        self.files = _Files.beside(output_path)
+        self.parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
+        self.compress = None if not output_path.endswith(".gz") else opts.compresslevel
+        identity = {
+            "version": PROGRESS_VERSION, "input": file_identity(input_path),
+            "model": file_identity(model_path), "options": opts.identity(),
+        }
+        self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
+            else _fresh_progress()
+        self.summary = RescoreSummary(**self.done["summary"])
+        self.summary.seconds, self.summary.resumed_lines, self.summary.stage_seconds = 0.0, self.summary.lines, {}
+        if self.parts_dir:
+            score_parquet.drop_parts_from(self.parts_dir, self.done["chunks_done"])
+        self.writer = _DurableWriter(self.files, self.to_stdout, identity, self.done)
+        self.fh = open_input(input_path)
+        self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done["shard_state"])
+                             if opts.shard else None)
+        in_size = None if input_path == "-" else os.path.getsize(input_path)
+        self.bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
+                        file=sys.stderr, dynamic_ncols=True)
+        # Parsing and formatting share one pool; with -j 1 both run in this process.
+        self.pool = (
+            futures.ProcessPoolExecutor(opts.workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=init_worker, initargs=(src_words, tgt_words))
+            if opts.workers > 1 else None
+        )
+        self.vocab = _arrow_vocab(src_words, tgt_words)  # for chunks prepared in this process
+        self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
+        self.stop = threading.Event()
+        num_scores = opts.num_scores if opts.num_scores is not None else self.done.get("num_scores")
+        self.known = _InOrder(num_scores, self.done.get("prev_source"))
+        self.in_flight: list[tuple[futures.Future | tuple, bytes, dict]] = []
+        self.chunks_done = self.done["chunks_done"]
+        self.warned = False
+
+    def start_reader(self) -> None:
+        threading.Thread(
+            target=_read_stage,
+            args=(self.fh, self.input_path, self.opts, self.done, self.shard_filter, self.scorer, self.known,
+                  self.pool, self.vocab, self.prepared_q, self.stop, self.summary),
+            daemon=True,
+        ).start()
+
+    def next_chunk(self) -> _Pending | None:
+        """The next chunk in table order (None at the end); the reader's error, after its chunks."""
+        item = self.prepared_q.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def score_and_format(self, pending: _Pending) -> None:
+        """Score one chunk here, report its rejected lines, and send it off to be formatted."""
+        summary = self.summary
+        prep = _settle(pending, self.known, self.vocab, summary)
+        log_p, n_unk = _score_prepared(prep, self.scorer, self.opts.wp_side, summary)
+        if not self.warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
+            self.warned = True
+            _warn_low_overlap(prep)
+        rejected = pending.rejected_lines(prep)
+        rejects = _report_rejects(rejected, self.input_path)
+        summary.rejected += len(rejected)
+        if self.parts_dir and prep is not None and len(log_p):
+            score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), prep.source,
+                                     prep.target, prep.scores, log_p, n_unk)
+        args = (format_chunk, pending.good_lines(prep), log_p, n_unk, self.compress)
+        job = self.pool.submit(timed, *args) if self.pool else timed(*args)
+        self.chunks_done += 1
+        marker = {
+            "lines_done": pending.chunk.last_line_no, "chunks_done": self.chunks_done, "summary": asdict(summary),
+            "shard_state": pending.shard_state, "prev_source": self.known.prev_source,
+            "num_scores": self.known.num_scores,
+        }
+        self.in_flight.append((job, rejects, marker))
+        position = input_position(self.fh)
+        if position is not None:
+            self.bar.update(position - self.bar.n)
+        rate = summary.lines / (time.monotonic() - self.started)
+        self.bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{rate:.0f}")
+
+    def write_finished(self, window: int) -> None:
+        """Append formatted chunks in order: those done, and any beyond ``window`` in flight."""
+        while self.in_flight and (len(self.in_flight) > window or _ready(self.in_flight[0][0])):
+            self.writer.write(*_result(self.in_flight.pop(0), self.summary))
+
+    def finish(self) -> None:
+        self.writer.finish(self.compress is not None)
+        if self.parts_dir:
+            score_parquet.merge_parts(self.parts_dir, Path(self.opts.scores_parquet))  # type: ignore[arg-type]
+
+    def stopped(self, exc: BaseException) -> BaseException:
+        """The exception to raise for ``exc``, after the partial files are left sane (:func:`_stopped`)."""
+        self.stop.set()
+        if isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError):
+            # The chunks before a malformed line are complete: keep them all, as a serial run does.
+            with contextlib.suppress(Exception):
+                self.write_finished(window=0)
+        return _stopped(exc, self.writer, self.files, self.to_stdout)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.stop.set()
+        _drain(self.prepared_q)
+        if self.pool:
+            self.pool.shutdown(cancel_futures=True)
+        self.fh.close()
+
+    def final_summary(self) -> RescoreSummary:
+        self.summary.seconds = time.monotonic() - self.started
+        self.summary.rejects_path = str(self.files.rejects) if self.summary.rejected else None
+        return self.summary
 
 
 @dataclass

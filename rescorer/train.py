@@ -164,36 +164,96 @@ def train(
     ``model_out`` holds the model with the best validation log-likelihood (the one to score
     with); ``model_out.last`` holds the latest state, which ``resume`` continues from.
     """
-    cfg = train_config
-    dev = select_device(device)
-    amp_dtype = autocast_dtype(dev, precision)
-    torch.manual_seed(cfg.seed)
-    model = RNNEncoderDecoder(model_config).to(dev)
-    optimizer = make_optimizer(model, cfg)
-    scaler = torch.amp.GradScaler(dev.type, enabled=amp_dtype == torch.float16)
-    state: dict = {
-        "step": 0, "epoch": 0, "group_start": 0, "batch_in_group": 0, "elapsed": 0.0,
-        "best_ll": -math.inf, "bad_validations": 0, "history": [], "data": data.fingerprint(),
-    }
-    last = last_checkpoint_path(model_out)
-    resume_from = last if last.exists() else Path(model_out)
-    if resume and resume_from.exists():
-        state = _restore(resume_from, data, model, optimizer, state["data"])
-    history = [Validation(**v) for v in state["history"]]
+    run = _Training.start(data, Path(model_out), model_config, train_config, src_vocab, tgt_vocab, device,
+                          precision, resume)
+    if not run.history:
+        run.validate()
+    run.model.train()
+    run.started = time.monotonic() - run.state["elapsed"]
+    bar = tqdm(total=train_config.max_steps, initial=run.state["step"], desc="training", unit=" step",
+               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    pairs_done, t_rate = 0, time.monotonic()
+    try:
+        # A resumed run whose budget is already spent takes no step: --resume after a finished
+        # training (rescore-phrase-table --resume) reuses the model as it is.
+        while (stopped_by := run.reason_to_stop()) is None:
+            rows = run.next_rows()
+            loss = run.step(rows)
+            pairs_done += len(rows)
+            bar.update(1)
+            if run.state["step"] % 10 == 0:
+                rate = pairs_done / max(1e-9, time.monotonic() - t_rate)
+                bar.set_postfix(loss=f"{loss.item():.3f}", pairs_s=f"{rate:.0f}")
+            if run.validation_due():
+                run.checkpoint(improved=run.validate())
+    except KeyboardInterrupt:
+        run.checkpoint()
+        raise
+    finally:
+        bar.close()
+    if not run.model_out.exists():
+        run.checkpoint()
+    return TrainResult(run.state["step"], run.state["elapsed"], stopped_by, run.history)
 
-    def checkpoint(improved: bool = False) -> None:
+
+@dataclass
+class _Training:
+    """One training run: the model and optimizer, the resumable ``state``, the validation history."""
+
+    data: PairData
+    model_out: Path
+    model_config: ModelConfig
+    cfg: TrainConfig
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    dev: torch.device
+    amp_dtype: torch.dtype | None
+    model: RNNEncoderDecoder
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    state: dict
+    history: list[Validation]
+    started: float = 0.0  # monotonic time the run would have started had it never stopped
+    batches_in_group: int = 0  # minibatches of the current length group (set by next_rows)
+
+    @classmethod
+    def start(cls, data: PairData, model_out: Path, model_config: ModelConfig, cfg: TrainConfig, src_vocab: Vocab,
+              tgt_vocab: Vocab, device: str, precision: str, resume: bool) -> _Training:
+        """A fresh run, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
+        dev = select_device(device)
+        amp_dtype = autocast_dtype(dev, precision)
+        torch.manual_seed(cfg.seed)
+        model = RNNEncoderDecoder(model_config).to(dev)
+        optimizer = make_optimizer(model, cfg)
+        scaler = torch.amp.GradScaler(dev.type, enabled=amp_dtype == torch.float16)
+        state: dict = {
+            "step": 0, "epoch": 0, "group_start": 0, "batch_in_group": 0, "elapsed": 0.0,
+            "best_ll": -math.inf, "bad_validations": 0, "history": [], "data": data.fingerprint(),
+        }
+        last = last_checkpoint_path(model_out)
+        resume_from = last if last.exists() else model_out
+        if resume and resume_from.exists():
+            state = _restore(resume_from, data, model, optimizer, state["data"])
+        history = [Validation(**v) for v in state["history"]]
+        return cls(data, model_out, model_config, cfg, src_vocab, tgt_vocab, dev, amp_dtype, model, optimizer,
+                   scaler, state, history)
+
+    def checkpoint(self, improved: bool = False) -> None:
         """The latest state always goes to MODEL.last (for --resume); MODEL is the best so far."""
-        state["history"] = [v.__dict__ for v in history]
-        for path in (last, model_out) if improved or not Path(model_out).exists() else (last,):
+        self.state["history"] = [v.__dict__ for v in self.history]
+        last = last_checkpoint_path(self.model_out)
+        for path in (last, self.model_out) if improved or not self.model_out.exists() else (last,):
             save_checkpoint(
-                path, model=model, config=model_config, src_vocab=src_vocab, tgt_vocab=tgt_vocab,
-                train_config=cfg, optimizer_state=optimizer.state_dict(), train_state=state,
+                path, model=self.model, config=self.model_config, src_vocab=self.src_vocab,
+                tgt_vocab=self.tgt_vocab, train_config=self.cfg, optimizer_state=self.optimizer.state_dict(),
+                train_state=self.state,
             )
 
-    def validate() -> tuple[bool, bool]:
-        """Record validation; returns (improved, patience ran out)."""
-        ll, ppl, gain = evaluate(model, data, data.valid_idx, dev)
-        history.append(Validation(state["step"], ll, ppl, gain))
+    def validate(self) -> bool:
+        """Record a validation (on stderr too); True if it is the best so far."""
+        state = self.state
+        ll, ppl, gain = evaluate(self.model, self.data, self.data.valid_idx, self.dev)
+        self.history.append(Validation(state["step"], ll, ppl, gain))
         improved = ll > state["best_ll"] + 1e-6
         if improved:
             state["best_ll"], state["bad_validations"] = ll, 0
@@ -201,63 +261,46 @@ def train(
             state["bad_validations"] += 1
         tqdm.write(f"step {state['step']}: valid log-likelihood {ll:.4f}, perplexity {ppl:.2f}, "
                    f"source gain {gain:.3f} nats/pair", file=sys.stderr)
-        return improved, cfg.patience is not None and state["bad_validations"] >= cfg.patience
+        return improved
 
-    if not history:
-        validate()
-    model.train()
-    started = time.monotonic() - state["elapsed"]
-    stopped_by = "max_steps"
-    bar = tqdm(total=cfg.max_steps, initial=state["step"], desc="training", unit=" step",
-               disable=not progress, file=sys.stderr, dynamic_ncols=True)
-    pairs_done, t_rate = 0, time.monotonic()
-    try:
-        while cfg.max_steps is None or state["step"] < cfg.max_steps:
-            # A resumed run whose budget is already spent must not take one more step: --resume
-            # after a finished training (rescore-phrase-table --resume) reuses the model as it is.
-            if cfg.max_time is not None and state["elapsed"] >= cfg.max_time:
-                stopped_by = "max_time"
-                break
-            if cfg.patience is not None and state["bad_validations"] >= cfg.patience:
-                stopped_by = "early_stopping"
-                break
-            batches = group_batches(data, cfg, state["epoch"], state["group_start"])
-            if not batches:
-                state["epoch"], state["group_start"], state["batch_in_group"] = state["epoch"] + 1, 0, 0
-                continue
-            rows = batches[state["batch_in_group"]]
-            loss = train_step(model, optimizer, scaler, data.batch(rows, dev, host_lengths=True), cfg.clip_norm,
-                              amp_dtype)
-            state["step"] += 1
-            state["batch_in_group"] += 1
-            if state["batch_in_group"] >= len(batches):
-                state["group_start"] += cfg.batch_size * cfg.length_group
-                state["batch_in_group"] = 0
-            state["elapsed"] = time.monotonic() - started
-            pairs_done += len(rows)
-            bar.update(1)
-            if state["step"] % 10 == 0:
-                rate = pairs_done / max(1e-9, time.monotonic() - t_rate)
-                bar.set_postfix(loss=f"{loss.item():.3f}", pairs_s=f"{rate:.0f}")
-            done_time = cfg.max_time is not None and state["elapsed"] >= cfg.max_time
-            at_end = cfg.max_steps is not None and state["step"] >= cfg.max_steps
-            if state["step"] % cfg.valid_every == 0 or done_time or at_end:
-                improved, out_of_patience = validate()
-                checkpoint(improved)
-                if out_of_patience:
-                    stopped_by = "early_stopping"
-                    break
-            if done_time:
-                stopped_by = "max_time"
-                break
-    except KeyboardInterrupt:
-        checkpoint()
-        raise
-    finally:
-        bar.close()
-    if not Path(model_out).exists():
-        checkpoint()
-    return TrainResult(state["step"], state["elapsed"], stopped_by, history)
+    def reason_to_stop(self) -> str | None:
+        """Why training ends now (patience first, then time, then steps), or None to go on."""
+        cfg, state = self.cfg, self.state
+        if cfg.patience is not None and state["bad_validations"] >= cfg.patience:
+            return "early_stopping"
+        if cfg.max_time is not None and state["elapsed"] >= cfg.max_time:
+            return "max_time"
+        if cfg.max_steps is not None and state["step"] >= cfg.max_steps:
+            return "max_steps"
+        return None
+
+    def next_rows(self) -> np.ndarray:
+        """The rows of the next minibatch, in the length-grouped order; a new epoch when one ends."""
+        state = self.state
+        while not (batches := group_batches(self.data, self.cfg, state["epoch"], state["group_start"])):
+            state["epoch"], state["group_start"], state["batch_in_group"] = state["epoch"] + 1, 0, 0
+        self.batches_in_group = len(batches)
+        return batches[state["batch_in_group"]]
+
+    def step(self, rows: np.ndarray) -> torch.Tensor:
+        """One update on ``rows`` (from :meth:`next_rows`); moves the epoch position and the clock on."""
+        state, cfg = self.state, self.cfg
+        loss = train_step(self.model, self.optimizer, self.scaler, self.data.batch(rows, self.dev, host_lengths=True),
+                          cfg.clip_norm, self.amp_dtype)
+        state["step"] += 1
+        state["batch_in_group"] += 1
+        if state["batch_in_group"] >= self.batches_in_group:
+            state["group_start"] += cfg.batch_size * cfg.length_group
+            state["batch_in_group"] = 0
+        state["elapsed"] = time.monotonic() - self.started
+        return loss
+
+    def validation_due(self) -> bool:
+        """Every ``valid_every`` steps, and at the last step (time or steps used up)."""
+        cfg, state = self.cfg, self.state
+        done_time = cfg.max_time is not None and state["elapsed"] >= cfg.max_time
+        at_end = cfg.max_steps is not None and state["step"] >= cfg.max_steps
+        return state["step"] % cfg.valid_every == 0 or done_time or at_end
 
 
 def prepare_data(
