@@ -134,6 +134,30 @@ def save_checkpoint(
     return path
 
 
+
+def read_model_file(path: Path, format_name: str, max_version: int, error: type[Exception], what: str,
+                    map_location: str | torch.device = "cpu") -> dict:
+    """The payload of a model file of this project (RNN checkpoint or CSLM), its envelope checked.
+
+    A file that torch cannot read, one without the ``format`` marker, or one from a newer version
+    raises ``error`` naming the path (a user mixing files up sees which); a missing file raises
+    ``FileNotFoundError``.
+    """
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # torch raises many types (UnpicklingError, RuntimeError, EOFError ...)
+        raise error(f"{path}: not a {what} (torch.load failed: {exc})") from exc
+    if not isinstance(payload, dict) or payload.get("format") != format_name:
+        raise error(f"{path}: not a {what} (no {format_name!r} marker)")
+    version = payload.get("version")
+    if not isinstance(version, int) or not 1 <= version <= max_version:
+        raise error(f"{path}: {what} format version {version!r} is not supported "
+                    f"(this version reads 1..{max_version}); upgrade moses-rnn-rescorer")
+    return payload
+
+
 def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint`; the model is on ``map_location``, in eval mode.
 
@@ -141,20 +165,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     raises ``CheckpointError`` naming the path; a missing file raises ``FileNotFoundError``.
     """
     path = Path(path)
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # torch raises many types (UnpicklingError, RuntimeError, EOFError ...)
-        raise CheckpointError(f"{path}: not a rescorer checkpoint (torch.load failed: {exc})") from exc
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
-        raise CheckpointError(f"{path}: not a rescorer checkpoint (no {FORMAT_NAME!r} marker)")
-    version = payload.get("version")
-    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
-        raise CheckpointError(
-            f"{path}: checkpoint format version {version!r} is not supported "
-            f"(this version reads 1..{FORMAT_VERSION}); upgrade moses-rnn-rescorer"
-        )
+    payload = read_model_file(path, FORMAT_NAME, FORMAT_VERSION, CheckpointError, "rescorer checkpoint",
+                              map_location)
     try:
         config = ModelConfig.from_dict(payload["model_config"])
         raw_train = payload.get("train_config")
@@ -182,5 +194,5 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
         optimizer_state=payload.get("optimizer_state"),
         train_state=payload.get("train_state"),
         path=path,
-        version=version,
+        version=payload["version"],
     )

@@ -33,6 +33,22 @@ def _model_size_options(fn: Callable) -> Callable:
     return fn
 
 
+
+def _run_options(fn: Callable) -> Callable:
+    """Where and how a long run computes, shared by ``train`` and ``rescore-phrase-table``."""
+    options = [
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N"),
+        click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto",
+                     show_default=True),
+        click.option("--threads", type=int, help="CPU threads for torch and worker processes [default: the CPUs "
+                     "this process may use (os.sched_getaffinity), e.g. a SLURM job's share]"),
+        click.option("-q", "--quiet", is_flag=True, help="no progress bar"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 def _friendly_errors(fn: Callable) -> Callable:
     """Known input problems print as one clear line and exit 1, never as a traceback."""
 
@@ -74,11 +90,7 @@ def main() -> None:
 @click.option("--batch-size", type=int, default=64, show_default=True)
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--resume", is_flag=True, help="continue the run saved in MODEL_OUT")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
-@click.option("--threads", type=int, help="CPU threads for torch and worker processes [default: the CPUs this "
-              "process may use (os.sched_getaffinity), e.g. a SLURM job's share]")
-@click.option("-q", "--quiet", is_flag=True, help="no progress bar")
+@_run_options
 @_friendly_errors
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
                   maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
@@ -321,11 +333,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.option("--shard", help="score only slice K/N (1-based), cut at source-phrase boundaries")
 @click.option("--resume", is_flag=True, help="continue a killed run from its last completed chunk")
 @click.option("--scores-parquet", type=click.Path(dir_okay=False), help="also write the scores to Parquet")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
-@click.option("--threads", type=int, help="CPU threads for torch and worker processes [default: the CPUs this "
-              "process may use (os.sched_getaffinity), e.g. a SLURM job's share]")
-@click.option("-q", "--quiet", is_flag=True, help="no progress bar")
+@_run_options
 @_friendly_errors
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
                                  shortlist, hidden, embedding, maxout_units, output_rank, init_std, moses_ini,

@@ -35,7 +35,7 @@ from torch import nn
 from moses_integration.nbest import FIELD_SEPARATOR, NBestEntry, NBestError, format_value, parse_nbest_line
 from moses_integration.phrase_table import PathArg, atomic_output, display_name, open_input
 from moses_integration.tokens import split_tokens
-from rescorer.checkpoint import _check_loadable
+from rescorer.checkpoint import _check_loadable, read_model_file
 from rescorer.config import _check_positive_int, _strict_from_dict
 from rescorer.device import autocast, autocast_dtype, select_device
 from rescorer.vocab import Vocab
@@ -354,17 +354,7 @@ def save_cslm(
 def load_cslm(path: PathArg, device: str | torch.device = "cpu") -> CSLMFile:
     """Read a model file written by :func:`save_cslm`; anything else is a :class:`CSLMError`."""
     path = Path(path)
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as exc:
-        raise CSLMError(f"{path}: not a CSLM model file (torch.load failed: {exc})") from exc
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
-        raise CSLMError(f"{path}: not a CSLM model file (no {FORMAT_NAME!r} marker)")
-    version = payload.get("version")
-    if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
-        raise CSLMError(f"{path}: CSLM format version {version!r} is not supported (1..{FORMAT_VERSION})")
+    payload = read_model_file(path, FORMAT_NAME, FORMAT_VERSION, CSLMError, "CSLM model file")
     try:
         config = CSLMConfig.from_dict(payload["config"])
         vocab = Vocab.from_dict(payload["vocab"])
