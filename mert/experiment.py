@@ -536,10 +536,10 @@ def step_report(
     """results/table1.{md,json,png} from every run whose dev and test outputs exist (never stamped:
     it is cheap and is redone as runs are added). Also copies the step timings beside it."""
     from mert.table1 import build_table, score_runs, write_report
-    from mert.table1_analysis import analysis_document
+    from mert.table1_analysis import analysis_document, tuning_trajectory
     from mert.tune import read_state
 
-    collected = []
+    collected, tuning = [], {}
     for config in configs:
         found = []
         for k in range(1, runs + 1):
@@ -549,6 +549,7 @@ def step_report(
             state = read_state(exp.tune_dir(plan)) or {}
             found.append((k, exp.eval_output(plan, "dev"), exp.eval_output(plan, "test"),
                           run_weights(exp.tune_dir(plan) / "moses.ini"), state.get("completed_iterations")))
+            tuning.setdefault(config.label, []).append({"run": k, "dev_bleu_1best": tuning_trajectory(state)})
         collected.append((config, found))
     if not any(found for _, found in collected):
         raise ExperimentError(f"no evaluated run in {exp.work} yet: run the eval step first")
@@ -574,6 +575,7 @@ def step_report(
         )
     else:
         doc["notes"].append(f"No analysis of the RNN column: {table_path} (the 6-column table) is missing.")
+    doc["tuning"] = tuning
     paths = write_report(doc, out_dir, command)
     shutil.copyfile(exp.path(TIMINGS_FILE), out_dir / "timings.tsv")
     return paths

@@ -128,6 +128,10 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
         from mert.table1_analysis import format_analysis
 
         out += [""] + format_analysis(doc["analysis"])  # type: ignore[arg-type]
+    if doc.get("tuning"):
+        from mert.table1_analysis import format_trajectories
+
+        out += [""] + format_trajectories(doc["tuning"])  # type: ignore[arg-type]
     timings: dict[str, float] = doc.get("timings_seconds", {})  # type: ignore[assignment]
     if timings:
         out += ["", "## Wall time of each step (2-core machine, shared with other jobs)", "", "| step | seconds |",

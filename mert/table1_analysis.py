@@ -97,6 +97,33 @@ def format_analysis(doc: Mapping[str, object]) -> list[str]:
     return out + [""]
 
 
+def tuning_trajectory(state: Mapping[str, object]) -> list[float]:
+    """Dev BLEU of the 1-best at each iteration of a tuning run (``mert tune``'s tuning-state.json).
+
+    Iteration 1 decodes with the start weights, iteration k with the weights MERT chose after
+    k - 1: the list shows how far the start weights are from tuned ones and where MERT swung.
+    """
+    return [round(float(it["dev_bleu_1best"]), 2) for it in state.get("iterations", [])]  # type: ignore[union-attr]
+
+
+def format_trajectories(runs: Mapping[str, Sequence[Mapping[str, object]]]) -> list[str]:
+    """Markdown lines: one row per run (``{"run": k, "dev_bleu_1best": [...]}``), one column per iteration."""
+    width = max((len(r["dev_bleu_1best"]) for found in runs.values() for r in found), default=0)  # type: ignore[arg-type]
+    if not width:
+        return []
+    head = ["1 (start weights)", *(str(i) for i in range(2, width + 1))]
+    out = ["## Tuning: dev BLEU of the 1-best at each MERT iteration", "",
+           "Tokenised BLEU of each iteration's decode of the tuning set (iteration k uses the weights MERT chose "
+           "after iteration k − 1). A run that converged early has fewer iterations.", "",
+           "| configuration | run | " + " | ".join(head) + " |", "|---|---|" + "---|" * width]
+    for label, found in runs.items():
+        for r in found:
+            bleus = list(r["dev_bleu_1best"])  # type: ignore[arg-type]
+            cells = [f"{b:.2f}" for b in bleus] + [""] * (width - len(bleus))
+            out.append(f"| {label} | {r['run']} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def _number(value: float | None) -> str:
     return "– (constant column)" if value is None else f"{value:.3f}"
 

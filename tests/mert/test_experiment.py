@@ -201,6 +201,11 @@ def test_report_from_finished_runs(tmp_path):
             tuned = exp.tune_dir(plan) / "moses.ini"
             tuned.parent.mkdir(parents=True, exist_ok=True)
             tuned.write_text(_six_column_ini(exp, "0.05" if key == "rnn" else "0", "0"))
+            # what `mert tune` records of each iteration; run 2 of +RNN converged after 2 iterations
+            bleus = [16.123, 2.5, 17.994] if (key, run) != ("rnn", 2) else [16.123, 18.0]
+            (tuned.parent / "tuning-state.json").write_text(json.dumps({
+                "format": "mert-tune-state/1", "completed_iterations": len(bleus),
+                "iterations": [{"iteration": i, "dev_bleu_1best": b} for i, b in enumerate(bleus, start=1)]}))
     # The 6-column table: p_RNN equals p(e|f) on every line, one line has an unknown word.
     p_ef = [0.5, 0.25, 0.125, 0.1, 0.01]
     _write(exp.rnn_ini.parent / "phrase-table.rnn.gz", [
@@ -232,6 +237,9 @@ def test_report_from_finished_runs(tmp_path):
     # L1 of the tuned weights: |−1| + 0.2 + 4 × 0.2 + 0.05 + 0 + 0.3 + 0.5 = 2.85
     assert rnn_runs[0] == {"run": 1, "rnn": 0.05, "wp": 0.0, "rnn_l1_share": pytest.approx(0.05 / 2.85)}
     assert "| + RNN | 1 | 0.05 | 0 | 1.8% |" in md and "| p(e\\|f) | 1.000 | 1.000 |" in md
+    assert doc["tuning"]["+ RNN"][1] == {"run": 2, "dev_bleu_1best": [16.12, 18.0]}
+    assert "| configuration | run | 1 (start weights) | 2 | 3 |" in md
+    assert "| Baseline | 1 | 16.12 | 2.50 | 17.99 |" in md and "| + RNN | 2 | 16.12 | 18.00 |  |" in md
 
 
 def test_report_states_what_the_trainings_reached(tmp_path):
