@@ -309,46 +309,111 @@ def train_cslm(
     ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``), with that file's config,
     vocabulary and position; the corpus must be the one it was trained on.
     """
-    model_out = Path(model_out)
     cfg = train_config
-    dev = select_device(device)
-    amp_dtype = autocast_dtype(dev, precision)
-    resume_from = last_path(model_out) if last_path(model_out).exists() else model_out
-    loaded = load_cslm(resume_from, dev) if resume and resume_from.exists() else None
-    if loaded is not None:
-        if loaded.train_state is None or loaded.optimizer_state is None:
-            raise ValueError(f"{resume_from}: the model file holds no training state to resume from")
-        model_config = loaded.model.config
-    data_dir = Path(str(model_out) + ".data")
-    vocab, train_split, valid_split, fingerprint = prepare_corpus(
-        corpus, data_dir, shortlist=shortlist, order=model_config.order, valid=valid,
-        vocab=loaded.vocab if loaded else None, seed=cfg.seed, progress=progress,
-    )
-    model_config = dataclasses.replace(model_config, vocab_size=len(vocab))
-    torch.manual_seed(cfg.seed)
-    model = CSLM(model_config).to(dev)
-    optimizer = _make_optimizer(model, cfg)
-    state: dict[str, Any] = {"epoch": 0, "position": 0, "examples": 0, "elapsed": 0.0, "best": math.inf,
-                             "bad_epochs": 0, "history": [], "data": fingerprint}
-    if loaded is not None:
-        assert loaded.train_state is not None and loaded.optimizer_state is not None
-        if loaded.train_state.get("data") != fingerprint:
-            raise ValueError(f"{resume_from}: trained on other data (or other settings) than {corpus}; cannot resume")
-        model.load_state_dict(loaded.model.state_dict())
-        optimizer.load_state_dict(loaded.optimizer_state)
-        state = dict(loaded.train_state)
-    history = [Validation(**v) for v in state["history"]]
+    run = _CSLMTraining.start(corpus, Path(model_out), model_config, cfg, shortlist=shortlist, valid=valid,
+                              device=device, precision=precision, resume=resume, progress=progress)
+    state = run.state
+    if not run.history:
+        run.save(run.validate())
+    run.model.train()
+    run.started = time.monotonic() - state["elapsed"]
+    stopped_by = "max_epochs"
+    bar = tqdm(total=run.epoch_len, initial=state["position"], desc=f"epoch {state['epoch'] + 1}", unit=" ngram",
+               unit_scale=True, disable=not progress, file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+    try:
+        while cfg.max_epochs is None or state["epoch"] < cfg.max_epochs:
+            out_of_time = run.train_epoch(bar)
+            if not out_of_time:
+                state["epoch"] += 1
+                state["position"] = 0
+            run.save(run.validate())
+            if out_of_time:
+                stopped_by = "max_time"
+                break
+            if cfg.patience is not None and state["bad_epochs"] >= cfg.patience:
+                stopped_by = "early_stopping"
+                break
+            bar.reset(total=run.epoch_len)
+            bar.set_description(f"epoch {state['epoch'] + 1}")
+    except KeyboardInterrupt:
+        run.save(False)
+        raise
+    finally:
+        bar.close()
+    return CSLMTrainResult(state["epoch"], state["examples"], state["elapsed"], stopped_by, run.history)
 
-    def save(best: bool) -> None:
-        state["history"] = [dataclasses.asdict(v) for v in history]
-        for path in (last_path(model_out), model_out) if best or not model_out.exists() else (last_path(model_out),):
-            save_cslm(path, model, vocab, train_config=cfg.to_dict(), optimizer_state=optimizer.state_dict(),
-                      train_state=state)
 
-    def validate() -> bool:
-        """Record one validation; True when it is the best so far."""
-        ppl = perplexity(model, valid_split, amp_dtype=amp_dtype)
-        history.append(Validation(state["epoch"], state["examples"], ppl))
+@dataclass
+class _CSLMTraining:
+    """One CSLM training run: model, optimizer, data splits, the resumable ``state`` and history."""
+
+    model_out: Path
+    cfg: CSLMTrainConfig
+    dev: torch.device
+    amp_dtype: torch.dtype | None
+    model: CSLM
+    optimizer: torch.optim.Optimizer
+    vocab: Vocab
+    train_split: NgramSplit
+    valid_split: NgramSplit
+    state: dict[str, Any]
+    history: list[Validation]
+    started: float = 0.0  # monotonic time the run would have started had it never stopped
+    last_save: float = 0.0
+
+    @classmethod
+    def start(cls, corpus: str, model_out: Path, model_config: CSLMConfig, cfg: CSLMTrainConfig, *, shortlist: int,
+              valid: str | None, device: str, precision: str, resume: bool, progress: bool) -> _CSLMTraining:
+        """A fresh run on ``corpus``, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
+        dev = select_device(device)
+        amp_dtype = autocast_dtype(dev, precision)
+        resume_from = last_path(model_out) if last_path(model_out).exists() else model_out
+        loaded = load_cslm(resume_from, dev) if resume and resume_from.exists() else None
+        if loaded is not None:
+            if loaded.train_state is None or loaded.optimizer_state is None:
+                raise ValueError(f"{resume_from}: the model file holds no training state to resume from")
+            model_config = loaded.model.config
+        vocab, train_split, valid_split, fingerprint = prepare_corpus(
+            corpus, Path(str(model_out) + ".data"), shortlist=shortlist, order=model_config.order, valid=valid,
+            vocab=loaded.vocab if loaded else None, seed=cfg.seed, progress=progress,
+        )
+        model_config = dataclasses.replace(model_config, vocab_size=len(vocab))
+        torch.manual_seed(cfg.seed)
+        model = CSLM(model_config).to(dev)
+        optimizer = _make_optimizer(model, cfg)
+        state: dict[str, Any] = {"epoch": 0, "position": 0, "examples": 0, "elapsed": 0.0, "best": math.inf,
+                                 "bad_epochs": 0, "history": [], "data": fingerprint}
+        if loaded is not None:
+            assert loaded.train_state is not None and loaded.optimizer_state is not None
+            if loaded.train_state.get("data") != fingerprint:
+                raise ValueError(f"{resume_from}: trained on other data (or other settings) than {corpus}; "
+                                 "cannot resume")
+            model.load_state_dict(loaded.model.state_dict())
+            optimizer.load_state_dict(loaded.optimizer_state)
+            state = dict(loaded.train_state)
+        history = [Validation(**v) for v in state["history"]]
+        return cls(model_out, cfg, dev, amp_dtype, model, optimizer, vocab, train_split, valid_split, state, history,
+                   last_save=time.monotonic())
+
+    @property
+    def epoch_len(self) -> int:
+        n, size = len(self.train_split), self.cfg.epoch_size
+        return n if size is None else min(size, n)
+
+    def save(self, best: bool) -> None:
+        """The latest state always goes to MODEL.last (for --resume); MODEL is the best so far."""
+        self.state["history"] = [dataclasses.asdict(v) for v in self.history]
+        last = last_path(self.model_out)
+        for path in (last, self.model_out) if best or not self.model_out.exists() else (last,):
+            save_cslm(path, self.model, self.vocab, train_config=self.cfg.to_dict(),
+                      optimizer_state=self.optimizer.state_dict(), train_state=self.state)
+        self.last_save = time.monotonic()
+
+    def validate(self) -> bool:
+        """Record one validation (on stderr too); True when it is the best so far."""
+        state = self.state
+        ppl = perplexity(self.model, self.valid_split, amp_dtype=self.amp_dtype)
+        self.history.append(Validation(state["epoch"], state["examples"], ppl))
         partial = f" (stopped {state['position']} n-grams into epoch {state['epoch'] + 1})" if state["position"] else ""
         tqdm.write(f"epoch {state['epoch']}: valid perplexity {ppl:.2f}{partial}", file=sys.stderr)
         if ppl < state["best"] - 1e-9:
@@ -357,61 +422,36 @@ def train_cslm(
         state["bad_epochs"] += 1
         return False
 
-    if not history:
-        save(validate())
-    model.train()
-    started = time.monotonic() - state["elapsed"]
-    last_save = time.monotonic()
-    stopped_by = "max_epochs"
-    epoch_len = len(_epoch_order(len(train_split), cfg, 0)) if cfg.epoch_size is None else min(
-        cfg.epoch_size, len(train_split))
-    bar = tqdm(total=epoch_len, initial=state["position"], desc=f"epoch {state['epoch'] + 1}", unit=" ngram",
-               unit_scale=True, disable=not progress, file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
-    try:
-        while cfg.max_epochs is None or state["epoch"] < cfg.max_epochs:
-            order = _epoch_order(len(train_split), cfg, state["epoch"])
-            done_time = False
-            while state["position"] < len(order):
-                rows = order[state["position"] : state["position"] + cfg.batch_size]
-                hist, tgt = train_split.batch(rows)
-                if cfg.optimizer == "sgd":
-                    for group in optimizer.param_groups:
-                        group["lr"] = cfg.learning_rate / (1.0 + state["examples"] * cfg.lr_decay)
-                with autocast(dev, amp_dtype):
-                    logits = model(hist.to(dev))
-                loss = F.cross_entropy(logits.float(), tgt.to(dev))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                state["position"] += len(rows)
-                state["examples"] += len(rows)
-                state["elapsed"] = time.monotonic() - started
-                bar.update(len(rows))
-                if state["position"] % (cfg.batch_size * 50) < cfg.batch_size:
-                    bar.set_postfix(loss=f"{loss.item():.3f}", ngram_s=f"{bar.format_dict['rate'] or 0:.0f}")
-                done_time = cfg.max_time is not None and state["elapsed"] >= cfg.max_time
-                if done_time:
-                    break
-                if time.monotonic() - last_save >= cfg.checkpoint_every:
-                    save(False)
-                    last_save = time.monotonic()
-            if not done_time:
-                state["epoch"] += 1
-                state["position"] = 0
-            improved = validate()
-            save(improved)
-            last_save = time.monotonic()
-            if done_time:
-                stopped_by = "max_time"
-                break
-            if cfg.patience is not None and state["bad_epochs"] >= cfg.patience:
-                stopped_by = "early_stopping"
-                break
-            bar.reset(total=epoch_len)
-            bar.set_description(f"epoch {state['epoch'] + 1}")
-    except KeyboardInterrupt:
-        save(False)
-        raise
-    finally:
-        bar.close()
-    return CSLMTrainResult(state["epoch"], state["examples"], state["elapsed"], stopped_by, history)
+    def train_epoch(self, bar: tqdm) -> bool:
+        """Train on the rest of the current epoch, saving now and then; True if time ran out in it."""
+        cfg, state = self.cfg, self.state
+        order = _epoch_order(len(self.train_split), cfg, state["epoch"])
+        while state["position"] < len(order):
+            rows = order[state["position"] : state["position"] + cfg.batch_size]
+            loss = self.step(rows)
+            bar.update(len(rows))
+            if state["position"] % (cfg.batch_size * 50) < cfg.batch_size:
+                bar.set_postfix(loss=f"{loss.item():.3f}", ngram_s=f"{bar.format_dict['rate'] or 0:.0f}")
+            if cfg.max_time is not None and state["elapsed"] >= cfg.max_time:
+                return True
+            if time.monotonic() - self.last_save >= cfg.checkpoint_every:
+                self.save(False)
+        return False
+
+    def step(self, rows: np.ndarray) -> torch.Tensor:
+        """One update on the n-grams ``rows``; moves the epoch position and the clock on."""
+        cfg, state = self.cfg, self.state
+        hist, tgt = self.train_split.batch(rows)
+        if cfg.optimizer == "sgd":
+            for group in self.optimizer.param_groups:
+                group["lr"] = cfg.learning_rate / (1.0 + state["examples"] * cfg.lr_decay)
+        with autocast(self.dev, self.amp_dtype):
+            logits = self.model(hist.to(self.dev))
+        loss = F.cross_entropy(logits.float(), tgt.to(self.dev))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        state["position"] += len(rows)
+        state["examples"] += len(rows)
+        state["elapsed"] = time.monotonic() - self.started
+        return loss

@@ -152,6 +152,28 @@ def test_training_on_real_french_lowers_validation_perplexity_and_resumes(tmp_pa
     assert 500 < len(np.load(tmp_path / "cslm.pt.data/valid/tokens.npy", mmap_mode="r")) < valid_tokens / 5
 
 
+def test_a_resumed_training_ends_with_the_model_of_an_uninterrupted_one(tmp_path: Path) -> None:
+    """Stop after epoch 1, resume to epoch 2: the same weights as two epochs in one go (the epoch
+    order is a pure function of seed and epoch, and the optimizer state is saved)."""
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(800)), encoding="utf-8")
+    cfg = CSLMConfig(vocab_size=2, order=4, embedding=16, hidden=[32])
+
+    def run(out: Path, epochs: int, resume: bool = False):
+        return train_cslm(str(corpus), out, model_config=cfg, shortlist=500, progress=False, resume=resume,
+                          train_config=CSLMTrainConfig(max_epochs=epochs, batch_size=64, epoch_size=2048,
+                                                       checkpoint_every=0.0))
+
+    straight = run(tmp_path / "straight.pt", 2)
+    run(tmp_path / "split.pt", 1)
+    resumed = run(tmp_path / "split.pt", 2, resume=True)
+    assert resumed.examples == straight.examples == 2 * 2048 and resumed.stopped_by == "max_epochs"
+    a = load_cslm(tmp_path / "straight.pt.last").model.state_dict()
+    b = load_cslm(tmp_path / "split.pt.last").model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [v.perplexity for v in resumed.history] == [v.perplexity for v in straight.history]
+
+
 def test_cli_train_score_and_nbest(tmp_path: Path) -> None:
     corpus = tmp_path / "fr.txt"
     corpus.write_text("".join(_french_lines(700)), encoding="utf-8")
