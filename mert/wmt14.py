@@ -110,9 +110,12 @@ def download(url: str, dest: Path, *, progress: bool = True, timeout: float = 60
     try:
         response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 - http(s) URLs of the data
     except urllib.error.HTTPError as exc:
-        if exc.code == 416 and have:  # nothing after what we have: the partial file is complete
-            _finish_download(partial, dest)
-            return dest
+        if exc.code == 416 and have:  # nothing after what we have: complete, or longer than the file
+            if exc.headers.get("Content-Range", "") == f"bytes */{have}":
+                _finish_download(partial, dest)
+                return dest
+            partial.unlink()
+            return download(url, dest, progress=progress, timeout=timeout)
         raise DataFetchError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
     except (urllib.error.URLError, OSError) as exc:
         raise DataFetchError(f"{url}: {getattr(exc, 'reason', exc)}") from exc

@@ -44,6 +44,7 @@ class _Handler(BaseHTTPRequestHandler):
             start = int(range_header.removeprefix("bytes=").rstrip("-"))
             if start >= len(data):
                 self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
@@ -169,12 +170,17 @@ def test_an_interrupted_download_resumes_and_ends_byte_identical(server, tmp_pat
     assert server.requests[-1][1] == f"bytes={300_000}-"  # the rerun asked only for the rest
 
 
-def test_a_complete_partial_file_is_taken_when_the_server_has_nothing_more(server, tmp_path):
+def test_a_complete_partial_file_is_taken_and_an_overlong_one_fetched_again(server, tmp_path):
     (server.root / "f.bin").write_bytes(b"abc")
     dest = tmp_path / "f.bin"
     dest.with_name("f.bin.partial").write_bytes(b"abc")
     wmt14.download(_url(server) + "f.bin", dest, progress=False)
-    assert dest.read_bytes() == b"abc"
+    assert dest.read_bytes() == b"abc" and len(server.requests) == 1
+    # a partial file longer than the file (the file changed on the server): start afresh
+    other = tmp_path / "g.bin"
+    other.with_name("g.bin.partial").write_bytes(b"abcdef")
+    wmt14.download(_url(server) + "f.bin", other, progress=False)
+    assert other.read_bytes() == b"abc" and server.requests[-1] == ("/f.bin", None)
 
 
 def test_errors_name_the_url_or_the_archive(server, tmp_path):
