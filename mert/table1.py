@@ -37,6 +37,7 @@ class RunScores:
     weights: dict[str, list[float]]
     p_value: float | None = None  # paired bootstrap against Baseline's run of the same number
     iterations: int | None = None
+    delta: float | None = None  # test sacreBLEU minus that Baseline run's: a p-value alone has no sign
 
 
 @dataclass
@@ -70,9 +71,11 @@ def build_table(
             "test_tokenized": _mean_std_json([r.test_tokenized_bleu for r in runs
                                               if r.test_tokenized_bleu is not None]),
             "p_values_vs_baseline": [r.p_value for r in runs if r.p_value is not None],
+            "deltas_vs_baseline": [r.delta for r in runs if r.p_value is not None],
             "runs": [
                 {"run": r.run, "seed": RunPlan(cs.config, r.run).seed, "dev_bleu": r.dev_bleu, "test_bleu": r.test_bleu,
                  "test_tokenized_bleu": r.test_tokenized_bleu, "p_value_vs_baseline": r.p_value,
+                 "delta_vs_baseline": r.delta,
                  "iterations": r.iterations, "weights": r.weights}
                 for r in runs
             ],
@@ -81,7 +84,8 @@ def build_table(
         "rows": rows,
         "runs_requested": runs_requested,
         "sacrebleu_signature": signature,
-        "combination": "mean ± sample std over runs; p: paired bootstrap (1000 samples) of run k vs Baseline run k",
+        "combination": "mean ± sample std over runs; Δ and p: run k against Baseline run k on test (sacreBLEU; "
+                       "p: two-sided paired bootstrap, 1000 samples)",
         "settings": settings,
         "timings_seconds": timings or {},
         "notes": list(notes),
@@ -104,11 +108,13 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
         out += [f"Made by `{command}`.", ""]
     out += [
         "| configuration | dev (ours) | test (ours, sacreBLEU) | test (ours, tokenised) | paper dev | paper test | "
-        "p vs Baseline (per run) |",
+        "test Δ vs Baseline, p (per run) |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        ps = ", ".join(f"{p:.3f}" for p in row["p_values_vs_baseline"]) or "–"
+        deltas = row.get("deltas_vs_baseline") or [None] * len(row["p_values_vs_baseline"])
+        ps = ", ".join(("" if d is None else f"{d:+.2f} ") + f"(p {p:.3f})"
+                       for d, p in zip(deltas, row["p_values_vs_baseline"], strict=True)) or "–"
         n = row["runs_finished"]
         out.append(
             f"| {row['label']} | {_cell(row['dev'], n)} | {_cell(row['test'], n)} | {_cell(row['test_tokenized'], 0)} "
@@ -201,13 +207,14 @@ def score_runs(
             test = score_system(test_out.name, test_out, read_lines(test_out), refs, [test_ref], lang=lang,
                                 tokenized_references=tok_refs, tokenized_ref_paths=[test_tok_ref])
             signature = test.signature
-            p_value = None
+            p_value = delta = None
             if config.key == "baseline":
                 baseline_detok[run] = (f"baseline run{run}", test.detokenized)
             elif run in baseline_detok:
                 result = paired_bootstrap(baseline_detok[run], (f"{config.key} run{run}", test.detokenized), refs,
                                           samples=bootstrap_samples)
-                p_value = result.p_value
-            cs.runs.append(RunScores(run, dev_bleu, test.bleu, test.tokenized_bleu, weights, p_value, iterations))
+                p_value, delta = result.p_value, round(result.delta, 4)
+            cs.runs.append(RunScores(run, dev_bleu, test.bleu, test.tokenized_bleu, weights, p_value, iterations,
+                                     delta))
         scored.append(cs)
     return scored, signature

@@ -218,11 +218,14 @@ def test_report_from_finished_runs(tmp_path):
     assert rnn["test"] == {"mean": 100.0, "std": 0.0} and rnn["dev"]["mean"] == 100.0
     assert base["test"]["mean"] < 60 and base["runs_finished"] == 2
     assert len(rnn["p_values_vs_baseline"]) == 2 and all(p < 0.05 for p in rnn["p_values_vs_baseline"])
+    gain = 100.0 - base["runs"][0]["test_bleu"]  # the same Baseline output in both runs
+    assert rnn["deltas_vs_baseline"] == [pytest.approx(gain, abs=1e-3)] * 2
     assert base["p_values_vs_baseline"] == []
     assert rnn["runs"][0]["weights"]["TranslationModel0"][4] == 0.05
     assert "UnknownWordPenalty0" not in rnn["runs"][0]["weights"]
     md = (tmp_path / "results" / "table1.md").read_text()
     assert "| + RNN | 100.00 ± 0.00 (2 runs)" in md and "| 31.20 | 33.87 |" in md
+    assert f"| +{gain:.2f} (p {rnn['p_values_vs_baseline'][0]:.3f}), +{gain:.2f} (p " in md
     assert "Made by `make table1`" in md
     assert (tmp_path / "results" / "table1.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "results" / "timings.tsv").exists() and len(paths) == 3

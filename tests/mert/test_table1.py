@@ -27,6 +27,6 @@ def test_mean_and_sample_std_over_runs_and_p_values_per_run():
     assert [r["seed"] for r in base["runs"]] == [1000, 2000, 3000]
     md = format_markdown(doc, "make table1 SCALE=small")
     assert "| Baseline | 23.00 ± 3.61 (3 runs) | 16.00 ± 1.00 (3 runs) |" in md
-    assert "| + RNN | 21.00 (1 run) |" in md and "| 0.200 |" in md
+    assert "| + RNN | 21.00 (1 run) |" in md and "| (p 0.200) |" in md
     assert "| + CSLM + RNN | – | – | – | 31.48 | 34.64 | – |" in md
     assert "| data | 2 |" in md and "Made by `make table1 SCALE=small`" in md
