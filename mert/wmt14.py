@@ -266,7 +266,7 @@ def fetch_test_set(name: str, data: Path, datasets: Mapping[str, object] | None 
         raise DataFetchError(f"{name}: sacrebleu could not fetch {TEST_SETS[name]} (see its message above)") from exc
     except OSError as exc:
         raise DataFetchError(f"{name}: sacrebleu could not fetch {TEST_SETS[name]} ({exc})") from exc
-    counts = {path: sum(1 for _ in open(path, "rb")) for path in (source, reference)}  # noqa: SIM115
+    counts = {path: _count_lines(path) for path in (source, reference)}
     if counts[source] != counts[reference]:
         raise DataFetchError(f"{name}: {source} has {counts[source]} lines but {reference} {counts[reference]}")
     out = data / "newstest"
@@ -276,6 +276,11 @@ def fetch_test_set(name: str, data: Path, datasets: Mapping[str, object] | None 
             shutil.copyfileobj(src, dst)
     _say(f"{name}: {counts[source]:,} segments -> {out}/{name}.{{en,fr}}")
     return counts[source]
+
+
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as fh:
+        return sum(1 for _ in fh)
 
 
 # --------------------------------------------------------------------------------------------
