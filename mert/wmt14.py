@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from moses_integration.lines import strip_line_end
 from moses_integration.phrase_table import atomic_output, fsync_directory
 
 STATMT = "https://www.statmt.org/"
@@ -196,7 +197,7 @@ def gzip_lines(path: Path) -> Iterator[bytes]:
 
 def _text(raw: bytes) -> bytes | None:
     """``raw`` with its line end normalised to ``\\n``; None if it is not UTF-8."""
-    line = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1] if raw.endswith(b"\n") else raw
+    line = strip_line_end(raw)
     try:
         line.decode("utf-8")
     except UnicodeDecodeError:
