@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from mert.experiment_settings import MAX_RUNS, RUN_SEED_BASE
 from moses_integration.nbest import NBestError
 from moses_integration.phrase_table import PhraseTableError
 
@@ -152,7 +153,8 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--max-iterations", type=int, default=25, show_default=True)
 @click.option("--restarts", type=int, default=20, show_default=True, help="random restarts per optimisation")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="iteration n seeds its restarts with SEED + 1000 n (as --predictable-seeds)")
+              help="iteration n seeds its restarts with SEED + 1000 n (as --predictable-seeds); "
+                   "independent runs need seeds that differ modulo 1000")
 @click.option("--random-seeds", is_flag=True, help="fresh randomness each run (not reproducible)")
 @click.option("--min-weight-change", type=float, default=1e-5, show_default=True,
               help="stop when no weight moves by more than this")
@@ -356,7 +358,8 @@ def _experiment_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--jobs", type=int, default=2, show_default=True, help="processes / decoder threads"),
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N (model training)"),
         click.option("--configs", default="", help="configurations to run, e.g. 'baseline rnn' (default: all four)"),
-        click.option("--runs", type=int, default=3, show_default=True, help="tuning runs per configuration"),
+        click.option("--runs", type=click.IntRange(1, MAX_RUNS), default=3, show_default=True,
+                     help=f"tuning runs per configuration (run k: mert tune --seed {RUN_SEED_BASE - 1}+k)"),
         click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,
                      help="auto: GIZA++/mgiza where Moses has them, else eflomal"),
         click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),

@@ -436,8 +436,49 @@ def check_start_weights(exp: Experiment, config: Configuration) -> None:
                                   "its start weight must be 0 (rescore-phrase-table --rnn-weight 0 --wp-weight 0)")
 
 
+def tuned_seed(exp: Experiment, plan: RunPlan) -> int | None:
+    """The seed a run was tuned with, from its tuning state (None: not started)."""
+    from mert.tune import read_state
+
+    state = read_state(exp.tune_dir(plan))
+    if state is None:
+        return None
+    fingerprint = state.get("fingerprint")
+    seed = fingerprint.get("seed") if isinstance(fingerprint, dict) else None
+    return seed if isinstance(seed, int) else None
+
+
+def check_run_current(exp: Experiment, plan: RunPlan) -> None:
+    """Refuse to reuse a run made under other rules: tuned with another seed (work folders from
+    before run seeds became 1000, 1001, ...), or decoded before its tuning last finished.
+
+    Nothing is removed: the message says what to move aside so that the run is done again.
+    """
+    name = f"tune/{plan.name}"
+    evals = [f"eval/{plan.name}/{split}" for split in ("dev", "test")]
+    stamps = ", ".join(exp.stamp_path(n).name for n in (name, *evals))
+    aside = f"move {exp.tune_dir(plan)} and the stamps {stamps} (in {exp.path(STAMPS)}) aside"
+    seed = tuned_seed(exp, plan)
+    if seed is not None and seed != plan.seed:
+        raise ExperimentError(f"{exp.tune_dir(plan)}: tuned with seed {seed}, but run {plan.run} is tuned with seed "
+                              f"{plan.seed} now (run seeds 1000 k shared restart points across iterations); "
+                              f"{aside} to tune it again")
+    if not exp.done(name):
+        return
+    tuned = _stamp_finished(exp, name)
+    for ev in evals:
+        if exp.done(ev) and _stamp_finished(exp, ev) < tuned:
+            raise ExperimentError(f"{exp.stamp_path(ev)}: decoded before {name} last finished ({tuned}); "
+                                  f"move that stamp aside to decode the tuned system again")
+
+
+def _stamp_finished(exp: Experiment, name: str) -> str:
+    """When a step finished (ISO 8601 UTC, as stamped: compares as text)."""
+    return str(json.loads(exp.stamp_path(name).read_text(encoding="utf-8")).get("finished", ""))
+
+
 def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
-    """Tune each configuration ``runs`` times (seeds 1000, 2000, ...); each run resumes by itself."""
+    """Tune each configuration ``runs`` times (seeds 1000, 1001, ...); each run resumes by itself."""
     exp.require("rnn")
     for config in configs:
         if config.cslm:
@@ -445,6 +486,7 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
         check_start_weights(exp, config)
         for k in range(1, runs + 1):
             plan = RunPlan(config, k)
+            check_run_current(exp, plan)
             exp.tune_dir(plan).parent.mkdir(parents=True, exist_ok=True)
             exp.step(f"tune/{plan.name}", lambda p=plan: _tool(
                 tune_command(exp, p), exp.log_file(f"tune-{p.config.key}-run{p.run}")))
@@ -462,6 +504,7 @@ def step_eval(exp: Experiment, configs: list[Configuration], runs: int) -> None:
         for k in range(1, runs + 1):
             plan = RunPlan(config, k)
             exp.require(f"tune/{plan.name}")
+            check_run_current(exp, plan)
             for split in ("dev", "test"):
                 exp.step(f"eval/{plan.name}/{split}", lambda p=plan, sp=split: decode_test_set(
                     exp.tune_dir(p) / "moses.ini", exp.prepared(sp, exp.src), exp.eval_output(p, sp),
@@ -535,7 +578,7 @@ def step_report(
 ) -> list[Path]:
     """results/table1.{md,json,png} from every run whose dev and test outputs exist (never stamped:
     it is cheap and is redone as runs are added). Also copies the step timings beside it."""
-    from mert.table1 import build_table, score_runs, write_report
+    from mert.table1 import TunedRun, build_table, score_runs, write_report
     from mert.table1_analysis import analysis_document, tuning_trajectory
     from mert.tune import read_state
 
@@ -546,9 +589,10 @@ def step_report(
             plan = RunPlan(config, k)
             if not (exp.done(f"eval/{plan.name}/dev") and exp.done(f"eval/{plan.name}/test")):
                 continue
+            check_run_current(exp, plan)
             state = read_state(exp.tune_dir(plan)) or {}
-            found.append((k, exp.eval_output(plan, "dev"), exp.eval_output(plan, "test"),
-                          run_weights(exp.tune_dir(plan) / "moses.ini"), state.get("completed_iterations")))
+            found.append(TunedRun(k, tuned_seed(exp, plan), exp.eval_output(plan, "dev"), exp.eval_output(plan, "test"),
+                                  run_weights(exp.tune_dir(plan) / "moses.ini"), state.get("completed_iterations")))
             tuning.setdefault(config.label, []).append({"run": k, "dev_bleu_1best": tuning_trajectory(state)})
         collected.append((config, found))
     if not any(found for _, found in collected):
@@ -570,7 +614,7 @@ def step_report(
     table_feature, table_path, _ = single_phrase_table(exp.rnn_ini)
     if Path(table_path).exists():
         doc["analysis"] = analysis_document(
-            Path(table_path), {config.label: [(k, w) for k, _, _, w, _ in found] for config, found in collected},
+            Path(table_path), {config.label: [(t.run, t.weights) for t in found] for config, found in collected},
             table_feature,
         )
     else:

@@ -175,6 +175,12 @@ def select_configurations(keys: str | list[str] | None) -> list[Configuration]:
     return [c for c in CONFIGURATIONS if c.key in keys]
 
 
+#: Run 1's seed. Run k's is ``RUN_SEED_BASE + k - 1``; ``MAX_RUNS`` keeps them apart modulo
+#: ``mert tune``'s iteration stride (1000), so no two (run, iteration) pairs share restart points.
+RUN_SEED_BASE = 1000
+MAX_RUNS = 999
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """Run ``k`` (1-based) of a configuration: its MERT seed and folder names."""
@@ -184,9 +190,16 @@ class RunPlan:
 
     @property
     def seed(self) -> int:
-        # Each run draws different random restarts; the same run of every configuration uses the
-        # same seed, so configurations differ only in their columns.
-        return 1000 * self.run
+        """``mert tune --seed``: 1000, 1001, 1002, ...
+
+        ``mert tune`` seeds iteration ``n`` with ``seed + 1000 n`` (Moses' predictable seeds), so
+        run seeds must differ modulo 1000: with seeds 1000 k, run 2's iteration n drew run 1's
+        iteration n + 1 restart points. Run ``k`` of every configuration uses the same seed, so
+        configurations differ only in their columns.
+        """
+        if not 1 <= self.run <= MAX_RUNS:
+            raise ValueError(f"run {self.run}: runs are numbered 1..{MAX_RUNS}")
+        return RUN_SEED_BASE + self.run - 1
 
     @property
     def name(self) -> str:

@@ -22,8 +22,20 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU
 
 from mert.evaluate import check_same_length, mean_std, paired_bootstrap, read_lines, score_system
-from mert.experiment_settings import Configuration, RunPlan
+from mert.experiment_settings import Configuration
 from moses_integration.phrase_table import atomic_output
+
+
+@dataclass(frozen=True)
+class TunedRun:
+    """What the report reads of one tuned run: its outputs on dev and test, and how it was tuned."""
+
+    run: int
+    seed: int | None  # mert tune's --seed, from the run's tuning state
+    dev_output: Path
+    test_output: Path
+    weights: dict[str, list[float]]
+    iterations: int | None
 
 
 @dataclass
@@ -38,6 +50,7 @@ class RunScores:
     p_value: float | None = None  # paired bootstrap against Baseline's run of the same number
     iterations: int | None = None
     delta: float | None = None  # test sacreBLEU minus that Baseline run's: a p-value alone has no sign
+    seed: int | None = None
 
 
 @dataclass
@@ -73,7 +86,7 @@ def build_table(
             "p_values_vs_baseline": [r.p_value for r in runs if r.p_value is not None],
             "deltas_vs_baseline": [r.delta for r in runs if r.p_value is not None],
             "runs": [
-                {"run": r.run, "seed": RunPlan(cs.config, r.run).seed, "dev_bleu": r.dev_bleu, "test_bleu": r.test_bleu,
+                {"run": r.run, "seed": r.seed, "dev_bleu": r.dev_bleu, "test_bleu": r.test_bleu,
                  "test_tokenized_bleu": r.test_tokenized_bleu, "p_value_vs_baseline": r.p_value,
                  "delta_vs_baseline": r.delta,
                  "iterations": r.iterations, "weights": r.weights}
@@ -186,13 +199,10 @@ def write_report(doc: dict[str, object], out_dir: Path, command: str = "") -> li
 
 
 def score_runs(
-    configs: Sequence[tuple[Configuration, list[tuple[int, Path, Path, dict[str, list[float]], int | None]]]],
+    configs: Sequence[tuple[Configuration, list[TunedRun]]],
     *, dev_tok_ref: Path, test_ref: Path, test_tok_ref: Path, lang: str, bootstrap_samples: int = 1000,
 ) -> tuple[list[ConfigScores], str]:
-    """Score every run's dev and test output; bootstrap each against Baseline's run of the same number.
-
-    ``configs`` holds, per configuration, ``(run, dev output, test output, weights, iterations)``.
-    """
+    """Score every run's dev and test output; bootstrap each against Baseline's run of the same number."""
     dev_ref = [read_lines(dev_tok_ref)]
     refs, tok_refs = [read_lines(test_ref)], [read_lines(test_tok_ref)]
     signature = ""
@@ -200,7 +210,8 @@ def score_runs(
     baseline_detok: dict[int, tuple[str, list[str]]] = {}
     for config, runs in configs:
         cs = ConfigScores(config)
-        for run, dev_out, test_out, weights, iterations in runs:
+        for tuned in runs:
+            run, dev_out, test_out = tuned.run, tuned.dev_output, tuned.test_output
             dev_hyps = read_lines(dev_out)
             check_same_length(dev_out, len(dev_hyps), [dev_tok_ref], [len(dev_ref[0])])
             dev_bleu = float(BLEU(tokenize="none", force=True).corpus_score(dev_hyps, dev_ref).score)
@@ -214,7 +225,7 @@ def score_runs(
                 result = paired_bootstrap(baseline_detok[run], (f"{config.key} run{run}", test.detokenized), refs,
                                           samples=bootstrap_samples)
                 p_value, delta = result.p_value, round(result.delta, 4)
-            cs.runs.append(RunScores(run, dev_bleu, test.bleu, test.tokenized_bleu, weights, p_value, iterations,
-                                     delta))
+            cs.runs.append(RunScores(run, dev_bleu, test.bleu, test.tokenized_bleu, tuned.weights, p_value,
+                                     tuned.iterations, delta, tuned.seed))
         scored.append(cs)
     return scored, signature

@@ -13,12 +13,14 @@ import pytest
 from mert import experiment as ex
 from mert.experiment_settings import (
     CONFIGURATIONS_BY_KEY,
+    MAX_RUNS,
     SCALES,
     SMALL,
     RunPlan,
     TextSlice,
     select_configurations,
 )
+from mert.tune import DEFAULT_MAX_ITERATIONS, SEED_STRIDE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -167,12 +169,63 @@ def test_tune_command_fixes_unused_columns_and_resumes(tmp_path):
     base = ex.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["baseline"], 2))
     text = " ".join(base)
     assert "--fixed TranslationModel0_4 --fixed TranslationModel0_5" in text
-    assert "--seed 2000" in text and "--continue" in text and "--feature" not in text
+    assert "--seed 1001" in text and "--continue" in text and "--feature" not in text
     assert f"--work-dir {exp.work / 'tune' / 'baseline' / 'run2'}" in text
     assert f"--moses-bin-dir {tmp_path / 'moses' / 'bin'}" in text
     assert f"--max-iterations {SMALL.tune_max_iterations}" in text
     full = " ".join(ex.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["cslm-rnn-wp"], 1)))
     assert "--fixed" not in full and f"--feature CSLM:{exp.cslm_model}" in full
+
+
+def test_no_two_runs_share_an_iterations_restart_points():
+    """mert tune seeds iteration n with seed + 1000 n: run seeds 1000 k made run 2's iteration n
+    draw run 1's iteration n + 1 restarts. Every (run, iteration) must get its own seed."""
+    config = CONFIGURATIONS_BY_KEY["baseline"]
+    seeds = [RunPlan(config, k).seed + SEED_STRIDE * n
+             for k in range(1, MAX_RUNS + 1) for n in range(1, DEFAULT_MAX_ITERATIONS + 1)]
+    assert len(set(seeds)) == len(seeds)
+    assert RunPlan(config, 1).seed == 1000 and RunPlan(CONFIGURATIONS_BY_KEY["rnn"], 2).seed == 1001
+    with pytest.raises(ValueError, match="1..999"):
+        RunPlan(config, MAX_RUNS + 1).seed  # noqa: B018
+
+
+def _tuned_run(exp: ex.Experiment, plan: RunPlan, seed: int, finished: str) -> None:
+    """A finished tuning run as the pipeline leaves it: state, final ini and stamp."""
+    work = exp.tune_dir(plan)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "tuning-state.json").write_text(json.dumps({"format": "mert-tune-state/1", "fingerprint": {"seed": seed}}))
+    (work / "moses.ini").write_text(_six_column_ini(exp, "0", "0"))
+    exp.stamp_path(f"tune/{plan.name}").write_text(json.dumps({"step": f"tune/{plan.name}", "finished": finished}))
+
+
+def test_a_run_tuned_with_another_seed_is_refused_and_kept(tmp_path):
+    exp = _experiment(tmp_path)
+    _rnn_system(exp)
+    exp.step("rnn", lambda: None)
+    baseline = CONFIGURATIONS_BY_KEY["baseline"]
+    _tuned_run(exp, RunPlan(baseline, 1), 1000, "2026-11-22T10:00:00+00:00")  # current: skipped
+    _tuned_run(exp, RunPlan(baseline, 2), 2000, "2026-11-22T11:00:00+00:00")  # the old seed of run 2
+    with pytest.raises(ex.ExperimentError, match=r"tuned with seed 2000, but run 2 is tuned with seed 1001.*"
+                                                 r"tune--baseline--run2\.json.* aside"):
+        ex.step_tune(exp, [baseline], 2)
+    assert (exp.tune_dir(RunPlan(baseline, 2)) / "moses.ini").exists()
+    for split in ("dev", "test"):  # run 1 is decoded, so eval reaches run 2
+        exp.stamp_path(f"eval/baseline/run1/{split}").write_text(json.dumps({"finished": "2026-11-22T10:30:00+00:00"}))
+    with pytest.raises(ex.ExperimentError, match="seed 2000"):
+        ex.step_eval(exp, [baseline], 2)
+
+
+def test_an_eval_older_than_its_tuning_is_refused(tmp_path):
+    exp = _experiment(tmp_path)
+    plan = RunPlan(CONFIGURATIONS_BY_KEY["baseline"], 1)
+    exp.stamp_path("x").parent.mkdir(parents=True, exist_ok=True)
+    _tuned_run(exp, plan, 1000, "2026-11-22T11:00:00+00:00")
+    for split, finished in (("dev", "2026-11-22T11:05:00+00:00"), ("test", "2026-11-22T10:59:59+00:00")):
+        exp.stamp_path(f"eval/{plan.name}/{split}").write_text(json.dumps({"finished": finished}))
+    with pytest.raises(ex.ExperimentError, match=r"run1--test\.json: decoded before tune/baseline/run1 last"):
+        ex.step_eval(exp, [plan.config], 1)
+    exp.stamp_path(f"eval/{plan.name}/test").write_text(json.dumps({"finished": "2026-11-22T11:06:00+00:00"}))
+    ex.step_eval(exp, [plan.config], 1)  # both decoded after the tuning: nothing to do
 
 
 def test_fixed_columns_must_start_at_zero(tmp_path):
@@ -204,7 +257,7 @@ def test_report_from_finished_runs(tmp_path):
             # what `mert tune` records of each iteration; run 2 of +RNN converged after 2 iterations
             bleus = [16.123, 2.5, 17.994] if (key, run) != ("rnn", 2) else [16.123, 18.0]
             (tuned.parent / "tuning-state.json").write_text(json.dumps({
-                "format": "mert-tune-state/1", "completed_iterations": len(bleus),
+                "format": "mert-tune-state/1", "completed_iterations": len(bleus), "fingerprint": {"seed": plan.seed},
                 "iterations": [{"iteration": i, "dev_bleu_1best": b} for i, b in enumerate(bleus, start=1)]}))
     # The 6-column table: p_RNN equals p(e|f) on every line, one line has an unknown word.
     p_ef = [0.5, 0.25, 0.125, 0.1, 0.01]
@@ -221,6 +274,7 @@ def test_report_from_finished_runs(tmp_path):
     gain = 100.0 - base["runs"][0]["test_bleu"]  # the same Baseline output in both runs
     assert rnn["deltas_vs_baseline"] == [pytest.approx(gain, abs=1e-3)] * 2
     assert base["p_values_vs_baseline"] == []
+    assert [r["seed"] for r in base["runs"]] == [1000, 1001]  # read from the tuning state
     assert rnn["runs"][0]["weights"]["TranslationModel0"][4] == 0.05
     assert "UnknownWordPenalty0" not in rnn["runs"][0]["weights"]
     md = (tmp_path / "results" / "table1.md").read_text()

@@ -9,7 +9,8 @@ from mert.table1 import ConfigScores, RunScores, build_table, format_markdown
 
 
 def _runs(values: list[tuple[float, float]], p: float | None = None) -> list[RunScores]:
-    return [RunScores(k, dev, test, test - 1, {"LM0": [0.1 * k]}, p) for k, (dev, test) in enumerate(values, start=1)]
+    return [RunScores(k, dev, test, test - 1, {"LM0": [0.1 * k]}, p, seed=999 + k)
+            for k, (dev, test) in enumerate(values, start=1)]
 
 
 def test_mean_and_sample_std_over_runs_and_p_values_per_run():
@@ -24,7 +25,7 @@ def test_mean_and_sample_std_over_runs_and_p_values_per_run():
     assert base["test"] == {"mean": 16.0, "std": 1.0}
     assert rnn["dev"] == {"mean": 21.0, "std": None} and rnn["p_values_vs_baseline"] == [0.2]
     assert cslm["runs_finished"] == 0 and cslm["test"]["mean"] is None
-    assert [r["seed"] for r in base["runs"]] == [1000, 2000, 3000]
+    assert [r["seed"] for r in base["runs"]] == [1000, 1001, 1002]
     md = format_markdown(doc, "make table1 SCALE=small")
     assert "| Baseline | 23.00 ± 3.61 (3 runs) | 16.00 ± 1.00 (3 runs) |" in md
     assert "| + RNN | 21.00 (1 run) |" in md and "| (p 0.200) |" in md
