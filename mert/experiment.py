@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mert import wmt14
-from mert.experiment_settings import SCALES, Configuration, RunPlan, ScaleSettings, TextSlice
+from mert.experiment_settings import SCALES, Configuration, RunPlan, ScaleSettings, SelectionBudget, TextSlice
 from moses_integration.moses_ini import MosesIni
 from moses_integration.phrase_table import atomic_output
 from moses_integration.system_training import (
@@ -96,6 +96,17 @@ class Experiment:
         return self.path("prepared", f"{name}.tok.tc.{lang}")
 
     @property
+    def train_corpus(self) -> Path:
+        """The parallel text the Moses system and the RNN learn from (``CORPUS.LANG``): cleaned,
+        then selected where the scale selects."""
+        return self.path("prepared", "train.sel" if self.settings.selection else "train.clean")
+
+    @property
+    def lm_text(self) -> Path:
+        """The target text of the n-gram LM and the CSLM (selected where the scale selects)."""
+        return self.path("prepared", f"lm.sel.{self.tgt}") if self.settings.selection else self.prepared("lm", self.tgt)
+
+    @property
     def rnn_ini(self) -> Path:
         """The 6-column system (filtered for dev+test) that every configuration tunes."""
         return self.path("rnn", "moses.ini")
@@ -120,6 +131,8 @@ class Experiment:
         current = self.settings.to_json()
         if path.exists():
             before = json.loads(path.read_text(encoding="utf-8"))
+            # a setting added since the folder was made, and off (None), changes nothing it holds
+            before.update({k: None for k, v in current.items() if v is None and k not in before})
             if before != json.loads(json.dumps(current)):
                 changed = sorted(k for k in current if before.get(k) != json.loads(json.dumps(current[k])))
                 raise ExperimentError(
@@ -274,7 +287,26 @@ def step_prepare(exp: Experiment) -> None:
         return {"pairs_read": read, "pairs_kept": kept}
 
     exp.step("prepare/clean", clean)
+    if exp.settings.selection:
+        select_training_text(exp, exp.settings.selection)
     exp.step("prepare", lambda: None)
+
+
+def select_training_text(exp: Experiment, budget: SelectionBudget) -> None:
+    """The paper's data selection: the bitext by Axelrod et al.'s bilingual cross-entropy
+    difference, the LM text by Moore & Lewis', both against the dev set (newstest2012+2013)."""
+    from moses_integration.data_selection import SelectionSettings, select_lines
+
+    prep, log = exp.path("prepared"), exp.log_file("selection")
+    settings = SelectionSettings(order=budget.order, min_count=budget.min_count)
+    langs = (exp.src, exp.tgt)
+    exp.step("prepare/select-train", lambda: select_lines(
+        exp.moses(), [prep / f"train.clean.{lg}" for lg in langs], [exp.prepared("dev", lg) for lg in langs],
+        [Path(f"{exp.train_corpus}.{lg}") for lg in langs], budget.train_words, prep / "selection-train", log,
+        settings, progress=_log).to_json())
+    exp.step("prepare/select-lm", lambda: select_lines(
+        exp.moses(), [exp.prepared("lm", exp.tgt)], [exp.prepared("dev", exp.tgt)], [exp.lm_text], budget.lm_words,
+        prep / "selection-lm", log, settings, progress=_log).to_json())
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,7 +317,7 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
     """A Moses system with ``train-model.perl``'s defaults, and its tables filtered for dev+test."""
     exp.require("prepare")
     base, prep = exp.path("baseline"), exp.path("prepared")
-    corpus = prep / "train.clean"
+    corpus = exp.train_corpus
     log = exp.log_file("baseline")
     if aligner == "auto":
         aligner = "giza" if exp.moses().has_giza() else "eflomal"
@@ -315,7 +347,7 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
     lm = base / "lm" / f"lm.{exp.tgt}.binary"
     s = exp.settings
     exp.step("baseline/lm", lambda: {"seconds_tools": build_language_model(
-        exp.moses(), exp.prepared("lm", exp.tgt), lm, base / "lm" / "tmp", log,
+        exp.moses(), exp.lm_text, lm, base / "lm" / "tmp", log,
         order=s.lm_order, prune=s.lm_prune, memory=s.lm_memory)})
 
     def train_model() -> None:
@@ -372,8 +404,8 @@ def step_rnn(exp: Experiment) -> None:
     exp.step("rnn/train", lambda: _tool(
         [exp.console("rescorer"), "train", full_table, model, *sizes, "--max-time", str(r.max_time),
          # shortlists: the most frequent words of the training text, as in the paper
-         "--vocab-corpus-src", exp.path("prepared", f"train.clean.{exp.src}"),
-         "--vocab-corpus-tgt", exp.path("prepared", f"train.clean.{exp.tgt}"),
+         "--vocab-corpus-src", f"{exp.train_corpus}.{exp.src}",
+         "--vocab-corpus-tgt", f"{exp.train_corpus}.{exp.tgt}",
          "--patience", str(r.patience), "--device", exp.device, "--resume", "--quiet"], log))
 
     filtered_ini = exp.path("baseline", "filtered", "moses.ini")
@@ -396,7 +428,7 @@ def step_cslm(exp: Experiment) -> None:
     c = exp.settings.cslm
     exp.cslm_model.parent.mkdir(parents=True, exist_ok=True)
     exp.step("cslm", lambda: _tool(
-        [exp.console("rescorer"), "cslm", "train", exp.prepared("lm", exp.tgt), exp.cslm_model,
+        [exp.console("rescorer"), "cslm", "train", exp.lm_text, exp.cslm_model,
          "--valid", exp.prepared("lm-valid", exp.tgt), "--max-time", str(c.max_time), "--embedding", str(c.embedding),
          "--hidden", ",".join(map(str, c.hidden)), "--shortlist", str(c.shortlist), "--device", exp.device,
          "--threads", str(exp.jobs), "--resume", "--quiet"], exp.log_file("cslm")))

@@ -53,6 +53,17 @@ class CslmSettings:
 
 
 @dataclass(frozen=True)
+class SelectionBudget:
+    """The paper's data selection (Moore & Lewis; Axelrod et al. for the bitext), scored against
+    the dev set, newstest2012+2013, as the paper did: how many target words are kept of each text."""
+
+    train_words: int  # of the cleaned parallel text, counted on the target side
+    lm_words: int  # of the LM text
+    order: int = 4  # n-gram order of the selection models
+    min_count: int = 2  # dev words seen fewer times are <oov> to both models
+
+
+@dataclass(frozen=True)
 class ScaleSettings:
     """Everything that differs between ``SCALE=small`` and ``SCALE=full``."""
 
@@ -73,6 +84,7 @@ class ScaleSettings:
     restarts: int = 20
     src_lang: str = "en"
     tgt_lang: str = "fr"
+    selection: SelectionBudget | None = None  # None: train on all of the training and LM text
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -107,8 +119,9 @@ SMALL = ScaleSettings(
 
 FULL = ScaleSettings(
     name="full",
-    # DATA/train.{en,fr}.gz: the WMT'14 en-fr parallel data after the paper's data selection;
-    # DATA/lm.fr.gz: news monolingual French plus the French side (README lists the sources).
+    # DATA/train.{en,fr}.gz: the WMT'14 en-fr parallel data; DATA/lm.fr.gz: news monolingual
+    # French plus the French side (README lists the sources). The prepare step then selects what
+    # the paper kept: 348M of the 850M parallel words, 418M of the 2G LM words (French words).
     train=[TextSlice("train.{lang}.gz")],
     lm=[TextSlice("lm.{lang}.gz")],
     lm_valid=TextSlice("newstest/newstest2011.{lang}"),
@@ -123,6 +136,7 @@ FULL = ScaleSettings(
                     max_time=3 * 24 * 3600),
     cslm=CslmSettings(embedding=512, hidden=(1536, 1024), shortlist=15_000, max_time=3 * 24 * 3600),
     tune_max_iterations=25,
+    selection=SelectionBudget(train_words=348_000_000, lm_words=418_000_000),
 )
 
 SCALES: dict[str, ScaleSettings] = {s.name: s for s in (SMALL, FULL)}

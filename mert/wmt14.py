@@ -7,8 +7,7 @@ is what :data:`mert.experiment_settings.FULL` reads:
 * ``train.en.gz``, ``train.fr.gz``: the five parallel corpora of the WMT'14 translation task
   (Europarl v7, Common Crawl, UN, News Commentary v9, the 10⁹ French–English corpus), concatenated
   line-aligned in that order. The paper then selected 348M of their 850M words (Moore & Lewis /
-  Axelrod et al.); that selection is not done here, so put your own selected files in ``DATA``
-  to follow it.
+  Axelrod et al.); the ``prepare`` step does that (:mod:`moses_integration.data_selection`).
 * ``lm.fr.gz``: WMT'14 news crawl French 2007–2013, then the French side of the training data.
 * ``newstest/newstest2011..2014.{en,fr}``: plain text, through sacrebleu's copies of the official
   test sets (the official tarballs, MD5-checked; newstest2014 is the full 3,003-segment version).

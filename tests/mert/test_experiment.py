@@ -112,6 +112,46 @@ def test_a_work_folder_refuses_other_settings(tmp_path):
         ex.load_experiment(tmp_path / "work", "full")
 
 
+def test_a_folder_made_before_a_setting_existed_is_kept_when_the_setting_is_off(tmp_path):
+    """Work folders from before data selection existed hold no "selection" key: SCALE=small
+    (selection off) must go on using them; any real change still refuses."""
+    exp = _experiment(tmp_path)
+    settings = json.loads((exp.work / "settings.json").read_text())
+    assert settings.pop("selection") is None
+    (exp.work / "settings.json").write_text(json.dumps(settings))
+    _experiment(tmp_path)
+    settings["lm_order"] = 3
+    (exp.work / "settings.json").write_text(json.dumps(settings))
+    with pytest.raises(ex.ExperimentError, match=r"other settings \(lm_order differ"):
+        _experiment(tmp_path)
+
+
+def test_full_scale_selects_the_training_and_lm_text_against_the_dev_set(tmp_path, monkeypatch):
+    """SCALE=full keeps the paper's 348M parallel / 418M LM words, scored against dev (newstest2012+13),
+    and every later step reads the selected text; SCALE=small trains on all of it."""
+    from moses_integration import data_selection
+
+    small = _experiment(tmp_path / "s")
+    assert small.train_corpus.name == "train.clean" and small.lm_text == small.prepared("lm", "fr")
+    exp = ex.load_experiment(tmp_path / "work", "full", moses_bin_dir=tmp_path)
+    calls = []
+
+    def select(install, corpus, in_domain, out, budget_words, work, log, settings, **kw):
+        calls.append(([p.name for p in corpus], [p.name for p in in_domain], list(out), budget_words))
+        return data_selection.SelectionResult(1, 1, 1, 1, 0.0)
+
+    monkeypatch.setattr(data_selection, "select_lines", select)
+    monkeypatch.setattr(ex.Experiment, "moses", lambda self: None)
+    ex.select_training_text(exp, exp.settings.selection)
+    assert calls == [
+        (["train.clean.en", "train.clean.fr"], ["dev.tok.tc.en", "dev.tok.tc.fr"],
+         [exp.work / "prepared" / "train.sel.en", exp.work / "prepared" / "train.sel.fr"], 348_000_000),
+        (["lm.tok.tc.fr"], ["dev.tok.tc.fr"], [exp.work / "prepared" / "lm.sel.fr"], 418_000_000),
+    ]
+    assert exp.train_corpus == exp.work / "prepared" / "train.sel" and exp.lm_text == calls[1][2][0]
+    assert exp.done("prepare/select-train") and exp.done("prepare/select-lm")
+
+
 def test_steps_require_their_inputs(tmp_path):
     exp = _experiment(tmp_path)
     with pytest.raises(ex.ExperimentError, match="step\\(s\\) prepare not done"):
