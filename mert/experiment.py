@@ -605,6 +605,30 @@ def training_notes(exp: Experiment) -> list[str]:
     return notes
 
 
+def leverage_document(exp: Experiment, collected: list, table_feature: str, ini: MosesIni) -> dict[str, object]:
+    """Per run: dev BLEU of its n-best pool, and what each of its row's columns (and, for scale,
+    p(e|f) and the n-gram LM) moves there (:func:`mert.table1_analysis.column_leverage`)."""
+    from mert.table1_analysis import column_leverage
+
+    num_scores = len(ini.weights()[table_feature])
+    lm = next((name for name in ini.weights() if name.startswith("LM")), "LM0")
+    labels = {f"{table_feature}_{num_scores - 2}": "p_RNN", f"{table_feature}_{num_scores - 1}": "WP",
+              "CSLM0_0": "CSLM", f"{table_feature}_2": "p(e|f)", f"{lm}_0": "n-gram LM"}
+    keys = list(labels)
+    runs: dict[str, list[dict[str, object]]] = {}
+    for config, found in collected:
+        chosen = [keys[0]] * config.rnn + [keys[1]] * config.wp + [keys[2]] * config.cslm + keys[3:]
+        for tuned in found:
+            lists = sorted(exp.tune_dir(RunPlan(config, tuned.run)).glob("run*.nbest.gz"),
+                           key=lambda p: int(p.name[3:].split(".", 1)[0]))
+            if not lists:
+                continue
+            pool, columns = column_leverage(lists, [exp.prepared("dev", exp.tgt)], tuned.weights, chosen)
+            runs.setdefault(config.label, []).append({"run": tuned.run, "pool_bleu": pool,
+                                                      "columns": [c.__dict__ for c in columns]})
+    return {"labels": labels, "runs": runs}
+
+
 def step_report(
     exp: Experiment, configs: list[Configuration], runs: int, out_dir: Path, command: str = ""
 ) -> list[Path]:
@@ -651,6 +675,7 @@ def step_report(
         )
     else:
         doc["notes"].append(f"No analysis of the RNN column: {table_path} (the 6-column table) is missing.")
+    doc["leverage"] = leverage_document(exp, collected, table_feature, MosesIni.read(exp.rnn_ini))
     doc["tuning"] = tuning
     paths = write_report(doc, out_dir, command)
     shutil.copyfile(exp.path(TIMINGS_FILE), out_dir / "timings.tsv")

@@ -147,6 +147,11 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
         from mert.table1_analysis import format_analysis
 
         out += [""] + format_analysis(doc["analysis"])  # type: ignore[arg-type]
+    if doc.get("leverage"):
+        from mert.table1_analysis import format_leverage
+
+        leverage: dict = doc["leverage"]  # type: ignore[assignment]
+        out += [""] + format_leverage(leverage["runs"], leverage["labels"])
     if doc.get("tuning"):
         from mert.table1_analysis import format_trajectories
 

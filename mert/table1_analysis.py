@@ -6,7 +6,8 @@ files: how the RNN's log-probabilities correlate with each of the table's four c
 filtered table the systems decode with (the paper's Fig. 3 shows little correlation with the
 phrase frequencies), and the weight each tuned run gave the RNN and word-penalty columns, also
 as a share of all the dense weights' L1 norm (a scale-free measure, since MERT's weights are
-only defined up to a positive factor).
+only defined up to a positive factor); and, reranking each run's own dev n-best pool, what dev
+BLEU each new column is worth (without it, and at its best weight), beside p(e|f) and the LM.
 """
 
 from __future__ import annotations
@@ -79,6 +80,61 @@ def analysis_document(table: Path, runs: Mapping[str, Sequence[tuple[int, Mappin
         "weights": {label: [{"run": k, **weight_shares(w, table_feature)} for k, w in found]
                     for label, found in runs.items()},
     }
+
+
+@dataclass(frozen=True)
+class ColumnLeverage:
+    """What one weight does to dev BLEU when the run's n-best pool is reranked, all else as tuned."""
+
+    column: str  # an n-best column name (``TranslationModel0_4``, ``CSLM0_0``)
+    weight: float  # as tuned
+    bleu_without: float  # pool BLEU with this weight set to 0
+    best_bleu: float  # the best pool BLEU along this weight's axis (exact line search)
+    best_weight: float  # the weight that reaches it
+
+
+def column_leverage(nbest_paths: Sequence[Path], references: Sequence[Path], weights: Mapping[str, Sequence[float]],
+                    columns: Sequence[str]) -> tuple[float, list[ColumnLeverage]]:
+    """Dev BLEU of the tuned weights on the run's merged n-best pool, and for each of ``columns``
+    that BLEU without the column and at its best weight.
+
+    Why: a column MERT weights near 0 may still matter (its scale may be large), and a column with
+    a visible weight may change no 1-best. Reranking the pool every iteration decoded answers
+    this without decoding again: if dropping a column costs nothing and no weight on it gains
+    anything, the column carries nothing MERT can use on this dev set.
+    """
+    from mert.line_search import line_search
+    from mert.nbest_set import load_tuning_set
+
+    nbest, data = load_tuning_set(nbest_paths, references)
+    names = nbest.column_names()
+    point = np.array([v for name, count in nbest.feature_names for v in list(weights[name])[:count]], dtype=np.float64)
+    found = []
+    for column in columns:
+        i = names.index(column)
+        without, axis = point.copy(), np.zeros_like(point)
+        without[i], axis[i] = 0.0, 1.0
+        step, best = line_search(data, point, axis)
+        found.append(ColumnLeverage(column, float(point[i]), round(data.score(without), 4), round(best, 4),
+                                    float(point[i] + step)))
+    return round(data.score(point), 4), found
+
+
+def format_leverage(runs: Mapping[str, Sequence[Mapping[str, object]]], labels: Mapping[str, str]) -> list[str]:
+    """Markdown lines: each run's pool BLEU, and per column the BLEU without it and at its best weight."""
+    out = ["## What each column moves on the dev n-best pool", "",
+           "Each tuned run's n-best lists of all its iterations, merged and reranked with the tuned weights "
+           "(dev BLEU, tokenised); then the same with one weight set to 0, and with that weight at its best "
+           "value along its axis, every other weight as tuned. p(e|f) and the LM are there for scale.", "",
+           "| configuration | run | pool BLEU | column | weight | BLEU without it | best BLEU on its axis (weight) |",
+           "|---|---|---|---|---|---|---|"]
+    for label, found in runs.items():
+        for r in found:
+            for c in r["columns"]:
+                name = _escaped(labels.get(c["column"], c["column"]))
+                out.append(f"| {label} | {r['run']} | {r['pool_bleu']:.2f} | {name} | {c['weight']:.4g} | "
+                           f"{c['bleu_without']:.2f} | {c['best_bleu']:.2f} ({c['best_weight']:.4g}) |")
+    return out + [""]
 
 
 def format_analysis(doc: Mapping[str, object]) -> list[str]:

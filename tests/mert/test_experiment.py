@@ -299,6 +299,11 @@ def test_report_from_finished_runs(tmp_path):
             (tuned.parent / "tuning-state.json").write_text(json.dumps({
                 "format": "mert-tune-state/1", "completed_iterations": len(bleus), "fingerprint": {"seed": plan.seed},
                 "iterations": [{"iteration": i, "dev_bleu_1best": b} for i, b in enumerate(bleus, start=1)]}))
+    # +RNN run 1's n-best pool: the reference wins only through the RNN column (ln p_RNN -20 on
+    # the worse hypothesis, weight 0.05, against the LM's 0.5 x 1 nat in its favour).
+    _write(exp.tune_dir(RunPlan(CONFIGURATIONS_BY_KEY["rnn"], 1)) / "run1.nbest.gz", [
+        f"{k} ||| {hyp} ||| LM0= {lm} TranslationModel0= 0 0 0 0 {rnn} 0 ||| 0"
+        for k in range(30) for hyp, lm, rnn in ((refs[k], -3, 0), (worse[k], -2, -20))], gz=True)
     # The 6-column table: p_RNN equals p(e|f) on every line, one line has an unknown word.
     p_ef = [0.5, 0.25, 0.125, 0.1, 0.01]
     _write(exp.rnn_ini.parent / "phrase-table.rnn.gz", [
@@ -334,6 +339,16 @@ def test_report_from_finished_runs(tmp_path):
     # L1 of the tuned weights: |−1| + 0.2 + 4 × 0.2 + 0.05 + 0 + 0.3 + 0.5 = 2.85
     assert rnn_runs[0] == {"run": 1, "rnn": 0.05, "wp": 0.0, "rnn_l1_share": pytest.approx(0.05 / 2.85)}
     assert "| + RNN | 1 | 0.05 | 0 | 1.8% |" in md and "| p(e\\|f) | 1.000 | 1.000 |" in md
+    leverage = doc["leverage"]["runs"]
+    assert list(leverage) == ["+ RNN"] and [r["run"] for r in leverage["+ RNN"]] == [1]  # the runs with n-best lists
+    pool = leverage["+ RNN"][0]
+    assert pool["pool_bleu"] == 100.0
+    by_name = {doc["leverage"]["labels"][c["column"]]: c for c in pool["columns"]}
+    assert list(by_name) == ["p_RNN", "p(e|f)", "n-gram LM"]
+    # without it every worse hypothesis wins: no 4-gram of the reference, so MERT's BLEU (unsmoothed) is 0
+    assert by_name["p_RNN"]["bleu_without"] == 0.0
+    assert by_name["p(e|f)"]["bleu_without"] == 100.0 and by_name["n-gram LM"]["bleu_without"] == 100.0
+    assert "| + RNN | 1 | 100.00 | p_RNN | 0.05 | 0.00 | 100.00 (0.05) |" in md
     assert doc["tuning"]["+ RNN"][1] == {"run": 2, "dev_bleu_1best": [16.12, 18.0]}
     assert "| configuration | run | 1 (start weights) | 2 | 3 |" in md
     assert "| Baseline | 1 | 16.12 | 2.50 | 17.99 |" in md and "| + RNN | 2 | 16.12 | 18.00 |  |" in md

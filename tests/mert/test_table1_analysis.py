@@ -1,0 +1,36 @@
+"""What a column moves on a run's n-best pool: hand-computed BLEU on two sentences."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mert.table1_analysis import column_leverage, format_leverage
+
+
+def test_column_leverage_reranks_the_pool_without_the_column_and_along_its_axis(tmp_path):
+    """Sentence 0: the reference "a b c d" wins only through the RNN column (LM -3 against -1,
+    RNN 0 against -5, so it needs an RNN weight above 0.4); sentence 1's reference always wins.
+    Without the RNN, sentence 0 becomes "x b c d": n-gram precisions 7/8, 5/6, 3/4, 1/2 over the
+    two sentences, equal lengths, so BLEU = (7/8 * 5/6 * 3/4 * 1/2) ** (1/4)."""
+    (tmp_path / "ref").write_text("a b c d\ne f g h\n")
+    rows = [(0, "a b c d", -3, 0), (0, "x b c d", -1, -5), (1, "e f g h", -1, 0), (1, "e f g x", -2, 0)]
+    lists = []
+    for iteration, part in ((1, rows[:2] + rows[2:3]), (2, rows[1:2] + rows[3:])):  # two iterations' lists
+        path = tmp_path / f"run{iteration}.nbest"
+        path.write_text("".join(f"{s} ||| {h} ||| LM0= {lm} TranslationModel0= -1 {rnn} ||| 0\n"
+                                for s, h, lm, rnn in sorted(part)))
+        lists.append(path)
+    weights = {"LM0": [1.0], "TranslationModel0": [0.5, 1.0]}
+    pool, (rnn, lm) = column_leverage(lists, [tmp_path / "ref"], weights, ["TranslationModel0_1", "LM0_0"])
+    assert pool == 100.0
+    assert rnn.weight == 1.0 and rnn.best_bleu == 100.0 and rnn.best_weight == 1.0
+    assert rnn.bleu_without == pytest.approx(100 * (7 / 8 * 5 / 6 * 3 / 4 * 1 / 2) ** 0.25, abs=1e-4)
+    # Without the LM the RNN alone decides sentence 0 (right) but sentence 1 ties: the first
+    # hypothesis in the pool, the reference, wins. So the LM moves nothing here.
+    assert lm.bleu_without == 100.0 and lm.best_bleu == 100.0
+    md = "\n".join(format_leverage({"+ RNN": [{"run": 1, "pool_bleu": pool, "columns": [rnn.__dict__]}]},
+                                   {"TranslationModel0_1": "p_RNN"}))
+    assert f"| + RNN | 1 | 100.00 | p_RNN | 1 | {rnn.bleu_without:.2f} | 100.00 (1) |" in md
+    assert math.isclose(rnn.bleu_without, 72.31, abs_tol=0.01)
