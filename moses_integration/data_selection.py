@@ -89,7 +89,7 @@ def parse_query_totals(lines: Iterable[str]) -> Iterator[float]:
 def cross_entropies(install: MosesInstall, lm: Path, lines: Iterable[str], vocabulary: frozenset[str],
                     log: Path) -> np.ndarray:
     """Per-word cross-entropy (nats, ``</s>`` counted) of each line under ``lm``, streamed through ``query``."""
-    lengths = array.array("q")  # words + </s> per line: 8 bytes a line, not a Python int
+    lengths = array.array("i")  # words + </s> per line: 4 bytes a line, not a Python int
     failure: list[BaseException] = []
     with open(log, "a", encoding="utf-8") as log_fh:
         log_fh.write(f"$ {install.binary('query')} -v sentence {lm}\n")
@@ -122,7 +122,7 @@ def cross_entropies(install: MosesInstall, lm: Path, lines: Iterable[str], vocab
         raise MosesToolError(f"query exited with {code} on {lm}; see {log}")
     if len(totals) != len(lengths):
         raise MosesToolError(f"query scored {len(totals)} of {len(lengths)} lines with {lm}; see {log}")
-    return -totals * math.log(10) / np.frombuffer(lengths, dtype=np.int64)
+    return -totals * math.log(10) / np.frombuffer(lengths, dtype=np.intc)
 
 
 def train_selection_lm(install: MosesInstall, lines: Iterable[str], vocabulary: frozenset[str], arpa: Path,
@@ -161,7 +161,7 @@ def sample_mask(words: np.ndarray, target_words: int, seed: int) -> np.ndarray:
 
 
 def _word_counts(path: Path) -> np.ndarray:
-    return np.fromiter((len(split_tokens(line)) for line in read_text_lines(path)), dtype=np.int64)
+    return np.fromiter((len(split_tokens(line)) for line in read_text_lines(path)), dtype=np.int32)
 
 
 def _lines_where(path: Path, mask: np.ndarray) -> Iterator[str]:
