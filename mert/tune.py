@@ -43,7 +43,7 @@ from mert.features import (
 )
 from mert.nbest_set import NBestSet, build_mert_data, fixed_mask, merge_nbest_lists
 from mert.optimizer import DEFAULT_RESTARTS, optimize_runs
-from moses_integration.decoder import DecoderError, decode, find_moses_bin_dir
+from moses_integration.decoder import DecoderError, DecodeResult, decode, find_moses_bin_dir
 from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import MosesIni, format_weight
 from moses_integration.nbest import FeatureNames, load_nbest_arrays
@@ -409,6 +409,41 @@ class Tuner:
     def _iteration(
         self, bin_dir: Path, iteration: int, weights: dict[str, list[float]], merged_before: int
     ) -> tuple[IterationRecord, dict[str, list[float]], str | None]:
+        """Decode with ``weights``, merge the n-best pool, optimise: one MERT iteration."""
+        result, hyps, nbest_gz = self._decode(bin_dir, iteration, weights)
+        merged = self._merged_pool(iteration)
+        names = merged.feature_names
+        current = weights_vector(weights, names, where=f"the weights of iteration {iteration}")
+        new_count = len(merged.hypotheses) - merged_before
+        base = dict(
+            iteration=iteration,
+            decode_seconds=round(result.seconds, 3),
+            hypotheses=hyps,
+            new_hypotheses=new_count,
+            merged_hypotheses=len(merged.hypotheses),
+            dev_bleu_1best=self._one_best_bleu(result, nbest_gz, current, names),
+        )
+        if iteration > 1 and new_count == 0:
+            record = IterationRecord(
+                **base, optimised_bleu=None, optimise_seconds=0.0, max_weight_change=None, weights=weights
+            )
+            self._progress(record)
+            return record, weights, STOP_NO_NEW
+
+        new_weights, bleu, seconds = self._optimise(merged, current, iteration)
+        new_dict = dict(weights)
+        new_dict.update(weights_dict(new_weights, names))
+        change = float(np.max(np.abs(new_weights - current))) if len(current) else 0.0
+        record = IterationRecord(
+            **base, optimised_bleu=bleu, optimise_seconds=round(seconds, 3), max_weight_change=change, weights=new_dict
+        )
+        self._write_weights_file(iteration, new_dict, record)
+        self._progress(record)
+        stop = STOP_CONVERGED if change <= self.options.min_weight_change else None
+        return record, new_dict, stop
+
+    def _decode(self, bin_dir: Path, iteration: int, weights: dict[str, list[float]]) -> tuple[DecodeResult, int, Path]:
+        """Decode the dev set with ``weights``; the n-best list (extra features added) gzipped."""
         opts = self.options
         moses_weights = {k: v for k, v in weights.items() if k not in {f.name for f in self.features}}
         run_ini = self.run_path(iteration, "moses.ini")
@@ -435,51 +470,29 @@ class Tuner:
             with open(plain_nbest, "rb") as fh:
                 hyps = sum(1 for _ in fh)
         plain_nbest.unlink()
+        return result, hyps, nbest_gz
 
+    def _merged_pool(self, iteration: int) -> NBestSet:
+        """Every iteration's n-best list so far, merged (what MERT optimises on)."""
         merged = merge_nbest_lists(
             [self.run_path(i, "nbest.gz") for i in range(1, iteration + 1)], expected_sentences=len(self.sources)
         )
-        names = merged.feature_names
         if merged.sparse_names and not self.sparse_reported:
             self.sparse_reported = True
             shown = ", ".join(merged.sparse_names[:5]) + (" ..." if len(merged.sparse_names) > 5 else "")
             self.log(f"the n-best lists have {len(merged.sparse_names)} sparse feature(s) ({shown}): MERT tunes "
                      "the dense weights; sparse weights stay as moses.ini sets them, as with Moses' mert")
-        current = weights_vector(weights, names, where=f"the weights of iteration {iteration}")
-        if self.features:
-            dev_bleu = one_best_bleu(nbest_gz, current, names, self.references)
-        else:
-            out_lines = read_text_lines(result.output)
-            if len(out_lines) != len(self.sources):
-                raise DecoderError(f"{result.output}: {len(out_lines)} lines for {len(self.sources)} source sentences")
-            dev_bleu = _bleu_of_lines(out_lines, self.references)
-        new_count = len(merged.hypotheses) - merged_before
-        base = dict(
-            iteration=iteration,
-            decode_seconds=round(result.seconds, 3),
-            hypotheses=hyps,
-            new_hypotheses=new_count,
-            merged_hypotheses=len(merged.hypotheses),
-            dev_bleu_1best=dev_bleu,
-        )
-        if iteration > 1 and new_count == 0:
-            record = IterationRecord(
-                **base, optimised_bleu=None, optimise_seconds=0.0, max_weight_change=None, weights=weights
-            )
-            self._progress(record)
-            return record, weights, STOP_NO_NEW
+        return merged
 
-        new_weights, bleu, seconds = self._optimise(merged, current, iteration)
-        new_dict = dict(weights)
-        new_dict.update(weights_dict(new_weights, names))
-        change = float(np.max(np.abs(new_weights - current))) if len(current) else 0.0
-        record = IterationRecord(
-            **base, optimised_bleu=bleu, optimise_seconds=round(seconds, 3), max_weight_change=change, weights=new_dict
-        )
-        self._write_weights_file(iteration, new_dict, record)
-        self._progress(record)
-        stop = STOP_CONVERGED if change <= opts.min_weight_change else None
-        return record, new_dict, stop
+    def _one_best_bleu(self, result: DecodeResult, nbest_gz: Path, current: np.ndarray, names: FeatureNames) -> float:
+        """Dev BLEU of this iteration's 1-best: the decoder's output, or, with extra n-best
+        features the decoder did not see, the best of the n-best list under all the weights."""
+        if self.features:
+            return one_best_bleu(nbest_gz, current, names, self.references)
+        out_lines = read_text_lines(result.output)
+        if len(out_lines) != len(self.sources):
+            raise DecoderError(f"{result.output}: {len(out_lines)} lines for {len(self.sources)} source sentences")
+        return _bleu_of_lines(out_lines, self.references)
 
     def _optimise(self, merged: NBestSet, current: np.ndarray, iteration: int) -> tuple[np.ndarray, float, float]:
         opts = self.options
