@@ -515,10 +515,11 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
     for config in configs:
         if config.cslm:
             exp.require("cslm")
-        check_start_weights(exp, config)
         for k in range(1, runs + 1):
             plan = RunPlan(config, k)
             check_run_current(exp, plan)
+            if not exp.done(f"tune/{plan.name}"):  # finished runs are kept whatever the ini says now
+                check_start_weights(exp, config)
             exp.tune_dir(plan).parent.mkdir(parents=True, exist_ok=True)
             exp.step(f"tune/{plan.name}", lambda p=plan: _tool(
                 tune_command(exp, p), exp.log_file(f"tune-{p.config.key}-run{p.run}")))

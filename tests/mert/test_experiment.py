@@ -274,6 +274,13 @@ def test_fixed_columns_must_start_at_zero(tmp_path):
     ex.check_start_weights(exp, CONFIGURATIONS_BY_KEY["rnn"])  # RNN is tuned: any start is fine
     with pytest.raises(ex.ExperimentError, match="TranslationModel0_4 starts at 0.2"):
         ex.check_start_weights(exp, CONFIGURATIONS_BY_KEY["baseline"])
+    # A folder that shares finished Baseline runs may tune + RNN from another start: only a run
+    # still to tune is checked.
+    exp.step("rnn", lambda: None)
+    _tuned_run(exp, RunPlan(CONFIGURATIONS_BY_KEY["baseline"], 1), 1000, "2026-11-22T10:00:00+00:00")
+    ex.step_tune(exp, [CONFIGURATIONS_BY_KEY["baseline"]], 1)
+    with pytest.raises(ex.ExperimentError, match="TranslationModel0_4 starts at 0.2"):
+        ex.step_tune(exp, [CONFIGURATIONS_BY_KEY["baseline"]], 2)
 
 
 def test_report_from_finished_runs(tmp_path):
