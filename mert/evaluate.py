@@ -278,21 +278,24 @@ def decode_test_set(
     threads: int = 1,
     nbest_size: int = DEFAULT_RESCORE_NBEST,
     decoder_cwd: PathArg | None = None,
+    keep_nbest: bool = False,
 ) -> Path:
     """Decode ``source`` with ``ini``; write the (tokenized) output to ``output`` and return it.
 
     Without a sidecar this is Moses' 1-best. With one, the decoder writes an ``nbest_size``-best
     list, the extra features are added and the argmax under all weights is the output.
     ``decoder_cwd`` defaults to the ini's folder (Moses resolves relative model paths there).
+    The n-best list (with the extra features) is kept as ``OUTPUT.nbest.gz`` with a sidecar, and
+    without one when ``keep_nbest``: the Table 1 report reranks it to see what each column is worth.
     """
     bin_dir = find_moses_bin_dir(moses_bin_dir)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     extras = read_sidecar(ini)
-    if not extras:
+    if not extras and not keep_nbest:
         decode(bin_dir, ini, source, output, threads=threads, cwd=decoder_cwd)
         return output
-    moses_out = output.with_name(output.name + ".moses-1best")
+    moses_out = output.with_name(output.name + ".moses-1best") if extras else output
     nbest = output.with_name(output.name + ".nbest")
     decode(
         bin_dir,
@@ -313,6 +316,8 @@ def decode_test_set(
     source_lines = read_lines(source)
     add_features(nbest, rescored, source_lines, features)
     os.unlink(nbest)
+    if not extras:
+        return output
     weights: dict[str, Sequence[float]] = dict(MosesIni.read(ini).weights())
     weights.update({e.name: e.weights for e in extras})
     best = rescore_one_best(rescored, weights, len(source_lines))

@@ -542,6 +542,7 @@ def step_eval(exp: Experiment, configs: list[Configuration], runs: int) -> None:
                 exp.step(f"eval/{plan.name}/{split}", lambda p=plan, sp=split: decode_test_set(
                     exp.tune_dir(p) / "moses.ini", exp.prepared(sp, exp.src), exp.eval_output(p, sp),
                     moses_bin_dir=exp.moses().bin_dir, threads=exp.jobs, nbest_size=exp.settings.nbest_size,
+                    keep_nbest=True,
                 ) and {"output": str(exp.eval_output(p, sp))})
 
 
@@ -625,8 +626,13 @@ def leverage_document(exp: Experiment, collected: list, table_feature: str, ini:
             if not lists:
                 continue
             pool, columns = column_leverage(lists, [exp.prepared("dev", exp.tgt)], tuned.weights, chosen)
-            runs.setdefault(config.label, []).append({"run": tuned.run, "pool_bleu": pool,
-                                                      "columns": [c.__dict__ for c in columns]})
+            entry: dict[str, object] = {"run": tuned.run, "pool_bleu": pool, "columns": [c.__dict__ for c in columns]}
+            test_nbest = tuned.test_output.with_name(tuned.test_output.name + ".nbest.gz")
+            if test_nbest.exists():  # the same on the test set's n-best list, decoded with the tuned weights
+                test_pool, test_columns = column_leverage([test_nbest], [exp.prepared("test", exp.tgt)],
+                                                          tuned.weights, chosen)
+                entry["test"] = {"pool_bleu": test_pool, "columns": [c.__dict__ for c in test_columns]}
+            runs.setdefault(config.label, []).append(entry)
     return {"labels": labels, "runs": runs}
 
 

@@ -122,18 +122,25 @@ def column_leverage(nbest_paths: Sequence[Path], references: Sequence[Path], wei
 
 def format_leverage(runs: Mapping[str, Sequence[Mapping[str, object]]], labels: Mapping[str, str]) -> list[str]:
     """Markdown lines: each run's pool BLEU, and per column the BLEU without it and at its best weight."""
-    out = ["## What each column moves on the dev n-best pool", "",
-           "Each tuned run's n-best lists of all its iterations, merged and reranked with the tuned weights "
-           "(dev BLEU, tokenised); then the same with one weight set to 0, and with that weight at its best "
-           "value along its axis, every other weight as tuned. p(e|f) and the LM are there for scale.", "",
-           "| configuration | run | pool BLEU | column | weight | BLEU without it | best BLEU on its axis (weight) |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["## What each column moves on the dev n-best pool, and on the test n-best list", "",
+           "Dev: each tuned run's n-best lists of all its iterations, merged and reranked with the tuned weights "
+           "(tokenised BLEU); then the same with one weight set to 0, and with that weight at its best value along "
+           "its axis, every other weight as tuned. Test: the 100-best list the eval step decoded with the tuned "
+           "weights, reranked the same way (tokenised BLEU; – where the eval kept no list). p(e|f) and the LM are "
+           "there for scale.", "",
+           "| configuration | run | column | weight | dev pool BLEU | dev without it | dev best on its axis (weight) "
+           "| test n-best BLEU | test without it |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for label, found in runs.items():
         for r in found:
+            test = r.get("test") or {}
+            test_columns = {c["column"]: c for c in test.get("columns", [])}
             for c in r["columns"]:
                 name = _escaped(labels.get(c["column"], c["column"]))
-                out.append(f"| {label} | {r['run']} | {r['pool_bleu']:.2f} | {name} | {c['weight']:.4g} | "
-                           f"{c['bleu_without']:.2f} | {c['best_bleu']:.2f} ({c['best_weight']:.4g}) |")
+                t = test_columns.get(c["column"])
+                test_cells = f"{test['pool_bleu']:.2f} | {t['bleu_without']:.2f}" if t else "– | –"
+                out.append(f"| {label} | {r['run']} | {name} | {c['weight']:.4g} | {r['pool_bleu']:.2f} | "
+                           f"{c['bleu_without']:.2f} | {c['best_bleu']:.2f} ({c['best_weight']:.4g}) | {test_cells} |")
     return out + [""]
 
 

@@ -166,6 +166,14 @@ def test_decode_without_sidecar_is_the_moses_1best(fake_system: dict[str, Path],
     for line in fake_system["pool"].read_text().splitlines():
         firsts.setdefault(line.split(" ||| ")[0], line.split(" ||| ")[1])
     assert out.read_text().splitlines() == list(firsts.values())
+    assert not (tmp_path / "o/out.tok.nbest.gz").exists()
+    # keep_nbest: the same 1-best, and the decoder's n-best list kept beside it, every line of it
+    kept = decode_test_set(ini, src, tmp_path / "k/out.tok", moses_bin_dir=fake_system["bin"], keep_nbest=True)
+    assert kept.read_text() == out.read_text()
+    nbest = gzip.decompress((tmp_path / "k/out.tok.nbest.gz").read_bytes()).decode().splitlines()
+    pool = fake_system["pool"].read_text().splitlines()
+    assert [x.split(" ||| ")[:2] for x in nbest] == [x.split(" ||| ")[:2] for x in pool]
+    assert not (tmp_path / "k/out.tok.nbest").exists()
 
 
 def test_decode_with_extra_feature_rescores_the_nbest_list(fake_system: dict[str, Path], tmp_path: Path) -> None:

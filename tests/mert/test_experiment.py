@@ -308,9 +308,12 @@ def test_report_from_finished_runs(tmp_path):
                 "iterations": [{"iteration": i, "dev_bleu_1best": b} for i, b in enumerate(bleus, start=1)]}))
     # +RNN run 1's n-best pool: the reference wins only through the RNN column (ln p_RNN -20 on
     # the worse hypothesis, weight 0.05, against the LM's 0.5 x 1 nat in its favour).
-    _write(exp.tune_dir(RunPlan(CONFIGURATIONS_BY_KEY["rnn"], 1)) / "run1.nbest.gz", [
-        f"{k} ||| {hyp} ||| LM0= {lm} TranslationModel0= 0 0 0 0 {rnn} 0 ||| 0"
-        for k in range(30) for hyp, lm, rnn in ((refs[k], -3, 0), (worse[k], -2, -20))], gz=True)
+    # The eval step's test 100-best list of that run is the same (the test references are the same).
+    rnn_run1 = RunPlan(CONFIGURATIONS_BY_KEY["rnn"], 1)
+    pool_lines = [f"{k} ||| {hyp} ||| LM0= {lm} TranslationModel0= 0 0 0 0 {rnn} 0 ||| 0"
+                  for k in range(30) for hyp, lm, rnn in ((refs[k], -3, 0), (worse[k], -2, -20))]
+    _write(exp.tune_dir(rnn_run1) / "run1.nbest.gz", pool_lines, gz=True)
+    _write(Path(f"{exp.eval_output(rnn_run1, 'test')}.nbest.gz"), pool_lines, gz=True)
     # The 6-column table: p_RNN equals p(e|f) on every line, one line has an unknown word.
     p_ef = [0.5, 0.25, 0.125, 0.1, 0.01]
     _write(exp.rnn_ini.parent / "phrase-table.rnn.gz", [
@@ -355,7 +358,8 @@ def test_report_from_finished_runs(tmp_path):
     # without it every worse hypothesis wins: no 4-gram of the reference, so MERT's BLEU (unsmoothed) is 0
     assert by_name["p_RNN"]["bleu_without"] == 0.0
     assert by_name["p(e|f)"]["bleu_without"] == 100.0 and by_name["n-gram LM"]["bleu_without"] == 100.0
-    assert "| + RNN | 1 | 100.00 | p_RNN | 0.05 | 0.00 | 100.00 (0.05) |" in md
+    assert pool["test"]["pool_bleu"] == 100.0 and pool["test"]["columns"][0]["bleu_without"] == 0.0
+    assert "| + RNN | 1 | p_RNN | 0.05 | 100.00 | 0.00 | 100.00 (0.05) | 100.00 | 0.00 |" in md
     assert doc["tuning"]["+ RNN"][1] == {"run": 2, "dev_bleu_1best": [16.12, 18.0]}
     assert "| configuration | run | 1 (start weights) | 2 | 3 |" in md
     assert "| Baseline | 1 | 16.12 | 2.50 | 17.99 |" in md and "| + RNN | 2 | 16.12 | 18.00 |  |" in md

@@ -32,5 +32,5 @@ def test_column_leverage_reranks_the_pool_without_the_column_and_along_its_axis(
     assert lm.bleu_without == 100.0 and lm.best_bleu == 100.0
     md = "\n".join(format_leverage({"+ RNN": [{"run": 1, "pool_bleu": pool, "columns": [rnn.__dict__]}]},
                                    {"TranslationModel0_1": "p_RNN"}))
-    assert f"| + RNN | 1 | 100.00 | p_RNN | 1 | {rnn.bleu_without:.2f} | 100.00 (1) |" in md
+    assert f"| + RNN | 1 | p_RNN | 1 | 100.00 | {rnn.bleu_without:.2f} | 100.00 (1) | – | – |" in md
     assert math.isclose(rnn.bleu_without, 72.31, abs_tol=0.01)
