@@ -655,7 +655,8 @@ def step_report(
             check_run_current(exp, plan)
             state = read_state(exp.tune_dir(plan)) or {}
             found.append(TunedRun(k, tuned_seed(exp, plan), exp.eval_output(plan, "dev"), exp.eval_output(plan, "test"),
-                                  run_weights(exp.tune_dir(plan) / "moses.ini"), state.get("completed_iterations")))
+                                  run_weights(exp.tune_dir(plan) / "moses.ini"), state.get("completed_iterations"),
+                                  state.get("stop_reason")))
             tuning.setdefault(config.label, []).append({"run": k, "dev_bleu_1best": tuning_trajectory(state)})
         collected.append((config, found))
     if not any(found for _, found in collected):

@@ -36,6 +36,7 @@ class TunedRun:
     test_output: Path
     weights: dict[str, list[float]]
     iterations: int | None
+    stop_reason: str | None = None  # mert tune's: weights converged, maximum iterations, no new hypotheses
 
 
 @dataclass
@@ -51,6 +52,7 @@ class RunScores:
     iterations: int | None = None
     delta: float | None = None  # test sacreBLEU minus that Baseline run's: a p-value alone has no sign
     seed: int | None = None
+    stop_reason: str | None = None
 
 
 @dataclass
@@ -89,7 +91,7 @@ def build_table(
                 {"run": r.run, "seed": r.seed, "dev_bleu": r.dev_bleu, "test_bleu": r.test_bleu,
                  "test_tokenized_bleu": r.test_tokenized_bleu, "p_value_vs_baseline": r.p_value,
                  "delta_vs_baseline": r.delta,
-                 "iterations": r.iterations, "weights": r.weights}
+                 "iterations": r.iterations, "stop_reason": r.stop_reason, "weights": r.weights}
                 for r in runs
             ],
         })
@@ -141,7 +143,9 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     for row in rows:
         for run in row["runs"]:
             weights = "; ".join(f"{k}= {' '.join(f'{v:.4g}' for v in vs)}" for k, vs in run["weights"].items())
-            out.append(f"- {row['label']} run {run['run']} (seed {run['seed']}, dev {run['dev_bleu']:.2f}, "
+            reason = run.get("stop_reason")
+            stopped = f", {run['iterations']} iterations, stopped: {reason}" if reason else ""
+            out.append(f"- {row['label']} run {run['run']} (seed {run['seed']}{stopped}, dev {run['dev_bleu']:.2f}, "
                        f"test {run['test_bleu']:.2f}): {weights}")
     if doc.get("analysis"):
         from mert.table1_analysis import format_analysis
@@ -231,6 +235,6 @@ def score_runs(
                                           samples=bootstrap_samples)
                 p_value, delta = result.p_value, round(result.delta, 4)
             cs.runs.append(RunScores(run, dev_bleu, test.bleu, test.tokenized_bleu, tuned.weights, p_value,
-                                     tuned.iterations, delta, tuned.seed))
+                                     tuned.iterations, delta, tuned.seed, tuned.stop_reason))
         scored.append(cs)
     return scored, signature

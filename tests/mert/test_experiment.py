@@ -305,6 +305,7 @@ def test_report_from_finished_runs(tmp_path):
             bleus = [16.123, 2.5, 17.994] if (key, run) != ("rnn", 2) else [16.123, 18.0]
             (tuned.parent / "tuning-state.json").write_text(json.dumps({
                 "format": "mert-tune-state/1", "completed_iterations": len(bleus), "fingerprint": {"seed": plan.seed},
+                "stop_reason": "weights converged" if len(bleus) == 2 else "maximum iterations",
                 "iterations": [{"iteration": i, "dev_bleu_1best": b} for i, b in enumerate(bleus, start=1)]}))
     # +RNN run 1's n-best pool: the reference wins only through the RNN column (ln p_RNN -20 on
     # the worse hypothesis, weight 0.05, against the LM's 0.5 x 1 nat in its favour).
@@ -330,12 +331,14 @@ def test_report_from_finished_runs(tmp_path):
     assert rnn["deltas_vs_baseline"] == [pytest.approx(gain, abs=1e-3)] * 2
     assert base["p_values_vs_baseline"] == []
     assert [r["seed"] for r in base["runs"]] == [1000, 1001]  # read from the tuning state
+    assert [r["stop_reason"] for r in rnn["runs"]] == ["maximum iterations", "weights converged"]
     assert rnn["runs"][0]["weights"]["TranslationModel0"][4] == 0.05
     assert "UnknownWordPenalty0" not in rnn["runs"][0]["weights"]
     md = (tmp_path / "results" / "table1.md").read_text()
     assert "| + RNN | 100.00 ± 0.00 (2 runs)" in md and "| 31.20 | 33.87 |" in md
     assert f"| +{gain:.2f} (p {rnn['p_values_vs_baseline'][0]:.3f}), +{gain:.2f} (p " in md
     assert "Made by `make table1`" in md
+    assert "- + RNN run 2 (seed 1001, 2 iterations, stopped: weights converged, dev 100.00" in md
     assert (tmp_path / "results" / "table1.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "results" / "timings.tsv").exists() and len(paths) == 3
     analysis = doc["analysis"]
