@@ -472,9 +472,11 @@ def tuned_seed(exp: Experiment, plan: RunPlan) -> int | None:
     """The seed a run was tuned with, from its tuning state (None: not started)."""
     from mert.tune import read_state
 
-    state = read_state(exp.tune_dir(plan))
-    if state is None:
-        return None
+    return state_seed(read_state(exp.tune_dir(plan)) or {})
+
+
+def state_seed(state: dict[str, object]) -> int | None:
+    """``mert tune``'s seed as its tuning state records it (None: no state, or random seeds)."""
     fingerprint = state.get("fingerprint")
     seed = fingerprint.get("seed") if isinstance(fingerprint, dict) else None
     return seed if isinstance(seed, int) else None
@@ -654,7 +656,7 @@ def step_report(
                 continue
             check_run_current(exp, plan)
             state = read_state(exp.tune_dir(plan)) or {}
-            found.append(TunedRun(k, tuned_seed(exp, plan), exp.eval_output(plan, "dev"), exp.eval_output(plan, "test"),
+            found.append(TunedRun(k, state_seed(state), exp.eval_output(plan, "dev"), exp.eval_output(plan, "test"),
                                   run_weights(exp.tune_dir(plan) / "moses.ini"), state.get("completed_iterations"),
                                   state.get("stop_reason")))
             tuning.setdefault(config.label, []).append({"run": k, "dev_bleu_1best": tuning_trajectory(state)})
