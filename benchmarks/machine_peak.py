@@ -13,16 +13,19 @@ import torch
 
 
 def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seconds: float = 2.0,
-                      clock: Callable[[], float] = time.perf_counter) -> float:
-    """Best sustained FLOP/s of a square fp32 matmul, after a warm-up.
+                      clock: Callable[[], float] = time.perf_counter, dtype: torch.dtype = torch.float32) -> float:
+    """Best sustained FLOP/s of a square matmul (fp32 unless ``dtype``), after a warm-up.
 
     ``clock=time.process_time`` gives FLOPs per CPU-second instead (CPU only): on a shared
-    machine, where other processes take turns on the cores, that yardstick moves less.
+    machine, where other processes take turns on the cores, that yardstick moves less. On a GPU
+    pass ``size=8192``: 2048 is too small to fill one, and ``dtype=torch.bfloat16`` gives the
+    yardstick of code that runs its matmuls in bf16 (fp32 matmuls use TF32 only where torch's
+    global switch allows it).
     """
     device = torch.device(device)
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    out = torch.empty(size, size, device=device)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    out = torch.empty(size, size, device=device, dtype=dtype)
     for _ in range(3):
         torch.mm(a, b, out=out)
     best = 0.0

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from moses_integration.phrase_table import PhraseTableError
-from rescorer.config import ModelConfig, TrainConfig
+from rescorer.config import PRECISIONS, ModelConfig, TrainConfig
 
 DEFAULT_TRAIN_TIME = 1800.0
 
@@ -38,8 +38,9 @@ def _run_options(fn: Callable) -> Callable:
     """Where and how a long run computes, shared by ``train`` and ``rescore-phrase-table``."""
     options = [
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N"),
-        click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto",
-                     show_default=True),
+        click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
+                     help="auto: fp32 scores (exact) on every device; bf16 autocast for training on a GPU. "
+                     "tf32: TF32 matmuls on a GPU (faster; README, GPU, says by how much and what it changes)"),
         click.option("--threads", type=int, help="CPU threads for torch and worker processes [default: the CPUs "
                      "this process may use (os.sched_getaffinity), e.g. a SLURM job's share]"),
         click.option("-q", "--quiet", is_flag=True, help="no progress bar"),
@@ -438,7 +439,8 @@ def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> l
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--resume", is_flag=True, help="continue the run saved in MODEL_OUT(.last)")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
+@click.option("--precision", type=click.Choice([p for p in PRECISIONS if p != "tf32"]), default="auto",
+              show_default=True, help="auto: fp32 on the CPU, bf16 autocast on a GPU")
 @click.option("--threads", type=int, help="CPU threads for torch [default: torch's choice]")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @_friendly_errors

@@ -15,6 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+# --precision choices (rescorer.device gives their meaning): here, torch-free, for the CLI.
+PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
+
 _C = TypeVar("_C")
 
 

@@ -52,6 +52,7 @@ from torch import Tensor, nn
 
 from rescorer.config import ModelConfig
 from rescorer.gru import decoder_recurrence, encoder_recurrence
+from rescorer.lse_kernel import log_sum_exp, use_kernel
 from rescorer.output_layer import target_log_probs
 from rescorer.prefix_tree import PrefixTree
 from rescorer.vocab import EOS_ID
@@ -474,10 +475,13 @@ class RNNEncoderDecoder(nn.Module):
         differentiable = torch.is_grad_enabled() and (low.requires_grad or output_matrix.requires_grad)
         if on_cpu and not differentiable and low.dtype == output_matrix.dtype == dtype:
             return self._log_normalizer_in_place(low, output_matrix, min(vocab, CPU_SCORING_BLOCK_VOCAB))
+        low_and_one = F.pad(low, (0, 1), value=1.0)
+        if not differentiable and use_kernel(low):
+            # GPUs: the logits never leave the chip (rescorer.lse_kernel).
+            return log_sum_exp(low_and_one, output_matrix[:, :-1]).to(dtype)
         step = CPU_OUTPUT_BLOCK_VOCAB if on_cpu else vocab
         # Per-block log-sum-exps combined exactly (logsumexp of logsumexps); used for training,
-        # on GPUs (one block) and under autocast.
-        low_and_one = F.pad(low, (0, 1), value=1.0)
+        # on GPUs without Triton (one block) and under autocast on the CPU.
         parts = [
             torch.logsumexp(F.linear(low_and_one, output_matrix[j : j + step, :-1]).to(dtype), dim=-1)
             for j in range(0, vocab, step)
@@ -572,8 +576,7 @@ class RNNEncoderDecoder(nn.Module):
             self._picked_logits(low[tree.position_node], tree.position_next, score_dtype)
             - normalizer[tree.position_node]
         )
-        out = torch.zeros(tree.rows, dtype=score_dtype, device=c.device)
-        return out.index_add_(0, tree.position_row, position_scores)
+        return _sum_positions(position_scores, tree.position_row, tree.rows, len(tree.level_sizes))
 
     def score_targets(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
         """log p(Y | X) = Σ_t log p(y_t | y_<t, X), including ``</s>``: Float[B] (float32 or wider)."""
@@ -582,6 +585,24 @@ class RNNEncoderDecoder(nn.Module):
     def forward(self, src: Tensor, src_len: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
         """log p(Y | X) of each pair: ``score_targets(encode(src, src_len), tgt, tgt_len)``."""
         return self.score_targets(self.encode(src, src_len), tgt, tgt_len)
+
+
+def _sum_positions(scores: Tensor, row: Tensor, rows: int, levels: int) -> Tensor:
+    """Σ of each row's position scores, in the same order whatever the device: deterministic.
+
+    ``index_add_`` would do, but on CUDA it adds with atomics in whatever order the threads come,
+    so the same pair could get different last bits from run to run (and a resumed run different
+    bytes). Positions come level by level, each level's rows ascending (:mod:`rescorer.prefix_tree`),
+    so a row's level is the number of times the row index fails to rise before it; each (level,
+    row) is written once into a dense [levels, rows] matrix, which is summed over its few levels.
+    ``levels`` is the tree's number of levels, known on the host (no device sync).
+    """
+    new_level = torch.zeros_like(row)
+    new_level[1:] = row[1:] <= row[:-1]
+    level = torch.cumsum(new_level, 0)
+    dense = scores.new_zeros(levels, rows)
+    dense[level, row] = scores
+    return dense.sum(0)
 
 
 def count_flops_per_pair(config: ModelConfig, src_len: int, tgt_len: int) -> int:

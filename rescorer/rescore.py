@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -44,9 +44,16 @@ from moses_integration.threads import available_cpus
 from rescorer import score_parquet
 from rescorer.checkpoint import Checkpoint
 from rescorer.chunk_prep import PreparedChunk, PrepareTask, init_worker, prepare_chunk, timed
-from rescorer.device import autocast_dtype, select_device
+from rescorer.device import autocast_dtype, matmul_precision, scoring_precision, select_device
 from rescorer.output_chunks import format_chunk
-from rescorer.resume import PROGRESS_VERSION, ResumeError, file_identity, load_progress, save_progress
+from rescorer.resume import (
+    PROGRESS_VERSION,
+    ResumeError,
+    file_identity,
+    load_progress,
+    recorded_options,
+    save_progress,
+)
 from rescorer.scoring import PairScorer, ScoringOptions
 from rescorer.scoring_plan import ScoringPlan
 from rescorer.shards import ShardError, ShardFilter
@@ -211,9 +218,28 @@ def rescore_phrase_table(
     opts = options or RescoreOptions()
     check_options(input_path, output_path, opts)
     device = select_device(opts.device)
-    scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, opts.precision), opts.scoring)
-    return rescore_with_scorer(input_path, output_path, scorer, checkpoint.src_vocab.words,
-                               checkpoint.tgt_vocab.words, getattr(checkpoint, "path", None), opts)
+    precision = scoring_precision(opts.precision)
+    scoring = opts.scoring
+    if opts.resume and scoring.token_budget is None and output_path != "-":
+        # The automatic budget follows free GPU memory; the resumed run keeps the recorded one, so
+        # its groups, and hence its bytes, are those of the interrupted run.
+        recorded = recorded_options(_Files.beside(output_path).progress)
+        scoring = replace(scoring, token_budget=recorded.get("token_budget"))
+    scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, precision), scoring, precision)
+    with matmul_precision(precision):
+        return rescore_with_scorer(input_path, output_path, scorer, checkpoint.src_vocab.words,
+                                   checkpoint.tgt_vocab.words, getattr(checkpoint, "path", None), opts)
+
+
+def scorer_identity(scorer: ChunkScorer) -> dict:
+    """What decides the scores beyond the options: device type, precision and token budget.
+
+    The budget decides the groups and so the shapes of every matmul, whose kernels may round
+    differently; a resume with any of these changed would splice two different computations.
+    """
+    device = getattr(scorer, "device", None)
+    return {"device": device.type if device is not None else None, "precision": getattr(scorer, "precision", None),
+            "token_budget": scorer.token_budget}
 
 
 def _fresh_progress() -> dict:
@@ -281,7 +307,7 @@ class _Run:
         self.compress = None if not output_path.endswith(".gz") else opts.compresslevel
         identity = {
             "version": PROGRESS_VERSION, "input": file_identity(input_path),
-            "model": file_identity(model_path), "options": opts.identity(),
+            "model": file_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
         }
         self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
             else _fresh_progress()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from moses_integration.phrase_table import atomic_write_bytes
 
-PROGRESS_VERSION = 2
+PROGRESS_VERSION = 3  # 3: the options hold the scorer's device type, precision and token budget
 
 
 class ResumeError(RuntimeError):
@@ -34,6 +34,15 @@ def file_identity(path: str | os.PathLike | None) -> dict | None:
 def save_progress(path: Path, record: dict) -> None:
     """Replace the progress record atomically (a kill mid-write keeps the previous one)."""
     atomic_write_bytes(path, json.dumps(record).encode("utf-8"))
+
+
+def recorded_options(progress_path: Path) -> dict:
+    """The options an interrupted run recorded ({} without a readable record of this version)."""
+    try:
+        saved = json.loads(progress_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return saved.get("options", {}) if saved.get("version") == PROGRESS_VERSION else {}
 
 
 def load_progress(progress_path: Path, partials: dict[str, Path], identity: dict, fresh: dict) -> dict:

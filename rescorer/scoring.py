@@ -61,10 +61,12 @@ class PairScorer:
         device: torch.device,
         amp_dtype: torch.dtype | None = None,
         options: ScoringOptions | None = None,
+        precision: str = "fp32",
     ) -> None:
         self.model = model.to(device).eval()
         self.device = device
         self.amp_dtype = amp_dtype
+        self.precision = precision  # as resolved (rescorer.device.scoring_precision): for the resume record
         self.options = options or ScoringOptions()
         self.token_budget = self.options.token_budget or auto_token_budget(device, model.config)
 
@@ -210,8 +212,9 @@ CPU_TOKEN_BUDGET = 8192  # measured best of 2k–64k on a 2-core CPU: larger bat
 def auto_token_budget(device: torch.device, config) -> int:
     """Batch size in tokens: fixed on CPU, grown with free memory on a GPU.
 
-    On a GPU the dominant memory per token is one row of fp32 logits (V floats, the output
-    layer runs in one block there) plus a few d-sized decoder activations; half the free memory
+    On a GPU the dominant memory per token is one row of fp32 logits and its log-sum-exp
+    temporary (2 V floats: the fp32 output layer runs in one block there; the fused kernel of
+    TF32/bf16 scoring needs none) plus a few d-sized decoder activations; half the free memory
     is used, and an out-of-memory error still halves the budget safely.
     """
     if device.type != "cuda":

@@ -25,7 +25,7 @@ from rescorer.adadelta import ChunkedAdadelta
 from rescorer.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.config import ModelConfig, TrainConfig
 from rescorer.data import PairData
-from rescorer.device import autocast, autocast_dtype, select_device
+from rescorer.device import autocast, autocast_dtype, matmul_precision, select_device
 from rescorer.model import RNNEncoderDecoder
 from rescorer.vocab import Vocab
 
@@ -164,8 +164,14 @@ def train(
     ``model_out`` holds the model with the best validation log-likelihood (the one to score
     with); ``model_out.last`` holds the latest state, which ``resume`` continues from.
     """
-    run = _Training.start(data, Path(model_out), model_config, train_config, src_vocab, tgt_vocab, device,
-                          precision, resume)
+    with matmul_precision(precision):
+        run = _Training.start(data, Path(model_out), model_config, train_config, src_vocab, tgt_vocab, device,
+                              precision, resume)
+        return _train_loop(run, train_config, progress)
+
+
+def _train_loop(run: _Training, train_config: TrainConfig, progress: bool) -> TrainResult:
+    """Steps, validations and checkpoints until a budget or patience stops the run."""
     if not run.history:
         run.validate()
     run.model.train()

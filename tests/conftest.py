@@ -10,6 +10,11 @@ import torch
 
 from shared_paths import shared_file
 
+# Without a GPU, Triton kernels (rescorer.lse_kernel) run in Triton's interpreter on the CPU. The
+# switch must be set before Triton is first imported: its library functions are wrapped then.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # Two cores: keep torch from oversubscribing when pytest runs alongside other work.
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 

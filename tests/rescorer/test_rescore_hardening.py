@@ -40,7 +40,8 @@ def tiny_checkpoint() -> Checkpoint:
 
 
 def run(inp: Path, out: Path, ck: Checkpoint, **kw):
-    opts = RescoreOptions(progress=False, device="cpu", workers=0, scoring=ScoringOptions(token_budget=512), **kw)
+    kw.setdefault("scoring", ScoringOptions(token_budget=512))
+    opts = RescoreOptions(progress=False, device="cpu", workers=0, **kw)
     return rescore_phrase_table(str(inp), str(out), ck, opts)
 
 
@@ -310,3 +311,35 @@ def test_impossible_output_fails_before_training(tmp_path: Path, monkeypatch) ->
     res = cli(str(table), "-", "--train-steps", "5", "--skip-bad-lines")
     assert res.exit_code == 1 and "not stdout" in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]  # no model was trained
+
+
+@pytest.mark.parametrize("changed", [{"precision": "bf16"}, {"scoring": ScoringOptions(token_budget=64)}])
+def test_resume_refuses_another_precision_or_token_budget(tmp_path: Path, model_file: Path, changed) -> None:
+    """They decide the scores' last bits (bf16 far more): a resume must compute as the run it continues."""
+    lines = table_lines(300)
+    lines[250] = b"a ||| b ||| 0.5 oops 0.5 0.5"
+    table = write_table(tmp_path / "pt.txt", lines)
+    ck = load_checkpoint(model_file)
+    with pytest.raises(PhraseTableError):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100)
+    record = json.loads((tmp_path / ".out.gz.progress.json").read_text())
+    assert {k: record["options"][k] for k in ("device", "precision")} == {"device": "cpu", "precision": "fp32"}
+    with pytest.raises(RescoreError, match="cannot --resume: the options differs"):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True, **changed)
+
+
+def test_resume_keeps_the_recorded_automatic_token_budget(tmp_path: Path, model_file: Path, monkeypatch) -> None:
+    """On a GPU the automatic budget follows free memory; a resumed run takes the interrupted run's."""
+    lines = table_lines(300)
+    lines[250] = b"a ||| b ||| 0.5 oops 0.5 0.5"
+    table = write_table(tmp_path / "pt.txt", lines)
+    ck = load_checkpoint(model_file)
+    with pytest.raises(PhraseTableError):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100, scoring=ScoringOptions())
+    budgets = []
+    monkeypatch.setattr("rescorer.scoring.auto_token_budget", lambda device, config: budgets.append(1) or 123)
+    run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True, scoring=ScoringOptions())
+    assert budgets == []  # the recorded budget was used, not a new automatic one
+    monkeypatch.undo()
+    run(table, tmp_path / "straight.gz", ck, chunk_lines=100, skip_bad_lines=True, scoring=ScoringOptions())
+    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
