@@ -313,15 +313,21 @@ def test_impossible_output_fails_before_training(tmp_path: Path, monkeypatch) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]  # no model was trained
 
 
-@pytest.mark.parametrize("changed", [{"precision": "bf16"}, {"scoring": ScoringOptions(token_budget=64)}])
-def test_resume_refuses_another_precision_or_token_budget(tmp_path: Path, model_file: Path, changed) -> None:
-    """They decide the scores' last bits (bf16 far more): a resume must compute as the run it continues."""
+def interrupted_run(tmp_path: Path, model_file: Path, **kw) -> tuple[Path, Checkpoint]:
+    """A run stopped by a malformed line 251 of 300 after its first chunks (100 lines each)."""
     lines = table_lines(300)
     lines[250] = b"a ||| b ||| 0.5 oops 0.5 0.5"
     table = write_table(tmp_path / "pt.txt", lines)
     ck = load_checkpoint(model_file)
     with pytest.raises(PhraseTableError):
-        run(table, tmp_path / "out.gz", ck, chunk_lines=100)
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100, **kw)
+    return table, ck
+
+
+@pytest.mark.parametrize("changed", [{"precision": "bf16"}, {"scoring": ScoringOptions(token_budget=64)}])
+def test_resume_refuses_another_precision_or_token_budget(tmp_path: Path, model_file: Path, changed) -> None:
+    """They decide the scores' last bits (bf16 far more): a resume must compute as the run it continues."""
+    table, ck = interrupted_run(tmp_path, model_file)
     record = json.loads((tmp_path / ".out.gz.progress.json").read_text())
     assert {k: record["options"][k] for k in ("device", "precision")} == {"device": "cpu", "precision": "fp32"}
     with pytest.raises(RescoreError, match="cannot --resume: the options differs"):
@@ -330,12 +336,7 @@ def test_resume_refuses_another_precision_or_token_budget(tmp_path: Path, model_
 
 def test_resume_keeps_the_recorded_automatic_token_budget(tmp_path: Path, model_file: Path, monkeypatch) -> None:
     """On a GPU the automatic budget follows free memory; a resumed run takes the interrupted run's."""
-    lines = table_lines(300)
-    lines[250] = b"a ||| b ||| 0.5 oops 0.5 0.5"
-    table = write_table(tmp_path / "pt.txt", lines)
-    ck = load_checkpoint(model_file)
-    with pytest.raises(PhraseTableError):
-        run(table, tmp_path / "out.gz", ck, chunk_lines=100, scoring=ScoringOptions())
+    table, ck = interrupted_run(tmp_path, model_file, scoring=ScoringOptions())
     budgets = []
     monkeypatch.setattr("rescorer.scoring.auto_token_budget", lambda device, config: budgets.append(1) or 123)
     run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True, scoring=ScoringOptions())
