@@ -108,3 +108,22 @@ def test_source_tree_summaries_equal_the_encoder(float64_model):
             [model.encode(torch.tensor([sources[i] + [0]]), torch.tensor([len(sources[i]) + 1])) for i in rows]
         )
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+def test_position_sums_equal_index_add_whatever_the_targets():
+    """The deterministic per-pair sum (no CUDA atomics) relies on positions coming level by level with
+    each level's rows ascending: on random trees it must equal a plain index_add_ in float64."""
+    from rescorer.model import _sum_positions
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        n = int(rng.integers(1, 40))
+        targets = ragged([list(rng.integers(2, 6, rng.integers(0, 8))) for _ in range(n)])
+        source_of_row = np.sort(rng.integers(0, max(1, n // 3), n))
+        source_of_row = np.unique(source_of_row, return_inverse=True)[1]
+        rows = np.sort(rng.choice(n, size=int(rng.integers(1, n + 1)), replace=False))
+        tree = build_prefix_tree(source_of_row[rows] - source_of_row[rows].min(), targets, rows)
+        scores = torch.from_numpy(rng.normal(size=len(tree.position_row)))
+        expected = torch.zeros(tree.rows, dtype=torch.float64).index_add_(0, tree.position_row, scores)
+        got = _sum_positions(scores, tree.position_row, tree.rows, len(tree.level_sizes))
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
