@@ -25,7 +25,6 @@ distributions are far from uniform); precision figures are only meaningful for a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
 import os
 import sys
@@ -43,25 +42,12 @@ from score_speed import SIZES, default_table  # noqa: E402
 from rescorer.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
 from rescorer.chunk_prep import PrepareTask, init_worker, prepare_chunk  # noqa: E402
 from rescorer.config import ModelConfig  # noqa: E402
-from rescorer.device import select_device  # noqa: E402
+from rescorer.device import autocast_dtype, matmul_precision, select_device  # noqa: E402
 from rescorer.model import RNNEncoderDecoder, count_flops  # noqa: E402
 from rescorer.scoring import PairScorer, ScoringOptions, auto_token_budget  # noqa: E402
 from rescorer.scoring_plan import ScoringPlan  # noqa: E402
 from rescorer.table_chunks import LineChunk  # noqa: E402
 from rescorer.vocab import Vocab  # noqa: E402
-
-AMP = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@contextlib.contextmanager
-def tf32(enabled: bool):
-    """TF32 for fp32 matmuls (torch's global switch) inside the block only."""
-    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def read_lines(table: Path, limit: int) -> list[bytes]:
@@ -215,22 +201,22 @@ def main() -> None:
     if device.type == "cuda":
         print(f"GPU: {torch.cuda.get_device_name(device)}")
         peaks["fp32"] = matmul_peak_flops(device, size=8192)
-        with tf32(True):
+        with matmul_precision("tf32"):
             peaks["tf32"] = matmul_peak_flops(device, size=8192)
         peaks["bf16"] = peaks["fp16"] = matmul_peak_flops(device, size=8192, dtype=torch.bfloat16)
     else:
-        peaks = dict.fromkeys(AMP, matmul_peak_flops(device))
+        peaks = dict.fromkeys(("fp32", "tf32", "bf16", "fp16"), matmul_peak_flops(device))
     print("matmul peaks measured (TFLOP/s): " + ", ".join(f"{k} {v / 1e12:.1f}" for k, v in peaks.items()))
     results: dict[str, np.ndarray] = {}
     for name in args.precisions.split(","):
-        scorer = PairScorer(ck.model, device, AMP[name], ScoringOptions(token_budget=budget))
-        with tf32(name == "tf32"):
+        scorer = PairScorer(ck.model, device, autocast_dtype(device, name), ScoringOptions(token_budget=budget), name)
+        with matmul_precision(name):
             results[name], seconds = score_all(scorer, plans)
         print(f"[{name}] model only: {len(lines) / seconds:,.0f} pairs/s ({seconds:.2f} s); "
               f"{flops / len(lines) / 1e6:.1f} MFLOP/pair performed, {flops / seconds / 1e12:.2f} TFLOP/s = "
               f"{100 * flops / seconds / peaks[name]:.1f}% of the {name} matmul peak")
         if args.profile and device.type == "cuda":
-            with tf32(name == "tf32"):
+            with matmul_precision(name):
                 profile_chunk(scorer, plans[min(1, len(plans) - 1)])
     ref = results.get("fp32")
     if ref is not None:
