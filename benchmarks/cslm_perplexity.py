@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from moses_integration.tokens import split_tokens
-from rescorer.cslm import encode_sentences, gather_histories, load_cslm, sentence_positions, token_log_probs
+from rescorer.cslm import encode_sentences, gather_histories, load_cslm, sentence_positions, token_scores
 
 
 def cslm_token_log_probs(path: str, sentences: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
@@ -34,7 +34,7 @@ def cslm_token_log_probs(path: str, sentences: list[list[str]]) -> tuple[np.ndar
     ids, lengths = encode_sentences(loaded.vocab, sentences)
     positions = sentence_positions(lengths, cfg.context)
     hist = gather_histories(ids, positions, np.arange(len(ids)), cfg.context, cfg.bos_id)
-    lp, _ = token_log_probs(loaded.model, torch.from_numpy(hist), torch.from_numpy(ids))
+    lp = token_scores(loaded.model, torch.from_numpy(hist), torch.from_numpy(ids)).log_probs()
     in_shortlist = np.ones(len(ids), dtype=bool)  # </s> is always predicted as itself
     at = 0
     for s in sentences:

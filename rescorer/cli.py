@@ -405,7 +405,11 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 
 @main.group("cslm")
 def cslm_group() -> None:
-    """Schwenk's CSLM: a 7-gram neural LM for n-best rescoring (train, score, nbest)."""
+    """Schwenk's CSLM: a 7-gram neural LM, in the decoder (export-nplm) or on n-best lists (train, score, nbest)."""
+
+
+RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralLM adds for the model's "
+            "export-nplm file [default: exact log-probabilities]")
 
 
 def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
@@ -436,6 +440,9 @@ def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> l
 @click.option("--batch-size", type=int, default=128, show_default=True)
 @click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True)
 @click.option("--lr", type=float, help="learning rate [default: 1e-3 for adam, 0.02 for sgd]")
+@click.option("--self-normalize", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="ALPHA",
+              help="add ALPHA*(log Z)^2 to the loss (Devlin et al. 2014; 0.1 is usual), so that the raw scores "
+                   "Moses' NeuralLM adds are log-probabilities; needed for export-nplm")
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--resume", is_flag=True, help="continue the run saved in MODEL_OUT(.last)")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
@@ -445,7 +452,8 @@ def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> l
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @_friendly_errors
 def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hidden, max_time, max_epochs, patience,
-                       epoch_size, batch_size, optimizer, lr, seed, resume, device, precision, threads, quiet):
+                       epoch_size, batch_size, optimizer, lr, self_normalize, seed, resume, device, precision, threads,
+                       quiet):
     """Train a CSLM on tokenized target-language text CORPUS (plain or .gz) into MODEL_OUT."""
     from rescorer.cslm import CSLMConfig, set_threads
     from rescorer.cslm_train import CSLMTrainConfig, train_cslm
@@ -455,21 +463,24 @@ def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hi
         corpus, model_out,
         model_config=CSLMConfig(vocab_size=2, order=order, embedding=embedding, hidden=hidden),
         train_config=CSLMTrainConfig(batch_size=batch_size, optimizer=optimizer, lr=lr, epoch_size=epoch_size,
-                                     max_epochs=max_epochs, max_time=max_time, patience=patience, seed=seed),
+                                     max_epochs=max_epochs, max_time=max_time, patience=patience, seed=seed,
+                                     self_normalize=self_normalize),
         shortlist=shortlist, valid=valid, device=device, precision=precision, resume=resume, progress=not quiet,
     )
     best = result.best
+    log_z = f", log Z mean {best.log_z_mean:.3f} std {best.log_z_std:.3f}" if best.log_z_mean is not None else ""
     click.echo(f"stopped by {result.stopped_by} after {result.examples} n-grams in {result.elapsed:.0f} s; "
-               f"best valid perplexity {best.perplexity:.2f} (epoch {best.epoch}) in {model_out}", err=True)
+               f"best valid perplexity {best.perplexity:.2f}{log_z} (epoch {best.epoch}) in {model_out}", err=True)
 
 
 @cslm_group.command("score")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.argument("text", default="-")
+@click.option("--raw", is_flag=True, help=RAW_HELP)
 @click.option("--device", default="auto", show_default=True)
 @click.option("--threads", type=int, help="CPU threads for torch")
 @_friendly_errors
-def cslm_score_command(model, text, device, threads):
+def cslm_score_command(model, text, raw, device, threads):
     """One natural-log sentence probability per line of TEXT on stdout; perplexity on stderr."""
     from moses_integration.phrase_table import open_input
     from rescorer.cslm import ScoreStats, load_cslm, score_lines, set_threads
@@ -480,7 +491,7 @@ def cslm_score_command(model, text, device, threads):
     with open_input(text) as fh:
         lines = (raw.decode("utf-8") for raw in fh)
         out = sys.stdout
-        for value in score_lines(loaded.model, loaded.vocab, lines, stats=stats):
+        for value in score_lines(loaded.model, loaded.vocab, lines, normalize=not raw, stats=stats):
             out.write(f"{value:.6f}\n")
     click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
                f"perplexity {stats.perplexity:.2f}", err=True)
@@ -491,10 +502,11 @@ def cslm_score_command(model, text, device, threads):
 @click.argument("nbest_in", default="-")
 @click.argument("nbest_out", default="-")
 @click.option("--name", default="CSLM0", show_default=True, help="feature name (letters and digits, no '_')")
+@click.option("--raw", is_flag=True, help=RAW_HELP)
 @click.option("--device", default="auto", show_default=True)
 @click.option("--threads", type=int, help="CPU threads for torch")
 @_friendly_errors
-def cslm_nbest_command(model, nbest_in, nbest_out, name, device, threads):
+def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads):
     """Append NAME= log p(hypothesis) to each line of a Moses n-best list, every other byte kept.
 
     Usable as mert-moses.pl's --transform-decoded-file (with --batch-mira).
@@ -506,9 +518,35 @@ def cslm_nbest_command(model, nbest_in, nbest_out, name, device, threads):
     loaded = load_cslm(model, device)
     stats = ScoreStats()
     lines = add_cslm_to_nbest(loaded.model, loaded.vocab, nbest_in, nbest_out, name=check_feature_name(name),
-                              stats=stats)
+                              normalize=not raw, stats=stats)
     click.echo(f"{lines} hypotheses, {stats.tokens} tokens, distinct histories {stats.history_share:.1%} "
                f"of tokens", err=True)
+
+
+@cslm_group.command("export-nplm")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("out")
+@_friendly_errors
+def cslm_export_nplm_command(model, out):
+    """Write MODEL in NPLM's text format as OUT (- for stdout), for Moses' NeuralLM feature.
+
+    In moses.ini: NeuralLM factor=0 name=CSLM0 order=7 path=OUT (rescore-phrase-table --cslm OUT adds
+    it). Moses adds the raw scores, so train the model with --self-normalize.
+    """
+    from moses_integration.nplm import write_nplm
+    from rescorer.cslm import load_cslm
+    from rescorer.cslm_export import cslm_to_nplm, self_normalization
+
+    loaded = load_cslm(model, "cpu")
+    nplm = cslm_to_nplm(loaded.model, loaded.vocab)
+    write_nplm(out, nplm)
+    alpha = self_normalization(loaded)
+    click.echo(f"{out}: {nplm.config.ngram_size}-gram, {len(nplm.vocab)} words, hidden layers "
+               f"{','.join(map(str, loaded.model.config.hidden))}; moses.ini: NeuralLM factor=0 name=CSLM0 "
+               f"order={nplm.config.ngram_size} path={out}", err=True)
+    if not alpha:
+        click.echo(f"warning: {model} was trained without --self-normalize: Moses adds its raw scores, which "
+                   "are log-probabilities only up to each history's log Z", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

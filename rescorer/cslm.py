@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from moses_integration.nbest import FIELD_SEPARATOR, NBestEntry, NBestError, format_value, parse_nbest_line
-from moses_integration.phrase_table import PathArg, atomic_output, display_name, open_input
+from moses_integration.phrase_table import LOG_FLOOR, PathArg, atomic_output, display_name, open_input
 from moses_integration.tokens import split_tokens
 from rescorer.checkpoint import _check_loadable, read_model_file
 from rescorer.config import _check_positive_int, _strict_from_dict
@@ -183,6 +183,11 @@ def encode_sentences(vocab: Vocab, sentences: Sequence[Sequence[str]]) -> tuple[
 # Scoring
 
 
+def raw_scores(logits: torch.Tensor) -> torch.Tensor:
+    """Per-word raw scores as Moses' ``NeuralLM`` adds them: the logit, floored at ``LOG_FLOOR`` (−100)."""
+    return torch.clamp(logits, min=LOG_FLOOR)
+
+
 @dataclass
 class ScoreStats:
     """What a scoring run did: tokens scored and distinct histories the network computed."""
@@ -202,19 +207,39 @@ class ScoreStats:
         return float(np.exp(-self.log_prob / self.tokens)) if self.tokens else float("nan")
 
 
+@dataclass
+class TokenScores:
+    """Each token's unnormalised score (its output logit) and its history's log Z, fp32 on the model's device.
+
+    ``logit - log_z`` is the normalised log-probability; ``logit`` alone is what Moses' ``NeuralLM``
+    adds for a model exported with ``export-nplm``, which is the log-probability only as far as
+    the model is self-normalised (log Z ≈ 0). ``log_z`` is None when it was not computed.
+    """
+
+    logit: torch.Tensor
+    log_z: torch.Tensor | None
+    distinct_histories: int
+
+    def log_probs(self) -> torch.Tensor:
+        assert self.log_z is not None, "log Z was not computed (normalize=False)"
+        return self.logit - self.log_z
+
+
 @torch.no_grad()
-def token_log_probs(
+def token_scores(
     model: CSLM,
     histories: torch.Tensor,
     targets: torch.Tensor,
     *,
     share_histories: bool = True,
+    normalize: bool = True,
     amp_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, int]:
-    """log p(target | history) for each row (fp32 on the model's device), and how many rows the network ran on.
+) -> TokenScores:
+    """The target logit of each row and, with ``normalize``, its history's log Z.
 
     With ``share_histories`` the hidden layers and the softmax normaliser run once per distinct
-    history; each token then adds one dot product with its word's output row.
+    history; each token then adds one dot product with its word's output row. Without
+    ``normalize`` the [histories, V] output layer is never computed, as in the decoder.
     """
     device = model.output.weight.device
     histories = histories.to(device)
@@ -224,17 +249,16 @@ def token_log_probs(
     else:
         unique, inverse = histories, torch.arange(len(histories), device=device)
     weight, bias = model.output.weight, model.output.bias
-    lse = torch.empty(len(unique), dtype=torch.float32, device=device)
-    out = torch.empty(len(histories), dtype=torch.float32, device=device)
+    lse = torch.empty(len(unique), dtype=torch.float32, device=device) if normalize else None
     with autocast(device, amp_dtype):
         hidden = model.hidden(unique)
-        for start in range(0, len(unique), SOFTMAX_CHUNK):
-            h = hidden[start : start + SOFTMAX_CHUNK]
-            lse[start : start + len(h)] = torch.logsumexp(model.output(h).float(), dim=-1)
+        if lse is not None:
+            for start in range(0, len(unique), SOFTMAX_CHUNK):
+                h = hidden[start : start + SOFTMAX_CHUNK]
+                lse[start : start + len(h)] = torch.logsumexp(model.output(h).float(), dim=-1)
         h_tok = hidden[inverse].float()
         tgt_logit = (h_tok * weight[targets].float()).sum(-1) + bias[targets].float()
-    out[:] = tgt_logit - lse[inverse]
-    return out, len(unique)
+    return TokenScores(tgt_logit.float(), None if lse is None else lse[inverse], len(unique))
 
 
 def _token_batches(lengths: np.ndarray, batch_tokens: int) -> Iterator[tuple[int, int]]:
@@ -257,12 +281,15 @@ def sentence_log_probs(
     share_histories: bool = True,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     precision: str = "auto",
+    normalize: bool = True,
     stats: ScoreStats | None = None,
 ) -> np.ndarray:
     """Natural-log probability of each tokenised sentence (its words and ``</s>``), float64.
 
     Sentences are batched together (``batch_tokens`` tokens per network call), so histories
-    shared between sentences, as in an n-best list, are computed once.
+    shared between sentences, as in an n-best list, are computed once. ``normalize=False`` gives
+    what Moses' ``NeuralLM`` adds for the exported model: each word's raw score, floored at
+    ``LOG_FLOOR`` as Moses floors every LM score, summed (see :func:`raw_scores`).
     """
     cfg = model.config
     device = model.output.weight.device
@@ -275,10 +302,10 @@ def sentence_log_probs(
     for a, b in _token_batches(lengths, batch_tokens):
         idx = np.arange(starts[a], ends[b - 1], dtype=np.int64)
         hist = torch.from_numpy(gather_histories(ids, positions, idx, cfg.context, cfg.bos_id))
-        lp, distinct = token_log_probs(
-            model, hist, torch.from_numpy(ids[idx]), share_histories=share_histories, amp_dtype=amp_dtype
-        )
-        per_token = lp.double().cpu().numpy()
+        scores = token_scores(model, hist, torch.from_numpy(ids[idx]), share_histories=share_histories,
+                              normalize=normalize, amp_dtype=amp_dtype)
+        distinct = scores.distinct_histories
+        per_token = (scores.log_probs() if normalize else raw_scores(scores.logit)).double().cpu().numpy()
         sums = np.add.reduceat(per_token, (starts[a:b] - starts[a]).astype(np.int64))
         result[a:b] = sums
         if stats is not None:
@@ -291,17 +318,18 @@ def sentence_log_probs(
 
 
 def score_lines(
-    model: CSLM, vocab: Vocab, lines: Iterable[str], *, chunk_lines: int = 2000, stats: ScoreStats | None = None
+    model: CSLM, vocab: Vocab, lines: Iterable[str], *, chunk_lines: int = 2000, normalize: bool = True,
+    stats: ScoreStats | None = None,
 ) -> Iterator[float]:
     """Stream sentence log-probabilities of tokenised text lines (Moses' tokenisation)."""
     chunk: list[list[str]] = []
     for line in lines:
         chunk.append(split_tokens(line.rstrip("\r\n")))
         if len(chunk) >= chunk_lines:
-            yield from sentence_log_probs(model, vocab, chunk, stats=stats).tolist()
+            yield from sentence_log_probs(model, vocab, chunk, normalize=normalize, stats=stats).tolist()
             chunk = []
     if chunk:
-        yield from sentence_log_probs(model, vocab, chunk, stats=stats).tolist()
+        yield from sentence_log_probs(model, vocab, chunk, normalize=normalize, stats=stats).tolist()
 
 
 # --------------------------------------------------------------------------------------------
@@ -423,6 +451,7 @@ def add_cslm_to_nbest(
     *,
     name: str = DEFAULT_FEATURE_NAME,
     chunk_lines: int = 2000,
+    normalize: bool = True,
     stats: ScoreStats | None = None,
 ) -> int:
     """Append `` NAME= v`` to every line's feature field, keeping every other byte; return the line count.
@@ -453,7 +482,7 @@ def add_cslm_to_nbest(
                 fields = body.split(FIELD_SEPARATOR.encode())
                 parsed.append((ending, fields))
                 sentences.append(split_tokens(entry.hypothesis))
-            scores = sentence_log_probs(model, vocab, sentences, stats=stats)
+            scores = sentence_log_probs(model, vocab, sentences, normalize=normalize, stats=stats)
             for (ending, fields), value in zip(parsed, scores.tolist(), strict=True):
                 feats = fields[2]
                 kept = feats.rstrip(b" ")

@@ -49,7 +49,7 @@ from rescorer.cslm import (
     load_cslm,
     save_cslm,
     sentence_positions,
-    token_log_probs,
+    token_scores,
 )
 from rescorer.device import autocast, autocast_dtype, select_device
 from rescorer.vocab import Vocab, read_corpus_lines
@@ -72,6 +72,7 @@ class CSLMTrainConfig:
     patience: int | None = 10
     seed: int = 1234
     checkpoint_every: float = 600.0  # seconds between mid-epoch saves of MODEL.last
+    self_normalize: float = 0.0  # alpha of the alpha * (log Z)^2 penalty (Devlin et al. 2014); 0 = off
 
     def __post_init__(self) -> None:
         _check_positive_int("CSLMTrainConfig", "batch_size", self.batch_size)
@@ -82,6 +83,8 @@ class CSLMTrainConfig:
                 _check_positive_int("CSLMTrainConfig", name, getattr(self, name))
         if self.lr is not None and not float(self.lr) > 0:
             raise ValueError(f"CSLMTrainConfig.lr must be > 0, got {self.lr!r}")
+        if not (isinstance(self.self_normalize, (int, float)) and float(self.self_normalize) >= 0):
+            raise ValueError(f"CSLMTrainConfig.self_normalize must be >= 0, got {self.self_normalize!r}")
         if self.max_time is not None and not float(self.max_time) > 0:
             raise ValueError(f"CSLMTrainConfig.max_time must be > 0 seconds, got {self.max_time!r}")
 
@@ -242,9 +245,18 @@ def prepare_corpus(
 
 @dataclass
 class Validation:
+    """One validation: perplexity, and the log normaliser's mean and spread over the held-out tokens.
+
+    log Z decides whether the raw scores Moses' ``NeuralLM`` adds are log-probabilities: with a
+    self-normalised model its mean and spread are near 0. Files from before self-normalisation
+    have no log Z figures (None).
+    """
+
     epoch: int
     examples: int
     perplexity: float
+    log_z_mean: float | None = None
+    log_z_std: float | None = None
 
 
 @dataclass
@@ -261,17 +273,25 @@ class CSLMTrainResult:
 
 
 @torch.no_grad()
-def perplexity(model: CSLM, split: NgramSplit, batch: int = 8192, amp_dtype: torch.dtype | None = None) -> float:
-    """Per-token perplexity (``</s>`` included, out-of-shortlist words as ``[UNK]``) of a split."""
+def validation_stats(
+    model: CSLM, split: NgramSplit, batch: int = 8192, amp_dtype: torch.dtype | None = None
+) -> tuple[float, float, float]:
+    """Per-token perplexity of a split (``</s>`` and ``[UNK]`` included) and the mean and std of log Z."""
     was_training = model.training
     model.eval()
-    total = 0.0
+    total, z_sum, z_sq = 0.0, 0.0, 0.0
     for start in range(0, len(split), batch):
         hist, tgt = split.batch(np.arange(start, min(start + batch, len(split))))
-        lp, _ = token_log_probs(model, hist, tgt, amp_dtype=amp_dtype)
-        total += float(lp.double().sum())
+        scores = token_scores(model, hist, tgt, amp_dtype=amp_dtype)
+        assert scores.log_z is not None
+        total += float(scores.log_probs().double().sum())
+        log_z = scores.log_z.double()
+        z_sum += float(log_z.sum())
+        z_sq += float((log_z * log_z).sum())
     model.train(was_training)
-    return math.exp(-total / max(1, len(split)))
+    n = max(1, len(split))
+    mean = z_sum / n
+    return math.exp(-total / n), mean, math.sqrt(max(0.0, z_sq / n - mean * mean))
 
 
 def _epoch_order(n: int, cfg: CSLMTrainConfig, epoch: int) -> np.ndarray:
@@ -412,10 +432,11 @@ class _CSLMTraining:
     def validate(self) -> bool:
         """Record one validation (on stderr too); True when it is the best so far."""
         state = self.state
-        ppl = perplexity(self.model, self.valid_split, amp_dtype=self.amp_dtype)
-        self.history.append(Validation(state["epoch"], state["examples"], ppl))
+        ppl, z_mean, z_std = validation_stats(self.model, self.valid_split, amp_dtype=self.amp_dtype)
+        self.history.append(Validation(state["epoch"], state["examples"], ppl, z_mean, z_std))
         partial = f" (stopped {state['position']} n-grams into epoch {state['epoch'] + 1})" if state["position"] else ""
-        tqdm.write(f"epoch {state['epoch']}: valid perplexity {ppl:.2f}{partial}", file=sys.stderr)
+        tqdm.write(f"epoch {state['epoch']}: valid perplexity {ppl:.2f}, log Z mean {z_mean:.3f} std {z_std:.3f}"
+                   f"{partial}", file=sys.stderr)
         if ppl < state["best"] - 1e-9:
             state["best"], state["bad_epochs"] = ppl, 0
             return True
@@ -448,6 +469,11 @@ class _CSLMTraining:
         with autocast(self.dev, self.amp_dtype):
             logits = self.model(hist.to(self.dev))
         loss = F.cross_entropy(logits.float(), tgt.to(self.dev))
+        if cfg.self_normalize:
+            # Devlin et al. (2014): pull each history's log Z towards 0, so that the raw output
+            # score the decoder adds without normalising is itself the log-probability.
+            log_z = torch.logsumexp(logits.float(), dim=-1)
+            loss = loss + cfg.self_normalize * (log_z * log_z).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
