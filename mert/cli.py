@@ -357,7 +357,9 @@ def _experiment_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Moses tree with scripts/ (default: $MOSES_HOME, else BIN/../scripts)"),
         click.option("--jobs", type=int, default=2, show_default=True, help="processes / decoder threads"),
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N (model training)"),
-        click.option("--configs", default="", help="configurations to run, e.g. 'baseline rnn' (default: all four)"),
+        click.option("--configs", default="",
+                     help="configurations to run, e.g. 'baseline rnn' (default: the paper's four; cslm-nbest-rnn and "
+                          "cslm-nbest-rnn-wp rescore n-best lists with the CSLM instead)"),
         click.option("--runs", type=click.IntRange(1, MAX_RUNS), default=3, show_default=True,
                      help=f"tuning runs per configuration (run k: mert tune --seed {RUN_SEED_BASE - 1}+k)"),
         click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,

@@ -27,6 +27,7 @@ from pathlib import Path
 from mert import wmt14
 from mert.experiment_settings import SCALES, Configuration, RunPlan, ScaleSettings, SelectionBudget, TextSlice
 from moses_integration.moses_ini import MosesIni
+from moses_integration.nplm import neural_lm_feature_line
 from moses_integration.phrase_table import atomic_output
 from moses_integration.system_training import (
     MosesInstall,
@@ -114,6 +115,21 @@ class Experiment:
     @property
     def cslm_model(self) -> Path:
         return self.path("cslm", "model.pt")
+
+    @property
+    def cslm_nplm(self) -> Path:
+        """The CSLM in NPLM's format, for Moses' NeuralLM (``rescorer cslm export-nplm``)."""
+        return self.path("cslm", "model.nplm")
+
+    @property
+    def cslm_ini(self) -> Path:
+        """The 6-column system plus the CSLM in the decoder (weight 0 to start): the CSLM rows tune it."""
+        return self.path("cslm", "moses.ini")
+
+    def tuned_system(self, config: RunPlan | Configuration) -> Path:
+        """The moses.ini a configuration's runs tune: with the CSLM in the decoder where the row has it."""
+        config = config.config if isinstance(config, RunPlan) else config
+        return self.cslm_ini if config.cslm and config.cslm_in_decoder else self.rnn_ini
 
     def tune_dir(self, plan: RunPlan) -> Path:
         return self.path("tune", plan.config.key, f"run{plan.run}")
@@ -423,15 +439,27 @@ def step_rnn(exp: Experiment) -> None:
 
 
 def step_cslm(exp: Experiment) -> None:
-    """``rescorer cslm train`` on the prepared LM text, early-stopped on held-out news text."""
+    """``rescorer cslm train`` (self-normalised) on the prepared LM text, early-stopped on held-out
+    news text, then ``export-nplm`` for the decoder."""
     exp.require("prepare")
     c = exp.settings.cslm
     exp.cslm_model.parent.mkdir(parents=True, exist_ok=True)
     exp.step("cslm", lambda: _tool(
         [exp.console("rescorer"), "cslm", "train", exp.lm_text, exp.cslm_model,
          "--valid", exp.prepared("lm-valid", exp.tgt), "--max-time", str(c.max_time), "--embedding", str(c.embedding),
-         "--hidden", ",".join(map(str, c.hidden)), "--shortlist", str(c.shortlist), "--device", exp.device,
+         "--hidden", ",".join(map(str, c.hidden)), "--shortlist", str(c.shortlist),
+         "--self-normalize", str(c.self_normalize), "--device", exp.device,
          "--threads", str(exp.jobs), "--resume", "--quiet"], exp.log_file("cslm")))
+    exp.step("cslm/export", lambda: _tool(
+        [exp.console("rescorer"), "cslm", "export-nplm", exp.cslm_model, exp.cslm_nplm], exp.log_file("cslm")))
+
+
+def write_cslm_ini(exp: Experiment) -> None:
+    """The CSLM rows' system: the 6-column ini plus ``NeuralLM name=CSLM0`` at weight 0 (the start
+    is the + RNN system, as for every extra column)."""
+    ini = MosesIni.read(exp.rnn_ini)
+    ini.add_feature(neural_lm_feature_line(exp.cslm_nplm, "CSLM0"), [0.0])
+    ini.write(exp.cslm_ini)
 
 
 # --------------------------------------------------------------------------------------------
@@ -443,7 +471,7 @@ def tune_command(exp: Experiment, plan: RunPlan) -> list[str]:
     table_feature, _, num_scores = single_phrase_table(exp.rnn_ini)
     s = exp.settings
     command = [
-        exp.console("mert"), "tune", "--moses-ini", str(exp.rnn_ini),
+        exp.console("mert"), "tune", "--moses-ini", str(exp.tuned_system(plan)),
         "--src", str(exp.prepared("dev", exp.src)), "--ref", str(exp.prepared("dev", exp.tgt)),
         "--work-dir", str(exp.tune_dir(plan)), "--threads", str(exp.jobs), "--seed", str(plan.seed),
         "--max-iterations", str(s.tune_max_iterations), "--nbest-size", str(s.nbest_size),
@@ -516,7 +544,9 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
     exp.require("rnn")
     for config in configs:
         if config.cslm:
-            exp.require("cslm")
+            exp.require("cslm", "cslm/export")
+        if config.cslm and config.cslm_in_decoder:
+            exp.step("cslm/ini", lambda: write_cslm_ini(exp))
         for k in range(1, runs + 1):
             plan = RunPlan(config, k)
             check_run_current(exp, plan)
@@ -532,7 +562,7 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
 
 
 def step_eval(exp: Experiment, configs: list[Configuration], runs: int) -> None:
-    """Decode dev and test with each tuned config (the CSLM rows by n-best rescoring)."""
+    """Decode dev and test with each tuned config (the CSLM in the decoder, or by n-best rescoring)."""
     from mert.evaluate import decode_test_set
 
     for config in configs:
@@ -670,8 +700,8 @@ def step_report(
     timings = step_timings(exp)
     notes = [
         f"SCALE={exp.settings.name}; data and sizes differ from the paper's (see Settings and README).",
-        f"The CSLM rescores {exp.settings.nbest_size}-best lists as an extra MERT feature; the paper scored "
-        "partial hypotheses in the decoder.",
+        "The CSLM rows run the CSLM inside Moses' search (NeuralLM, trained self-normalised), as the paper did; "
+        f"rows marked (n-best) rescore {exp.settings.nbest_size}-best lists with it as an extra MERT feature instead.",
         "Columns outside a configuration are fixed at weight 0 during MERT (same 6-column table for every row).",
         *training_notes(exp),
     ]

@@ -7,8 +7,10 @@ the two is a field of :class:`ScaleSettings`; nothing else in the pipeline depen
 The four configurations of SPEC §5 share one 6-column phrase table (the four Moses scores, then
 p_RNN and the unknown-word column). A column that is not part of a configuration keeps weight 0
 and is held there by the optimizer (``mert tune --fixed``), so Baseline decodes exactly as the
-4-column system. The CSLM rescores n-best lists as an extra feature (Moses has no hook to score
-partial hypotheses with it, as the paper did).
+4-column system. The CSLM rows run the CSLM inside Moses' search, as the paper did: trained
+self-normalised, exported to NPLM's format and loaded by Moses' ``NeuralLM`` feature. The same
+rows with the CSLM as an n-best rescoring feature instead (``cslm-nbest-*``) are there to compare
+the two ways; they run only when named in ``CONFIGS``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class CslmSettings:
     hidden: tuple[int, int]
     shortlist: int
     max_time: float
+    # alpha of --self-normalize: Moses' NeuralLM adds raw scores, which are log-probabilities only
+    # as far as log Z is near 0 (Devlin et al. 2014 used 0.1).
+    self_normalize: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,7 @@ class Configuration:
     wp: bool
     paper_dev: float
     paper_test: float
+    cslm_in_decoder: bool = True  # False: the CSLM rescores n-best lists (an extra MERT feature)
 
     def fixed_columns(self, table_feature: str, num_scores: int) -> list[str]:
         """The n-best columns held at weight 0: the RNN column and/or the unknown-word column.
@@ -162,9 +168,14 @@ class Configuration:
         rnn_col, wp_col = f"{table_feature}_{num_scores - 2}", f"{table_feature}_{num_scores - 1}"
         return ([] if self.rnn else [rnn_col]) + ([] if self.wp else [wp_col])
 
+    @property
+    def cslm_nbest(self) -> bool:
+        """The row rescores n-best lists with the CSLM (rather than running it in the decoder)."""
+        return self.cslm and not self.cslm_in_decoder
+
     def feature_specs(self, cslm_model: str) -> list[str]:
-        """``mert tune --feature`` values: the CSLM as an n-best feature where the row has it."""
-        return [f"CSLM:{cslm_model}"] if self.cslm else []
+        """``mert tune --feature`` values: the CSLM as an n-best feature where the row has it so."""
+        return [f"CSLM:{cslm_model}"] if self.cslm_nbest else []
 
 
 CONFIGURATIONS: list[Configuration] = [
@@ -174,11 +185,18 @@ CONFIGURATIONS: list[Configuration] = [
     Configuration("cslm-rnn-wp", "+ CSLM + RNN + WP", rnn=True, cslm=True, wp=True, paper_dev=31.50,
                   paper_test=34.54),
 ]
-CONFIGURATIONS_BY_KEY = {c.key: c for c in CONFIGURATIONS}
+#: The CSLM rows with n-best rescoring instead of the decoder, to compare the two (not in the paper).
+NBEST_CONFIGURATIONS: list[Configuration] = [
+    Configuration("cslm-nbest-rnn", "+ CSLM (n-best) + RNN", rnn=True, cslm=True, wp=False, paper_dev=31.48,
+                  paper_test=34.64, cslm_in_decoder=False),
+    Configuration("cslm-nbest-rnn-wp", "+ CSLM (n-best) + RNN + WP", rnn=True, cslm=True, wp=True, paper_dev=31.50,
+                  paper_test=34.54, cslm_in_decoder=False),
+]
+CONFIGURATIONS_BY_KEY = {c.key: c for c in CONFIGURATIONS + NBEST_CONFIGURATIONS}
 
 
 def select_configurations(keys: str | list[str] | None) -> list[Configuration]:
-    """The configurations named (space or comma separated; all four when empty), in Table 1 order."""
+    """The configurations named (space or comma separated; the paper's four when empty), in table order."""
     if isinstance(keys, str):
         keys = keys.replace(",", " ").split()
     if not keys:
@@ -186,7 +204,7 @@ def select_configurations(keys: str | list[str] | None) -> list[Configuration]:
     unknown = [k for k in keys if k not in CONFIGURATIONS_BY_KEY]
     if unknown:
         raise ValueError(f"unknown configuration(s) {', '.join(unknown)} (have {', '.join(CONFIGURATIONS_BY_KEY)})")
-    return [c for c in CONFIGURATIONS if c.key in keys]
+    return [c for c in CONFIGURATIONS + NBEST_CONFIGURATIONS if c.key in keys]
 
 
 #: Run 1's seed. Run k's is ``RUN_SEED_BASE + k - 1``; ``MAX_RUNS`` keeps them apart modulo

@@ -18,7 +18,6 @@ import io
 import json
 import math
 import os
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from moses_integration.lines import read_text_lines
+from moses_integration.moses_ini import dense_feature_name_problem
 from moses_integration.nbest import NBestEntry, NBestError, format_nbest_line, read_nbest
 from moses_integration.phrase_table import PathArg, atomic_output, display_name
 from moses_integration.tokens import split_tokens
@@ -34,8 +34,6 @@ from moses_integration.tokens import split_tokens
 #: Hypotheses handed to a feature per ``score`` call (whole sentences only). Large enough for a
 #: neural feature to fill a batch, small enough that a 10^6-line list is never held in memory.
 DEFAULT_CHUNK_HYPOTHESES = 2000
-
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
 class FeatureError(ValueError):
@@ -61,14 +59,14 @@ class NBestFeature(Protocol):
 
 
 def check_feature_name(name: str) -> str:
-    """``name`` if Moses and ``mert`` can use it as a dense feature name, else :class:`FeatureError`."""
-    if not _NAME.match(name):
-        reason = (
-            "contains '_', which Moses' extractor reads as a sparse feature"
-            if "_" in name
-            else ("must be a letter followed by letters or digits")
-        )
-        raise FeatureError(f"feature name {name!r} {reason}")
+    """``name`` if Moses and ``mert`` can use it as a dense feature name, else :class:`FeatureError`.
+
+    The rule is :func:`moses_integration.moses_ini.dense_feature_name_problem`, the one moses.ini
+    editing applies too.
+    """
+    problem = dense_feature_name_problem(name)
+    if problem:
+        raise FeatureError(f"feature name {name!r} {problem}")
     return name
 
 

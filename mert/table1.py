@@ -8,8 +8,8 @@ recommend comparing whole tuning runs rather than the best of them; the table sh
 
 Dev BLEU is on the tokenised, truecased dev set (what MERT maximises); test BLEU is sacreBLEU on
 detruecased, detokenised output against the raw reference (with its signature), plus the
-tokenised figure. The CSLM rows rescore n-best lists (Moses cannot call it during search, unlike
-the paper's decoder integration).
+tokenised figure. The CSLM rows run the CSLM inside Moses' search (its NeuralLM feature), as the
+paper did; the rows marked (n-best) rescore n-best lists with it instead.
 """
 
 from __future__ import annotations

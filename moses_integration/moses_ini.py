@@ -16,6 +16,11 @@ How Moses reads the file (``Parameter::ReadConfigFile``), mirrored here:
 ``=``). A feature without ``name=`` is named after its type plus a per-type counter over the
 unnamed ones: the first unnamed ``WordPenalty`` is ``WordPenalty0``. ``[weight]`` values are
 ``Name= w1 w2 ...``.
+
+A feature added here gets a dense weight line, so its name must be a dense name for Moses' tuning
+tools: ``extractor`` reads any name containing ``_`` as a sparse feature (SPEC §6), so names
+are a letter followed by letters or digits (:func:`dense_feature_name_problem`, also the rule of
+``mert``'s extra n-best features).
 """
 
 from __future__ import annotations
@@ -56,12 +61,17 @@ STATEFUL_TYPES: frozenset[str] = frozenset(
         "ConstrainedDecoding",
         "CoveredReferenceFeature",
         "EditOps",
+        # NPLM-based language models (LanguageModelSingleFactor / StatefulFeatureFunction)
+        "NeuralLM",
+        "BilingualNPLM",
+        "RDLM",
     }
 )
 
 _BLANKS = re.compile(r"(\s+)")
 _TRUE = frozenset({"yes", "y", "true", "1"})
 _FALSE = frozenset({"no", "n", "false", "0"})
+_DENSE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 
 
 class MosesIniError(ValueError):
@@ -183,6 +193,27 @@ def _check_token(path: str, line_no: int | None, what: str, value: str) -> None:
     """Moses splits on blanks and cuts at ``#``: a value with either would be silently mangled."""
     if not value or any(ch.isspace() for ch in value) or "#" in value:
         raise MosesIniError(path, line_no, f"{what} {value!r} must be non-empty, without blanks or '#'")
+
+
+def _check_feature_arg(path: str, line_no: int | None, key: str, value: str) -> None:
+    """A ``key=value`` token Moses reads back as exactly this key and value."""
+    _check_token(path, line_no, "feature argument key", key)
+    if "=" in key:
+        raise MosesIniError(path, line_no, f"feature argument key {key!r} contains '='")
+    _check_token(path, line_no, f"value of {key}=", value)
+
+
+def dense_feature_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a dense feature for Moses and MERT, or None when it can.
+
+    The rule is a letter followed by letters or digits: no ``_`` (Moses' ``extractor`` reads such a
+    name as a sparse feature), no blanks, ``=`` or ``#`` (they would split or cut the ini line).
+    """
+    if _DENSE_NAME.fullmatch(name):
+        return None
+    if "_" in name:
+        return "contains '_', which Moses' extractor reads as a sparse feature"
+    return "must be a letter followed by letters or digits"
 
 
 class MosesIni:
@@ -333,10 +364,7 @@ class MosesIni:
         for feature, section, index in self._features_with_position():
             if feature.name != name:
                 continue
-            _check_token(self.path, feature.line_no, "feature argument key", key)
-            if "=" in key:
-                raise MosesIniError(self.path, feature.line_no, f"feature argument key {key!r} contains '='")
-            _check_token(self.path, feature.line_no, f"value of {key}=", value)
+            _check_feature_arg(self.path, feature.line_no, key, value)
             raw = section.lines[index]
             start, end = _body_span(raw)
             pieces = _BLANKS.split(raw[start:end])  # tokens at even indices, blanks at odd
@@ -355,6 +383,79 @@ class MosesIni:
         if feature is None:
             raise MosesIniError(self.path, None, f"no feature named {name!r} in [feature]")
         return feature
+
+    def add_feature(self, feature_line: str, weights: Sequence[float]) -> FeatureLine:
+        """Append ``feature_line`` (``Type key=value ...``) to ``[feature]`` and ``Name= w ...`` to ``[weight]``.
+
+        The feature line goes after the last ``[feature]`` value, the weight line after the last
+        ``[weight]`` line (a ``[weight]`` section is opened when there is none), each ending as
+        the line above it does. Its name is ``name=`` or Moses' default ``Type<k>``; it must be a
+        dense name (:func:`dense_feature_name_problem`) not used by another feature or weight line;
+        the line must read back as written (no ``#``, no line break, every argument
+        ``key=value``), and ``num-features=``, when given, must equal the number of weights.
+        Everything is checked before anything changes, so a failed call leaves the config as it was.
+        """
+        existing = self._features_with_position()
+        if not any(s.name == FEATURE_SECTION for s in self.sections):
+            raise MosesIniError(self.path, None, f"no [feature] section to add {feature_line!r} to")
+        body = feature_line.strip()
+        if not body or "#" in body or "\n" in body or "\r" in body:
+            raise MosesIniError(self.path, None, f"feature line {feature_line!r} must be one line without '#'")
+        counters: dict[str, int] = {}
+        for feature, _, _ in existing:
+            if not feature.explicit_name:
+                counters[feature.type] = counters.get(feature.type, 0) + 1
+        try:  # each argument key=value, num-features= and tuneable= checked as on reading
+            new = self._parse_feature(body, 0, counters)
+            for key, value in new.args.items():
+                _check_feature_arg(self.path, 0, key, value)
+        except MosesIniError as exc:
+            raise MosesIniError(self.path, None, f"feature line {body!r}: {exc.reason}") from None
+        problem = dense_feature_name_problem(new.name)
+        if problem:
+            raise MosesIniError(self.path, None, f"feature name {new.name!r} {problem}")
+        taken = next((f for f, _, _ in existing if f.name == new.name), None)
+        if taken is not None:
+            raise MosesIniError(self.path, taken.line_no, f"feature name {new.name!r} is already used by this "
+                                f"{taken.type}; choose another name")
+        current = self._weights_with_position()
+        if new.name in current:
+            raise MosesIniError(self.path, current[new.name][3], f"a weight line for {new.name} exists, but no "
+                                "feature of that name")
+        if not weights:
+            raise MosesIniError(self.path, None, f"no weights given for {new.name}")
+        if new.num_features is not None and new.num_features != len(weights):
+            raise MosesIniError(self.path, None, f"{new.name} has num-features={new.num_features} but "
+                                f"{len(weights)} weights")
+        text = " ".join(format_weight(v) for v in weights)  # validates before any edit
+        if existing:
+            _, section, index = existing[-1]
+        else:
+            section = [s for s in self.sections if s.name == FEATURE_SECTION][-1]
+            index = max((i for i, raw in enumerate(section.lines) if raw.strip()), default=-1)
+        self._insert_line(section, index + 1, body)
+        self._insert_weight_line(f"{new.name}= {text}", current)
+        return self._require_feature(new.name)
+
+    def _insert_line(self, section: IniSection, index: int, body: str) -> None:
+        """Insert the value ``body`` at ``section.lines[index]``, ending it as the line before it ends.
+
+        A CRLF file gets a CRLF line, and a last line without a newline gets one first, so the new
+        value never joins the line above it.
+        """
+        newline = self._newline()
+        previous = section.lines[index - 1] if index > 0 else section.header
+        if previous is not None and not previous.endswith("\n"):
+            if index > 0:
+                section.lines[index - 1] += newline
+            else:
+                section.header = previous + newline
+        section.lines.insert(index, body + newline)
+
+    def _newline(self) -> str:
+        """The file's line ending: that of its first line (``\n`` for a file of one line)."""
+        first, newline, _ = self.text().partition("\n")
+        return "\r\n" if newline and first.endswith("\r") else "\n"
 
     # ---- weights --------------------------------------------------------------------------
 
@@ -393,34 +494,36 @@ class MosesIni:
             _, section, index, _ = current[name]
             section.lines[index] = _replace_body(section.lines[index], f"{name}= {text}")
             return
-        self._insert_weight_line(f"{name}= {text}\n", current)
+        self._insert_weight_line(f"{name}= {text}", current)
 
     def _insert_weight_line(
-        self, line: str, current: dict[str, tuple[list[float], IniSection, int, int]]
+        self, body: str, current: dict[str, tuple[list[float], IniSection, int, int]]
     ) -> None:
         """Put a new weight line after the last existing one, or open a ``[weight]`` section."""
         if current:
             _, section, index, _ = list(current.values())[-1]
-            section.lines.insert(index + 1, line)
+            self._insert_line(section, index + 1, body)
             return
         weight_sections = [s for s in self.sections if s.name == WEIGHT_SECTION]
         if weight_sections:
             section = weight_sections[-1]
             last = max((i for i, raw in enumerate(section.lines) if raw.strip()), default=-1)
-            section.lines.insert(last + 1, line)
+            self._insert_line(section, last + 1, body)
             return
         self._ensure_final_newline()
-        self.sections.append(IniSection(WEIGHT_SECTION, "[weight]\n", [line]))
+        newline = self._newline()
+        self.sections.append(IniSection(WEIGHT_SECTION, "[weight]" + newline, [body + newline]))
 
     def _ensure_final_newline(self) -> None:
+        newline = self._newline()
         for section in reversed(self.sections):
             if section.lines:
                 if not section.lines[-1].endswith("\n"):
-                    section.lines[-1] += "\n"
+                    section.lines[-1] += newline
                 return
             if section.header is not None:
                 if not section.header.endswith("\n"):
-                    section.header += "\n"
+                    section.header += newline
                 return
 
     def weight_order(self, *, include_untuneable: bool = True) -> list[tuple[str, int]]:

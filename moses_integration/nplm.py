@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -223,3 +224,14 @@ def read_nplm_header(path: PathArg) -> tuple[NPLMConfig, list[str]]:
         raise NPLMError(where, None, f"{len(vocab)} vocabulary words, config says {config.input_vocab_size}")
     check_vocab(vocab, where)
     return config, vocab
+
+
+def neural_lm_feature_line(path: PathArg, name: str = "CSLM0") -> str:
+    """The ``moses.ini`` ``[feature]`` line that loads the model at ``path`` as Moses' ``NeuralLM``.
+
+    The order is read from the file (Moses refuses a mismatch only once it has loaded everything
+    else); the path is made absolute, since Moses resolves relative paths against its working
+    directory.
+    """
+    config, _ = read_nplm_header(path)
+    return f"NeuralLM factor=0 name={name} order={config.ngram_size} path={Path(path).resolve()}"

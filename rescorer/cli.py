@@ -321,6 +321,13 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
               help="initial weight of the RNN column (0: the untuned system is the original one)")
 @click.option("--wp-weight", type=float, default=0.0, show_default=True,
               help="initial weight of the unknown-word column (0: the untuned system is the original one)")
+@click.option("--cslm", type=click.Path(exists=True, dir_okay=False),
+              help="NPLM model (from `rescorer cslm export-nplm`) to add to the written moses.ini as Moses' "
+              "in-decoder NeuralLM feature")
+@click.option("--cslm-name", default="CSLM0", show_default=True,
+              help="moses.ini name of the --cslm feature (letters and digits: '_' makes it sparse to MERT)")
+@click.option("--cslm-weight", type=float, default=0.0, show_default=True,
+              help="initial weight of the --cslm feature (0: the untuned system is the original one)")
 @click.option("--wp-side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True,
               help="which side's words outside the shortlist the penalty counts")
 @click.option("-j", "--workers", type=int, default=None,
@@ -338,9 +345,9 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @_friendly_errors
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
                                  shortlist, hidden, embedding, maxout_units, output_rank, init_std, moses_ini,
-                                 moses_ini_out, table_name, rnn_weight, wp_weight, wp_side, workers, chunk_lines,
-                                 token_budget, skip_bad_lines, shard, resume, scores_parquet, device, precision,
-                                 threads, quiet) -> None:
+                                 moses_ini_out, table_name, rnn_weight, wp_weight, cslm, cslm_name, cslm_weight,
+                                 wp_side, workers, chunk_lines, token_budget, skip_bad_lines, shard, resume,
+                                 scores_parquet, device, precision, threads, quiet) -> None:
     """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table.
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
@@ -363,10 +370,13 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         raise click.UsageError("--moses-ini and --moses-ini-out go together")
     if table_name and not moses_ini:
         raise click.UsageError("--table names a phrase table of --moses-ini")
+    if cslm and not moses_ini:
+        raise click.UsageError("--cslm adds a feature to the written moses.ini: it needs --moses-ini, --moses-ini-out")
     threads = limit_threads(threads)
     # Everything Moses will check is checked now, before hours of training and scoring.
     num_scores = check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out,
-                                 table_name=table_name) if moses_ini else None
+                                 table_name=table_name, cslm=cslm, cslm_name=cslm_name,
+                                 cslm_weight=cslm_weight) if moses_ini else None
     options = RescoreOptions(
         chunk_lines=chunk_lines, wp_side=wp_side, skip_bad_lines=skip_bad_lines,
         shard=parse_shard(shard) if shard else None, resume=resume, scores_parquet=scores_parquet,
@@ -395,8 +405,10 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     summary = rescore_phrase_table(input_table, output_table, checkpoint, options)
     click.echo(summary.report(), err=True)
     if moses_ini:
-        write_moses_ini(moses_ini, moses_ini_out, output_table, (rnn_weight, wp_weight), table_name)
-        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, 2 more features", err=True)
+        neural_lm = write_moses_ini(moses_ini, moses_ini_out, output_table, (rnn_weight, wp_weight), table_name,
+                                    cslm=cslm, cslm_name=cslm_name, cslm_weight=cslm_weight)
+        extra = f", NeuralLM {neural_lm.name} (order {neural_lm.args['order']})" if neural_lm else ""
+        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, 2 more features{extra}", err=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -511,13 +523,12 @@ def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads):
 
     Usable as mert-moses.pl's --transform-decoded-file (with --batch-mira).
     """
-    from mert.features import check_feature_name
-    from rescorer.cslm import ScoreStats, add_cslm_to_nbest, load_cslm, set_threads
+    from rescorer.cslm import ScoreStats, add_cslm_to_nbest, dense_feature_name, load_cslm, set_threads
 
     set_threads(threads)
     loaded = load_cslm(model, device)
     stats = ScoreStats()
-    lines = add_cslm_to_nbest(loaded.model, loaded.vocab, nbest_in, nbest_out, name=check_feature_name(name),
+    lines = add_cslm_to_nbest(loaded.model, loaded.vocab, nbest_in, nbest_out, name=dense_feature_name(name),
                               normalize=not raw, stats=stats)
     click.echo(f"{lines} hypotheses, {stats.tokens} tokens, distinct histories {stats.history_share:.1%} "
                f"of tokens", err=True)

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from moses_integration.moses_ini import dense_feature_name_problem
 from moses_integration.nbest import FIELD_SEPARATOR, NBestEntry, NBestError, format_value, parse_nbest_line
 from moses_integration.phrase_table import LOG_FLOOR, PathArg, atomic_output, display_name, open_input
 from moses_integration.tokens import split_tokens
@@ -416,9 +417,7 @@ class CSLMFeature:
         path, _, option = model.partition(",name=")
         if option:
             name = option
-        from mert.features import check_feature_name  # only when used through mert
-
-        self.name = check_feature_name(name)
+        self.name = dense_feature_name(name)
         self.path = path
         self.loaded = load_cslm(path, device)
         self.stats = ScoreStats()
@@ -426,6 +425,14 @@ class CSLMFeature:
     def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
         sentences = [split_tokens(e.hypothesis) for e in entries]
         return sentence_log_probs(self.loaded.model, self.loaded.vocab, sentences, stats=self.stats)[:, None]
+
+
+def dense_feature_name(name: str) -> str:
+    """``name`` if Moses and MERT can use it as a dense feature name, else a ValueError saying why."""
+    problem = dense_feature_name_problem(name)
+    if problem:
+        raise CSLMError(f"feature name {name!r} {problem}")
+    return name
 
 
 def _nbest_sentence_chunks(lines: Iterable[bytes], size: int) -> Iterator[list[bytes]]:

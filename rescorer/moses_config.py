@@ -4,6 +4,10 @@ A wrong ``num-features``, a binarised table or the wrong one of several tables i
 finds when it loads the new table, after hours of training and scoring. Everything Moses will
 check is checked here first, in seconds (:func:`check_moses_ini`); :func:`write_moses_ini` then
 makes the edit that goes with the two appended columns (SPEC §3).
+
+The written ini may also get the CSLM as Moses' in-decoder ``NeuralLM`` feature (``--cslm``): the
+order Moses must be given is the model file's own ``ngram_size``, and a wrong one is refused by
+Moses only when it loads the model, minutes into a run, so it is read from the file here.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ import contextlib
 from pathlib import Path
 
 from moses_integration.moses_ini import FeatureLine, MosesIni, MosesIniError
+from moses_integration.nplm import neural_lm_feature_line
 from moses_integration.phrase_table import display_name, read_phrase_table
 
 TEXT_TABLE_TYPES = ("PhraseDictionaryMemory", "PhraseDictionaryMultiModel")
+DEFAULT_CSLM_NAME = "CSLM0"
 
 
 def choose_phrase_table(ini: MosesIni, table_name: str | None) -> FeatureLine:
@@ -52,6 +58,18 @@ def first_line_columns(table_path: str) -> int | None:
     return None if first is None else len(first.scores)
 
 
+def add_cslm(ini: MosesIni, cslm: str, name: str = DEFAULT_CSLM_NAME, weight: float = 0.0) -> FeatureLine:
+    """Add ``NeuralLM factor=0 name=NAME order=N path=/abs/cslm`` and ``NAME= weight`` to ``ini``.
+
+    ``N`` is the model file's ``ngram_size`` (Moses refuses any other order, but only once it has
+    loaded the model); the header is read and checked as NeuralLM will use it, so a missing,
+    truncated or foreign file fails now with its path. The name must be a new dense name.
+    """
+    if cslm == "-":
+        raise MosesIniError(ini.path, None, "the --cslm model must be a file Moses can open, not stdin")
+    return ini.add_feature(neural_lm_feature_line(cslm, name), [weight])
+
+
 def check_moses_ini(
     ini_in: str,
     input_table: str,
@@ -60,17 +78,23 @@ def check_moses_ini(
     ini_out: str | None = None,
     table_name: str | None = None,
     new_columns: int = 2,
+    cslm: str | None = None,
+    cslm_name: str = DEFAULT_CSLM_NAME,
+    cslm_weight: float = 0.0,
 ) -> int:
     """Everything Moses will check about the new table, checked now; returns its ``num-features``.
 
     The returned count is what every line of ``input_table`` must have; the scorer enforces it
-    line by line. Nothing is written.
+    line by line. With ``cslm``, the NPLM model file, feature name and weight are checked too
+    (:func:`add_cslm`). Nothing is written.
     """
     ini = MosesIni.read(ini_in)
     table = choose_phrase_table(ini, table_name)
     _check_loadable_type(ini.path, table, output_table, new_columns)
     # A dry run of the edit itself: num-features present and equal to the number of weights.
     ini.add_phrase_table_scores(None, [0.0] * new_columns, table.name)
+    if cslm is not None:
+        add_cslm(ini, cslm, cslm_name, cslm_weight)
     assert table.num_features is not None  # add_phrase_table_scores refuses a table without it
     columns = first_line_columns(input_table)
     if columns is not None and columns != table.num_features:
@@ -86,9 +110,20 @@ def check_moses_ini(
 
 
 def write_moses_ini(
-    ini_in: str, ini_out: str, table_path: str, weights: tuple[float, ...], table_name: str | None = None
-) -> None:
+    ini_in: str,
+    ini_out: str,
+    table_path: str,
+    weights: tuple[float, ...],
+    table_name: str | None = None,
+    *,
+    cslm: str | None = None,
+    cslm_name: str = DEFAULT_CSLM_NAME,
+    cslm_weight: float = 0.0,
+) -> FeatureLine | None:
     """A moses.ini whose phrase table is ``table_path``, with ``len(weights)`` more features.
+
+    With ``cslm``, the model is added as Moses' in-decoder ``NeuralLM`` feature ``cslm_name``
+    with weight ``cslm_weight`` (:func:`add_cslm`); that feature line is returned.
 
     Paths are written absolute (the other models' relative paths resolved against the input ini's
     folder) because Moses resolves relative paths against its working directory, which is rarely
@@ -103,4 +138,6 @@ def write_moses_ini(
     # the new ini lives elsewhere, so its other models are pinned to where they are now.
     ini.absolutize_paths(Path(ini_in).resolve().parent)
     ini.add_phrase_table_scores(new_path, weights, table.name)
+    added = None if cslm is None else add_cslm(ini, cslm, cslm_name, cslm_weight)
     ini.write(ini_out)
+    return added

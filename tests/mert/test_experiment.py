@@ -8,6 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mert import experiment as ex
@@ -21,6 +22,8 @@ from mert.experiment_settings import (
     select_configurations,
 )
 from mert.tune import DEFAULT_MAX_ITERATIONS, SEED_STRIDE
+from moses_integration.moses_ini import MosesIni
+from moses_integration.nplm import NPLMConfig, NPLMModel, write_nplm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,8 +55,10 @@ LM0= 0.5
     [
         ("baseline", ["TranslationModel0_4", "TranslationModel0_5"], []),
         ("rnn", ["TranslationModel0_5"], []),
-        ("cslm-rnn", ["TranslationModel0_5"], ["CSLM:/m.pt"]),
-        ("cslm-rnn-wp", [], ["CSLM:/m.pt"]),
+        ("cslm-rnn", ["TranslationModel0_5"], []),  # the CSLM is in the decoder: no n-best feature
+        ("cslm-rnn-wp", [], []),
+        ("cslm-nbest-rnn", ["TranslationModel0_5"], ["CSLM:/m.pt"]),
+        ("cslm-nbest-rnn-wp", [], ["CSLM:/m.pt"]),
     ],
 )
 def test_each_configuration_fixes_the_columns_it_does_not_use(key, fixed, features):
@@ -64,7 +69,8 @@ def test_each_configuration_fixes_the_columns_it_does_not_use(key, fixed, featur
 
 def test_select_configurations_keeps_table_order_and_rejects_unknown_names():
     assert [c.key for c in select_configurations("rnn, baseline")] == ["baseline", "rnn"]
-    assert len(select_configurations("")) == 4
+    assert [c.key for c in select_configurations("")] == ["baseline", "rnn", "cslm-rnn", "cslm-rnn-wp"]
+    assert [c.key for c in select_configurations("cslm-nbest-rnn cslm-rnn")] == ["cslm-rnn", "cslm-nbest-rnn"]
     with pytest.raises(ValueError, match="unknown configuration"):
         select_configurations("baseline cslm")
 
@@ -213,8 +219,28 @@ def test_tune_command_fixes_unused_columns_and_resumes(tmp_path):
     assert f"--work-dir {exp.work / 'tune' / 'baseline' / 'run2'}" in text
     assert f"--moses-bin-dir {tmp_path / 'moses' / 'bin'}" in text
     assert f"--max-iterations {SMALL.tune_max_iterations}" in text
-    full = " ".join(ex.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["cslm-rnn-wp"], 1)))
-    assert "--fixed" not in full and f"--feature CSLM:{exp.cslm_model}" in full
+    nbest = " ".join(ex.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["cslm-nbest-rnn-wp"], 1)))
+    assert "--fixed" not in nbest and f"--feature CSLM:{exp.cslm_model}" in nbest
+    assert f"--moses-ini {exp.rnn_ini}" in nbest
+    decoder = " ".join(ex.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["cslm-rnn-wp"], 1)))
+    assert "--feature" not in decoder and f"--moses-ini {exp.cslm_ini}" in decoder
+
+
+def test_cslm_rows_tune_the_six_column_system_with_the_cslm_in_the_decoder(tmp_path):
+    exp = _experiment(tmp_path)
+    _rnn_system(exp)
+    config = NPLMConfig(ngram_size=7, input_vocab_size=5, output_vocab_size=5, input_embedding_dimension=2,
+                        num_hidden=0, output_embedding_dimension=3)
+    shapes = config.shapes()
+    exp.cslm_nplm.parent.mkdir(parents=True)
+    write_nplm(exp.cslm_nplm, NPLMModel(config, ["</s>", "<unk>", "le", "<s>", "<null>"],
+                                        {name: np.zeros(shape) for name, shape in shapes.items()}))
+    ex.write_cslm_ini(exp)
+    ini, base = MosesIni.read(exp.cslm_ini), MosesIni.read(exp.rnn_ini)
+    neural = ini.find_feature("CSLM0")
+    assert neural is not None and neural.type == "NeuralLM" and neural.path == str(exp.cslm_nplm)
+    assert "order=7" in ini.text() and ini.weights()["CSLM0"] == [0.0]
+    assert {k: v for k, v in ini.weights().items() if k != "CSLM0"} == base.weights()
 
 
 def test_no_two_runs_share_an_iterations_restart_points():

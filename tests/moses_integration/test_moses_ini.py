@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from moses_integration.moses_ini import MosesIni, MosesIniError, format_weight
+from moses_integration.moses_ini import (
+    STATEFUL_TYPES,
+    MosesIni,
+    MosesIniError,
+    dense_feature_name_problem,
+    format_weight,
+)
 from moses_integration.phrase_table import read_phrase_table
 from shared_paths import REPO_ROOT, shared_file
 
@@ -366,3 +372,110 @@ def test_absolutize_paths_pins_relative_model_paths(tmp_path):
     ini.absolutize_paths(tmp_path)
     assert ini.find_feature("LM0").path == str(tmp_path / "lm.bin")
     assert ini.find_feature("TranslationModel0").path == "/abs/pt.gz"
+
+
+# ---------------------------------------------------------------------------------------------
+# Adding a feature (the in-decoder CSLM: Moses' NeuralLM)
+
+NEURAL_LM = "NeuralLM factor=0 name=CSLM0 order=3 path=/abs/cslm.nplm"
+
+
+def test_add_feature_appends_the_line_and_its_weight_keeping_everything_else() -> None:
+    ini = MosesIni.parse(SMALL)
+    added = ini.add_feature(NEURAL_LM, [0.1])
+    assert added.name == "CSLM0" and added.type == "NeuralLM" and added.stateful
+    assert added.args == {"factor": "0", "name": "CSLM0", "order": "3", "path": "/abs/cslm.nplm"}
+    expected = SMALL.replace("Distortion\n\n[foo]", f"Distortion\n{NEURAL_LM}\n\n[foo]").replace(
+        "Distortion0= 0.3\n", "Distortion0= 0.3\nCSLM0= 0.1\n")
+    assert ini.text() == expected  # one line in each section, nothing else touched
+    assert added.line_no == expected.splitlines().index(NEURAL_LM) + 1
+    assert ini.weights()["CSLM0"] == [0.1]
+    assert MosesIni.parse(ini.text()).find_feature("CSLM0") == added  # reads back the same
+
+
+def test_add_feature_goes_after_the_last_value_not_after_a_comment_for_the_next_section() -> None:
+    text = "[feature]\nWordPenalty\n\n# weights follow\n[weight]\nWordPenalty0= -1\n"
+    ini = MosesIni.parse(text)
+    ini.add_feature("NeuralLM factor=0 order=5 path=/m.nplm", [0])
+    assert ini.text() == ("[feature]\nWordPenalty\nNeuralLM factor=0 order=5 path=/m.nplm\n\n# weights follow\n"
+                          "[weight]\nWordPenalty0= -1\nNeuralLM0= 0\n")  # unnamed: Moses' default name
+
+
+def test_add_feature_keeps_crlf_and_a_missing_final_newline() -> None:
+    ini = MosesIni.parse("[feature]\r\nWordPenalty\r\n[weight]\r\nWordPenalty0= -1")
+    ini.add_feature(NEURAL_LM, [0.5])
+    assert ini.text() == (f"[feature]\r\nWordPenalty\r\n{NEURAL_LM}\r\n[weight]\r\nWordPenalty0= -1\r\n"
+                          "CSLM0= 0.5\r\n")
+
+
+def test_add_feature_opens_a_weight_section_when_there_is_none() -> None:
+    ini = MosesIni.parse("[feature]\nWordPenalty\n")
+    ini.add_feature(NEURAL_LM, [0])
+    assert ini.text() == f"[feature]\nWordPenalty\n{NEURAL_LM}\n[weight]\nCSLM0= 0\n"
+
+
+def test_add_feature_counts_default_names_per_type() -> None:
+    ini = MosesIni.parse(SMALL)
+    assert ini.add_feature("WordPenalty", [-1]).name == "WordPenalty1"  # SMALL has one unnamed WordPenalty
+
+
+@pytest.mark.parametrize(
+    "line, weights, reason",
+    [
+        ("Distortion name=Distortion0", [0.1], r"<string>:9: feature name 'Distortion0' is already used by this "
+                                               "Distortion"),
+        ("KENLM name=WordPenalty0 order=3 path=/m", [0.1], "'WordPenalty0' is already used"),  # a default name
+        ("NeuralLM name=TranslationModel0 order=3 path=/m", [0.1], "already used by this PhraseDictionaryMemory"),
+        ("NeuralLM name=CSLM_0 order=3 path=/m", [0.1], "contains '_', which Moses' extractor reads as a sparse"),
+        ("NeuralLM name=0CSLM order=3 path=/m", [0.1], "must be a letter followed by letters or digits"),
+        ("NeuralLM name=CSLM0 order=3 path=/with space/m.nplm", [0.1], "'space/m.nplm' is not key=value"),
+        ("NeuralLM name=CSLM0 order=3 path=", [0.1], "value of path= '' must be non-empty"),
+        ("NeuralLM name=CSLM0 order=3 path=/m#1", [0.1], "without '#'"),
+        ("NeuralLM name=CSLM0 order=3\npath=/m", [0.1], "must be one line"),
+        ("NeuralLM name=CSLM0 num-features=2 order=3 path=/m", [0.1], "num-features=2 but 1 weights"),
+        ("NeuralLM name=CSLM0 order=3 path=/m", [], "no weights given"),
+        ("NeuralLM name=CSLM0 tuneable=maybe order=3 path=/m", [0.1], "tuneable='maybe' is not a boolean"),
+    ],
+)
+def test_add_feature_refuses_and_changes_nothing(line: str, weights: list[float], reason: str) -> None:
+    ini = MosesIni.parse(SMALL)
+    with pytest.raises(MosesIniError, match=reason):
+        ini.add_feature(line, weights)
+    assert ini.text() == SMALL
+
+
+def test_add_feature_refuses_an_orphan_weight_line_a_missing_section_and_bad_weights() -> None:
+    orphan = "[feature]\nWordPenalty\n[weight]\nWordPenalty0= -1\nCSLM0= 0.3\n"
+    ini = MosesIni.parse(orphan)
+    with pytest.raises(MosesIniError, match="<string>:5: a weight line for CSLM0 exists, but no feature"):
+        ini.add_feature(NEURAL_LM, [0.1])
+    assert ini.text() == orphan
+    no_features = "[weight]\nWordPenalty0= -1\n"
+    ini = MosesIni.parse(no_features)
+    with pytest.raises(MosesIniError, match=r"no \[feature\] section"):
+        ini.add_feature(NEURAL_LM, [0.1])
+    assert ini.text() == no_features
+    ini = MosesIni.parse(SMALL)
+    with pytest.raises(ValueError, match="not finite"):
+        ini.add_feature(NEURAL_LM, [float("nan")])
+    assert ini.text() == SMALL
+
+
+def test_nbest_order_puts_the_neural_lm_among_the_stateful_features() -> None:
+    ini = MosesIni.parse(SMALL)
+    assert ini.nbest_feature_order() == [("Distortion0", 1), ("WordPenalty0", 1), ("TranslationModel0", 4)]
+    ini.add_feature(NEURAL_LM, [0.1])
+    # Moses writes stateful features first, each group in moses.ini order; UnknownWordPenalty is untuneable
+    assert ini.nbest_feature_order() == [
+        ("Distortion0", 1), ("CSLM0", 1), ("WordPenalty0", 1), ("TranslationModel0", 4)]
+    assert {"NeuralLM", "BilingualNPLM", "RDLM"} <= STATEFUL_TYPES
+
+
+@pytest.mark.parametrize("name", ["CSLM0", "LM", "a1"])
+def test_dense_feature_names(name: str) -> None:
+    assert dense_feature_name_problem(name) is None
+
+
+@pytest.mark.parametrize("name", ["", "CSLM_0", "1LM", "C SLM", "CSLM0\n", "CS=LM", "CSLM#"])
+def test_not_dense_feature_names(name: str) -> None:
+    assert dense_feature_name_problem(name)

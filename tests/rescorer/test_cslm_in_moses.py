@@ -1,0 +1,73 @@
+"""The CSLM inside the real Moses decoder: what Moses' NeuralLM adds is what ``rescorer cslm score --raw`` says.
+
+Needs a Moses built with NPLM (``--with-nplm``, and NPLM with the second-hidden-layer fix that
+docs/moses-nplm.md describes): ``MOSES_BIN_DIR``. A two-layer model is used on purpose. NPLM
+without the fix drops the second layer, and its scores then disagree with the model's by far more
+than the tolerance (or Moses crashes).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from moses_integration.decoder import decode
+from moses_integration.moses_ini import MosesIni
+from moses_integration.nbest import read_nbest
+from moses_integration.nplm import write_nplm
+from moses_integration.tokens import split_tokens
+from rescorer.cslm import CSLM, CSLMConfig, sentence_log_probs
+from rescorer.cslm_export import cslm_to_nplm
+from rescorer.vocab import Vocab
+from shared_paths import moses_bin_dir, shared_file
+
+FIXTURE = "fixtures/hansard-enfr"
+
+
+def has_neural_lm(bin_dir: Path) -> bool:
+    """Whether this Moses was built with NPLM: without ``-f`` it lists its feature functions on stderr."""
+    proc = subprocess.run([str(bin_dir / "moses")], capture_output=True, text=True, check=False,
+                          stdin=subprocess.DEVNULL)
+    return "NeuralLM" in proc.stderr.split()
+
+
+@pytest.mark.moses
+@pytest.mark.slow
+def test_moses_neural_lm_adds_the_cslm_raw_sentence_score(tmp_path: Path) -> None:
+    bin_dir = moses_bin_dir()
+    if not has_neural_lm(bin_dir):
+        pytest.skip(f"{bin_dir}/moses was built without NPLM (no NeuralLM feature)")
+    system = shared_file(f"{FIXTURE}/filtered/moses.ini").parent
+    refs = shared_file(f"{FIXTURE}/data/dev.tok.tc.fr").read_text(encoding="utf-8").splitlines()
+    counts: dict[str, int] = {}
+    for line in refs:
+        for word in split_tokens(line):
+            counts[word] = counts.get(word, 0) + 1
+    vocab = Vocab.from_counts(counts, shortlist=1500)  # many hypothesis words stay outside: <unk>
+    torch.manual_seed(0)
+    model = CSLM(CSLMConfig(vocab_size=len(vocab), order=7, embedding=16, hidden=[48, 24], init_range=0.3)).eval()
+    nplm_path = tmp_path / "cslm.nplm"
+    write_nplm(nplm_path, cslm_to_nplm(model, vocab))
+
+    ini = MosesIni.read(system / "moses.ini")
+    ini.absolutize_paths(system)
+    ini.add_feature(f"NeuralLM factor=0 name=CSLM0 order=7 path={nplm_path}", [0.2])
+    ini.write(tmp_path / "moses.ini")
+    source = tmp_path / "dev.en"
+    source.write_text("".join(shared_file(f"{FIXTURE}/data/dev.tok.tc.en").read_text(
+        encoding="utf-8").splitlines(keepends=True)[:8]), encoding="utf-8")
+    decode(bin_dir, tmp_path / "moses.ini", source, tmp_path / "dev.1best", nbest_path=tmp_path / "dev.nbest",
+           nbest_size=20, threads=min(2, os.cpu_count() or 1))
+
+    entries = list(read_nbest(tmp_path / "dev.nbest"))
+    assert {e.sent_id for e in entries} == set(range(8))
+    moses_values = np.array([dict(e.features)["CSLM0"][0] for e in entries])
+    ours = sentence_log_probs(model, vocab, [split_tokens(e.hypothesis) for e in entries], normalize=False)
+    # Moses prints 6 significant digits; NPLM sums float32 scores.
+    np.testing.assert_allclose(moses_values, ours, atol=1e-3, rtol=5e-6)
+    assert np.ptp(ours) > 1.0  # the hypotheses really differ in score: the check has teeth
