@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,10 @@ def moses_bin_dir() -> Path:
     if not (path / "moses").exists():
         pytest.skip(f"MOSES_BIN_DIR={env} has no 'moses' binary")
     return path
+
+
+def has_neural_lm(bin_dir: Path) -> bool:
+    """Whether this Moses was built with NPLM: without ``-f`` it lists its feature functions on stderr."""
+    proc = subprocess.run([str(bin_dir / "moses")], capture_output=True, text=True, check=False,
+                          stdin=subprocess.DEVNULL)
+    return "NeuralLM" in proc.stderr.split()

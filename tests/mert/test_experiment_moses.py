@@ -2,7 +2,8 @@
 
 Skipped without MOSES_BIN_DIR (and ../shared); marked slow. It checks what a user of
 `make table1` relies on: every step runs, Baseline decodes exactly as the 4-column system
-(the two new columns stay at weight 0), and a rerun finds everything done.
+(the two new columns stay at weight 0), the CSLM row decodes with the CSLM inside Moses (needs a
+Moses built with NPLM, else that part is skipped), and a rerun finds everything done.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from pathlib import Path
 import pytest
 
 from mert import experiment as ex
-from mert.experiment_settings import SCALES, SMALL, RnnSettings, TextSlice, select_configurations
+from mert.experiment_settings import SCALES, SMALL, CslmSettings, RnnSettings, TextSlice, select_configurations
+from mert.features import read_sidecar
 from moses_integration.moses_ini import MosesIni
+from moses_integration.nbest import read_nbest
 from moses_integration.system_training import MosesInstall
-from shared_paths import moses_bin_dir, shared_file
+from shared_paths import has_neural_lm, moses_bin_dir, shared_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.moses]
 
@@ -42,6 +45,7 @@ def tiny(monkeypatch, tmp_path):
         dev=[TextSlice("newstest/newstest2012.{lang}", 1, 4), TextSlice("newstest/newstest2013.{lang}", 1, 4)],
         test=TextSlice("newstest/newstest2014.{lang}", 1, 8), lm_order=3, lm_prune=(0,),
         rnn=RnnSettings(hidden=16, embedding=8, maxout_units=8, output_rank=8, shortlist=500, max_time=5),
+        cslm=CslmSettings(embedding=8, hidden=(16, 8), shortlist=500, max_time=5),
         tune_max_iterations=2, nbest_size=20, restarts=2,
     )
     monkeypatch.setitem(SCALES, "tiny", settings)
@@ -51,21 +55,31 @@ def tiny(monkeypatch, tmp_path):
 
 def test_tiny_table1_end_to_end(tiny, tmp_path):
     exp = tiny
-    configs = select_configurations("baseline rnn")
+    in_decoder = has_neural_lm(exp.moses().bin_dir)
+    configs = select_configurations("baseline rnn" + (" cslm-rnn" if in_decoder else ""))
     ex.step_data(exp)
     ex.step_prepare(exp)
     ex.step_baseline(exp, "eflomal")
     ex.step_rnn(exp)
     weights = MosesIni.read(exp.rnn_ini).weights()["TranslationModel0"]
     assert len(weights) == 6 and weights[4:] == [0.0, 0.0]
+    if in_decoder:
+        ex.step_cslm(exp)
     ex.step_tune(exp, configs, 1)
     ex.step_eval(exp, configs, 1)
+    if in_decoder:  # the CSLM row tuned Moses' NeuralLM feature: a weight in moses.ini, a column in the n-best lists
+        plan = ex.RunPlan(configs[2], 1)
+        tuned_ini = MosesIni.read(exp.tune_dir(plan) / "moses.ini")
+        assert tuned_ini.find_feature("CSLM0").type == "NeuralLM" and "CSLM0" in tuned_ini.weights()
+        assert all(e.name != "CSLM0" for e in read_sidecar(exp.tune_dir(plan) / "moses.ini"))
+        first = next(read_nbest(exp.tune_dir(plan) / "run1.nbest.gz"))
+        assert "CSLM0" in dict(first.features)
     # Baseline is the original system: its tuned RNN and unknown-word weights stayed 0.
     tuned = ex.run_weights(exp.tune_dir(ex.RunPlan(configs[0], 1)) / "moses.ini")
     assert tuned["TranslationModel0"][4:] == [0.0, 0.0]
     ex.step_report(exp, configs, 1, tmp_path / "results")
     doc = json.loads((tmp_path / "results" / "table1.json").read_text())
-    assert [r["runs_finished"] for r in doc["rows"]] == [1, 1]
+    assert [r["runs_finished"] for r in doc["rows"]] == [1] * len(configs)
     stamps = sorted(p.name for p in (exp.work / "stamps").iterdir())
     # a rerun finds every step done and changes nothing
     ex.step_baseline(exp, "eflomal")

@@ -9,7 +9,6 @@ than the tolerance (or Moses crashes).
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -24,16 +23,9 @@ from moses_integration.tokens import split_tokens
 from rescorer.cslm import CSLM, CSLMConfig, sentence_log_probs
 from rescorer.cslm_export import cslm_to_nplm
 from rescorer.vocab import Vocab
-from shared_paths import moses_bin_dir, shared_file
+from shared_paths import has_neural_lm, moses_bin_dir, shared_file
 
 FIXTURE = "fixtures/hansard-enfr"
-
-
-def has_neural_lm(bin_dir: Path) -> bool:
-    """Whether this Moses was built with NPLM: without ``-f`` it lists its feature functions on stderr."""
-    proc = subprocess.run([str(bin_dir / "moses")], capture_output=True, text=True, check=False,
-                          stdin=subprocess.DEVNULL)
-    return "NeuralLM" in proc.stderr.split()
 
 
 @pytest.mark.moses
