@@ -207,7 +207,8 @@ def _rnn_system(exp: ex.Experiment, rnn: str = "0", wp: str = "0") -> None:
     exp.rnn_ini.write_text(_six_column_ini(exp, rnn, wp))
 
 
-def test_tune_command_fixes_unused_columns_and_resumes(tmp_path):
+def test_tune_command_fixes_unused_columns_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.delenv("MOSES_BIN_DIR", raising=False)  # the Moses of this test is moses_home's
     (tmp_path / "moses" / "bin").mkdir(parents=True)
     (tmp_path / "moses" / "scripts").mkdir()
     exp = _experiment(tmp_path, moses_home=tmp_path / "moses")
