@@ -10,13 +10,16 @@ a 15,000-word shortlist (the most frequent target words of the fixture's phrase 
 weights unless ``--model`` is given: the decoder's cost does not depend on the weights' values, only
 on how many distinct n-grams the search asks for. Each configuration is also run on an empty input,
 so that model loading (NPLM premultiplies the first layer at load time) is reported apart from
-decoding. Prints seconds, sentences/s and the slowdown against the plain system.
+decoding. Prints wall seconds, and the decoder's CPU seconds (user + system, from the kernel's
+accounting of the child process: on a shared machine the steadier figure), sentences per CPU-second
+and the slowdown against the plain system.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -52,10 +55,16 @@ def target_vocab(table: Path, shortlist: int) -> Vocab:
     return Vocab.from_counts(counts, shortlist)
 
 
-def timed_decode(bin_dir: Path, ini: Path, source: Path, out: Path, threads: int) -> float:
-    started = time.perf_counter()
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_decode(bin_dir: Path, ini: Path, source: Path, out: Path, threads: int) -> tuple[float, float]:
+    """Wall and CPU seconds of one decode."""
+    started, cpu = time.perf_counter(), children_cpu()
     decode(bin_dir, ini, source, out, threads=threads)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, children_cpu() - cpu
 
 
 def main() -> None:
@@ -97,16 +106,17 @@ def main() -> None:
             ini.write(tmp / f"{name}.ini")
             systems[f"CSLM {name}"] = tmp / f"{name}.ini"
         print(f"moses: {bin_dir}; {args.sentences} dev sentences, {args.threads} decoder thread(s)")
-        print("| system | load s | decode s | sentences/s | slowdown |")
+        print("| system | load s (CPU s) | decode s (CPU s) | sentences per CPU-s | slowdown (CPU) |")
         print("|---|---|---|---|---|")
         plain_rate = None
         for label, ini_path in systems.items():
-            load = timed_decode(bin_dir, ini_path, empty, tmp / "empty.out", args.threads)
-            total = timed_decode(bin_dir, ini_path, source, tmp / "out", args.threads)
-            seconds = max(total - load, 1e-9)
-            rate = args.sentences / seconds
+            load, load_cpu = timed_decode(bin_dir, ini_path, empty, tmp / "empty.out", args.threads)
+            total, total_cpu = timed_decode(bin_dir, ini_path, source, tmp / "out", args.threads)
+            seconds, cpu = max(total - load, 1e-9), max(total_cpu - load_cpu, 1e-9)
+            rate = args.sentences / cpu
             plain_rate = plain_rate or rate
-            print(f"| {label} | {load:.1f} | {seconds:.1f} | {rate:.2f} | {plain_rate / rate:.1f}x |", flush=True)
+            print(f"| {label} | {load:.1f} ({load_cpu:.1f}) | {seconds:.1f} ({cpu:.1f}) | {rate:.3f} | "
+                  f"{plain_rate / rate:.1f}x |", flush=True)
 
 
 if __name__ == "__main__":
