@@ -18,7 +18,6 @@ and the slowdown against the plain system.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import sys
 import tempfile
@@ -27,6 +26,9 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_data import shared_path  # noqa: E402
 
 from moses_integration.decoder import decode, find_moses_bin_dir
 from moses_integration.moses_ini import MosesIni
@@ -41,11 +43,7 @@ SIZES = {"small": (128, [512, 256]), "paper": (512, [1536, 1024])}
 
 
 def fixture() -> Path:
-    shared = Path(os.environ.get("SHARED_DATA_DIR", Path(__file__).resolve().parents[2] / "shared"))
-    path = shared / "fixtures/hansard-enfr"
-    if not path.exists():
-        sys.exit(f"{path} not found: the benchmark needs the fixture system (set SHARED_DATA_DIR)")
-    return path
+    return shared_path("fixtures/hansard-enfr", "the fixture system")
 
 
 def target_vocab(table: Path, shortlist: int) -> Vocab:

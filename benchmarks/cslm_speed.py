@@ -15,7 +15,6 @@ history, one output row per token; training counts 3× the forward matmuls of ev
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections import Counter
@@ -26,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
+from shared_data import shared_path  # noqa: E402
 
 from moses_integration.nbest import read_nbest  # noqa: E402
 from moses_integration.tokens import split_tokens  # noqa: E402
@@ -35,11 +35,7 @@ from rescorer.vocab import Vocab  # noqa: E402
 
 
 def nbest_path() -> Path:
-    shared = Path(os.environ.get("SHARED_DATA_DIR", Path(__file__).resolve().parents[2] / "shared"))
-    path = shared / "fixtures/hansard-enfr/nbest/dev.nbest.gz"
-    if not path.exists():
-        sys.exit(f"{path} not found: the benchmark needs the fixture's n-best list (set SHARED_DATA_DIR)")
-    return path
+    return shared_path("fixtures/hansard-enfr/nbest/dev.nbest.gz", "the fixture's n-best list")
 
 
 def hidden_flops(cfg: CSLMConfig) -> int:

@@ -32,14 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_data import shared_dir  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 README_MOSES_SECONDS = 0.90 + 10.0
 README_MOSES_BLEU = 26.62
-
-
-def shared_dir() -> Path:
-    env = os.environ.get("SHARED_DATA_DIR")
-    return Path(env) if env else REPO.parent / "shared"
 
 
 def run_ours(nbest: Path, ref: Path, init: Path, restarts: int, seed: int) -> tuple[float, float, str]:

@@ -26,6 +26,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_data import shared_dir  # noqa: E402
+
 # The output is compressed by spawned worker processes, which import this script again as
 # ``__mp_main__``: the heavy imports are made only in the benchmark's own process, as the real
 # command-line tool does, so the workers start in a fraction of a second and take no CPU from scoring.
@@ -50,8 +53,7 @@ SIZES = {
 
 
 def default_table() -> Path:
-    shared = Path(os.environ.get("SHARED_DATA_DIR", Path(__file__).resolve().parents[2] / "shared"))
-    return shared / "fixtures/hansard-enfr/model/phrase-table.gz"
+    return shared_dir() / "fixtures/hansard-enfr/model/phrase-table.gz"
 
 
 def model_flops(config: ModelConfig, lines: list[bytes], chunk_lines: int) -> tuple[float, float]:

@@ -29,6 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
+from shared_data import shared_dir  # noqa: E402
 
 from mert.experiment_settings import SMALL  # noqa: E402
 from rescorer.config import ModelConfig, TrainConfig  # noqa: E402
@@ -46,8 +47,7 @@ SIZES = {
 @functools.cache
 def _table_lengths() -> tuple[np.ndarray, np.ndarray] | None:
     """Source and target word counts of the real fixture table's sample, read once."""
-    shared = Path(os.environ.get("SHARED_DATA_DIR", Path(__file__).resolve().parents[2] / "shared"))
-    sample = shared / "fixtures/hansard-enfr/phrase-table.sample.gz"
+    sample = shared_dir() / "fixtures/hansard-enfr/phrase-table.sample.gz"
     if not sample.exists():
         return None
     with gzip.open(sample) as fh:

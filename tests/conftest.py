@@ -23,3 +23,12 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 def fixture_dir() -> Path:
     """The real Moses system in ../shared/fixtures/hansard-enfr."""
     return shared_file("fixtures/hansard-enfr")
+
+
+@pytest.fixture
+def one_torch_thread() -> object:
+    """Small matmuls on one thread: on a busy 2-core CI machine, two threads wait on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -37,13 +37,7 @@ WORDS = ["le", "la", "les", "de", "du", "des", "et", "à", "un", "une", "chat", 
          "voit", "mange"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> object:
-    """Small matmuls on one thread: on a busy 2-core CI machine, two threads wait on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def small_model(order: int = 4, seed: int = 0, init_range: float = 0.5) -> tuple[CSLM, Vocab]:

@@ -27,12 +27,7 @@ from shared_paths import shared_file
 WORDS = ["le", "la", "les", "de", "du", "des", "et", "à", "un", "une", "chat", "chien", "maison", "rouge"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> object:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def small_model(hidden: list[int], order: int = 4) -> tuple[CSLM, Vocab]:
