@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,43 @@ from rescorer.config import PRECISIONS, ModelConfig, TrainConfig
 DEFAULT_TRAIN_TIME = 1800.0
 
 
+class _OneLineValue:
+    """A parameter type whose bad value is one line and exit 1, the rule for bad input, not a usage error.
+
+    Range checks happen while the command line is parsed, so a value that cannot work (``--chunk-lines
+    0`` would read the whole table into one endless chunk) is refused before any file is opened.
+    """
+
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None):
+        where = param.get_error_hint(ctx) if param is not None and ctx is not None else "value"
+        raise click.ClickException(f"Invalid value for {where}: {message}")
+
+
+class _IntRange(_OneLineValue, click.IntRange):
+    """:class:`click.IntRange`, failing with one line (:class:`_OneLineValue`)."""
+
+    name = "integer"  # "'x' is not a valid integer", not "... integer range"
+
+
+class _FiniteFloat(_OneLineValue, click.FloatRange):
+    """:class:`click.FloatRange` that also refuses nan and ±inf, failing with one line."""
+
+    name = "float"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+    def _describe_range(self) -> str:
+        return "finite" if self.min is None and self.max is None else super()._describe_range()
+
+
+class _OneLinePath(_OneLineValue, click.Path):
+    """:class:`click.Path`, failing with one line (:class:`_OneLineValue`)."""
+
+
 def _model_size_options(fn: Callable) -> Callable:
     """Model sizes (paper defaults), shared by every command that may build a model."""
     defaults = ModelConfig(src_vocab_size=1, tgt_vocab_size=1)
@@ -24,10 +62,11 @@ def _model_size_options(fn: Callable) -> Callable:
         ("maxout-units", defaults.maxout_units, "maxout units of the deep output"),
         ("output-rank", defaults.output_rank, "rank of the output matrix G = G_l G_r"),
     ]):
-        fn = click.option(f"--{name}", type=int, default=default, show_default=True, help=help_)(fn)
-    fn = click.option("--shortlist", type=int, default=15000, show_default=True,
+        fn = click.option(f"--{name}", type=_IntRange(min=1), default=default, show_default=True, help=help_)(fn)
+    fn = click.option("--shortlist", type=_IntRange(min=1), default=15000, show_default=True,
                       help="words per language kept in the model vocabulary ([UNK] included)")(fn)
-    fn = click.option("--init-std", type=float, default=defaults.init_std, show_default=True,
+    fn = click.option("--init-std", type=_FiniteFloat(min=0, min_open=True), default=defaults.init_std,
+                      show_default=True,
                       help="std of the N(0, s²) initial weights (recurrent ones stay orthogonal). The paper's "
                       "0.01 leaves small models ignoring the source for a long time: watch the 'source gain'")(fn)
     return fn
@@ -41,8 +80,8 @@ def _run_options(fn: Callable) -> Callable:
         click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
                      help="auto: fp32 scores (exact) on every device; bf16 autocast for training on a GPU. "
                      "tf32: TF32 matmuls on a GPU (faster; README, GPU, says by how much and what it changes)"),
-        click.option("--threads", type=int, help="CPU threads for torch and worker processes [default: the CPUs "
-                     "this process may use (os.sched_getaffinity), e.g. a SLURM job's share]"),
+        click.option("--threads", type=_IntRange(min=1), help="CPU threads for torch and worker processes "
+                     "[default: the CPUs this process may use (os.sched_getaffinity), e.g. a SLURM job's share]"),
         click.option("-q", "--quiet", is_flag=True, help="no progress bar"),
     ]
     for option in reversed(options):
@@ -299,15 +338,18 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 
 
 @click.command("rescore-phrase-table")
-@click.argument("input_table")
-@click.argument("output_table")
+# INPUT_TABLE must exist and be readable, OUTPUT_TABLE must not be a folder: both refused while parsing,
+# before any training or scoring, in one line.
+@click.argument("input_table", type=_OneLinePath(exists=True, dir_okay=False, allow_dash=True))
+@click.argument("output_table", type=_OneLinePath(dir_okay=False, allow_dash=True))
 @click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False),
               help="trained model; without it a model is trained on INPUT_TABLE's unique pairs first")
 @click.option("--save-model", type=click.Path(dir_okay=False),
               help="where the model trained without --model goes [default: OUTPUT_TABLE.model.pt]")
-@click.option("--train-time", type=float, help=f"training budget in seconds without --model [default: "
-              f"{DEFAULT_TRAIN_TIME:.0f} unless --train-steps is given]")
-@click.option("--train-steps", type=int, help="training budget in updates without --model")
+@click.option("--train-time", type=_FiniteFloat(min=0, min_open=True),
+              help=f"training budget in seconds without --model [default: {DEFAULT_TRAIN_TIME:.0f} unless "
+              "--train-steps is given]")
+@click.option("--train-steps", type=_IntRange(min=1), help="training budget in updates without --model")
 @_model_size_options
 @click.option("--moses-ini", type=click.Path(exists=True, dir_okay=False), help="moses.ini of the system")
 @click.option("--moses-ini-out", type=click.Path(dir_okay=False),
@@ -317,24 +359,25 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 # Start weights 0: the untuned system then decodes exactly as before (a weight of 0.2 on log p_RNN,
 # about ten times the table's log-probabilities in size, dropped the fixture's dev BLEU from 24.05
 # to 19.44), and MERT's random restarts explore the new columns from there.
-@click.option("--rnn-weight", type=float, default=0.0, show_default=True,
+@click.option("--rnn-weight", type=_FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the RNN column (0: the untuned system is the original one)")
-@click.option("--wp-weight", type=float, default=0.0, show_default=True,
+@click.option("--wp-weight", type=_FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the unknown-word column (0: the untuned system is the original one)")
 @click.option("--cslm", type=click.Path(exists=True, dir_okay=False),
               help="NPLM model (from `rescorer cslm export-nplm`) to add to the written moses.ini as Moses' "
               "in-decoder NeuralLM feature")
 @click.option("--cslm-name", default="CSLM0", show_default=True,
               help="moses.ini name of the --cslm feature (letters and digits: '_' makes it sparse to MERT)")
-@click.option("--cslm-weight", type=float, default=0.0, show_default=True,
+@click.option("--cslm-weight", type=_FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the --cslm feature (0: the untuned system is the original one)")
 @click.option("--wp-side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True,
               help="which side's words outside the shortlist the penalty counts")
-@click.option("-j", "--workers", type=int, default=None,
+@click.option("-j", "--workers", type=_IntRange(min=0), default=None,
               help="worker processes that parse chunks, build their prefix trees, format and compress them "
-              "[default: --threads]")
-@click.option("--chunk-lines", type=int, default=100_000, show_default=True)
-@click.option("--token-budget", type=int,
+              "(0 or 1: all in this process) [default: --threads]")
+@click.option("--chunk-lines", type=_IntRange(min=1), default=100_000, show_default=True,
+              help="lines per chunk read, scored and written at a time (what --resume continues from)")
+@click.option("--token-budget", type=_IntRange(min=1),
               help="padded tokens per batch [default: 8192 on CPU, from free memory on GPU; halved on OOM]")
 @click.option("--skip-bad-lines", is_flag=True,
               help="move malformed lines to OUTPUT_TABLE.rejects (as they are) instead of stopping")

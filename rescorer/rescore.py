@@ -315,10 +315,14 @@ class _Run:
         self.summary.seconds, self.summary.resumed_lines, self.summary.stage_seconds = 0.0, self.summary.lines, {}
         if self.parts_dir:
             score_parquet.drop_parts_from(self.parts_dir, self.done["chunks_done"])
-        self.writer = _DurableWriter(self.files, self.to_stdout, identity, self.done)
-        self.fh = open_input(input_path)
-        self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done["shard_state"])
-                             if opts.shard else None)
+        self.fh = open_input(input_path)  # before any output file exists: an unreadable input leaves none
+        try:
+            self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done["shard_state"])
+                                 if opts.shard else None)
+            self.writer = _DurableWriter(self.files, self.to_stdout, identity, self.done)
+        except BaseException:
+            self.fh.close()
+            raise
         in_size = None if input_path == "-" else os.path.getsize(input_path)
         self.bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
                         file=sys.stderr, dynamic_ncols=True)
@@ -525,6 +529,7 @@ class _DurableWriter:
 
     ``durable`` is the output size the progress record holds: what a resume may trust. A write
     that fails half-way (disk full) leaves bytes past it, which :meth:`close_and_cut` removes.
+    The rejects file is created by the first rejected line, so a run without one never has it.
     """
 
     def __init__(self, files: _Files, to_stdout: bool, identity: dict, done: dict) -> None:
@@ -532,19 +537,28 @@ class _DurableWriter:
         self.durable = done["output_bytes"]
         self.durable_rejects = done["rejects_bytes"]
         resuming = done["output_bytes"] > 0 or done["chunks_done"] > 0
+        self.rejects: BinaryIO | None = None
         if to_stdout:
             self.out: BinaryIO = sys.stdout.buffer
-            self.rejects = None
             return
         self.out = _open_at(files.partial, self.durable, resuming)
-        self.rejects = _open_at(files.rejects_partial, self.durable_rejects, resuming)
+        if resuming and self.durable_rejects:
+            self.rejects = _open_at(files.rejects_partial, self.durable_rejects, resuming)
+        else:  # nothing rejected so far: a rejects file from an interrupted run holds no good byte
+            files.rejects_partial.unlink(missing_ok=True)
+
+    def _streams(self) -> list[BinaryIO]:
+        return [self.out] if self.rejects is None else [self.out, self.rejects]
 
     def write(self, data: bytes, rejects: bytes, marker: dict) -> None:
         self.out.write(data)
         if self.to_stdout:
             return
-        self.rejects.write(rejects)
-        for stream in (self.out, self.rejects):
+        if rejects:
+            if self.rejects is None:
+                self.rejects = _open_at(self.files.rejects_partial, self.durable_rejects, False)
+            self.rejects.write(rejects)
+        for stream in self._streams():
             stream.flush()
             os.fsync(stream.fileno())
         output_bytes, rejects_bytes = self.durable + len(data), self.durable_rejects + len(rejects)
@@ -559,7 +573,7 @@ class _DurableWriter:
         self.out.flush()
         if self.to_stdout:
             return
-        for stream in (self.out, self.rejects):
+        for stream in self._streams():
             os.fsync(stream.fileno())
             stream.close()
         os.replace(self.files.partial, self.files.output)
@@ -571,7 +585,10 @@ class _DurableWriter:
         self.files.progress.unlink(missing_ok=True)
 
     def close_and_cut(self) -> int:
-        """Close the partial files cut back to their durable sizes; returns the output's."""
+        """Close the partial files cut back to their durable sizes; returns the output's.
+
+        A rejects file with no durable byte is removed: it holds nothing a resume needs.
+        """
         for stream, path, size in ((self.out, self.files.partial, self.durable),
                                    (self.rejects, self.files.rejects_partial, self.durable_rejects)):
             if stream is None or stream.closed:
@@ -580,6 +597,8 @@ class _DurableWriter:
                 stream.close()
             if path.exists():
                 os.truncate(path, size)
+        if not self.to_stdout and not self.durable_rejects:
+            self.files.rejects_partial.unlink(missing_ok=True)
         return self.durable
 
 
@@ -686,10 +705,27 @@ def _warn_low_overlap(prep: PreparedChunk) -> None:
         )
 
 
+def _whole_number_at_least(value: object, minimum: int) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= minimum
+
+
 def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> None:
     """Refuse settings that cannot work, before any training or scoring starts."""
     if opts.wp_side not in WP_SIDES:
         raise RescoreError(f"--wp-side must be one of {', '.join(WP_SIDES)}")
+    # A chunk of 0 lines never fills: the reader would take the whole table into memory.
+    if not _whole_number_at_least(opts.chunk_lines, 1):
+        raise RescoreError(f"--chunk-lines must be a whole number >= 1, got {opts.chunk_lines!r}")
+    if not _whole_number_at_least(opts.workers, 0):
+        raise RescoreError(f"-j/--workers must be a whole number >= 0, got {opts.workers!r}")
+    budget = opts.scoring.token_budget
+    if budget is not None and not _whole_number_at_least(budget, 1):
+        raise RescoreError(f"--token-budget must be a whole number >= 1, got {budget!r}")
+    if input_path != "-":
+        if Path(input_path).is_dir():
+            raise RescoreError(f"input {input_path} is a folder, not a phrase table")
+        if not Path(input_path).exists():
+            raise RescoreError(f"input {input_path} does not exist")
     if input_path == "-" and (opts.resume or opts.shard):
         raise RescoreError("--resume and --shard need a file as input, not stdin")
     if output_path == "-":
@@ -700,5 +736,7 @@ def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> No
         return
     if input_path != "-" and Path(input_path).resolve() == Path(output_path).resolve():
         raise RescoreError(f"refusing to overwrite the input {input_path}; choose another output path")
+    if Path(output_path).is_dir():
+        raise RescoreError(f"output {output_path} is a folder; give a file path for the output table")
     if not Path(output_path).resolve().parent.is_dir():
         raise RescoreError(f"output folder {Path(output_path).parent} does not exist")

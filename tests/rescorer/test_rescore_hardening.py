@@ -344,3 +344,173 @@ def test_resume_keeps_the_recorded_automatic_token_budget(tmp_path: Path, model_
     monkeypatch.undo()
     run(table, tmp_path / "straight.gz", ck, chunk_lines=100, skip_bad_lines=True, scoring=ScoringOptions())
     assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+
+
+# ---- 4. bad values and paths: one line, exit 1, before any work, nothing left behind ----------
+
+def listing(folder: Path) -> list[str]:
+    """Every file and folder under ``folder``, hidden ones included."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def cli_last(*args: str):
+    """The CLI with ``args`` last, so that they win over the test defaults (``-j 0``)."""
+    return CliRunner().invoke(rescore_phrase_table_command, ["-q", "-j", "0", "--device", "cpu", *args])
+
+
+def assert_refused(res, *names: str) -> None:
+    """Exit 1 with one ``Error:`` line naming ``names``, and no exception escaped (no traceback)."""
+    assert isinstance(res.exception, SystemExit) and res.exit_code == 1, (res.exception, res.output)
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), res.output
+    assert all(name in lines[0] for name in names), res.output
+    assert "Traceback" not in res.output
+
+
+@pytest.fixture
+def no_work(monkeypatch) -> None:
+    """Training, scoring or reading the table fails the test (and cannot hang on a bad value)."""
+
+    def started(*_a, **_k):
+        raise AssertionError("work started before the bad value was refused")
+
+    monkeypatch.setattr("rescorer.train.train_on_phrase_table", started)
+    monkeypatch.setattr(rescore_module, "rescore_phrase_table", started)
+    monkeypatch.setattr(rescore_module, "iter_line_chunks", started)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--chunk-lines", "0"),  # used to read the whole table into one chunk that never filled: 24 GB
+    ("--chunk-lines", "-3"),
+    ("--token-budget", "0"),
+    ("-j", "-1"),
+    ("--workers", "-2"),
+    ("--threads", "0"),
+    ("--train-steps", "0"),
+    ("--train-time", "0"),
+    ("--train-time", "-5"),
+    ("--train-time", "nan"),
+    ("--train-time", "inf"),
+    ("--rnn-weight", "nan"),
+    ("--rnn-weight", "inf"),
+    ("--wp-weight", "-inf"),
+    ("--wp-weight", "nan"),
+    ("--cslm-weight", "nan"),
+    ("--init-std", "0"),
+    ("--init-std", "nan"),
+    ("--shortlist", "0"),
+    ("--hidden", "0"),
+    ("--embedding", "0"),
+    ("--maxout-units", "0"),
+    ("--output-rank", "-1"),
+    ("--chunk-lines", "many"),
+])
+def test_bad_numbers_are_refused_while_parsing(tmp_path: Path, model_file: Path, no_work, option: str,
+                                               value: str) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    before = listing(tmp_path)
+    res = cli_last(str(table), str(tmp_path / "out.gz"), "--model", str(model_file), option, value)
+    assert_refused(res, f"'{option}'", value)
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_folder_as_input_is_refused_before_any_work(tmp_path: Path, model_file: Path, with_model: bool) -> None:
+    (tmp_path / "pt").mkdir()
+    before = listing(tmp_path)
+    model = ["--model", str(model_file)] if with_model else [
+        "--train-steps", "1", "--hidden", "8", "--embedding", "4", "--maxout-units", "4", "--output-rank", "4"]
+    res = cli(str(tmp_path / "pt"), str(tmp_path / "out.gz"), *model)
+    assert_refused(res, "INPUT_TABLE", str(tmp_path / "pt"), "is a directory")
+    assert listing(tmp_path) == before  # no .out.gz.partial, .out.gz.rejects.partial, out.gz.model.pt.data/
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_folder_as_output_is_refused_before_any_work(tmp_path: Path, model_file: Path, with_model: bool) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    (tmp_path / "out.gz").mkdir()
+    (tmp_path / "out.gz" / "kept.txt").write_text("mine")
+    before = listing(tmp_path)
+    model = ["--model", str(model_file)] if with_model else [
+        "--train-steps", "1", "--hidden", "8", "--embedding", "4", "--maxout-units", "4", "--output-rank", "4"]
+    res = cli(str(table), str(tmp_path / "out.gz"), *model)
+    assert_refused(res, "OUTPUT_TABLE", str(tmp_path / "out.gz"), "is a directory")
+    assert "--resume" not in res.output and "space" not in res.output
+    assert listing(tmp_path) == before and (tmp_path / "out.gz" / "kept.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("case", ["chunk_lines", "workers", "input folder", "output folder"])
+def test_library_refuses_what_cannot_work_before_reading(tmp_path: Path, tiny_checkpoint, monkeypatch,
+                                                         case: str) -> None:
+    """The same checks for callers of :func:`rescore_phrase_table` (no hang, nothing written)."""
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    out = tmp_path / "out.txt"
+    kw: dict = {}
+    if case == "chunk_lines":
+        kw["chunk_lines"] = 0
+    elif case == "input folder":
+        table = tmp_path / "folder"
+        table.mkdir()
+    elif case == "output folder":
+        out.mkdir()
+    before = listing(tmp_path)
+
+    def started(*_a, **_k):
+        raise AssertionError("the table was read before the settings were checked")
+
+    monkeypatch.setattr(rescore_module, "iter_line_chunks", started)
+    workers = -1 if case == "workers" else 0
+    opts = RescoreOptions(progress=False, device="cpu", workers=workers, **kw)
+    word = {"chunk_lines": "--chunk-lines", "workers": "--workers", "input folder": "is a folder",
+            "output folder": "is a folder"}[case]
+    with pytest.raises(RescoreError, match=word):
+        rescore_phrase_table(str(table), str(out), tiny_checkpoint, opts)
+    assert listing(tmp_path) == before
+
+
+def test_a_run_without_rejected_lines_never_creates_a_rejects_file(tmp_path: Path, tiny_checkpoint,
+                                                                    monkeypatch) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(300))
+    real_write = rescore_module._DurableWriter.write
+    seen = []
+
+    def write(self, *a):
+        real_write(self, *a)
+        seen.append(self.files.rejects_partial.exists())
+
+    monkeypatch.setattr(rescore_module._DurableWriter, "write", write)
+    run(table, tmp_path / "out.gz", tiny_checkpoint, chunk_lines=100, skip_bad_lines=True)
+    assert seen == [False, False, False]
+    assert listing(tmp_path) == ["out.gz", "pt.txt"]
+
+
+def test_a_stopped_run_leaves_no_empty_rejects_file(tmp_path: Path, model_file: Path) -> None:
+    interrupted_run(tmp_path, model_file)  # malformed line 251: the first two chunks are kept
+    assert (tmp_path / ".out.gz.partial").stat().st_size > 0
+    assert listing(tmp_path) == [".out.gz.partial", ".out.gz.progress.json", "pt.txt"]
+
+
+def test_rejected_lines_before_a_kill_are_kept_for_resume(tmp_path: Path, model_file: Path, monkeypatch) -> None:
+    lines = table_lines(400)
+    lines[50] = b"a ||| b ||| 0.5 oops 0.5 0.5"
+    table = write_table(tmp_path / "pt.txt", lines)
+    ck = load_checkpoint(model_file)
+    run(table, tmp_path / "straight.gz", ck, chunk_lines=100, skip_bad_lines=True)
+    real_write = rescore_module._DurableWriter.write
+    calls = []
+
+    def killed_after_two_chunks(self, *a):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_write(self, *a)
+
+    monkeypatch.setattr(rescore_module._DurableWriter, "write", killed_after_two_chunks)
+    with pytest.raises(KeyboardInterrupt):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True)
+    assert (tmp_path / ".out.gz.rejects.partial").read_bytes() == lines[50] + b"\n"
+    monkeypatch.undo()
+    run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True)
+    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+    assert (tmp_path / "out.gz.rejects").read_bytes() == lines[50] + b"\n"
+    assert listing(tmp_path) == ["out.gz", "out.gz.rejects", "pt.txt", "straight.gz", "straight.gz.rejects"]
