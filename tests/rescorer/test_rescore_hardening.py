@@ -252,11 +252,8 @@ def test_disk_full_before_any_chunk_leaves_nothing(tmp_path: Path, tiny_checkpoi
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]
 
 
-def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypatch) -> None:
-    table = write_table(tmp_path / "pt.txt", table_lines(400))
-    out = tmp_path / "out.txt"
-    args = [str(table), str(out), "--train-time", "1", "--hidden", "8", "--embedding", "4", "--maxout-units", "4",
-            "--output-rank", "4", "--shortlist", "20", "--chunk-lines", "100"]
+def kill_after_two_chunks(monkeypatch) -> None:
+    """Ctrl-C as the third chunk is being written: two chunks are durable, the rest is not."""
     real_write = rescore_module._DurableWriter.write
     calls = []
 
@@ -267,6 +264,14 @@ def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypat
         return real_write(self, *a)
 
     monkeypatch.setattr(rescore_module._DurableWriter, "write", killed_after_two_chunks)
+
+
+def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypatch) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(400))
+    out = tmp_path / "out.txt"
+    args = [str(table), str(out), "--train-time", "1", "--hidden", "8", "--embedding", "4", "--maxout-units", "4",
+            "--output-rank", "4", "--shortlist", "20", "--chunk-lines", "100"]
+    kill_after_two_chunks(monkeypatch)
     res = cli(*args)
     assert res.exit_code != 0 and (tmp_path / ".out.txt.partial").exists()
     model = tmp_path / "out.txt.model.pt"
@@ -496,16 +501,7 @@ def test_rejected_lines_before_a_kill_are_kept_for_resume(tmp_path: Path, model_
     table = write_table(tmp_path / "pt.txt", lines)
     ck = load_checkpoint(model_file)
     run(table, tmp_path / "straight.gz", ck, chunk_lines=100, skip_bad_lines=True)
-    real_write = rescore_module._DurableWriter.write
-    calls = []
-
-    def killed_after_two_chunks(self, *a):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real_write(self, *a)
-
-    monkeypatch.setattr(rescore_module._DurableWriter, "write", killed_after_two_chunks)
+    kill_after_two_chunks(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True)
     assert (tmp_path / ".out.gz.rejects.partial").read_bytes() == lines[50] + b"\n"
