@@ -39,17 +39,17 @@ from moses_integration.lines import iter_text_lines
 from moses_integration.phrase_table import PathArg, atomic_output, display_name
 
 #: The words NPLM and Moses' NeuralLM look up by name.
-UNK, BOS, EOS, NULL = "<unk>", "<s>", "</s>", "<null>"
+UNK, BOS, NULL = "<unk>", "<s>", "<null>"
 ACTIVATIONS = ("identity", "rectifier", "tanh", "hardtanh")
-#: The sections of a model file in the order NPLM writes them, and whether each is a vector.
-MATRIX_SECTIONS: tuple[tuple[str, bool], ...] = (
-    ("input_embeddings", False),
-    ("hidden_weights 1", False),
-    ("hidden_biases 1", True),
-    ("hidden_weights 2", False),
-    ("hidden_biases 2", True),
-    ("output_weights", False),
-    ("output_biases", True),
+#: The matrix sections of a model file, in the order NPLM writes them (vectors one value per line).
+MATRIX_SECTIONS: tuple[str, ...] = (
+    "input_embeddings",
+    "hidden_weights 1",
+    "hidden_biases 1",
+    "hidden_weights 2",
+    "hidden_biases 2",
+    "output_weights",
+    "output_biases",
 )
 #: How numbers are written: 9 significant digits round-trip a float32 exactly.
 NUMBER_FORMAT = "%.9g"
@@ -121,7 +121,7 @@ def write_nplm(path: PathArg, model: NPLMModel) -> None:
     if len(model.vocab) != model.config.input_vocab_size or len(model.vocab) != model.config.output_vocab_size:
         raise NPLMError(where, None, f"{len(model.vocab)} vocabulary words but the config says "
                         f"{model.config.input_vocab_size} in, {model.config.output_vocab_size} out")
-    for name, _ in MATRIX_SECTIONS:
+    for name in MATRIX_SECTIONS:
         if model.matrices[name].shape != shapes[name]:
             raise NPLMError(where, None, f"\\{name} has shape {model.matrices[name].shape}, expected {shapes[name]}")
     with atomic_output(path) as fh:
@@ -133,7 +133,7 @@ def write_nplm(path: PathArg, model: NPLMModel) -> None:
         section("config", model.config.lines())
         section("input_vocab", model.vocab)
         section("output_vocab", model.vocab)
-        for name, _ in MATRIX_SECTIONS:
+        for name in MATRIX_SECTIONS:
             matrix = np.asarray(model.matrices[name], dtype=np.float32)
             fh.write(("\\" + name + "\n").encode())
             np.savetxt(fh, matrix.reshape(len(matrix), -1), fmt=NUMBER_FORMAT, delimiter=" ")
@@ -147,7 +147,6 @@ def _sections(path: PathArg) -> Iterator[tuple[str, int, list[str]]]:
     Matrix sections come with no lines: only the header is read here, and a paper-size model's
     matrices are hundreds of megabytes of text.
     """
-    matrix_names = dict(MATRIX_SECTIONS)
     where = display_name(path)
     lines = iter_text_lines(path, error=NPLMError)
     for line_no, line in lines:
@@ -158,7 +157,7 @@ def _sections(path: PathArg) -> Iterator[tuple[str, int, list[str]]]:
         if not line.startswith("\\"):
             raise NPLMError(where, line_no, f"expected a section header such as \\config, found {line[:40]!r}")
         body: list[str] = []
-        keep = line[1:] not in matrix_names
+        keep = line[1:] not in MATRIX_SECTIONS
         for _, inner in lines:
             if inner == "":
                 break
@@ -214,7 +213,7 @@ def read_nplm_header(path: PathArg) -> tuple[NPLMConfig, list[str]]:
             vocab = body
         elif name == "output_vocab":
             output_vocab = body
-        elif name not in dict(MATRIX_SECTIONS):
+        elif name not in MATRIX_SECTIONS:
             raise NPLMError(where, line_no, f"unknown section \\{name}")
     if config is None or vocab is None:
         raise NPLMError(where, None, "no \\config or no \\input_vocab section")
