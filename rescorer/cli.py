@@ -477,7 +477,7 @@ def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> l
     return sizes
 
 
-@cslm_group.command("train")
+@cslm_group.command("train", short_help="train a CSLM on tokenized target text")
 @click.argument("corpus")
 @click.argument("model_out", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--valid", type=click.Path(exists=True, dir_okay=False),
@@ -528,7 +528,7 @@ def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hi
                f"best valid perplexity {best.perplexity:.2f}{log_z} (epoch {best.epoch}) in {model_out}", err=True)
 
 
-@cslm_group.command("score")
+@cslm_group.command("score", short_help="natural-log probability of each sentence")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.argument("text", default="-")
 @click.option("--raw", is_flag=True, help=RAW_HELP)
@@ -552,7 +552,7 @@ def cslm_score_command(model, text, raw, device, threads):
                f"perplexity {stats.perplexity:.2f}", err=True)
 
 
-@cslm_group.command("nbest")
+@cslm_group.command("nbest", short_help="append CSLM0= to each line of an n-best list")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.argument("nbest_in", default="-")
 @click.argument("nbest_out", default="-")
@@ -577,7 +577,7 @@ def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads):
                f"of tokens", err=True)
 
 
-@cslm_group.command("export-nplm")
+@cslm_group.command("export-nplm", short_help="the model in NPLM's format, for Moses' NeuralLM")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.argument("out")
 @_friendly_errors
