@@ -169,14 +169,16 @@ class PairData:
     same validation pairs without storing them.
     """
 
-    def __init__(self, path: Path, *, valid_fraction: float = 0.001, min_valid: int = 500, seed: int = 1234):
+    def __init__(self, path: Path, *, valid_fraction: float = 0.001, min_valid: int = 500, seed: int = 1234,
+                 source: str | None = None):
+        """``source`` names the table the pairs came from in errors (a user knows it, not ``path``)."""
         self.path = Path(path)
         table = pa.ipc.open_file(pa.memory_map(str(self.path))).read_all().combine_chunks()
         self.src_offsets, self.src_ids = _ragged(table.column("src"))
         self.tgt_offsets, self.tgt_ids = _ragged(table.column("tgt"))
         n = len(self.src_offsets) - 1
         if n < 2:
-            raise ValueError(f"{path}: need at least 2 unique phrase pairs to train, found {n}")
+            raise ValueError(f"{source or path}: need at least 2 unique phrase pairs to train, found {n}")
         n_valid = min(max(min_valid, round(n * valid_fraction)), n // 10 if n >= 20 else 1)
         order = np.random.default_rng(seed).permutation(n)
         self.valid_idx = np.sort(order[:n_valid])

@@ -128,7 +128,8 @@ class RescoreSummary:
         rejected = f", {self.rejected} malformed lines rejected to {self.rejects_path}" if self.rejected else ""
         return (
             f"rescored {self.lines} lines{rejected}, "
-            f"{self.distinct_sources} distinct sources; mean log p {self.mean_log_prob:.4f}; "
+            f"{self.distinct_sources} distinct sources; "
+            f"mean log p {f'{self.mean_log_prob:.4f}' if self.lines else 'n/a (no lines)'}; "
             f"target words outside the shortlist {100 * self.unknown_share:.2f}%; "
             f"{self.seconds:.1f} s ({rate:.0f} pairs/s)"
         )

@@ -12,6 +12,7 @@ uninterrupted run.
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -365,12 +366,18 @@ def train_on_phrase_table(
         vocabs, model_config = (ck.src_vocab, ck.tgt_vocab), ck.config
         train_config = replace(ck.train_config, max_steps=train_config.max_steps, max_time=train_config.max_time)
     workdir = model_out.with_name(model_out.name + ".data")
-    ids_path, src_vocab, tgt_vocab = prepare_data(
-        table, workdir, shortlist=shortlist, src_corpus=src_corpus, tgt_corpus=tgt_corpus,
-        vocabs=vocabs, progress=progress,
-    )
+    made_workdir = not workdir.exists()
+    try:
+        ids_path, src_vocab, tgt_vocab = prepare_data(
+            table, workdir, shortlist=shortlist, src_corpus=src_corpus, tgt_corpus=tgt_corpus,
+            vocabs=vocabs, progress=progress,
+        )
+        data = PairData(ids_path, seed=train_config.seed, source=table)
+    except (ValueError, OSError):
+        if made_workdir:  # nothing of it is worth keeping: an empty or unreadable table
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
     model_config = replace(model_config, src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab))
-    data = PairData(ids_path, seed=train_config.seed)
     return train(
         data, model_out, model_config=model_config, train_config=train_config, src_vocab=src_vocab,
         tgt_vocab=tgt_vocab, device=device, precision=precision, resume=resume, progress=progress,

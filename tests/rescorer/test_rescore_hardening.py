@@ -510,3 +510,20 @@ def test_rejected_lines_before_a_kill_are_kept_for_resume(tmp_path: Path, model_
     assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
     assert (tmp_path / "out.gz.rejects").read_bytes() == lines[50] + b"\n"
     assert listing(tmp_path) == ["out.gz", "out.gz.rejects", "pt.txt", "straight.gz", "straight.gz.rejects"]
+
+
+def test_an_empty_table_is_said_plainly(tmp_path: Path, model_file: Path) -> None:
+    """Scoring an empty table is not an error, but the user is told; training on one names the table
+    (not an internal file) and leaves no data folder behind."""
+    table = tmp_path / "pt.txt"
+    table.write_bytes(b"")
+    res = cli(str(table), str(tmp_path / "out.gz"), "--model", str(model_file))
+    assert res.exit_code == 0, res.output
+    assert "mean log p n/a (no lines)" in res.stderr and "nan" not in res.stderr
+    assert f"warning: {table} holds no phrase-table lines" in res.stderr
+    res = cli(str(table), str(tmp_path / "trained.gz"), "--train-steps", "5", "--hidden", "8", "--embedding", "4",
+              "--maxout-units", "4", "--output-rank", "4")
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last == f"Error: {table}: need at least 2 unique phrase pairs to train, found 0"
+    assert listing(tmp_path) == ["out.gz", "pt.txt"]
