@@ -126,10 +126,9 @@ class Experiment:
         """The 6-column system plus the CSLM in the decoder (weight 0 to start): the CSLM rows tune it."""
         return self.path("cslm", "moses.ini")
 
-    def tuned_system(self, config: RunPlan | Configuration) -> Path:
-        """The moses.ini a configuration's runs tune: with the CSLM in the decoder where the row has it."""
-        config = config.config if isinstance(config, RunPlan) else config
-        return self.cslm_ini if config.cslm and config.cslm_in_decoder else self.rnn_ini
+    def tuned_system(self, plan: RunPlan) -> Path:
+        """The moses.ini a run tunes: with the CSLM in the decoder where its row has it."""
+        return self.cslm_ini if plan.config.cslm and plan.config.cslm_in_decoder else self.rnn_ini
 
     def tune_dir(self, plan: RunPlan) -> Path:
         return self.path("tune", plan.config.key, f"run{plan.run}")

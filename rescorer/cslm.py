@@ -259,7 +259,7 @@ def token_scores(
                 lse[start : start + len(h)] = torch.logsumexp(model.output(h).float(), dim=-1)
         h_tok = hidden[inverse].float()
         tgt_logit = (h_tok * weight[targets].float()).sum(-1) + bias[targets].float()
-    return TokenScores(tgt_logit.float(), None if lse is None else lse[inverse], len(unique))
+    return TokenScores(tgt_logit, None if lse is None else lse[inverse], len(unique))
 
 
 def _token_batches(lengths: np.ndarray, batch_tokens: int) -> Iterator[tuple[int, int]]:

@@ -9,9 +9,8 @@ concatenated, one or two rectifier layers, a linear output layer. What differs i
   (NPLM's padding for a history cut short away from the sentence start) is ``V + 1``.
 * **Rows the CSLM does not have** get what NPLM's own tools give them: ``<null>``'s input
   embedding is zero (NPLM zeroes it when it trains with input dropout), and the output rows of
-  ``<s>`` and ``<null>``,
-  which are never predicted, are zero with bias ``LOG_FLOOR`` so that even a normalising reader
-  gives them no probability mass.
+  ``<s>`` and ``<null>``, which are never predicted, are zero with bias ``LOG_FLOOR`` so that even
+  a normalising reader gives them no probability mass.
 * **No normaliser.** NeuralLM adds the raw output score. The file is exact; whether that score is
   a log-probability depends on training (``rescorer cslm train --self-normalize``).
 """
