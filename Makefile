@@ -1,10 +1,11 @@
-# make install / test / lint / demo / bench / tune. Every target sets up .venv itself.
+# make install | test | lint | demo | bench | tune | table1 | clean. Every target sets up .venv
+# itself; the Makefile only calls commands (the work is in the packages and their CLIs).
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench tune clean data prepare baseline rnn cslm tune-all eval report table1
+.PHONY: install test lint demo bench tune table1 clean
 
 install: $(STAMP)
 
@@ -30,11 +31,16 @@ demo: install
 	@echo "--- first lines of demo-out/phrase-table.rnn.gz:"
 	@$(BIN)/python -c "import gzip,itertools,sys; sys.stdout.writelines(l.decode() for l in itertools.islice(gzip.open('demo-out/phrase-table.rnn.gz'),5))"
 
+# Every benchmark that runs without arguments (benchmarks/cslm_perplexity.py needs two trained
+# models); the decoder one only with MOSES_BIN_DIR. Figures go to README's performance table.
 bench: install
 	$(BIN)/python benchmarks/train_speed.py
 	$(BIN)/python benchmarks/score_speed.py
+	$(BIN)/python benchmarks/precision.py
 	$(BIN)/python benchmarks/pipeline_speed.py
 	$(BIN)/python benchmarks/mert_speed.py
+	$(BIN)/python benchmarks/cslm_speed.py
+	$(if $(MOSES_BIN_DIR),MOSES_BIN_DIR=$(MOSES_BIN_DIR) $(BIN)/python benchmarks/cslm_decoder_speed.py)
 
 # The experiment on a real Moses system (needs MOSES_BIN_DIR): append the RNN scores to the
 # system's phrase table (path read from its moses.ini), tune all weights with `mert tune`, then
@@ -42,7 +48,7 @@ bench: install
 #   make tune MOSES_BIN_DIR=/path/to/moses/bin
 #   make tune SYSTEM=dir DEV_SRC=… DEV_REF=… TEST_SRC=… TEST_REF=… [TEST_TOK_REF=…] [RNN_MODEL=model.pt]
 # Without RNN_MODEL a model is trained on the table first (TRAIN_TIME seconds). RESCORE_ARGS and
-# TUNE_ARGS pass extra options to rescore-phrase-table and mert tune (e.g. TUNE_ARGS=--continue).
+# TUNE_ARGS pass extra options to rescore-phrase-table and mert tune (e.g. TUNE_ARGS=--resume).
 # SYSTEM is the folder of moses.ini; its relative model paths are relative to it (Moses runs there).
 SHARED ?= ../shared
 FIXTURE ?= $(SHARED)/fixtures/hansard-enfr
@@ -76,11 +82,12 @@ tune: install
 		--src $(DEV_SRC) --ref $(DEV_REF) --work-dir $(TUNE_OUT)/tuning --threads $(THREADS) $(TUNE_ARGS)
 	MOSES_BIN_DIR=$(MOSES_BIN_DIR) $(BIN)/mert evaluate --moses-ini $(TUNE_OUT)/tuning/moses.ini --src $(TEST_SRC) \
 		--ref $(TEST_REF) $(if $(TEST_TOK_REF),--tok-ref $(TEST_TOK_REF)) --lang $(TARGET_LANG) \
-		--output-dir $(TUNE_OUT)/eval --threads $(THREADS) --json $(TUNE_OUT)/eval/report.json
+		--output-dir $(TUNE_OUT)/eval --threads $(THREADS) --report $(TUNE_OUT)/eval/report.json
 
 # The Table 1 experiment (README, "The experiment"): raw text to the four tuned systems and
-# results/table1.{md,json,png}. Every step skips what is done, so `make table1` may be rerun
-# after an interruption. The settings of each SCALE are in mert/experiment_settings.py.
+# results/table1.{md,json,png}, through `table1 all` (its steps, in order: table1/experiment.py's
+# STEPS). Every step skips what is done, so `make table1` may be rerun after an interruption;
+# STEPS='tune eval' runs only those. The settings of each SCALE are in table1/settings.py.
 #   make table1 SCALE=small MOSES_BIN_DIR=/path/to/moses/bin MOSES_HOME=/path/to/moses [WORK=…] [RUNS=3]
 # CONFIGS picks configurations (baseline rnn cslm-rnn cslm-rnn-wp; default all); ALIGNER=eflomal
 # aligns with eflomal where Moses has no GIZA++/mgiza (auto picks).
@@ -88,39 +95,22 @@ SCALE ?= small
 WORK ?= ../table1-work
 DATA ?= $(if $(filter full,$(SCALE)),$(WORK)/wmt14,$(SHARED)/data)
 MOSES_HOME ?=
-JOBS ?= 2
 DEVICE ?= auto
 RUNS ?= 3
 CONFIGS ?=
 ALIGNER ?= auto
 RESULTS ?= results
-TABLE1 = $(BIN)/mert table1 --work $(WORK) --scale $(SCALE) --data $(DATA) \
-	$(if $(MOSES_BIN_DIR),--moses-bin-dir $(MOSES_BIN_DIR)) $(if $(MOSES_HOME),--moses-home $(MOSES_HOME)) \
-	--jobs $(JOBS) --device $(DEVICE) --runs $(RUNS) --configs '$(CONFIGS)' --aligner $(ALIGNER) --results $(RESULTS) \
-	$(if $(MIRROR),--mirror $(MIRROR))
+STEPS ?= all
 
 $(VENV)/.installed-experiment: $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[experiment]'
 	touch $@
 
-data: $(VENV)/.installed-experiment
-	$(TABLE1) data
-prepare: data
-	$(TABLE1) prepare
-baseline: prepare
-	$(TABLE1) baseline
-rnn: baseline
-	$(TABLE1) rnn
-cslm: prepare
-	$(TABLE1) cslm
-tune-all: rnn cslm
-	$(TABLE1) tune
-eval: tune-all
-	$(TABLE1) eval
-report: install
-	$(TABLE1) report
-table1: eval
-	$(TABLE1) report
+table1: $(VENV)/.installed-experiment
+	$(BIN)/table1 $(STEPS) --work $(WORK) --scale $(SCALE) --data $(DATA) \
+		$(if $(MOSES_BIN_DIR),--moses-bin-dir $(MOSES_BIN_DIR)) $(if $(MOSES_HOME),--moses-home $(MOSES_HOME)) \
+		--threads $(THREADS) --device $(DEVICE) --runs $(RUNS) --configs '$(CONFIGS)' --aligner $(ALIGNER) \
+		--results $(RESULTS) $(if $(MIRROR),--mirror $(MIRROR))
 
 clean:
 	rm -rf demo-out .pytest_cache

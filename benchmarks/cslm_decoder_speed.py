@@ -30,13 +30,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shared_data import shared_path  # noqa: E402
 
+from cslm.export import cslm_to_nplm
+from cslm.model import CSLM, CSLMConfig
+from cslm.model_file import load_cslm
 from moses_integration.decoder import decode, find_moses_bin_dir
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import neural_lm_feature_line, write_nplm
 from moses_integration.phrase_table import read_phrase_table
 from moses_integration.tokens import split_tokens
-from rescorer.cslm import CSLM, CSLMConfig, load_cslm
-from rescorer.cslm_export import cslm_to_nplm
 from rescorer.vocab import Vocab
 
 SIZES = {"small": (128, [512, 256]), "paper": (512, [1536, 1024])}

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cslm.model_file import load_cslm
+from cslm.scoring import encode_sentences, gather_histories, sentence_positions, token_scores
 from moses_integration.tokens import split_tokens
-from rescorer.cslm import encode_sentences, gather_histories, load_cslm, sentence_positions, token_scores
 
 
 def cslm_token_log_probs(path: str, sentences: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:

@@ -27,9 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
 from shared_data import shared_path  # noqa: E402
 
+from cslm.model import CSLM, CSLMConfig
+from cslm.model_file import load_cslm
+from cslm.scoring import (
+    ScoreStats,
+    sentence_log_probs,  # noqa: E402
+)
 from moses_integration.nbest import read_nbest  # noqa: E402
 from moses_integration.tokens import split_tokens  # noqa: E402
-from rescorer.cslm import CSLM, CSLMConfig, ScoreStats, load_cslm, sentence_log_probs  # noqa: E402
 from rescorer.device import select_device  # noqa: E402
 from rescorer.vocab import Vocab  # noqa: E402
 

@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
 from shared_data import shared_dir  # noqa: E402
 
-from mert.experiment_settings import SMALL  # noqa: E402
 from rescorer.config import ModelConfig, TrainConfig  # noqa: E402
 from rescorer.device import autocast_dtype, select_device  # noqa: E402
 from rescorer.model import RNNEncoderDecoder, count_flops_per_pair  # noqa: E402
 from rescorer.train import make_optimizer, train_step  # noqa: E402
+from table1.settings import SMALL  # noqa: E402
 
 SIZES = {
     "paper": {"hidden": 1000, "embedding": 100, "maxout_units": 500, "output_rank": 100},

@@ -27,8 +27,8 @@ from typing import Literal
 import numpy as np
 
 from moses_integration.errors import FileLineError
+from moses_integration.files import PathArg, display_name
 from moses_integration.lines import read_text_lines
-from moses_integration.phrase_table import PathArg, display_name
 
 NGRAM_ORDER = 4
 NUM_STATS = 2 * NGRAM_ORDER + 2

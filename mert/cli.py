@@ -16,22 +16,8 @@ from typing import Any
 
 import click
 
-from mert.experiment_settings import MAX_RUNS, RUN_SEED_BASE
-from moses_integration.nbest import NBestError
-from moses_integration.phrase_table import PhraseTableError
-
-
-def _friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Known input problems print as one clear line (file:line: reason) and exit 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (NBestError, PhraseTableError, ValueError, FileNotFoundError, UnicodeDecodeError) as exc:
-            raise click.ClickException(str(exc)) from exc
-
-    return wrapper
+from moses_integration.cli_options import friendly_errors, resume_option, seed_option, threads_option
+from moses_integration.threads import limit_threads
 
 
 def _parse_range(text: str | None) -> tuple[float, float] | None:
@@ -63,12 +49,12 @@ def main() -> None:
 )
 @click.option("--init-opt", "init_opt", help="Moses init.opt: start weights, then restart minima and maxima")
 @click.option("--restarts", type=int, default=20, show_default=True, help="random restarts (Moses -n)")
-@click.option("--seed", type=int, default=None, help="seed of the random restarts (default: fresh randomness)")
+@seed_option("seed of the random restarts")
 @click.option("--ranges", help="random-restart range MIN,MAX for every feature (default 0,1 or init.opt)")
 @click.option("--fixed", multiple=True, help="feature (all its columns) or column (LM0_0) to keep fixed")
 @click.option("--epsilon", type=float, default=0.01, show_default=True, help="stop when BLEU gains ≤ this")
 @click.option("--random-directions", type=int, default=0, show_default=True, help="extra random directions")
-@_friendly_errors
+@friendly_errors()
 def optimize_command(
     nbest: tuple[str, ...],
     refs: tuple[str, ...],
@@ -143,17 +129,15 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="dev reference, tokenized like the output (repeat for several references)")
 @click.option("--work-dir", default="work", show_default=True, type=click.Path(file_okay=False, path_type=Path),
               help="where every iteration's ini, n-best list, weights and the log are kept")
-@click.option("--output-ini", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--moses-ini-out", "--output-ini", "output_ini", type=click.Path(dir_okay=False, path_type=Path),
               help="also write the tuned moses.ini here (besides WORK_DIR/moses.ini)")
 @click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
-@click.option("--threads", type=int, help="decoder threads (moses -threads) [default: the CPUs this process may "
-              "use (os.sched_getaffinity), e.g. a SLURM job's share]")
+@threads_option("decoder threads (moses -threads) [default: the CPUs this process may use]")
 @click.option("--nbest-size", type=int, default=100, show_default=True, help="n-best list size (distinct)")
 @click.option("--max-iterations", type=int, default=25, show_default=True)
 @click.option("--restarts", type=int, default=20, show_default=True, help="random restarts per optimisation")
-@click.option("--seed", type=int, default=0, show_default=True,
-              help="iteration n seeds its restarts with SEED + 1000 n (as --predictable-seeds); "
+@seed_option("iteration n seeds its restarts with SEED + 1000 n (as --predictable-seeds); "
                    "independent runs need seeds that differ modulo 1000")
 @click.option("--random-seeds", is_flag=True, help="fresh randomness each run (not reproducible)")
 @click.option("--min-weight-change", type=float, default=1e-5, show_default=True,
@@ -165,12 +149,12 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--decoder-flags", default="", help="extra moses arguments, e.g. '-distortion-limit 6'")
 @click.option("--decoder-cwd", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="folder the ini's relative model paths refer to, where moses runs (default: the ini's folder)")
-@click.option("--continue", "resume", is_flag=True, help="resume the run in --work-dir after its last iteration")
+@resume_option("continue the run in --work-dir after its last iteration", "--continue")
 @click.option("--engine", type=click.Choice(["builtin", "moses"]), default="builtin", show_default=True,
               help="moses: delegate to Moses' scripts/training/mert-moses.pl instead")
 @click.option("--moses-scripts-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Moses' scripts/ folder for --engine moses (default: $MOSES_SCRIPTS_DIR, or BIN/../scripts)")
-@_friendly_errors
+@friendly_errors()
 @_tune_errors
 def tune_command(
     ini: Path,
@@ -206,7 +190,6 @@ def tune_command(
 
     from mert.features import absolute_spec_path
     from mert.tune import TuneOptions, format_weight_lines, tune, tune_with_mert_moses
-    from moses_integration.threads import limit_threads
 
     threads = limit_threads(threads)
 
@@ -264,15 +247,16 @@ def tune_command(
               help="where decoded and post-processed outputs are written")
 @click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
-@click.option("--threads", type=int, default=1, show_default=True)
+@threads_option("decoder threads (moses -threads) [default: the CPUs this process may use]")
 @click.option("--decoder-cwd", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="run moses here (default: each ini's folder; Moses resolves relative model paths against it)")
 @click.option("--nbest-size", type=int, default=100, show_default=True,
               help="n-best size when extra features rescore the output")
 @click.option("--bootstrap-samples", type=int, default=1000, show_default=True)
 @click.option("--detokenized", is_flag=True, help="the hypotheses are already detokenized: no post-processing")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="also write the report")
-@_friendly_errors
+@click.option("--report", "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="also write the report as JSON here")
+@friendly_errors()
 @_tune_errors
 def evaluate_command(
     refs: tuple[Path, ...],
@@ -285,7 +269,7 @@ def evaluate_command(
     source: Path | None,
     output_dir: Path,
     moses_bin_dir: Path | None,
-    threads: int,
+    threads: int | None,
     decoder_cwd: Path | None,
     nbest_size: int,
     bootstrap_samples: int,
@@ -303,6 +287,7 @@ def evaluate_command(
 
     from mert.evaluate import decode_test_set, evaluate
 
+    threads = limit_threads(threads)
     if not hyps and not inis:
         raise click.UsageError("give --hyp FILE or --moses-ini INI --src SRC")
     if (inis or baseline_inis) and source is None:
@@ -336,87 +321,6 @@ def evaluate_command(
         click.echo(line)
     if json_path is not None:
         json_path.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
-
-
-# --------------------------------------------------------------------------------------------
-# The Table 1 experiment: `mert table1 STEP` (the Makefile's `make table1` calls these in order)
-
-
-def _experiment_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Options every step shares; they mirror the Makefile's parameters (WORK=, SCALE=, ...)."""
-    options = [
-        click.option("--work", required=True, type=click.Path(file_okay=False, path_type=Path),
-                     help="work folder (outside the source tree); every step's outputs and stamps"),
-        click.option("--scale", type=click.Choice(["small", "full"]), default="small", show_default=True,
-                     help="settings: mert/experiment_settings.py"),
-        click.option("--data", type=click.Path(file_okay=False, path_type=Path),
-                     help="raw text folder (SCALE=small: the shared data folder with hansard/ and newstest/)"),
-        click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
-                     help="Moses binaries (default: $MOSES_BIN_DIR, else MOSES_HOME/bin)"),
-        click.option("--moses-home", type=click.Path(file_okay=False, path_type=Path),
-                     help="Moses tree with scripts/ (default: $MOSES_HOME, else BIN/../scripts)"),
-        click.option("--jobs", type=int, default=2, show_default=True, help="processes / decoder threads"),
-        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N (model training)"),
-        click.option("--configs", default="",
-                     help="configurations to run, e.g. 'baseline rnn' (default: the paper's four; cslm-nbest-rnn and "
-                          "cslm-nbest-rnn-wp rescore n-best lists with the CSLM instead)"),
-        click.option("--runs", type=click.IntRange(1, MAX_RUNS), default=3, show_default=True,
-                     help=f"tuning runs per configuration (run k: mert tune --seed {RUN_SEED_BASE - 1}+k)"),
-        click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,
-                     help="auto: GIZA++/mgiza where Moses has them, else eflomal"),
-        click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-                     show_default=True, help="where the table step writes table1.{md,json,png}"),
-        click.option("--mirror", default="https://www.statmt.org/", show_default=True,
-                     help="data step: where the WMT'14 training and LM archives that DATA lacks are fetched from"),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-@main.command("table1")
-@click.argument("steps", nargs=-1, required=True,
-                type=click.Choice(["data", "prepare", "baseline", "rnn", "cslm", "tune", "eval", "report"]))
-@_experiment_options
-def table1_command(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, moses_bin_dir: Path | None,
-                   moses_home: Path | None, jobs: int, device: str, configs: str, runs: int, aligner: str,
-                   results: Path, mirror: str) -> None:
-    """Run STEPS of the Table 1 experiment in WORK; finished steps are skipped, so rerun freely.
-
-    data, prepare, baseline, rnn, cslm, tune, eval, report (see README, "The experiment").
-    """
-    from mert import experiment as ex
-    from mert.experiment_settings import select_configurations
-    from moses_integration.system_training import MosesToolError
-
-    try:
-        chosen = select_configurations(configs)
-        exp = ex.load_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
-                                 jobs=jobs, device=device)
-        for step in steps:
-            if step == "data":
-                ex.step_data(exp, mirror)
-            elif step == "prepare":
-                ex.step_prepare(exp)
-            elif step == "baseline":
-                ex.step_baseline(exp, aligner)
-            elif step == "rnn":
-                ex.step_rnn(exp)
-            elif step == "cslm":
-                if any(c.cslm for c in chosen):
-                    ex.step_cslm(exp)
-                else:
-                    click.echo("cslm: no chosen configuration uses the CSLM; skipped", err=True)
-            elif step == "tune":
-                ex.step_tune(exp, chosen, runs)
-            elif step == "eval":
-                ex.step_eval(exp, chosen, runs)
-            else:
-                command = f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{configs}'" if configs else "")
-                for path in ex.step_report(exp, chosen, runs, results, command):
-                    click.echo(f"wrote {path}", err=True)
-    except (ex.ExperimentError, MosesToolError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 if __name__ == "__main__":  # python -m mert.cli, for environments without the console script

@@ -35,9 +35,10 @@ from sacrebleu.significance import PairedTest
 from mert.bleu import ReferenceFileError, read_reference_lines
 from mert.features import add_features, load_feature, read_sidecar
 from moses_integration.decoder import decode, find_moses_bin_dir
+from moses_integration.files import PathArg, atomic_output, display_name
+from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import load_nbest_arrays
-from moses_integration.phrase_table import PathArg, atomic_output, display_name
 
 DEFAULT_BOOTSTRAP_SAMPLES = 1000
 DEFAULT_RESCORE_NBEST = 100
@@ -102,10 +103,6 @@ def postprocess(lines: Sequence[str], lang: str) -> list[str]:
 # --------------------------------------------------------------------------------------------
 # Scoring
 
-
-def read_lines(path: PathArg) -> list[str]:
-    """Lines of a text file (plain or gzip) without newlines: one segment per line, blank ones kept."""
-    return read_reference_lines(path)
 
 
 def check_same_length(
@@ -313,7 +310,7 @@ def decode_test_set(
         if feature.name != extra.name or feature.num_values != len(extra.weights):
             raise EvaluationError(f"feature {extra.spec!r} now builds {feature.name} with {feature.num_values} values")
     rescored = output.with_name(output.name + ".nbest.gz")
-    source_lines = read_lines(source)
+    source_lines = read_text_lines(source)
     add_features(nbest, rescored, source_lines, features)
     os.unlink(nbest)
     if not extras:
@@ -421,8 +418,8 @@ def evaluate(
     """
     if not system_hyps:
         raise EvaluationError("no system output to evaluate")
-    refs = [read_lines(p) for p in references]
-    tok_refs = [read_lines(p) for p in tokenized_references]
+    refs = [read_reference_lines(p) for p in references]
+    tok_refs = [read_reference_lines(p) for p in tokenized_references]
     processor = None if already_detokenized else PostProcessor(lang)
     used: set[str] = set()
 
@@ -440,7 +437,7 @@ def evaluate(
             score = score_system(
                 unique_name(path),
                 path,
-                read_lines(path),
+                read_text_lines(path),
                 refs,
                 references,
                 lang=lang,

@@ -25,10 +25,10 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from moses_integration.files import PathArg, atomic_output, display_name
 from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import dense_feature_name_problem
 from moses_integration.nbest import NBestEntry, NBestError, format_nbest_line, read_nbest
-from moses_integration.phrase_table import PathArg, atomic_output, display_name
 from moses_integration.tokens import split_tokens
 
 #: Hypotheses handed to a feature per ``score`` call (whole sentences only). Large enough for a
@@ -140,7 +140,7 @@ def CSLM(model: str | None = None) -> NBestFeature:  # noqa: N802 (named like th
     """
     if not model:
         raise FeatureError("CSLM needs a model file: --feature CSLM:path/to/cslm.pt")
-    from rescorer.cslm import CSLMFeature
+    from cslm.nbest import CSLMFeature
 
     return CSLMFeature(model)
 

@@ -44,10 +44,10 @@ from mert.features import (
 from mert.nbest_set import NBestSet, build_mert_data, fixed_mask, merge_nbest_lists
 from mert.optimizer import DEFAULT_RESTARTS, optimize_runs
 from moses_integration.decoder import DecoderError, DecodeResult, decode, find_moses_bin_dir
+from moses_integration.files import PathArg, atomic_output
 from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import MosesIni, format_weight
 from moses_integration.nbest import FeatureNames, load_nbest_arrays
-from moses_integration.phrase_table import PathArg, atomic_output
 
 STATE_FILE = "tuning-state.json"
 LOG_FILE = "tuning.tsv"

@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterator
 
 from moses_integration.errors import FileLineError
-from moses_integration.phrase_table import PathArg, display_name, open_input
+from moses_integration.files import PathArg, display_name, open_input
 
 
 def strip_line_end(raw: bytes) -> bytes:
@@ -47,6 +47,17 @@ def iter_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError
             raise error(name, line_no + 1, f"truncated or corrupt gzip input ({exc})") from exc
 
 
+def text_lines(
+    path: PathArg, *, first: int = 1, last: int | None = None, error: type[FileLineError] = FileLineError
+) -> Iterator[str]:
+    """Lines ``first..last`` (1-based, inclusive) of a text file, streamed: corpora of any size."""
+    for line_no, line in iter_text_lines(path, error=error):
+        if last is not None and line_no > last:
+            return
+        if line_no >= first:
+            yield line
+
+
 def read_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError) -> list[str]:
     """All lines of a small text file (references, decoder input, weights), line ends removed."""
-    return [line for _, line in iter_text_lines(path, error=error)]
+    return list(text_lines(path, error=error))

@@ -24,8 +24,8 @@ from typing import TextIO
 import numpy as np
 
 from moses_integration.errors import FileLineError
+from moses_integration.files import PathArg, display_name, open_input
 from moses_integration.lines import strip_line_end
-from moses_integration.phrase_table import PathArg, display_name, open_input
 
 FIELD_SEPARATOR = "|||"
 FeatureNames = list[tuple[str, int]]

@@ -12,31 +12,21 @@ domain (:func:`format_log_probability`) and the reader rejects values Moses woul
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import math
-import os
-import sys
-import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO
 
 from moses_integration.errors import FileLineError
+from moses_integration.files import PathArg, display_name, open_input
 from moses_integration.tokens import split_tokens
 
 SEPARATOR = b" ||| "
 LOG_FLOOR = -100.0
-GZIP_MAGIC = b"\x1f\x8b"
-STDIO_NAME = "-"
 
-_READ_BUFFER = 1 << 20
 _WRITE_BATCH_LINES = 4096
 
-PathArg = str | os.PathLike[str]
 
 
 class PhraseTableError(FileLineError):
@@ -45,236 +35,6 @@ class PhraseTableError(FileLineError):
     The location matters more than the exception type: on a 100M-line table a user needs to know
     exactly which line to look at (``zcat t.gz | sed -n 1234p``).
     """
-
-
-def display_name(path: PathArg) -> str:
-    """The name used in error messages: ``<stdin>`` is clearer than a bare ``-``."""
-    name = os.fspath(path)
-    return "<stdin>" if name == STDIO_NAME else name
-
-
-# --------------------------------------------------------------------------------------------
-# Opening files
-
-
-class _PrefixedRaw(io.RawIOBase):
-    """A raw stream that first returns ``prefix`` and then reads from ``inner``.
-
-    Used for stdin and other non-seekable inputs (pipes, ``<(zcat ...)``): we must look at the
-    first two bytes to detect gzip, and a pipe can be neither rewound nor reopened. ``owns``
-    is False for stdin, so that ``with open_input("-")`` does not close the process's stdin.
-    """
-
-    def __init__(self, prefix: bytes, inner: BinaryIO, *, owns: bool) -> None:
-        super().__init__()
-        self._prefix = prefix
-        self._inner = inner
-        self._owns = owns
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        view = memoryview(buffer).cast("B")
-        if self._prefix:
-            n = min(len(view), len(self._prefix))
-            view[:n] = self._prefix[:n]
-            self._prefix = self._prefix[n:]
-            return n
-        reader = getattr(self._inner, "read1", None) or self._inner.read
-        data = reader(len(view))
-        n = len(data)
-        view[:n] = data
-        return n
-
-    def close(self) -> None:
-        if not self.closed and self._owns:
-            self._inner.close()
-        super().close()
-
-
-class _OwningGzipFile(gzip.GzipFile):
-    """A reading GzipFile that also closes the stream it reads from (GzipFile leaves it open)."""
-
-    def __init__(self, owned: BinaryIO) -> None:
-        super().__init__(fileobj=owned, mode="rb")
-        self._owned = owned
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._owned.close()
-
-
-class _NonClosingWriter(io.RawIOBase):
-    """Writes through to ``inner`` (stdout) and flushes on close instead of closing it."""
-
-    def __init__(self, inner: BinaryIO) -> None:
-        super().__init__()
-        self._inner = inner
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
-        self._inner.write(data)
-        return len(data)
-
-    def flush(self) -> None:
-        if not self.closed:
-            self._inner.flush()
-
-    def close(self) -> None:
-        if not self.closed:
-            self._inner.flush()
-        super().close()
-
-
-def _read_exactly(stream: BinaryIO, n: int) -> bytes:
-    """Up to ``n`` bytes, looping because a pipe may hand them over one at a time."""
-    data = b""
-    while len(data) < n:
-        chunk = stream.read(n - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def open_input(path: PathArg) -> BinaryIO:
-    """Open a table for binary reading: ``"-"`` is stdin; gzip is detected by its magic bytes.
-
-    Detection by content rather than suffix because tables are often renamed or piped, and
-    Moses itself does not care about the suffix either. Multi-member gzip (concatenated members,
-    as written by parallel compressors) is read as one stream. The file is opened once, so
-    named pipes and ``/dev/stdin`` work too.
-    """
-    name = os.fspath(path)
-    if name == STDIO_NAME:
-        return _wrap_unseekable(sys.stdin.buffer, owns=False)
-    fh = open(name, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 - handed to the caller, who closes it
-    try:
-        if not fh.seekable():
-            return _wrap_unseekable(fh, owns=True)
-        magic = fh.read(2)
-        fh.seek(0)
-        return _OwningGzipFile(fh) if magic == GZIP_MAGIC else fh
-    except BaseException:
-        fh.close()
-        raise
-
-
-def input_position(stream: BinaryIO) -> int | None:
-    """Bytes of the file (compressed, for gzip) that a stream from :func:`open_input` has consumed.
-
-    A progress bar in input bytes is the only honest one for gzip, whose decompressed size is
-    unknown until the end. None for pipes and stdin, which have no position.
-    """
-    raw = stream._owned if isinstance(stream, _OwningGzipFile) else stream
-    try:
-        return raw.tell() if raw.seekable() else None
-    except (OSError, ValueError):
-        return None
-
-
-def _wrap_unseekable(inner: BinaryIO, *, owns: bool) -> BinaryIO:
-    """Sniff the gzip magic of a pipe and hand the two bytes back in front of the rest."""
-    prefix = _read_exactly(inner, 2)
-    stream: BinaryIO = io.BufferedReader(_PrefixedRaw(prefix, inner, owns=owns), _READ_BUFFER)  # type: ignore[arg-type]
-    return _OwningGzipFile(stream) if prefix == GZIP_MAGIC else stream  # type: ignore[return-value]
-
-
-def open_output(path: PathArg, compresslevel: int = 6) -> BinaryIO:
-    """Open a table for binary writing: ``"-"`` is stdout, a ``.gz`` suffix means gzip.
-
-    Here the suffix decides (there is no content yet). Level 6 (gzip's own default) gives up a
-    little size for a much faster write than level 9, which matters on 100M-line outputs.
-    """
-    name = os.fspath(path)
-    if name == STDIO_NAME:
-        return io.BufferedWriter(_NonClosingWriter(sys.stdout.buffer), _READ_BUFFER)  # type: ignore[return-value]
-    if name.endswith(".gz"):
-        return gzip.open(name, "wb", compresslevel=compresslevel)  # type: ignore[return-value]
-    return open(name, "wb", buffering=_READ_BUFFER)
-
-
-def _current_umask() -> int:
-    """The process umask, so an atomically written file gets the permissions a plain open() gives."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-@contextlib.contextmanager
-def atomic_path(path: PathArg) -> Iterator[Path]:
-    """The project's one atomic write: a temp file beside ``path``, fsync, then rename over it.
-
-    Yields the temp file's path, for writers that want a file name (pyarrow, torch.save); the
-    file exists and is empty. If the block raises, the temp file is removed and ``path`` is left
-    as it was, so a kill, a full disk or a bug never leaves a half-written file under the final
-    name. The temp file lives in the destination folder so the rename is an atomic
-    same-filesystem ``os.replace``; the file gets the permissions a plain ``open()`` would give.
-    """
-    dest = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        with open(tmp, "rb") as written:
-            os.fsync(written.fileno())
-        os.chmod(tmp, 0o666 & ~_current_umask())
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_directory(dest.parent)
-
-
-@contextlib.contextmanager
-def atomic_output(path: PathArg, compresslevel: int = 6) -> Iterator[BinaryIO]:
-    """Write ``path`` all-or-nothing through :func:`atomic_path`, as an open binary stream.
-
-    A rescoring run over a huge table can die hours in; a half-written table that Moses then
-    loads (or that a rerun mistakes for finished output) is worse than none. Compression follows
-    the destination's suffix. ``"-"`` passes stdout through unchanged.
-    """
-    name = os.fspath(path)
-    if name == STDIO_NAME:
-        fh = open_output(name)
-        try:
-            yield fh
-        finally:
-            fh.close()
-        return
-    with atomic_path(name) as tmp, open(tmp, "wb", buffering=_READ_BUFFER) as raw:
-        if name.endswith(".gz"):
-            # filename="" keeps the temp name out of the gzip header (and stays reproducible).
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0) as gz:
-                yield gz  # type: ignore[misc]
-        else:
-            yield raw
-
-
-def atomic_write_bytes(path: PathArg, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (small files: progress records, weights)."""
-    with atomic_output(path) as fh:
-        fh.write(data)
-
-
-def fsync_directory(folder: Path) -> None:
-    """Persist the rename itself; best effort, since some filesystems refuse directory fsync."""
-    try:
-        dir_fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from moses_integration.phrase_table import atomic_path
+from moses_integration.files import atomic_path
 from rescorer.config import ModelConfig, TrainConfig
 from rescorer.model import RNNEncoderDecoder
 from rescorer.vocab import Vocab
@@ -114,13 +114,7 @@ def save_checkpoint(
             f"vocabulary sizes {len(src_vocab)}/{len(tgt_vocab)} do not match the config's "
             f"{config.src_vocab_size}/{config.tgt_vocab_size}"
         )
-    if optimizer_state is not None:
-        _check_loadable(optimizer_state, "optimizer_state")
-    if train_state is not None:
-        _check_loadable(train_state, "train_state")
     payload: dict[str, Any] = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
         "model_config": config.to_dict(),
         "train_config": train_config.to_dict() if train_config is not None else None,
         "src_vocab": src_vocab.to_dict(),
@@ -129,10 +123,22 @@ def save_checkpoint(
         "optimizer_state": optimizer_state,
         "train_state": train_state,
     }
-    with atomic_path(path) as temp, open(temp, "wb") as stream:
-        torch.save(payload, stream)
-    return path
+    return write_model_file(path, FORMAT_NAME, FORMAT_VERSION, payload)
 
+
+def write_model_file(path: str | os.PathLike[str], format_name: str, version: int, payload: dict[str, Any]) -> Path:
+    """Write a model file of this project (RNN checkpoint or CSLM) atomically, in the one envelope.
+
+    The envelope is a dict with the ``format`` marker and ``version`` that :func:`read_model_file`
+    checks; ``optimizer_state`` and ``train_state`` are checked to hold only what
+    ``torch.load(weights_only=True)`` reads back, so a saved run can always be resumed.
+    """
+    for key in ("optimizer_state", "train_state"):
+        if payload.get(key) is not None:
+            _check_loadable(payload[key], key)
+    with atomic_path(path) as temp, open(temp, "wb") as stream:
+        torch.save({"format": format_name, "version": version, **payload}, stream)
+    return Path(path)
 
 
 def read_model_file(path: Path, format_name: str, max_version: int, error: type[Exception], what: str,

@@ -3,54 +3,26 @@
 from __future__ import annotations
 
 import functools
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 
+from moses_integration.cli_options import (
+    FiniteFloat,
+    IntRange,
+    OneLinePath,
+    device_option,
+    quiet_option,
+    resume_option,
+    seed_option,
+    threads_option,
+)
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.config import PRECISIONS, ModelConfig, TrainConfig
 
 DEFAULT_TRAIN_TIME = 1800.0
-
-
-class _OneLineValue:
-    """A parameter type whose bad value is one line and exit 1, the rule for bad input, not a usage error.
-
-    Range checks happen while the command line is parsed, so a value that cannot work (``--chunk-lines
-    0`` would read the whole table into one endless chunk) is refused before any file is opened.
-    """
-
-    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None):
-        where = param.get_error_hint(ctx) if param is not None and ctx is not None else "value"
-        raise click.ClickException(f"Invalid value for {where}: {message}")
-
-
-class _IntRange(_OneLineValue, click.IntRange):
-    """:class:`click.IntRange`, failing with one line (:class:`_OneLineValue`)."""
-
-    name = "integer"  # "'x' is not a valid integer", not "... integer range"
-
-
-class _FiniteFloat(_OneLineValue, click.FloatRange):
-    """:class:`click.FloatRange` that also refuses nan and ±inf, failing with one line."""
-
-    name = "float"
-
-    def convert(self, value, param, ctx):
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
-
-    def _describe_range(self) -> str:
-        return "finite" if self.min is None and self.max is None else super()._describe_range()
-
-
-class _OneLinePath(_OneLineValue, click.Path):
-    """:class:`click.Path`, failing with one line (:class:`_OneLineValue`)."""
 
 
 def _model_size_options(fn: Callable) -> Callable:
@@ -62,10 +34,10 @@ def _model_size_options(fn: Callable) -> Callable:
         ("maxout-units", defaults.maxout_units, "maxout units of the deep output"),
         ("output-rank", defaults.output_rank, "rank of the output matrix G = G_l G_r"),
     ]):
-        fn = click.option(f"--{name}", type=_IntRange(min=1), default=default, show_default=True, help=help_)(fn)
-    fn = click.option("--shortlist", type=_IntRange(min=1), default=15000, show_default=True,
+        fn = click.option(f"--{name}", type=IntRange(min=1), default=default, show_default=True, help=help_)(fn)
+    fn = click.option("--shortlist", type=IntRange(min=1), default=15000, show_default=True,
                       help="words per language kept in the model vocabulary ([UNK] included)")(fn)
-    fn = click.option("--init-std", type=_FiniteFloat(min=0, min_open=True), default=defaults.init_std,
+    fn = click.option("--init-std", type=FiniteFloat(min=0, min_open=True), default=defaults.init_std,
                       show_default=True,
                       help="std of the N(0, s²) initial weights (recurrent ones stay orthogonal). The paper's "
                       "0.01 leaves small models ignoring the source for a long time: watch the 'source gain'")(fn)
@@ -76,13 +48,12 @@ def _model_size_options(fn: Callable) -> Callable:
 def _run_options(fn: Callable) -> Callable:
     """Where and how a long run computes, shared by ``train`` and ``rescore-phrase-table``."""
     options = [
-        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N"),
+        device_option(),
         click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
                      help="auto: fp32 scores (exact) on every device; bf16 autocast for training on a GPU. "
                      "tf32: TF32 matmuls on a GPU (faster; README, GPU, says by how much and what it changes)"),
-        click.option("--threads", type=_IntRange(min=1), help="CPU threads for torch and worker processes "
-                     "[default: the CPUs this process may use (os.sched_getaffinity), e.g. a SLURM job's share]"),
-        click.option("-q", "--quiet", is_flag=True, help="no progress bar"),
+        threads_option(),
+        quiet_option("no progress bar"),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -128,8 +99,8 @@ def main() -> None:
               help="stop after this many validations without improvement")
 @click.option("--valid-every", type=int, default=500, show_default=True, help="updates between validations")
 @click.option("--batch-size", type=int, default=64, show_default=True)
-@click.option("--seed", type=int, default=1234, show_default=True)
-@click.option("--resume", is_flag=True, help="continue the run saved in MODEL_OUT")
+@seed_option()
+@resume_option("continue the run saved in MODEL_OUT")
 @_run_options
 @_friendly_errors
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
@@ -161,8 +132,6 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
 # ------------------------------------------------------------------ looking inside a model
 
 
-_DEVICE_HELP = "auto, cpu, cuda or cuda:N (scores in fp32)"
-
 
 def _load(model_path: str, device: str = "cpu"):
     from rescorer.checkpoint import CheckpointError, load_checkpoint
@@ -181,11 +150,11 @@ def _load(model_path: str, device: str = "cpu"):
               help="targets drawn from the decoder")
 @click.option("--beam", type=click.IntRange(min=0), default=5, show_default=True,
               help="beam width; its best targets are listed too")
-@click.option("--seed", type=int, default=1234, show_default=True)
+@seed_option()
 @click.option("--max-words", type=click.IntRange(min=1), default=30, show_default=True,
               help="a target still going after this many words is cut")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a Markdown table")
-@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
+@device_option()
 @_friendly_errors
 def sample_command(model_path, source, samples, beam, seed, max_words, as_json, device) -> None:
     """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
@@ -211,16 +180,16 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 @click.option("--min-src-words", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--frequent/--rare", default=True, show_default=True,
               help="the most frequent or the rarest long source phrases (count from the counts field)")
-@click.option("-n", "--sources", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--sources", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="targets per list")
 @click.option("--min-targets", type=click.IntRange(min=1), default=2, show_default=True,
               help="only sources with at least this many targets in the table")
 @click.option("--column", type=click.IntRange(min=1), default=3, show_default=True,
               help="the table's score column to rank by (3 = direct φ(e|f) in Moses tables)")
-@click.option("--seed", type=int, default=1234, show_default=True, help="breaks ties among rare sources")
+@seed_option("breaks ties among rare sources")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of Markdown")
-@click.option("--quiet", is_flag=True, help="no progress bar")
-@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
+@quiet_option("no progress bar")
+@device_option()
 @_friendly_errors
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
                     as_json, quiet, device) -> None:
@@ -260,7 +229,7 @@ def plot_scores_command(scores_parquet, out_png, column) -> None:
 @click.option("--words", type=click.IntRange(min=5), default=1000, show_default=True,
               help="the most frequent source words to map")
 @click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
-@click.option("--seed", type=int, default=1234, show_default=True)
+@seed_option()
 @_friendly_errors
 def map_words_command(model_path, out_png, words, labels, seed) -> None:
     """2-D t-SNE map of the source word embeddings (paper Fig. 4)."""
@@ -280,8 +249,8 @@ def map_words_command(model_path, out_png, words, labels, seed) -> None:
               help="a seeded random sample of this many distinct phrases is mapped")
 @click.option("--min-words", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
-@click.option("--seed", type=int, default=1234, show_default=True)
-@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
+@seed_option()
+@device_option()
 @_friendly_errors
 def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, labels, seed, device) -> None:
     """2-D t-SNE map of the summaries c of PHRASES (paper Fig. 5).
@@ -312,11 +281,11 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
               help="random source phrases whose lines are scored for the score scatter and phrase map")
 @click.option("--map-words", "map_words_", type=click.IntRange(min=5), default=1000, show_default=True)
 @click.option("--map-phrases", "map_phrases_", type=click.IntRange(min=5), default=1000, show_default=True)
-@click.option("--seed", type=int, default=1234, show_default=True)
+@seed_option()
 @click.option("--screenshot", type=click.Path(dir_okay=False),
               help="also render the page with headless Chromium into this PNG")
-@click.option("--quiet", is_flag=True, help="no progress messages")
-@click.option("--device", default="auto", show_default=True, help=_DEVICE_HELP)
+@quiet_option("no progress messages")
+@device_option()
 @_friendly_errors
 def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
                    score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device) -> None:
@@ -340,16 +309,16 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.command("rescore-phrase-table")
 # INPUT_TABLE must exist and be readable, OUTPUT_TABLE must not be a folder: both refused while parsing,
 # before any training or scoring, in one line.
-@click.argument("input_table", type=_OneLinePath(exists=True, dir_okay=False, allow_dash=True))
-@click.argument("output_table", type=_OneLinePath(dir_okay=False, allow_dash=True))
+@click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
+@click.argument("output_table", type=OneLinePath(dir_okay=False, allow_dash=True))
 @click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False),
               help="trained model; without it a model is trained on INPUT_TABLE's unique pairs first")
 @click.option("--save-model", type=click.Path(dir_okay=False),
               help="where the model trained without --model goes [default: OUTPUT_TABLE.model.pt]")
-@click.option("--train-time", type=_FiniteFloat(min=0, min_open=True),
+@click.option("--train-time", type=FiniteFloat(min=0, min_open=True),
               help=f"training budget in seconds without --model [default: {DEFAULT_TRAIN_TIME:.0f} unless "
               "--train-steps is given]")
-@click.option("--train-steps", type=_IntRange(min=1), help="training budget in updates without --model")
+@click.option("--train-steps", type=IntRange(min=1), help="training budget in updates without --model")
 @_model_size_options
 @click.option("--moses-ini", type=click.Path(exists=True, dir_okay=False), help="moses.ini of the system")
 @click.option("--moses-ini-out", type=click.Path(dir_okay=False),
@@ -359,30 +328,30 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 # Start weights 0: the untuned system then decodes exactly as before (a weight of 0.2 on log p_RNN,
 # about ten times the table's log-probabilities in size, dropped the fixture's dev BLEU from 24.05
 # to 19.44), and MERT's random restarts explore the new columns from there.
-@click.option("--rnn-weight", type=_FiniteFloat(), default=0.0, show_default=True,
+@click.option("--rnn-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the RNN column (0: the untuned system is the original one)")
-@click.option("--wp-weight", type=_FiniteFloat(), default=0.0, show_default=True,
+@click.option("--wp-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the unknown-word column (0: the untuned system is the original one)")
 @click.option("--cslm", type=click.Path(exists=True, dir_okay=False),
               help="NPLM model (from `rescorer cslm export-nplm`) to add to the written moses.ini as Moses' "
               "in-decoder NeuralLM feature")
 @click.option("--cslm-name", default="CSLM0", show_default=True,
               help="moses.ini name of the --cslm feature (letters and digits: '_' makes it sparse to MERT)")
-@click.option("--cslm-weight", type=_FiniteFloat(), default=0.0, show_default=True,
+@click.option("--cslm-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the --cslm feature (0: the untuned system is the original one)")
 @click.option("--wp-side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True,
               help="which side's words outside the shortlist the penalty counts")
-@click.option("-j", "--workers", type=_IntRange(min=0), default=None,
+@click.option("-j", "--workers", type=IntRange(min=0), default=None,
               help="worker processes that parse chunks, build their prefix trees, format and compress them "
               "(0 or 1: all in this process) [default: --threads]")
-@click.option("--chunk-lines", type=_IntRange(min=1), default=100_000, show_default=True,
+@click.option("--chunk-lines", type=IntRange(min=1), default=100_000, show_default=True,
               help="lines per chunk read, scored and written at a time (what --resume continues from)")
-@click.option("--token-budget", type=_IntRange(min=1),
+@click.option("--token-budget", type=IntRange(min=1),
               help="padded tokens per batch [default: 8192 on CPU, from free memory on GPU; halved on OOM]")
 @click.option("--skip-bad-lines", is_flag=True,
               help="move malformed lines to OUTPUT_TABLE.rejects (as they are) instead of stopping")
 @click.option("--shard", help="score only slice K/N (1-based), cut at source-phrase boundaries")
-@click.option("--resume", is_flag=True, help="continue a killed run from its last completed chunk")
+@resume_option("continue a killed run from its last completed chunk")
 @click.option("--scores-parquet", type=click.Path(dir_okay=False), help="also write the scores to Parquet")
 @_run_options
 @_friendly_errors
@@ -456,153 +425,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, 2 more features{extra}", err=True)
 
 
-# --------------------------------------------------------------------------------------------
-# rescorer cslm: the continuous-space language model (SPEC §5), an n-best feature for MERT
-
-
-@main.group("cslm")
-def cslm_group() -> None:
-    """Schwenk's CSLM: a 7-gram neural LM, in the decoder (export-nplm) or on n-best lists (train, score, nbest)."""
-
-
-RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralLM adds for the model's "
-            "export-nplm file [default: exact log-probabilities]")
-
-
-def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
-    try:
-        sizes = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated layer sizes such as 1536,1024, got {value!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter(f"expected positive layer sizes, got {value!r}")
-    return sizes
-
-
-@cslm_group.command("train", short_help="train a CSLM on tokenized target text")
-@click.argument("corpus")
-@click.argument("model_out", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--valid", type=click.Path(exists=True, dir_okay=False),
-              help="validation text [default: a random 0.1% of CORPUS's lines, at least 500]")
-@click.option("--order", type=int, default=7, show_default=True, help="n of the n-gram model")
-@click.option("--shortlist", type=int, default=15000, show_default=True, help="output words, [UNK] included")
-@click.option("--embedding", type=int, default=512, show_default=True, help="embedding size of each history word")
-@click.option("--hidden", default="1536,1024", show_default=True, callback=_hidden_sizes,
-              help="ReLU hidden layer sizes, comma-separated")
-@click.option("--max-time", type=float, help="stop after this many seconds of training")
-@click.option("--max-epochs", type=int, help="stop after this many epochs")
-@click.option("--patience", type=int, default=10, show_default=True,
-              help="stop after this many epochs without validation improvement")
-@click.option("--epoch-size", type=int, help="n-grams per epoch, resampled each epoch [default: all]")
-@click.option("--batch-size", type=int, default=128, show_default=True)
-@click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True)
-@click.option("--lr", type=float, help="learning rate [default: 1e-3 for adam, 0.02 for sgd]")
-@click.option("--self-normalize", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="ALPHA",
-              help="add ALPHA*(log Z)^2 to the loss (Devlin et al. 2014; 0.1 is usual), so that the raw scores "
-                   "Moses' NeuralLM adds are log-probabilities; needed for export-nplm")
-@click.option("--seed", type=int, default=1234, show_default=True)
-@click.option("--resume", is_flag=True, help="continue the run saved in MODEL_OUT(.last)")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
-@click.option("--precision", type=click.Choice([p for p in PRECISIONS if p != "tf32"]), default="auto",
-              show_default=True, help="auto: fp32 on the CPU, bf16 autocast on a GPU")
-@click.option("--threads", type=int, help="CPU threads for torch [default: torch's choice]")
-@click.option("--quiet", is_flag=True, help="no progress bar")
-@_friendly_errors
-def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hidden, max_time, max_epochs, patience,
-                       epoch_size, batch_size, optimizer, lr, self_normalize, seed, resume, device, precision, threads,
-                       quiet):
-    """Train a CSLM on tokenized target-language text CORPUS (plain or .gz) into MODEL_OUT."""
-    from rescorer.cslm import CSLMConfig, set_threads
-    from rescorer.cslm_train import CSLMTrainConfig, train_cslm
-
-    set_threads(threads)
-    result = train_cslm(
-        corpus, model_out,
-        model_config=CSLMConfig(vocab_size=2, order=order, embedding=embedding, hidden=hidden),
-        train_config=CSLMTrainConfig(batch_size=batch_size, optimizer=optimizer, lr=lr, epoch_size=epoch_size,
-                                     max_epochs=max_epochs, max_time=max_time, patience=patience, seed=seed,
-                                     self_normalize=self_normalize),
-        shortlist=shortlist, valid=valid, device=device, precision=precision, resume=resume, progress=not quiet,
-    )
-    best = result.best
-    log_z = f", log Z mean {best.log_z_mean:.3f} std {best.log_z_std:.3f}" if best.log_z_mean is not None else ""
-    click.echo(f"stopped by {result.stopped_by} after {result.examples} n-grams in {result.elapsed:.0f} s; "
-               f"best valid perplexity {best.perplexity:.2f}{log_z} (epoch {best.epoch}) in {model_out}", err=True)
-
-
-@cslm_group.command("score", short_help="natural-log probability of each sentence")
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.argument("text", default="-")
-@click.option("--raw", is_flag=True, help=RAW_HELP)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--threads", type=int, help="CPU threads for torch")
-@_friendly_errors
-def cslm_score_command(model, text, raw, device, threads):
-    """One natural-log sentence probability per line of TEXT on stdout; perplexity on stderr."""
-    from moses_integration.phrase_table import open_input
-    from rescorer.cslm import ScoreStats, load_cslm, score_lines, set_threads
-
-    set_threads(threads)
-    loaded = load_cslm(model, device)
-    stats = ScoreStats()
-    with open_input(text) as fh:
-        lines = (raw.decode("utf-8") for raw in fh)
-        out = sys.stdout
-        for value in score_lines(loaded.model, loaded.vocab, lines, normalize=not raw, stats=stats):
-            out.write(f"{value:.6f}\n")
-    click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
-               f"perplexity {stats.perplexity:.2f}", err=True)
-
-
-@cslm_group.command("nbest", short_help="append CSLM0= to each line of an n-best list")
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.argument("nbest_in", default="-")
-@click.argument("nbest_out", default="-")
-@click.option("--name", default="CSLM0", show_default=True, help="feature name (letters and digits, no '_')")
-@click.option("--raw", is_flag=True, help=RAW_HELP)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--threads", type=int, help="CPU threads for torch")
-@_friendly_errors
-def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads):
-    """Append NAME= log p(hypothesis) to each line of a Moses n-best list, every other byte kept.
-
-    Usable as mert-moses.pl's --transform-decoded-file (with --batch-mira).
-    """
-    from rescorer.cslm import ScoreStats, add_cslm_to_nbest, dense_feature_name, load_cslm, set_threads
-
-    set_threads(threads)
-    loaded = load_cslm(model, device)
-    stats = ScoreStats()
-    lines = add_cslm_to_nbest(loaded.model, loaded.vocab, nbest_in, nbest_out, name=dense_feature_name(name),
-                              normalize=not raw, stats=stats)
-    click.echo(f"{lines} hypotheses, {stats.tokens} tokens, distinct histories {stats.history_share:.1%} "
-               f"of tokens", err=True)
-
-
-@cslm_group.command("export-nplm", short_help="the model in NPLM's format, for Moses' NeuralLM")
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.argument("out")
-@_friendly_errors
-def cslm_export_nplm_command(model, out):
-    """Write MODEL in NPLM's text format as OUT (- for stdout), for Moses' NeuralLM feature.
-
-    In moses.ini: NeuralLM factor=0 name=CSLM0 order=7 path=OUT (rescore-phrase-table --cslm OUT adds
-    it). Moses adds the raw scores, so train the model with --self-normalize.
-    """
-    from moses_integration.nplm import write_nplm
-    from rescorer.cslm import load_cslm
-    from rescorer.cslm_export import cslm_to_nplm, self_normalization
-
-    loaded = load_cslm(model, "cpu")
-    nplm = cslm_to_nplm(loaded.model, loaded.vocab)
-    write_nplm(out, nplm)
-    alpha = self_normalization(loaded)
-    click.echo(f"{out}: {nplm.config.ngram_size}-gram, {len(nplm.vocab)} words, hidden layers "
-               f"{','.join(map(str, loaded.model.config.hidden))}; moses.ini: NeuralLM factor=0 name=CSLM0 "
-               f"order={nplm.config.ngram_size} path={out}", err=True)
-    if not alpha:
-        click.echo(f"warning: {model} was trained without --self-normalize: Moses adds its raw scores, which "
-                   "are log-probabilities only up to each history's log Z", err=True)
+main.add_command(rescore_phrase_table_command, "rescore")  # `rescorer rescore …` = `rescore-phrase-table …`
 
 
 if __name__ == "__main__":  # pragma: no cover

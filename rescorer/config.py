@@ -44,14 +44,31 @@ def _strict_from_dict(cls: type[_C], data: Mapping[str, Any]) -> _C:
     return cls(**dict(data))
 
 
-def _check_positive_int(owner: str, name: str, value: object, minimum: int = 1) -> None:
+class DictConfig:
+    """The one config round-trip of the project: ``to_dict`` and a strict ``from_dict``.
+
+    Mixed into every dataclass config (the RNN's and the CSLM's), so that all of them are stored in
+    model files and read back the same way.
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of builtins (safe for ``torch.load(weights_only=True)`` and JSON)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[_C], data: Mapping[str, Any]) -> _C:
+        """Inverse of :meth:`to_dict`; unknown or missing keys raise ``ValueError``."""
+        return _strict_from_dict(cls, data)
+
+
+def check_positive_int(owner: str, name: str, value: object, minimum: int = 1) -> None:
     """Reject floats/bools/small values early: a bad size otherwise fails deep inside torch."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(DictConfig):
     """Sizes of the RNN Encoder–Decoder (SPEC §1); the defaults are the paper's experiment.
 
     ``src_vocab_size``/``tgt_vocab_size`` count *ids*, i.e. the shortlist words plus ``[UNK]``
@@ -75,25 +92,17 @@ class ModelConfig:
         # the sizes with len(vocab).
         sizes = ("src_vocab_size", "tgt_vocab_size", "hidden", "embedding", "maxout_units", "output_rank")
         for name in sizes:
-            _check_positive_int("ModelConfig", name, getattr(self, name))
+            check_positive_int("ModelConfig", name, getattr(self, name))
         if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)):
             raise ValueError(f"ModelConfig.init_std must be a number, got {self.init_std!r}")
         if not (math.isfinite(self.init_std) and self.init_std > 0):
             raise ValueError(f"ModelConfig.init_std must be finite and > 0, got {self.init_std!r}")
         self.init_std = float(self.init_std)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict of builtins (safe for ``torch.load(weights_only=True)`` and JSON)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
-        """Inverse of :meth:`to_dict`; unknown or missing keys raise ``ValueError``."""
-        return _strict_from_dict(cls, data)
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(DictConfig):
     """The training recipe of SPEC §1 (Sec. 3.1/4.1.1) plus the stopping rules of our trainer.
 
     ``rho``/``eps`` are Adadelta's; ``clip_norm`` is the gradient-norm clip of the original code
@@ -116,9 +125,9 @@ class TrainConfig:
     patience: int | None = 10
 
     def __post_init__(self) -> None:
-        _check_positive_int("TrainConfig", "batch_size", self.batch_size)
-        _check_positive_int("TrainConfig", "length_group", self.length_group)
-        _check_positive_int("TrainConfig", "valid_every", self.valid_every)
+        check_positive_int("TrainConfig", "batch_size", self.batch_size)
+        check_positive_int("TrainConfig", "length_group", self.length_group)
+        check_positive_int("TrainConfig", "valid_every", self.valid_every)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"TrainConfig.seed must be an integer, got {self.seed!r}")
         if not (0.0 <= float(self.rho) < 1.0):
@@ -132,19 +141,11 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.clip_norm must be > 0 or None, got {self.clip_norm!r}")
             self.clip_norm = float(self.clip_norm)
         if self.max_steps is not None:
-            _check_positive_int("TrainConfig", "max_steps", self.max_steps)
+            check_positive_int("TrainConfig", "max_steps", self.max_steps)
         if self.patience is not None:
-            _check_positive_int("TrainConfig", "patience", self.patience)
+            check_positive_int("TrainConfig", "patience", self.patience)
         if self.max_time is not None:
             if not float(self.max_time) > 0.0:
                 raise ValueError(f"TrainConfig.max_time must be > 0 seconds or None, got {self.max_time!r}")
             self.max_time = float(self.max_time)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict of builtins (safe for ``torch.load(weights_only=True)`` and JSON)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
-        """Inverse of :meth:`to_dict`; unknown or missing keys raise ``ValueError``."""
-        return _strict_from_dict(cls, data)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import torch
 from tqdm import tqdm
 
-from moses_integration.phrase_table import atomic_path, open_input
+from moses_integration.files import atomic_path, open_input
 from moses_integration.tokens import split_tokens_arrow
 from rescorer.table_chunks import EOS_ID, FIELD_SEPARATOR, iter_line_chunks, parse_chunk, phrases_to_ids
 from rescorer.vocab import Vocab, build_vocab_from_corpus

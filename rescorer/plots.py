@@ -19,7 +19,8 @@ import torch
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, atomic_output, display_name, iter_lines
+from moses_integration.files import atomic_output, display_name
+from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, iter_lines
 from moses_integration.tokens import split_tokens
 from rescorer.checkpoint import Checkpoint
 from rescorer.sampling import encode_phrases

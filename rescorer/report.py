@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moses_integration.phrase_table import atomic_output
+from moses_integration.files import atomic_output
 from rescorer.checkpoint import Checkpoint, load_checkpoint
 from rescorer.compare import ComparedSource, compare_blocks, score_blocks
 from rescorer.device import select_device

@@ -39,7 +39,8 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from moses_integration.phrase_table import PhraseTableError, display_name, input_position, open_input
+from moses_integration.files import display_name, input_position, open_input
+from moses_integration.phrase_table import PhraseTableError
 from moses_integration.threads import available_cpus
 from rescorer import score_parquet
 from rescorer.checkpoint import Checkpoint

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from moses_integration.phrase_table import atomic_write_bytes
+from moses_integration.files import atomic_write_bytes
 
 PROGRESS_VERSION = 3  # 3: the options hold the scorer's device type, precision and token budget
 

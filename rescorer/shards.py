@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rescorer.table_chunks import LineChunk
+from rescorer.table_chunks import FIELD_SEPARATOR, LineChunk
 
 
 class ShardError(ValueError):
@@ -35,7 +35,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def _sources_of(chunk: LineChunk) -> pa.Array:
     """Each line's source phrase (the whole line where it has no separator), as binary."""
-    return pc.list_element(pc.split_pattern(chunk.arrow(), " ||| ", max_splits=1), 0)
+    return pc.list_element(pc.split_pattern(chunk.arrow(), FIELD_SEPARATOR, max_splits=1), 0)
 
 
 class ShardFilter:

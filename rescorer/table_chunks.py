@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from moses_integration.phrase_table import PhraseTableError, parse_line, score_tokens
+from moses_integration.phrase_table import SEPARATOR, PhraseTableError, parse_line, score_tokens
 from moses_integration.tokens import split_tokens_arrow
 
-FIELD_SEPARATOR = " ||| "
+FIELD_SEPARATOR = SEPARATOR.decode()  # the same separator, as the str pyarrow's string kernels take
 BLOCK_BYTES = 8 << 20
 
 

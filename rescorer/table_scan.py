@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from moses_integration.phrase_table import PhraseTableEntry, display_name, read_phrase_table
+from moses_integration.files import display_name
+from moses_integration.phrase_table import PhraseTableEntry, read_phrase_table
 from moses_integration.tokens import split_tokens
 
 DIRECT_COLUMN = 2  # φ(e|f): p(target | source), 0-based

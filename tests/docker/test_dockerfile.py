@@ -82,10 +82,19 @@ def test_the_image_checks_every_moses_binary_the_pipeline_calls():
     the build, not a run days later: every ``install.binary(...)`` of the code, the decoder and
     the tools train-model.perl takes from ``-external-bin-dir`` are checked in the RUN step."""
     root = DOCKERFILE.parents[1]
-    code = [path for package in ("moses_integration", "mert", "rescorer") for path in (root / package).glob("*.py")]
+    packages = ("moses_integration", "rescorer", "cslm", "mert", "table1")
+    code = [path for package in packages for path in (root / package).glob("*.py")]
     called = {m for path in code for m in re.findall(r'binary\("([\w-]+)"\)', path.read_text())}
     needed = called | {"moses", "extract", "score", "consolidate", "lexical-reordering-score"}
     checks = [rest for word, rest in _instructions() if word == "RUN" and "for tool in" in rest]
     assert len(checks) == 1 and {"query", "lmplz", "symal"} <= called
     listed = set(re.search(r"for tool in ([^;]+);", checks[0]).group(1).split())
     assert needed <= listed, needed - listed
+
+
+def test_the_image_copies_every_package_the_project_installs():
+    """A package missing from the image installs fine (editable) and fails only when a command imports it."""
+    root = DOCKERFILE.parents[1]
+    packages = {p.parent.name for p in root.glob("*/__init__.py") if p.parent.name not in {"tests", "benchmarks"}}
+    copied = {rest.split()[0] for word, rest in _instructions() if word == "COPY" and "--from" not in rest}
+    assert packages and packages <= copied, packages - copied

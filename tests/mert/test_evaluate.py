@@ -21,11 +21,11 @@ from mert.evaluate import (
     mean_std,
     paired_bootstrap,
     postprocess,
-    read_lines,
     rescore_one_best,
 )
 from mert.features import ExtraFeatureWeights, write_sidecar
 from moses_integration.decoder import DecoderError
+from moses_integration.lines import read_text_lines
 from shared_paths import moses_bin_dir, shared_file
 
 FIXTURE = "fixtures/hansard-enfr"
@@ -75,12 +75,12 @@ def test_fixture_outputs_score_as_measured() -> None:
 
 
 def test_bootstrap_of_a_system_against_itself_is_not_significant() -> None:
-    hyps = postprocess(read_lines(shared_file(TUNED))[:60], "fr")
-    refs = [read_lines(shared_file(REF))[:60]]
+    hyps = postprocess(read_text_lines(shared_file(TUNED))[:60], "fr")
+    refs = [read_text_lines(shared_file(REF))[:60]]
     result = paired_bootstrap(("a", hyps), ("b", hyps), refs, samples=200)
     # sacrebleu alone would give 1/(n+1) here (every resampled difference is 0, none "above").
     assert result.delta == 0 and result.p_value == 1.0
-    other = hyps[:30] + postprocess(read_lines(shared_file(DEFAULT))[30:60], "fr")
+    other = hyps[:30] + postprocess(read_text_lines(shared_file(DEFAULT))[30:60], "fr")
     differ = paired_bootstrap(("a", hyps), ("b", other), refs, samples=200)
     assert differ.delta != 0 and 0 < differ.p_value <= 1 and "bs:200" in differ.signature
 
@@ -98,7 +98,7 @@ def test_several_runs_give_mean_and_std(tmp_path: Path) -> None:
 
 def test_reference_of_another_length_names_the_file(tmp_path: Path) -> None:
     short = tmp_path / "test.short.fr"
-    short.write_text("".join(f"{x}\n" for x in read_lines(shared_file(REF))[:150]), encoding="utf-8")
+    short.write_text("".join(f"{x}\n" for x in read_text_lines(shared_file(REF))[:150]), encoding="utf-8")
     with pytest.raises(ReferenceFileError, match=r"test\.short\.fr:151: reference has 150 lines but the hypotheses "
                        r"\S*test\.tuned\.1best have 200"):
         evaluate([shared_file(TUNED)], [short], lang="fr")
@@ -147,7 +147,7 @@ def fake_system(tmp_path: Path) -> dict[str, Path]:
     pool = tmp_path / "pool.nbest"
     pool.write_text("".join(f"{x}\n" for x in lines if int(x.split(" ||| ", 1)[0]) < n), encoding="utf-8")
     src = tmp_path / "src.en"
-    src.write_text("".join(f"{x}\n" for x in read_lines(root / "data/dev.tok.tc.en")[:n]), encoding="utf-8")
+    src.write_text("".join(f"{x}\n" for x in read_text_lines(root / "data/dev.tok.tc.en")[:n]), encoding="utf-8")
     ini = tmp_path / "sys/moses.ini"
     ini.parent.mkdir()
     ini.write_text((root / "filtered/moses.ini").read_text())
@@ -200,8 +200,10 @@ def test_decode_with_the_cslm_feature_picks_its_best_hypothesis(fake_system: dic
     """The sidecar spec ``CSLM:model.pt`` is built again and rescores the test n-best list."""
     import torch
 
+    from cslm.model import CSLM, CSLMConfig
+    from cslm.model_file import save_cslm
+    from cslm.scoring import sentence_log_probs
     from moses_integration.tokens import split_tokens
-    from rescorer.cslm import CSLM, CSLMConfig, save_cslm, sentence_log_probs
     from rescorer.vocab import Vocab
 
     by_sentence: dict[str, list[str]] = {}
@@ -240,7 +242,7 @@ def test_real_moses_decode_reproduces_the_fixture_and_prints_a_signature(tmp_pat
     files = {}
     for key, rel in (("src", "data/test.tok.tc.en"), ("ref", "data/test.fr"), ("tok", "data/test.tok.tc.fr")):
         files[key] = tmp_path / Path(rel).name
-        files[key].write_text("".join(f"{x}\n" for x in read_lines(root / rel)[:n]), encoding="utf-8")
+        files[key].write_text("".join(f"{x}\n" for x in read_text_lines(root / rel)[:n]), encoding="utf-8")
     args = ["evaluate", "--moses-ini", str(root / "filtered/moses.ini"), "--src", str(files["src"]),
             "--ref", str(files["ref"]), "--tok-ref", str(files["tok"]), "--output-dir", str(tmp_path / "eval"),
             "--moses-bin-dir", str(bin_dir), "--threads", "2"]
@@ -249,5 +251,5 @@ def test_real_moses_decode_reproduces_the_fixture_and_prints_a_signature(tmp_pat
     assert f"signature: {SIGNATURE}" in result.output
     # Same config, same input: the decoder output is the fixture's default-weight test output.
     decoded = (tmp_path / "eval/system.run1.tok").read_text(encoding="utf-8").splitlines()
-    assert decoded == read_lines(root / "nbest/test.1best")[:n]
+    assert decoded == read_text_lines(root / "nbest/test.1best")[:n]
     assert (tmp_path / "eval/system.run1.tok.detok").is_file()

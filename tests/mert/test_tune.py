@@ -331,8 +331,10 @@ def test_cslm_feature_is_tuned_on_the_fake_decoder(dev: dict[str, Path], tmp_pat
     """``--feature CSLM:model.pt``: every hypothesis gets CSLM0, MERT weighs it, the sidecar keeps it."""
     import torch
 
+    from cslm.model import CSLM, CSLMConfig
+    from cslm.model_file import save_cslm
+    from cslm.scoring import sentence_log_probs
     from moses_integration.tokens import split_tokens
-    from rescorer.cslm import CSLM, CSLMConfig, save_cslm, sentence_log_probs
     from rescorer.vocab import Vocab
 
     vocab = Vocab.from_counts(Vocab.count_tokens(dev["ref"].read_text(encoding="utf-8").splitlines()), 200)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from moses_integration.errors import FileLineError
-from moses_integration.lines import iter_text_lines, read_text_lines, strip_line_end
+from moses_integration.lines import iter_text_lines, read_text_lines, strip_line_end, text_lines
 
 
 def test_strip_line_end() -> None:
@@ -33,3 +33,14 @@ def test_bad_utf8_names_file_and_line(tmp_path: Path) -> None:
     path.write_bytes(b"ok\n\xff\n")
     with pytest.raises(FileLineError, match=r"bad.txt:2: not valid UTF-8"):
         list(iter_text_lines(path))
+
+
+def test_text_lines_slices_gzip_and_names_bad_utf8(tmp_path):
+    path = tmp_path / "t.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write("un\ndeux\u2028x\ntrois\n".encode())
+    assert list(text_lines(path, first=2, last=3)) == ["deux\u2028x", "trois"]
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok\n\xff\n")
+    with pytest.raises(ValueError, match=r"bad\.txt:2: not valid UTF-8"):
+        list(text_lines(bad))

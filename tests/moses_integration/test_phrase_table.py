@@ -22,17 +22,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from moses_integration.files import atomic_output, open_input, open_output
 from moses_integration.phrase_table import (
     LOG_FLOOR,
     SEPARATOR,
     PhraseTableEntry,
     PhraseTableError,
     append_score_columns_bulk,
-    atomic_output,
     format_log_probability,
     iter_lines,
-    open_input,
-    open_output,
     parse_line,
     read_phrase_table,
 )
@@ -194,7 +192,7 @@ def test_dash_errors_name_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_stdin_to_stdout_through_a_real_pipe(sample_bytes: bytes) -> None:
     code = (
-        "from moses_integration.phrase_table import iter_lines, open_output\n"
+        "from moses_integration.files import open_output\nfrom moses_integration.phrase_table import iter_lines\n"
         "with open_output('-') as fh:\n"
         "    fh.write(b''.join(raw + b'\\n' for _, raw in iter_lines('-')))\n"
     )
@@ -489,7 +487,7 @@ def test_example_table_is_what_its_generator_writes() -> None:
 
 
 def test_input_position_counts_compressed_bytes(tmp_path):
-    from moses_integration.phrase_table import input_position
+    from moses_integration.files import input_position
 
     data = b"".join(b"w%d ||| v%d ||| 0.5 0.5\n" % (i, i) for i in range(20000))
     gz = tmp_path / "t.gz"

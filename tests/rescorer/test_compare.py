@@ -79,7 +79,7 @@ def test_rare_sources_are_the_least_frequent_and_stable(sample_table):
 
 def test_cli_markdown_and_json(sample_table, checkpoint_path):
     runner = CliRunner()
-    result = runner.invoke(main, ["compare", str(checkpoint_path), str(sample_table), "-n", "2", "--quiet"])
+    result = runner.invoke(main, ["compare", str(checkpoint_path), str(sample_table), "--sources", "2", "--quiet"])
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert lines[0].startswith("| source (count) |") and len(lines) == 2 + 2 * 3

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from mert.table1_analysis import column_leverage, format_leverage
+from table1.analysis import column_leverage, format_leverage
 
 
 def test_column_leverage_reranks_the_pool_without_the_column_and_along_its_axis(tmp_path):

@@ -30,7 +30,6 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,17 +39,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from cslm.model import CSLM, CSLMConfig
+from cslm.model_file import load_cslm, save_cslm
+from cslm.scoring import gather_histories, sentence_positions, token_scores
 from moses_integration.tokens import split_tokens
-from rescorer.config import _check_positive_int, _strict_from_dict
-from rescorer.cslm import (
-    CSLM,
-    CSLMConfig,
-    gather_histories,
-    load_cslm,
-    save_cslm,
-    sentence_positions,
-    token_scores,
-)
+from rescorer.config import DictConfig, check_positive_int
 from rescorer.device import autocast, autocast_dtype, select_device
 from rescorer.vocab import Vocab, read_corpus_lines
 
@@ -58,7 +51,7 @@ DATA_VERSION = 1
 
 
 @dataclass
-class CSLMTrainConfig:
+class CSLMTrainConfig(DictConfig):
     """The training recipe; saved in the model file so a run can be resumed and inspected."""
 
     batch_size: int = 128
@@ -75,12 +68,12 @@ class CSLMTrainConfig:
     self_normalize: float = 0.0  # alpha of the alpha * (log Z)^2 penalty (Devlin et al. 2014); 0 = off
 
     def __post_init__(self) -> None:
-        _check_positive_int("CSLMTrainConfig", "batch_size", self.batch_size)
+        check_positive_int("CSLMTrainConfig", "batch_size", self.batch_size)
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"CSLMTrainConfig.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
         for name in ("epoch_size", "max_epochs", "patience"):
             if getattr(self, name) is not None:
-                _check_positive_int("CSLMTrainConfig", name, getattr(self, name))
+                check_positive_int("CSLMTrainConfig", name, getattr(self, name))
         if self.lr is not None and not float(self.lr) > 0:
             raise ValueError(f"CSLMTrainConfig.lr must be > 0, got {self.lr!r}")
         if not (isinstance(self.self_normalize, (int, float)) and float(self.self_normalize) >= 0):
@@ -92,12 +85,6 @@ class CSLMTrainConfig:
     def learning_rate(self) -> float:
         return float(self.lr) if self.lr is not None else (1e-3 if self.optimizer == "adam" else 0.02)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CSLMTrainConfig:
-        return _strict_from_dict(cls, data)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 import torch
 
+from cslm.export import cslm_to_nplm
+from cslm.model import CSLM, CSLMConfig
+from cslm.scoring import sentence_log_probs
 from moses_integration.decoder import decode
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
 from moses_integration.nplm import write_nplm
 from moses_integration.tokens import split_tokens
-from rescorer.cslm import CSLM, CSLMConfig, sentence_log_probs
-from rescorer.cslm_export import cslm_to_nplm
 from rescorer.vocab import Vocab
 from shared_paths import has_neural_lm, moses_bin_dir, shared_file
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
+from mert.line_search import line_search
+from mert.nbest_set import load_tuning_set
 from moses_integration.phrase_table import LOG_FLOOR, read_phrase_table
 
 # Moses' four phrase-table columns, then the two this project appends.
@@ -103,8 +105,6 @@ def column_leverage(nbest_paths: Sequence[Path], references: Sequence[Path], wei
     this without decoding again: if dropping a column costs nothing and no weight on it gains
     anything, the column carries nothing MERT can use on this dev set.
     """
-    from mert.line_search import line_search
-    from mert.nbest_set import load_tuning_set
 
     nbest, data = load_tuning_set(nbest_paths, references)
     names = nbest.column_names()

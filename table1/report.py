@@ -21,9 +21,11 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 
-from mert.evaluate import check_same_length, mean_std, paired_bootstrap, read_lines, score_system
-from mert.experiment_settings import Configuration
-from moses_integration.phrase_table import atomic_output
+from mert.evaluate import check_same_length, mean_std, paired_bootstrap, score_system
+from moses_integration.files import atomic_output
+from moses_integration.lines import read_text_lines
+from table1.analysis import format_analysis, format_leverage, format_trajectories
+from table1.settings import Configuration
 
 
 @dataclass(frozen=True)
@@ -148,16 +150,13 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
             out.append(f"- {row['label']} run {run['run']} (seed {run['seed']}{stopped}, dev {run['dev_bleu']:.2f}, "
                        f"test {run['test_bleu']:.2f}): {weights}")
     if doc.get("analysis"):
-        from mert.table1_analysis import format_analysis
 
         out += [""] + format_analysis(doc["analysis"])  # type: ignore[arg-type]
     if doc.get("leverage"):
-        from mert.table1_analysis import format_leverage
 
         leverage: dict = doc["leverage"]  # type: ignore[assignment]
         out += [""] + format_leverage(leverage["runs"], leverage["labels"])
     if doc.get("tuning"):
-        from mert.table1_analysis import format_trajectories
 
         out += [""] + format_trajectories(doc["tuning"])  # type: ignore[arg-type]
     timings: dict[str, float] = doc.get("timings_seconds", {})  # type: ignore[assignment]
@@ -212,8 +211,8 @@ def score_runs(
     *, dev_tok_ref: Path, test_ref: Path, test_tok_ref: Path, lang: str, bootstrap_samples: int = 1000,
 ) -> tuple[list[ConfigScores], str]:
     """Score every run's dev and test output; bootstrap each against Baseline's run of the same number."""
-    dev_ref = [read_lines(dev_tok_ref)]
-    refs, tok_refs = [read_lines(test_ref)], [read_lines(test_tok_ref)]
+    dev_ref = [read_text_lines(dev_tok_ref)]
+    refs, tok_refs = [read_text_lines(test_ref)], [read_text_lines(test_tok_ref)]
     signature = ""
     scored: list[ConfigScores] = []
     baseline_detok: dict[int, tuple[str, list[str]]] = {}
@@ -221,10 +220,10 @@ def score_runs(
         cs = ConfigScores(config)
         for tuned in runs:
             run, dev_out, test_out = tuned.run, tuned.dev_output, tuned.test_output
-            dev_hyps = read_lines(dev_out)
+            dev_hyps = read_text_lines(dev_out)
             check_same_length(dev_out, len(dev_hyps), [dev_tok_ref], [len(dev_ref[0])])
             dev_bleu = float(BLEU(tokenize="none", force=True).corpus_score(dev_hyps, dev_ref).score)
-            test = score_system(test_out.name, test_out, read_lines(test_out), refs, [test_ref], lang=lang,
+            test = score_system(test_out.name, test_out, read_text_lines(test_out), refs, [test_ref], lang=lang,
                                 tokenized_references=tok_refs, tokenized_ref_paths=[test_tok_ref])
             signature = test.signature
             p_value = delta = None

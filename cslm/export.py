@@ -21,9 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from cslm.model import CSLM
+from cslm.model_file import CSLMFile
 from moses_integration.nplm import BOS, NULL, UNK, NPLMConfig, NPLMError, NPLMModel
 from moses_integration.phrase_table import LOG_FLOOR
-from rescorer.cslm import CSLM, CSLMFile
 from rescorer.vocab import Vocab
 
 

@@ -17,10 +17,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from cslm.cli import main
+from cslm.model import CSLM, CSLMConfig
+from cslm.model_file import load_cslm, save_cslm
+from cslm.scoring import sentence_log_probs, token_scores
+from cslm.train import CSLMTrainConfig, Validation, train_cslm
 from moses_integration.nplm import NPLMError, read_nplm_header
-from rescorer.cli import main
-from rescorer.cslm import CSLM, CSLMConfig, load_cslm, save_cslm, sentence_log_probs, token_scores
-from rescorer.cslm_train import CSLMTrainConfig, Validation, train_cslm
 from rescorer.vocab import Vocab
 from shared_paths import shared_file
 
@@ -72,7 +74,7 @@ def test_every_matrix_of_the_export_is_the_model_and_nplm_computes_its_raw_score
     path = tmp_path / "m.pt"
     save_cslm(path, model, vocab)
     out = tmp_path / "m.nplm"
-    res = CliRunner().invoke(main, ["cslm", "export-nplm", str(path), str(out)])
+    res = CliRunner().invoke(main, ["export-nplm", str(path), str(out)])
     assert res.exit_code == 0, res.output
     assert "order=4" in res.stderr and "without --self-normalize" in res.stderr
 
@@ -119,7 +121,7 @@ def test_raw_sentence_score_is_what_nplm_adds_with_its_start_padding_and_unk(tmp
     model, vocab = small_model([7, 6])
     save_cslm(tmp_path / "m.pt", model, vocab)
     out = tmp_path / "m.nplm"
-    assert CliRunner().invoke(main, ["cslm", "export-nplm", str(tmp_path / "m.pt"), str(out)]).exit_code == 0
+    assert CliRunner().invoke(main, ["export-nplm", str(tmp_path / "m.pt"), str(out)]).exit_code == 0
     _, vocabs, mats = read_nplm_file(out)
     index = {w: i for i, w in enumerate(vocabs["input_vocab"])}
     sentence = ["le", "chien", "rouge", "mange", "la", "maison"]  # "mange" is outside the vocabulary: <unk>
@@ -132,7 +134,7 @@ def test_raw_sentence_score_is_what_nplm_adds_with_its_start_padding_and_unk(tmp
         expected += max(nplm_raw_score(mats, 7, [*padded, ids[i]]), -100.0)
     got = sentence_log_probs(model, vocab, [sentence], normalize=False)[0]
     assert got == pytest.approx(expected, abs=1e-4)
-    res = CliRunner().invoke(main, ["cslm", "score", "--raw", str(tmp_path / "m.pt"), "-"],
+    res = CliRunner().invoke(main, ["score", "--raw", str(tmp_path / "m.pt"), "-"],
                              input=" ".join(sentence) + "\n")
     assert res.exit_code == 0, res.output
     assert float(res.stdout) == pytest.approx(expected, abs=1e-5)
@@ -155,7 +157,7 @@ def test_export_refuses_a_vocabulary_nplm_cannot_hold(tmp_path: Path) -> None:
     vocab = Vocab(["</s>", "[UNK]", "le", "<null>"])  # a corpus that was never Moses-escaped
     model = CSLM(CSLMConfig(vocab_size=4, order=3, embedding=2, hidden=[3]))
     save_cslm(tmp_path / "m.pt", model, vocab)
-    res = CliRunner().invoke(main, ["cslm", "export-nplm", str(tmp_path / "m.pt"), str(tmp_path / "m.nplm")])
+    res = CliRunner().invoke(main, ["export-nplm", str(tmp_path / "m.pt"), str(tmp_path / "m.nplm")])
     assert res.exit_code == 1 and "'<null>' appears twice" in res.output
     assert not (tmp_path / "m.nplm").exists()
 
@@ -167,7 +169,7 @@ def test_header_reader_names_the_file_and_line_of_a_broken_model(tmp_path: Path)
         read_nplm_header(bad)
     model, vocab = small_model([4])
     save_cslm(tmp_path / "m.pt", model, vocab)
-    assert CliRunner().invoke(main, ["cslm", "export-nplm", str(tmp_path / "m.pt"), str(bad)]).exit_code == 0
+    assert CliRunner().invoke(main, ["export-nplm", str(tmp_path / "m.pt"), str(bad)]).exit_code == 0
     lines = bad.read_text(encoding="utf-8").splitlines(keepends=True)
     bad.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")  # an interrupted copy
     with pytest.raises(NPLMError, match=r"bad.nplm: no \\end line: the file is incomplete"):

@@ -24,12 +24,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mert import wmt14
-from mert.experiment_settings import SCALES, Configuration, RunPlan, ScaleSettings, SelectionBudget, TextSlice
+from mert.evaluate import decode_test_set
+from mert.features import read_sidecar
+from mert.tune import read_state
+from moses_integration.files import atomic_output
+from moses_integration.lines import text_lines
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import neural_lm_feature_line
-from moses_integration.phrase_table import atomic_output
-from moses_integration.system_training import (
+from table1 import wmt14
+from table1.analysis import analysis_document, column_leverage, tuning_trajectory
+from table1.data_selection import SelectionSettings, select_lines
+from table1.report import TunedRun, build_table, score_runs, write_report
+from table1.settings import SCALES, Configuration, RunPlan, ScaleSettings, SelectionBudget, TextSlice
+from table1.system_training import (
     MosesInstall,
     build_language_model,
     eflomal_align,
@@ -38,10 +45,9 @@ from moses_integration.system_training import (
     symmetrize,
     train_model_command,
 )
-from moses_integration.text_prep import (
+from table1.text_prep import (
     CleanRules,
     clean_corpus_files,
-    read_text_lines,
     tokenize_lines,
     train_truecaser,
     truecase_lines,
@@ -208,7 +214,7 @@ def _slice_lines(data: Path, piece: TextSlice, lang: str):
     path = data / piece.path.format(lang=lang)
     if not path.exists():
         raise ExperimentError(f"missing input {path} (see README, 'The experiment', for the expected files)")
-    return read_text_lines(path, first=piece.first, last=piece.last)
+    return text_lines(path, first=piece.first, last=piece.last)
 
 
 def _write_slices(data: Path, pieces: list[TextSlice], lang: str, out: Path) -> int:
@@ -238,7 +244,7 @@ def step_data(exp: Experiment, mirror: str = wmt14.STATMT) -> None:
     """Copy the slices the scale names from ``DATA`` into ``raw/`` (untokenised text).
 
     Files of the WMT'14 data that ``DATA`` lacks are fetched first from their official sources
-    (:mod:`mert.wmt14`; ``mirror`` stands for ``https://www.statmt.org/``); any other missing
+    (:mod:`table1.wmt14`; ``mirror`` stands for ``https://www.statmt.org/``); any other missing
     file is an error that names it.
     """
     if exp.data is None:
@@ -285,12 +291,12 @@ def step_prepare(exp: Experiment) -> None:
     for lang, names in sets.items():
         for name in names:
             exp.step(f"prepare/tokenize.{name}.{lang}", lambda n=name, lg=lang: {"lines": write_text_lines(
-                prep / f"{n}.tok.{lg}", tokenize_lines(read_text_lines(raw / f"{n}.{lg}"), lg, jobs=exp.jobs))})
+                prep / f"{n}.tok.{lg}", tokenize_lines(text_lines(raw / f"{n}.{lg}"), lg, jobs=exp.jobs))})
         exp.step(f"prepare/truecaser.{lang}",
                  lambda lg=lang: train_truecaser(prep / f"train.tok.{lg}", prep / f"truecase-model.{lg}"))
         for name in names:
             exp.step(f"prepare/truecase.{name}.{lang}", lambda n=name, lg=lang: {"lines": write_text_lines(
-                exp.prepared(n, lg), truecase_lines(read_text_lines(prep / f"{n}.tok.{lg}"),
+                exp.prepared(n, lg), truecase_lines(text_lines(prep / f"{n}.tok.{lg}"),
                                                     prep / f"truecase-model.{lg}", jobs=exp.jobs))})
 
     def clean() -> dict[str, object]:
@@ -310,7 +316,6 @@ def step_prepare(exp: Experiment) -> None:
 def select_training_text(exp: Experiment, budget: SelectionBudget) -> None:
     """The paper's data selection: the bitext by Axelrod et al.'s bilingual cross-entropy
     difference, the LM text by Moore & Lewis', both against the dev set (newstest2012+2013)."""
-    from moses_integration.data_selection import SelectionSettings, select_lines
 
     prep, log = exp.path("prepared"), exp.log_file("selection")
     settings = SelectionSettings(order=budget.order, min_count=budget.min_count)
@@ -381,7 +386,7 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
     def filtered() -> None:
         devtest = prep / f"devtest.tok.tc.{exp.src}"
         write_text_lines(devtest, (line for name in ("dev", "test")
-                                   for line in read_text_lines(exp.prepared(name, exp.src))))
+                                   for line in text_lines(exp.prepared(name, exp.src))))
         filter_for_input(exp.moses(), base / "model" / "moses.ini", devtest, base / "filtered", log)
 
     exp.step("baseline/filter", filtered)
@@ -444,13 +449,13 @@ def step_cslm(exp: Experiment) -> None:
     c = exp.settings.cslm
     exp.cslm_model.parent.mkdir(parents=True, exist_ok=True)
     exp.step("cslm", lambda: _tool(
-        [exp.console("rescorer"), "cslm", "train", exp.lm_text, exp.cslm_model,
+        [exp.console("cslm"), "train", exp.lm_text, exp.cslm_model,
          "--valid", exp.prepared("lm-valid", exp.tgt), "--max-time", str(c.max_time), "--embedding", str(c.embedding),
          "--hidden", ",".join(map(str, c.hidden)), "--shortlist", str(c.shortlist),
          "--self-normalize", str(c.self_normalize), "--device", exp.device,
          "--threads", str(exp.jobs), "--resume", "--quiet"], exp.log_file("cslm")))
     exp.step("cslm/export", lambda: _tool(
-        [exp.console("rescorer"), "cslm", "export-nplm", exp.cslm_model, exp.cslm_nplm], exp.log_file("cslm")))
+        [exp.console("cslm"), "export-nplm", exp.cslm_model, exp.cslm_nplm], exp.log_file("cslm")))
 
 
 def write_cslm_ini(exp: Experiment) -> None:
@@ -497,7 +502,6 @@ def check_start_weights(exp: Experiment, config: Configuration) -> None:
 
 def tuned_seed(exp: Experiment, plan: RunPlan) -> int | None:
     """The seed a run was tuned with, from its tuning state (None: not started)."""
-    from mert.tune import read_state
 
     return state_seed(read_state(exp.tune_dir(plan)) or {})
 
@@ -562,7 +566,6 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
 
 def step_eval(exp: Experiment, configs: list[Configuration], runs: int) -> None:
     """Decode dev and test with each tuned config (the CSLM in the decoder, or by n-best rescoring)."""
-    from mert.evaluate import decode_test_set
 
     for config in configs:
         for k in range(1, runs + 1):
@@ -593,7 +596,6 @@ def load_experiment(work: str | os.PathLike[str], scale: str, **kwargs: object) 
 
 def run_weights(tuned_ini: Path) -> dict[str, list[float]]:
     """The tuned weights of a run: moses.ini's tuneable ones plus the extra n-best features'."""
-    from mert.features import read_sidecar
 
     weights = dict(MosesIni.read(tuned_ini).weights())
     weights.pop("UnknownWordPenalty0", None)
@@ -640,8 +642,7 @@ def training_notes(exp: Experiment) -> list[str]:
 
 def leverage_document(exp: Experiment, collected: list, table_feature: str, ini: MosesIni) -> dict[str, object]:
     """Per run: dev BLEU of its n-best pool, and what each of its row's columns (and, for scale,
-    p(e|f) and the n-gram LM) moves there (:func:`mert.table1_analysis.column_leverage`)."""
-    from mert.table1_analysis import column_leverage
+    p(e|f) and the n-gram LM) moves there (:func:`table1.analysis.column_leverage`)."""
 
     num_scores = len(ini.weights()[table_feature])
     lm = next((name for name in ini.weights() if name.startswith("LM")), "LM0")
@@ -672,9 +673,6 @@ def step_report(
 ) -> list[Path]:
     """results/table1.{md,json,png} from every run whose dev and test outputs exist (never stamped:
     it is cheap and is redone as runs are added). Also copies the step timings beside it."""
-    from mert.table1 import TunedRun, build_table, score_runs, write_report
-    from mert.table1_analysis import analysis_document, tuning_trajectory
-    from mert.tune import read_state
 
     collected, tuning = [], {}
     for config in configs:
@@ -719,3 +717,47 @@ def step_report(
     paths = write_report(doc, out_dir, command)
     shutil.copyfile(exp.path(TIMINGS_FILE), out_dir / "timings.tsv")
     return paths
+
+
+# --------------------------------------------------------------------------------------------
+# The steps in order: the one list the CLI, the Makefile (``all``) and the report's command share
+
+STEPS = ("data", "prepare", "baseline", "rnn", "cslm", "tune", "eval", "report")
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """What the steps take beyond the experiment itself (the ``table1`` command's options)."""
+
+    configs: list[Configuration]
+    runs: int
+    aligner: str = "auto"
+    mirror: str = wmt14.STATMT
+    results: Path = Path("results")
+    command: str = ""
+
+
+def run_step(exp: Experiment, step: str, options: StepOptions) -> list[Path]:
+    """Run one step of :data:`STEPS` (a finished one is skipped inside); returns the files the report wrote."""
+    if step == "data":
+        step_data(exp, options.mirror)
+    elif step == "prepare":
+        step_prepare(exp)
+    elif step == "baseline":
+        step_baseline(exp, options.aligner)
+    elif step == "rnn":
+        step_rnn(exp)
+    elif step == "cslm":
+        if any(c.cslm for c in options.configs):
+            step_cslm(exp)
+        else:
+            _log("cslm: no chosen configuration uses the CSLM; skipped")
+    elif step == "tune":
+        step_tune(exp, options.configs, options.runs)
+    elif step == "eval":
+        step_eval(exp, options.configs, options.runs)
+    elif step == "report":
+        return step_report(exp, options.configs, options.runs, options.results, options.command)
+    else:
+        raise ExperimentError(f"unknown step {step!r}: expected one of {', '.join(STEPS)}")
+    return []

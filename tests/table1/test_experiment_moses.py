@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from mert import experiment as ex
-from mert.experiment_settings import SCALES, SMALL, CslmSettings, RnnSettings, TextSlice, select_configurations
 from mert.features import read_sidecar
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
-from moses_integration.system_training import MosesInstall
 from shared_paths import has_neural_lm, moses_bin_dir, shared_file
+from table1 import experiment as ex
+from table1.settings import SCALES, SMALL, CslmSettings, RnnSettings, TextSlice, select_configurations
+from table1.system_training import MosesInstall
 
 pytestmark = [pytest.mark.slow, pytest.mark.moses]
 

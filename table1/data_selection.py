@@ -32,10 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from moses_integration.phrase_table import atomic_path
-from moses_integration.system_training import MosesInstall, MosesToolError, run_logged
-from moses_integration.text_prep import read_text_lines, write_text_lines
+from moses_integration.files import atomic_path
+from moses_integration.lines import text_lines
 from moses_integration.tokens import split_tokens
+from table1.system_training import MosesInstall, MosesToolError, run_logged
+from table1.text_prep import write_text_lines
 
 #: The token every word outside the in-domain vocabulary becomes (a tokenised, escaped corpus
 #: cannot contain it: Moses' tokenizer writes ``<`` as ``&lt;``; KenLM refuses ``<unk>`` in text).
@@ -161,11 +162,11 @@ def sample_mask(words: np.ndarray, target_words: int, seed: int) -> np.ndarray:
 
 
 def _word_counts(path: Path) -> np.ndarray:
-    return np.fromiter((len(split_tokens(line)) for line in read_text_lines(path)), dtype=np.int32)
+    return np.fromiter((len(split_tokens(line)) for line in text_lines(path)), dtype=np.int32)
 
 
 def _lines_where(path: Path, mask: np.ndarray) -> Iterator[str]:
-    return (line for i, line in enumerate(read_text_lines(path)) if mask[i])
+    return (line for i, line in enumerate(text_lines(path)) if mask[i])
 
 
 def select_lines(
@@ -194,14 +195,14 @@ def select_lines(
             raise MosesToolError(f"{path}: {len(counts)} lines, but {corpus[budget_side]} has {len(words)}")
     scores = np.zeros(len(words), dtype=np.float64)
     for side, (text, domain) in enumerate(zip(corpus, in_domain, strict=True)):
-        vocabulary = in_domain_vocabulary(read_text_lines(domain), settings.min_count)
+        vocabulary = in_domain_vocabulary(text_lines(domain), settings.min_count)
         in_lm, general_lm = work / f"in-domain.{side}.arpa", work / f"general.{side}.arpa"
-        train_selection_lm(install, read_text_lines(domain), vocabulary, in_lm, settings, log)
+        train_selection_lm(install, text_lines(domain), vocabulary, in_lm, settings, log)
         sample = sample_mask(side_words[side], int(_word_counts(domain).sum()), settings.seed + side)
         train_selection_lm(install, _lines_where(text, sample), vocabulary, general_lm, settings, log)
         progress(f"selection: scoring {text.name} ({len(words):,} lines)")
-        scores += cross_entropies(install, in_lm, read_text_lines(text), vocabulary, log)
-        scores -= cross_entropies(install, general_lm, read_text_lines(text), vocabulary, log)
+        scores += cross_entropies(install, in_lm, text_lines(text), vocabulary, log)
+        scores -= cross_entropies(install, general_lm, text_lines(text), vocabulary, log)
     keep = choose_within_budget(scores, words, budget_words)
     for text, dest in zip(corpus, out, strict=True):
         write_text_lines(dest, _lines_where(text, keep))

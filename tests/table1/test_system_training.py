@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from moses_integration.system_training import (
+from shared_paths import moses_bin_dir
+from table1.system_training import (
     MosesInstall,
     MosesToolError,
     run_logged,
@@ -16,7 +17,6 @@ from moses_integration.system_training import (
     symmetrize,
     train_model_command,
 )
-from shared_paths import moses_bin_dir
 
 
 def test_symal_input_is_what_giza2bal_writes():

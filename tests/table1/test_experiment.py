@@ -11,8 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mert import experiment as ex
-from mert.experiment_settings import (
+from mert.tune import DEFAULT_MAX_ITERATIONS, SEED_STRIDE
+from moses_integration.moses_ini import MosesIni
+from moses_integration.nplm import NPLMConfig, NPLMModel, write_nplm
+from table1 import experiment as ex
+from table1.settings import (
     CONFIGURATIONS_BY_KEY,
     MAX_RUNS,
     SCALES,
@@ -21,9 +24,6 @@ from mert.experiment_settings import (
     TextSlice,
     select_configurations,
 )
-from mert.tune import DEFAULT_MAX_ITERATIONS, SEED_STRIDE
-from moses_integration.moses_ini import MosesIni
-from moses_integration.nplm import NPLMConfig, NPLMModel, write_nplm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,7 +135,7 @@ def test_a_folder_made_before_a_setting_existed_is_kept_when_the_setting_is_off(
 def test_full_scale_selects_the_training_and_lm_text_against_the_dev_set(tmp_path, monkeypatch):
     """SCALE=full keeps the paper's 348M parallel / 418M LM words, scored against dev (newstest2012+13),
     and every later step reads the selected text; SCALE=small trains on all of it."""
-    from moses_integration import data_selection
+    from table1 import data_selection
 
     small = _experiment(tmp_path / "s")
     assert small.train_corpus.name == "train.clean" and small.lm_text == small.prepared("lm", "fr")
@@ -146,7 +146,7 @@ def test_full_scale_selects_the_training_and_lm_text_against_the_dev_set(tmp_pat
         calls.append(([p.name for p in corpus], [p.name for p in in_domain], list(out), budget_words))
         return data_selection.SelectionResult(1, 1, 1, 1, 0.0)
 
-    monkeypatch.setattr(data_selection, "select_lines", select)
+    monkeypatch.setattr(ex, "select_lines", select)
     monkeypatch.setattr(ex.Experiment, "moses", lambda self: None)
     ex.select_training_text(exp, exp.settings.selection)
     assert calls == [
@@ -421,9 +421,10 @@ def test_report_needs_an_evaluated_run(tmp_path):
         ex.step_report(exp, select_configurations(""), 3, tmp_path / "results")
 
 
-def test_make_table1_full_lists_every_step_in_order():
+def test_make_table1_full_runs_every_step_in_order():
     out = subprocess.run(["make", "-n", "table1", "SCALE=full", "WORK=/w", "MOSES_BIN_DIR=/m/bin"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
-    steps = [line.split()[-1] for line in out.splitlines() if " table1 " in line and "--scale full" in line]
-    assert steps == ["data", "prepare", "baseline", "rnn", "cslm", "tune", "eval", "report"]
-    assert "--work /w" in out and "--moses-bin-dir /m/bin" in out and "--data /w/wmt14" in out
+    command = " ".join(line.strip(" \\") for line in out.splitlines() if line.strip())
+    assert "/table1 all --work /w --scale full" in command
+    assert "--moses-bin-dir /m/bin" in command and "--data /w/wmt14" in command
+    assert ex.STEPS == ("data", "prepare", "baseline", "rnn", "cslm", "tune", "eval", "report")

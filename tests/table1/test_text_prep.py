@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import gzip
-
 import pytest
 
-from moses_integration.text_prep import (
+from moses_integration.lines import text_lines
+from shared_paths import shared_file
+from table1.text_prep import (
     CleanRules,
     clean_corpus_files,
     clean_pairs,
-    read_text_lines,
     tokenize_lines,
     train_truecaser,
     truecase_lines,
     write_text_lines,
 )
-from shared_paths import shared_file
 
 
 def test_clean_pairs_applies_each_rule_of_clean_corpus_n():
@@ -50,17 +48,6 @@ def test_clean_corpus_files_reports_counts_and_a_short_file(tmp_path):
         clean_corpus_files(tmp_path / "c.en", tmp_path / "short.fr", tmp_path / "p.en", tmp_path / "p.fr")
 
 
-def test_read_text_lines_slices_gzip_and_names_bad_utf8(tmp_path):
-    path = tmp_path / "t.gz"
-    with gzip.open(path, "wb") as fh:
-        fh.write("un\ndeux\u2028x\ntrois\n".encode())
-    assert list(read_text_lines(path, first=2, last=3)) == ["deux\u2028x", "trois"]
-    bad = tmp_path / "bad.txt"
-    bad.write_bytes(b"ok\n\xff\n")
-    with pytest.raises(ValueError, match=r"bad\.txt:2: not UTF-8"):
-        list(read_text_lines(bad))
-
-
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_tokenize_escapes_as_moses_tokenizer_perl(jobs):
     # tokenizer.perl -l fr (default escaping) output for these lines.
@@ -84,6 +71,6 @@ def test_prepared_text_matches_the_fixture_made_with_moses_perl_scripts(tmp_path
     """tokenizer.perl made the fixture's dev set; sacremoses gives the same tokens (case aside)."""
     raw = shared_file("fixtures/hansard-enfr/data/dev.en")
     tok_tc = shared_file("fixtures/hansard-enfr/data/dev.tok.tc.en")
-    ours = list(tokenize_lines(read_text_lines(raw, last=100), "en"))
-    theirs = list(read_text_lines(tok_tc, last=100))
+    ours = list(tokenize_lines(text_lines(raw, last=100), "en"))
+    theirs = list(text_lines(tok_tc, last=100))
     assert [o.lower() for o in ours] == [t.lower() for t in theirs]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moses_integration.data_selection import (
+from moses_integration.lines import text_lines
+from shared_paths import moses_bin_dir, shared_file
+from table1.data_selection import (
     OOV_TOKEN,
     choose_within_budget,
     in_domain_vocabulary,
@@ -15,9 +17,8 @@ from moses_integration.data_selection import (
     sample_mask,
     select_lines,
 )
-from moses_integration.system_training import MosesInstall, MosesToolError
-from moses_integration.text_prep import read_text_lines, tokenize_lines, write_text_lines
-from shared_paths import moses_bin_dir, shared_file
+from table1.system_training import MosesInstall, MosesToolError
+from table1.text_prep import tokenize_lines, write_text_lines
 
 
 def test_budget_keeps_the_lowest_scores_until_the_next_line_would_not_fit():
@@ -71,7 +72,7 @@ def test_query_totals_are_read_one_per_sentence_and_the_summary_is_skipped():
 
 
 def _tokenized(path, first: int, last: int, lang: str) -> list[str]:
-    return list(tokenize_lines(read_text_lines(path, first=first, last=last), lang))
+    return list(tokenize_lines(text_lines(path, first=first, last=last), lang))
 
 
 @pytest.mark.moses
@@ -99,7 +100,7 @@ def test_real_kenlm_selection_picks_the_news_out_of_a_news_and_hansard_bitext(tm
                           tmp_path / "log")
     pairs = list(zip(sides["en"], sides["fr"], strict=True))
     kept, at = [], 0
-    for pair in zip(read_text_lines(out[0]), read_text_lines(out[1]), strict=True):
+    for pair in zip(text_lines(out[0]), text_lines(out[1]), strict=True):
         at = pairs.index(pair, at) + 1  # each kept pair is an input pair, in the corpus' order
         kept.append(at - 1)
     assert len(kept) == result.lines_kept > 400 and result.lines_read == 6000

@@ -22,31 +22,14 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from moses_integration.phrase_table import atomic_output, open_input
+from moses_integration.files import atomic_output
+from moses_integration.lines import text_lines
 from moses_integration.tokens import split_tokens
 
 PathArg = str | os.PathLike[str]
 
 #: Lines handed to a worker process at a time (large enough to amortise pickling).
 BATCH_LINES = 2000
-
-
-def read_text_lines(path: PathArg, *, first: int = 1, last: int | None = None) -> Iterator[str]:
-    """Lines ``first..last`` (1-based, inclusive) of a UTF-8 text file, plain or gzip, without ``\\n``.
-
-    Only ``\\n`` ends a line (as for Moses and ``sed -n``): a U+2028 inside a sentence stays in it.
-    """
-    with open_input(path) as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            if line_no < first:
-                continue
-            if last is not None and line_no > last:
-                break
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{os.fspath(path)}:{line_no}: not UTF-8 ({exc.reason})") from exc
-            yield text[:-1] if text.endswith("\n") else text
 
 
 def write_text_lines(path: PathArg, lines: Iterable[str]) -> int:
@@ -121,7 +104,7 @@ def train_truecaser(tokenized: PathArg, model_out: PathArg) -> None:
     from sacremoses import MosesTruecaser
 
     truecaser = MosesTruecaser()
-    truecaser.train((split_tokens(line) for line in read_text_lines(tokenized)), possibly_use_first_token=False)
+    truecaser.train((split_tokens(line) for line in text_lines(tokenized)), possibly_use_first_token=False)
     tmp = Path(os.fspath(model_out) + ".partial")
     truecaser.save_model(tmp)
     os.replace(tmp, model_out)
@@ -205,7 +188,7 @@ def clean_corpus_files(
 
     def pairs() -> Iterator[tuple[str, str]]:
         nonlocal read
-        src_lines, tgt_lines = read_text_lines(src_in), read_text_lines(tgt_in)
+        src_lines, tgt_lines = text_lines(src_in), text_lines(tgt_in)
         for f, e in itertools.zip_longest(src_lines, tgt_lines):
             if f is None or e is None:
                 short = src_in if f is None else tgt_in

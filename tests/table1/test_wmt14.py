@@ -1,4 +1,4 @@
-"""SCALE=full's data fetching (mert.wmt14) against a local HTTP server holding archives laid out as
+"""SCALE=full's data fetching (table1.wmt14) against a local HTTP server holding archives laid out as
 the official WMT'14 ones: what lands in DATA, resumed downloads, and the errors a user can act on."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mert import experiment as ex
-from mert import wmt14
-from mert.experiment_settings import FULL
+from table1 import experiment as ex
+from table1 import wmt14
+from table1.settings import FULL
 
 
 class _Server(ThreadingHTTPServer):
@@ -107,7 +107,7 @@ NEWS = {year: [f"Nouvelle {year} a\n".encode(), f"Nouvelle {year} b\n".encode()]
 
 
 def _publish(root: Path) -> None:
-    """Archives with the official names and members (mert.wmt14's tables) under ``root``."""
+    """Archives with the official names and members (table1.wmt14's tables) under ``root``."""
     for corpus in wmt14.PARALLEL:
         en, fr = CORPORA[corpus.name]
         if corpus.archive.endswith(".tar"):  # the 10^9 corpus: a plain tar of two .gz files

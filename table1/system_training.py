@@ -23,7 +23,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from moses_integration.lines import text_lines
 from moses_integration.tokens import split_tokens
+from table1.text_prep import write_text_lines
 
 PathArg = str | os.PathLike[str]
 STDERR_TAIL_LINES = 25
@@ -181,11 +183,10 @@ def symmetrize(
     log: Path,
 ) -> float:
     """grow-diag-final-and of two directional alignments with Moses' ``symal``; output atomically."""
-    from moses_integration.text_prep import read_text_lines, write_text_lines
 
     output = Path(output)
     feed = output.with_name(output.name + ".symal-in")
-    write_text_lines(feed, symal_input(*(read_text_lines(p) for p in (src, tgt, forward, reverse))))
+    write_text_lines(feed, symal_input(*(text_lines(p) for p in (src, tgt, forward, reverse))))
     partial = output.with_name(output.name + ".partial")
     seconds = run_logged(
         [install.binary("symal"), "-alignment=grow", "-diagonal=yes", "-final=yes", "-both=yes"],

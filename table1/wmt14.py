@@ -2,12 +2,12 @@
 
 ``make table1 SCALE=full`` must be able to start from nothing, so the ``data`` step fetches what
 ``DATA`` lacks (a folder that already holds the files is used as it is). What it writes in ``DATA``
-is what :data:`mert.experiment_settings.FULL` reads:
+is what :data:`table1.settings.FULL` reads:
 
 * ``train.en.gz``, ``train.fr.gz``: the five parallel corpora of the WMT'14 translation task
   (Europarl v7, Common Crawl, UN, News Commentary v9, the 10⁹ French–English corpus), concatenated
   line-aligned in that order. The paper then selected 348M of their 850M words (Moore & Lewis /
-  Axelrod et al.); the ``prepare`` step does that (:mod:`moses_integration.data_selection`).
+  Axelrod et al.); the ``prepare`` step does that (:mod:`table1.data_selection`).
 * ``lm.fr.gz``: WMT'14 news crawl French 2007–2013, then the French side of the training data.
 * ``newstest/newstest2011..2014.{en,fr}``: plain text, through sacrebleu's copies of the official
   test sets (the official tarballs, MD5-checked; newstest2014 is the full 3,003-segment version).
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from moses_integration.files import atomic_output, fsync_directory
 from moses_integration.lines import strip_line_end
-from moses_integration.phrase_table import atomic_output, fsync_directory
 
 STATMT = "https://www.statmt.org/"
 LANGS = ("en", "fr")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from mert.experiment_settings import CONFIGURATIONS_BY_KEY
-from mert.table1 import ConfigScores, RunScores, build_table, format_markdown
+from table1.report import ConfigScores, RunScores, build_table, format_markdown
+from table1.settings import CONFIGURATIONS_BY_KEY
 
 
 def _runs(values: list[tuple[float, float]], p: float | None = None) -> list[RunScores]:

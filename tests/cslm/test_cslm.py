@@ -14,20 +14,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from cslm.cli import main
+from cslm.model import CSLM, CSLMConfig, CSLMError
+from cslm.model_file import load_cslm, save_cslm
+from cslm.nbest import add_cslm_to_nbest
+from cslm.scoring import ScoreStats, sentence_log_probs
+from cslm.train import CSLMTrainConfig, train_cslm
 from moses_integration.nbest import read_nbest
 from moses_integration.tokens import split_tokens
-from rescorer.cli import main
-from rescorer.cslm import (
-    CSLM,
-    CSLMConfig,
-    CSLMError,
-    ScoreStats,
-    add_cslm_to_nbest,
-    load_cslm,
-    save_cslm,
-    sentence_log_probs,
-)
-from rescorer.cslm_train import CSLMTrainConfig, train_cslm
 from rescorer.vocab import Vocab
 from shared_paths import moses_bin_dir, shared_file
 
@@ -173,20 +167,20 @@ def test_cli_train_score_and_nbest(tmp_path: Path) -> None:
     corpus.write_text("".join(_french_lines(700)), encoding="utf-8")
     model = tmp_path / "m.pt"
     runner = CliRunner()
-    res = runner.invoke(main, ["cslm", "train", str(corpus), str(model), "--max-epochs", "1", "--embedding", "8",
+    res = runner.invoke(main, ["train", str(corpus), str(model), "--max-epochs", "1", "--embedding", "8",
                                "--hidden", "16,8", "--shortlist", "300", "--threads", "1", "--quiet"])
     assert res.exit_code == 0, res.output
     assert "epoch 1: valid perplexity" in res.stderr
     text = "le président .\nmonsieur le président , je\n"
-    res = runner.invoke(main, ["cslm", "score", str(model), "-"], input=text)
+    res = runner.invoke(main, ["score", str(model), "-"], input=text)
     assert res.exit_code == 0, res.output
     loaded = load_cslm(model)
     expected = sentence_log_probs(loaded.model, loaded.vocab, [s.split() for s in text.splitlines()])
     got = [float(x) for x in res.stdout.split()]
     np.testing.assert_allclose(got, expected, atol=1e-5)
-    res = runner.invoke(main, ["cslm", "nbest", str(model), "-", "-", "--name", "CSLM_0"], input="")
+    res = runner.invoke(main, ["nbest", str(model), "-", "-", "--name", "CSLM_0"], input="")
     assert res.exit_code != 0 and "sparse feature" in res.output
-    res = runner.invoke(main, ["cslm", "score", str(tmp_path / "missing.pt")])
+    res = runner.invoke(main, ["score", str(tmp_path / "missing.pt")])
     assert res.exit_code != 0
 
 

@@ -1,0 +1,174 @@
+"""Command line: the ``cslm`` group (train, score, nbest, export-nplm). Parsing only; work is elsewhere.
+
+Library imports happen inside the commands so that ``cslm --help`` answers without loading torch.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from moses_integration.cli_options import (
+    device_option,
+    friendly_errors,
+    quiet_option,
+    resume_option,
+    seed_option,
+    threads_option,
+)
+from moses_integration.threads import limit_threads
+from rescorer.config import PRECISIONS
+
+
+@click.group("cslm")
+def main() -> None:
+    """Schwenk's CSLM (SPEC §5): a 7-gram neural LM, in the decoder (export-nplm) or on n-best lists."""
+
+
+RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralLM adds for the model's "
+            "export-nplm file [default: exact log-probabilities]")
+
+
+def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
+    try:
+        sizes = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated layer sizes such as 1536,1024, got {value!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"expected positive layer sizes, got {value!r}")
+    return sizes
+
+
+@main.command("train", short_help="train a CSLM on tokenized target text")
+@click.argument("corpus")
+@click.argument("model_out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--valid", type=click.Path(exists=True, dir_okay=False),
+              help="validation text [default: a random 0.1% of CORPUS's lines, at least 500]")
+@click.option("--order", type=int, default=7, show_default=True, help="n of the n-gram model")
+@click.option("--shortlist", type=int, default=15000, show_default=True, help="output words, [UNK] included")
+@click.option("--embedding", type=int, default=512, show_default=True, help="embedding size of each history word")
+@click.option("--hidden", default="1536,1024", show_default=True, callback=_hidden_sizes,
+              help="ReLU hidden layer sizes, comma-separated")
+@click.option("--max-time", type=float, help="stop after this many seconds of training")
+@click.option("--max-epochs", type=int, help="stop after this many epochs")
+@click.option("--patience", type=int, default=10, show_default=True,
+              help="stop after this many epochs without validation improvement")
+@click.option("--epoch-size", type=int, help="n-grams per epoch, resampled each epoch [default: all]")
+@click.option("--batch-size", type=int, default=128, show_default=True)
+@click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True)
+@click.option("--lr", type=float, help="learning rate [default: 1e-3 for adam, 0.02 for sgd]")
+@click.option("--self-normalize", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="ALPHA",
+              help="add ALPHA*(log Z)^2 to the loss (Devlin et al. 2014; 0.1 is usual), so that the raw scores "
+                   "Moses' NeuralLM adds are log-probabilities; needed for export-nplm")
+@seed_option()
+@resume_option("continue the run saved in MODEL_OUT(.last)")
+@device_option()
+@click.option("--precision", type=click.Choice([p for p in PRECISIONS if p != "tf32"]), default="auto",
+              show_default=True, help="auto: fp32 on the CPU, bf16 autocast on a GPU")
+@threads_option()
+@quiet_option()
+@friendly_errors()
+def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hidden, max_time, max_epochs, patience,
+                       epoch_size, batch_size, optimizer, lr, self_normalize, seed, resume, device, precision, threads,
+                       quiet):
+    """Train a CSLM on tokenized target-language text CORPUS (plain or .gz) into MODEL_OUT."""
+    from cslm.model import CSLMConfig
+    from cslm.train import CSLMTrainConfig, train_cslm
+
+    limit_threads(threads)
+    result = train_cslm(
+        corpus, model_out,
+        model_config=CSLMConfig(vocab_size=2, order=order, embedding=embedding, hidden=hidden),
+        train_config=CSLMTrainConfig(batch_size=batch_size, optimizer=optimizer, lr=lr, epoch_size=epoch_size,
+                                     max_epochs=max_epochs, max_time=max_time, patience=patience, seed=seed,
+                                     self_normalize=self_normalize),
+        shortlist=shortlist, valid=valid, device=device, precision=precision, resume=resume, progress=not quiet,
+    )
+    best = result.best
+    log_z = f", log Z mean {best.log_z_mean:.3f} std {best.log_z_std:.3f}" if best.log_z_mean is not None else ""
+    click.echo(f"stopped by {result.stopped_by} after {result.examples} n-grams in {result.elapsed:.0f} s; "
+               f"best valid perplexity {best.perplexity:.2f}{log_z} (epoch {best.epoch}) in {model_out}", err=True)
+
+
+@main.command("score", short_help="natural-log probability of each sentence")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("text", default="-")
+@click.option("--raw", is_flag=True, help=RAW_HELP)
+@device_option()
+@threads_option()
+@friendly_errors()
+def cslm_score_command(model, text, raw, device, threads):
+    """One natural-log sentence probability per line of TEXT on stdout; perplexity on stderr."""
+    from cslm.model_file import load_cslm
+    from cslm.scoring import ScoreStats, score_lines
+    from moses_integration.files import open_input
+
+    limit_threads(threads)
+    loaded = load_cslm(model, device)
+    stats = ScoreStats()
+    with open_input(text) as fh:
+        lines = (raw.decode("utf-8") for raw in fh)
+        out = sys.stdout
+        for value in score_lines(loaded.model, loaded.vocab, lines, normalize=not raw, stats=stats):
+            out.write(f"{value:.6f}\n")
+    click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
+               f"perplexity {stats.perplexity:.2f}", err=True)
+
+
+@main.command("nbest", short_help="append CSLM0= to each line of an n-best list")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("nbest_in", default="-")
+@click.argument("nbest_out", default="-")
+@click.option("--name", default="CSLM0", show_default=True, help="feature name (letters and digits, no '_')")
+@click.option("--raw", is_flag=True, help=RAW_HELP)
+@device_option()
+@threads_option()
+@friendly_errors()
+def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads):
+    """Append NAME= log p(hypothesis) to each line of a Moses n-best list, every other byte kept.
+
+    Usable as mert-moses.pl's --transform-decoded-file (with --batch-mira).
+    """
+    from cslm.model_file import load_cslm
+    from cslm.nbest import add_cslm_to_nbest, dense_feature_name
+    from cslm.scoring import ScoreStats
+
+    limit_threads(threads)
+    loaded = load_cslm(model, device)
+    stats = ScoreStats()
+    lines = add_cslm_to_nbest(loaded.model, loaded.vocab, nbest_in, nbest_out, name=dense_feature_name(name),
+                              normalize=not raw, stats=stats)
+    click.echo(f"{lines} hypotheses, {stats.tokens} tokens, distinct histories {stats.history_share:.1%} "
+               f"of tokens", err=True)
+
+
+@main.command("export-nplm", short_help="the model in NPLM's format, for Moses' NeuralLM")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("out")
+@friendly_errors()
+def cslm_export_nplm_command(model, out):
+    """Write MODEL in NPLM's text format as OUT (- for stdout), for Moses' NeuralLM feature.
+
+    In moses.ini: NeuralLM factor=0 name=CSLM0 order=7 path=OUT (rescore-phrase-table --cslm OUT adds
+    it). Moses adds the raw scores, so train the model with --self-normalize.
+    """
+    from cslm.export import cslm_to_nplm, self_normalization
+    from cslm.model_file import load_cslm
+    from moses_integration.nplm import write_nplm
+
+    loaded = load_cslm(model, "cpu")
+    nplm = cslm_to_nplm(loaded.model, loaded.vocab)
+    write_nplm(out, nplm)
+    alpha = self_normalization(loaded)
+    click.echo(f"{out}: {nplm.config.ngram_size}-gram, {len(nplm.vocab)} words, hidden layers "
+               f"{','.join(map(str, loaded.model.config.hidden))}; moses.ini: NeuralLM factor=0 name=CSLM0 "
+               f"order={nplm.config.ngram_size} path={out}", err=True)
+    if not alpha:
+        click.echo(f"warning: {model} was trained without --self-normalize: Moses adds its raw scores, which "
+                   "are log-probabilities only up to each history's log Z", err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

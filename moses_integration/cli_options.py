@@ -1,0 +1,109 @@
+"""The command-line conventions every command shares: ``rescorer``, ``rescore-phrase-table``, ``cslm``,
+``mert`` and ``table1``.
+
+An MT engineer scripts these commands together, so one option means one thing everywhere:
+
+- ``--threads N``: CPU threads (torch's pool, worker processes, the decoder's ``-threads``); the
+  default is the CPUs this process may use, resolved by :func:`moses_integration.threads.limit_threads`
+  in every command.
+- ``--device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+- ``-q/--quiet``: no progress bars or progress lines on stderr.
+- ``--seed``: default 1234, so that two runs of a command give the same result.
+- ``--resume``: continue a killed run from what it saved.
+
+A bad value is one line and exit 1 (the project's rule for bad input), not a usage screen, and the
+known input errors (:class:`ValueError` and its file-and-line subclasses, a missing file, bad UTF-8)
+print as one line through :func:`friendly_errors`. This module imports click only: no torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_SEED = 1234
+DEVICE_HELP = "auto, cpu, cuda or cuda:N"
+THREADS_HELP = ("CPU threads [default: the CPUs this process may use (os.sched_getaffinity), "
+                "e.g. a SLURM job's share]")
+
+
+class OneLineValue:
+    """A parameter type whose bad value is one line and exit 1, the rule for bad input, not a usage error.
+
+    Range checks happen while the command line is parsed, so a value that cannot work (``--chunk-lines
+    0`` would read the whole table into one endless chunk) is refused before any file is opened.
+    """
+
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None):
+        where = param.get_error_hint(ctx) if param is not None and ctx is not None else "value"
+        raise click.ClickException(f"Invalid value for {where}: {message}")
+
+
+class IntRange(OneLineValue, click.IntRange):
+    """:class:`click.IntRange`, failing with one line (:class:`OneLineValue`)."""
+
+    name = "integer"  # "'x' is not a valid integer", not "... integer range"
+
+
+class FiniteFloat(OneLineValue, click.FloatRange):
+    """:class:`click.FloatRange` that also refuses nan and ±inf, failing with one line."""
+
+    name = "float"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+    def _describe_range(self) -> str:
+        return "finite" if self.min is None and self.max is None else super()._describe_range()
+
+
+class OneLinePath(OneLineValue, click.Path):
+    """:class:`click.Path`, failing with one line (:class:`OneLineValue`)."""
+
+
+def threads_option(help: str = THREADS_HELP) -> Callable[[F], F]:
+    """``--threads N`` (N >= 1); ``None`` when absent, which ``limit_threads`` turns into the available CPUs."""
+    return click.option("--threads", type=IntRange(min=1), default=None, help=help)
+
+
+def device_option(help: str = DEVICE_HELP) -> Callable[[F], F]:
+    return click.option("--device", default="auto", show_default=True, help=help)
+
+
+def quiet_option(help: str = "no progress output on stderr") -> Callable[[F], F]:
+    return click.option("-q", "--quiet", is_flag=True, help=help)
+
+
+def seed_option(help: str = "random seed") -> Callable[[F], F]:
+    return click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help=help)
+
+
+def resume_option(help: str, *aliases: str) -> Callable[[F], F]:
+    """``--resume`` (with older spellings in ``aliases``, e.g. ``mert tune``'s ``--continue``)."""
+    return click.option("--resume", *aliases, "resume", is_flag=True, help=help)
+
+
+def friendly_errors(*known: type[BaseException]) -> Callable[[F], F]:
+    """Known input problems (and the ``known`` errors of a command) print as one line and exit 1."""
+    caught = (ValueError, FileNotFoundError, IsADirectoryError, UnicodeDecodeError, *known)
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except caught as exc:
+                raise click.ClickException(str(exc)) from exc
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

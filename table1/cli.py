@@ -1,0 +1,68 @@
+"""Command line: ``table1 STEP…``, the Table 1 experiment (``make table1`` calls ``table1 … all``).
+
+Parsing only: the steps, their order (:data:`table1.experiment.STEPS`) and their work are in
+:mod:`table1.experiment`. Every finished step is stamped in the work folder and skipped, so a killed
+run continues where it stopped when the same command is run again.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from moses_integration.cli_options import device_option, threads_option
+from moses_integration.threads import resolve_threads
+from table1 import experiment as ex
+from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
+from table1.system_training import MosesToolError
+
+
+@click.command("table1")
+@click.argument("steps", nargs=-1, required=True, type=click.Choice([*ex.STEPS, "all"]))
+@click.option("--work", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="work folder (outside the source tree); every step's outputs and stamps")
+@click.option("--scale", type=click.Choice(list(SCALES)), default="small", show_default=True,
+              help="settings: table1/settings.py")
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path),
+              help="raw text folder (SCALE=small: the shared data folder with hansard/ and newstest/)")
+@click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Moses binaries (default: $MOSES_BIN_DIR, else MOSES_HOME/bin)")
+@click.option("--moses-home", type=click.Path(file_okay=False, path_type=Path),
+              help="Moses tree with scripts/ (default: $MOSES_HOME, else BIN/../scripts)")
+@threads_option("processes and decoder threads [default: the CPUs this process may use]")
+@device_option("auto, cpu, cuda or cuda:N (model training)")
+@click.option("--configs", default="",
+              help="configurations to run, e.g. 'baseline rnn' (default: the paper's four; cslm-nbest-rnn and "
+                   "cslm-nbest-rnn-wp rescore n-best lists with the CSLM instead)")
+@click.option("--runs", type=click.IntRange(1, MAX_RUNS), default=3, show_default=True,
+              help=f"tuning runs per configuration (run k: mert tune --seed {RUN_SEED_BASE - 1}+k)")
+@click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,
+              help="auto: GIZA++/mgiza where Moses has them, else eflomal")
+@click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="where the report step writes table1.{md,json,png}")
+@click.option("--mirror", default="https://www.statmt.org/", show_default=True,
+              help="data step: where the WMT'14 training and LM archives that DATA lacks are fetched from")
+def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, moses_bin_dir: Path | None,
+         moses_home: Path | None, threads: int | None, device: str, configs: str, runs: int, aligner: str,
+         results: Path, mirror: str) -> None:
+    """Run STEPS of the Table 1 experiment in WORK (``all``: every step in order); finished steps are
+    skipped, so rerun freely.
+
+    data, prepare, baseline, rnn, cslm, tune, eval, report (see README, "The experiment").
+    """
+    command = f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{configs}'" if configs else "")
+    try:
+        options = ex.StepOptions(select_configurations(configs), runs, aligner, mirror, results, command)
+        exp = ex.load_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
+                                 jobs=resolve_threads(threads), device=device)
+        for step in ex.STEPS if "all" in steps else steps:
+            for path in ex.run_step(exp, step, options):
+                click.echo(f"wrote {path}", err=True)
+    except (ex.ExperimentError, MosesToolError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
