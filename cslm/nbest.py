@@ -4,16 +4,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
 import numpy as np
 
 from cslm.model import CSLM, CSLMError
 from cslm.model_file import load_cslm
 from cslm.scoring import ScoreStats, sentence_log_probs
-from moses_integration.files import PathArg, atomic_output, display_name, open_input
+from moses_integration.files import PathArg
 from moses_integration.moses_ini import dense_feature_name_problem
-from moses_integration.nbest import FIELD_SEPARATOR, NBestEntry, NBestError, format_value, parse_nbest_line
+from moses_integration.nbest import NBestEntry, append_features
 from moses_integration.tokens import split_tokens
 from rescorer.vocab import Vocab
 
@@ -51,21 +49,6 @@ def dense_feature_name(name: str) -> str:
     return name
 
 
-def _nbest_sentence_chunks(lines: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
-    """Raw n-best lines grouped in runs of whole sentences of about ``size`` lines."""
-    chunk: list[bytes] = []
-    prev_id = b""
-    for raw in lines:
-        sent_id = raw.split(b"|||", 1)[0]
-        if len(chunk) >= size and sent_id != prev_id:
-            yield chunk
-            chunk = []
-        chunk.append(raw)
-        prev_id = sent_id
-    if chunk:
-        yield chunk
-
-
 def add_cslm_to_nbest(
     model: CSLM,
     vocab: Vocab,
@@ -81,34 +64,12 @@ def add_cslm_to_nbest(
 
     This is the ``--transform-decoded-file`` filter for ``mert-moses.pl``: values are written as
     Moses writes its own (6 significant digits), the hypothesis, the other features, the total
-    and any further fields stay byte for byte. Lines are checked with the project's n-best parser,
-    so a broken list fails with its file and line. The output is written atomically.
+    and any further fields stay byte for byte (:func:`moses_integration.nbest.append_features`, the
+    one n-best rewriter). A broken list fails with its file and line; the output is atomic.
     """
-    where = display_name(nbest_in)
-    marker = f"{name}=".encode()
-    line_no = 0
-    with open_input(nbest_in) as fh, atomic_output(nbest_out) as out:
-        for chunk in _nbest_sentence_chunks(fh, chunk_lines):
-            parsed: list[tuple[bytes, list[bytes]]] = []
-            sentences: list[list[str]] = []
-            for raw in chunk:
-                line_no += 1
-                ending = b"\n" if raw.endswith(b"\n") else b""
-                body = raw[: len(raw) - len(ending)]
-                try:
-                    text = body.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise NBestError(where, line_no, f"not valid UTF-8 ({exc.reason})") from None
-                entry = parse_nbest_line(text.rstrip("\r"), path=where, line_no=line_no)
-                if any(n == name for n, _ in entry.features):
-                    raise NBestError(where, line_no, f"the list already has feature {name}")
-                fields = body.split(FIELD_SEPARATOR.encode())
-                parsed.append((ending, fields))
-                sentences.append(split_tokens(entry.hypothesis))
-            scores = sentence_log_probs(model, vocab, sentences, normalize=normalize, stats=stats)
-            for (ending, fields), value in zip(parsed, scores.tolist(), strict=True):
-                feats = fields[2]
-                kept = feats.rstrip(b" ")
-                fields[2] = kept + b" " + marker + b" " + format_value(value).encode() + feats[len(kept):]
-                out.write(FIELD_SEPARATOR.encode().join(fields) + ending)
-    return line_no
+
+    def score(entries: list[NBestEntry]) -> list[tuple[str, np.ndarray]]:
+        sentences = [split_tokens(e.hypothesis) for e in entries]
+        return [(name, sentence_log_probs(model, vocab, sentences, normalize=normalize, stats=stats))]
+
+    return append_features(nbest_in, nbest_out, score, chunk_lines=chunk_lines)

@@ -14,11 +14,10 @@ treats any name containing ``_`` as a sparse feature, SPEC §6), no blanks, no `
 from __future__ import annotations
 
 import importlib
-import io
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -28,7 +27,7 @@ import numpy as np
 from moses_integration.files import PathArg, atomic_output, display_name
 from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import dense_feature_name_problem
-from moses_integration.nbest import NBestEntry, NBestError, format_nbest_line, read_nbest
+from moses_integration.nbest import NBestEntry, NBestError, append_features
 from moses_integration.tokens import split_tokens
 
 #: Hypotheses handed to a feature per ``score`` call (whole sentences only). Large enough for a
@@ -237,18 +236,6 @@ def read_source_sentences(path: PathArg) -> list[str]:
     return read_text_lines(path)
 
 
-def _sentence_chunks(entries: Iterator[NBestEntry], size: int) -> Iterator[list[NBestEntry]]:
-    """Consecutive entries grouped into chunks of whole sentences, about ``size`` entries each."""
-    chunk: list[NBestEntry] = []
-    for entry in entries:
-        if len(chunk) >= size and entry.sent_id != chunk[-1].sent_id:
-            yield chunk
-            chunk = []
-        chunk.append(entry)
-    if chunk:
-        yield chunk
-
-
 def score_entries(
     features: Sequence[NBestFeature], source_sentences: list[str], entries: list[NBestEntry], *, path: str = "<n-best>"
 ) -> list[np.ndarray]:
@@ -288,34 +275,22 @@ def add_features(
 ) -> int:
     """Append every feature's ``Name= v …`` to each hypothesis of ``nbest_in``; return the line count.
 
-    Streams the list in chunks of whole sentences and writes ``nbest_out`` atomically (gzip for
-    a ``.gz`` name), so a crash never leaves a plausible but short list for MERT to merge. The
-    total score (field 4) is left as Moses wrote it: it is informational, and the extra
-    weights are not known until MERT has run. A feature whose name is already in the list is an
-    error (appending it twice would make the list unreadable). Values are written with 6
-    significant digits, as Moses writes its own.
+    Through the one n-best rewriter (:func:`moses_integration.nbest.append_features`): chunks of
+    whole sentences, every other byte kept, written atomically (gzip for a ``.gz`` name), so a
+    crash never leaves a plausible but short list for MERT to merge. The total score (field 4) is
+    left as Moses wrote it: it is informational, and the extra weights are not known until MERT
+    has run.
     """
     feats = [check_feature(f) for f in features]
     sources = read_source_sentences(source_file) if not isinstance(source_file, list) else source_file
     name = display_name(nbest_in)
-    count = 0
-    with atomic_output(nbest_out) as raw:
-        out = io.TextIOWrapper(raw, encoding="utf-8", newline="\n", write_through=False)
-        entries = read_nbest(nbest_in, expected_sentences=len(sources))
-        for chunk in _sentence_chunks(entries, chunk_hypotheses):
-            existing = {n for n, _ in chunk[0].features}
-            clash = [f.name for f in feats if f.name in existing]
-            if clash:
-                raise NBestError(name, chunk[0].line_no, f"the list already has feature(s) {', '.join(clash)}")
-            scores = score_entries(feats, sources, chunk, path=name)
-            for i, entry in enumerate(chunk):
-                entry.features = entry.features + [(f.name, scores[k][i].tolist()) for k, f in enumerate(feats)]
-                out.write(format_nbest_line(entry))
-                out.write("\n")
-            count += len(chunk)
-        out.flush()
-        out.detach()  # leave ``raw`` open for atomic_output to finish (fsync, rename)
-    return count
+
+    def score(entries: list[NBestEntry]) -> list[tuple[str, np.ndarray]]:
+        return [(f.name, values) for f, values in zip(feats, score_entries(feats, sources, entries, path=name),
+                                                       strict=True)]
+
+    return append_features(nbest_in, nbest_out, score, chunk_lines=chunk_hypotheses,
+                           expected_sentences=len(sources))
 
 
 # --------------------------------------------------------------------------------------------

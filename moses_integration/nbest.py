@@ -17,14 +17,14 @@ from __future__ import annotations
 import gzip
 import math
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
 import numpy as np
 
 from moses_integration.errors import FileLineError
-from moses_integration.files import PathArg, display_name, open_input
+from moses_integration.files import PathArg, atomic_output, display_name, open_input
 from moses_integration.lines import strip_line_end
 
 FIELD_SEPARATOR = "|||"
@@ -144,6 +144,14 @@ def read_nbest(
     against its reference. With ``expected_sentences`` the list must also cover exactly ids
     ``0 … expected_sentences-1``; a list that stops early is reported at its last line.
     """
+    for _, entry in _read_lines_and_entries(path, expected_sentences=expected_sentences, check_ids=check_ids):
+        yield entry
+
+
+def _read_lines_and_entries(
+    path: PathArg, *, expected_sentences: int | None = None, check_ids: bool = True
+) -> Iterator[tuple[bytes, NBestEntry]]:
+    """:func:`read_nbest`'s entries, each with its raw line (line end included), for byte-exact rewriting."""
     name = display_name(path)
     prev_id = -1
     line_no = 0
@@ -151,9 +159,8 @@ def read_nbest(
         try:
             for raw in fh:
                 line_no += 1
-                raw = strip_line_end(raw)
                 try:
-                    line = raw.decode("utf-8")
+                    line = strip_line_end(raw).decode("utf-8")
                 except UnicodeDecodeError as exc:
                     raise NBestError(name, line_no, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
                 if not line.strip():
@@ -162,7 +169,7 @@ def read_nbest(
                 if check_ids:
                     _check_id(entry.sent_id, prev_id, expected_sentences, name, line_no)
                 prev_id = entry.sent_id
-                yield entry
+                yield raw, entry
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise NBestError(name, line_no + 1, f"truncated or corrupt gzip input ({exc})") from exc
     if check_ids and expected_sentences is not None and prev_id + 1 != expected_sentences:
@@ -211,6 +218,77 @@ def format_nbest_line(entry: NBestEntry) -> str:
     feats = " ".join(f"{name}= " + " ".join(format_value(v) for v in values) for name, values in entry.features)
     parts = [str(entry.sent_id), f"{entry.hypothesis} ", feats, format_value(entry.total), *entry.extra]
     return " ||| ".join(parts)
+
+
+#: Scores of new features for a chunk of entries: ``[(name, values [len(entries), k]), …]``.
+FeatureScorer = Callable[[list[NBestEntry]], Sequence[tuple[str, np.ndarray]]]
+
+
+def _sentence_chunks(
+    rows: Iterator[tuple[bytes, NBestEntry]], size: int
+) -> Iterator[list[tuple[bytes, NBestEntry]]]:
+    """Consecutive rows grouped into chunks of whole sentences, about ``size`` rows each."""
+    chunk: list[tuple[bytes, NBestEntry]] = []
+    for row in rows:
+        if len(chunk) >= size and row[1].sent_id != chunk[-1][1].sent_id:
+            yield chunk
+            chunk = []
+        chunk.append(row)
+    if chunk:
+        yield chunk
+
+
+def _with_features(raw: bytes, added: bytes) -> bytes:
+    """``raw`` with ``added`` appended to its feature field (the third); every other byte kept."""
+    if not added:
+        return raw
+    body = strip_line_end(raw)
+    ending = raw[len(body):]
+    fields = body.split(FIELD_SEPARATOR.encode())
+    feats = fields[2]
+    kept = feats.rstrip(b" ")
+    fields[2] = kept + b" " + added + feats[len(kept):]
+    return FIELD_SEPARATOR.encode().join(fields) + ending
+
+
+def append_features(
+    nbest_in: PathArg,
+    nbest_out: PathArg,
+    score: FeatureScorer,
+    *,
+    chunk_lines: int = 2000,
+    expected_sentences: int | None = None,
+) -> int:
+    """The one n-best rewriter: append `` Name= v …`` to each line's features; return the line count.
+
+    ``score`` gets chunks of whole sentences (about ``chunk_lines`` hypotheses) and returns each new
+    feature's name and values. Every other byte of a line stays as it was (hypothesis, the other
+    features, the total as Moses wrote it, alignment fields, the line end), so the result is also
+    a valid ``--transform-decoded-file`` output for ``mert-moses.pl``. Lines are parsed and their
+    ids checked as :func:`read_nbest` does, so a broken list fails with its file and line; a
+    feature the list already has is an error (a second copy would make the list unreadable).
+    Values are written as Moses writes its own; the output is written atomically.
+    """
+    name = display_name(nbest_in)
+    count = 0
+    rows = _read_lines_and_entries(nbest_in, expected_sentences=expected_sentences)
+    with atomic_output(nbest_out) as out:
+        for chunk in _sentence_chunks(rows, chunk_lines):
+            entries = [entry for _, entry in chunk]
+            scores = score(entries)
+            new_names = {feature for feature, _ in scores}
+            for entry in entries:
+                clash = sorted(new_names & {n for n, _ in entry.features})
+                if clash:
+                    raise NBestError(name, entry.line_no, f"the list already has feature(s) {', '.join(clash)}")
+            columns = [(feature, np.asarray(values, dtype=np.float64).reshape(len(entries), -1))
+                       for feature, values in scores]
+            for i, (raw, _) in enumerate(chunk):
+                added = " ".join(f"{feature}= " + " ".join(format_value(v) for v in values[i].tolist())
+                                 for feature, values in columns)
+                out.write(_with_features(raw, added.encode("utf-8")))
+            count += len(chunk)
+    return count
 
 
 def write_nbest(fh: TextIO, entries: Iterable[NBestEntry]) -> int:

@@ -13,6 +13,7 @@ import pytest
 from moses_integration.nbest import (
     NBestEntry,
     NBestError,
+    append_features,
     feature_vector,
     format_nbest_line,
     load_nbest_arrays,
@@ -230,3 +231,30 @@ def test_sparse_features_are_left_out_of_the_dense_columns(tmp_path: Path) -> No
 
     merged = merge_nbest_lists([tmp_path / "sparse.nbest", tmp_path / "dense.nbest"])
     assert merged.sparse_names == arrays.sparse_names and merged.features.shape == (3, 3)
+
+
+def test_append_features_keeps_every_other_byte_and_chunks_whole_sentences(tmp_path):
+    """The one n-best rewriter: CRLF, alignment fields and Moses' spacing survive; the scorer only ever
+    sees whole sentences; values are written as Moses writes them."""
+    lines = [b"0 ||| a b  ||| LM0= -1.5 TM0= 0.1 0.2  ||| -3 ||| 0-0 1-1\r\n",
+             b"0 ||| a  ||| LM0= -1 TM0= 0.3 0.4 ||| -2\n",
+             b"1 ||| c ||| LM0= -2 TM0= 0.5 0.6 ||| -4"]
+    nbest = tmp_path / "in.nbest"
+    nbest.write_bytes(b"".join(lines))
+    seen = []
+
+    def score(entries):
+        seen.append([e.sent_id for e in entries])
+        n = len(entries)
+        return [("New", np.arange(n, dtype=float) + 0.1234567), ("Pair", np.ones((n, 2)) / 3)]
+
+    count = append_features(nbest, tmp_path / "out.nbest", score, chunk_lines=1, expected_sentences=2)
+    assert count == 3 and seen == [[0, 0], [1]]
+    assert (tmp_path / "out.nbest").read_bytes().splitlines(keepends=True) == [
+        b"0 ||| a b  ||| LM0= -1.5 TM0= 0.1 0.2 New= 0.123457 Pair= 0.333333 0.333333  ||| -3 ||| 0-0 1-1\r\n",
+        b"0 ||| a  ||| LM0= -1 TM0= 0.3 0.4 New= 1.12346 Pair= 0.333333 0.333333 ||| -2\n",
+        b"1 ||| c ||| LM0= -2 TM0= 0.5 0.6 New= 0.123457 Pair= 0.333333 0.333333 ||| -4",
+    ]
+    with pytest.raises(NBestError, match=r"in\.nbest:1: the list already has feature\(s\) LM0"):
+        append_features(nbest, tmp_path / "bad.nbest", lambda entries: [("LM0", np.zeros(len(entries)))])
+    assert not (tmp_path / "bad.nbest").exists()
