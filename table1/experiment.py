@@ -690,7 +690,7 @@ def step_report(
         collected.append((config, found))
     if not any(found for _, found in collected):
         raise ExperimentError(f"no evaluated run in {exp.work} yet: run the eval step first")
-    scored, signature = score_runs(
+    scored, signature, detectable = score_runs(
         collected, dev_tok_ref=exp.prepared("dev", exp.tgt), test_ref=exp.path("raw", f"test.{exp.tgt}"),
         test_tok_ref=exp.prepared("test", exp.tgt), lang=exp.tgt,
     )
@@ -703,6 +703,7 @@ def step_report(
         *training_notes(exp),
     ]
     doc = build_table(scored, settings={"scale": exp.settings.to_json(), "runs": runs}, signature=signature,
+                      detectable=detectable,
                       runs_requested=runs, timings=timings, notes=notes)
     table_feature, table_path, _ = single_phrase_table(exp.rnn_ini)
     if Path(table_path).exists():

@@ -4,7 +4,10 @@ How the runs are combined: each configuration was tuned ``RUNS`` times with diff
 seeds (random restarts). Table cells are the mean ± sample standard deviation over those runs.
 Significance is sacreBLEU's paired bootstrap (1,000 resamples) of run *k* of a configuration
 against run *k* of Baseline (the same seed), one p-value per pair, as Clark et al. (2011)
-recommend comparing whole tuning runs rather than the best of them; the table shows all of them.
+recommend comparing whole tuning runs rather than the best of them; the table shows all of them,
+then one pooled p-value per row over all its runs (:func:`mert.significance.pooled_bootstrap`),
+and beside them the smallest difference the setup could call significant, measured between
+Baseline runs (:func:`mert.significance.detectable_delta`).
 
 Dev BLEU is on the tokenised, truecased dev set (what MERT maximises); test BLEU is sacreBLEU on
 detruecased, detokenised output against the raw reference (with its signature), plus the
@@ -22,6 +25,7 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU
 
 from mert.evaluate import check_same_length, mean_std, paired_bootstrap, score_system
+from mert.significance import PooledTest, detectable_delta, pooled_bootstrap
 from moses_integration.files import atomic_output
 from moses_integration.lines import read_text_lines
 from table1.analysis import format_analysis, format_leverage, format_trajectories
@@ -61,6 +65,16 @@ class RunScores:
 class ConfigScores:
     config: Configuration
     runs: list[RunScores] = field(default_factory=list)
+    pooled: PooledTest | None = None  # all runs against the same-numbered Baseline runs
+
+
+@dataclass(frozen=True)
+class Detectable:
+    """The smallest test Δ (sacreBLEU) the paired bootstrap would call significant (p < 0.05) for one
+    run against one run, measured between Baseline runs (k against k + 1, averaged over the pairs)."""
+
+    per_run: float
+    baseline_runs: int
 
 
 def _mean_std_json(values: Sequence[float]) -> dict[str, float | None]:
@@ -72,7 +86,7 @@ def _mean_std_json(values: Sequence[float]) -> dict[str, float | None]:
 
 def build_table(
     scores: Sequence[ConfigScores], *, settings: dict[str, object], signature: str, runs_requested: int,
-    timings: dict[str, float] | None = None, notes: Sequence[str] = (),
+    timings: dict[str, float] | None = None, notes: Sequence[str] = (), detectable: Detectable | None = None,
 ) -> dict[str, object]:
     """The report as one JSON-able document (what table1.json holds; md and png are drawn from it)."""
     rows = []
@@ -89,6 +103,10 @@ def build_table(
                                               if r.test_tokenized_bleu is not None]),
             "p_values_vs_baseline": [r.p_value for r in runs if r.p_value is not None],
             "deltas_vs_baseline": [r.delta for r in runs if r.p_value is not None],
+            "pooled_vs_baseline": None if cs.pooled is None else {
+                "runs": cs.pooled.runs, "delta": round(cs.pooled.delta, 4), "p_value": cs.pooled.p_value,
+                "baseline_bleu": round(cs.pooled.baseline_bleu, 4), "system_bleu": round(cs.pooled.system_bleu, 4),
+                "significant_from": round(cs.pooled.threshold, 4)},
             "runs": [
                 {"run": r.run, "seed": r.seed, "dev_bleu": r.dev_bleu, "test_bleu": r.test_bleu,
                  "test_tokenized_bleu": r.test_tokenized_bleu, "p_value_vs_baseline": r.p_value,
@@ -102,7 +120,10 @@ def build_table(
         "runs_requested": runs_requested,
         "sacrebleu_signature": signature,
         "combination": "mean ± sample std over runs; Δ and p: run k against Baseline run k on test (sacreBLEU; "
-                       "p: two-sided paired bootstrap, 1000 samples)",
+                       "p: two-sided paired bootstrap, 1000 samples); pooled: all runs against the same-numbered "
+                       "Baseline runs, resampling test sentences",
+        "detectable": None if detectable is None else {
+            "per_run": round(detectable.per_run, 4), "baseline_runs": detectable.baseline_runs, "level": 0.05},
         "settings": settings,
         "timings_seconds": timings or {},
         "notes": list(notes),
@@ -125,20 +146,30 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
         out += [f"Made by `{command}`.", ""]
     out += [
         "| configuration | dev (ours) | test (ours, sacreBLEU) | test (ours, tokenised) | paper dev | paper test | "
-        "test Δ vs Baseline, p (per run) |",
-        "|---|---|---|---|---|---|---|",
+        "test Δ vs Baseline, p (per run) | pooled Δ, p |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         deltas = row.get("deltas_vs_baseline") or [None] * len(row["p_values_vs_baseline"])
         ps = ", ".join(("" if d is None else f"{d:+.2f} ") + f"(p {p:.3f})"
                        for d, p in zip(deltas, row["p_values_vs_baseline"], strict=True)) or "–"
         n = row["runs_finished"]
+        pooled = row.get("pooled_vs_baseline")
+        pooled_cell = ("–" if not pooled else f"{pooled['delta']:+.2f} (p {pooled['p_value']:.3f}, {pooled['runs']} "
+                       f"runs; significant from ±{pooled['significant_from']:.2f})")
         out.append(
             f"| {row['label']} | {_cell(row['dev'], n)} | {_cell(row['test'], n)} | {_cell(row['test_tokenized'], 0)} "
-            f"| {row['paper']['dev']:.2f} | {row['paper']['test']:.2f} | {ps} |"
+            f"| {row['paper']['dev']:.2f} | {row['paper']['test']:.2f} | {ps} | {pooled_cell} |"
         )
     out += ["", f"Runs combined: {doc['combination']}. Runs requested per configuration: {doc['runs_requested']}.",
             f"sacreBLEU signature: `{doc['sacrebleu_signature']}`.", ""]
+    detectable = doc.get("detectable")
+    if detectable:
+        out += [f"What this setup can detect: measured between Baseline runs ({detectable['baseline_runs']} runs), "  # type: ignore[index]
+                "the paired bootstrap calls a test difference significant (p < 0.05) from |Δ| of "
+                f"{detectable['per_run']:.2f} BLEU for one run against one run; each pooled test gives its own "  # type: ignore[index]
+                "threshold (significant from ±…). Smaller differences cannot be told from the test set's sampling "
+                "noise.", ""]
     for note in doc.get("notes", []):  # type: ignore[union-attr]
         out.append(f"- {note}")
     out += ["", "## Tuned weights of every run", ""]
@@ -209,8 +240,9 @@ def write_report(doc: dict[str, object], out_dir: Path, command: str = "") -> li
 def score_runs(
     configs: Sequence[tuple[Configuration, list[TunedRun]]],
     *, dev_tok_ref: Path, test_ref: Path, test_tok_ref: Path, lang: str, bootstrap_samples: int = 1000,
-) -> tuple[list[ConfigScores], str]:
-    """Score every run's dev and test output; bootstrap each against Baseline's run of the same number."""
+) -> tuple[list[ConfigScores], str, Detectable | None]:
+    """Score every run's dev and test output; bootstrap each against Baseline's run of the same number,
+    then all of a row's runs together, and measure what the test can detect between Baseline runs."""
     dev_ref = [read_text_lines(dev_tok_ref)]
     refs, tok_refs = [read_text_lines(test_ref)], [read_text_lines(test_tok_ref)]
     signature = ""
@@ -218,6 +250,7 @@ def score_runs(
     baseline_detok: dict[int, tuple[str, list[str]]] = {}
     for config, runs in configs:
         cs = ConfigScores(config)
+        detokenized: dict[int, list[str]] = {}
         for tuned in runs:
             run, dev_out, test_out = tuned.run, tuned.dev_output, tuned.test_output
             dev_hyps = read_text_lines(dev_out)
@@ -235,5 +268,21 @@ def score_runs(
                 p_value, delta = result.p_value, round(result.delta, 4)
             cs.runs.append(RunScores(run, dev_bleu, test.bleu, test.tokenized_bleu, tuned.weights, p_value,
                                      tuned.iterations, delta, tuned.seed, tuned.stop_reason))
+            detokenized[run] = test.detokenized
+        paired = sorted(set(detokenized) & set(baseline_detok))
+        if config.key != "baseline" and paired:
+            cs.pooled = pooled_bootstrap([baseline_detok[k][1] for k in paired], [detokenized[k] for k in paired], refs,
+                                         samples=bootstrap_samples)
         scored.append(cs)
-    return scored, signature
+    baseline_runs = [baseline_detok[k][1] for k in sorted(baseline_detok)]
+    return scored, signature, _detectable(baseline_runs, refs, bootstrap_samples)
+
+
+def _detectable(baseline: list[list[str]], refs: list[list[str]], samples: int) -> Detectable | None:
+    """Baseline run k against run k + 1 (and the last against the first), averaged over the pairs."""
+    if len(baseline) < 2:
+        return None
+    n = len(baseline)
+    pairs = [(baseline[k], baseline[(k + 1) % n]) for k in range(n if n > 2 else 1)]  # 2 runs: one pair
+    per_run = [detectable_delta([a], [b], refs, samples=samples) for a, b in pairs]
+    return Detectable(sum(per_run) / len(per_run), len(baseline))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 
-from table1.report import ConfigScores, RunScores, build_table, format_markdown
+import numpy as np
+
+from mert.significance import pooled_bootstrap
+from table1.report import ConfigScores, RunScores, TunedRun, build_table, format_markdown, score_runs
 from table1.settings import CONFIGURATIONS_BY_KEY
 
 
@@ -31,3 +34,42 @@ def test_mean_and_sample_std_over_runs_and_p_values_per_run():
     assert "| + RNN | 21.00 (1 run) |" in md and "| (p 0.200) |" in md
     assert "| + CSLM + RNN | – | – | – | 31.48 | 34.64 | – |" in md
     assert "| data | 2 |" in md and "Made by `make table1 SCALE=small`" in md
+
+
+def _noisy(refs: list[str], error_rate: float, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    """The first word ("0") kept: detruecasing leaves it as it is, so the test text is the scored text."""
+    return [" ".join(w if i == 0 or rng.random() > error_rate else f"x{rng.integers(50)}"
+                     for i, w in enumerate(ref.split())) for ref in refs]
+
+
+def test_each_row_gets_one_pooled_p_value_and_the_report_says_what_it_can_detect(tmp_path):
+    """score_runs pools a row's runs against the same-numbered Baseline runs, exactly as
+    mert.significance does, and measures the detectable Δ between Baseline runs."""
+    rng = np.random.default_rng(0)
+    refs = ["0 " + " ".join(f"w{i}" for i in rng.integers(0, 80, size=int(rng.integers(6, 14)))) for _ in range(150)]
+    for name in ("dev.tok", "test.raw", "test.tok"):
+        (tmp_path / name).write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    outputs = {("baseline", k): _noisy(refs, 0.5, k) for k in (1, 2, 3)}
+    outputs |= {("rnn", k): _noisy(refs, 0.3, 10 + k) for k in (1, 2)}
+    collected = []
+    for key, runs in (("baseline", (1, 2, 3)), ("rnn", (1, 2))):
+        found = []
+        for k in runs:
+            out = tmp_path / f"{key}.{k}.tok"
+            out.write_text("".join(h + "\n" for h in outputs[key, k]), encoding="utf-8")
+            found.append(TunedRun(k, 999 + k, out, out, {"LM0": [0.5]}, 3, "weights converged"))
+        collected.append((CONFIGURATIONS_BY_KEY[key], found))
+    scored, _, detectable = score_runs(collected, dev_tok_ref=tmp_path / "dev.tok", test_ref=tmp_path / "test.raw",
+                                       test_tok_ref=tmp_path / "test.tok", lang="fr", bootstrap_samples=200)
+    expected = pooled_bootstrap([outputs["baseline", k] for k in (1, 2)], [outputs["rnn", k] for k in (1, 2)],
+                                [refs], samples=200)
+    base, rnn = scored
+    assert base.pooled is None and rnn.pooled == expected and rnn.pooled.runs == 2
+    assert rnn.pooled.delta > 10 and rnn.pooled.p_value < 0.01  # 30% against 50% of the words wrong
+    assert detectable is not None and detectable.baseline_runs == 3 and detectable.per_run > 0
+    assert 0 < rnn.pooled.threshold < rnn.pooled.delta
+    md = format_markdown(build_table(scored, settings={}, signature="sig", runs_requested=3, detectable=detectable))
+    assert (f"| {rnn.pooled.delta:+.2f} (p {rnn.pooled.p_value:.3f}, 2 runs; significant from "
+            f"±{rnn.pooled.threshold:.2f}) |") in md
+    assert f"from |Δ| of {detectable.per_run:.2f} BLEU for one run against one run" in md
