@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,13 +13,14 @@ from moses_integration.cli_options import (
     IntRange,
     OneLinePath,
     device_option,
+    friendly_errors,
     quiet_option,
     resume_option,
     seed_option,
     threads_option,
 )
-from moses_integration.phrase_table import PhraseTableError
 from rescorer.config import PRECISIONS, ModelConfig, TrainConfig
+from rescorer.errors import RescoreError
 
 DEFAULT_TRAIN_TIME = 1800.0
 
@@ -60,23 +60,6 @@ def _run_options(fn: Callable) -> Callable:
     return fn
 
 
-def _friendly_errors(fn: Callable) -> Callable:
-    """Known input problems print as one clear line and exit 1, never as a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from moses_integration.moses_ini import MosesIniError
-        from rescorer.rescore import RescoreError
-        from rescorer.shards import ShardError
-
-        try:
-            return fn(*args, **kwargs)
-        except (PhraseTableError, RescoreError, MosesIniError, ShardError, ValueError, FileNotFoundError) as exc:
-            raise click.ClickException(str(exc)) from exc
-
-    return wrapper
-
-
 def _model_config(hidden: int, embedding: int, maxout_units: int, output_rank: int, init_std: float) -> ModelConfig:
     return ModelConfig(src_vocab_size=1, tgt_vocab_size=1, hidden=hidden, embedding=embedding,
                        maxout_units=maxout_units, output_rank=output_rank, init_std=init_std)
@@ -102,7 +85,7 @@ def main() -> None:
 @seed_option()
 @resume_option("continue the run saved in MODEL_OUT")
 @_run_options
-@_friendly_errors
+@friendly_errors(RescoreError)
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
                   maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
                   resume, device, precision, threads, quiet) -> None:
@@ -155,7 +138,7 @@ def _load(model_path: str, device: str = "cpu"):
               help="a target still going after this many words is cut")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a Markdown table")
 @device_option()
-@_friendly_errors
+@friendly_errors(RescoreError)
 def sample_command(model_path, source, samples, beam, seed, max_words, as_json, device) -> None:
     """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
     import json
@@ -190,7 +173,7 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of Markdown")
 @quiet_option("no progress bar")
 @device_option()
-@_friendly_errors
+@friendly_errors(RescoreError)
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
                     as_json, quiet, device) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
@@ -213,7 +196,7 @@ def compare_command(model_path, phrase_table, min_src_words, frequent, sources, 
 @click.argument("out_png", type=click.Path(dir_okay=False))
 @click.option("--column", type=click.IntRange(min=1), default=3, show_default=True,
               help="the table's score column on the x axis (3 = direct φ(e|f) in Moses tables)")
-@_friendly_errors
+@friendly_errors(RescoreError)
 def plot_scores_command(scores_parquet, out_png, column) -> None:
     """RNN log p against the table's log φ(e|f), from rescore-phrase-table --scores-parquet (paper Fig. 3)."""
     from rescorer.plots import plot_scores, read_scores_parquet
@@ -230,7 +213,7 @@ def plot_scores_command(scores_parquet, out_png, column) -> None:
               help="the most frequent source words to map")
 @click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
 @seed_option()
-@_friendly_errors
+@friendly_errors(RescoreError)
 def map_words_command(model_path, out_png, words, labels, seed) -> None:
     """2-D t-SNE map of the source word embeddings (paper Fig. 4)."""
     from rescorer.plots import map_words
@@ -251,7 +234,7 @@ def map_words_command(model_path, out_png, words, labels, seed) -> None:
 @click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
 @seed_option()
 @device_option()
-@_friendly_errors
+@friendly_errors(RescoreError)
 def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, labels, seed, device) -> None:
     """2-D t-SNE map of the summaries c of PHRASES (paper Fig. 5).
 
@@ -286,7 +269,7 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
               help="also render the page with headless Chromium into this PNG")
 @quiet_option("no progress messages")
 @device_option()
-@_friendly_errors
+@friendly_errors(RescoreError)
 def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
                    score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device) -> None:
     """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
@@ -354,7 +337,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @resume_option("continue a killed run from its last completed chunk")
 @click.option("--scores-parquet", type=click.Path(dir_okay=False), help="also write the scores to Parquet")
 @_run_options
-@_friendly_errors
+@friendly_errors(RescoreError)
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
                                  shortlist, hidden, embedding, maxout_units, output_rank, init_std, moses_ini,
                                  moses_ini_out, table_name, rnn_weight, wp_weight, cslm, cslm_name, cslm_weight,

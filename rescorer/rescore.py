@@ -46,6 +46,7 @@ from rescorer import score_parquet
 from rescorer.checkpoint import Checkpoint
 from rescorer.chunk_prep import PreparedChunk, PrepareTask, init_worker, prepare_chunk, timed
 from rescorer.device import autocast_dtype, matmul_precision, scoring_precision, select_device
+from rescorer.errors import RescoreError
 from rescorer.output_chunks import format_chunk
 from rescorer.resume import (
     PROGRESS_VERSION,
@@ -62,10 +63,6 @@ from rescorer.table_chunks import LineChunk, UnreadableInputError, iter_line_chu
 
 WP_SIDES = ("target", "source", "both")
 LOW_OVERLAP_PERCENT = 50.0
-
-
-class RescoreError(RuntimeError):
-    """A run that cannot start or continue; the message says what to do."""
 
 
 @dataclass

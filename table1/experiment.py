@@ -14,6 +14,7 @@ Every tool call is appended, command line first, to ``logs/<step>.log``; wall ti
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from pathlib import Path
 from mert.evaluate import decode_test_set
 from mert.features import read_sidecar
 from mert.tune import read_state
+from moses_integration.decoder import decode
 from moses_integration.files import atomic_output
 from moses_integration.lines import text_lines
 from moses_integration.moses_ini import MosesIni
@@ -467,6 +469,68 @@ def write_cslm_ini(exp: Experiment) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# speed: how fast each system decodes, measured before the tuning runs are sized by it
+
+#: Dev sentences decoded (1 thread, the tuning n-best size) to measure each system's speed.
+SPEED_SENTENCES = 40
+
+
+def step_speed(exp: Experiment, configs: list[Configuration]) -> None:
+    """Decoding speed of the systems the chosen rows tune: the 6-column system, and with the CSLM
+    in the decoder where a row has it. One thread, the first dev sentences, n-best lists as in
+    tuning; Moses' loading time is measured apart (on an empty input), since every MERT iteration
+    and every evaluation starts the decoder again. The report turns these into the budget."""
+    exp.require("rnn")
+    systems = {"rnn": exp.rnn_ini}
+    if any(c.cslm and c.cslm_in_decoder for c in configs):
+        exp.require("cslm", "cslm/export")
+        exp.step("cslm/ini", lambda: write_cslm_ini(exp))
+        systems["cslm"] = exp.cslm_ini
+    for name, ini in systems.items():
+        exp.step(f"speed/{name}", lambda n=name, i=ini: measure_decoding(exp, n, i))
+
+
+def measure_decoding(exp: Experiment, name: str, ini: Path) -> dict[str, object]:
+    folder = exp.path("speed")
+    folder.mkdir(parents=True, exist_ok=True)
+    empty, head = folder / "empty.txt", folder / f"dev-head.{exp.src}"
+    empty.write_text("", encoding="utf-8")
+    sentences = write_text_lines(head, itertools.islice(text_lines(exp.prepared("dev", exp.src)), SPEED_SENTENCES))
+    timed = {}
+    for label, source in (("load", empty), ("decode", head)):
+        started = time.perf_counter()
+        decode(exp.moses().bin_dir, ini, source, folder / f"{name}.{label}.out", nbest_path=folder / f"{name}.nbest",
+               nbest_size=exp.settings.nbest_size, threads=1)
+        timed[label] = time.perf_counter() - started
+    per_sentence = max(timed["decode"] - timed["load"], 0.0) / sentences
+    return {"sentences": sentences, "load_seconds": round(timed["load"], 2),
+            "seconds_per_sentence": round(per_sentence, 4)}
+
+
+def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
+    """The tuning budget from the measured speeds: decoding time of one MERT iteration and of a row's
+    runs at the iteration cap, with ``jobs`` decoder threads (optimisation time not counted)."""
+    dev = sum(1 for _ in text_lines(exp.prepared("dev", exp.src)))
+    test = sum(1 for _ in text_lines(exp.prepared("test", exp.src)))
+    notes = []
+    for config in configs:
+        system = "cslm" if config.cslm and config.cslm_in_decoder else "rnn"
+        if not exp.done(f"speed/{system}"):
+            continue
+        speed = json.loads(exp.stamp_path(f"speed/{system}").read_text(encoding="utf-8"))
+        per_iteration = speed["load_seconds"] + dev * speed["seconds_per_sentence"] / exp.jobs
+        cap = exp.settings.tune_max_iterations
+        evaluation = 2 * speed["load_seconds"] + (dev + test) * speed["seconds_per_sentence"] / exp.jobs
+        notes.append(
+            f"Budget, {config.label}: {speed['seconds_per_sentence']:.3f} s per dev sentence on 1 thread and "
+            f"{speed['load_seconds']:.0f} s to load (measured on {speed['sentences']} sentences); one MERT "
+            f"iteration decodes {dev} sentences with {exp.jobs} threads in ~{per_iteration / 60:.1f} min, so "
+            f"{runs} runs at the {cap}-iteration cap take ≤ {runs * cap * per_iteration / 3600:.1f} h of decoding, "
+            f"and their dev + test evaluation ({dev} + {test} sentences) {runs * evaluation / 3600:.1f} h.")
+    return notes
+
+
+# --------------------------------------------------------------------------------------------
 # tune: every configuration, RUNS times
 
 
@@ -701,6 +765,7 @@ def step_report(
         f"rows marked (n-best) rescore {exp.settings.nbest_size}-best lists with it as an extra MERT feature instead.",
         "Columns outside a configuration are fixed at weight 0 during MERT (same 6-column table for every row).",
         *training_notes(exp),
+        *budget_notes(exp, configs, runs),
     ]
     doc = build_table(scored, settings={"scale": exp.settings.to_json(), "runs": runs}, signature=signature,
                       detectable=detectable,
@@ -723,7 +788,7 @@ def step_report(
 # --------------------------------------------------------------------------------------------
 # The steps in order: the one list the CLI, the Makefile (``all``) and the report's command share
 
-STEPS = ("data", "prepare", "baseline", "rnn", "cslm", "tune", "eval", "report")
+STEPS = ("data", "prepare", "baseline", "rnn", "cslm", "speed", "tune", "eval", "report")
 
 
 @dataclass(frozen=True)
@@ -753,6 +818,8 @@ def run_step(exp: Experiment, step: str, options: StepOptions) -> list[Path]:
             step_cslm(exp)
         else:
             _log("cslm: no chosen configuration uses the CSLM; skipped")
+    elif step == "speed":
+        step_speed(exp, options.configs)
     elif step == "tune":
         step_tune(exp, options.configs, options.runs)
     elif step == "eval":

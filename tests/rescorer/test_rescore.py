@@ -25,7 +25,8 @@ from moses_integration.phrase_table import PhraseTableError
 from rescorer.checkpoint import load_checkpoint
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.config import ModelConfig, TrainConfig
-from rescorer.rescore import RescoreError, RescoreOptions, rescore_phrase_table
+from rescorer.errors import RescoreError
+from rescorer.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.scoring import ScoringOptions
 from rescorer.train import train_on_phrase_table
 from shared_paths import shared_file

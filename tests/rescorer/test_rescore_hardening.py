@@ -21,8 +21,9 @@ from rescorer import rescore as rescore_module
 from rescorer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.config import ModelConfig
+from rescorer.errors import RescoreError
 from rescorer.model import RNNEncoderDecoder
-from rescorer.rescore import RescoreError, RescoreOptions, rescore_phrase_table
+from rescorer.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.scoring import ScoringOptions
 from rescorer.vocab import EOS, UNK, Vocab
 

@@ -427,4 +427,4 @@ def test_make_table1_full_runs_every_step_in_order():
     command = " ".join(line.strip(" \\") for line in out.splitlines() if line.strip())
     assert "/table1 all --work /w --scale full" in command
     assert "--moses-bin-dir /m/bin" in command and "--data /w/wmt14" in command
-    assert ex.STEPS == ("data", "prepare", "baseline", "rnn", "cslm", "tune", "eval", "report")
+    assert ex.STEPS == ("data", "prepare", "baseline", "rnn", "cslm", "speed", "tune", "eval", "report")

@@ -22,14 +22,15 @@ from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
 from shared_paths import has_neural_lm, moses_bin_dir, shared_file
 from table1 import experiment as ex
-from table1.settings import SCALES, SMALL, CslmSettings, RnnSettings, TextSlice, select_configurations
+from table1.settings import SCALES, CslmSettings, RnnSettings, TextSlice, select_configurations
 from table1.system_training import MosesInstall
 
 pytestmark = [pytest.mark.slow, pytest.mark.moses]
 
 
-@pytest.fixture
-def tiny(monkeypatch, tmp_path):
+@pytest.fixture(params=["small", "medium"])
+def tiny(request, monkeypatch, tmp_path):
+    """A scale's settings (its LM order, MERT cap, model kinds) on a tiny slice of the data."""
     bins = moses_bin_dir()
     home = os.environ.get("MOSES_HOME")
     install = MosesInstall.locate(bins, home)
@@ -40,10 +41,10 @@ def tiny(monkeypatch, tmp_path):
         pytest.skip("eflomal not installed (pip install '.[experiment]')")
     data = shared_file("data")
     settings = dataclasses.replace(
-        SMALL, name="tiny", train=[TextSlice("hansard/hansard.{lang}.gz", 1, 2000)],
+        SCALES[request.param], name="tiny", train=[TextSlice("hansard/hansard.{lang}.gz", 1, 2000)],
         lm=[TextSlice("hansard/hansard.{lang}.gz", 1, 2000)], lm_valid=TextSlice("newstest/newstest2011.{lang}", 1, 20),
         dev=[TextSlice("newstest/newstest2012.{lang}", 1, 4), TextSlice("newstest/newstest2013.{lang}", 1, 4)],
-        test=TextSlice("newstest/newstest2014.{lang}", 1, 8), lm_order=3, lm_prune=(0,),
+        test=TextSlice("newstest/newstest2014.{lang}", 1, 8), lm_prune=(0,) * SCALES[request.param].lm_order,
         rnn=RnnSettings(hidden=16, embedding=8, maxout_units=8, output_rank=8, shortlist=500, max_time=5),
         cslm=CslmSettings(embedding=8, hidden=(16, 8), shortlist=500, max_time=5),
         tune_max_iterations=2, nbest_size=20, restarts=2,
@@ -65,6 +66,11 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     assert len(weights) == 6 and weights[4:] == [0.0, 0.0]
     if in_decoder:
         ex.step_cslm(exp)
+    ex.step_speed(exp, configs)
+    speeds = {name: json.loads(exp.stamp_path(f"speed/{name}").read_text()) for name in ("rnn", "cslm")
+              if exp.done(f"speed/{name}")}
+    assert set(speeds) == ({"rnn", "cslm"} if in_decoder else {"rnn"})
+    assert all(s["sentences"] == 8 and s["seconds_per_sentence"] > 0 for s in speeds.values())
     ex.step_tune(exp, configs, 1)
     ex.step_eval(exp, configs, 1)
     if in_decoder:  # the CSLM row tuned Moses' NeuralLM feature: a weight in moses.ini, a column in the n-best lists
@@ -80,6 +86,8 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     ex.step_report(exp, configs, 1, tmp_path / "results")
     doc = json.loads((tmp_path / "results" / "table1.json").read_text())
     assert [r["runs_finished"] for r in doc["rows"]] == [1] * len(configs)
+    budget = [n for n in doc["notes"] if n.startswith("Budget, ")]
+    assert len(budget) == len(configs) and all("8 sentences with 2 threads" in n for n in budget)
     stamps = sorted(p.name for p in (exp.work / "stamps").iterdir())
     # a rerun finds every step done and changes nothing
     ex.step_baseline(exp, "eflomal")
