@@ -1,11 +1,11 @@
-# make install | test | lint | demo | bench | tune | table1 | clean. Every target sets up .venv
+# make install | test | lint | demo | bench | tune | table1 | image | image-check | clean. Every target sets up .venv
 # itself; the Makefile only calls commands (the work is in the packages and their CLIs).
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench tune table1 clean
+.PHONY: install test lint demo bench tune table1 image image-check clean
 
 install: $(STAMP)
 
@@ -111,6 +111,15 @@ table1: $(VENV)/.installed-experiment
 		$(if $(MOSES_BIN_DIR),--moses-bin-dir $(MOSES_BIN_DIR)) $(if $(MOSES_HOME),--moses-home $(MOSES_HOME)) \
 		--threads $(THREADS) --device $(DEVICE) --runs $(RUNS) --configs '$(CONFIGS)' --aligner $(ALIGNER) \
 		--results $(RESULTS) $(if $(MIRROR),--mirror $(MIRROR))
+
+# The Docker image (docker/README.md), with podman or docker: IMAGE_ARGS passes docker/build-local.sh's
+# options (local base and Moses images, --pip-cert). image-check also runs make test and make tune
+# inside the image, on the fixture system of ../shared (podman only).
+IMAGE_ARGS ?=
+image:
+	docker/build-local.sh $(IMAGE_ARGS)
+image-check:
+	docker/build-local.sh --check --shared $(SHARED) $(IMAGE_ARGS)
 
 clean:
 	rm -rf demo-out .pytest_cache

@@ -510,13 +510,14 @@ def measure_decoding(exp: Experiment, name: str, ini: Path) -> dict[str, object]
 def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
     """The tuning budget from the measured speeds: decoding time of one MERT iteration and of a row's
     runs at the iteration cap, with ``jobs`` decoder threads (optimisation time not counted)."""
+    measured = [(c, "cslm" if c.cslm and c.cslm_in_decoder else "rnn") for c in configs]
+    measured = [(c, system) for c, system in measured if exp.done(f"speed/{system}")]
+    if not measured:
+        return []
     dev = sum(1 for _ in text_lines(exp.prepared("dev", exp.src)))
     test = sum(1 for _ in text_lines(exp.prepared("test", exp.src)))
     notes = []
-    for config in configs:
-        system = "cslm" if config.cslm and config.cslm_in_decoder else "rnn"
-        if not exp.done(f"speed/{system}"):
-            continue
+    for config, system in measured:
         speed = json.loads(exp.stamp_path(f"speed/{system}").read_text(encoding="utf-8"))
         per_iteration = speed["load_seconds"] + dev * speed["seconds_per_sentence"] / exp.jobs
         cap = exp.settings.tune_max_iterations

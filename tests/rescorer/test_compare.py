@@ -83,7 +83,7 @@ def test_cli_markdown_and_json(sample_table, checkpoint_path):
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert lines[0].startswith("| source (count) |") and len(lines) == 2 + 2 * 3
-    result = runner.invoke(main, ["compare", str(checkpoint_path), str(sample_table), "-n", "3", "--rare",
+    result = runner.invoke(main, ["compare", str(checkpoint_path), str(sample_table), "--sources", "3", "--rare",
                                   "--json", "--quiet"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
