@@ -4,13 +4,16 @@
 #
 #   docker/build-local.sh [--check] [--tag rnn-rescorer] [--variant cpu|cuda]
 #       [--debian-image IMG] [--cuda-image IMG] [--moses-image IMG] [--shared DIR] [--pip-cert FILE]
+#       [--wheels DIR] [--torch-index URL]
 #
 # Without the options the Dockerfile's defaults are pulled from their registries. --check needs
 # podman (it mounts DIR, default ../shared, at /opt/shared for that stage; docker build cannot mount).
 # --pip-cert: the CA bundle for pip where a proxy re-signs TLS (default: $PIP_CERT when set).
+# --wheels: a folder of wheels pip looks in first (e.g. a torch build where its index is unreachable);
+# --torch-index: where torch comes from otherwise (default: PyTorch's CPU or CUDA index).
 set -euo pipefail
 
-tag=rnn-rescorer variant=cpu check=0 shared=../shared pip_cert=${PIP_CERT:-}
+tag=rnn-rescorer variant=cpu check=0 shared=../shared pip_cert=${PIP_CERT:-} wheels=""
 build_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -22,6 +25,8 @@ while [ $# -gt 0 ]; do
         --moses-image) build_args+=(--build-arg "MOSES_IMAGE=$2"); shift ;;
         --shared) shared=$2; shift ;;
         --pip-cert) pip_cert=$2; shift ;;
+        --wheels) wheels=$2; shift ;;
+        --torch-index) build_args+=(--build-arg "TORCH_INDEX_URL=$2"); shift ;;
         *) echo "build-local.sh: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
     esac
     shift
@@ -38,6 +43,10 @@ mounts=()
 if [ -n "$pip_cert" ]; then
     mounts+=(-v "$(cd "$(dirname "$pip_cert")" && pwd):/host-certs:ro")
     build_args+=(--build-arg "PIP_CERT=/host-certs/$(basename "$pip_cert")")
+fi
+if [ -n "$wheels" ]; then
+    mounts+=(-v "$(cd "$wheels" && pwd):/host-wheels:ro")
+    build_args+=(--build-arg "PIP_FIND_LINKS=/host-wheels")
 fi
 target=(--target final)
 if [ "$check" = 1 ]; then

@@ -205,30 +205,3 @@ def optimize_runs(
         if norm > 0:
             weights = weights / norm
     return OptimizeResult(weights=weights, bleu=runs[best].bleu, runs=runs)
-
-
-def optimize(
-    data: MertData,
-    starts: np.ndarray | Sequence[np.ndarray],
-    *,
-    restarts: int = DEFAULT_RESTARTS,
-    ranges: tuple[Sequence[float] | np.ndarray | float, Sequence[float] | np.ndarray | float] | None = None,
-    fixed: Sequence[bool] | np.ndarray | None = None,
-    seed: int | None = None,
-    epsilon: float = DEFAULT_EPSILON,
-    random_directions: int = 0,
-    smooth: Smoothing = "none",
-) -> tuple[np.ndarray, float]:
-    """MERT as Moses' ``mert`` does it: (best weights, L1-normalised, and their BLEU 0..100)."""
-    result = optimize_runs(
-        data,
-        starts,
-        restarts=restarts,
-        ranges=ranges,
-        fixed=fixed,
-        seed=seed,
-        epsilon=epsilon,
-        random_directions=random_directions,
-        smooth=smooth,
-    )
-    return result.weights, result.bleu

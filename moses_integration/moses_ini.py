@@ -42,32 +42,6 @@ WEIGHT_SECTION = "weight"
 #: not tuned by MERT, but still counted in the total score.
 DEFAULT_UNTUNEABLE_TYPES: frozenset[str] = frozenset({"UnknownWordPenalty"})
 
-#: Feature types Moses implements as stateful feature functions. Moses lists stateful features
-#: before stateless ones in n-best lists, so this decides the n-best column order.
-STATEFUL_TYPES: frozenset[str] = frozenset(
-    {
-        "Distortion",
-        "LexicalReordering",
-        "KENLM",
-        "SRILM",
-        "IRSTLM",
-        "RANDLM",
-        "DALM",
-        "OpSequenceModel",
-        "BleuScoreFeature",
-        "TargetNgramFeature",
-        "ControlRecombination",
-        "PhraseBoundaryFeature",
-        "ConstrainedDecoding",
-        "CoveredReferenceFeature",
-        "EditOps",
-        # NPLM-based language models (LanguageModelSingleFactor / StatefulFeatureFunction)
-        "NeuralLM",
-        "BilingualNPLM",
-        "RDLM",
-    }
-)
-
 _BLANKS = re.compile(r"(\s+)")
 _TRUE = frozenset({"yes", "y", "true", "1"})
 _FALSE = frozenset({"no", "n", "false", "0"})
@@ -138,10 +112,6 @@ class FeatureLine:
         if value is None:
             return self.type not in DEFAULT_UNTUNEABLE_TYPES
         return value.lower() in _TRUE
-
-    @property
-    def stateful(self) -> bool:
-        return self.type in STATEFUL_TYPES
 
     @property
     def is_phrase_table(self) -> bool:
@@ -280,10 +250,6 @@ class MosesIni:
                 content = _content(raw)
                 if content:
                     yield section, index, line_no, content
-
-    def section_values(self, section_name: str) -> list[str]:
-        """The values of a section as Moses sees them (comments and blank lines dropped)."""
-        return [content for _, _, _, content in self._iter_values(section_name)]
 
     # ---- features -------------------------------------------------------------------------
 
@@ -544,19 +510,6 @@ class MosesIni:
             if count > 0:
                 order.append((feature.name, count))
         return order
-
-    def nbest_feature_order(self, stateful_types: frozenset[str] = STATEFUL_TYPES) -> list[tuple[str, int]]:
-        """The dense columns of a Moses n-best list: tuneable stateful features, then stateless.
-
-        Moses writes stateful features first, then stateless, each group in moses.ini order, and
-        leaves untuneable features out (SPEC §6). Which types are stateful is compiled into Moses,
-        so it is a parameter here for feature types this table does not know.
-        """
-        counts = dict(self.weight_order(include_untuneable=False))
-        features = [f for f in self.feature_lines() if f.name in counts]
-        stateful = [(f.name, counts[f.name]) for f in features if f.type in stateful_types]
-        stateless = [(f.name, counts[f.name]) for f in features if f.type not in stateful_types]
-        return stateful + stateless
 
     # ---- the edit the rescorer needs --------------------------------------------------------
 

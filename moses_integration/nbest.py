@@ -17,9 +17,8 @@ from __future__ import annotations
 import gzip
 import math
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TextIO
 
 import numpy as np
 
@@ -213,13 +212,6 @@ def format_value(value: float) -> str:
     return f"{value:.6g}"
 
 
-def format_nbest_line(entry: NBestEntry) -> str:
-    """One entry in Moses' format (trailing space after the hypothesis included), no newline."""
-    feats = " ".join(f"{name}= " + " ".join(format_value(v) for v in values) for name, values in entry.features)
-    parts = [str(entry.sent_id), f"{entry.hypothesis} ", feats, format_value(entry.total), *entry.extra]
-    return " ||| ".join(parts)
-
-
 #: Scores of new features for a chunk of entries: ``[(name, values [len(entries), k]), …]``.
 FeatureScorer = Callable[[list[NBestEntry]], Sequence[tuple[str, np.ndarray]]]
 
@@ -291,16 +283,6 @@ def append_features(
     return count
 
 
-def write_nbest(fh: TextIO, entries: Iterable[NBestEntry]) -> int:
-    """Write entries to a text handle in Moses' n-best format; return the number of lines."""
-    count = 0
-    for entry in entries:
-        fh.write(format_nbest_line(entry))
-        fh.write("\n")
-        count += 1
-    return count
-
-
 # --------------------------------------------------------------------------------------------
 # Arrays
 
@@ -308,30 +290,6 @@ def write_nbest(fh: TextIO, entries: Iterable[NBestEntry]) -> int:
 def column_names(names: Sequence[tuple[str, int]]) -> list[str]:
     """Per-column names as Moses' ``extractor`` writes them: ``LM0_0``, ``TranslationModel0_3``."""
     return [f"{name}_{i}" for name, count in names for i in range(count)]
-
-
-def feature_vector(
-    entry: NBestEntry, names: Sequence[tuple[str, int]], *, path: str = "<n-best>"
-) -> np.ndarray:
-    """The entry's feature values as a float64 vector in the order given by ``names``.
-
-    Raises :class:`NBestError` (at the entry's line) when the entry's features are not exactly
-    ``names`` (same names, same value counts): silently filling or dropping a column would
-    misalign every weight after it.
-    """
-    values = dict(entry.features)
-    own = entry.feature_names()
-    if len(own) != len(names) or set(values) != {n for n, _ in names}:
-        raise NBestError(path, entry.line_no, f"features {_describe(own)} differ from {_describe(names)}")
-    out: list[float] = []
-    for name, count in names:
-        vals = values[name]
-        if len(vals) != count:
-            raise NBestError(
-                path, entry.line_no, f"feature {name} has {len(vals)} value(s), expected {count}"
-            )
-        out.extend(vals)
-    return np.asarray(out, dtype=np.float64)
 
 
 def _describe(names: Sequence[tuple[str, int]]) -> str:

@@ -89,10 +89,6 @@ class Vocab:
         """
         return word in self._index
 
-    def id_of(self, word: str) -> int:
-        """The id of one token (``[UNK]``'s id for anything outside the shortlist)."""
-        return self._index.get(word, UNK_ID)
-
     def encode(self, tokens: str | Iterable[str], *, add_eos: bool = False) -> list[int]:
         """Map tokens to ids, unknown ones to ``[UNK]`` (1).
 

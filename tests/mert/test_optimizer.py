@@ -21,7 +21,7 @@ from mert.nbest_set import (
     read_init_opt,
     read_weights,
 )
-from mert.optimizer import optimize, optimize_runs
+from mert.optimizer import optimize_runs
 from moses_integration.nbest import NBestError
 from shared_paths import shared_file
 
@@ -53,7 +53,8 @@ def _write(path: Path, lines: list[str]) -> Path:
 def test_reaches_moses_bleu_with_20_restarts() -> None:
     _, data = tuning_set()
     start, low, high = read_init_opt(shared_file(INIT), 14)
-    weights, bleu = optimize(data, start, restarts=20, ranges=(low, high), seed=1000)
+    result = optimize_runs(data, start, restarts=20, ranges=(low, high), seed=1000)
+    weights, bleu = result.weights, result.bleu
     assert bleu >= MOSES_BLEU - 0.05
     assert data.score(weights) == pytest.approx(bleu, abs=1e-9)  # normalising keeps the 1-bests
     assert np.abs(weights).sum() == pytest.approx(1.0)

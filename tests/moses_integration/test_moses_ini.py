@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from moses_integration.moses_ini import (
-    STATEFUL_TYPES,
     MosesIni,
     MosesIniError,
     dense_feature_name_problem,
@@ -95,7 +94,6 @@ def test_real_features_names_and_defaults() -> None:
     assert [f.name for f in ini.phrase_tables()] == ["TranslationModel0"]
     assert [f.name for f in features if not f.tuneable] == ["UnknownWordPenalty0"]
     assert ini.find_feature("LM1") is None
-    assert ini.section_values("distortion-limit") == ["6"]
 
 
 def test_real_tuned_weights_in_weight_section_order() -> None:
@@ -127,14 +125,6 @@ def test_weight_order_follows_feature_section() -> None:
     assert ("UnknownWordPenalty0", 1) not in ini.weight_order(include_untuneable=False)
 
 
-@pytest.mark.parametrize("name", ["filtered/moses.ini", "tuning/moses.ini"])
-def test_nbest_order_matches_real_moses_feature_names(name: str) -> None:
-    """Moses' own extractor output lists the dense columns; our prediction must agree."""
-    expected = shared_file(f"{FIXTURE}/nbest/feature-names.txt").read_text().split()
-    order = MosesIni.read(real_ini(name)).nbest_feature_order()
-    assert [f"{n}_{i}" for n, count in order for i in range(count)] == expected
-
-
 def test_unnamed_features_are_counted_per_type() -> None:
     ini = MosesIni.parse(
         "[feature]\nWordPenalty\nKENLM name=LM0 factor=0 path=a order=4\nKENLM factor=0 path=b order=3\n"
@@ -150,7 +140,6 @@ def test_unnamed_features_are_counted_per_type() -> None:
     assert [f.explicit_name for f in ini.feature_lines()] == [False, True, False, False, False]
     distortion = ini.find_feature("Distortion0")
     assert distortion is not None and not distortion.tuneable
-    assert ini.nbest_feature_order() == [("LM0", 1), ("KENLM0", 1), ("WordPenalty0", 1), ("WordPenalty1", 1)]
 
 
 def test_comments_and_unknown_sections_are_parsed_like_moses() -> None:
@@ -162,7 +151,6 @@ def test_comments_and_unknown_sections_are_parsed_like_moses() -> None:
         "Distortion0",
     ]
     assert ini.weights()["TranslationModel0"] == [0.2] * 4
-    assert ini.section_values("foo") == ["anything = goes here"]
     assert ini.text() == SMALL
 
 
@@ -383,7 +371,7 @@ NEURAL_LM = "NeuralLM factor=0 name=CSLM0 order=3 path=/abs/cslm.nplm"
 def test_add_feature_appends_the_line_and_its_weight_keeping_everything_else() -> None:
     ini = MosesIni.parse(SMALL)
     added = ini.add_feature(NEURAL_LM, [0.1])
-    assert added.name == "CSLM0" and added.type == "NeuralLM" and added.stateful
+    assert added.name == "CSLM0" and added.type == "NeuralLM"
     assert added.args == {"factor": "0", "name": "CSLM0", "order": "3", "path": "/abs/cslm.nplm"}
     expected = SMALL.replace("Distortion\n\n[foo]", f"Distortion\n{NEURAL_LM}\n\n[foo]").replace(
         "Distortion0= 0.3\n", "Distortion0= 0.3\nCSLM0= 0.1\n")
@@ -459,16 +447,6 @@ def test_add_feature_refuses_an_orphan_weight_line_a_missing_section_and_bad_wei
     with pytest.raises(ValueError, match="not finite"):
         ini.add_feature(NEURAL_LM, [float("nan")])
     assert ini.text() == SMALL
-
-
-def test_nbest_order_puts_the_neural_lm_among_the_stateful_features() -> None:
-    ini = MosesIni.parse(SMALL)
-    assert ini.nbest_feature_order() == [("Distortion0", 1), ("WordPenalty0", 1), ("TranslationModel0", 4)]
-    ini.add_feature(NEURAL_LM, [0.1])
-    # Moses writes stateful features first, each group in moses.ini order; UnknownWordPenalty is untuneable
-    assert ini.nbest_feature_order() == [
-        ("Distortion0", 1), ("CSLM0", 1), ("WordPenalty0", 1), ("TranslationModel0", 4)]
-    assert {"NeuralLM", "BilingualNPLM", "RDLM"} <= STATEFUL_TYPES
 
 
 @pytest.mark.parametrize("name", ["CSLM0", "LM", "a1"])
