@@ -95,11 +95,6 @@ class PostProcessor:
         return [self(line) for line in lines]
 
 
-def postprocess(lines: Sequence[str], lang: str) -> list[str]:
-    """Detruecase, detokenize and unescape tokenized Moses output (see :class:`PostProcessor`)."""
-    return PostProcessor(lang).lines(lines)
-
-
 # --------------------------------------------------------------------------------------------
 # Scoring
 

@@ -76,15 +76,6 @@ def with_end_of_phrase(phrases: TokenIds) -> TokenIds:
     return TokenIds(offsets, ids, phrases.n_unk)
 
 
-def build_prefix_tree(source_of_row: np.ndarray, targets: TokenIds, rows: np.ndarray) -> PrefixTree:
-    """The prefix tree of ``targets[rows]``, where row ``rows[i]`` belongs to source ``source_of_row[i]``.
-
-    ``source_of_row`` holds dense source indices 0..S−1 (every one used), in the order of the c
-    that will be scored with the tree.
-    """
-    return build_tree_arrays(source_of_row, targets, rows).tensors()
-
-
 @dataclass
 class TreeArrays:
     """A :class:`PrefixTree` as NumPy arrays (int32 where it fits): built and shipped by workers.
@@ -116,7 +107,12 @@ class TreeArrays:
 
 
 def build_tree_arrays(source_of_row: np.ndarray, targets: TokenIds, rows: np.ndarray) -> TreeArrays:
-    """:func:`build_prefix_tree` without torch: a few vectorised NumPy calls per level."""
+    """The prefix tree of ``targets[rows]``, where row ``rows[i]`` belongs to source ``source_of_row[i]``.
+
+    ``source_of_row`` holds dense source indices 0..S−1 (every one used), in the order of the c
+    that will be scored with the tree. Torch-free: a few vectorised NumPy calls per level;
+    :meth:`TreeArrays.tensors` makes the :class:`PrefixTree` the scorer uses.
+    """
     starts = targets.offsets[rows]
     lengths = targets.offsets[rows + 1] - starts
     n_sources = int(source_of_row.max()) + 1 if len(rows) else 0

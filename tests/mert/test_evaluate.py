@@ -15,12 +15,12 @@ from click.testing import CliRunner
 from mert.bleu import ReferenceFileError
 from mert.cli import main
 from mert.evaluate import (
+    PostProcessor,
     decode_test_set,
     detruecase,
     evaluate,
     mean_std,
     paired_bootstrap,
-    postprocess,
     rescore_one_best,
 )
 from mert.features import ExtraFeatureWeights, write_sidecar
@@ -49,7 +49,7 @@ def test_detruecase_uppercases_sentence_starts_only() -> None:
 
 def test_postprocess_detokenizes_and_unescapes_french() -> None:
     lines = ["l&apos; homme a dit &quot; bonjour &quot; ( 3,5 % ) .", "c&apos; est vrai &#124; faux"]
-    assert postprocess(lines, "fr") == ["L'homme a dit \"bonjour\" (3,5 %).", "C'est vrai | faux"]
+    assert PostProcessor("fr").lines(lines) == ["L'homme a dit \"bonjour\" (3,5 %).", "C'est vrai | faux"]
 
 
 def test_fixture_outputs_score_as_measured() -> None:
@@ -75,12 +75,12 @@ def test_fixture_outputs_score_as_measured() -> None:
 
 
 def test_bootstrap_of_a_system_against_itself_is_not_significant() -> None:
-    hyps = postprocess(read_text_lines(shared_file(TUNED))[:60], "fr")
+    hyps = PostProcessor("fr").lines(read_text_lines(shared_file(TUNED))[:60])
     refs = [read_text_lines(shared_file(REF))[:60]]
     result = paired_bootstrap(("a", hyps), ("b", hyps), refs, samples=200)
     # sacrebleu alone would give 1/(n+1) here (every resampled difference is 0, none "above").
     assert result.delta == 0 and result.p_value == 1.0
-    other = hyps[:30] + postprocess(read_text_lines(shared_file(DEFAULT))[30:60], "fr")
+    other = hyps[:30] + PostProcessor("fr").lines(read_text_lines(shared_file(DEFAULT))[30:60])
     differ = paired_bootstrap(("a", hyps), ("b", other), refs, samples=200)
     assert differ.delta != 0 and 0 < differ.p_value <= 1 and "bs:200" in differ.signature
 
