@@ -57,6 +57,7 @@ from table1.text_prep import (
 )
 
 STAMPS = "stamps"
+TABLE2_KINDS = ("frequent", "rare")
 SETTINGS_FILE = "settings.json"
 TIMINGS_FILE = "timings.tsv"
 
@@ -137,6 +138,10 @@ class Experiment:
     def tuned_system(self, plan: RunPlan) -> Path:
         """The moses.ini a run tunes: with the CSLM in the decoder where its row has it."""
         return self.cslm_ini if plan.config.cslm and plan.config.cslm_in_decoder else self.rnn_ini
+
+    def table2_path(self, kind: str) -> Path:
+        """``rescorer compare``'s Markdown for the ``kind`` (frequent or rare) long source phrases."""
+        return self.path("rnn", f"table2-{kind}.md")
 
     def tune_dir(self, plan: RunPlan) -> Path:
         return self.path("tune", plan.config.key, f"run{plan.run}")
@@ -437,7 +442,19 @@ def step_rnn(exp: Experiment) -> None:
         [exp.console("rescore-phrase-table"), table, out / "phrase-table.rnn.gz", "--model", model,
          "--moses-ini", filtered_ini, "--moses-ini-out", exp.rnn_ini, "--device", exp.device, "--resume",
          "--workers", str(exp.jobs), "--quiet"], log))
+    for kind in TABLE2_KINDS:  # the paper's Table 2, which its argument for the RNN rests on
+        exp.step(f"rnn/compare-{kind}", lambda k=kind: _tool_output(
+            [exp.console("rescorer"), "compare", model, full_table, f"--{k}", "--device", exp.device, "--quiet"],
+            log, exp.table2_path(k)))
     exp.step("rnn", lambda: None)
+
+
+def _tool_output(command: list, log: Path, out: Path) -> dict[str, object]:
+    """:func:`_tool` with the command's stdout kept in ``out`` (written only when the command succeeds)."""
+    partial = out.with_name(out.name + ".partial")
+    seconds = run_logged(command, log, stdout=partial)
+    partial.replace(out)
+    return {"command": " ".join(map(str, command)), "tool_seconds": round(seconds, 1)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -781,6 +798,8 @@ def step_report(
         doc["notes"].append(f"No analysis of the RNN column: {table_path} (the 6-column table) is missing.")
     doc["leverage"] = leverage_document(exp, collected, table_feature, MosesIni.read(exp.rnn_ini))
     doc["tuning"] = tuning
+    doc["table2"] = {k: exp.table2_path(k).read_text(encoding="utf-8") for k in TABLE2_KINDS
+                     if exp.table2_path(k).exists()}
     paths = write_report(doc, out_dir, command)
     shutil.copyfile(exp.path(TIMINGS_FILE), out_dir / "timings.tsv")
     return paths

@@ -187,6 +187,11 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
 
         leverage: dict = doc["leverage"]  # type: ignore[assignment]
         out += [""] + format_leverage(leverage["runs"], leverage["labels"])
+    table2: dict[str, str] = doc.get("table2") or {}  # type: ignore[assignment]
+    for kind, text in table2.items():
+        out += ["", f"## Table 2 ({kind} long source phrases): top targets by the table's φ(e|f) and by the RNN",
+                "", "`rescorer compare MODEL phrase-table.gz --" + kind + "` on the baseline's full table.", "",
+                text.rstrip("\n")]
     if doc.get("tuning"):
 
         out += [""] + format_trajectories(doc["tuning"])  # type: ignore[arg-type]

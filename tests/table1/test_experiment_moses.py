@@ -62,6 +62,8 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     ex.step_prepare(exp)
     ex.step_baseline(exp, "eflomal")
     ex.step_rnn(exp)
+    for kind in ex.TABLE2_KINDS:  # the paper's Table 2 for this RNN: rescorer compare's table, one row per source
+        assert exp.table2_path(kind).read_text().startswith("| source (")
     weights = MosesIni.read(exp.rnn_ini).weights()["TranslationModel0"]
     assert len(weights) == 6 and weights[4:] == [0.0, 0.0]
     if in_decoder:
@@ -86,6 +88,8 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     ex.step_report(exp, configs, 1, tmp_path / "results")
     doc = json.loads((tmp_path / "results" / "table1.json").read_text())
     assert [r["runs_finished"] for r in doc["rows"]] == [1] * len(configs)
+    assert set(doc["table2"]) == set(ex.TABLE2_KINDS)
+    assert "## Table 2 (rare long source phrases)" in (tmp_path / "results" / "table1.md").read_text()
     budget = [n for n in doc["notes"] if n.startswith("Budget, ")]
     assert len(budget) == len(configs) and all("8 sentences with 2 threads" in n for n in budget)
     stamps = sorted(p.name for p in (exp.work / "stamps").iterdir())
