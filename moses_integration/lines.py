@@ -27,11 +27,12 @@ def strip_line_end(raw: bytes) -> bytes:
     return raw
 
 
-def iter_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError) -> Iterator[tuple[int, str]]:
-    """``(1-based line number, line)`` of a UTF-8 text file, plain or gzip, ``"-"`` for stdin.
+def iter_raw_lines(path: PathArg, *, error: type[FileLineError] = FileLineError) -> Iterator[tuple[int, bytes]]:
+    """``(1-based line number, raw line with its line end)`` of a file, plain or gzip, ``"-"`` for stdin.
 
-    Invalid UTF-8 and a truncated or corrupt gzip raise ``error`` (a :class:`FileLineError`
-    subclass chosen by the caller) naming the file and line, so a user knows where to look.
+    The one loop every reader is built on (text here, phrase tables and n-best lists beside it): a
+    truncated or corrupt gzip raises ``error`` (a :class:`FileLineError` subclass chosen by the
+    caller) at the line being read, so a user sees how far the file is good.
     """
     name = display_name(path)
     line_no = 0
@@ -39,12 +40,22 @@ def iter_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError
         try:
             for raw in fh:
                 line_no += 1
-                try:
-                    yield line_no, strip_line_end(raw).decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise error(name, line_no, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+                yield line_no, raw
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise error(name, line_no + 1, f"truncated or corrupt gzip input ({exc})") from exc
+
+
+def iter_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError) -> Iterator[tuple[int, str]]:
+    """``(1-based line number, line)`` of a UTF-8 text file, plain or gzip, ``"-"`` for stdin.
+
+    Invalid UTF-8 and a truncated or corrupt gzip raise ``error`` (a :class:`FileLineError`
+    subclass chosen by the caller) naming the file and line, so a user knows where to look.
+    """
+    for line_no, raw in iter_raw_lines(path, error=error):
+        try:
+            yield line_no, strip_line_end(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise error(display_name(path), line_no, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 def text_lines(

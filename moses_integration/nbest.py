@@ -14,17 +14,15 @@ plausible but wrong tuning result. This module imports nothing from ``rescorer``
 
 from __future__ import annotations
 
-import gzip
 import math
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from moses_integration.errors import FileLineError
-from moses_integration.files import PathArg, atomic_output, display_name, open_input
-from moses_integration.lines import strip_line_end
+from moses_integration.files import PathArg, atomic_output, display_name
+from moses_integration.lines import iter_raw_lines, strip_line_end
 
 FIELD_SEPARATOR = "|||"
 FeatureNames = list[tuple[str, int]]
@@ -154,23 +152,18 @@ def _read_lines_and_entries(
     name = display_name(path)
     prev_id = -1
     line_no = 0
-    with open_input(path) as fh:
+    for line_no, raw in iter_raw_lines(path, error=NBestError):
         try:
-            for raw in fh:
-                line_no += 1
-                try:
-                    line = strip_line_end(raw).decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise NBestError(name, line_no, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-                if not line.strip():
-                    raise NBestError(name, line_no, "empty line")
-                entry = parse_nbest_line(line, path=name, line_no=line_no)
-                if check_ids:
-                    _check_id(entry.sent_id, prev_id, expected_sentences, name, line_no)
-                prev_id = entry.sent_id
-                yield raw, entry
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise NBestError(name, line_no + 1, f"truncated or corrupt gzip input ({exc})") from exc
+            line = strip_line_end(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise NBestError(name, line_no, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        if not line.strip():
+            raise NBestError(name, line_no, "empty line")
+        entry = parse_nbest_line(line, path=name, line_no=line_no)
+        if check_ids:
+            _check_id(entry.sent_id, prev_id, expected_sentences, name, line_no)
+        prev_id = entry.sent_id
+        yield raw, entry
     if check_ids and expected_sentences is not None and prev_id + 1 != expected_sentences:
         if prev_id < 0:
             raise NBestError(name, line_no, f"the list is empty; expected {expected_sentences} sentences")

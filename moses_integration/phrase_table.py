@@ -12,14 +12,13 @@ domain (:func:`format_log_probability`) and the reader rejects values Moses woul
 
 from __future__ import annotations
 
-import gzip
 import math
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from moses_integration.errors import FileLineError
-from moses_integration.files import PathArg, display_name, open_input
+from moses_integration.files import PathArg, display_name
+from moses_integration.lines import iter_raw_lines
 from moses_integration.tokens import split_tokens
 
 SEPARATOR = b" ||| "
@@ -48,15 +47,8 @@ def iter_lines(path: PathArg) -> Iterator[tuple[int, bytes]]:
     when decompression failed, so a user sees how far the file is good instead of a bare EOFError.
     Only ``\\n`` is stripped: a ``\\r`` stays part of the line, as it does for Moses.
     """
-    name = display_name(path)
-    line_no = 0
-    with open_input(path) as fh:
-        try:
-            for line in fh:
-                line_no += 1
-                yield line_no, line[:-1] if line.endswith(b"\n") else line
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise PhraseTableError(name, line_no + 1, f"truncated or corrupt gzip input ({exc})") from exc
+    for line_no, line in iter_raw_lines(path, error=PhraseTableError):
+        yield line_no, line[:-1] if line.endswith(b"\n") else line
 
 
 @dataclass(frozen=True, slots=True)
