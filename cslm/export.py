@@ -12,7 +12,7 @@ concatenated, one or two rectifier layers, a linear output layer. What differs i
   ``<s>`` and ``<null>``, which are never predicted, are zero with bias ``LOG_FLOOR`` so that even
   a normalising reader gives them no probability mass.
 * **No normaliser.** NeuralLM adds the raw output score. The file is exact; whether that score is
-  a log-probability depends on training (``rescorer cslm train --self-normalize``).
+  a log-probability depends on training (``cslm train --self-normalize``).
 """
 
 from __future__ import annotations

@@ -310,7 +310,7 @@ def train_cslm(
     resume: bool = False,
     progress: bool = True,
 ) -> CSLMTrainResult:
-    """What ``rescorer cslm train`` does: prepare the corpus, train, keep the best model in ``model_out``.
+    """What ``cslm train`` does: prepare the corpus, train, keep the best model in ``model_out``.
 
     ``model_config.vocab_size`` is replaced by the size of the shortlist actually built. With
     ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``), with that file's config,

@@ -132,7 +132,7 @@ class LengthRatio:
 
 
 def CSLM(model: str | None = None) -> NBestFeature:  # noqa: N802 (named like the class it stands for)
-    """``CSLM:model.pt``: the continuous-space LM of ``rescorer cslm`` as feature ``CSLM0``.
+    """``CSLM:model.pt``: the continuous-space LM of ``cslm`` as feature ``CSLM0``.
 
     ``CSLM:model.pt,name=CSLM1`` names it differently (two CSLMs in one system). Imported
     lazily: ``rescorer`` pulls in torch, which MERT without a CSLM never needs.

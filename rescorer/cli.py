@@ -316,7 +316,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.option("--wp-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the unknown-word column (0: the untuned system is the original one)")
 @click.option("--cslm", type=click.Path(exists=True, dir_okay=False),
-              help="NPLM model (from `rescorer cslm export-nplm`) to add to the written moses.ini as Moses' "
+              help="NPLM model (from `cslm export-nplm`) to add to the written moses.ini as Moses' "
               "in-decoder NeuralLM feature")
 @click.option("--cslm-name", default="CSLM0", show_default=True,
               help="moses.ini name of the --cslm feature (letters and digits: '_' makes it sparse to MERT)")

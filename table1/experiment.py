@@ -127,7 +127,7 @@ class Experiment:
 
     @property
     def cslm_nplm(self) -> Path:
-        """The CSLM in NPLM's format, for Moses' NeuralLM (``rescorer cslm export-nplm``)."""
+        """The CSLM in NPLM's format, for Moses' NeuralLM (``cslm export-nplm``)."""
         return self.path("cslm", "model.nplm")
 
     @property
@@ -462,7 +462,7 @@ def _tool_output(command: list, log: Path, out: Path) -> dict[str, object]:
 
 
 def step_cslm(exp: Experiment) -> None:
-    """``rescorer cslm train`` (self-normalised) on the prepared LM text, early-stopped on held-out
+    """``cslm train`` (self-normalised) on the prepared LM text, early-stopped on held-out
     news text, then ``export-nplm`` for the decoder."""
     exp.require("prepare")
     c = exp.settings.cslm

@@ -48,7 +48,7 @@ class RnnSettings:
 
 @dataclass(frozen=True)
 class CslmSettings:
-    """The CSLM (``rescorer cslm train``) sizes and budget."""
+    """The CSLM (``cslm train``) sizes and budget."""
 
     embedding: int
     hidden: tuple[int, int]

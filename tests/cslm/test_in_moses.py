@@ -1,4 +1,4 @@
-"""The CSLM inside the real Moses decoder: what Moses' NeuralLM adds is what ``rescorer cslm score --raw`` says.
+"""The CSLM inside the real Moses decoder: what Moses' NeuralLM adds is what ``cslm score --raw`` says.
 
 Needs a Moses built with NPLM (``--with-nplm``, and NPLM with the second-hidden-layer fix that
 docs/moses-nplm.md describes): ``MOSES_BIN_DIR``. A two-layer model is used on purpose. NPLM
