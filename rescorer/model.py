@@ -192,8 +192,8 @@ class RNNEncoderDecoder(nn.Module):
 
     # ------------------------------------------------------------------ encoder
 
-    def _run_encoder(self, src: Tensor, src_len: Tensor, keep_states: bool) -> tuple[Tensor, Tensor | None]:
-        """The encoder GRU (reset before the recurrent product); returns h⟨N⟩ and optionally all h⟨t⟩.
+    def _run_encoder(self, src: Tensor, src_len: Tensor) -> Tensor:
+        """The encoder GRU (reset before the recurrent product); returns h⟨N⟩ [B, d].
 
         Rows run longest first, so the sequences still going at step t are the first n_t rows: each
         step updates only those, and a finished sequence keeps its last state without a mask (no
@@ -212,23 +212,17 @@ class RNNEncoderDecoder(nn.Module):
         # One matmul for W_r e, W_z e, W e (+ biases) of every step, time-major from the (small) ids
         # so the [T, B, 3d] projections need no transposing copy.
         inputs = self.enc_input(self.src_embed(ids.t())).to(state_dtype)  # [T, B, 3d]
-        if not keep_states and torch.is_grad_enabled() and self.enc_rec_cand.weight.requires_grad:
+        restore = torch.empty_like(order)
+        restore[order] = torch.arange(batch, device=order.device)
+        if torch.is_grad_enabled() and self.enc_rec_cand.weight.requires_grad:
             # Training: the same steps with a backward through time written by hand (rescorer.gru).
             h = encoder_recurrence(inputs, self.enc_rec_gates.weight, self.enc_rec_cand.weight, running, state_dtype)
-            restore = torch.empty_like(order)
-            restore[order] = torch.arange(batch, device=order.device)
-            return h[restore], None
+            return h[restore]
         h = torch.zeros(batch, d, dtype=state_dtype, device=src.device)
-        states: list[Tensor] = []
         for t, n in enumerate(running):
             h_new = self._encoder_step(h[:n], inputs[t, :n])
             h = h_new if n == batch else torch.cat([h_new, h[n:]])
-            if keep_states:
-                states.append(h)
-        restore = torch.empty_like(order)
-        restore[order] = torch.arange(batch, device=order.device)
-        all_states = torch.stack(states, dim=1)[restore] if keep_states and states else None
-        return h[restore], all_states
+        return h[restore]
 
     def _encoder_step(self, h: Tensor, inputs: Tensor, out: Tensor | None = None) -> Tensor:
         """One encoder GRU step (reset before the recurrent product) from [W_r; W_z; W] e + b ([n, 3d]).
@@ -243,18 +237,9 @@ class RNNEncoderDecoder(nn.Module):
         candidate = torch.tanh(torch.addmm(inputs[:, 2 * d :], r * h, self.enc_rec_cand.weight.t())).to(h.dtype)
         return torch.lerp(candidate, h, z, out=out)
 
-    def encoder_states(self, src: Tensor, src_len: Tensor) -> Tensor:
-        """All encoder states h⟨1..T⟩ as [B, T, d] (T = max length; a state is held past its length).
-
-        For tests and analysis; :meth:`encode` does not keep them.
-        """
-        h, states = self._run_encoder(src, src_len, keep_states=True)
-        return states if states is not None else h.new_zeros(h.shape[0], 0, h.shape[1])
-
     def encode(self, src: Tensor, src_len: Tensor) -> Tensor:
         """Summary vector c = tanh(V h⟨N⟩) of each source phrase: Float[B, d]."""
-        h, _ = self._run_encoder(src, src_len, keep_states=False)
-        return torch.tanh(self.enc_summary(h))
+        return torch.tanh(self.enc_summary(self._run_encoder(src, src_len)))
 
     def encode_prefix_tree(self, tree: PrefixTree) -> Tensor:
         """Summary c of each of the ``tree.rows`` sources in a one-root tree of sources + ``</s>``.
@@ -348,11 +333,6 @@ class RNNEncoderDecoder(nn.Module):
         candidate = torch.tanh(torch.addcmul(cand_inputs, r, recurrent))
         return torch.lerp(candidate, h, z, out=out)
 
-    def decoder_states(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
-        """The decoder's hidden states h'⟨1..T⟩ as [B, T, d] (T = ``tgt_len.max()``)."""
-        states, _, _ = self._run_decoder(c, tgt, tgt_len)
-        return states
-
     def _maxout(self, c: Tensor, states: Tensor, prev: Tensor) -> Tensor:
         """s⟨t⟩ for all steps: maxout over adjacent pairs of O_h h' + O_y e(y_{t−1}) + O_c c."""
         pre = self.out_hidden(states) + self.out_prev(prev) + self.out_context(c).unsqueeze(1)
@@ -369,15 +349,6 @@ class RNNEncoderDecoder(nn.Module):
         """
         logits = self.out_vocab(self.out_rank(s))
         return logits.to(torch.promote_types(logits.dtype, torch.float32))
-
-    def step_log_probs(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
-        """Full next-word distributions log p(· | y_<t, X): Float[B, T, V] (T = ``tgt_len.max()``).
-
-        Materialises B×T×V floats; the scoring path (:meth:`token_logprobs`) avoids that.
-        Rows past a sequence's length are computed from padding and are meaningless.
-        """
-        states, prev, _ = self._run_decoder(c, tgt, tgt_len)
-        return torch.log_softmax(self._logits(self._maxout(c, states, prev)), dim=-1)
 
     # ------------------------------------------------------------------ generation, one word at a time
 

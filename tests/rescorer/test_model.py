@@ -36,6 +36,21 @@ def _batch(seqs: list[list[int]], pad: int = 0, extra: int = 0) -> tuple[torch.T
     return ids, torch.tensor([len(s) for s in seqs])
 
 
+def _decode_steps(model: RNNEncoderDecoder, c: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decoder states h'⟨t⟩ [B, T, d] and log p(· | y_<t, X) [B, T, V] along ``tgt`` [B, T].
+
+    By the decoder step generation runs (rescorer.sampling), fed ``tgt`` as the previous words.
+    """
+    start = model.start_decoding(c)
+    h, prev, states, dists = start.state, None, [], []
+    for t in range(tgt.shape[1]):
+        h, log_probs = model.next_word_log_probs(start, torch.arange(tgt.shape[0]), h, prev)
+        states.append(h)
+        dists.append(log_probs)
+        prev = tgt[:, t]
+    return torch.stack(states, dim=1), torch.stack(dists, dim=1)
+
+
 # ----------------------------------------------------------------------------- NumPy reference
 
 
@@ -131,17 +146,17 @@ def reference_pair() -> tuple[RNNEncoderDecoder, NumpyReference]:
 def test_encoder_steps_match_numpy_reference(
     reference_pair: tuple[RNNEncoderDecoder, NumpyReference],
 ) -> None:
+    """Every encoder step h⟨t⟩, seen through ``encode`` of the t-word prefix: c = tanh(V h⟨t⟩ + b).
+
+    The prefixes share one batch padded past the longest (padding id 7), so the short ones also
+    show that padding steps leave h⟨N⟩ alone.
+    """
     model, ref = reference_pair
-    src, src_len = _batch([s for s, _ in PAIRS])
+    prefixes = [xs[:t] for xs, _ in PAIRS for t in range(1, len(xs) + 1)]
+    src, src_len = _batch(prefixes, pad=7, extra=2)
     with torch.no_grad():
-        states = model.encoder_states(src, src_len).numpy()
         c = model.encode(src, src_len).numpy()
-    for b, (xs, _) in enumerate(PAIRS):
-        expected = ref.encoder_states(xs)
-        np.testing.assert_allclose(states[b, : len(xs)], np.stack(expected), atol=1e-10, rtol=0)
-        # held past the length, so padding steps leave h⟨N⟩ alone
-        held = states[b, len(xs) :]
-        np.testing.assert_allclose(held, np.broadcast_to(expected[-1], held.shape), atol=1e-12, rtol=0)
+    for b, xs in enumerate(prefixes):
         np.testing.assert_allclose(c[b], ref.encode(xs), atol=1e-10, rtol=0)
 
 
@@ -153,8 +168,7 @@ def test_decoder_steps_and_log_prob_match_numpy_reference(
     tgt, tgt_len = _batch([t for _, t in PAIRS])
     with torch.no_grad():
         c = model.encode(src, src_len)
-        states = model.decoder_states(c, tgt, tgt_len).numpy()
-        dists = model.step_log_probs(c, tgt, tgt_len).numpy()
+        states, dists = (x.numpy() for x in _decode_steps(model, c, tgt))
         tokens = model.token_logprobs(c, tgt, tgt_len).numpy()
         scores = model(src, src_len, tgt, tgt_len).numpy()
     for b, (xs, ys) in enumerate(PAIRS):
@@ -180,8 +194,9 @@ def test_reset_placement_matters(reference_pair: tuple[RNNEncoderDecoder, NumpyR
         h = z * h + (1 - z) * np.tanh(ref.W @ e + ref.b + r * (ref.U @ h))
     src, src_len = _batch([xs])
     with torch.no_grad():
-        got = model.encoder_states(src, src_len)[0, -1].numpy()
-    assert np.abs(got - h).max() > 1e-3
+        got = model.encode(src, src_len)[0].numpy()
+    np.testing.assert_allclose(got, ref.encode(xs), atol=1e-10, rtol=0)
+    assert np.abs(got - np.tanh(ref.V @ h + ref.b_V)).max() > 1e-3
 
 
 # ----------------------------------------------------------------------------- normalisation
@@ -234,7 +249,7 @@ def test_paper_size_model_shapes_and_normalised_steps(paper_model: RNNEncoderDec
     tgt, tgt_len = _batch([[7, 1, 0], [3, 4, 5, 6, 0]])
     with torch.no_grad():
         c = paper_model.encode(src, src_len)
-        dists = paper_model.step_log_probs(c, tgt, tgt_len)
+        _, dists = _decode_steps(paper_model, c, tgt)
         scores = paper_model.score_targets(c, tgt, tgt_len)
     assert dists.shape == (2, 5, 15001) and dists.dtype == torch.float32
     torch.testing.assert_close(dists.exp().sum(-1), torch.ones(2, 5), atol=1e-4, rtol=0)
@@ -333,7 +348,7 @@ def test_autocast_keeps_log_softmax_in_float32() -> None:
         exact = model(src, src_len, tgt, tgt_len)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             mixed = model(src, src_len, tgt, tgt_len)
-            dists = model.step_log_probs(model.encode(src, src_len), tgt, tgt_len)
+            _, dists = _decode_steps(model, model.encode(src, src_len), tgt)
     assert mixed.dtype == torch.float32 and dists.dtype == torch.float32
     torch.testing.assert_close(mixed, exact, atol=0.15, rtol=0.02)
     torch.testing.assert_close(dists.exp().sum(-1), torch.ones(dists.shape[:2]), atol=1e-5, rtol=0)

@@ -39,13 +39,17 @@ def test_step_by_step_distributions_equal_the_scoring_paths() -> None:
     model = _tiny_model()
     c = summary_of(model, [2, 3])
     tgt = torch.tensor([[3, 2, 5, EOS_ID]])
+    vocab = model.config.tgt_vocab_size
     with torch.no_grad():
-        expected = model.step_log_probs(c, tgt, torch.tensor([4]))[0]
         start = model.start_decoding(c)
         h, prev = start.state, None
         for t in range(4):
             h, log_probs = model.next_word_log_probs(start, torch.zeros(1, dtype=torch.long), h, prev)
-            torch.testing.assert_close(log_probs[0], expected[t], rtol=0, atol=1e-12)
+            # The whole distribution at step t by the scoring path: tgt with every word at t.
+            variants = tgt.repeat(vocab, 1)
+            variants[:, t] = torch.arange(vocab)
+            expected = model.token_logprobs(c.expand(vocab, -1), variants, torch.full((vocab,), 4))[:, t]
+            torch.testing.assert_close(log_probs[0], expected, rtol=0, atol=1e-12)
             prev = tgt[:, t]
 
 
