@@ -137,7 +137,7 @@ class Experiment:
 
     def tuned_system(self, plan: RunPlan) -> Path:
         """The moses.ini a run tunes: with the CSLM in the decoder where its row has it."""
-        return self.cslm_ini if plan.config.cslm and plan.config.cslm_in_decoder else self.rnn_ini
+        return self.cslm_ini if plan.config.cslm_in_search else self.rnn_ini
 
     def table2_path(self, kind: str) -> Path:
         """``rescorer compare``'s Markdown for the ``kind`` (frequent or rare) long source phrases."""
@@ -400,9 +400,14 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
     exp.step("baseline", lambda: {"aligner": aligner})
 
 
-def _tool(command: list, log: Path) -> dict[str, object]:
-    """Run one of the project's commands as a step body; its log is ``log``."""
-    return {"command": " ".join(map(str, command)), "tool_seconds": round(run_logged(command, log), 1)}
+def _tool(command: list, log: Path, stdout: Path | None = None) -> dict[str, object]:
+    """Run one of the project's commands as a step body; its log is ``log``. With ``stdout``, the
+    command's output is kept there (renamed into place only when the command succeeds)."""
+    partial = None if stdout is None else stdout.with_name(stdout.name + ".partial")
+    seconds = run_logged(command, log, stdout=partial)
+    if partial is not None:
+        partial.replace(stdout)
+    return {"command": " ".join(map(str, command)), "tool_seconds": round(seconds, 1)}
 
 
 def single_phrase_table(ini_path: Path) -> tuple[str, str, int]:
@@ -443,18 +448,10 @@ def step_rnn(exp: Experiment) -> None:
          "--moses-ini", filtered_ini, "--moses-ini-out", exp.rnn_ini, "--device", exp.device, "--resume",
          "--workers", str(exp.jobs), "--quiet"], log))
     for kind in TABLE2_KINDS:  # the paper's Table 2, which its argument for the RNN rests on
-        exp.step(f"rnn/compare-{kind}", lambda k=kind: _tool_output(
+        exp.step(f"rnn/compare-{kind}", lambda k=kind: _tool(
             [exp.console("rescorer"), "compare", model, full_table, f"--{k}", "--device", exp.device, "--quiet"],
             log, exp.table2_path(k)))
     exp.step("rnn", lambda: None)
-
-
-def _tool_output(command: list, log: Path, out: Path) -> dict[str, object]:
-    """:func:`_tool` with the command's stdout kept in ``out`` (written only when the command succeeds)."""
-    partial = out.with_name(out.name + ".partial")
-    seconds = run_logged(command, log, stdout=partial)
-    partial.replace(out)
-    return {"command": " ".join(map(str, command)), "tool_seconds": round(seconds, 1)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -475,6 +472,13 @@ def step_cslm(exp: Experiment) -> None:
          "--threads", str(exp.jobs), "--resume", "--quiet"], exp.log_file("cslm")))
     exp.step("cslm/export", lambda: _tool(
         [exp.console("cslm"), "export-nplm", exp.cslm_model, exp.cslm_nplm], exp.log_file("cslm")))
+
+
+def cslm_system(exp: Experiment) -> Path:
+    """The CSLM rows' moses.ini, written once (stamped ``cslm/ini``) from the exported CSLM."""
+    exp.require("cslm", "cslm/export")
+    exp.step("cslm/ini", lambda: write_cslm_ini(exp))
+    return exp.cslm_ini
 
 
 def write_cslm_ini(exp: Experiment) -> None:
@@ -499,10 +503,8 @@ def step_speed(exp: Experiment, configs: list[Configuration]) -> None:
     and every evaluation starts the decoder again. The report turns these into the budget."""
     exp.require("rnn")
     systems = {"rnn": exp.rnn_ini}
-    if any(c.cslm and c.cslm_in_decoder for c in configs):
-        exp.require("cslm", "cslm/export")
-        exp.step("cslm/ini", lambda: write_cslm_ini(exp))
-        systems["cslm"] = exp.cslm_ini
+    if any(c.cslm_in_search for c in configs):
+        systems["cslm"] = cslm_system(exp)
     for name, ini in systems.items():
         exp.step(f"speed/{name}", lambda n=name, i=ini: measure_decoding(exp, n, i))
 
@@ -527,7 +529,7 @@ def measure_decoding(exp: Experiment, name: str, ini: Path) -> dict[str, object]
 def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
     """The tuning budget from the measured speeds: decoding time of one MERT iteration and of a row's
     runs at the iteration cap, with ``jobs`` decoder threads (optimisation time not counted)."""
-    measured = [(c, "cslm" if c.cslm and c.cslm_in_decoder else "rnn") for c in configs]
+    measured = [(c, "cslm" if c.cslm_in_search else "rnn") for c in configs]
     measured = [(c, system) for c, system in measured if exp.done(f"speed/{system}")]
     if not measured:
         return []
@@ -628,10 +630,10 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
     """Tune each configuration ``runs`` times (seeds 1000, 1001, ...); each run resumes by itself."""
     exp.require("rnn")
     for config in configs:
-        if config.cslm:
+        if config.cslm_nbest:
             exp.require("cslm", "cslm/export")
-        if config.cslm and config.cslm_in_decoder:
-            exp.step("cslm/ini", lambda: write_cslm_ini(exp))
+        elif config.cslm_in_search:
+            cslm_system(exp)
         for k in range(1, runs + 1):
             plan = RunPlan(config, k)
             check_run_current(exp, plan)

@@ -198,6 +198,11 @@ class Configuration:
         return ([] if self.rnn else [rnn_col]) + ([] if self.wp else [wp_col])
 
     @property
+    def cslm_in_search(self) -> bool:
+        """The row runs the CSLM inside Moses' search (its tuned system has the NeuralLM feature)."""
+        return self.cslm and self.cslm_in_decoder
+
+    @property
     def cslm_nbest(self) -> bool:
         """The row rescores n-best lists with the CSLM (rather than running it in the decoder)."""
         return self.cslm and not self.cslm_in_decoder
