@@ -5,10 +5,11 @@ Usage: MOSES_BIN_DIR=… python benchmarks/cslm_decoder_speed.py [--sentences 50
 
 Decodes the first ``--sentences`` of the fixture's dev set (../shared/fixtures/hansard-enfr) with the
 fixture system as it is, then with ``NeuralLM`` added for each CSLM size: ``small`` is SCALE=small's
-(embedding 128, layers 512 and 256), ``paper`` the paper's (512; 1536 and 1024); both are 7-grams over
-a 15,000-word shortlist (the most frequent target words of the fixture's phrase table), with random
-weights unless ``--model`` is given: the decoder's cost does not depend on the weights' values, only
-on how many distinct n-grams the search asks for. Each configuration is also run on an empty input,
+(embedding 128, layers 512 and 256), ``paper`` the paper's (512; 1536 and 1024), and
+``small-one-layer``/``paper-one-layer`` the same without their second hidden layer; all are 7-grams
+over a 15,000-word shortlist (the most frequent target words of the fixture's phrase table), with
+random weights unless ``--model`` is given: the decoder's cost does not depend on the weights' values,
+only on how many distinct n-grams the search asks for. Each configuration is also run on an empty input,
 so that model loading (NPLM premultiplies the first layer at load time) is reported apart from
 decoding. Prints wall seconds, and the decoder's CPU seconds (user + system, from the kernel's
 accounting of the child process: on a shared machine the steadier figure), sentences per CPU-second
@@ -40,7 +41,11 @@ from moses_integration.phrase_table import read_phrase_table
 from moses_integration.tokens import split_tokens
 from rescorer.vocab import Vocab
 
-SIZES = {"small": (128, [512, 256]), "paper": (512, [1536, 1024])}
+# name: (embedding, hidden layers). The one-layer shapes keep the first layer, which NPLM
+# premultiplies into the embeddings at load time, and drop the second, whose matrix-vector product
+# is the main cost of a lookup (README, "CSLM in the decoder").
+SIZES = {"small": (128, [512, 256]), "paper": (512, [1536, 1024]),
+         "small-one-layer": (128, [512]), "paper-one-layer": (512, [1536])}
 
 
 def fixture() -> Path:

@@ -1,9 +1,10 @@
 """The CSLM inside the real Moses decoder: what Moses' NeuralLM adds is what ``cslm score --raw`` says.
 
 Needs a Moses built with NPLM (``--with-nplm``, and NPLM with the second-hidden-layer fix that
-docs/moses-nplm.md describes): ``MOSES_BIN_DIR``. A two-layer model is used on purpose. NPLM
+docs/moses-nplm.md describes): ``MOSES_BIN_DIR``. The two-layer model is there on purpose: NPLM
 without the fix drops the second layer, and its scores then disagree with the model's by far more
-than the tolerance (or Moses crashes).
+than the tolerance (or Moses crashes). The one-layer model takes NPLM's other path (``num_hidden 0``:
+the premultiplied first layer feeds the output layer), the shape that is cheap inside the decoder.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ FIXTURE = "fixtures/hansard-enfr"
 
 @pytest.mark.moses
 @pytest.mark.slow
-def test_moses_neural_lm_adds_the_cslm_raw_sentence_score(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hidden", [[48, 24], [48]], ids=["two-layers", "one-layer"])
+def test_moses_neural_lm_adds_the_cslm_raw_sentence_score(tmp_path: Path, hidden: list[int]) -> None:
     bin_dir = moses_bin_dir()
     if not has_neural_lm(bin_dir):
         pytest.skip(f"{bin_dir}/moses was built without NPLM (no NeuralLM feature)")
@@ -43,7 +45,7 @@ def test_moses_neural_lm_adds_the_cslm_raw_sentence_score(tmp_path: Path) -> Non
             counts[word] = counts.get(word, 0) + 1
     vocab = Vocab.from_counts(counts, shortlist=1500)  # many hypothesis words stay outside: <unk>
     torch.manual_seed(0)
-    model = CSLM(CSLMConfig(vocab_size=len(vocab), order=7, embedding=16, hidden=[48, 24], init_range=0.3)).eval()
+    model = CSLM(CSLMConfig(vocab_size=len(vocab), order=7, embedding=16, hidden=hidden, init_range=0.3)).eval()
     nplm_path = tmp_path / "cslm.nplm"
     write_nplm(nplm_path, cslm_to_nplm(model, vocab))
 
