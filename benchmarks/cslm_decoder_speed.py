@@ -4,9 +4,10 @@ Usage: MOSES_BIN_DIR=… python benchmarks/cslm_decoder_speed.py [--sentences 50
        [--sizes small,paper] [--weight 0.1] [--model cslm.pt]
 
 Decodes the first ``--sentences`` of the fixture's dev set (../shared/fixtures/hansard-enfr) with the
-fixture system as it is, then with ``NeuralLM`` added for each CSLM size: ``small`` is SCALE=small's
-(embedding 128, layers 512 and 256), ``paper`` the paper's (512; 1536 and 1024), and
-``small-one-layer``/``paper-one-layer`` the same without their second hidden layer; all are 7-grams
+fixture system as it is, then with ``NeuralLM`` added for each CSLM size: ``small`` is SCALE=small's former
+shape (embedding 128, layers 512 and 256), ``paper`` the paper's (512; 1536 and 1024), and
+``small-one-layer`` (SCALE=small's shape now) and ``paper-one-layer`` the same without their second
+hidden layer; all are 7-grams
 over a 15,000-word shortlist (the most frequent target words of the fixture's phrase table), with
 random weights unless ``--model`` is given: the decoder's cost does not depend on the weights' values,
 only on how many distinct n-grams the search asks for. Each configuration is also run on an empty input,
