@@ -1,8 +1,8 @@
 """Command line: ``table1 STEP…``, the Table 1 experiment (``make table1`` calls ``table1 … all``).
 
-Parsing only: the steps, their order (:data:`table1.experiment.STEPS`) and their work are in
-:mod:`table1.experiment`. Every finished step is stamped in the work folder and skipped, so a killed
-run continues where it stopped when the same command is run again.
+Parsing only: the steps and their order are :mod:`table1.experiment`'s (:data:`table1.experiment.STEPS`).
+Every finished step is stamped in the work folder and skipped, so a killed run continues where it
+stopped when the same command is run again.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from moses_integration.threads import resolve_threads
 from table1 import experiment as ex
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
 from table1.system_training import MosesToolError
+from table1.workspace import ExperimentError, load_experiment
 
 
 @click.command("table1")
@@ -55,12 +56,12 @@ def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, mose
     command = f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{configs}'" if configs else "")
     try:
         options = ex.StepOptions(select_configurations(configs), runs, aligner, mirror, results, command)
-        exp = ex.load_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
-                                 jobs=resolve_threads(threads), device=device)
+        exp = load_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
+                              jobs=resolve_threads(threads), device=device)
         for step in ex.STEPS if "all" in steps else steps:
             for path in ex.run_step(exp, step, options):
                 click.echo(f"wrote {path}", err=True)
-    except (ex.ExperimentError, MosesToolError, ValueError) as exc:
+    except (ExperimentError, MosesToolError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

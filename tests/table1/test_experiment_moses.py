@@ -21,8 +21,8 @@ from mert.features import read_sidecar
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
 from shared_paths import has_neural_lm, moses_bin_dir, shared_file
-from table1 import experiment as ex
-from table1.settings import SCALES, CslmSettings, RnnSettings, TextSlice, select_configurations
+from table1 import collect, systems, tuning, workspace
+from table1.settings import SCALES, CslmSettings, RnnSettings, RunPlan, TextSlice, select_configurations
 from table1.system_training import MosesInstall
 
 pytestmark = [pytest.mark.slow, pytest.mark.moses]
@@ -50,7 +50,7 @@ def tiny(request, monkeypatch, tmp_path):
         tune_max_iterations=2, nbest_size=20, restarts=2,
     )
     monkeypatch.setitem(SCALES, "tiny", settings)
-    return ex.load_experiment(tmp_path / "work", "tiny", data=data, moses_bin_dir=install.bin_dir,
+    return workspace.load_experiment(tmp_path / "work", "tiny", data=data, moses_bin_dir=install.bin_dir,
                               moses_home=install.scripts_dir.parent, jobs=2, device="cpu")
 
 
@@ -58,42 +58,42 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     exp = tiny
     in_decoder = has_neural_lm(exp.moses().bin_dir)
     configs = select_configurations("baseline rnn" + (" cslm-rnn" if in_decoder else ""))
-    ex.step_data(exp)
-    ex.step_prepare(exp)
-    ex.step_baseline(exp, "eflomal")
-    ex.step_rnn(exp)
-    for kind in ex.TABLE2_KINDS:  # the paper's Table 2 for this RNN: rescorer compare's table, one row per source
+    systems.step_data(exp)
+    systems.step_prepare(exp)
+    systems.step_baseline(exp, "eflomal")
+    systems.step_rnn(exp)
+    for kind in workspace.TABLE2_KINDS:  # the paper's Table 2 for this RNN: rescorer compare's table, a row per source
         assert exp.table2_path(kind).read_text().startswith("| source (")
     weights = MosesIni.read(exp.rnn_ini).weights()["TranslationModel0"]
     assert len(weights) == 6 and weights[4:] == [0.0, 0.0]
     if in_decoder:
-        ex.step_cslm(exp)
-    ex.step_speed(exp, configs)
+        systems.step_cslm(exp)
+    tuning.step_speed(exp, configs)
     speeds = {name: json.loads(exp.stamp_path(f"speed/{name}").read_text()) for name in ("rnn", "cslm")
               if exp.done(f"speed/{name}")}
     assert set(speeds) == ({"rnn", "cslm"} if in_decoder else {"rnn"})
     assert all(s["sentences"] == 8 and s["seconds_per_sentence"] > 0 for s in speeds.values())
-    ex.step_tune(exp, configs, 1)
-    ex.step_eval(exp, configs, 1)
+    tuning.step_tune(exp, configs, 1)
+    tuning.step_eval(exp, configs, 1)
     if in_decoder:  # the CSLM row tuned Moses' NeuralLM feature: a weight in moses.ini, a column in the n-best lists
-        plan = ex.RunPlan(configs[2], 1)
+        plan = RunPlan(configs[2], 1)
         tuned_ini = MosesIni.read(exp.tune_dir(plan) / "moses.ini")
         assert tuned_ini.find_feature("CSLM0").type == "NeuralLM" and "CSLM0" in tuned_ini.weights()
         assert all(e.name != "CSLM0" for e in read_sidecar(exp.tune_dir(plan) / "moses.ini"))
         first = next(read_nbest(exp.tune_dir(plan) / "run1.nbest.gz"))
         assert "CSLM0" in dict(first.features)
     # Baseline is the original system: its tuned RNN and unknown-word weights stayed 0.
-    tuned = ex.run_weights(exp.tune_dir(ex.RunPlan(configs[0], 1)) / "moses.ini")
+    tuned = collect.run_weights(exp.tune_dir(RunPlan(configs[0], 1)) / "moses.ini")
     assert tuned["TranslationModel0"][4:] == [0.0, 0.0]
-    ex.step_report(exp, configs, 1, tmp_path / "results")
+    collect.step_report(exp, configs, 1, tmp_path / "results")
     doc = json.loads((tmp_path / "results" / "table1.json").read_text())
     assert [r["runs_finished"] for r in doc["rows"]] == [1] * len(configs)
-    assert set(doc["table2"]) == set(ex.TABLE2_KINDS)
+    assert set(doc["table2"]) == set(workspace.TABLE2_KINDS)
     assert "## Table 2 (rare long source phrases)" in (tmp_path / "results" / "table1.md").read_text()
     budget = [n for n in doc["notes"] if n.startswith("Budget, ")]
     assert len(budget) == len(configs) and all("8 sentences with 2 threads" in n for n in budget)
     stamps = sorted(p.name for p in (exp.work / "stamps").iterdir())
     # a rerun finds every step done and changes nothing
-    ex.step_baseline(exp, "eflomal")
-    ex.step_tune(exp, configs, 1)
+    systems.step_baseline(exp, "eflomal")
+    tuning.step_tune(exp, configs, 1)
     assert sorted(p.name for p in (exp.work / "stamps").iterdir()) == stamps

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from table1 import experiment as ex
-from table1 import wmt14
-from table1.settings import FULL
+from table1 import systems, wmt14, workspace
+from table1.settings import FULL, SCALES
 
 
 class _Server(ThreadingHTTPServer):
@@ -266,18 +265,18 @@ def test_full_scale_data_step_fetches_what_data_lacks_and_nothing_else(server, t
     dataset = _fake_test_set(server, tmp_path, monkeypatch, "wmt14/full", 2014)
     monkeypatch.setitem(sb.DATASETS, "wmt14/full", dataset)
 
-    exp = ex.Experiment(work=tmp_path / "work", settings=FULL, data=data)
+    exp = workspace.Experiment(work=tmp_path / "work", settings=FULL, data=data)
     exp.work.mkdir()
-    assert ex.missing_inputs(exp) == ["newstest/newstest2014.en", "newstest/newstest2014.fr"]
-    ex.step_data(exp, mirror=_url(server))
+    assert systems.missing_inputs(exp) == ["newstest/newstest2014.en", "newstest/newstest2014.fr"]
+    systems.step_data(exp, mirror=_url(server))
     assert (exp.path("raw", "test.fr")).read_text(encoding="utf-8") == "Une première phrase.\nDeuxième et dernière.\n"
     assert (exp.path("raw", "dev.en")).read_text(encoding="utf-8") == "en 2012\nen 2013\n"
     assert [r for r in server.requests if "training" in r[0]] == []
 
     # SCALE=small reads Hansard, which is not WMT'14 data: refused, naming the files, with no download.
-    monkeypatch.setattr(ex.wmt14, "fetch", lambda *a, **k: pytest.fail("must not download"))
-    small = ex.Experiment(work=tmp_path / "work-small", settings=ex.SCALES["small"], data=data)
+    monkeypatch.setattr(wmt14, "fetch", lambda *a, **k: pytest.fail("must not download"))
+    small = workspace.Experiment(work=tmp_path / "work-small", settings=SCALES["small"], data=data)
     small.work.mkdir()
-    with pytest.raises(ex.ExperimentError, match=r"missing input\(s\) .*hansard/hansard\.en\.gz"):
-        ex.step_data(small)
+    with pytest.raises(workspace.ExperimentError, match=r"missing input\(s\) .*hansard/hansard\.en\.gz"):
+        systems.step_data(small)
     assert not small.done("data")

@@ -1,0 +1,152 @@
+"""The ``report`` step: gather every evaluated run of a work folder (outputs, tuned weights, tuning
+trajectories, timings, training logs) and hand them to :mod:`table1.report`."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from mert.features import read_sidecar
+from mert.tune import read_state
+from moses_integration.moses_ini import MosesIni
+from table1.analysis import analysis_document, column_leverage, tuning_trajectory
+from table1.report import TunedRun, build_table, score_runs, write_report
+from table1.settings import Configuration, RunPlan
+from table1.tuning import budget_notes, check_run_current, state_seed
+from table1.workspace import STAMPS, TABLE2_KINDS, TIMINGS_FILE, Experiment, ExperimentError, single_phrase_table
+
+# --------------------------------------------------------------------------------------------
+# table1: the report
+
+
+def run_weights(tuned_ini: Path) -> dict[str, list[float]]:
+    """The tuned weights of a run: moses.ini's tuneable ones plus the extra n-best features'."""
+
+    weights = dict(MosesIni.read(tuned_ini).weights())
+    weights.pop("UnknownWordPenalty0", None)
+    weights.update({e.name: list(e.weights) for e in read_sidecar(tuned_ini)})
+    return weights
+
+
+def step_timings(exp: Experiment) -> dict[str, float]:
+    """Wall seconds of each stamped step, plus ``STEP (total)`` summing a step's parts."""
+    timings: dict[str, float] = {}
+    for stamp in sorted(exp.path(STAMPS).glob("*.json")):
+        info = json.loads(stamp.read_text(encoding="utf-8"))
+        timings[info["step"]] = float(info["seconds"])
+    totals: dict[str, float] = {}
+    for name, seconds in timings.items():
+        top = name.split("/", 1)[0]
+        totals[f"{top} (total)"] = totals.get(f"{top} (total)", 0.0) + seconds
+    return {**timings, **{k: round(v, 1) for k, v in totals.items()}}
+
+
+def training_notes(exp: Experiment) -> list[str]:
+    """What the RNN and CSLM trainings reached, from the last lines their logs hold (the report
+    states it beside the BLEU scores: a weak model explains a small gain)."""
+    wanted = {
+        "rnn": ("RNN training", (r"trained \d+ steps ", r"step \d+: valid ")),
+        "cslm": ("CSLM training", (r"stopped by ", r"epoch \d+: valid perplexity ")),
+    }
+    notes = []
+    for name, (label, patterns) in wanted.items():
+        log = exp.path("logs", f"{name}.log")
+        if not log.exists():
+            continue
+        last: dict[str, str] = {}
+        # Progress bars (older runs logged them) end their updates with \r, not \n.
+        for line in re.split(r"[\r\n]+", log.read_text(encoding="utf-8", errors="replace")):
+            for pattern in patterns:
+                if re.match(pattern, line):
+                    last[pattern] = line.strip()
+        found = [last[p] for p in patterns if p in last]
+        if found:
+            notes.append(f"{label}: " + "; last validation: ".join(found) + ".")
+    return notes
+
+
+def leverage_document(exp: Experiment, collected: list, table_feature: str, ini: MosesIni) -> dict[str, object]:
+    """Per run: dev BLEU of its n-best pool, and what each of its row's columns (and, for scale,
+    p(e|f) and the n-gram LM) moves there (:func:`table1.analysis.column_leverage`)."""
+
+    num_scores = len(ini.weights()[table_feature])
+    lm = next((name for name in ini.weights() if name.startswith("LM")), "LM0")
+    labels = {f"{table_feature}_{num_scores - 2}": "p_RNN", f"{table_feature}_{num_scores - 1}": "WP",
+              "CSLM0_0": "CSLM", f"{table_feature}_2": "p(e|f)", f"{lm}_0": "n-gram LM"}
+    keys = list(labels)
+    runs: dict[str, list[dict[str, object]]] = {}
+    for config, found in collected:
+        chosen = [keys[0]] * config.rnn + [keys[1]] * config.wp + [keys[2]] * config.cslm + keys[3:]
+        for tuned in found:
+            lists = sorted(exp.tune_dir(RunPlan(config, tuned.run)).glob("run*.nbest.gz"),
+                           key=lambda p: int(p.name[3:].split(".", 1)[0]))
+            if not lists:
+                continue
+            pool, columns = column_leverage(lists, [exp.prepared("dev", exp.tgt)], tuned.weights, chosen)
+            entry: dict[str, object] = {"run": tuned.run, "pool_bleu": pool, "columns": [c.__dict__ for c in columns]}
+            test_nbest = tuned.test_output.with_name(tuned.test_output.name + ".nbest.gz")
+            if test_nbest.exists():  # the same on the test set's n-best list, decoded with the tuned weights
+                test_pool, test_columns = column_leverage([test_nbest], [exp.prepared("test", exp.tgt)],
+                                                          tuned.weights, chosen)
+                entry["test"] = {"pool_bleu": test_pool, "columns": [c.__dict__ for c in test_columns]}
+            runs.setdefault(config.label, []).append(entry)
+    return {"labels": labels, "runs": runs}
+
+
+def step_report(
+    exp: Experiment, configs: list[Configuration], runs: int, out_dir: Path, command: str = ""
+) -> list[Path]:
+    """results/table1.{md,json,png} from every run whose dev and test outputs exist (never stamped:
+    it is cheap and is redone as runs are added). Also copies the step timings beside it."""
+
+    collected, tuning = [], {}
+    for config in configs:
+        found = []
+        for k in range(1, runs + 1):
+            plan = RunPlan(config, k)
+            if not (exp.done(f"eval/{plan.name}/dev") and exp.done(f"eval/{plan.name}/test")):
+                continue
+            check_run_current(exp, plan)
+            state = read_state(exp.tune_dir(plan)) or {}
+            found.append(TunedRun(k, state_seed(state), exp.eval_output(plan, "dev"), exp.eval_output(plan, "test"),
+                                  run_weights(exp.tune_dir(plan) / "moses.ini"), state.get("completed_iterations"),
+                                  state.get("stop_reason")))
+            tuning.setdefault(config.label, []).append({"run": k, "dev_bleu_1best": tuning_trajectory(state)})
+        collected.append((config, found))
+    if not any(found for _, found in collected):
+        raise ExperimentError(f"no evaluated run in {exp.work} yet: run the eval step first")
+    scored, signature, detectable = score_runs(
+        collected, dev_tok_ref=exp.prepared("dev", exp.tgt), test_ref=exp.path("raw", f"test.{exp.tgt}"),
+        test_tok_ref=exp.prepared("test", exp.tgt), lang=exp.tgt,
+    )
+    timings = step_timings(exp)
+    notes = [
+        f"SCALE={exp.settings.name}; data and sizes differ from the paper's (see Settings and README).",
+        "The CSLM rows run the CSLM inside Moses' search (NeuralLM, trained self-normalised), as the paper did; "
+        f"rows marked (n-best) rescore {exp.settings.nbest_size}-best lists with it as an extra MERT feature instead.",
+        "Columns outside a configuration are fixed at weight 0 during MERT (same 6-column table for every row).",
+        *training_notes(exp),
+        *budget_notes(exp, configs, runs),
+    ]
+    doc = build_table(scored, settings={"scale": exp.settings.to_json(), "runs": runs}, signature=signature,
+                      detectable=detectable,
+                      runs_requested=runs, timings=timings, notes=notes)
+    table_feature, table_path, _ = single_phrase_table(exp.rnn_ini)
+    if Path(table_path).exists():
+        doc["analysis"] = analysis_document(
+            Path(table_path), {config.label: [(t.run, t.weights) for t in found] for config, found in collected},
+            table_feature,
+        )
+    else:
+        doc["notes"].append(f"No analysis of the RNN column: {table_path} (the 6-column table) is missing.")
+    doc["leverage"] = leverage_document(exp, collected, table_feature, MosesIni.read(exp.rnn_ini))
+    doc["tuning"] = tuning
+    doc["table2"] = {k: exp.table2_path(k).read_text(encoding="utf-8") for k in TABLE2_KINDS
+                     if exp.table2_path(k).exists()}
+    paths = write_report(doc, out_dir, command)
+    shutil.copyfile(exp.path(TIMINGS_FILE), out_dir / "timings.tsv")
+    return paths
+
+

@@ -1,0 +1,291 @@
+"""The steps that build the systems: raw text (``data``), Moses' preprocessing (``prepare``), the
+Baseline Moses system (``baseline``), the RNN column (``rnn``) and the CSLM (``cslm``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from moses_integration.lines import text_lines
+from moses_integration.moses_ini import MosesIni
+from moses_integration.nplm import neural_lm_feature_line
+from table1 import wmt14
+from table1.data_selection import SelectionSettings, select_lines
+from table1.settings import SelectionBudget, TextSlice
+from table1.system_training import (
+    build_language_model,
+    eflomal_align,
+    filter_for_input,
+    run_logged,
+    symmetrize,
+    train_model_command,
+)
+from table1.text_prep import (
+    CleanRules,
+    clean_corpus_files,
+    tokenize_lines,
+    train_truecaser,
+    truecase_lines,
+    write_text_lines,
+)
+from table1.workspace import TABLE2_KINDS, Experiment, ExperimentError, run_tool, say, single_phrase_table
+
+# --------------------------------------------------------------------------------------------
+# data: the raw text slices
+
+
+def _slice_lines(data: Path, piece: TextSlice, lang: str):
+    path = data / piece.path.format(lang=lang)
+    if not path.exists():
+        raise ExperimentError(f"missing input {path} (see README, 'The experiment', for the expected files)")
+    return text_lines(path, first=piece.first, last=piece.last)
+
+
+def _write_slices(data: Path, pieces: list[TextSlice], lang: str, out: Path) -> int:
+    def lines():
+        for piece in pieces:
+            yield from _slice_lines(data, piece, lang)
+
+    return write_text_lines(out, lines())
+
+
+def _data_parts(exp: Experiment) -> list[tuple[str, list[TextSlice], tuple[str, ...]]]:
+    """``(raw file stem, slices, languages)`` of every text the scale reads from ``DATA``."""
+    s, both = exp.settings, (exp.src, exp.tgt)
+    return [("train", s.train, both), ("dev", s.dev, both), ("test", [s.test], both),
+            ("lm", s.lm, (exp.tgt,)), ("lm-valid", [s.lm_valid], (exp.tgt,))]
+
+
+def missing_inputs(exp: Experiment) -> list[str]:
+    """The files of ``DATA`` (relative paths) that the scale reads and that are not there."""
+    assert exp.data is not None
+    wanted = {piece.path.format(lang=lang) for _, pieces, langs in _data_parts(exp) for piece in pieces
+              for lang in langs}
+    return sorted(p for p in wanted if not (exp.data / p).exists())
+
+
+def step_data(exp: Experiment, mirror: str = wmt14.STATMT) -> None:
+    """Copy the slices the scale names from ``DATA`` into ``raw/`` (untokenised text).
+
+    Files of the WMT'14 data that ``DATA`` lacks are fetched first from their official sources
+    (:mod:`table1.wmt14`; ``mirror`` stands for ``https://www.statmt.org/``); any other missing
+    file is an error that names it.
+    """
+    if exp.data is None:
+        raise ExperimentError("give DATA= (the folder of the raw text; SCALE=small: ../shared/data)")
+
+    def body() -> dict[str, object]:
+        missing = missing_inputs(exp)
+        fetched: dict[str, object] = {}
+        if missing:
+            if not all(wmt14.provides(p) for p in missing):
+                raise ExperimentError(f"missing input(s) in {exp.data}: {', '.join(missing)} (see README, "
+                                      "'The experiment', for the expected files)")
+            say(f"data: fetching {', '.join(missing)} into {exp.data}")
+            try:
+                fetched = wmt14.fetch(exp.data, missing, mirror=mirror)  # type: ignore[arg-type]
+            except wmt14.DataFetchError as exc:
+                raise ExperimentError(str(exc)) from exc
+        raw = exp.path("raw")
+        raw.mkdir(parents=True, exist_ok=True)
+        counts: dict[str, int] = {}
+        for name, pieces, langs in _data_parts(exp):
+            for lang in langs:
+                counts[f"{name}.{lang}"] = _write_slices(exp.data, pieces, lang, raw / f"{name}.{lang}")  # type: ignore[arg-type]
+        for name in ("train", "dev", "test"):
+            if counts[f"{name}.{exp.src}"] != counts[f"{name}.{exp.tgt}"]:
+                raise ExperimentError(f"{name}: {counts[f'{name}.{exp.src}']} {exp.src} lines but "
+                                      f"{counts[f'{name}.{exp.tgt}']} {exp.tgt} lines")
+        return {"lines": counts, **({"fetched": fetched} if fetched else {})}
+
+    exp.step("data", body)
+
+
+# --------------------------------------------------------------------------------------------
+# prepare: tokenise, truecase, clean
+
+
+def step_prepare(exp: Experiment) -> None:
+    """Moses' preprocessing: tokenise (escaped), truecaser trained on the training side, clean."""
+    exp.require("data")
+    raw, prep = exp.path("raw"), exp.path("prepared")
+    prep.mkdir(parents=True, exist_ok=True)
+    sets = {exp.src: ("train", "dev", "test"), exp.tgt: ("train", "dev", "test", "lm", "lm-valid")}
+
+    for lang, names in sets.items():
+        for name in names:
+            exp.step(f"prepare/tokenize.{name}.{lang}", lambda n=name, lg=lang: {"lines": write_text_lines(
+                prep / f"{n}.tok.{lg}", tokenize_lines(text_lines(raw / f"{n}.{lg}"), lg, jobs=exp.jobs))})
+        exp.step(f"prepare/truecaser.{lang}",
+                 lambda lg=lang: train_truecaser(prep / f"train.tok.{lg}", prep / f"truecase-model.{lg}"))
+        for name in names:
+            exp.step(f"prepare/truecase.{name}.{lang}", lambda n=name, lg=lang: {"lines": write_text_lines(
+                exp.prepared(n, lg), truecase_lines(text_lines(prep / f"{n}.tok.{lg}"),
+                                                    prep / f"truecase-model.{lg}", jobs=exp.jobs))})
+
+    def clean() -> dict[str, object]:
+        read, kept = clean_corpus_files(
+            exp.prepared("train", exp.src), exp.prepared("train", exp.tgt),
+            prep / f"train.clean.{exp.src}", prep / f"train.clean.{exp.tgt}",
+            CleanRules(min_words=1, max_words=exp.settings.max_sentence_words),
+        )
+        return {"pairs_read": read, "pairs_kept": kept}
+
+    exp.step("prepare/clean", clean)
+    if exp.settings.selection:
+        select_training_text(exp, exp.settings.selection)
+    exp.step("prepare", lambda: None)
+
+
+def select_training_text(exp: Experiment, budget: SelectionBudget) -> None:
+    """The paper's data selection: the bitext by Axelrod et al.'s bilingual cross-entropy
+    difference, the LM text by Moore & Lewis', both against the dev set (newstest2012+2013)."""
+
+    prep, log = exp.path("prepared"), exp.log_file("selection")
+    settings = SelectionSettings(order=budget.order, min_count=budget.min_count)
+    langs = (exp.src, exp.tgt)
+    exp.step("prepare/select-train", lambda: select_lines(
+        exp.moses(), [prep / f"train.clean.{lg}" for lg in langs], [exp.prepared("dev", lg) for lg in langs],
+        [Path(f"{exp.train_corpus}.{lg}") for lg in langs], budget.train_words, prep / "selection-train", log,
+        settings, progress=say).to_json())
+    exp.step("prepare/select-lm", lambda: select_lines(
+        exp.moses(), [exp.prepared("lm", exp.tgt)], [exp.prepared("dev", exp.tgt)], [exp.lm_text], budget.lm_words,
+        prep / "selection-lm", log, settings, progress=say).to_json())
+
+
+# --------------------------------------------------------------------------------------------
+# baseline: alignment, LM, train-model.perl, filtering
+
+
+def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
+    """A Moses system with ``train-model.perl``'s defaults, and its tables filtered for dev+test."""
+    exp.require("prepare")
+    base, prep = exp.path("baseline"), exp.path("prepared")
+    corpus = exp.train_corpus
+    log = exp.log_file("baseline")
+    if aligner == "auto":
+        aligner = "giza" if exp.moses().has_giza() else "eflomal"
+    if aligner not in ("giza", "eflomal"):
+        raise ExperimentError(f"ALIGNER={aligner}: expected giza, eflomal or auto")
+    gdfa = base / "model" / "aligned.grow-diag-final-and"
+    src_text, tgt_text = Path(f"{corpus}.{exp.src}"), Path(f"{corpus}.{exp.tgt}")
+    if aligner == "eflomal":
+        align = base / "align"
+
+        def run_eflomal() -> None:
+            align.mkdir(parents=True, exist_ok=True)
+            fwd, rev = align / "fwd.partial", align / "rev.partial"
+            eflomal_align(src_text, tgt_text, fwd, rev, log)
+            os.replace(fwd, align / f"fwd.{exp.src}-{exp.tgt}")
+            os.replace(rev, align / f"rev.{exp.src}-{exp.tgt}")
+
+        exp.step("baseline/eflomal", run_eflomal)
+
+        def run_symal() -> None:
+            gdfa.parent.mkdir(parents=True, exist_ok=True)
+            symmetrize(exp.moses(), src_text, tgt_text, align / f"fwd.{exp.src}-{exp.tgt}",
+                       align / f"rev.{exp.src}-{exp.tgt}", gdfa, log)
+
+        exp.step("baseline/symal-gdfa", run_symal)
+
+    lm = base / "lm" / f"lm.{exp.tgt}.binary"
+    s = exp.settings
+    exp.step("baseline/lm", lambda: {"seconds_tools": build_language_model(
+        exp.moses(), exp.lm_text, lm, base / "lm" / "tmp", log,
+        order=s.lm_order, prune=s.lm_prune, memory=s.lm_memory)})
+
+    def train_model() -> None:
+        model = base / "model"
+        for leftover in ("moses.ini", "phrase-table.gz"):
+            (model / leftover).unlink(missing_ok=True)
+        moses = exp.moses()
+        command = train_model_command(moses, base, corpus, exp.src, exp.tgt, lm, lm_order=s.lm_order, jobs=exp.jobs,
+                                      first_step=1 if aligner == "giza" else 4)
+        run_logged(command, log, cwd=base)
+        if not (model / "moses.ini").exists():
+            raise ExperimentError(f"train-model.perl wrote no {model / 'moses.ini'}; see {log}")
+
+    exp.step("baseline/train-model", train_model)
+
+    def filtered() -> None:
+        devtest = prep / f"devtest.tok.tc.{exp.src}"
+        write_text_lines(devtest, (line for name in ("dev", "test")
+                                   for line in text_lines(exp.prepared(name, exp.src))))
+        filter_for_input(exp.moses(), base / "model" / "moses.ini", devtest, base / "filtered", log)
+
+    exp.step("baseline/filter", filtered)
+    exp.step("baseline", lambda: {"aligner": aligner})
+
+
+
+# --------------------------------------------------------------------------------------------
+# rnn: train on the full table, score the filtered one
+
+
+def step_rnn(exp: Experiment) -> None:
+    """``rescorer train`` on the baseline's full table, then ``rescore-phrase-table`` on the filtered one."""
+    exp.require("baseline")
+    r = exp.settings.rnn
+    out = exp.path("rnn")
+    out.mkdir(parents=True, exist_ok=True)
+    log = exp.log_file("rnn")
+    model = out / "model.pt"
+    full_table = exp.path("baseline", "model", "phrase-table.gz")
+    sizes = ["--hidden", str(r.hidden), "--embedding", str(r.embedding), "--maxout-units", str(r.maxout_units),
+             "--output-rank", str(r.output_rank), "--shortlist", str(r.shortlist), "--init-std", str(r.init_std)]
+    exp.step("rnn/train", lambda: run_tool(
+        [exp.console("rescorer"), "train", full_table, model, *sizes, "--max-time", str(r.max_time),
+         # shortlists: the most frequent words of the training text, as in the paper
+         "--vocab-corpus-src", f"{exp.train_corpus}.{exp.src}",
+         "--vocab-corpus-tgt", f"{exp.train_corpus}.{exp.tgt}",
+         "--patience", str(r.patience), "--device", exp.device, "--resume", "--quiet"], log))
+
+    filtered_ini = exp.path("baseline", "filtered", "moses.ini")
+    _, table, _ = single_phrase_table(filtered_ini)
+    table = str(filtered_ini.parent / table)  # an absolute path= stays as it is
+    exp.step("rnn/rescore", lambda: run_tool(
+        [exp.console("rescore-phrase-table"), table, out / "phrase-table.rnn.gz", "--model", model,
+         "--moses-ini", filtered_ini, "--moses-ini-out", exp.rnn_ini, "--device", exp.device, "--resume",
+         "--workers", str(exp.jobs), "--quiet"], log))
+    for kind in TABLE2_KINDS:  # the paper's Table 2, which its argument for the RNN rests on
+        exp.step(f"rnn/compare-{kind}", lambda k=kind: run_tool(
+            [exp.console("rescorer"), "compare", model, full_table, f"--{k}", "--device", exp.device, "--quiet"],
+            log, exp.table2_path(k)))
+    exp.step("rnn", lambda: None)
+
+
+# --------------------------------------------------------------------------------------------
+# cslm: the continuous-space LM on the LM text
+
+
+def step_cslm(exp: Experiment) -> None:
+    """``cslm train`` (self-normalised) on the prepared LM text, early-stopped on held-out
+    news text, then ``export-nplm`` for the decoder."""
+    exp.require("prepare")
+    c = exp.settings.cslm
+    exp.cslm_model.parent.mkdir(parents=True, exist_ok=True)
+    exp.step("cslm", lambda: run_tool(
+        [exp.console("cslm"), "train", exp.lm_text, exp.cslm_model,
+         "--valid", exp.prepared("lm-valid", exp.tgt), "--max-time", str(c.max_time), "--embedding", str(c.embedding),
+         "--hidden", ",".join(map(str, c.hidden)), "--shortlist", str(c.shortlist),
+         "--self-normalize", str(c.self_normalize), "--device", exp.device,
+         "--threads", str(exp.jobs), "--resume", "--quiet"], exp.log_file("cslm")))
+    exp.step("cslm/export", lambda: run_tool(
+        [exp.console("cslm"), "export-nplm", exp.cslm_model, exp.cslm_nplm], exp.log_file("cslm")))
+
+
+def cslm_system(exp: Experiment) -> Path:
+    """The CSLM rows' moses.ini, written once (stamped ``cslm/ini``) from the exported CSLM."""
+    exp.require("cslm", "cslm/export")
+    exp.step("cslm/ini", lambda: write_cslm_ini(exp))
+    return exp.cslm_ini
+
+
+def write_cslm_ini(exp: Experiment) -> None:
+    """The CSLM rows' system: the 6-column ini plus ``NeuralLM name=CSLM0`` at weight 0 (the start
+    is the + RNN system, as for every extra column)."""
+    ini = MosesIni.read(exp.rnn_ini)
+    ini.add_feature(neural_lm_feature_line(exp.cslm_nplm, "CSLM0"), [0.0])
+    ini.write(exp.cslm_ini)
+
+

@@ -1,0 +1,197 @@
+"""The steps that tune and decode: decoding speed (``speed``), the MERT runs of every configuration
+(``tune``) and the decodes of dev and test with each tuned system (``eval``). Each tuning run
+resumes by itself (``mert tune --continue``) and is stamped separately, so rows can be added later."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+
+from mert.evaluate import decode_test_set
+from mert.tune import read_state
+from moses_integration.decoder import decode
+from moses_integration.lines import text_lines
+from moses_integration.moses_ini import MosesIni
+from table1.settings import Configuration, RunPlan
+from table1.systems import cslm_system
+from table1.text_prep import (
+    write_text_lines,
+)
+from table1.workspace import STAMPS, Experiment, ExperimentError, run_tool, single_phrase_table
+
+# --------------------------------------------------------------------------------------------
+# speed: how fast each system decodes, measured before the tuning runs are sized by it
+
+#: Dev sentences decoded (1 thread, the tuning n-best size) to measure each system's speed.
+SPEED_SENTENCES = 40
+
+
+def step_speed(exp: Experiment, configs: list[Configuration]) -> None:
+    """Decoding speed of the systems the chosen rows tune: the 6-column system, and with the CSLM
+    in the decoder where a row has it. One thread, the first dev sentences, n-best lists as in
+    tuning; Moses' loading time is measured apart (on an empty input), since every MERT iteration
+    and every evaluation starts the decoder again. The report turns these into the budget."""
+    exp.require("rnn")
+    systems = {"rnn": exp.rnn_ini}
+    if any(c.cslm_in_search for c in configs):
+        systems["cslm"] = cslm_system(exp)
+    for name, ini in systems.items():
+        exp.step(f"speed/{name}", lambda n=name, i=ini: measure_decoding(exp, n, i))
+
+
+def measure_decoding(exp: Experiment, name: str, ini: Path) -> dict[str, object]:
+    folder = exp.path("speed")
+    folder.mkdir(parents=True, exist_ok=True)
+    empty, head = folder / "empty.txt", folder / f"dev-head.{exp.src}"
+    empty.write_text("", encoding="utf-8")
+    sentences = write_text_lines(head, itertools.islice(text_lines(exp.prepared("dev", exp.src)), SPEED_SENTENCES))
+    timed = {}
+    for label, source in (("load", empty), ("decode", head)):
+        started = time.perf_counter()
+        decode(exp.moses().bin_dir, ini, source, folder / f"{name}.{label}.out", nbest_path=folder / f"{name}.nbest",
+               nbest_size=exp.settings.nbest_size, threads=1)
+        timed[label] = time.perf_counter() - started
+    per_sentence = max(timed["decode"] - timed["load"], 0.0) / sentences
+    return {"sentences": sentences, "load_seconds": round(timed["load"], 2),
+            "seconds_per_sentence": round(per_sentence, 4)}
+
+
+def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
+    """The tuning budget from the measured speeds: decoding time of one MERT iteration and of a row's
+    runs at the iteration cap, with ``jobs`` decoder threads (optimisation time not counted)."""
+    measured = [(c, "cslm" if c.cslm_in_search else "rnn") for c in configs]
+    measured = [(c, system) for c, system in measured if exp.done(f"speed/{system}")]
+    if not measured:
+        return []
+    dev = sum(1 for _ in text_lines(exp.prepared("dev", exp.src)))
+    test = sum(1 for _ in text_lines(exp.prepared("test", exp.src)))
+    notes = []
+    for config, system in measured:
+        speed = json.loads(exp.stamp_path(f"speed/{system}").read_text(encoding="utf-8"))
+        per_iteration = speed["load_seconds"] + dev * speed["seconds_per_sentence"] / exp.jobs
+        cap = exp.settings.tune_max_iterations
+        evaluation = 2 * speed["load_seconds"] + (dev + test) * speed["seconds_per_sentence"] / exp.jobs
+        notes.append(
+            f"Budget, {config.label}: {speed['seconds_per_sentence']:.3f} s per dev sentence on 1 thread and "
+            f"{speed['load_seconds']:.0f} s to load (measured on {speed['sentences']} sentences); one MERT "
+            f"iteration decodes {dev} sentences with {exp.jobs} threads in ~{per_iteration / 60:.1f} min, so "
+            f"{runs} runs at the {cap}-iteration cap take ≤ {runs * cap * per_iteration / 3600:.1f} h of decoding, "
+            f"and their dev + test evaluation ({dev} + {test} sentences) {runs * evaluation / 3600:.1f} h.")
+    return notes
+
+
+# --------------------------------------------------------------------------------------------
+# tune: every configuration, RUNS times
+
+
+def tune_command(exp: Experiment, plan: RunPlan) -> list[str]:
+    """The ``mert tune`` call of one run: 6-column system, columns outside the row fixed at 0."""
+    table_feature, _, num_scores = single_phrase_table(exp.rnn_ini)
+    s = exp.settings
+    command = [
+        exp.console("mert"), "tune", "--moses-ini", str(exp.tuned_system(plan)),
+        "--src", str(exp.prepared("dev", exp.src)), "--ref", str(exp.prepared("dev", exp.tgt)),
+        "--work-dir", str(exp.tune_dir(plan)), "--threads", str(exp.jobs), "--seed", str(plan.seed),
+        "--max-iterations", str(s.tune_max_iterations), "--nbest-size", str(s.nbest_size),
+        "--restarts", str(s.restarts), "--continue",
+    ]
+    command += ["--moses-bin-dir", str(exp.moses().bin_dir)]
+    for column in plan.config.fixed_columns(table_feature, num_scores):
+        command += ["--fixed", column]
+    for spec in plan.config.feature_specs(str(exp.cslm_model)):
+        command += ["--feature", spec]
+    return command
+
+
+def check_start_weights(exp: Experiment, config: Configuration) -> None:
+    """Fixed columns stay at their start weight: it must be 0, or Baseline is not the original system."""
+    table_feature, _, num_scores = single_phrase_table(exp.rnn_ini)
+    weights = MosesIni.read(exp.rnn_ini).weights().get(table_feature, [])
+    for column in config.fixed_columns(table_feature, num_scores):
+        value = weights[int(column.rsplit("_", 1)[1])]
+        if value != 0.0:
+            raise ExperimentError(f"{exp.rnn_ini}: {column} starts at {value}, but {config.label} holds it fixed; "
+                                  "its start weight must be 0 (rescore-phrase-table --rnn-weight 0 --wp-weight 0)")
+
+
+def tuned_seed(exp: Experiment, plan: RunPlan) -> int | None:
+    """The seed a run was tuned with, from its tuning state (None: not started)."""
+
+    return state_seed(read_state(exp.tune_dir(plan)) or {})
+
+
+def state_seed(state: dict[str, object]) -> int | None:
+    """``mert tune``'s seed as its tuning state records it (None: no state, or random seeds)."""
+    fingerprint = state.get("fingerprint")
+    seed = fingerprint.get("seed") if isinstance(fingerprint, dict) else None
+    return seed if isinstance(seed, int) else None
+
+
+def check_run_current(exp: Experiment, plan: RunPlan) -> None:
+    """Refuse to reuse a run made under other rules: tuned with another seed (work folders from
+    before run seeds became 1000, 1001, ...), or decoded before its tuning last finished.
+
+    Nothing is removed: the message says what to move aside so that the run is done again.
+    """
+    name = f"tune/{plan.name}"
+    evals = [f"eval/{plan.name}/{split}" for split in ("dev", "test")]
+    stamps = ", ".join(exp.stamp_path(n).name for n in (name, *evals))
+    aside = f"move {exp.tune_dir(plan)} and the stamps {stamps} (in {exp.path(STAMPS)}) aside"
+    seed = tuned_seed(exp, plan)
+    if seed is not None and seed != plan.seed:
+        raise ExperimentError(f"{exp.tune_dir(plan)}: tuned with seed {seed}, but run {plan.run} is tuned with seed "
+                              f"{plan.seed} now (run seeds 1000 k shared restart points across iterations); "
+                              f"{aside} to tune it again")
+    if not exp.done(name):
+        return
+    tuned = _stamp_finished(exp, name)
+    for ev in evals:
+        if exp.done(ev) and _stamp_finished(exp, ev) < tuned:
+            raise ExperimentError(f"{exp.stamp_path(ev)}: decoded before {name} last finished ({tuned}); "
+                                  f"move that stamp aside to decode the tuned system again")
+
+
+def _stamp_finished(exp: Experiment, name: str) -> str:
+    """When a step finished (ISO 8601 UTC, as stamped: compares as text)."""
+    return str(json.loads(exp.stamp_path(name).read_text(encoding="utf-8")).get("finished", ""))
+
+
+def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
+    """Tune each configuration ``runs`` times (seeds 1000, 1001, ...); each run resumes by itself."""
+    exp.require("rnn")
+    for config in configs:
+        if config.cslm_nbest:
+            exp.require("cslm", "cslm/export")
+        elif config.cslm_in_search:
+            cslm_system(exp)
+        for k in range(1, runs + 1):
+            plan = RunPlan(config, k)
+            check_run_current(exp, plan)
+            if not exp.done(f"tune/{plan.name}"):  # finished runs are kept whatever the ini says now
+                check_start_weights(exp, config)
+            exp.tune_dir(plan).parent.mkdir(parents=True, exist_ok=True)
+            exp.step(f"tune/{plan.name}", lambda p=plan: run_tool(
+                tune_command(exp, p), exp.log_file(f"tune-{p.config.key}-run{p.run}")))
+
+
+# --------------------------------------------------------------------------------------------
+# eval: decode dev and test with every tuned system
+
+
+def step_eval(exp: Experiment, configs: list[Configuration], runs: int) -> None:
+    """Decode dev and test with each tuned config (the CSLM in the decoder, or by n-best rescoring)."""
+
+    for config in configs:
+        for k in range(1, runs + 1):
+            plan = RunPlan(config, k)
+            exp.require(f"tune/{plan.name}")
+            check_run_current(exp, plan)
+            for split in ("dev", "test"):
+                exp.step(f"eval/{plan.name}/{split}", lambda p=plan, sp=split: decode_test_set(
+                    exp.tune_dir(p) / "moses.ini", exp.prepared(sp, exp.src), exp.eval_output(p, sp),
+                    moses_bin_dir=exp.moses().bin_dir, threads=exp.jobs, nbest_size=exp.settings.nbest_size,
+                    keep_nbest=True,
+                ) and {"output": str(exp.eval_output(p, sp))})
+

@@ -1,0 +1,208 @@
+"""A Table 1 work folder: its layout, its settings, and the stamps that make every step restartable.
+
+Each step writes its outputs under the work folder atomically and then a stamp
+``stamps/<step>.json`` with its wall time; a rerun skips every stamped step. Every tool call is
+appended, command line first, to ``logs/<step>.log``; wall times also go to ``timings.tsv``, which
+the report copies next to the table.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from moses_integration.files import atomic_output
+from moses_integration.moses_ini import MosesIni
+from table1.settings import SCALES, RunPlan, ScaleSettings
+from table1.system_training import MosesInstall, run_logged
+
+STAMPS = "stamps"
+TABLE2_KINDS = ("frequent", "rare")
+SETTINGS_FILE = "settings.json"
+TIMINGS_FILE = "timings.tsv"
+
+
+class ExperimentError(RuntimeError):
+    """The pipeline cannot go on (missing input, a previous step not done, settings changed)."""
+
+
+def say(message: str) -> None:
+    print(f"[table1 {_dt.datetime.now(_dt.timezone.utc):%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+def write_json(path: Path, doc: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(path) as fh:
+        fh.write((json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+
+
+@dataclass
+class Experiment:
+    """One work folder of the experiment and where its inputs and tools are."""
+
+    work: Path
+    settings: ScaleSettings
+    data: Path | None = None
+    moses_bin_dir: Path | None = None
+    moses_home: Path | None = None
+    jobs: int = 2
+    device: str = "auto"
+    python: str = sys.executable
+
+    # -- layout -------------------------------------------------------------------------------
+    def path(self, *parts: str) -> Path:
+        return self.work.joinpath(*parts)
+
+    @property
+    def src(self) -> str:
+        return self.settings.src_lang
+
+    @property
+    def tgt(self) -> str:
+        return self.settings.tgt_lang
+
+    def prepared(self, name: str, lang: str) -> Path:
+        """``prepared/NAME.tok.tc.LANG``: the text the systems are trained and tuned on."""
+        return self.path("prepared", f"{name}.tok.tc.{lang}")
+
+    @property
+    def train_corpus(self) -> Path:
+        """The parallel text the Moses system and the RNN learn from (``CORPUS.LANG``): cleaned,
+        then selected where the scale selects."""
+        return self.path("prepared", "train.sel" if self.settings.selection else "train.clean")
+
+    @property
+    def lm_text(self) -> Path:
+        """The target text of the n-gram LM and the CSLM (selected where the scale selects)."""
+        return self.path("prepared", f"lm.sel.{self.tgt}") if self.settings.selection else self.prepared("lm", self.tgt)
+
+    @property
+    def rnn_ini(self) -> Path:
+        """The 6-column system (filtered for dev+test) that every configuration tunes."""
+        return self.path("rnn", "moses.ini")
+
+    @property
+    def cslm_model(self) -> Path:
+        return self.path("cslm", "model.pt")
+
+    @property
+    def cslm_nplm(self) -> Path:
+        """The CSLM in NPLM's format, for Moses' NeuralLM (``cslm export-nplm``)."""
+        return self.path("cslm", "model.nplm")
+
+    @property
+    def cslm_ini(self) -> Path:
+        """The 6-column system plus the CSLM in the decoder (weight 0 to start): the CSLM rows tune it."""
+        return self.path("cslm", "moses.ini")
+
+    def tuned_system(self, plan: RunPlan) -> Path:
+        """The moses.ini a run tunes: with the CSLM in the decoder where its row has it."""
+        return self.cslm_ini if plan.config.cslm_in_search else self.rnn_ini
+
+    def table2_path(self, kind: str) -> Path:
+        """``rescorer compare``'s Markdown for the ``kind`` (frequent or rare) long source phrases."""
+        return self.path("rnn", f"table2-{kind}.md")
+
+    def tune_dir(self, plan: RunPlan) -> Path:
+        return self.path("tune", plan.config.key, f"run{plan.run}")
+
+    def eval_output(self, plan: RunPlan, split: str) -> Path:
+        return self.path("eval", plan.config.key, f"run{plan.run}.{split}.tok")
+
+    def moses(self) -> MosesInstall:
+        return MosesInstall.locate(self.moses_bin_dir, self.moses_home)
+
+    # -- stamps and settings --------------------------------------------------------------------
+    def check_settings(self) -> None:
+        """A work folder belongs to one scale: refuse to mix steps made with other settings."""
+        path = self.path(SETTINGS_FILE)
+        current = self.settings.to_json()
+        if path.exists():
+            before = json.loads(path.read_text(encoding="utf-8"))
+            # a setting added since the folder was made, and off (None), changes nothing it holds
+            before.update({k: None for k, v in current.items() if v is None and k not in before})
+            if before != json.loads(json.dumps(current)):
+                changed = sorted(k for k in current if before.get(k) != json.loads(json.dumps(current[k])))
+                raise ExperimentError(
+                    f"{self.work} was made with other settings ({', '.join(changed)} differ, see {path}); "
+                    "use another WORK folder"
+                )
+        else:
+            write_json(path, current)
+
+    def stamp_path(self, name: str) -> Path:
+        return self.path(STAMPS, name.replace("/", "--") + ".json")
+
+    def done(self, name: str) -> bool:
+        return self.stamp_path(name).exists()
+
+    def step(self, name: str, body: Callable[[], dict[str, object] | None]) -> bool:
+        """Run ``body`` unless ``name`` is stamped; stamp it with its wall time. True if it ran."""
+        stamp = self.stamp_path(name)
+        if stamp.exists():
+            info = json.loads(stamp.read_text(encoding="utf-8"))
+            say(f"{name}: done already ({info.get('seconds', 0):.0f} s, {info.get('finished')}); skipped")
+            return False
+        say(f"{name}: starting")
+        started = time.perf_counter()
+        details = body() or {}
+        seconds = time.perf_counter() - started
+        finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        write_json(stamp, {"step": name, "seconds": round(seconds, 1), "finished": finished, **details})
+        with open(self.path(TIMINGS_FILE), "a", encoding="utf-8") as fh:
+            fh.write(f"{name}\t{seconds:.1f}\t{finished}\n")
+        say(f"{name}: done in {seconds:.0f} s")
+        return True
+
+    def log_file(self, name: str) -> Path:
+        path = self.path("logs", f"{name}.log")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def require(self, *names: str) -> None:
+        missing = [n for n in names if not self.done(n)]
+        if missing:
+            raise ExperimentError(f"step(s) {', '.join(missing)} not done in {self.work}: run them first")
+
+    def console(self, name: str) -> str:
+        """A console script of this project, beside the running Python (its venv) or on PATH."""
+        beside = Path(self.python).parent / name
+        found = str(beside) if beside.exists() else shutil.which(name)
+        if not found:
+            raise ExperimentError(f"command {name!r} not found beside {self.python} or on PATH")
+        return found
+
+
+
+def run_tool(command: list, log: Path, stdout: Path | None = None) -> dict[str, object]:
+    """Run one of the project's commands as a step body; its log is ``log``. With ``stdout``, the
+    command's output is kept there (renamed into place only when the command succeeds)."""
+    partial = None if stdout is None else stdout.with_name(stdout.name + ".partial")
+    seconds = run_logged(command, log, stdout=partial)
+    if partial is not None:
+        partial.replace(stdout)
+    return {"command": " ".join(map(str, command)), "tool_seconds": round(seconds, 1)}
+
+
+def single_phrase_table(ini_path: Path) -> tuple[str, str, int]:
+    """(feature name, path, number of scores) of the one phrase table of a moses.ini."""
+    tables = MosesIni.read(ini_path).phrase_tables()
+    if len(tables) != 1 or tables[0].path is None or tables[0].num_features is None:
+        raise ExperimentError(f"{ini_path}: expected exactly one phrase table with path= and num-features=")
+    return tables[0].name, tables[0].path, tables[0].num_features
+
+
+def load_experiment(work: str | os.PathLike[str], scale: str, **kwargs: object) -> Experiment:
+    if scale not in SCALES:
+        raise ExperimentError(f"SCALE={scale}: expected one of {', '.join(SCALES)}")
+    exp = Experiment(work=Path(work).resolve(), settings=SCALES[scale], **kwargs)  # type: ignore[arg-type]
+    exp.work.mkdir(parents=True, exist_ok=True)
+    exp.check_settings()
+    return exp

@@ -1,0 +1,54 @@
+"""The scales and configurations of Table 1: which columns each row tunes, the sizes, the run seeds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mert.tune import DEFAULT_MAX_ITERATIONS, SEED_STRIDE
+from table1.settings import CONFIGURATIONS_BY_KEY, MAX_RUNS, SMALL, RunPlan, select_configurations
+
+
+@pytest.mark.parametrize(
+    ("key", "fixed", "features"),
+    [
+        ("baseline", ["TranslationModel0_4", "TranslationModel0_5"], []),
+        ("rnn", ["TranslationModel0_5"], []),
+        ("cslm-rnn", ["TranslationModel0_5"], []),  # the CSLM is in the decoder: no n-best feature
+        ("cslm-rnn-wp", [], []),
+        ("cslm-nbest-rnn", ["TranslationModel0_5"], ["CSLM:/m.pt"]),
+        ("cslm-nbest-rnn-wp", [], ["CSLM:/m.pt"]),
+    ],
+)
+def test_each_configuration_fixes_the_columns_it_does_not_use(key, fixed, features):
+    config = CONFIGURATIONS_BY_KEY[key]
+    assert config.fixed_columns("TranslationModel0", 6) == fixed
+    assert config.feature_specs("/m.pt") == features
+
+
+def test_select_configurations_keeps_table_order_and_rejects_unknown_names():
+    assert [c.key for c in select_configurations("rnn, baseline")] == ["baseline", "rnn"]
+    assert [c.key for c in select_configurations("")] == ["baseline", "rnn", "cslm-rnn", "cslm-rnn-wp"]
+    assert [c.key for c in select_configurations("cslm-nbest-rnn cslm-rnn")] == ["cslm-rnn", "cslm-nbest-rnn"]
+    with pytest.raises(ValueError, match="unknown configuration"):
+        select_configurations("baseline cslm")
+
+
+def test_small_scale_meets_the_issue_sizes():
+    dev_lines = sum(s.last - s.first + 1 for s in SMALL.dev)  # type: ignore[operator]
+    assert dev_lines >= 400 and {Path(s.path).name for s in SMALL.dev} == {"newstest2012.{lang}", "newstest2013.{lang}"}
+    assert SMALL.test.last - SMALL.test.first + 1 >= 1000 and "newstest2014" in SMALL.test.path  # type: ignore[operator]
+    assert SMALL.train[0].last == 40_000
+
+
+def test_no_two_runs_share_an_iterations_restart_points():
+    """mert tune seeds iteration n with seed + 1000 n: run seeds 1000 k made run 2's iteration n
+    draw run 1's iteration n + 1 restarts. Every (run, iteration) must get its own seed."""
+    config = CONFIGURATIONS_BY_KEY["baseline"]
+    seeds = [RunPlan(config, k).seed + SEED_STRIDE * n
+             for k in range(1, MAX_RUNS + 1) for n in range(1, DEFAULT_MAX_ITERATIONS + 1)]
+    assert len(set(seeds)) == len(seeds)
+    assert RunPlan(config, 1).seed == 1000 and RunPlan(CONFIGURATIONS_BY_KEY["rnn"], 2).seed == 1001
+    with pytest.raises(ValueError, match="1..999"):
+        RunPlan(config, MAX_RUNS + 1).seed  # noqa: B018

@@ -1,0 +1,79 @@
+"""The steps that build the systems, without Moses: the data slices, selection, the CSLM rows' moses.ini."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+
+from moses_integration.moses_ini import MosesIni
+from moses_integration.nplm import NPLMConfig, NPLMModel, write_nplm
+from table1 import systems, workspace
+from table1.settings import SCALES, SMALL, TextSlice
+from table1_folders import small_experiment, write_lines, write_rnn_system
+
+
+def test_full_scale_selects_the_training_and_lm_text_against_the_dev_set(tmp_path, monkeypatch):
+    """SCALE=full keeps the paper's 348M parallel / 418M LM words, scored against dev (newstest2012+13),
+    and every later step reads the selected text; SCALE=small trains on all of it."""
+    from table1 import data_selection
+
+    small = small_experiment(tmp_path / "s")
+    assert small.train_corpus.name == "train.clean" and small.lm_text == small.prepared("lm", "fr")
+    exp = workspace.load_experiment(tmp_path / "work", "full", moses_bin_dir=tmp_path)
+    calls = []
+
+    def select(install, corpus, in_domain, out, budget_words, work, log, settings, **kw):
+        calls.append(([p.name for p in corpus], [p.name for p in in_domain], list(out), budget_words))
+        return data_selection.SelectionResult(1, 1, 1, 1, 0.0)
+
+    monkeypatch.setattr(systems, "select_lines", select)
+    monkeypatch.setattr(workspace.Experiment, "moses", lambda self: None)
+    systems.select_training_text(exp, exp.settings.selection)
+    assert calls == [
+        (["train.clean.en", "train.clean.fr"], ["dev.tok.tc.en", "dev.tok.tc.fr"],
+         [exp.work / "prepared" / "train.sel.en", exp.work / "prepared" / "train.sel.fr"], 348_000_000),
+        (["lm.tok.tc.fr"], ["dev.tok.tc.fr"], [exp.work / "prepared" / "lm.sel.fr"], 418_000_000),
+    ]
+    assert exp.train_corpus == exp.work / "prepared" / "train.sel" and exp.lm_text == calls[1][2][0]
+    assert exp.done("prepare/select-train") and exp.done("prepare/select-lm")
+
+
+def test_data_step_takes_the_slices_of_the_settings(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    for lang in ("en", "fr"):
+        write_lines(data / f"hansard/hansard.{lang}.gz", [f"h{k} {lang}" for k in range(1, 11)], gz=True)
+        for year in (2011, 2012, 2013, 2014):
+            write_lines(data / f"newstest/newstest{year}.{lang}", [f"n{year} {k} {lang}" for k in range(1, 6)])
+    settings = dataclasses.replace(
+        SMALL, name="tiny", train=[TextSlice("hansard/hansard.{lang}.gz", 2, 4)],
+        lm=[TextSlice("hansard/hansard.{lang}.gz", 1, 6)], lm_valid=TextSlice("newstest/newstest2011.{lang}", 1, 2),
+        dev=[TextSlice("newstest/newstest2012.{lang}", 1, 2), TextSlice("newstest/newstest2013.{lang}", 4, 5)],
+        test=TextSlice("newstest/newstest2014.{lang}", 1, 3),
+    )
+    monkeypatch.setitem(SCALES, "tiny", settings)
+    exp = workspace.load_experiment(tmp_path / "work", "tiny", data=data)
+    systems.step_data(exp)
+    raw = exp.work / "raw"
+    assert (raw / "train.en").read_text().splitlines() == ["h2 en", "h3 en", "h4 en"]
+    assert (raw / "dev.fr").read_text().splitlines() == ["n2012 1 fr", "n2012 2 fr", "n2013 4 fr", "n2013 5 fr"]
+    assert len((raw / "lm.fr").read_text().splitlines()) == 6 and not (raw / "lm.en").exists()
+    assert json.loads(exp.stamp_path("data").read_text())["lines"]["test.en"] == 3
+
+
+def test_cslm_rows_tune_the_six_column_system_with_the_cslm_in_the_decoder(tmp_path):
+    exp = small_experiment(tmp_path)
+    write_rnn_system(exp)
+    config = NPLMConfig(ngram_size=7, input_vocab_size=5, output_vocab_size=5, input_embedding_dimension=2,
+                        num_hidden=0, output_embedding_dimension=3)
+    shapes = config.shapes()
+    exp.cslm_nplm.parent.mkdir(parents=True)
+    write_nplm(exp.cslm_nplm, NPLMModel(config, ["</s>", "<unk>", "le", "<s>", "<null>"],
+                                        {name: np.zeros(shape) for name, shape in shapes.items()}))
+    systems.write_cslm_ini(exp)
+    ini, base = MosesIni.read(exp.cslm_ini), MosesIni.read(exp.rnn_ini)
+    neural = ini.find_feature("CSLM0")
+    assert neural is not None and neural.type == "NeuralLM" and neural.path == str(exp.cslm_nplm)
+    assert "order=7" in ini.text() and ini.weights()["CSLM0"] == [0.0]
+    assert {k: v for k, v in ini.weights().items() if k != "CSLM0"} == base.weights()

@@ -1,0 +1,84 @@
+"""Tuning and decoding without Moses: the mert tune call of each row, seeds, start weights, stale runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from table1 import systems, tuning, workspace
+from table1.settings import CONFIGURATIONS_BY_KEY, SMALL, RunPlan, select_configurations
+from table1_folders import small_experiment, write_rnn_system, write_tuned_run
+
+
+def test_steps_require_their_inputs(tmp_path):
+    exp = small_experiment(tmp_path)
+    with pytest.raises(workspace.ExperimentError, match="step\\(s\\) prepare not done"):
+        systems.step_baseline(exp, "eflomal")
+    with pytest.raises(workspace.ExperimentError, match="rnn not done"):
+        tuning.step_tune(exp, select_configurations("baseline"), 1)
+
+
+def test_tune_command_fixes_unused_columns_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.delenv("MOSES_BIN_DIR", raising=False)  # the Moses of this test is moses_home's
+    (tmp_path / "moses" / "bin").mkdir(parents=True)
+    (tmp_path / "moses" / "scripts").mkdir()
+    exp = small_experiment(tmp_path, moses_home=tmp_path / "moses")
+    write_rnn_system(exp)
+    base = tuning.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["baseline"], 2))
+    text = " ".join(base)
+    assert "--fixed TranslationModel0_4 --fixed TranslationModel0_5" in text
+    assert "--seed 1001" in text and "--continue" in text and "--feature" not in text
+    assert f"--work-dir {exp.work / 'tune' / 'baseline' / 'run2'}" in text
+    assert f"--moses-bin-dir {tmp_path / 'moses' / 'bin'}" in text
+    assert f"--max-iterations {SMALL.tune_max_iterations}" in text
+    nbest = " ".join(tuning.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["cslm-nbest-rnn-wp"], 1)))
+    assert "--fixed" not in nbest and f"--feature CSLM:{exp.cslm_model}" in nbest
+    assert f"--moses-ini {exp.rnn_ini}" in nbest
+    decoder = " ".join(tuning.tune_command(exp, RunPlan(CONFIGURATIONS_BY_KEY["cslm-rnn-wp"], 1)))
+    assert "--feature" not in decoder and f"--moses-ini {exp.cslm_ini}" in decoder
+
+
+def test_a_run_tuned_with_another_seed_is_refused_and_kept(tmp_path):
+    exp = small_experiment(tmp_path)
+    write_rnn_system(exp)
+    exp.step("rnn", lambda: None)
+    baseline = CONFIGURATIONS_BY_KEY["baseline"]
+    write_tuned_run(exp, RunPlan(baseline, 1), 1000, "2026-11-22T10:00:00+00:00")  # current: skipped
+    write_tuned_run(exp, RunPlan(baseline, 2), 2000, "2026-11-22T11:00:00+00:00")  # the old seed of run 2
+    with pytest.raises(workspace.ExperimentError, match=r"tuned with seed 2000, but run 2 is tuned with seed 1001.*"
+                                                 r"tune--baseline--run2\.json.* aside"):
+        tuning.step_tune(exp, [baseline], 2)
+    assert (exp.tune_dir(RunPlan(baseline, 2)) / "moses.ini").exists()
+    for split in ("dev", "test"):  # run 1 is decoded, so eval reaches run 2
+        exp.stamp_path(f"eval/baseline/run1/{split}").write_text(json.dumps({"finished": "2026-11-22T10:30:00+00:00"}))
+    with pytest.raises(workspace.ExperimentError, match="seed 2000"):
+        tuning.step_eval(exp, [baseline], 2)
+
+
+def test_an_eval_older_than_its_tuning_is_refused(tmp_path):
+    exp = small_experiment(tmp_path)
+    plan = RunPlan(CONFIGURATIONS_BY_KEY["baseline"], 1)
+    exp.stamp_path("x").parent.mkdir(parents=True, exist_ok=True)
+    write_tuned_run(exp, plan, 1000, "2026-11-22T11:00:00+00:00")
+    for split, finished in (("dev", "2026-11-22T11:05:00+00:00"), ("test", "2026-11-22T10:59:59+00:00")):
+        exp.stamp_path(f"eval/{plan.name}/{split}").write_text(json.dumps({"finished": finished}))
+    with pytest.raises(workspace.ExperimentError, match=r"run1--test\.json: decoded before tune/baseline/run1 last"):
+        tuning.step_eval(exp, [plan.config], 1)
+    exp.stamp_path(f"eval/{plan.name}/test").write_text(json.dumps({"finished": "2026-11-22T11:06:00+00:00"}))
+    tuning.step_eval(exp, [plan.config], 1)  # both decoded after the tuning: nothing to do
+
+
+def test_fixed_columns_must_start_at_zero(tmp_path):
+    exp = small_experiment(tmp_path)
+    write_rnn_system(exp, rnn="0.2", wp="0")
+    tuning.check_start_weights(exp, CONFIGURATIONS_BY_KEY["rnn"])  # RNN is tuned: any start is fine
+    with pytest.raises(workspace.ExperimentError, match="TranslationModel0_4 starts at 0.2"):
+        tuning.check_start_weights(exp, CONFIGURATIONS_BY_KEY["baseline"])
+    # A folder that shares finished Baseline runs may tune + RNN from another start: only a run
+    # still to tune is checked.
+    exp.step("rnn", lambda: None)
+    write_tuned_run(exp, RunPlan(CONFIGURATIONS_BY_KEY["baseline"], 1), 1000, "2026-11-22T10:00:00+00:00")
+    tuning.step_tune(exp, [CONFIGURATIONS_BY_KEY["baseline"]], 1)
+    with pytest.raises(workspace.ExperimentError, match="TranslationModel0_4 starts at 0.2"):
+        tuning.step_tune(exp, [CONFIGURATIONS_BY_KEY["baseline"]], 2)
