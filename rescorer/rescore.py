@@ -11,19 +11,17 @@ The run is a pipeline of overlapping stages, so that no stage waits on another:
 With ``-j 1`` the reader thread parses and builds the trees itself and the main thread formats.
 Memory is bounded by a few chunks per worker whatever the table size. Output goes to a hidden partial file
 next to the destination and is renamed only when complete; every chunk is recorded as durable
-(:mod:`rescorer.resume`), so ``--resume`` continues a killed run. The output holds only lines
-Moses can load: with ``--skip-bad-lines`` a malformed line goes byte for byte to ``OUT.rejects``
-instead, so input lines = output lines + rejected lines. Sharding is in :mod:`rescorer.shards`,
-the Parquet side output in :mod:`rescorer.score_parquet`, the moses.ini edit in
-:mod:`rescorer.moses_config`.
+(:mod:`rescorer.partial_output`, :mod:`rescorer.resume`), so ``--resume`` continues a killed run.
+The output holds only lines Moses can load: with ``--skip-bad-lines`` a malformed line goes byte
+for byte to ``OUT.rejects`` instead, so input lines = output lines + rejected lines. Sharding is in
+:mod:`rescorer.shards`, the Parquet side output in :mod:`rescorer.score_parquet`, the moses.ini
+edit in :mod:`rescorer.moses_config`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as futures
 import contextlib
-import errno
-import gzip
 import multiprocessing
 import os
 import queue
@@ -33,7 +31,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -48,17 +46,17 @@ from rescorer.chunk_prep import PreparedChunk, PrepareTask, init_worker, prepare
 from rescorer.device import autocast_dtype, matmul_precision, scoring_precision, select_device
 from rescorer.errors import RescoreError
 from rescorer.output_chunks import format_chunk
+from rescorer.partial_output import DurableWriter, OutputFiles, stop_error
 from rescorer.resume import (
     PROGRESS_VERSION,
     ResumeError,
     file_identity,
     load_progress,
     recorded_options,
-    save_progress,
 )
 from rescorer.scoring import PairScorer, ScoringOptions
 from rescorer.scoring_plan import ScoringPlan
-from rescorer.shards import ShardError, ShardFilter
+from rescorer.shards import ShardFilter
 from rescorer.table_chunks import LineChunk, UnreadableInputError, iter_line_chunks
 
 WP_SIDES = ("target", "source", "both")
@@ -167,28 +165,6 @@ class _Pending:
         return [(n, why, lines.line(n - lines.first_line_no)) for n, why in prep.bad_rows]
 
 
-@dataclass
-class _Files:
-    """Where a run writes: the partial output, the rejects beside it and the progress record."""
-
-    output: str
-    partial: Path
-    rejects: Path
-    rejects_partial: Path
-    progress: Path
-
-    @classmethod
-    def beside(cls, output_path: str) -> _Files:
-        folder = Path(output_path).resolve().parent if output_path != "-" else Path.cwd()
-        name = Path(output_path).name
-        return cls(output_path, folder / f".{name}.partial", folder / f"{name}.rejects",
-                   folder / f".{name}.rejects.partial", folder / f".{name}.progress.json")
-
-    def discard(self) -> None:
-        for path in (self.partial, self.rejects_partial, self.progress):
-            path.unlink(missing_ok=True)
-
-
 def default_model_path(output_path: str, save_model: str | None = None) -> str:
     """Where a model trained by ``rescore-phrase-table`` without ``--model`` is saved."""
     return save_model or (output_path + ".model.pt" if output_path != "-" else "rescorer.model.pt")
@@ -202,7 +178,7 @@ def finished_training_of(output_path: str, save_model: str | None = None) -> str
     also change the model file and make the partial output unusable).
     """
     model = default_model_path(output_path, save_model)
-    if output_path != "-" and _Files.beside(output_path).progress.exists() and Path(model).exists():
+    if output_path != "-" and OutputFiles.beside(output_path).progress.exists() and Path(model).exists():
         return model
     return None
 
@@ -222,7 +198,7 @@ def rescore_phrase_table(
     if opts.resume and scoring.token_budget is None and output_path != "-":
         # The automatic budget follows free GPU memory; the resumed run keeps the recorded one, so
         # its groups, and hence its bytes, are those of the interrupted run.
-        recorded = recorded_options(_Files.beside(output_path).progress)
+        recorded = recorded_options(OutputFiles.beside(output_path).progress)
         scoring = replace(scoring, token_budget=recorded.get("token_budget"))
     scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, precision), scoring, precision)
     with matmul_precision(precision):
@@ -247,7 +223,7 @@ def _fresh_progress() -> dict:
             "summary": asdict(RescoreSummary()), "shard_state": None, "prev_source": None, "num_scores": None}
 
 
-def _progress_so_far(files: _Files, identity: dict) -> dict:
+def _progress_so_far(files: OutputFiles, identity: dict) -> dict:
     """What an interrupted run recorded as durable (``--resume``), checked against this run."""
     try:
         partials = {"output_bytes": files.partial, "rejects_bytes": files.rejects_partial}
@@ -301,7 +277,7 @@ class _Run:
         self.input_path, self.scorer, self.opts = input_path, scorer, opts
         self.started = time.monotonic()
         self.to_stdout = output_path == "-"
-        self.files = _Files.beside(output_path)
+        self.files = OutputFiles.beside(output_path)
         self.parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
         self.compress = None if not output_path.endswith(".gz") else opts.compresslevel
         identity = {
@@ -318,7 +294,7 @@ class _Run:
         try:
             self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done["shard_state"])
                                  if opts.shard else None)
-            self.writer = _DurableWriter(self.files, self.to_stdout, identity, self.done)
+            self.writer = DurableWriter(self.files, self.to_stdout, identity, self.done)
         except BaseException:
             self.fh.close()
             raise
@@ -395,13 +371,13 @@ class _Run:
             score_parquet.merge_parts(self.parts_dir, Path(self.opts.scores_parquet))  # type: ignore[arg-type]
 
     def stopped(self, exc: BaseException) -> BaseException:
-        """The exception to raise for ``exc``, after the partial files are left sane (:func:`_stopped`)."""
+        """The exception to raise for ``exc``, after the partial files are left sane (:func:`stop_error`)."""
         self.stop.set()
         if isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError):
             # The chunks before a malformed line are complete: keep them all, as a serial run does.
             with contextlib.suppress(Exception):
                 self.write_finished(window=0)
-        return _stopped(exc, self.writer, self.files, self.to_stdout)
+        return stop_error(exc, self.writer, self.files, self.to_stdout)
 
     def close(self) -> None:
         self.bar.close()
@@ -484,129 +460,6 @@ def _result(entry: tuple[futures.Future | tuple, bytes, dict], summary: RescoreS
 
 def _ready(job: futures.Future | tuple) -> bool:
     return not isinstance(job, futures.Future) or job.done()
-
-
-def _stopped(exc: BaseException, writer: _DurableWriter, files: _Files, to_stdout: bool) -> BaseException:
-    """The exception to raise when a run stops, after leaving the partial files in a sane state.
-
-    * Disk full (or any write error): the partial files are cut back to their durable bytes and
-      the message says how much is kept and that ``--resume`` continues once there is space.
-    * A malformed line: what is durable is kept, and ``--skip-bad-lines --resume`` continues
-      (a plain ``--resume`` would stop at the same line, so it is not suggested).
-    * Input that cannot be read (truncated gzip, bad settings): nothing is kept, since a rerun
-      would stop at the same place.
-    * Anything else (Ctrl-C, a crash): what is durable is kept for ``--resume``.
-    In every case a partial file holding no good byte is removed.
-    """
-    if to_stdout:
-        return exc
-    kept = writer.close_and_cut()
-    malformed_line = isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError)
-    input_error = isinstance(exc, (PhraseTableError, ShardError, RescoreError))
-    if (input_error and not malformed_line) or kept == 0:
-        files.discard()
-        kept = 0
-    if isinstance(exc, OSError) and not input_error:
-        what = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"writing failed ({exc})"
-        if kept:
-            return RescoreError(
-                f"{what}: {kept} good bytes of output kept in {files.partial} (cut back to the last complete chunk); "
-                f"free space and run again with --resume to continue"
-            )
-        return RescoreError(f"{what}: nothing of {files.output} could be written; free space and run again")
-    if malformed_line and kept:
-        sys.stderr.write(f"rescore-phrase-table: stopped; {kept} good bytes kept in {files.partial} (run again "
-                         f"with --skip-bad-lines --resume to move malformed lines to {files.rejects} and continue)\n")
-    elif not input_error and kept:
-        sys.stderr.write(f"rescore-phrase-table: stopped; {kept} good bytes kept in {files.partial} "
-                         f"(run again with --resume to continue)\n")
-    return exc
-
-
-class _DurableWriter:
-    """Appends finished chunks to the partial output (and rejects) and records them as durable.
-
-    ``durable`` is the output size the progress record holds: what a resume may trust. A write
-    that fails half-way (disk full) leaves bytes past it, which :meth:`close_and_cut` removes.
-    The rejects file is created by the first rejected line, so a run without one never has it.
-    """
-
-    def __init__(self, files: _Files, to_stdout: bool, identity: dict, done: dict) -> None:
-        self.files, self.to_stdout, self.identity = files, to_stdout, identity
-        self.durable = done["output_bytes"]
-        self.durable_rejects = done["rejects_bytes"]
-        resuming = done["output_bytes"] > 0 or done["chunks_done"] > 0
-        self.rejects: BinaryIO | None = None
-        if to_stdout:
-            self.out: BinaryIO = sys.stdout.buffer
-            return
-        self.out = _open_at(files.partial, self.durable, resuming)
-        if resuming and self.durable_rejects:
-            self.rejects = _open_at(files.rejects_partial, self.durable_rejects, resuming)
-        else:  # nothing rejected so far: a rejects file from an interrupted run holds no good byte
-            files.rejects_partial.unlink(missing_ok=True)
-
-    def _streams(self) -> list[BinaryIO]:
-        return [self.out] if self.rejects is None else [self.out, self.rejects]
-
-    def write(self, data: bytes, rejects: bytes, marker: dict) -> None:
-        self.out.write(data)
-        if self.to_stdout:
-            return
-        if rejects:
-            if self.rejects is None:
-                self.rejects = _open_at(self.files.rejects_partial, self.durable_rejects, False)
-            self.rejects.write(rejects)
-        for stream in self._streams():
-            stream.flush()
-            os.fsync(stream.fileno())
-        output_bytes, rejects_bytes = self.durable + len(data), self.durable_rejects + len(rejects)
-        save_progress(self.files.progress,
-                      {**self.identity, **marker, "output_bytes": output_bytes, "rejects_bytes": rejects_bytes})
-        self.durable, self.durable_rejects = output_bytes, rejects_bytes
-
-    def finish(self, gzip_output: bool) -> None:
-        """Complete the run: rename the partial files into place, drop the progress record."""
-        if self.durable == 0 and gzip_output:
-            self.write(gzip.compress(b"", mtime=0), b"", {})  # an empty table is still a valid gzip file
-        self.out.flush()
-        if self.to_stdout:
-            return
-        for stream in self._streams():
-            os.fsync(stream.fileno())
-            stream.close()
-        os.replace(self.files.partial, self.files.output)
-        if self.durable_rejects:
-            os.replace(self.files.rejects_partial, self.files.rejects)
-        else:  # no rejects this time: a rejects file from an earlier run would mislead
-            self.files.rejects_partial.unlink(missing_ok=True)
-            self.files.rejects.unlink(missing_ok=True)
-        self.files.progress.unlink(missing_ok=True)
-
-    def close_and_cut(self) -> int:
-        """Close the partial files cut back to their durable sizes; returns the output's.
-
-        A rejects file with no durable byte is removed: it holds nothing a resume needs.
-        """
-        for stream, path, size in ((self.out, self.files.partial, self.durable),
-                                   (self.rejects, self.files.rejects_partial, self.durable_rejects)):
-            if stream is None or stream.closed:
-                continue
-            with contextlib.suppress(OSError):  # the buffered tail that failed to write is cut below
-                stream.close()
-            if path.exists():
-                os.truncate(path, size)
-        if not self.to_stdout and not self.durable_rejects:
-            self.files.rejects_partial.unlink(missing_ok=True)
-        return self.durable
-
-
-def _open_at(path: Path, size: int, resuming: bool) -> BinaryIO:
-    """A partial file opened for appending at ``size`` (its durable bytes), created if new."""
-    stream = open(path, "r+b" if resuming and path.exists() else "wb")  # noqa: SIM115 - closed by the writer
-    stream.truncate(size)
-    stream.seek(size)
-    return stream
 
 
 def _report_rejects(rejected: list[tuple[int, str, bytes]], input_path: str) -> bytes:

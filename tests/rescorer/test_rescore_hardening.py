@@ -17,6 +17,7 @@ import torch
 from click.testing import CliRunner
 
 from moses_integration.phrase_table import PhraseTableError
+from rescorer import partial_output
 from rescorer import rescore as rescore_module
 from rescorer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from rescorer.cli import rescore_phrase_table_command
@@ -224,14 +225,14 @@ def test_disk_full_keeps_the_good_bytes_and_resume_completes(tmp_path: Path, mod
     ck = load_checkpoint(model_file)
     run(table, tmp_path / "straight.gz", ck, chunk_lines=100)
     straight = (tmp_path / "straight.gz").read_bytes()
-    real_open = rescore_module._open_at
+    real_open = partial_output._open_at
     partial = tmp_path / ".out.gz.partial"
 
     def small_disk(path, size, resuming):  # room for about half the output
         stream = real_open(path, size, resuming)
         return _FullDisk(stream, len(straight) // 2) if path == partial else stream
 
-    monkeypatch.setattr(rescore_module, "_open_at", small_disk)
+    monkeypatch.setattr(partial_output, "_open_at", small_disk)
     with pytest.raises(RescoreError, match=r"disk is full: (\d+) good bytes of output kept in .*--resume") as err:
         run(table, tmp_path / "out.gz", ck, chunk_lines=100)
     kept = int(str(err.value).split(": ")[1].split()[0])
@@ -245,8 +246,8 @@ def test_disk_full_keeps_the_good_bytes_and_resume_completes(tmp_path: Path, mod
 
 def test_disk_full_before_any_chunk_leaves_nothing(tmp_path: Path, tiny_checkpoint, monkeypatch) -> None:
     table = write_table(tmp_path / "pt.txt", table_lines(50))
-    real_open = rescore_module._open_at
-    monkeypatch.setattr(rescore_module, "_open_at",
+    real_open = partial_output._open_at
+    monkeypatch.setattr(partial_output, "_open_at",
                         lambda path, size, resuming: _FullDisk(real_open(path, size, resuming), 10))
     with pytest.raises(RescoreError, match="disk is full: nothing of .*out.txt could be written"):
         run(table, tmp_path / "out.txt", tiny_checkpoint)
@@ -255,7 +256,7 @@ def test_disk_full_before_any_chunk_leaves_nothing(tmp_path: Path, tiny_checkpoi
 
 def kill_after_two_chunks(monkeypatch) -> None:
     """Ctrl-C as the third chunk is being written: two chunks are durable, the rest is not."""
-    real_write = rescore_module._DurableWriter.write
+    real_write = partial_output.DurableWriter.write
     calls = []
 
     def killed_after_two_chunks(self, *a):
@@ -264,7 +265,7 @@ def kill_after_two_chunks(monkeypatch) -> None:
             raise KeyboardInterrupt
         return real_write(self, *a)
 
-    monkeypatch.setattr(rescore_module._DurableWriter, "write", killed_after_two_chunks)
+    monkeypatch.setattr(partial_output.DurableWriter, "write", killed_after_two_chunks)
 
 
 def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypatch) -> None:
@@ -477,14 +478,14 @@ def test_library_refuses_what_cannot_work_before_reading(tmp_path: Path, tiny_ch
 def test_a_run_without_rejected_lines_never_creates_a_rejects_file(tmp_path: Path, tiny_checkpoint,
                                                                     monkeypatch) -> None:
     table = write_table(tmp_path / "pt.txt", table_lines(300))
-    real_write = rescore_module._DurableWriter.write
+    real_write = partial_output.DurableWriter.write
     seen = []
 
     def write(self, *a):
         real_write(self, *a)
         seen.append(self.files.rejects_partial.exists())
 
-    monkeypatch.setattr(rescore_module._DurableWriter, "write", write)
+    monkeypatch.setattr(partial_output.DurableWriter, "write", write)
     run(table, tmp_path / "out.gz", tiny_checkpoint, chunk_lines=100, skip_bad_lines=True)
     assert seen == [False, False, False]
     assert listing(tmp_path) == ["out.gz", "pt.txt"]
