@@ -189,7 +189,8 @@ def tune_command(
     import shlex
 
     from mert.features import absolute_spec_path
-    from mert.tune import TuneOptions, format_weight_lines, tune, tune_with_mert_moses
+    from mert.mert_moses import tune_with_mert_moses
+    from mert.tune import TuneOptions, format_weight_lines, tune
 
     threads = limit_threads(threads)
 

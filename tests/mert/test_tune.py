@@ -1,134 +1,49 @@
-"""The tuning loop (``mert tune``): with a fake decoder, and with the real Moses when available.
-
-The fake ``moses`` has a tiny, fixed search space: the real 100-best lists of the fixture's first
-dev sentences. For each sentence it returns the top-K of that pool under the weights in the ini
-it is given, so new weights bring new hypotheses, as with the real decoder, and everything about
-the loop except the decoder itself runs for real (ini writing, merging, MERT, state, resume).
-"""
+"""The tuning loop (``mert tune``): with the fake decoder of :mod:`fake_moses` (the real loop around a
+tiny fixed search space), and with the real Moses when available."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import shutil
-import stat
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fake_moses import FIXTURE, SENTENCES, TOP_K, fake_dev, quiet, tune_options
 from mert.cli import main
 from mert.features import read_sidecar
 from mert.tune import (
     LOG_FILE,
-    MERT_MOSES_TOOLS,
     STATE_FILE,
     STOP_CONVERGED,
     STOP_MAX,
     STOP_NO_NEW,
     TuneError,
     TuneOptions,
-    find_moses_scripts_dir,
-    mert_moses_command,
     tune,
-    tune_with_mert_moses,
 )
 from moses_integration.decoder import DecoderError
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import load_nbest_arrays, read_nbest
 from shared_paths import moses_bin_dir, shared_file
 
-FIXTURE = "fixtures/hansard-enfr"
-SENTENCES = 12
-TOP_K = 8
-
-FAKE_MOSES = r'''#!{python}
-"""Fake moses: returns each sentence's top-K of a fixed hypothesis pool under the ini's weights."""
-import os, sys
-
-args = sys.argv[1:]
-if os.environ.get("FAKE_MOSES_FAIL"):
-    sys.stderr.write("Defined parameters (per moses.ini or switch):\n" * 30)
-    sys.stderr.write("Exception: Size of scoreVector != number (4!=5) of score components\n")
-    sys.exit(1)
-ini = args[args.index("-f") + 1]
-i = args.index("-n-best-list")
-nbest_path, size = args[i + 1], int(args[i + 2])
-weights, section = {{}}, None
-for raw in open(ini, encoding="utf-8"):
-    line = raw.split("#", 1)[0].strip()
-    if line.startswith("["):
-        section = line
-    elif section == "[weight]" and line:
-        name, *vals = line.split()
-        weights[name[:-1]] = [float(v) for v in vals]
-static = bool(os.environ.get("FAKE_MOSES_STATIC"))
-pool = {{}}
-for line in open({pool!r}, encoding="utf-8"):
-    sid, hyp, feats, total = line.rstrip("\n").split(" ||| ")[:4]
-    score, name, k = 0.0, None, 0
-    for tok in feats.split():
-        if tok.endswith("="):
-            name, k = tok[:-1], 0
-        else:
-            score += weights[name][k] * float(tok)
-            k += 1
-    pool.setdefault(int(sid), []).append((0.0 if static else score, hyp, feats))
-src = sys.stdin.read().splitlines()
-with open(nbest_path, "w", encoding="utf-8") as nb:
-    for s in range(len(src)):
-        ranked = sorted(pool[s], key=lambda x: -x[0])[: min(size, {top_k})]
-        for score, hyp, feats in ranked:
-            nb.write(f"{{s}} ||| {{hyp}} ||| {{feats}} ||| {{score:.6g}}\n")
-        print(ranked[0][1].strip())
-'''
-
 
 @pytest.fixture
 def dev(tmp_path: Path) -> dict[str, Path]:
     """A small dev set (source, reference, hypothesis pool) and a fake moses bin dir."""
-    root = shared_file(FIXTURE)
-    lines = gzip.decompress((root / "nbest/dev.nbest.gz").read_bytes()).decode("utf-8").splitlines()
-    pool = tmp_path / "pool.nbest"
-    pool.write_text("".join(f"{x}\n" for x in lines if int(x.split(" ||| ", 1)[0]) < SENTENCES), encoding="utf-8")
-    paths = {"pool": pool, "ini": root / "filtered/moses.ini"}
-    for key, name in (("src", "dev.tok.tc.en"), ("ref", "dev.tok.tc.fr")):
-        text = (root / "data" / name).read_text(encoding="utf-8").splitlines()[:SENTENCES]
-        paths[key] = tmp_path / name
-        paths[key].write_text("".join(f"{x}\n" for x in text), encoding="utf-8")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "moses"
-    fake.write_text(FAKE_MOSES.format(python=sys.executable, pool=str(pool), top_k=TOP_K), encoding="utf-8")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    paths["bin"] = bin_dir
-    return paths
-
-
-def _options(dev: dict[str, Path], work: Path, **kw: object) -> TuneOptions:
-    base: dict[str, object] = dict(
-        ini=dev["ini"], source=dev["src"], references=[dev["ref"]], work_dir=work, moses_bin_dir=dev["bin"],
-        restarts=5,
-    )
-    base.update(kw)
-    return TuneOptions(**base)  # type: ignore[arg-type]
+    return fake_dev(tmp_path)
 
 
 def _weight_shape(ini: Path) -> dict[str, int]:
     return {name: len(values) for name, values in MosesIni.read(ini).weights().items()}
 
 
-def _quiet(_: str) -> None:
-    pass
-
-
 def test_loop_keeps_every_iteration_and_writes_a_tuned_ini(dev: dict[str, Path], tmp_path: Path) -> None:
     work = tmp_path / "work"
     messages: list[str] = []
-    result = tune(_options(dev, work, max_iterations=6, output_ini=tmp_path / "out/tuned.ini"), log=messages.append)
+    result = tune(tune_options(dev, work, max_iterations=6, output_ini=tmp_path / "out/tuned.ini"), log=messages.append)
     n = len(result.iterations)
     assert n >= 2 and result.stop_reason in {STOP_CONVERGED, STOP_NO_NEW, STOP_MAX}
     for i in range(1, n + 1):
@@ -166,7 +81,7 @@ def test_same_list_twice_stops_with_no_new_hypotheses(
     dev: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FAKE_MOSES_STATIC", "1")
-    result = tune(_options(dev, tmp_path / "work", max_iterations=5), log=_quiet)
+    result = tune(tune_options(dev, tmp_path / "work", max_iterations=5), log=quiet)
     assert result.stop_reason == STOP_NO_NEW
     assert [r.new_hypotheses for r in result.iterations] == [SENTENCES * TOP_K, 0]
     second = result.iterations[1]
@@ -175,19 +90,19 @@ def test_same_list_twice_stops_with_no_new_hypotheses(
 
 
 def test_continue_after_a_crash_gives_the_uninterrupted_result(dev: dict[str, Path], tmp_path: Path) -> None:
-    full = tune(_options(dev, tmp_path / "full", max_iterations=4, min_weight_change=0.0), log=_quiet)
+    full = tune(tune_options(dev, tmp_path / "full", max_iterations=4, min_weight_change=0.0), log=quiet)
     assert len(full.iterations) >= 3, "the fake must keep producing new hypotheses for this test"
     work = tmp_path / "crashed"
-    tune(_options(dev, work, max_iterations=2, min_weight_change=0.0), log=_quiet)
+    tune(tune_options(dev, work, max_iterations=2, min_weight_change=0.0), log=quiet)
     # A crash in iteration 3 leaves partial files and no state update; they must be redone.
     (work / "run3.nbest.gz").write_bytes(b"partial garbage")
     (work / "run3.moses.ini").write_text("[weight]\n")
     with pytest.raises(TuneError, match="--continue"):
-        tune(_options(dev, work, max_iterations=4, min_weight_change=0.0), log=_quiet)
+        tune(tune_options(dev, work, max_iterations=4, min_weight_change=0.0), log=quiet)
     with pytest.raises(TuneError, match="cannot --continue: references"):
-        tune(_options(dev, work, max_iterations=4, references=[dev["src"]], resume=True), log=_quiet)
+        tune(tune_options(dev, work, max_iterations=4, references=[dev["src"]], resume=True), log=quiet)
     messages: list[str] = []
-    resumed = tune(_options(dev, work, max_iterations=4, min_weight_change=0.0, resume=True), log=messages.append)
+    resumed = tune(tune_options(dev, work, max_iterations=4, min_weight_change=0.0, resume=True), log=messages.append)
     assert messages[0].startswith("resuming") and "after iteration 2" in messages[0]
     assert resumed.weights == full.weights  # exactly: seeds per iteration, weights stored exactly
     assert [r.optimised_bleu for r in resumed.iterations] == [r.optimised_bleu for r in full.iterations]
@@ -198,7 +113,7 @@ def test_continue_after_a_crash_gives_the_uninterrupted_result(dev: dict[str, Pa
 
     assert log_rows(work) == log_rows(tmp_path / "full")
     # Continuing a finished run only rewrites the outputs.
-    again = tune(_options(dev, work, max_iterations=4, min_weight_change=0.0, resume=True), log=_quiet)
+    again = tune(tune_options(dev, work, max_iterations=4, min_weight_change=0.0, resume=True), log=quiet)
     assert again.weights == full.weights and len(again.iterations) == len(full.iterations)
 
 
@@ -209,9 +124,9 @@ def test_extra_feature_is_tuned_and_its_weight_goes_to_the_sidecar(dev: dict[str
     copy = tmp_path / "elsewhere/moses.ini"
     copy.parent.mkdir()
     copy.write_text(dev["ini"].read_text())
-    opts = _options(dev, work, ini=copy, decoder_cwd=dev["ini"].parent, max_iterations=3,
+    opts = tune_options(dev, work, ini=copy, decoder_cwd=dev["ini"].parent, max_iterations=3,
                     feature_specs=["LengthRatio:1.1"])
-    result = tune(opts, log=_quiet)
+    result = tune(opts, log=quiet)
     lm = MosesIni.read(work / "run1.moses.ini").find_feature("LM0")
     assert lm is not None and lm.path == str(dev["ini"].parent.resolve() / "lm.fr.binary")
     entries = list(read_nbest(work / "run1.nbest.gz"))
@@ -229,17 +144,17 @@ def test_extra_feature_is_tuned_and_its_weight_goes_to_the_sidecar(dev: dict[str
 
 def test_bad_options_are_clear_errors(dev: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(TuneError, match="already used"):
-        tune(_options(dev, tmp_path / "w1", feature_specs=["mert.features:WordCount:LM0"]), log=_quiet)
+        tune(tune_options(dev, tmp_path / "w1", feature_specs=["mert.features:WordCount:LM0"]), log=quiet)
     with pytest.raises(ValueError, match="reference file ends after 11 lines"):
         short = tmp_path / "short.fr"
         short.write_text("".join(dev["ref"].read_text().splitlines(keepends=True)[:-1]))
-        tune(_options(dev, tmp_path / "w2", references=[short]), log=_quiet)
+        tune(tune_options(dev, tmp_path / "w2", references=[short]), log=quiet)
     monkeypatch.delenv("MOSES_BIN_DIR", raising=False)
     with pytest.raises(DecoderError, match="MOSES_BIN_DIR"):
-        tune(_options(dev, tmp_path / "w3", moses_bin_dir=None), log=_quiet)
+        tune(tune_options(dev, tmp_path / "w3", moses_bin_dir=None), log=quiet)
     monkeypatch.setenv("FAKE_MOSES_FAIL", "1")
     with pytest.raises(DecoderError, match=r"(?s)moses failed \(exit 1\).*Size of scoreVector"):
-        tune(_options(dev, tmp_path / "w4"), log=_quiet)
+        tune(tune_options(dev, tmp_path / "w4"), log=quiet)
 
 
 def test_cli_tune_prints_the_weights(dev: dict[str, Path], tmp_path: Path) -> None:
@@ -251,48 +166,6 @@ def test_cli_tune_prints_the_weights(dev: dict[str, Path], tmp_path: Path) -> No
     assert "LM0= " in result.output and "iteration(s), stopped:" in result.output
     again = CliRunner().invoke(main, args)  # the work dir is taken: refuse, point to --continue
     assert again.exit_code == 1 and "--continue" in again.output
-
-
-def test_engine_moses_command_and_errors(dev: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cmd = mert_moses_command(
-        tmp_path / "scripts", tmp_path / "bin", Path("a.ini"), Path("dev.en"), Path("dev.fr"), tmp_path / "mm",
-        threads=2, max_iterations=10,
-    )
-    assert cmd[0] == "perl" and cmd[1].endswith("training/mert-moses.pl")
-    assert all(os.path.isabs(c) for c in cmd[1:6])
-    assert "--decoder-flags=-threads 2" in cmd and "--maximum-iterations=10" in cmd
-    assert "--predictable-seeds" in cmd and "--no-filter-phrase-table" in cmd and "--nbest=100" in cmd
-    monkeypatch.delenv("MOSES_SCRIPTS_DIR", raising=False)
-    with pytest.raises(TuneError, match="--moses-scripts-dir or set MOSES_SCRIPTS_DIR"):
-        find_moses_scripts_dir(None, tmp_path / "nowhere/bin")
-    opts = _options(dev, tmp_path / "w", feature_specs=["WordCount"])
-    with pytest.raises(TuneError, match="does not support --feature"):
-        tune_with_mert_moses(opts)
-
-
-@pytest.mark.skipif(shutil.which("perl") is None, reason="needs perl for the stand-in mert-moses.pl")
-def test_engine_moses_runs_the_script_and_copies_its_ini(
-    dev: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    scripts = tmp_path / "scripts"
-    (scripts / "training").mkdir(parents=True)
-    (scripts / "training/mert-moses.pl").write_text(
-        'my ($wd) = map { /^--working-dir=(.*)/ ? $1 : () } @ARGV; mkdir $wd;\n'
-        'open(IN, $ARGV[3]) or die; open(OUT, ">$wd/moses.ini") or die;\n'
-        'print OUT "# stand-in tuned\\n"; print OUT while <IN>; close OUT;\n'
-    )
-    opts = _options(dev, tmp_path / "work", output_ini=tmp_path / "t.ini")
-    monkeypatch.setenv("MOSES_SCRIPTS_DIR", str(scripts))
-    with pytest.raises(TuneError, match="needs extractor, mert, pro, kbmira, evaluator"):
-        tune_with_mert_moses(opts, log=_quiet)
-    for tool in MERT_MOSES_TOOLS:
-        (dev["bin"] / tool).write_text("")
-        (dev["bin"] / tool).chmod(0o755)
-    final = tune_with_mert_moses(opts, log=_quiet)
-    text = final.read_text()
-    assert text.startswith("# stand-in tuned") and (tmp_path / "t.ini").read_text() == text
-    # mert-moses.pl runs moses from its own working dir: it got absolute model paths.
-    assert all(os.path.isabs(f.path) for f in MosesIni.read(final).feature_lines() if f.path)
 
 
 @pytest.mark.slow
@@ -342,7 +215,7 @@ def test_cslm_feature_is_tuned_on_the_fake_decoder(dev: dict[str, Path], tmp_pat
     model = CSLM(CSLMConfig(vocab_size=len(vocab), embedding=8, hidden=[16], init_range=0.3)).eval()
     path = save_cslm(tmp_path / "cslm.pt", model, vocab)
     work = tmp_path / "work"
-    result = tune(_options(dev, work, max_iterations=2, feature_specs=[f"CSLM:{path}"]), log=_quiet)
+    result = tune(tune_options(dev, work, max_iterations=2, feature_specs=[f"CSLM:{path}"]), log=quiet)
     entries = list(read_nbest(work / "run1.nbest.gz"))
     assert all(e.features[-1][0] == "CSLM0" for e in entries)
     expected = sentence_log_probs(model, vocab, [split_tokens(e.hypothesis) for e in entries])
