@@ -492,25 +492,6 @@ class MosesIni:
                     section.header += newline
                 return
 
-    def weight_order(self, *, include_untuneable: bool = True) -> list[tuple[str, int]]:
-        """Dense features as ``(name, number of values)`` in ``[feature]`` order.
-
-        The count is ``num-features=`` when given, else the length of the feature's weight line,
-        else 1 (Moses' default for single-score features). Features with 0 dense values (purely
-        sparse ones) are left out, as they have no dense weight.
-        """
-        weights = self.weights()
-        order: list[tuple[str, int]] = []
-        for feature in self.feature_lines():
-            if not include_untuneable and not feature.tuneable:
-                continue
-            count = feature.num_features
-            if count is None:
-                count = len(weights[feature.name]) if feature.name in weights else 1
-            if count > 0:
-                order.append((feature.name, count))
-        return order
-
     # ---- the edit the rescorer needs --------------------------------------------------------
 
     def add_phrase_table_scores(

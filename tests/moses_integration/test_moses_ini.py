@@ -111,20 +111,6 @@ def test_real_tuned_weights_in_weight_section_order() -> None:
     assert weights["WordPenalty0"] == [-0.293221]
 
 
-def test_weight_order_follows_feature_section() -> None:
-    ini = MosesIni.read(real_ini("tuning/moses.ini"))
-    assert ini.weight_order() == [
-        ("UnknownWordPenalty0", 1),
-        ("WordPenalty0", 1),
-        ("PhrasePenalty0", 1),
-        ("TranslationModel0", 4),
-        ("LexicalReordering0", 6),
-        ("Distortion0", 1),
-        ("LM0", 1),
-    ]
-    assert ("UnknownWordPenalty0", 1) not in ini.weight_order(include_untuneable=False)
-
-
 def test_unnamed_features_are_counted_per_type() -> None:
     ini = MosesIni.parse(
         "[feature]\nWordPenalty\nKENLM name=LM0 factor=0 path=a order=4\nKENLM factor=0 path=b order=3\n"
@@ -191,7 +177,7 @@ def test_add_phrase_table_scores_on_real_ini(tmp_path: Path) -> None:
     ini.write(out)
     again = MosesIni.read(out)
     assert again.text() == new_text
-    assert again.weight_order()[3] == ("TranslationModel0", 6)
+    assert again.phrase_tables()[0].num_features == 6 and len(again.weights()["TranslationModel0"]) == 6
 
 
 def test_add_phrase_table_scores_keeps_comments_and_unknown_sections() -> None:
@@ -347,7 +333,7 @@ def test_example_ini_matches_example_table() -> None:
     assert len(first.scores) == table.num_features
     weights = ini.weights()
     assert len(weights["TranslationModel0"]) == table.num_features
-    assert {name for name, _ in ini.weight_order()} == set(weights)
+    assert {feature.name for feature in ini.feature_lines()} == set(weights)
     assert ini.text() == (REPO_ROOT / "examples" / "moses.ini").read_text()
 
 
