@@ -238,7 +238,8 @@ def step_rnn(exp: Experiment) -> None:
          # shortlists: the most frequent words of the training text, as in the paper
          "--vocab-corpus-src", f"{exp.train_corpus}.{exp.src}",
          "--vocab-corpus-tgt", f"{exp.train_corpus}.{exp.tgt}",
-         "--patience", str(r.patience), "--device", exp.device, "--resume", "--quiet"], log))
+         "--patience", str(r.patience), "--device", exp.device, "--threads", str(exp.jobs), "--resume", "--quiet"],
+        log))
 
     filtered_ini = exp.path("baseline", "filtered", "moses.ini")
     _, table, _ = single_phrase_table(filtered_ini)
