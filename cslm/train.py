@@ -42,6 +42,7 @@ from tqdm import tqdm
 from cslm.model import CSLM, CSLMConfig
 from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
+from moses_integration.files import exclusive_use
 from moses_integration.tokens import split_tokens
 from rescorer.config import DictConfig, check_positive_int
 from rescorer.device import autocast, autocast_dtype, select_device
@@ -314,11 +315,17 @@ def train_cslm(
 
     ``model_config.vocab_size`` is replaced by the size of the shortlist actually built. With
     ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``), with that file's config,
-    vocabulary and position; the corpus must be the one it was trained on.
+    vocabulary and position; the corpus must be the one it was trained on. The run holds
+    ``model_out`` (:func:`exclusive_use`): a second training into it stops before touching its files.
     """
-    cfg = train_config
-    run = _CSLMTraining.start(corpus, Path(model_out), model_config, cfg, shortlist=shortlist, valid=valid,
-                              device=device, precision=precision, resume=resume, progress=progress)
+    with exclusive_use(model_out):
+        run = _CSLMTraining.start(corpus, Path(model_out), model_config, train_config, shortlist=shortlist,
+                                  valid=valid, device=device, precision=precision, resume=resume, progress=progress)
+        return _train_loop(run, train_config, progress)
+
+
+def _train_loop(run: _CSLMTraining, cfg: CSLMTrainConfig, progress: bool) -> CSLMTrainResult:
+    """Epochs, validations and saves until the epochs, the time budget or patience stop the run."""
     state = run.state
     if not run.history:
         run.save(run.validate())
@@ -348,7 +355,6 @@ def train_cslm(
     finally:
         bar.close()
     return CSLMTrainResult(state["epoch"], state["examples"], state["elapsed"], stopped_by, run.history)
-
 
 @dataclass
 class _CSLMTraining:

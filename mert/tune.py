@@ -43,7 +43,7 @@ from mert.features import (
 from mert.nbest_set import NBestSet, build_mert_data, fixed_mask, merge_nbest_lists
 from mert.optimizer import DEFAULT_RESTARTS, optimize_runs
 from moses_integration.decoder import DecoderError, DecodeResult, decode, find_moses_bin_dir
-from moses_integration.files import atomic_output
+from moses_integration.files import atomic_output, exclusive_use
 from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import MosesIni, format_weight
 from moses_integration.nbest import FeatureNames, load_nbest_arrays
@@ -381,9 +381,14 @@ class Tuner:
     # ---- the loop ---------------------------------------------------------------------------
 
     def run(self) -> TuneResult:
-        opts = self.options
-        bin_dir = find_moses_bin_dir(opts.moses_bin_dir)
+        """Tune, holding the work directory (:func:`exclusive_use`): its state is this run's alone."""
+        bin_dir = find_moses_bin_dir(self.options.moses_bin_dir)
         self.work.mkdir(parents=True, exist_ok=True)
+        with exclusive_use(self.work):
+            return self._tune(bin_dir)
+
+    def _tune(self, bin_dir: Path) -> TuneResult:
+        opts = self.options
         weights, records, completed, stop = self._load_or_start()
         if stop == STOP_MAX and completed < opts.max_iterations:
             stop = None  # a larger --max-iterations continues a run that only ran out of iterations

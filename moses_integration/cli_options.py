@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 
 import click
 
+from moses_integration.files import InUseError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_SEED = 1234
@@ -93,8 +95,9 @@ def resume_option(help: str, *aliases: str) -> Callable[[F], F]:
 
 
 def friendly_errors(*known: type[BaseException]) -> Callable[[F], F]:
-    """Known input problems (and the ``known`` errors of a command) print as one line and exit 1."""
-    caught = (ValueError, FileNotFoundError, IsADirectoryError, UnicodeDecodeError, *known)
+    """Known input problems, an output another run holds, and the ``known`` errors of a command print
+    as one line and exit 1."""
+    caught = (ValueError, FileNotFoundError, IsADirectoryError, UnicodeDecodeError, InUseError, *known)
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)

@@ -4,15 +4,20 @@ by the ``.gz`` suffix on output, and atomic writes.
 Every output (tables, models, n-best lists, reports) goes to a temporary file beside its target and
 is renamed over it only when complete (:func:`atomic_output`, :func:`atomic_path`): a killed run
 never leaves a half-written file under the real name, and never loses the one that was there. The
-one place for this, so that every command keeps the rule the same way.
+one place for this, so that every command keeps the rule the same way. A resumable command also
+holds its output for the whole run (:func:`exclusive_use`), so that a second run with the same
+output stops at once instead of interleaving its progress with the first one's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
+import fcntl
 import gzip
 import io
 import os
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -255,3 +260,60 @@ def fsync_directory(folder: Path) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+# --------------------------------------------------------------------------------------------
+# One run per output
+
+
+class InUseError(RuntimeError):
+    """Another running process holds the output (or work folder) this command would write."""
+
+
+def lock_path(target: PathArg) -> Path:
+    """The lock file of ``target``: ``.lock`` inside a folder, ``.NAME.lock`` beside a file."""
+    path = Path(target)
+    return path / ".lock" if path.is_dir() else path.parent / f".{path.name}.lock"
+
+
+@contextlib.contextmanager
+def exclusive_use(target: PathArg) -> Iterator[None]:
+    """Hold ``target`` (an output file or a work folder) for this process while the block runs.
+
+    Resumable commands keep their progress beside their output (``MODEL.last``, a partial table and
+    its progress record, a work folder's stamps and state). Two runs on the same output, say the
+    same ``make table1`` started twice, or a ``--resume`` while the first run is still going, would
+    write the same files in turn, each resuming from the other's half-state, and lose hours of
+    work. So the second one raises :class:`InUseError`, naming the process that holds it, before
+    it writes anything. The lock is ``flock`` on :func:`lock_path`: the kernel drops it when the
+    holder dies, so a killed run never leaves a lock behind that blocks the rerun. The file is
+    removed on exit; ``-`` (stdout) needs no lock.
+    """
+    if os.fspath(target) == STDIO_NAME:
+        yield
+        return
+    lock = lock_path(target)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise InUseError(f"{target} is in use by {holder}; wait for that run to end or stop it") from None
+        try:
+            current = os.stat(lock).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # the holder we waited on removed this file on exit: lock the one now there
+    started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}: {command}\n".encode())
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from moses_integration.files import display_name, input_position, open_input
+from moses_integration.files import display_name, exclusive_use, input_position, open_input
 from moses_integration.phrase_table import PhraseTableError
 from moses_integration.threads import available_cpus
 from rescorer import score_parquet
@@ -243,25 +243,27 @@ def rescore_with_scorer(
 ) -> RescoreSummary:
     """The pipeline of :func:`rescore_phrase_table` around any scorer of the model's shortlists.
 
-    ``model_path`` identifies the model for ``--resume`` (None: none to check).
+    ``model_path`` identifies the model for ``--resume`` (None: none to check). The run holds
+    ``output_path`` (:func:`exclusive_use`): a second run writing it would share its partial output.
     """
     check_options(input_path, output_path, opts)
-    run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts)
-    try:
-        run.start_reader()
-        while (pending := run.next_chunk()) is not None:
-            run.score_and_format(pending)
-            run.write_finished(window=2 * max(1, opts.workers))
-        run.write_finished(window=0)
-        run.finish()
-    except BaseException as exc:
-        replacement = run.stopped(exc)
-        if replacement is exc:
-            raise
-        raise replacement from exc
-    finally:
-        run.close()
-    return run.final_summary()
+    with exclusive_use(output_path):
+        run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts)
+        try:
+            run.start_reader()
+            while (pending := run.next_chunk()) is not None:
+                run.score_and_format(pending)
+                run.write_finished(window=2 * max(1, opts.workers))
+            run.write_finished(window=0)
+            run.finish()
+        except BaseException as exc:
+            replacement = run.stopped(exc)
+            if replacement is exc:
+                raise
+            raise replacement from exc
+        finally:
+            run.close()
+        return run.final_summary()
 
 
 class _Run:

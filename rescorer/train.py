@@ -15,13 +15,14 @@ import math
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from moses_integration.files import exclusive_use
 from rescorer.adadelta import ChunkedAdadelta
 from rescorer.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.config import ModelConfig, TrainConfig
@@ -354,31 +355,32 @@ def train_on_phrase_table(
     """What ``rescorer train`` does: unique pairs → shortlists → model file.
 
     Vocabulary sizes in ``model_config`` are replaced by those of the shortlists actually built
-    (a small table may have fewer than 15,000 distinct words).
+    (a small table may have fewer than 15,000 distinct words). The run holds ``model_out``
+    (:func:`exclusive_use`): a second training into it stops before touching the model, its
+    ``.last`` state or its ``.data`` folder.
     """
-    from dataclasses import replace
-
     model_out = Path(model_out)
-    vocabs = None
-    resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
-    if resume and resume_from.exists():
-        ck = load_checkpoint(resume_from)
-        vocabs, model_config = (ck.src_vocab, ck.tgt_vocab), ck.config
-        train_config = replace(ck.train_config, max_steps=train_config.max_steps, max_time=train_config.max_time)
-    workdir = model_out.with_name(model_out.name + ".data")
-    made_workdir = not workdir.exists()
-    try:
-        ids_path, src_vocab, tgt_vocab = prepare_data(
-            table, workdir, shortlist=shortlist, src_corpus=src_corpus, tgt_corpus=tgt_corpus,
-            vocabs=vocabs, progress=progress,
+    with exclusive_use(model_out):
+        vocabs = None
+        resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
+        if resume and resume_from.exists():
+            ck = load_checkpoint(resume_from)
+            vocabs, model_config = (ck.src_vocab, ck.tgt_vocab), ck.config
+            train_config = replace(ck.train_config, max_steps=train_config.max_steps, max_time=train_config.max_time)
+        workdir = model_out.with_name(model_out.name + ".data")
+        made_workdir = not workdir.exists()
+        try:
+            ids_path, src_vocab, tgt_vocab = prepare_data(
+                table, workdir, shortlist=shortlist, src_corpus=src_corpus, tgt_corpus=tgt_corpus,
+                vocabs=vocabs, progress=progress,
+            )
+            data = PairData(ids_path, seed=train_config.seed, source=table)
+        except (ValueError, OSError):
+            if made_workdir:  # nothing of it is worth keeping: an empty or unreadable table
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        model_config = replace(model_config, src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab))
+        return train(
+            data, model_out, model_config=model_config, train_config=train_config, src_vocab=src_vocab,
+            tgt_vocab=tgt_vocab, device=device, precision=precision, resume=resume, progress=progress,
         )
-        data = PairData(ids_path, seed=train_config.seed, source=table)
-    except (ValueError, OSError):
-        if made_workdir:  # nothing of it is worth keeping: an empty or unreadable table
-            shutil.rmtree(workdir, ignore_errors=True)
-        raise
-    model_config = replace(model_config, src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab))
-    return train(
-        data, model_out, model_config=model_config, train_config=train_config, src_vocab=src_vocab,
-        tgt_vocab=tgt_vocab, device=device, precision=precision, resume=resume, progress=progress,
-    )

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from moses_integration.cli_options import device_option, threads_option
+from moses_integration.files import InUseError
 from moses_integration.threads import resolve_threads
 from table1 import experiment as ex
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
@@ -58,10 +59,9 @@ def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, mose
         options = ex.StepOptions(select_configurations(configs), runs, aligner, mirror, results, command)
         exp = load_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
                               jobs=resolve_threads(threads), device=device)
-        for step in ex.STEPS if "all" in steps else steps:
-            for path in ex.run_step(exp, step, options):
-                click.echo(f"wrote {path}", err=True)
-    except (ExperimentError, MosesToolError, ValueError) as exc:
+        for path in ex.run_steps(exp, ex.STEPS if "all" in steps else steps, options):
+            click.echo(f"wrote {path}", err=True)
+    except (ExperimentError, MosesToolError, ValueError, InUseError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -11,9 +11,11 @@ later without redoing Baseline and +RNN.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from moses_integration.files import exclusive_use
 from table1 import wmt14
 from table1.collect import step_report
 from table1.settings import Configuration
@@ -35,6 +37,16 @@ class StepOptions:
     mirror: str = wmt14.STATMT
     results: Path = Path("results")
     command: str = ""
+
+
+def run_steps(exp: Experiment, steps: Sequence[str], options: StepOptions) -> list[Path]:
+    """Run ``steps`` in order, holding the work folder (:func:`exclusive_use`): the same ``make table1``
+    started twice would run one step twice at once on the same files. Returns the files written."""
+    written: list[Path] = []
+    with exclusive_use(exp.work):
+        for step in steps:
+            written += run_step(exp, step, options)
+    return written
 
 
 def run_step(exp: Experiment, step: str, options: StepOptions) -> list[Path]:

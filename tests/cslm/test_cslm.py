@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from held_output import held_by_another_process
 
 from cslm.cli import main
 from cslm.model import CSLM, CSLMConfig, CSLMError
@@ -257,3 +258,15 @@ def test_cslm_feature_through_the_mert_spec(tmp_path: Path) -> None:
     assert absolute_spec_path("CSLM:m.pt,name=CSLM1") == f"CSLM:{Path('m.pt').resolve()},name=CSLM1"
     assert absolute_spec_path("LengthRatio:1.1") == "LengthRatio:1.1"
     assert math.isfinite(float(values.sum()))
+
+
+def test_training_into_a_held_model_stops_and_keeps_the_model(tmp_path: Path) -> None:
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(50)), encoding="utf-8")
+    model = tmp_path / "m.pt"
+    model.write_bytes(b"the model of the run that holds it")
+    with held_by_another_process(model) as holder:
+        res = CliRunner().invoke(main, ["train", str(corpus), str(model), "--max-epochs", "1", "--resume", "-q"])
+    assert res.exit_code == 1 and f"Error: {model} is in use by pid {holder.pid} " in res.output
+    assert model.read_bytes() == b"the model of the run that holds it"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fr.txt", "m.pt"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from held_output import held_by_another_process
 
 from fake_moses import FIXTURE, SENTENCES, TOP_K, fake_dev, quiet, tune_options
 from mert.cli import main
@@ -224,3 +225,15 @@ def test_cslm_feature_is_tuned_on_the_fake_decoder(dev: dict[str, Path], tmp_pat
     extras = read_sidecar(work / "moses.ini")
     assert [(e.spec, e.name) for e in extras] == [(f"CSLM:{path}", "CSLM0")]
     assert "CSLM0" not in MosesIni.read(work / "moses.ini").weights()
+
+
+def test_a_second_tune_on_a_held_work_dir_stops_before_decoding(dev: dict[str, Path], tmp_path: Path) -> None:
+    """``mert tune --continue`` while the first run still tunes there: refused, nothing decoded."""
+    work = tmp_path / "work"
+    work.mkdir()
+    args = ["tune", "--moses-ini", str(dev["ini"]), "--src", str(dev["src"]), "--ref", str(dev["ref"]),
+            "--work-dir", str(work), "--moses-bin-dir", str(dev["bin"]), "--continue"]
+    with held_by_another_process(work) as holder:
+        result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and f"Error: {work} is in use by pid {holder.pid} " in result.output
+    assert list(work.iterdir()) == []

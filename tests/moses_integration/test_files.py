@@ -1,16 +1,21 @@
-"""Opening files (stdin, gzip by content, named pipes), atomic writes and input positions."""
+"""Opening files (stdin, gzip by content, named pipes), atomic writes, input positions, and one run
+per output."""
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import os
+import re
 import sys
 import threading
 from pathlib import Path
 
 import pytest
+from held_output import held_by_another_process
 
-from moses_integration.files import atomic_output, open_input, open_output
+from moses_integration import files
+from moses_integration.files import InUseError, atomic_output, exclusive_use, lock_path, open_input, open_output
 from moses_integration.phrase_table import iter_lines
 from table_lines import GOOD, write_bytes, write_lines
 
@@ -108,3 +113,53 @@ def test_input_position_counts_compressed_bytes(tmp_path):
         assert input_position(fh) == 0
         fh.read()
         assert input_position(fh) == gz.stat().st_size
+
+
+def test_a_second_run_on_a_held_output_stops_and_names_the_holder(tmp_path: Path) -> None:
+    out = tmp_path / "model.pt"
+    name = re.escape(str(out))
+    with held_by_another_process(out) as holder:
+        assert lock_path(out) == tmp_path / ".model.pt.lock"
+        message = rf"^{name} is in use by pid {holder.pid} on .*, started .*: -c {name}; "
+        with pytest.raises(InUseError, match=message), exclusive_use(out):
+            pytest.fail("entered an output another process holds")
+    assert not lock_path(out).exists()  # the holder removed its lock file on exit
+    with exclusive_use(out):
+        assert f"pid {os.getpid()} on " in lock_path(out).read_text()
+        with pytest.raises(InUseError, match=f"pid {os.getpid()} "), exclusive_use(out):
+            pytest.fail("a second hold within one process")
+    assert not lock_path(out).exists() and not out.exists()
+
+
+def test_a_killed_holder_leaves_nothing_that_blocks_the_rerun(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    with held_by_another_process(work) as holder:
+        assert lock_path(work) == work / ".lock" and lock_path(work).exists()
+        holder.kill()
+        holder.wait()
+        assert lock_path(work).exists()  # SIGKILL: nothing was cleaned up, but the kernel dropped the lock
+        with exclusive_use(work):
+            assert f"pid {os.getpid()} on " in lock_path(work).read_text()
+    with exclusive_use("-"):  # stdout: nothing to hold
+        assert not (tmp_path / ".-.lock").exists()
+
+
+def test_a_lock_file_removed_under_a_waiting_run_is_not_the_one_it_holds(tmp_path: Path, monkeypatch) -> None:
+    """The holder ends (and removes its lock file) between this run's open() and flock(), and a third
+    run creates the next file: locking the removed file would let this run and the third both in."""
+    out = tmp_path / "table.gz"
+    lock = lock_path(out)
+    real_flock, calls = fcntl.flock, []
+
+    def flock(fd: int, operation: int) -> None:
+        if not calls:
+            lock.unlink()
+            lock.write_text("")
+        calls.append(fd)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(files.fcntl, "flock", flock)
+    with exclusive_use(out):
+        assert f"pid {os.getpid()} on " in lock.read_text()  # written into the file now at the path
+    assert len(calls) == 2

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from held_output import held_by_another_process
 
 from moses_integration.phrase_table import PhraseTableError
 from rescorer import partial_output
@@ -529,3 +530,13 @@ def test_an_empty_table_is_said_plainly(tmp_path: Path, model_file: Path) -> Non
     last = res.output.strip().splitlines()[-1]
     assert last == f"Error: {table}: need at least 2 unique phrase pairs to train, found 0"
     assert listing(tmp_path) == ["out.gz", "pt.txt"]
+
+
+def test_a_second_run_into_a_held_output_keeps_its_partial_output(tmp_path: Path, model_file: Path) -> None:
+    """``--resume`` while the first run still writes: refused before touching its partial files."""
+    table, _ = interrupted_run(tmp_path, model_file)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with held_by_another_process(tmp_path / "out.gz") as holder:
+        res = cli(str(table), str(tmp_path / "out.gz"), "--model", str(model_file), "--resume")
+    assert res.exit_code == 1 and f"Error: {tmp_path / 'out.gz'} is in use by pid {holder.pid} " in res.output
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from held_output import held_by_another_process
 
+from moses_integration.files import InUseError
 from rescorer.checkpoint import load_checkpoint
 from rescorer.config import ModelConfig, TrainConfig
 from rescorer.train import train_on_phrase_table
@@ -110,3 +112,14 @@ def test_source_gain_equals_brute_force_and_is_zero_for_a_source_blind_model(tmp
         for layer in (model.dec_init, model.dec_context, model.out_context):
             layer.weight.zero_()
     assert evaluate(model, data, idx, torch.device("cpu"), batch_size=16)[2] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_training_into_a_held_model_stops_before_touching_its_files(tmp_path):
+    """A second ``rescorer train --resume`` while the first still trains: its model, state and data stay."""
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    run(table, tmp_path / "m.pt", 2)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with held_by_another_process(tmp_path / "m.pt") as holder, \
+            pytest.raises(InUseError, match=f"m.pt is in use by pid {holder.pid} "):
+        run(table, tmp_path / "m.pt", 4, resume=True)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
