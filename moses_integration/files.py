@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
 import gzip
 import io
@@ -266,6 +267,10 @@ def fsync_directory(folder: Path) -> None:
 # One run per output
 
 
+#: flock's errors on filesystems without locks (the call is refused, not contended).
+_NO_LOCKING = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
 class InUseError(RuntimeError):
     """Another running process holds the output (or work folder) this command would write."""
 
@@ -287,27 +292,17 @@ def exclusive_use(target: PathArg) -> Iterator[None]:
     work. So the second one raises :class:`InUseError`, naming the process that holds it, before
     it writes anything. The lock is ``flock`` on :func:`lock_path`: the kernel drops it when the
     holder dies, so a killed run never leaves a lock behind that blocks the rerun. The file is
-    removed on exit; ``-`` (stdout) needs no lock.
+    removed on exit; ``-`` (stdout) needs no lock. On a filesystem that refuses ``flock`` (some
+    network and FUSE mounts) the run goes on unguarded, with a warning on stderr.
     """
     if os.fspath(target) == STDIO_NAME:
         yield
         return
     lock = lock_path(target)
-    while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
-            os.close(fd)
-            raise InUseError(f"{target} is in use by {holder}; wait for that run to end or stop it") from None
-        try:
-            current = os.stat(lock).st_ino
-        except FileNotFoundError:
-            current = None
-        if current == os.fstat(fd).st_ino:
-            break
-        os.close(fd)  # the holder we waited on removed this file on exit: lock the one now there
+    fd = _hold_lock_file(lock, target)
+    if fd is None:
+        yield
+        return
     started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))
     os.ftruncate(fd, 0)
@@ -317,3 +312,30 @@ def exclusive_use(target: PathArg) -> Iterator[None]:
     finally:
         lock.unlink(missing_ok=True)
         os.close(fd)
+
+
+def _hold_lock_file(lock: Path, target: PathArg) -> int | None:
+    """The descriptor holding ``lock`` (the file now at that path), or None where locks are refused."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise InUseError(f"{target} is in use by {holder}; wait for that run to end or stop it") from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in _NO_LOCKING:
+                raise
+            lock.unlink(missing_ok=True)
+            print(f"warning: {lock.parent} does not support file locks ({exc.strerror}): a second run writing "
+                  f"{target} at the same time would not be stopped", file=sys.stderr)
+            return None
+        try:
+            current = os.stat(lock).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            return fd
+        os.close(fd)  # the holder we met removed this file on exit: lock the one now at the path

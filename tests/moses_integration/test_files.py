@@ -3,6 +3,7 @@ per output."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import gzip
 import os
@@ -163,3 +164,14 @@ def test_a_lock_file_removed_under_a_waiting_run_is_not_the_one_it_holds(tmp_pat
     with exclusive_use(out):
         assert f"pid {os.getpid()} on " in lock.read_text()  # written into the file now at the path
     assert len(calls) == 2
+
+
+def test_a_filesystem_without_locks_runs_unguarded_with_a_warning(tmp_path: Path, monkeypatch, capsys) -> None:
+    def refuse(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(files.fcntl, "flock", refuse)
+    with exclusive_use(tmp_path / "out.gz"):
+        (tmp_path / "out.gz").write_bytes(b"written")
+    assert "does not support file locks (No locks available)" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.gz"]
