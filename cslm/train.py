@@ -450,6 +450,12 @@ class _CSLMTraining:
                 return True
             if time.monotonic() - self.last_save >= cfg.checkpoint_every:
                 self.save(False)
+                # An epoch of a large corpus outlasts a session: this line is the run's heartbeat in
+                # a --quiet log (table1's), and says how far a --resume will pick up.
+                tqdm.write(f"saved {last_path(self.model_out)}: epoch {state['epoch'] + 1}, "
+                           f"{state['position']:,} of {len(order):,} n-grams, {state['examples']:,} in "
+                           f"{state['elapsed']:.0f} s ({state['examples'] / max(state['elapsed'], 1e-9):.0f} "
+                           f"n-grams/s), loss {loss.item():.3f}", file=sys.stderr)
         return False
 
     def step(self, rows: np.ndarray) -> torch.Tensor:

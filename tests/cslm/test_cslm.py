@@ -141,9 +141,10 @@ def test_training_on_real_french_lowers_validation_perplexity_and_resumes(tmp_pa
     assert 500 < len(np.load(tmp_path / "cslm.pt.data/valid/tokens.npy", mmap_mode="r")) < valid_tokens / 5
 
 
-def test_a_resumed_training_ends_with_the_model_of_an_uninterrupted_one(tmp_path: Path) -> None:
+def test_a_resumed_training_ends_with_the_model_of_an_uninterrupted_one(tmp_path: Path, capsys) -> None:
     """Stop after epoch 1, resume to epoch 2: the same weights as two epochs in one go (the epoch
-    order is a pure function of seed and epoch, and the optimizer state is saved)."""
+    order is a pure function of seed and epoch, and the optimizer state is saved). Every save of
+    MODEL.last says on stderr how far the run is."""
     corpus = tmp_path / "fr.txt"
     corpus.write_text("".join(_french_lines(800)), encoding="utf-8")
     cfg = CSLMConfig(vocab_size=2, order=4, embedding=16, hidden=[32])
@@ -154,6 +155,10 @@ def test_a_resumed_training_ends_with_the_model_of_an_uninterrupted_one(tmp_path
                                                        checkpoint_every=0.0))
 
     straight = run(tmp_path / "straight.pt", 2)
+    saves = [line for line in capsys.readouterr().err.splitlines() if line.startswith("saved ")]
+    assert len(saves) == 2 * 2048 // 64  # checkpoint_every=0: after every minibatch
+    assert saves[0].startswith(f"saved {tmp_path / 'straight.pt.last'}: epoch 1, 64 of 2,048 n-grams, 64 in ")
+    assert saves[-1].startswith(f"saved {tmp_path / 'straight.pt.last'}: epoch 2, 2,048 of 2,048 n-grams, 4,096 in ")
     run(tmp_path / "split.pt", 1)
     resumed = run(tmp_path / "split.pt", 2, resume=True)
     assert resumed.examples == straight.examples == 2 * 2048 and resumed.stopped_by == "max_epochs"
