@@ -22,8 +22,10 @@ lint: install
 	$(BIN)/ruff check .
 
 # The main job on the built-in sample: train a small model on the sample table's own
-# unique pairs within a short budget, then append the two RNN columns.
+# unique pairs within a short budget, then append the two RNN columns. Each run starts afresh
+# (a training never overwrites a model it finds, so the last demo's outputs go first).
 demo: install
+	rm -rf demo-out
 	mkdir -p demo-out
 	$(BIN)/rescore-phrase-table examples/phrase-table.en-fr.gz demo-out/phrase-table.rnn.gz \
 		--moses-ini examples/moses.ini --moses-ini-out demo-out/moses.ini \

@@ -44,6 +44,7 @@ from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from moses_integration.files import exclusive_use
 from moses_integration.tokens import split_tokens
+from rescorer.checkpoint import last_checkpoint_path, refuse_to_overwrite
 from rescorer.config import DictConfig, check_positive_int
 from rescorer.device import autocast, autocast_dtype, select_device
 from rescorer.vocab import Vocab, read_corpus_lines
@@ -294,10 +295,6 @@ def _make_optimizer(model: CSLM, cfg: CSLMTrainConfig) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
 
 
-def last_path(model_out: Path) -> Path:
-    return Path(str(model_out) + ".last")
-
-
 def train_cslm(
     corpus: str,
     model_out: Path,
@@ -319,6 +316,7 @@ def train_cslm(
     ``model_out`` (:func:`exclusive_use`): a second training into it stops before touching its files.
     """
     with exclusive_use(model_out):
+        refuse_to_overwrite(Path(model_out), resume)
         run = _CSLMTraining.start(corpus, Path(model_out), model_config, train_config, shortlist=shortlist,
                                   valid=valid, device=device, precision=precision, resume=resume, progress=progress)
         return _train_loop(run, train_config, progress)
@@ -380,7 +378,7 @@ class _CSLMTraining:
         """A fresh run on ``corpus``, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
         dev = select_device(device)
         amp_dtype = autocast_dtype(dev, precision)
-        resume_from = last_path(model_out) if last_path(model_out).exists() else model_out
+        resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
         loaded = load_cslm(resume_from, dev) if resume and resume_from.exists() else None
         if loaded is not None:
             if loaded.train_state is None or loaded.optimizer_state is None:
@@ -416,7 +414,7 @@ class _CSLMTraining:
     def save(self, best: bool) -> None:
         """The latest state always goes to MODEL.last (for --resume); MODEL is the best so far."""
         self.state["history"] = [dataclasses.asdict(v) for v in self.history]
-        last = last_path(self.model_out)
+        last = last_checkpoint_path(self.model_out)
         for path in (last, self.model_out) if best or not self.model_out.exists() else (last,):
             save_cslm(path, self.model, self.vocab, train_config=self.cfg.to_dict(),
                       optimizer_state=self.optimizer.state_dict(), train_state=self.state)
@@ -452,7 +450,7 @@ class _CSLMTraining:
                 self.save(False)
                 # An epoch of a large corpus outlasts a session: this line is the run's heartbeat in
                 # a --quiet log (table1's), and says how far a --resume will pick up.
-                tqdm.write(f"saved {last_path(self.model_out)}: epoch {state['epoch'] + 1}, "
+                tqdm.write(f"saved {last_checkpoint_path(self.model_out)}: epoch {state['epoch'] + 1}, "
                            f"{state['position']:,} of {len(order):,} n-grams, {state['examples']:,} in "
                            f"{state['elapsed']:.0f} s ({state['examples'] / max(state['elapsed'], 1e-9):.0f} "
                            f"n-grams/s), loss {loss.item():.3f}", file=sys.stderr)

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from moses_integration.files import exclusive_use
 from rescorer.adadelta import ChunkedAdadelta
-from rescorer.checkpoint import load_checkpoint, save_checkpoint
+from rescorer.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
 from rescorer.config import ModelConfig, TrainConfig
 from rescorer.data import PairData
 from rescorer.device import autocast, autocast_dtype, matmul_precision, select_device
@@ -141,11 +141,6 @@ def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: to
     model.load_state_dict(ck.model.state_dict())
     optimizer.load_state_dict(ck.optimizer_state)
     return dict(ck.train_state)
-
-
-def last_checkpoint_path(model_out: str | Path) -> Path:
-    """Where the latest training state lives, beside the best model ``model_out``."""
-    return Path(str(model_out) + ".last")
 
 
 def train(
@@ -361,6 +356,7 @@ def train_on_phrase_table(
     """
     model_out = Path(model_out)
     with exclusive_use(model_out):
+        refuse_to_overwrite(model_out, resume)
         vocabs = None
         resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
         if resume and resume_from.exists():

@@ -275,3 +275,15 @@ def test_training_into_a_held_model_stops_and_keeps_the_model(tmp_path: Path) ->
     assert res.exit_code == 1 and f"Error: {model} is in use by pid {holder.pid} " in res.output
     assert model.read_bytes() == b"the model of the run that holds it"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fr.txt", "m.pt"]
+
+
+def test_training_again_without_resume_keeps_the_trained_model(tmp_path: Path) -> None:
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(50)), encoding="utf-8")
+    model = tmp_path / "m.pt"
+    model.with_name("m.pt.last").write_bytes(b"the latest state of a long run")
+    res = CliRunner().invoke(main, ["train", str(corpus), str(model), "--max-epochs", "1", "-q"])
+    assert res.exit_code == 1
+    assert res.output == f"Error: {model}.last already exists: pass --resume to continue that training, " \
+                         "or remove it to train from scratch\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fr.txt", "m.pt.last"]

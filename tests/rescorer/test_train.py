@@ -123,3 +123,14 @@ def test_training_into_a_held_model_stops_before_touching_its_files(tmp_path):
             pytest.raises(InUseError, match=f"m.pt is in use by pid {holder.pid} "):
         run(table, tmp_path / "m.pt", 4, resume=True)
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_training_again_without_resume_keeps_the_trained_model(tmp_path):
+    """Forgetting --resume must not overwrite hours of training at the new run's first save."""
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    run(table, tmp_path / "m.pt", 2)
+    before = (tmp_path / "m.pt").read_bytes()
+    with pytest.raises(ValueError, match=r"m\.pt already exists: pass --resume to continue that training"):
+        run(table, tmp_path / "m.pt", 4)
+    assert (tmp_path / "m.pt").read_bytes() == before
+    assert load_checkpoint(tmp_path / "m.pt.last").train_state["step"] == 2
