@@ -299,6 +299,7 @@ def exclusive_use(target: PathArg) -> Iterator[None]:
         yield
         return
     lock = lock_path(target)
+    lock.parent.mkdir(parents=True, exist_ok=True)  # training into a new folder made it, and still does
     fd = _hold_lock_file(lock, target)
     if fd is None:
         yield

@@ -175,3 +175,10 @@ def test_a_filesystem_without_locks_runs_unguarded_with_a_warning(tmp_path: Path
         (tmp_path / "out.gz").write_bytes(b"written")
     assert "does not support file locks (No locks available)" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.gz"]
+
+
+def test_an_output_in_a_folder_not_made_yet_is_held(tmp_path: Path) -> None:
+    """``rescorer train TABLE models/new/m.pt`` made its folders before the hold existed; it still does."""
+    with exclusive_use(tmp_path / "models" / "new" / "m.pt"):
+        assert lock_path(tmp_path / "models" / "new" / "m.pt").exists()
+    assert list((tmp_path / "models" / "new").iterdir()) == []
