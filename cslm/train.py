@@ -355,6 +355,16 @@ def _train_loop(run: _CSLMTraining, cfg: CSLMTrainConfig, progress: bool) -> CSL
     return CSLMTrainResult(state["epoch"], state["examples"], state["elapsed"], stopped_by, run.history)
 
 @dataclass
+class _IntervalSums:
+    """Sums over the n-grams trained on since the last save, for its heartbeat line. The sums stay
+    tensors on the device, so that training never waits for a GPU to report them."""
+
+    cross_entropy: torch.Tensor | float = 0.0
+    log_z_squared: torch.Tensor | float = 0.0
+    ngrams: int = 0
+
+
+@dataclass
 class _CSLMTraining:
     """One CSLM training run: model, optimizer, data splits, the resumable ``state`` and history."""
 
@@ -371,6 +381,7 @@ class _CSLMTraining:
     history: list[Validation]
     started: float = 0.0  # monotonic time the run would have started had it never stopped
     last_save: float = 0.0
+    since_save: _IntervalSums = field(default_factory=_IntervalSums)
 
     @classmethod
     def start(cls, corpus: str, model_out: Path, model_config: CSLMConfig, cfg: CSLMTrainConfig, *, shortlist: int,
@@ -419,6 +430,7 @@ class _CSLMTraining:
             save_cslm(path, self.model, self.vocab, train_config=self.cfg.to_dict(),
                       optimizer_state=self.optimizer.state_dict(), train_state=self.state)
         self.last_save = time.monotonic()
+        self.since_save = _IntervalSums()
 
     def validate(self) -> bool:
         """Record one validation (on stderr too); True when it is the best so far."""
@@ -447,14 +459,30 @@ class _CSLMTraining:
             if cfg.max_time is not None and state["elapsed"] >= cfg.max_time:
                 return True
             if time.monotonic() - self.last_save >= cfg.checkpoint_every:
+                progress_since = self.training_figures()
                 self.save(False)
                 # An epoch of a large corpus outlasts a session: this line is the run's heartbeat in
                 # a --quiet log (table1's), and says how far a --resume will pick up.
                 tqdm.write(f"saved {last_checkpoint_path(self.model_out)}: epoch {state['epoch'] + 1}, "
                            f"{state['position']:,} of {len(order):,} n-grams, {state['examples']:,} in "
                            f"{state['elapsed']:.0f} s ({state['examples'] / max(state['elapsed'], 1e-9):.0f} "
-                           f"n-grams/s), loss {loss.item():.3f}", file=sys.stderr)
+                           f"n-grams/s), {progress_since}", file=sys.stderr)
         return False
+
+    def training_figures(self) -> str:
+        """The training perplexity and mean (log Z)² over the n-grams since the last save.
+
+        One minibatch's loss swings by tenths of a nat from batch to batch, too much to read a trend
+        from a line every ten minutes; the mean over the whole interval can be set beside the
+        validation perplexity.
+        """
+        sums = self.since_save
+        if not sums.ngrams:
+            return "no n-grams since the last save"
+        text = f"training perplexity {math.exp(float(sums.cross_entropy) / sums.ngrams):.2f}"
+        if self.cfg.self_normalize:
+            text += f", mean (log Z)² {float(sums.log_z_squared) / sums.ngrams:.3f}"
+        return text + " since the last save"
 
     def step(self, rows: np.ndarray) -> torch.Tensor:
         """One update on the n-grams ``rows``; moves the epoch position and the clock on."""
@@ -465,12 +493,18 @@ class _CSLMTraining:
                 group["lr"] = cfg.learning_rate / (1.0 + state["examples"] * cfg.lr_decay)
         with autocast(self.dev, self.amp_dtype):
             logits = self.model(hist.to(self.dev))
-        loss = F.cross_entropy(logits.float(), tgt.to(self.dev))
+        cross_entropy = F.cross_entropy(logits.float(), tgt.to(self.dev))
+        loss = cross_entropy
+        sums, n = self.since_save, len(rows)
+        sums.cross_entropy = sums.cross_entropy + cross_entropy.detach() * n
         if cfg.self_normalize:
             # Devlin et al. (2014): pull each history's log Z towards 0, so that the raw output
             # score the decoder adds without normalising is itself the log-probability.
             log_z = torch.logsumexp(logits.float(), dim=-1)
-            loss = loss + cfg.self_normalize * (log_z * log_z).mean()
+            z2 = (log_z * log_z).mean()
+            loss = loss + cfg.self_normalize * z2
+            sums.log_z_squared = sums.log_z_squared + z2.detach() * n
+        sums.ngrams += n
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()

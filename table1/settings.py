@@ -57,6 +57,12 @@ class CslmSettings:
     # alpha of --self-normalize: Moses' NeuralLM adds raw scores, which are log-probabilities only
     # as far as log Z is near 0 (Devlin et al. 2014 used 0.1).
     self_normalize: float = 0.1
+    # --epoch-size: n-grams between validations (each "epoch" a fresh random sample, the CSLM
+    # toolkit's resampling). None: one validation per pass over the LM text, which at SMALL's
+    # 1,900 n-grams/s is once an hour: the SCALE=small run of 2026-11-25 kept its epoch-end model
+    # (perplexity 161.5) only because the one other validation, at the time budget 370k n-grams
+    # later, scored 175.1; the best model of the hour was never looked for.
+    epoch_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,9 @@ SMALL = ScaleSettings(
     # benchmarks/cslm_decoder_speed.py, README performance table), which makes the in-decoder rows'
     # six tuning runs fit in a few hours instead of about ten. Held-out perplexity after the same
     # 250k n-grams: 252.8 with one layer, 260.1 with 512 and 256 (docs/moses-nplm.md).
-    cslm=CslmSettings(embedding=128, hidden=(512,), shortlist=15_000, max_time=3600),
+    # Validated every million n-grams: about every 9 minutes on 2 cores, six times in the hour;
+    # one validation on the 26k newstest2011 tokens takes about 4 s on 1 thread.
+    cslm=CslmSettings(embedding=128, hidden=(512,), shortlist=15_000, max_time=3600, epoch_size=1_000_000),
     tune_max_iterations=10,
 )
 
@@ -152,7 +160,7 @@ MEDIUM = ScaleSettings(
     rnn=RnnSettings(hidden=256, embedding=64, maxout_units=128, output_rank=64, shortlist=15_000, max_time=4 * 3600,
                     init_std=0.1),
     # SMALL's one-layer CSLM (its decoding cost is measured: README performance table) on 3× the text, 2 hours.
-    cslm=CslmSettings(embedding=128, hidden=(512,), shortlist=15_000, max_time=2 * 3600),
+    cslm=CslmSettings(embedding=128, hidden=(512,), shortlist=15_000, max_time=2 * 3600, epoch_size=1_000_000),
     # The paper's MERT: 100-best, 20 restarts, up to 25 iterations.
     tune_max_iterations=25,
 )

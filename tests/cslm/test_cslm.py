@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -152,13 +153,20 @@ def test_a_resumed_training_ends_with_the_model_of_an_uninterrupted_one(tmp_path
     def run(out: Path, epochs: int, resume: bool = False):
         return train_cslm(str(corpus), out, model_config=cfg, shortlist=500, progress=False, resume=resume,
                           train_config=CSLMTrainConfig(max_epochs=epochs, batch_size=64, epoch_size=2048,
-                                                       checkpoint_every=0.0))
+                                                       checkpoint_every=0.0, self_normalize=0.1))
 
     straight = run(tmp_path / "straight.pt", 2)
     saves = [line for line in capsys.readouterr().err.splitlines() if line.startswith("saved ")]
     assert len(saves) == 2 * 2048 // 64  # checkpoint_every=0: after every minibatch
     assert saves[0].startswith(f"saved {tmp_path / 'straight.pt.last'}: epoch 1, 64 of 2,048 n-grams, 64 in ")
     assert saves[-1].startswith(f"saved {tmp_path / 'straight.pt.last'}: epoch 2, 2,048 of 2,048 n-grams, 4,096 in ")
+    # Each line gives the training perplexity over the n-grams since the save before: about the
+    # number of outputs at first (the untrained net is near uniform), lower by a fifth at the end.
+    train_ppl = [float(re.search(r"training perplexity ([0-9.]+), mean \(log Z\)² [0-9.]+ since the last save$",
+                                 line).group(1)) for line in saves]
+    outputs = load_cslm(tmp_path / "straight.pt").model.config.vocab_size
+    assert 0.8 * outputs < train_ppl[0] < 1.2 * outputs, (train_ppl[0], outputs)
+    assert np.mean(train_ppl[-8:]) < 0.8 * np.mean(train_ppl[:8]), train_ppl
     run(tmp_path / "split.pt", 1)
     resumed = run(tmp_path / "split.pt", 2, resume=True)
     assert resumed.examples == straight.examples == 2 * 2048 and resumed.stopped_by == "max_epochs"

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from cslm.model_file import load_cslm
 from mert.features import read_sidecar
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
+from rescorer.checkpoint import last_checkpoint_path
 from shared_paths import has_neural_lm, moses_bin_dir, shared_file
 from table1 import collect, systems, tuning, workspace
 from table1.settings import SCALES, CslmSettings, RnnSettings, RunPlan, TextSlice, select_configurations
@@ -46,7 +48,7 @@ def tiny(request, monkeypatch, tmp_path):
         dev=[TextSlice("newstest/newstest2012.{lang}", 1, 4), TextSlice("newstest/newstest2013.{lang}", 1, 4)],
         test=TextSlice("newstest/newstest2014.{lang}", 1, 8), lm_prune=(0,) * SCALES[request.param].lm_order,
         rnn=RnnSettings(hidden=16, embedding=8, maxout_units=8, output_rank=8, shortlist=500, max_time=5),
-        cslm=CslmSettings(embedding=8, hidden=(16, 8), shortlist=500, max_time=5),
+        cslm=CslmSettings(embedding=8, hidden=(16, 8), shortlist=500, max_time=5, epoch_size=256),
         tune_max_iterations=2, nbest_size=20, restarts=2,
     )
     monkeypatch.setitem(SCALES, "tiny", settings)
@@ -68,6 +70,10 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     assert len(weights) == 6 and weights[4:] == [0.0, 0.0]
     if in_decoder:
         systems.step_cslm(exp)
+        # validated every epoch_size n-grams, not once per pass over the LM text
+        history = load_cslm(last_checkpoint_path(exp.cslm_model)).train_state["history"]
+        epoch_ends = [v["examples"] for v in history if v["examples"] == 256 * v["epoch"]]
+        assert len(epoch_ends) >= 3 and epoch_ends[:3] == [0, 256, 512], history
     tuning.step_speed(exp, configs)
     speeds = {name: json.loads(exp.stamp_path(f"speed/{name}").read_text()) for name in ("rnn", "cslm")
               if exp.done(f"speed/{name}")}
