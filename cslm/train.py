@@ -354,6 +354,7 @@ def _train_loop(run: _CSLMTraining, cfg: CSLMTrainConfig, progress: bool) -> CSL
         bar.close()
     return CSLMTrainResult(state["epoch"], state["examples"], state["elapsed"], stopped_by, run.history)
 
+
 @dataclass
 class _IntervalSums:
     """Sums over the n-grams trained on since the last save, for its heartbeat line. The sums stay
@@ -476,9 +477,7 @@ class _CSLMTraining:
         from a line every ten minutes; the mean over the whole interval can be set beside the
         validation perplexity.
         """
-        sums = self.since_save
-        if not sums.ngrams:
-            return "no n-grams since the last save"
+        sums = self.since_save  # never empty here: a heartbeat follows a training step
         text = f"training perplexity {math.exp(float(sums.cross_entropy) / sums.ngrams):.2f}"
         if self.cfg.self_normalize:
             text += f", mean (log Z)² {float(sums.log_z_squared) / sums.ngrams:.3f}"

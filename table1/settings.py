@@ -59,9 +59,8 @@ class CslmSettings:
     self_normalize: float = 0.1
     # --epoch-size: n-grams between validations (each "epoch" a fresh random sample, the CSLM
     # toolkit's resampling). None: one validation per pass over the LM text, which at SMALL's
-    # 1,900 n-grams/s is once an hour: the SCALE=small run of 2026-11-25 kept its epoch-end model
-    # (perplexity 161.5) only because the one other validation, at the time budget 370k n-grams
-    # later, scored 175.1; the best model of the hour was never looked for.
+    # 1,900 n-grams/s is once an hour, so the best model of the budget is never looked for; news
+    # perplexity swings by ±4% between validations 500k n-grams apart (README, "CSLM quality").
     epoch_size: int | None = None
 
 
