@@ -51,7 +51,7 @@ def main() -> None:
 @click.option("--restarts", type=int, default=20, show_default=True, help="random restarts (Moses -n)")
 @seed_option("seed of the random restarts")
 @click.option("--ranges", help="random-restart range MIN,MAX for every feature (default 0,1 or init.opt)")
-@click.option("--fixed", multiple=True, help="feature (all its columns) or column (LM0_0) to keep fixed")
+@click.option("--fixed", multiple=True, help="feature or column (LM0_0) to keep fixed (held at 0: absent)")
 @click.option("--epsilon", type=float, default=0.01, show_default=True, help="stop when BLEU gains ≤ this")
 @click.option("--random-directions", type=int, default=0, show_default=True, help="extra random directions")
 @friendly_errors()
@@ -142,7 +142,7 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--random-seeds", is_flag=True, help="fresh randomness each run (not reproducible)")
 @click.option("--min-weight-change", type=float, default=1e-5, show_default=True,
               help="stop when no weight moves by more than this")
-@click.option("--fixed", multiple=True, help="feature (all its columns) or column (LM0_0) to keep fixed")
+@click.option("--fixed", multiple=True, help="feature or column (LM0_0) to keep fixed (held at 0: absent)")
 @click.option("--feature", "features", multiple=True,
               help="extra n-best feature: module:Class[:arg] or a built-in "
                    "(WordCount, LengthRatio[:ratio], CSLM:model.pt)")

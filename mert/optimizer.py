@@ -11,8 +11,13 @@ of ``mert/mert.cpp``), because users compare against it and the paper's numbers 
   on any of them, and stop when the BLEU gain of an iteration is at most ``epsilon``
   (Moses' ``kEPS`` = 1e-4 on its 0..1 scale, i.e. 0.01 BLEU points here);
 * the best point over all starts wins (the earliest on ties) and is L1-normalised when every
-  feature is tuneable. With fixed features the weights are returned unnormalised, as Moses
-  does, so that fixed values stay what the user gave.
+  feature is tuneable, as Moses' ``mert`` does. Features held at weight 0 count as absent: the
+  weights are normalised as Moses normalises a system without them (a weight of 0 stays 0). The
+  scale matters to the decoder even though BLEU is blind to it, because Moses' beam threshold is a
+  fixed ratio to the best hypothesis: Table 1's rows hold the columns they lack at 0, and left
+  unnormalised they searched a beam about ten times narrower than a row without held columns.
+  Features held at another value keep the weights unnormalised, as Moses does, so that the held
+  values keep their meaning.
 
 All directions of an iteration go through one vectorised line-search call
 (:func:`mert.line_search.line_search_points`), which is where the speed comes from.
@@ -200,7 +205,7 @@ def optimize_runs(
     ]
     best = max(range(len(runs)), key=lambda i: (runs[i].bleu, -i))
     weights = runs[best].weights.copy()
-    if normalize and not fixed_mask.any():
+    if normalize and not np.any(weights[fixed_mask] != 0):
         norm = float(np.abs(weights).sum())
         if norm > 0:
             weights = weights / norm

@@ -93,6 +93,20 @@ def test_fixed_features_do_not_move_and_weights_are_not_normalised() -> None:
     assert result.weights[1] == -2.0 and result.weights[3] == 1.5
 
 
+def test_features_held_at_zero_count_as_absent_and_the_rest_is_normalised() -> None:
+    """A column held at 0 is a feature the system does not use: the result equals the optimisation
+    without that column, L1-normalised as Moses' mert normalises a system without it."""
+    data = _small_data()
+    start = np.array([0.3, 0.0, 0.7, 1.5])
+    held = optimize_runs(data, start, restarts=3, fixed=[False, True, False, False], seed=0)
+    assert held.weights[1] == 0.0
+    assert np.abs(held.weights).sum() == pytest.approx(1.0)
+    unnormalised = optimize_runs(data, start, restarts=3, fixed=[False, True, False, False], seed=0,
+                                 normalize=False)
+    assert held.bleu == unnormalised.bleu
+    np.testing.assert_allclose(held.weights, unnormalised.weights / np.abs(unnormalised.weights).sum())
+
+
 def test_several_start_points_and_lockstep_give_the_same_runs() -> None:
     data = _small_data()
     starts = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, -1.0]])
