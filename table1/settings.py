@@ -62,6 +62,8 @@ class CslmSettings:
     # 1,900 n-grams/s is once an hour, so the best model of the budget is never looked for; news
     # perplexity swings by ±4% between validations 500k n-grams apart (README, "CSLM quality").
     epoch_size: int | None = None
+    # --max-epochs: a budget in epochs as well as max_time; whichever comes first stops training.
+    max_epochs: int | None = None
 
 
 @dataclass(frozen=True)

@@ -271,6 +271,7 @@ def step_cslm(exp: Experiment) -> None:
          "--hidden", ",".join(map(str, c.hidden)), "--shortlist", str(c.shortlist),
          "--self-normalize", str(c.self_normalize), "--device", exp.device,
          *(["--epoch-size", str(c.epoch_size)] if c.epoch_size else []),
+         *(["--max-epochs", str(c.max_epochs)] if c.max_epochs else []),
          "--threads", str(exp.jobs), "--resume", "--quiet"], exp.log_file("cslm")))
     exp.step("cslm/export", lambda: run_tool(
         [exp.console("cslm"), "export-nplm", exp.cslm_model, exp.cslm_nplm], exp.log_file("cslm")))
