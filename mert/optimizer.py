@@ -13,9 +13,8 @@ of ``mert/mert.cpp``), because users compare against it and the paper's numbers 
 * the best point over all starts wins (the earliest on ties) and is L1-normalised when every
   feature is tuneable, as Moses' ``mert`` does. Features held at weight 0 count as absent: the
   weights are normalised as Moses normalises a system without them (a weight of 0 stays 0). The
-  scale matters to the decoder even though BLEU is blind to it, because Moses' beam threshold is a
-  fixed ratio to the best hypothesis: Table 1's rows hold the columns they lack at 0, and left
-  unnormalised they searched a beam about ten times narrower than a row without held columns.
+  scale is invisible to BLEU but not to the decoder: Moses' beam threshold is a fixed ratio to the
+  best hypothesis, so weights with an L1 norm of 25 prune 25 times harder (README, "The experiment").
   Features held at another value keep the weights unnormalised, as Moses does, so that the held
   values keep their meaning.
 
