@@ -204,8 +204,18 @@ def optimize_runs(
     ]
     best = max(range(len(runs)), key=lambda i: (runs[i].bleu, -i))
     weights = runs[best].weights.copy()
-    if normalize and not np.any(weights[fixed_mask] != 0):
-        norm = float(np.abs(weights).sum())
-        if norm > 0:
-            weights = weights / norm
+    if normalize:
+        weights = l1_normalised(weights, fixed_mask)
     return OptimizeResult(weights=weights, bleu=runs[best].bleu, runs=runs)
+
+
+def l1_normalised(weights: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    """``weights`` divided by their L1 norm, unless a ``fixed`` feature is held at a non-zero value.
+
+    Moses' rule (module docstring): a held value must keep its meaning, so such weights stay as they
+    are; a feature held at 0 counts as absent. All-zero weights are returned unchanged.
+    """
+    if np.any(weights[fixed] != 0):
+        return weights
+    norm = float(np.abs(weights).sum())
+    return weights / norm if norm > 0 else weights

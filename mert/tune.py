@@ -2,7 +2,8 @@
 
 This is what Moses' ``mert-moses.pl`` does, with the optimiser of this package (SPEC §4):
 
-1. decode the dev source with the current weights (``-n-best-list FILE 100 distinct``);
+1. decode the dev source with the current weights (``-n-best-list FILE 100 distinct``; the first
+   time with the ini's weights L1-normalised, as ``mert-moses.pl`` does);
 2. optionally append extra n-best features that Moses cannot compute (:mod:`mert.features`);
 3. merge the list with those of all earlier iterations, dropping repeats;
 4. optimise (Och's line search, the previous weights plus 20 seeded random restarts);
@@ -41,7 +42,7 @@ from mert.features import (
     write_sidecar,
 )
 from mert.nbest_set import NBestSet, build_mert_data, fixed_mask, merge_nbest_lists
-from mert.optimizer import DEFAULT_RESTARTS, optimize_runs
+from mert.optimizer import DEFAULT_RESTARTS, l1_normalised, optimize_runs
 from moses_integration.decoder import DecoderError, DecodeResult, decode, find_moses_bin_dir
 from moses_integration.files import atomic_output, exclusive_use
 from moses_integration.lines import read_text_lines
@@ -328,10 +329,24 @@ class Tuner:
     # ---- state ------------------------------------------------------------------------------
 
     def _initial_weights(self) -> dict[str, list[float]]:
-        """The start: the ini's weights, and 0 for extra features (the start is the baseline)."""
+        """The start: the ini's weights, and 0 for extra features (the start is the baseline).
+
+        As ``mert-moses.pl``, the tuneable weights are L1-normalised before the first decode (by
+        :func:`l1_normalised`'s rule, the one every optimised point follows): the decoder's beam
+        threshold sees the weights' scale, so the first n-best list is decoded at the same scale as
+        every later one. Untuneable features (``UnknownWordPenalty0``) keep their weights.
+        """
         weights = {name: list(values) for name, values in self.base_ini.weights().items()}
         for feature in self.features:
             weights[feature.name] = [0.0] * feature.num_values
+        untuneable = {line.name for line in self.base_ini.feature_lines() if not line.tuneable}
+        names: FeatureNames = [(name, len(values)) for name, values in weights.items() if name not in untuneable]
+        try:
+            held = fixed_mask(names, self.options.fixed)
+        except ValueError as exc:
+            raise TuneError(f"{self.ini_path}: {exc}") from exc
+        start = weights_vector(weights, names, where=f"the start weights of {self.ini_path}")
+        weights.update(weights_dict(l1_normalised(start, held), names))
         return weights
 
     def _load_or_start(self) -> tuple[dict[str, list[float]], list[IterationRecord], int, str | None]:

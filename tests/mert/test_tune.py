@@ -78,6 +78,25 @@ def test_loop_keeps_every_iteration_and_writes_a_tuned_ini(dev: dict[str, Path],
     assert state["completed_iterations"] == n and state["stop_reason"] == result.stop_reason
 
 
+def test_the_first_decode_uses_the_start_weights_l1_normalised(dev: dict[str, Path], tmp_path: Path) -> None:
+    """As mert-moses.pl: tuneable weights over their L1 norm, UnknownWordPenalty0 as it was."""
+    start = MosesIni.read(dev["ini"]).weights()
+    norm = sum(abs(v) for name, values in start.items() if name != "UnknownWordPenalty0" for v in values)
+    assert norm > 1.5, "the fixture's start weights must be far from normalised for this test"
+    tune(tune_options(dev, tmp_path / "w1", max_iterations=1), log=quiet)
+    first = MosesIni.read(tmp_path / "w1/run1.moses.ini").weights()
+    assert first.keys() == start.keys() and first["UnknownWordPenalty0"] == start["UnknownWordPenalty0"]
+    for name, values in start.items():
+        if name != "UnknownWordPenalty0":
+            assert first[name] == pytest.approx([v / norm for v in values], abs=1e-6), name
+    # A feature held at a non-zero value keeps its meaning: nothing is rescaled (Moses' rule).
+    tune(tune_options(dev, tmp_path / "w2", max_iterations=1, fixed=["LM0"]), log=quiet)
+    assert MosesIni.read(tmp_path / "w2/run1.moses.ini").weights() == start
+    with pytest.raises(TuneError, match="--fixed NoSuch: no such feature"):
+        tune(tune_options(dev, tmp_path / "w3", fixed=["NoSuch"]), log=quiet)
+    assert not (tmp_path / "w3/run1.out").exists()
+
+
 def test_same_list_twice_stops_with_no_new_hypotheses(
     dev: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
