@@ -35,8 +35,8 @@ from cslm.scoring import (
 )
 from moses_integration.nbest import read_nbest  # noqa: E402
 from moses_integration.tokens import split_tokens  # noqa: E402
-from rescorer.device import select_device  # noqa: E402
-from rescorer.vocab import Vocab  # noqa: E402
+from rescorer.model.device import select_device  # noqa: E402
+from rescorer.model.vocab import Vocab  # noqa: E402
 
 
 def nbest_path() -> Path:

@@ -4,7 +4,7 @@ Usage: python benchmarks/pipeline_speed.py [--table T] [--lines N] [--workers 1,
 
 A GPU scores hundreds of thousands of pairs per second; then reading, parsing, prefix-tree
 building, formatting and compression bound the run. This runs the real pipeline
-(:func:`rescorer.rescore.rescore_with_scorer`: the same reader, worker processes, trees, writer,
+(:func:`rescorer.pipeline.rescore.rescore_with_scorer`: the same reader, worker processes, trees, writer,
 progress record and gzip output as ``rescore-phrase-table``) on the whole fixture phrase table,
 with the model replaced by a constant scorer, once per ``-j`` given. It prints, for each run:
 
@@ -45,12 +45,12 @@ if __name__ == "__main__":
     from score_speed import default_table
 
     from moses_integration.threads import available_cpus
-    from rescorer.output_chunks import format_chunk
-    from rescorer.rescore import RescoreOptions, RescoreSummary, rescore_with_scorer
-    from rescorer.scoring import CPU_TOKEN_BUDGET, ScoringOptions
-    from rescorer.scoring_plan import ScoringPlan
-    from rescorer.table_chunks import iter_line_chunks
-    from rescorer.vocab import Vocab
+    from rescorer.model.vocab import Vocab
+    from rescorer.pipeline.output_chunks import format_chunk
+    from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore_with_scorer
+    from rescorer.pipeline.scoring import CPU_TOKEN_BUDGET, ScoringOptions
+    from rescorer.pipeline.scoring_plan import ScoringPlan
+    from rescorer.tables.chunks import iter_line_chunks
 
 PARALLEL_STAGES = ("parse", "trees", "format")
 

@@ -5,7 +5,7 @@ Usage: python benchmarks/precision.py [--table T] [--lines N|0] [--model M.pt] [
 
 The table's chunks are parsed and planned first (groups and prefix trees, in worker processes,
 exactly as ``rescore-phrase-table`` plans them), so the timed part is the scorer alone:
-:meth:`rescorer.scoring.PairScorer.score_plan` over every chunk, i.e. the model's pairs/s without
+:meth:`rescorer.pipeline.scoring.PairScorer.score_plan` over every chunk, i.e. the model's pairs/s without
 reading, parsing or writing. For each precision it prints:
 
 * pairs/s of the model, the matmul FLOPs it performs (each distinct source prefix and target
@@ -39,15 +39,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
 from score_speed import SIZES, default_table  # noqa: E402
 
-from rescorer.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
-from rescorer.chunk_prep import PrepareTask, init_worker, prepare_chunk  # noqa: E402
-from rescorer.config import ModelConfig  # noqa: E402
-from rescorer.device import autocast_dtype, matmul_precision, select_device  # noqa: E402
-from rescorer.model import RNNEncoderDecoder, count_flops  # noqa: E402
-from rescorer.scoring import PairScorer, ScoringOptions, auto_token_budget  # noqa: E402
-from rescorer.scoring_plan import ScoringPlan  # noqa: E402
-from rescorer.table_chunks import LineChunk  # noqa: E402
-from rescorer.vocab import Vocab  # noqa: E402
+from rescorer.model.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
+from rescorer.model.config import ModelConfig  # noqa: E402
+from rescorer.model.device import autocast_dtype, matmul_precision, select_device  # noqa: E402
+from rescorer.model.network import RNNEncoderDecoder, count_flops  # noqa: E402
+from rescorer.model.vocab import Vocab  # noqa: E402
+from rescorer.pipeline.chunk_prep import PrepareTask, init_worker, prepare_chunk  # noqa: E402
+from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget  # noqa: E402
+from rescorer.pipeline.scoring_plan import ScoringPlan  # noqa: E402
+from rescorer.tables.chunks import LineChunk  # noqa: E402
 
 
 def read_lines(table: Path, limit: int) -> list[bytes]:

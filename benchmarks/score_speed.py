@@ -38,13 +38,13 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from machine_peak import matmul_peak_flops
 
-    from rescorer.checkpoint import Checkpoint
-    from rescorer.config import ModelConfig
-    from rescorer.device import select_device
-    from rescorer.model import RNNEncoderDecoder, count_flops, count_flops_per_pair
-    from rescorer.rescore import RescoreOptions, rescore_phrase_table
-    from rescorer.scoring import ScoringOptions
-    from rescorer.vocab import Vocab
+    from rescorer.model.checkpoint import Checkpoint
+    from rescorer.model.config import ModelConfig
+    from rescorer.model.device import select_device
+    from rescorer.model.network import RNNEncoderDecoder, count_flops, count_flops_per_pair
+    from rescorer.model.vocab import Vocab
+    from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+    from rescorer.pipeline.scoring import ScoringOptions
 
 SIZES = {
     "paper": {"hidden": 1000, "embedding": 100, "maxout_units": 500, "output_rank": 100},

@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/train_speed.py [--sizes paper,small] [--steps 10] [--device auto] [--threads N]
 
-Times ``rescorer.train.train_step``, the very function ``rescorer train`` runs, on minibatches
+Times ``rescorer.training.train.train_step``, the very function ``rescorer train`` runs, on minibatches
 drawn as training draws them (10 minibatches of 64 pairs sorted by target length and re-batched).
 Phrase lengths come from the real fixture table (../shared) when present, else from a synthetic
 distribution like a Moses table's (1–7 words). Sizes: ``paper`` (d = 1000, embedding 100,
@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
 from shared_data import shared_dir  # noqa: E402
 
-from rescorer.config import ModelConfig, TrainConfig  # noqa: E402
-from rescorer.device import autocast_dtype, select_device  # noqa: E402
-from rescorer.model import RNNEncoderDecoder, count_flops_per_pair  # noqa: E402
-from rescorer.train import make_optimizer, train_step  # noqa: E402
+from rescorer.model.config import ModelConfig, TrainConfig  # noqa: E402
+from rescorer.model.device import autocast_dtype, select_device  # noqa: E402
+from rescorer.model.network import RNNEncoderDecoder, count_flops_per_pair  # noqa: E402
+from rescorer.training.train import make_optimizer, train_step  # noqa: E402
 from table1.settings import SMALL  # noqa: E402
 
 SIZES = {
@@ -66,7 +66,7 @@ def phrase_lengths(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
 
 def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.random.Generator,
                      device: torch.device) -> list:
-    """Minibatches as ``rescorer.train.group_batches`` makes them, with their FLOPs and padding."""
+    """Minibatches as ``rescorer.training.train.group_batches`` makes them, with their FLOPs and padding."""
     batches, group = [], cfg.batch_size * cfg.length_group
     while len(batches) < steps:
         s_len, t_len = phrase_lengths(group, rng)
@@ -79,7 +79,7 @@ def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.
             tgt = torch.from_numpy(rng.integers(2, config.tgt_vocab_size, (len(rows), tl.max())))
             flops = sum(3 * count_flops_per_pair(config, int(a), int(b)) for a, b in zip(sl, tl, strict=True))
             padded = len(rows) * int(tl.max()) - int(tl.sum())
-            # Lengths stay on the host, as rescorer.train passes them (no GPU sync per step).
+            # Lengths stay on the host, as rescorer.training.train passes them (no GPU sync per step).
             batches.append(((src.to(device), torch.from_numpy(sl), tgt.to(device), torch.from_numpy(tl)),
                             flops, padded, int(tl.sum())))
     rng.shuffle(batches)

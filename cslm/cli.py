@@ -19,7 +19,7 @@ from moses_integration.cli_options import (
     threads_option,
 )
 from moses_integration.threads import limit_threads
-from rescorer.config import PRECISIONS
+from rescorer.model.config import PRECISIONS
 
 
 @click.group("cslm")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from rescorer.config import DictConfig, check_positive_int
+from rescorer.model.config import DictConfig, check_positive_int
 
 
 class CSLMError(ValueError):

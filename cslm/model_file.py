@@ -1,7 +1,7 @@
 """CSLM model files: self-describing (config, vocabulary, weights, optional training state).
 
 They load with ``torch.load(weights_only=True)``, like the RNN's checkpoints, through the same
-envelope reader (:func:`rescorer.checkpoint.read_model_file`).
+envelope reader (:func:`rescorer.model.checkpoint.read_model_file`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import torch
 
 from cslm.model import CSLM, CSLMConfig, CSLMError
 from moses_integration.files import PathArg
-from rescorer.checkpoint import read_model_file, write_model_file
-from rescorer.device import select_device
-from rescorer.vocab import Vocab
+from rescorer.model.checkpoint import read_model_file, write_model_file
+from rescorer.model.device import select_device
+from rescorer.model.vocab import Vocab
 
 FORMAT_NAME = "moses-rnn-rescorer-cslm"
 FORMAT_VERSION = 1

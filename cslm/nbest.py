@@ -13,7 +13,7 @@ from moses_integration.files import PathArg
 from moses_integration.moses_ini import dense_feature_name_problem
 from moses_integration.nbest import NBestEntry, append_features
 from moses_integration.tokens import split_tokens
-from rescorer.vocab import Vocab
+from rescorer.model.vocab import Vocab
 
 DEFAULT_FEATURE_NAME = "CSLM0"
 

@@ -44,10 +44,10 @@ from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from moses_integration.files import exclusive_use
 from moses_integration.tokens import split_tokens
-from rescorer.checkpoint import last_checkpoint_path, refuse_to_overwrite
-from rescorer.config import DictConfig, check_positive_int
-from rescorer.device import autocast, autocast_dtype, select_device
-from rescorer.vocab import Vocab, read_corpus_lines
+from rescorer.model.checkpoint import last_checkpoint_path, refuse_to_overwrite
+from rescorer.model.config import DictConfig, check_positive_int
+from rescorer.model.device import autocast, autocast_dtype, select_device
+from rescorer.model.vocab import Vocab, read_corpus_lines
 
 DATA_VERSION = 1
 

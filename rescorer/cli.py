@@ -19,8 +19,8 @@ from moses_integration.cli_options import (
     seed_option,
     threads_option,
 )
-from rescorer.config import PRECISIONS, ModelConfig, TrainConfig
-from rescorer.errors import RescoreError
+from rescorer.model.config import PRECISIONS, ModelConfig, TrainConfig
+from rescorer.pipeline.errors import RescoreError
 
 DEFAULT_TRAIN_TIME = 1800.0
 
@@ -91,7 +91,7 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
                   resume, device, precision, threads, quiet) -> None:
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
     from moses_integration.threads import limit_threads
-    from rescorer.train import train_on_phrase_table
+    from rescorer.training.train import train_on_phrase_table
 
     limit_threads(threads)
 
@@ -117,8 +117,8 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
 
 
 def _load(model_path: str, device: str = "cpu"):
-    from rescorer.checkpoint import CheckpointError, load_checkpoint
-    from rescorer.device import select_device
+    from rescorer.model.checkpoint import CheckpointError, load_checkpoint
+    from rescorer.model.device import select_device
 
     try:
         return load_checkpoint(model_path, map_location=select_device(device))
@@ -143,7 +143,7 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
     """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
     import json
 
-    from rescorer.sampling import format_sample_result, sample_and_search
+    from rescorer.analysis.sampling import format_sample_result, sample_and_search
 
     checkpoint = _load(model_path, device)
     result = sample_and_search(checkpoint.model, checkpoint.src_vocab, source, n=samples, beam=beam, seed=seed,
@@ -177,8 +177,8 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
                     as_json, quiet, device) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
-    from rescorer.compare import compare_blocks, format_json, format_markdown
-    from rescorer.table_scan import scan_table
+    from rescorer.analysis.compare import compare_blocks, format_json, format_markdown
+    from rescorer.tables.scan import scan_table
 
     checkpoint = _load(model_path, device)
     scan = scan_table(phrase_table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets,
@@ -199,7 +199,7 @@ def compare_command(model_path, phrase_table, min_src_words, frequent, sources, 
 @friendly_errors(RescoreError)
 def plot_scores_command(scores_parquet, out_png, column) -> None:
     """RNN log p against the table's log φ(e|f), from rescore-phrase-table --scores-parquet (paper Fig. 3)."""
-    from rescorer.plots import plot_scores, read_scores_parquet
+    from rescorer.analysis.plots import plot_scores, read_scores_parquet
 
     click.echo(f"reading {scores_parquet}", err=True)
     description = plot_scores(read_scores_parquet(scores_parquet, column=column - 1), out_png)
@@ -216,7 +216,7 @@ def plot_scores_command(scores_parquet, out_png, column) -> None:
 @friendly_errors(RescoreError)
 def map_words_command(model_path, out_png, words, labels, seed) -> None:
     """2-D t-SNE map of the source word embeddings (paper Fig. 4)."""
-    from rescorer.plots import map_words
+    from rescorer.analysis.plots import map_words
 
     checkpoint = _load(model_path)
     click.echo(f"t-SNE of up to {words} word embeddings", err=True)
@@ -240,7 +240,7 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 
     PHRASES is a text file with one phrase per line, or a Moses phrase table (its source phrases).
     """
-    from rescorer.plots import map_phrases, read_phrases
+    from rescorer.analysis.plots import map_phrases, read_phrases
 
     checkpoint = _load(model_path, device)
     chosen = read_phrases(phrases, max_phrases=max_phrases, min_words=min_words, seed=seed)
@@ -273,8 +273,8 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
                    score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device) -> None:
     """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
-    from rescorer.report import ReportOptions, build_report
-    from rescorer.report import screenshot as take_screenshot
+    from rescorer.analysis.report import ReportOptions, build_report
+    from rescorer.analysis.report import screenshot as take_screenshot
 
     options = ReportOptions(compare_sources=sources, min_src_words=min_src_words, sample_sources=sample_sources,
                             samples=samples, beam=beam, score_sources=score_sources, map_words=map_words_,
@@ -348,18 +348,18 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
     """
     from moses_integration.threads import limit_threads
-    from rescorer.checkpoint import load_checkpoint
-    from rescorer.moses_config import check_moses_ini, write_moses_ini
-    from rescorer.rescore import (
+    from rescorer.model.checkpoint import load_checkpoint
+    from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
+    from rescorer.pipeline.rescore import (
         RescoreOptions,
         check_options,
         default_model_path,
         finished_training_of,
         rescore_phrase_table,
     )
-    from rescorer.scoring import ScoringOptions
-    from rescorer.shards import parse_shard
-    from rescorer.train import train_on_phrase_table
+    from rescorer.pipeline.scoring import ScoringOptions
+    from rescorer.pipeline.shards import parse_shard
+    from rescorer.training.train import train_on_phrase_table
 
     if bool(moses_ini) != bool(moses_ini_out):
         raise click.UsageError("--moses-ini and --moses-ini-out go together")

@@ -10,7 +10,7 @@ import torch
 
 from shared_paths import shared_file
 
-# Without a GPU, Triton kernels (rescorer.lse_kernel) run in Triton's interpreter on the CPU. The
+# Without a GPU, Triton kernels (rescorer.model.lse_kernel) run in Triton's interpreter on the CPU. The
 # switch must be set before Triton is first imported: its library functions are wrapped then.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

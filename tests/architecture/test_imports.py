@@ -17,18 +17,21 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("moses_integration", "rescorer", "cslm", "mert", "table1")
 #: Imports a package may make only inside a function (a reason each).
 LAZY_ONLY = {("mert", "cslm"): "mert's CSLM n-best feature; MERT without a CSLM never loads torch"}
+#: Bottom to top inside ``rescorer``: one subpackage per job; ``cli.py`` sits above them all.
+RESCORER_LAYERS = ("tables", "model", "training", "pipeline", "analysis")
 
 
-def _imports(path: Path) -> list[tuple[str, bool]]:
-    """``(imported top-level package, at module level?)`` for each import statement of a file."""
+def _imports(path: Path, depth: int = 1) -> list[tuple[str, bool]]:
+    """``(imported package, at module level?)`` for each import statement of a file, the package's
+    dotted name cut to ``depth`` parts (1: ``rescorer``, 2: ``rescorer.model``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     top_level = {id(node) for node in tree.body}
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(alias.name.split(".")[0], id(node) in top_level) for alias in node.names]
+            found += [(".".join(alias.name.split(".")[:depth]), id(node) in top_level) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.module.split(".")[0], id(node) in top_level))
+            found.append((".".join(node.module.split(".")[:depth]), id(node) in top_level))
     return found
 
 
@@ -41,7 +44,7 @@ def test_every_package_of_the_project_is_in_the_layering():
 def test_a_package_imports_only_packages_below_it(package):
     allowed = set(LAYERS[: LAYERS.index(package)])
     wrong = []
-    for path in sorted((ROOT / package).glob("*.py")):
+    for path in sorted((ROOT / package).rglob("*.py")):
         for imported, at_module_level in _imports(path):
             if imported not in LAYERS or imported == package:
                 continue
@@ -58,3 +61,31 @@ def test_moses_integration_never_imports_torch():
     heavy = [f"{path.name} imports {name}" for path in sorted((ROOT / "moses_integration").glob("*.py"))
              for name, _ in _imports(path) if name in {"torch", "triton"}]
     assert not heavy
+
+
+def test_rescorer_subpackages_import_only_those_below_them():
+    """``rescorer`` holds four jobs around its tables reader; each subpackage imports only the ones
+    before it in ``RESCORER_LAYERS``, and never ``rescorer.cli``."""
+    subpackages = {p.parent.name for p in (ROOT / "rescorer").glob("*/__init__.py")}
+    assert subpackages == set(RESCORER_LAYERS)
+    assert {p.name for p in (ROOT / "rescorer").glob("*.py")} == {"__init__.py", "cli.py"}
+    wrong = []
+    for sub in RESCORER_LAYERS:
+        allowed = {f"rescorer.{s}" for s in RESCORER_LAYERS[: RESCORER_LAYERS.index(sub) + 1]}
+        for path in sorted((ROOT / "rescorer" / sub).rglob("*.py")):
+            for imported, _ in _imports(path, depth=2):
+                if imported.startswith("rescorer") and imported not in allowed:
+                    wrong.append(f"{path.relative_to(ROOT)} imports {imported} (above or beside it)")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("package", ["cslm", "mert", "table1"])
+def test_other_packages_use_only_the_rescorer_model(package):
+    """The CSLM and the experiment share the model's envelope, device and vocabulary, nothing of the
+    pipeline's, the training's or the analysis' internals (table1 runs the commands)."""
+    allowed = {"rescorer.model"}
+    wrong = [f"{path.relative_to(ROOT)} imports {imported}"
+             for path in sorted((ROOT / package).rglob("*.py"))
+             for imported, _ in _imports(path, depth=2)
+             if imported.startswith("rescorer") and imported not in allowed]
+    assert not wrong, "\n".join(wrong)

@@ -24,7 +24,7 @@ from cslm.scoring import ScoreStats, sentence_log_probs
 from cslm.train import CSLMTrainConfig, train_cslm
 from moses_integration.nbest import read_nbest
 from moses_integration.tokens import split_tokens
-from rescorer.vocab import Vocab
+from rescorer.model.vocab import Vocab
 from shared_paths import moses_bin_dir, shared_file
 
 NBEST = "fixtures/hansard-enfr/nbest/dev.nbest.gz"

@@ -20,7 +20,7 @@ def test_default_follows_the_affinity_mask_like_a_slurm_job() -> None:
         "import os, torch\n"
         f"os.sched_setaffinity(0, {{{one_cpu}}})\n"
         "from moses_integration.threads import limit_threads\n"
-        "from rescorer.rescore import RescoreOptions\n"
+        "from rescorer.pipeline.rescore import RescoreOptions\n"
         "print(limit_threads(None), torch.get_num_threads(), RescoreOptions().workers)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,0 +1,151 @@
+"""Model and training hyper-parameters as plain, serialisable dataclasses.
+
+Both configs are stored inside checkpoints as plain dicts (so that a checkpoint loads with
+``torch.load(weights_only=True)`` and stays readable without this code), which is why each has a
+``to_dict``/``from_dict`` pair. ``from_dict`` is strict: an unknown key almost always means a
+checkpoint written by a different version or a typo in a hand-written config, and silently
+ignoring it would build a different model from the one that was trained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+# --precision choices (rescorer.model.device gives their meaning): here, torch-free, for the CLI.
+PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
+
+_C = TypeVar("_C")
+
+
+def _strict_from_dict(cls: type[_C], data: Mapping[str, Any]) -> _C:
+    """Build dataclass ``cls`` from ``data``, naming unknown and missing keys in the error."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{cls.__name__}.from_dict expects a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"unknown {cls.__name__} key(s): {', '.join(map(str, unknown))} "
+            f"(known keys: {', '.join(fields)})"
+        )
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in data
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"missing {cls.__name__} key(s): {', '.join(missing)}")
+    return cls(**dict(data))
+
+
+class DictConfig:
+    """The one config round-trip of the project: ``to_dict`` and a strict ``from_dict``.
+
+    Mixed into every dataclass config (the RNN's and the CSLM's), so that all of them are stored in
+    model files and read back the same way.
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of builtins (safe for ``torch.load(weights_only=True)`` and JSON)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[_C], data: Mapping[str, Any]) -> _C:
+        """Inverse of :meth:`to_dict`; unknown or missing keys raise ``ValueError``."""
+        return _strict_from_dict(cls, data)
+
+
+def check_positive_int(owner: str, name: str, value: object, minimum: int = 1) -> None:
+    """Reject floats/bools/small values early: a bad size otherwise fails deep inside torch."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass
+class ModelConfig(DictConfig):
+    """Sizes of the RNN Encoder–Decoder (SPEC §1); the defaults are the paper's experiment.
+
+    ``src_vocab_size``/``tgt_vocab_size`` count *ids*, i.e. the shortlist words plus ``[UNK]``
+    plus ``</s>``: the paper's 15,000-word shortlist (14,999 words + ``[UNK]``) gives 15,001.
+    ``embedding`` is the rank of the factorised input matrices (Sec. 4.1.1 uses 100; Appendix A
+    says 500). ``maxout_units`` is the size of s⟨t⟩ after maxout, so the deep-output layer s'
+    has ``2 * maxout_units`` units. ``output_rank`` is the rank of G = G_l G_r.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    hidden: int = 1000
+    embedding: int = 100
+    maxout_units: int = 500
+    output_rank: int = 100
+    init_std: float = 0.01
+
+    def __post_init__(self) -> None:
+        # A real vocabulary has at least the two reserved ids (</s>=0, [UNK]=1); 1 is allowed too
+        # because callers build a placeholder config before the shortlists exist and then replace
+        # the sizes with len(vocab).
+        sizes = ("src_vocab_size", "tgt_vocab_size", "hidden", "embedding", "maxout_units", "output_rank")
+        for name in sizes:
+            check_positive_int("ModelConfig", name, getattr(self, name))
+        if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)):
+            raise ValueError(f"ModelConfig.init_std must be a number, got {self.init_std!r}")
+        if not (math.isfinite(self.init_std) and self.init_std > 0):
+            raise ValueError(f"ModelConfig.init_std must be finite and > 0, got {self.init_std!r}")
+        self.init_std = float(self.init_std)
+
+
+
+@dataclass
+class TrainConfig(DictConfig):
+    """The training recipe of SPEC §1 (Sec. 3.1/4.1.1) plus the stopping rules of our trainer.
+
+    ``rho``/``eps`` are Adadelta's; ``clip_norm`` is the gradient-norm clip of the original code
+    (``None`` disables it); ``length_group`` is how many minibatches are drawn together, sorted
+    by length and re-batched (the original code's trick to cut padding). ``valid_every`` is in
+    update steps. Training stops at the first of ``max_steps`` updates, ``max_time`` seconds of
+    wall time, or ``patience`` validations in a row without improvement; ``None`` disables that
+    rule.
+    """
+
+    batch_size: int = 64
+    rho: float = 0.95
+    eps: float = 1e-6
+    clip_norm: float | None = 1.0
+    length_group: int = 10
+    seed: int = 1234
+    valid_every: int = 1000
+    max_steps: int | None = None
+    max_time: float | None = None
+    patience: int | None = 10
+
+    def __post_init__(self) -> None:
+        check_positive_int("TrainConfig", "batch_size", self.batch_size)
+        check_positive_int("TrainConfig", "length_group", self.length_group)
+        check_positive_int("TrainConfig", "valid_every", self.valid_every)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"TrainConfig.seed must be an integer, got {self.seed!r}")
+        if not (0.0 <= float(self.rho) < 1.0):
+            raise ValueError(f"TrainConfig.rho must be in [0, 1), got {self.rho!r}")
+        if not float(self.eps) > 0.0:
+            raise ValueError(f"TrainConfig.eps must be > 0, got {self.eps!r}")
+        self.rho = float(self.rho)
+        self.eps = float(self.eps)
+        if self.clip_norm is not None:
+            if not float(self.clip_norm) > 0.0:
+                raise ValueError(f"TrainConfig.clip_norm must be > 0 or None, got {self.clip_norm!r}")
+            self.clip_norm = float(self.clip_norm)
+        if self.max_steps is not None:
+            check_positive_int("TrainConfig", "max_steps", self.max_steps)
+        if self.patience is not None:
+            check_positive_int("TrainConfig", "patience", self.patience)
+        if self.max_time is not None:
+            if not float(self.max_time) > 0.0:
+                raise ValueError(f"TrainConfig.max_time must be > 0 seconds or None, got {self.max_time!r}")
+            self.max_time = float(self.max_time)
+

@@ -1,0 +1,84 @@
+"""Device choice and mixed precision, in one place so training and scoring agree.
+
+GPU-only branches are kept to the choice of dtype: the code that runs under autocast is the same
+on CPU and CUDA, so CPU tests exercise the logic that runs on the GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+
+def select_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA when present; an explicit ``cuda`` without a GPU is a clear error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was requested but torch sees no CUDA device")
+    return device
+
+
+def scoring_precision(precision: str) -> str:
+    """The precision scores are computed in: ``auto`` is exact fp32 on every device (SPEC §1).
+
+    Measured on an H100 with a trained paper-size model over the 2.88M-line fixture table
+    (README, GPU): TF32 moves log p by 0.0014 nats on average (at most 0.026) and changes 0.009%
+    of the sources' best targets; bf16 by 0.014 nats (at most 0.30), changing 0.083% of them, and
+    is slower than TF32. Both are named options (``--precision tf32|bf16``), never the default.
+    """
+    return "fp32" if precision == "auto" else precision
+
+
+def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype | None:
+    """Reduced precision only on CUDA: bf16 where supported (no loss scaling needed), else fp16.
+
+    ``precision`` is one of :data:`rescorer.model.config.PRECISIONS`. ``auto`` means bf16 autocast on CUDA for training
+    (scoring resolves it with :func:`scoring_precision` first); on CPU it keeps fp32, since CPU
+    bf16 matmuls are slower than fp32 on most machines. ``tf32`` autocasts nothing: its fp32
+    matmuls use TF32 through :func:`matmul_precision`.
+    """
+    if precision in ("fp32", "tf32"):
+        return None
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp16":
+        return torch.float16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return None
+
+
+@contextlib.contextmanager
+def autocast(device: torch.device, dtype: torch.dtype | None) -> Iterator[None]:
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(device_type=device.type, dtype=dtype):
+        yield
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str) -> Iterator[None]:
+    """fp32 matmuls on CUDA in TF32 inside the block for ``tf32``, in full fp32 for anything else.
+
+    torch's switch is global, so it is set for the run and restored after it; the fused output
+    layer (:mod:`rescorer.model.lse_kernel`) reads the same switch.
+    """
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA OOM across torch versions (OutOfMemoryError subclasses RuntimeError)."""
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc)

@@ -1,0 +1,109 @@
+"""Everything done to a chunk before and after the model, in worker processes: no torch here.
+
+``rescore-phrase-table`` reads the table in one thread, which only decompresses and cuts it into
+chunks of whole lines (:func:`rescorer.tables.chunks.iter_line_chunks`). Each chunk then goes to a
+pool of processes that validate and parse it, map words to ids and build its prefix trees
+(:func:`prepare_chunk`); after scoring, the same pool formats and compresses it
+(:func:`rescorer.pipeline.output_chunks.format_chunk`). Results are consumed in chunk order, so the output,
+the progress record and the error for a bad line are those of a serial run. Each task reports
+the CPU seconds it took (:func:`timed`), which is how the pipeline measures its stages.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
+from rescorer.tables.chunks import LineChunk, TokenIds, parse_chunk, phrases_to_ids
+
+_VOCAB: tuple[pa.Array, pa.Array] | None = None  # (source words, target words) of this worker
+
+
+def init_worker(src_words: list[str], tgt_words: list[str]) -> None:
+    """Pool initializer: the shortlists, sent once per worker rather than with every chunk."""
+    global _VOCAB
+    _VOCAB = (pa.array(src_words, pa.string()), pa.array(tgt_words, pa.string()))
+
+
+@dataclass
+class PrepareTask:
+    """A chunk's lines of this run (the shard's rows) and how to prepare them."""
+
+    lines: LineChunk
+    path: str
+    num_scores: int | None  # columns every line must have; None: unknown yet when sent
+    skip_bad_lines: bool
+    keep_phrases: bool  # the phrases and scores are wanted too (--scores-parquet)
+    token_budget: int
+    share_sources: bool = True
+    sort_by_length: bool = True
+
+
+@dataclass
+class PreparedChunk:
+    """A parsed chunk ready for the model: what crosses back from a worker (never the raw lines)."""
+
+    good_rows: np.ndarray  # rows of the task's lines that were parsed (the others are bad_rows)
+    bad_rows: list[tuple[int, str]]  # (line number, reason) set aside by --skip-bad-lines
+    num_scores: int | None
+    plan: ScoringPlan | None  # None when no line is good
+    source_changes: int = 0  # rows whose source differs from the row before, within the chunk
+    first_source: str | None = None
+    last_source: str | None = None
+    source: pa.Array | None = None  # phrases and table scores, with keep_phrases
+    target: pa.Array | None = None
+    scores: np.ndarray | None = None
+    parse_seconds: float = 0.0  # CPU time of parsing and id mapping
+    tree_seconds: float = 0.0  # CPU time of grouping and prefix trees
+
+    @property
+    def sources(self) -> TokenIds | None:
+        return self.plan.sources if self.plan else None
+
+    @property
+    def targets(self) -> TokenIds | None:
+        return self.plan.targets if self.plan else None
+
+
+def prepare_chunk(task: PrepareTask, vocab: tuple[pa.Array, pa.Array] | None = None) -> PreparedChunk:
+    """Validate and parse the lines, map words to ids, and plan the scoring (groups and trees).
+
+    A malformed line raises :class:`moses_integration.phrase_table.PhraseTableError` naming it,
+    unless ``skip_bad_lines``. ``vocab`` defaults to the worker's (:func:`init_worker`).
+    """
+    src_words, tgt_words = vocab if vocab is not None else _VOCAB
+    started = time.thread_time()
+    parsed = parse_chunk(task.lines, task.path, num_scores=task.num_scores, skip_bad_lines=task.skip_bad_lines,
+                         want_scores=task.keep_phrases)
+    out = PreparedChunk(parsed.good_rows, parsed.bad_rows, parsed.num_scores, None)
+    if task.keep_phrases:
+        out.source, out.target, out.scores = parsed.source, parsed.target, parsed.scores
+    n = len(parsed.source)
+    if n:
+        encoded = pc.dictionary_encode(parsed.source)
+        sources = phrases_to_ids(encoded.dictionary, src_words)
+        source_of_row = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        targets = phrases_to_ids(parsed.target, tgt_words)
+        out.source_changes = int(np.count_nonzero(np.diff(source_of_row)))
+        out.first_source, out.last_source = parsed.source[0].as_py(), parsed.source[n - 1].as_py()
+        parsed_at = time.thread_time()
+        out.parse_seconds = parsed_at - started
+        out.plan = plan_scoring(sources, source_of_row, targets, task.token_budget,
+                                share_sources=task.share_sources, sort_by_length=task.sort_by_length)
+        out.tree_seconds = time.thread_time() - parsed_at
+    else:
+        out.parse_seconds = time.thread_time() - started
+    return out
+
+
+def timed(fn: Callable, *args) -> tuple[object, float]:
+    """``fn(*args)`` and the CPU seconds it took in this thread (for the pipeline's stage figures)."""
+    started = time.thread_time()
+    result = fn(*args)
+    return result, time.thread_time() - started

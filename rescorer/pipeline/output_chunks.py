@@ -1,0 +1,103 @@
+"""Formatting and compressing finished chunks; runs in worker processes, so it imports no torch.
+
+Each chunk becomes an independent gzip member. Concatenated members are one valid gzip stream
+for Moses, zcat and Python (SPEC §3), which lets several processes compress in parallel and lets
+``--resume`` cut the output back to a chunk boundary. ``mtime=0`` makes the bytes depend on the
+content only, so a resumed run is byte-identical to an uninterrupted one.
+
+Formatting is columnar (Arrow), not line by line: on a GPU machine this stage and gzip are what
+bounds the pipeline, so each line costs one float format and a few bulk copies. Lines whose
+scores field does not end in a plain character (a stray ``\\r`` or blank before the next field)
+take the per-line path of :func:`moses_integration.phrase_table.append_score_columns_bulk`, which
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, append_score_columns_bulk, format_log_probability
+from rescorer.tables.chunks import LineChunk
+
+
+def score_columns(log_probs: np.ndarray, n_unknown: np.ndarray) -> pa.Array:
+    """``"P U"`` per line: exp(log p) floored at exp(-100), and exp(-n_unk), as Moses reads them.
+
+    The same text as :func:`format_log_probability` (same ``math.exp``, same ``.6g``); the
+    second column takes few values, so each is formatted once.
+    """
+    bad = np.isnan(log_probs) | (log_probs == math.inf)
+    if bad.any():
+        format_log_probability(float(log_probs[np.flatnonzero(bad)[0]]))  # raises, naming the value
+    exp = math.exp
+    first = pa.array([f"{exp(x):.6g}" for x in np.maximum(log_probs, LOG_FLOOR).tolist()], pa.string())
+    n = n_unknown.astype(np.int64)
+    known = pa.array([format_log_probability(-float(k)) for k in range(int(n.max(initial=0)) + 1)], pa.string())
+    return pc.binary_join_element_wise(first, pc.take(known, pa.array(n)), " ")
+
+
+def format_chunk(
+    lines: LineChunk,
+    log_probs: np.ndarray,
+    n_unknown: np.ndarray,
+    compresslevel: int | None,
+) -> bytes:
+    """Lines with the two new columns; every line is scored (rejected lines never get here).
+
+    Column 1 is exp(log p) floored at exp(-100); column 2 is exp(-n_unk), which Moses reads back
+    as -n_unk. ``compresslevel=None`` returns plain text.
+    """
+    if len(lines) != len(log_probs):
+        raise ValueError(f"{len(lines)} lines but {len(log_probs)} scores")
+    data = _append_columns(lines, score_columns(log_probs, n_unknown)) if len(lines) else b""
+    if compresslevel is None:
+        return bytes(data)
+    return gzip.compress(data, compresslevel=compresslevel, mtime=0)
+
+
+def _append_columns(lines: LineChunk, columns: pa.Array) -> bytes | memoryview:
+    """The chunk's text with `` COLUMNS`` inserted where each line's scores field ends.
+
+    Line i is cut in two at the end of its third field, head_i and rest_i (rest_i holds what
+    follows and the newline); the output is head_0 ␣cols_0 rest_0 head_1 … — one gather of three
+    Arrow arrays whose concatenated values are the output.
+    """
+    text = lines.arrow()
+    parts = pc.split_pattern(text, SEPARATOR.decode(), max_splits=3)
+    counts = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
+    firsts = parts.offsets.to_numpy()[:-1] - parts.offsets[0].as_py()
+    field_len = pc.binary_length(parts.values).to_numpy(zero_copy_only=False)[parts.offsets[0].as_py():]
+    if counts.min() < 3:
+        return _append_per_line(lines, columns)
+    scores_end = field_len[firsts] + field_len[firsts + 1] + field_len[firsts + 2] + 2 * len(SEPARATOR)
+    starts = lines.offsets[:-1]
+    raw = np.frombuffer(lines.data, dtype=np.uint8)
+    if (field_len[firsts + 2] == 0).any() or (raw[starts + scores_end - 1] <= 0x20).any():
+        return _append_per_line(lines, columns)
+    # Values head_0, rest_0, head_1, rest_1, … are contiguous in lines.data: one zero-copy array.
+    cuts = np.empty(2 * len(lines) + 1, dtype=np.int64)
+    cuts[0:-1:2] = starts
+    cuts[1::2] = starts + scores_end
+    cuts[-1] = lines.offsets[-1]
+    pieces = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 2 * len(lines),
+                                              [None, pa.py_buffer(cuts), pa.py_buffer(lines.data)])
+    extra = pc.binary_join_element_wise("", columns, " ").cast(pa.large_binary())  # " P U"
+    both = pa.concat_arrays([pieces, extra])
+    order = np.empty(3 * len(lines), dtype=np.int64)
+    order[0::3] = np.arange(0, 2 * len(lines), 2)
+    order[1::3] = 2 * len(lines) + np.arange(len(lines))
+    order[2::3] = np.arange(1, 2 * len(lines), 2)
+    out = pc.take(both, pa.array(order))
+    value_offsets = out.buffers()[1]
+    first, last = np.frombuffer(value_offsets, dtype=np.int64)[[out.offset, out.offset + len(out)]]
+    return memoryview(out.buffers()[2])[int(first) : int(last)]
+
+
+def _append_per_line(lines: LineChunk, columns: pa.Array) -> bytes:
+    out = append_score_columns_bulk(lines.lines, [c.encode("ascii") for c in columns.to_pylist()])
+    return b"\n".join(out) + b"\n"

@@ -1,0 +1,170 @@
+"""Where a rescoring run writes, and why a stopped run loses nothing it had finished.
+
+The output goes to a hidden partial file beside the destination (rejected lines to another), one
+finished chunk at a time, each followed by fsync and a progress record (:mod:`rescorer.pipeline.resume`)
+that says how many bytes are durable. When a run stops for any reason the partial files are cut
+back to those bytes, so ``--resume`` continues from them; when it completes they are renamed into
+place. A run that writes to stdout keeps nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gzip
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from moses_integration.phrase_table import PhraseTableError
+from rescorer.pipeline.errors import RescoreError
+from rescorer.pipeline.resume import save_progress
+from rescorer.pipeline.shards import ShardError
+from rescorer.tables.chunks import UnreadableInputError
+
+
+@dataclass
+class OutputFiles:
+    """Where a run writes: the partial output, the rejects beside it and the progress record."""
+
+    output: str
+    partial: Path
+    rejects: Path
+    rejects_partial: Path
+    progress: Path
+
+    @classmethod
+    def beside(cls, output_path: str) -> OutputFiles:
+        folder = Path(output_path).resolve().parent if output_path != "-" else Path.cwd()
+        name = Path(output_path).name
+        return cls(output_path, folder / f".{name}.partial", folder / f"{name}.rejects",
+                   folder / f".{name}.rejects.partial", folder / f".{name}.progress.json")
+
+    def discard(self) -> None:
+        for path in (self.partial, self.rejects_partial, self.progress):
+            path.unlink(missing_ok=True)
+
+
+def stop_error(exc: BaseException, writer: DurableWriter, files: OutputFiles, to_stdout: bool) -> BaseException:
+    """The exception to raise when a run stops, after leaving the partial files in a sane state.
+
+    * Disk full (or any write error): the partial files are cut back to their durable bytes and
+      the message says how much is kept and that ``--resume`` continues once there is space.
+    * A malformed line: what is durable is kept, and ``--skip-bad-lines --resume`` continues
+      (a plain ``--resume`` would stop at the same line, so it is not suggested).
+    * Input that cannot be read (truncated gzip, bad settings): nothing is kept, since a rerun
+      would stop at the same place.
+    * Anything else (Ctrl-C, a crash): what is durable is kept for ``--resume``.
+    In every case a partial file holding no good byte is removed.
+    """
+    if to_stdout:
+        return exc
+    kept = writer.close_and_cut()
+    malformed_line = isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError)
+    input_error = isinstance(exc, (PhraseTableError, ShardError, RescoreError))
+    if (input_error and not malformed_line) or kept == 0:
+        files.discard()
+        kept = 0
+    if isinstance(exc, OSError) and not input_error:
+        what = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"writing failed ({exc})"
+        if kept:
+            return RescoreError(
+                f"{what}: {kept} good bytes of output kept in {files.partial} (cut back to the last complete chunk); "
+                f"free space and run again with --resume to continue"
+            )
+        return RescoreError(f"{what}: nothing of {files.output} could be written; free space and run again")
+    if malformed_line and kept:
+        sys.stderr.write(f"rescore-phrase-table: stopped; {kept} good bytes kept in {files.partial} (run again "
+                         f"with --skip-bad-lines --resume to move malformed lines to {files.rejects} and continue)\n")
+    elif not input_error and kept:
+        sys.stderr.write(f"rescore-phrase-table: stopped; {kept} good bytes kept in {files.partial} "
+                         f"(run again with --resume to continue)\n")
+    return exc
+
+
+class DurableWriter:
+    """Appends finished chunks to the partial output (and rejects) and records them as durable.
+
+    ``durable`` is the output size the progress record holds: what a resume may trust. A write
+    that fails half-way (disk full) leaves bytes past it, which :meth:`close_and_cut` removes.
+    The rejects file is created by the first rejected line, so a run without one never has it.
+    """
+
+    def __init__(self, files: OutputFiles, to_stdout: bool, identity: dict, done: dict) -> None:
+        self.files, self.to_stdout, self.identity = files, to_stdout, identity
+        self.durable = done["output_bytes"]
+        self.durable_rejects = done["rejects_bytes"]
+        resuming = done["output_bytes"] > 0 or done["chunks_done"] > 0
+        self.rejects: BinaryIO | None = None
+        if to_stdout:
+            self.out: BinaryIO = sys.stdout.buffer
+            return
+        self.out = _open_at(files.partial, self.durable, resuming)
+        if resuming and self.durable_rejects:
+            self.rejects = _open_at(files.rejects_partial, self.durable_rejects, resuming)
+        else:  # nothing rejected so far: a rejects file from an interrupted run holds no good byte
+            files.rejects_partial.unlink(missing_ok=True)
+
+    def _streams(self) -> list[BinaryIO]:
+        return [self.out] if self.rejects is None else [self.out, self.rejects]
+
+    def write(self, data: bytes, rejects: bytes, marker: dict) -> None:
+        self.out.write(data)
+        if self.to_stdout:
+            return
+        if rejects:
+            if self.rejects is None:
+                self.rejects = _open_at(self.files.rejects_partial, self.durable_rejects, False)
+            self.rejects.write(rejects)
+        for stream in self._streams():
+            stream.flush()
+            os.fsync(stream.fileno())
+        output_bytes, rejects_bytes = self.durable + len(data), self.durable_rejects + len(rejects)
+        save_progress(self.files.progress,
+                      {**self.identity, **marker, "output_bytes": output_bytes, "rejects_bytes": rejects_bytes})
+        self.durable, self.durable_rejects = output_bytes, rejects_bytes
+
+    def finish(self, gzip_output: bool) -> None:
+        """Complete the run: rename the partial files into place, drop the progress record."""
+        if self.durable == 0 and gzip_output:
+            self.write(gzip.compress(b"", mtime=0), b"", {})  # an empty table is still a valid gzip file
+        self.out.flush()
+        if self.to_stdout:
+            return
+        for stream in self._streams():
+            os.fsync(stream.fileno())
+            stream.close()
+        os.replace(self.files.partial, self.files.output)
+        if self.durable_rejects:
+            os.replace(self.files.rejects_partial, self.files.rejects)
+        else:  # no rejects this time: a rejects file from an earlier run would mislead
+            self.files.rejects_partial.unlink(missing_ok=True)
+            self.files.rejects.unlink(missing_ok=True)
+        self.files.progress.unlink(missing_ok=True)
+
+    def close_and_cut(self) -> int:
+        """Close the partial files cut back to their durable sizes; returns the output's.
+
+        A rejects file with no durable byte is removed: it holds nothing a resume needs.
+        """
+        for stream, path, size in ((self.out, self.files.partial, self.durable),
+                                   (self.rejects, self.files.rejects_partial, self.durable_rejects)):
+            if stream is None or stream.closed:
+                continue
+            with contextlib.suppress(OSError):  # the buffered tail that failed to write is cut below
+                stream.close()
+            if path.exists():
+                os.truncate(path, size)
+        if not self.to_stdout and not self.durable_rejects:
+            self.files.rejects_partial.unlink(missing_ok=True)
+        return self.durable
+
+
+def _open_at(path: Path, size: int, resuming: bool) -> BinaryIO:
+    """A partial file opened for appending at ``size`` (its durable bytes), created if new."""
+    stream = open(path, "r+b" if resuming and path.exists() else "wb")  # noqa: SIM115 - closed by the writer
+    stream.truncate(size)
+    stream.seek(size)
+    return stream

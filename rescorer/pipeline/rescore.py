@@ -1,0 +1,596 @@
+"""``rescore-phrase-table``: stream a Moses table, append the RNN and unknown-word columns.
+
+The run is a pipeline of overlapping stages, so that no stage waits on another:
+
+* a reader thread decompresses the table and cuts it into chunks of whole lines (vectorised);
+* ``-j`` worker processes validate and parse each chunk, map words to ids (pyarrow) and build its
+  prefix trees (:mod:`rescorer.pipeline.chunk_prep`), so all of that overlaps the model;
+* the main thread scores each chunk with the model (torch releases the GIL), in chunk order;
+* the same worker processes format the lines and compress each chunk into its own gzip member.
+
+With ``-j 1`` the reader thread parses and builds the trees itself and the main thread formats.
+Memory is bounded by a few chunks per worker whatever the table size. Output goes to a hidden partial file
+next to the destination and is renamed only when complete; every chunk is recorded as durable
+(:mod:`rescorer.pipeline.partial_output`, :mod:`rescorer.pipeline.resume`), so ``--resume`` continues a killed run.
+The output holds only lines Moses can load: with ``--skip-bad-lines`` a malformed line goes byte
+for byte to ``OUT.rejects`` instead, so input lines = output lines + rejected lines. Sharding is in
+:mod:`rescorer.pipeline.shards`, the Parquet side output in :mod:`rescorer.pipeline.score_parquet`, the moses.ini
+edit in :mod:`rescorer.pipeline.moses_config`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import contextlib
+import multiprocessing
+import os
+import queue
+import sys
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+from tqdm import tqdm
+
+from moses_integration.files import display_name, exclusive_use, input_position, open_input
+from moses_integration.phrase_table import PhraseTableError
+from moses_integration.threads import available_cpus
+from rescorer.model.checkpoint import Checkpoint
+from rescorer.model.device import autocast_dtype, matmul_precision, scoring_precision, select_device
+from rescorer.pipeline import score_parquet
+from rescorer.pipeline.chunk_prep import PreparedChunk, PrepareTask, init_worker, prepare_chunk, timed
+from rescorer.pipeline.errors import RescoreError
+from rescorer.pipeline.output_chunks import format_chunk
+from rescorer.pipeline.partial_output import DurableWriter, OutputFiles, stop_error
+from rescorer.pipeline.resume import (
+    PROGRESS_VERSION,
+    ResumeError,
+    file_identity,
+    load_progress,
+    recorded_options,
+)
+from rescorer.pipeline.scoring import PairScorer, ScoringOptions
+from rescorer.pipeline.scoring_plan import ScoringPlan
+from rescorer.pipeline.shards import ShardFilter
+from rescorer.tables.chunks import LineChunk, UnreadableInputError, iter_line_chunks
+
+WP_SIDES = ("target", "source", "both")
+LOW_OVERLAP_PERCENT = 50.0
+
+
+@dataclass
+class RescoreOptions:
+    chunk_lines: int = 100_000
+    workers: int = field(default_factory=available_cpus)
+    wp_side: str = "target"
+    skip_bad_lines: bool = False
+    shard: tuple[int, int] | None = None  # (K, N), K in 1..N
+    resume: bool = False
+    scores_parquet: str | None = None
+    compresslevel: int = 6
+    progress: bool = True
+    device: str = "auto"
+    precision: str = "auto"
+    num_scores: int | None = None  # score columns every line must have (moses.ini num-features)
+    scoring: ScoringOptions = field(default_factory=ScoringOptions)
+
+    def identity(self) -> dict:
+        """Settings that change the output bytes; a resume must use the same ones.
+
+        ``skip_bad_lines`` is not one: up to the first bad line the output is the same either way,
+        so a run stopped by a malformed line can continue with ``--skip-bad-lines --resume``.
+        """
+        return {
+            "chunk_lines": self.chunk_lines, "wp_side": self.wp_side,
+            "shard": list(self.shard) if self.shard else None, "compresslevel": self.compresslevel,
+            "scores_parquet": self.scores_parquet, "num_scores": self.num_scores,
+        }
+
+
+@dataclass
+class RescoreSummary:
+    lines: int = 0  # lines written (all scored)
+    rejected: int = 0  # malformed lines moved to the rejects file
+    distinct_sources: int = 0
+    sum_log_prob: float = 0.0
+    target_tokens: int = 0
+    target_unknown: int = 0
+    seconds: float = 0.0
+    rejects_path: str | None = None
+    resumed_lines: int = 0  # lines an interrupted run had done (not part of this run's speed)
+    # CPU seconds of this run's stages, wherever they ran (threads or worker processes): "read"
+    # (decompress, cut into chunks, shard filter), "parse" (validate, parse, map to ids), "trees"
+    # (groups and prefix trees), "score" (the model), "format" (format and compress).
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def add_stage(self, stage: str, seconds: float) -> None:
+        self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + seconds
+
+    @property
+    def mean_log_prob(self) -> float:
+        return self.sum_log_prob / self.lines if self.lines else float("nan")
+
+    @property
+    def unknown_share(self) -> float:
+        return self.target_unknown / self.target_tokens if self.target_tokens else 0.0
+
+    def report(self) -> str:
+        rate = (self.lines - self.resumed_lines) / self.seconds if self.seconds > 0 else 0.0
+        rejected = f", {self.rejected} malformed lines rejected to {self.rejects_path}" if self.rejected else ""
+        return (
+            f"rescored {self.lines} lines{rejected}, "
+            f"{self.distinct_sources} distinct sources; "
+            f"mean log p {f'{self.mean_log_prob:.4f}' if self.lines else 'n/a (no lines)'}; "
+            f"target words outside the shortlist {100 * self.unknown_share:.2f}%; "
+            f"{self.seconds:.1f} s ({rate:.0f} pairs/s)"
+        )
+
+
+class ChunkScorer(Protocol):
+    """What the pipeline needs of a scorer: :class:`rescorer.pipeline.scoring.PairScorer`, or a stand-in
+    (``benchmarks/pipeline_speed.py`` measures the pipeline with a constant one)."""
+
+    token_budget: int  # tokens per tree group, read when a chunk's trees are planned
+    options: ScoringOptions
+
+    def score_plan(self, plan: ScoringPlan) -> np.ndarray: ...
+
+
+@dataclass
+class _Pending:
+    """A chunk between the reader and the writer, with its preparation (done or in a worker)."""
+
+    chunk: LineChunk
+    rows: np.ndarray  # rows of the chunk that belong to this run (shard)
+    task: PrepareTask | None  # None when no row belongs to this run
+    job: futures.Future | PreparedChunk | BaseException | None
+    shard_state: dict | None = None
+
+    def good_lines(self, prep: PreparedChunk | None) -> LineChunk:
+        """The lines that were scored, in order."""
+        if prep is None:
+            return LineChunk.from_lines(self.chunk.first_line_no, [])
+        return self.task.lines.take(prep.good_rows) if prep.bad_rows else self.task.lines
+
+    def rejected_lines(self, prep: PreparedChunk | None) -> list[tuple[int, str, bytes]]:
+        """``(line number, reason, raw line)`` of the lines set aside by ``--skip-bad-lines``."""
+        if prep is None:
+            return []
+        lines = self.task.lines
+        return [(n, why, lines.line(n - lines.first_line_no)) for n, why in prep.bad_rows]
+
+
+def default_model_path(output_path: str, save_model: str | None = None) -> str:
+    """Where a model trained by ``rescore-phrase-table`` without ``--model`` is saved."""
+    return save_model or (output_path + ".model.pt" if output_path != "-" else "rescorer.model.network.pt")
+
+
+def finished_training_of(output_path: str, save_model: str | None = None) -> str | None:
+    """The model an interrupted run trained, if that run got as far as scoring; else None.
+
+    Scoring starts only after training has finished, so a progress record beside the output
+    means the saved model is final: ``--resume`` must reuse it, not train it further (which would
+    also change the model file and make the partial output unusable).
+    """
+    model = default_model_path(output_path, save_model)
+    if output_path != "-" and OutputFiles.beside(output_path).progress.exists() and Path(model).exists():
+        return model
+    return None
+
+
+def rescore_phrase_table(
+    input_path: str,
+    output_path: str,
+    checkpoint: Checkpoint,
+    options: RescoreOptions | None = None,
+) -> RescoreSummary:
+    """Stream ``input_path`` to ``output_path`` with two more score columns. See module doc."""
+    opts = options or RescoreOptions()
+    check_options(input_path, output_path, opts)
+    device = select_device(opts.device)
+    precision = scoring_precision(opts.precision)
+    scoring = opts.scoring
+    if opts.resume and scoring.token_budget is None and output_path != "-":
+        # The automatic budget follows free GPU memory; the resumed run keeps the recorded one, so
+        # its groups, and hence its bytes, are those of the interrupted run.
+        recorded = recorded_options(OutputFiles.beside(output_path).progress)
+        scoring = replace(scoring, token_budget=recorded.get("token_budget"))
+    scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, precision), scoring, precision)
+    with matmul_precision(precision):
+        return rescore_with_scorer(input_path, output_path, scorer, checkpoint.src_vocab.words,
+                                   checkpoint.tgt_vocab.words, getattr(checkpoint, "path", None), opts)
+
+
+def scorer_identity(scorer: ChunkScorer) -> dict:
+    """What decides the scores beyond the options: device type, precision and token budget.
+
+    The budget decides the groups and so the shapes of every matmul, whose kernels may round
+    differently; a resume with any of these changed would splice two different computations.
+    """
+    device = getattr(scorer, "device", None)
+    return {"device": device.type if device is not None else None, "precision": getattr(scorer, "precision", None),
+            "token_budget": scorer.token_budget}
+
+
+def _fresh_progress() -> dict:
+    """The progress record of a run that has done nothing yet."""
+    return {"lines_done": 0, "output_bytes": 0, "rejects_bytes": 0, "chunks_done": 0,
+            "summary": asdict(RescoreSummary()), "shard_state": None, "prev_source": None, "num_scores": None}
+
+
+def _progress_so_far(files: OutputFiles, identity: dict) -> dict:
+    """What an interrupted run recorded as durable (``--resume``), checked against this run."""
+    try:
+        partials = {"output_bytes": files.partial, "rejects_bytes": files.rejects_partial}
+        return load_progress(files.progress, partials, identity, _fresh_progress())
+    except ResumeError as exc:
+        raise RescoreError(str(exc)) from exc
+
+
+def rescore_with_scorer(
+    input_path: str,
+    output_path: str,
+    scorer: ChunkScorer,
+    src_words: list[str],
+    tgt_words: list[str],
+    model_path: str | os.PathLike | None,
+    opts: RescoreOptions,
+) -> RescoreSummary:
+    """The pipeline of :func:`rescore_phrase_table` around any scorer of the model's shortlists.
+
+    ``model_path`` identifies the model for ``--resume`` (None: none to check). The run holds
+    ``output_path`` (:func:`exclusive_use`): a second run writing it would share its partial output.
+    """
+    check_options(input_path, output_path, opts)
+    with exclusive_use(output_path):
+        run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts)
+        try:
+            run.start_reader()
+            while (pending := run.next_chunk()) is not None:
+                run.score_and_format(pending)
+                run.write_finished(window=2 * max(1, opts.workers))
+            run.write_finished(window=0)
+            run.finish()
+        except BaseException as exc:
+            replacement = run.stopped(exc)
+            if replacement is exc:
+                raise
+            raise replacement from exc
+        finally:
+            run.close()
+        return run.final_summary()
+
+
+class _Run:
+    """One run of the pipeline: its files, its stages and the chunks in flight.
+
+    The main thread takes the prepared chunks in order (:meth:`next_chunk`), scores each and sends
+    it to be formatted (:meth:`score_and_format`), and appends the formatted chunks to the output
+    in order as they come back (:meth:`write_finished`), keeping a bounded window in flight.
+    """
+
+    def __init__(self, input_path: str, output_path: str, scorer: ChunkScorer, src_words: list[str],
+                 tgt_words: list[str], model_path: str | os.PathLike | None, opts: RescoreOptions) -> None:
+        self.input_path, self.scorer, self.opts = input_path, scorer, opts
+        self.started = time.monotonic()
+        self.to_stdout = output_path == "-"
+        self.files = OutputFiles.beside(output_path)
+        self.parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
+        self.compress = None if not output_path.endswith(".gz") else opts.compresslevel
+        identity = {
+            "version": PROGRESS_VERSION, "input": file_identity(input_path),
+            "model": file_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
+        }
+        self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
+            else _fresh_progress()
+        self.summary = RescoreSummary(**self.done["summary"])
+        self.summary.seconds, self.summary.resumed_lines, self.summary.stage_seconds = 0.0, self.summary.lines, {}
+        if self.parts_dir:
+            score_parquet.drop_parts_from(self.parts_dir, self.done["chunks_done"])
+        self.fh = open_input(input_path)  # before any output file exists: an unreadable input leaves none
+        try:
+            self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done["shard_state"])
+                                 if opts.shard else None)
+            self.writer = DurableWriter(self.files, self.to_stdout, identity, self.done)
+        except BaseException:
+            self.fh.close()
+            raise
+        in_size = None if input_path == "-" else os.path.getsize(input_path)
+        self.bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
+                        file=sys.stderr, dynamic_ncols=True)
+        # Parsing and formatting share one pool; with -j 1 both run in this process.
+        self.pool = (
+            futures.ProcessPoolExecutor(opts.workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=init_worker, initargs=(src_words, tgt_words))
+            if opts.workers > 1 else None
+        )
+        self.vocab = _arrow_vocab(src_words, tgt_words)  # for chunks prepared in this process
+        self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
+        self.stop = threading.Event()
+        num_scores = opts.num_scores if opts.num_scores is not None else self.done.get("num_scores")
+        self.known = _InOrder(num_scores, self.done.get("prev_source"))
+        self.in_flight: list[tuple[futures.Future | tuple, bytes, dict]] = []
+        self.chunks_done = self.done["chunks_done"]
+        self.warned = False
+
+    def start_reader(self) -> None:
+        threading.Thread(
+            target=_read_stage,
+            args=(self.fh, self.input_path, self.opts, self.done, self.shard_filter, self.scorer, self.known,
+                  self.pool, self.vocab, self.prepared_q, self.stop, self.summary),
+            daemon=True,
+        ).start()
+
+    def next_chunk(self) -> _Pending | None:
+        """The next chunk in table order (None at the end); the reader's error, after its chunks."""
+        item = self.prepared_q.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def score_and_format(self, pending: _Pending) -> None:
+        """Score one chunk here, report its rejected lines, and send it off to be formatted."""
+        summary = self.summary
+        prep = _settle(pending, self.known, self.vocab, summary)
+        log_p, n_unk = _score_prepared(prep, self.scorer, self.opts.wp_side, summary)
+        if not self.warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
+            self.warned = True
+            _warn_low_overlap(prep)
+        rejected = pending.rejected_lines(prep)
+        rejects = _report_rejects(rejected, self.input_path)
+        summary.rejected += len(rejected)
+        if self.parts_dir and prep is not None and len(log_p):
+            score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), prep.source,
+                                     prep.target, prep.scores, log_p, n_unk)
+        args = (format_chunk, pending.good_lines(prep), log_p, n_unk, self.compress)
+        job = self.pool.submit(timed, *args) if self.pool else timed(*args)
+        self.chunks_done += 1
+        marker = {
+            "lines_done": pending.chunk.last_line_no, "chunks_done": self.chunks_done, "summary": asdict(summary),
+            "shard_state": pending.shard_state, "prev_source": self.known.prev_source,
+            "num_scores": self.known.num_scores,
+        }
+        self.in_flight.append((job, rejects, marker))
+        position = input_position(self.fh)
+        if position is not None:
+            self.bar.update(position - self.bar.n)
+        rate = summary.lines / (time.monotonic() - self.started)
+        self.bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{rate:.0f}")
+
+    def write_finished(self, window: int) -> None:
+        """Append formatted chunks in order: those done, and any beyond ``window`` in flight."""
+        while self.in_flight and (len(self.in_flight) > window or _ready(self.in_flight[0][0])):
+            self.writer.write(*_result(self.in_flight.pop(0), self.summary))
+
+    def finish(self) -> None:
+        self.writer.finish(self.compress is not None)
+        if self.parts_dir:
+            score_parquet.merge_parts(self.parts_dir, Path(self.opts.scores_parquet))  # type: ignore[arg-type]
+
+    def stopped(self, exc: BaseException) -> BaseException:
+        """The exception to raise for ``exc``, after the partial files are left sane (:func:`stop_error`)."""
+        self.stop.set()
+        if isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError):
+            # The chunks before a malformed line are complete: keep them all, as a serial run does.
+            with contextlib.suppress(Exception):
+                self.write_finished(window=0)
+        return stop_error(exc, self.writer, self.files, self.to_stdout)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.stop.set()
+        _drain(self.prepared_q)
+        if self.pool:
+            self.pool.shutdown(cancel_futures=True)
+        self.fh.close()
+
+    def final_summary(self) -> RescoreSummary:
+        self.summary.seconds = time.monotonic() - self.started
+        self.summary.rejects_path = str(self.files.rejects) if self.summary.rejected else None
+        return self.summary
+
+
+@dataclass
+class _InOrder:
+    """What carries from one chunk to the next, as known in chunk order.
+
+    The reader sends each chunk with the column count known when it is sent; the main thread,
+    which takes the chunks in order, checks it against the count fixed by the chunks before.
+    """
+
+    num_scores: int | None
+    prev_source: str | None
+
+
+def _arrow_vocab(src_words: list[str], tgt_words: list[str]) -> tuple[pa.Array, pa.Array]:
+    return pa.array(src_words, pa.string()), pa.array(tgt_words, pa.string())
+
+
+def _settle(pending: _Pending, known: _InOrder, vocab, summary: RescoreSummary) -> PreparedChunk | None:
+    """The chunk's preparation, exactly as a serial run would have made it (or its error).
+
+    A chunk sent before the table's column count was known was parsed with the count of its own
+    first good line; if that differs from the count fixed by earlier chunks, or any line was
+    bad, it is parsed again here with the right count, so the same lines are rejected (or the same
+    line stops the run) as in a serial run.
+    """
+    if pending.task is None:
+        return None
+    job = pending.job
+    try:
+        if isinstance(job, BaseException):
+            raise job
+        prep = job.result() if isinstance(job, futures.Future) else job
+    except PhraseTableError:
+        if pending.task.num_scores is not None or known.num_scores is None:
+            raise
+        prep = None
+    if pending.task.num_scores is None and known.num_scores is not None and (
+        prep is None or prep.bad_rows or prep.num_scores not in (None, known.num_scores)
+    ):
+        pending.task.num_scores = known.num_scores
+        prep = prepare_chunk(pending.task, vocab)
+    if prep.num_scores is not None:
+        known.num_scores = prep.num_scores
+    summary.add_stage("parse", prep.parse_seconds)
+    summary.add_stage("trees", prep.tree_seconds)
+    if prep.plan is not None:
+        new = prep.source_changes + (known.prev_source is None or prep.first_source != known.prev_source)
+        summary.distinct_sources += int(new)
+        known.prev_source = prep.last_source
+    return prep
+
+
+def _drain(q: queue.Queue) -> None:
+    """Empty the queue so that a reader blocked on it sees the stop flag."""
+    with contextlib.suppress(queue.Empty):
+        while True:
+            q.get_nowait()
+
+
+def _result(entry: tuple[futures.Future | tuple, bytes, dict], summary: RescoreSummary) -> tuple[bytes, bytes, dict]:
+    job, rejects, marker = entry
+    data, seconds = job.result() if isinstance(job, futures.Future) else job
+    summary.add_stage("format", seconds)
+    return data, rejects, marker
+
+
+def _ready(job: futures.Future | tuple) -> bool:
+    return not isinstance(job, futures.Future) or job.done()
+
+
+def _report_rejects(rejected: list[tuple[int, str, bytes]], input_path: str) -> bytes:
+    """``FILE:LINE: reason`` on stderr for each rejected line; their raw bytes for the rejects file."""
+    name = display_name(input_path)
+    for line_no, reason, _ in rejected:
+        sys.stderr.write(f"{name}:{line_no}: {reason} (rejected)\n")
+    return b"".join(raw + b"\n" for _, _, raw in rejected)
+
+
+def _read_stage(fh, path, opts, done, shard_filter, scorer, known, pool, vocab, out_q, stop, summary) -> None:
+    """Reader thread: chunks of whole lines, each sent off to be prepared, in order.
+
+    With a pool the chunk goes to a worker process and the queue carries its future; with
+    ``-j 1`` it is prepared here. Errors travel to the main thread, after the chunks before them.
+    """
+    num_scores = known.num_scores  # with -j 1: the count fixed so far, exactly as a serial run
+    busy = 0.0  # CPU seconds of preparing chunks here (-j 1), which are not reading
+    started = time.thread_time()
+    try:
+        positions = (lambda: input_position(fh)) if shard_filter else None
+        for chunk in iter_line_chunks(fh, path, opts.chunk_lines, positions=positions):
+            if stop.is_set():
+                return
+            if chunk.last_line_no <= done["lines_done"]:
+                continue
+            rows = shard_filter.rows(chunk) if shard_filter else np.arange(len(chunk))
+            shard_state = shard_filter.state() if shard_filter else None
+            if not len(rows):
+                _put(out_q, _Pending(chunk, rows, None, None, shard_state), stop)
+                if shard_filter and shard_filter.finished:
+                    break
+                continue
+            if rows[-1] - rows[0] + 1 != len(rows):
+                raise RuntimeError("shard rows must be contiguous")
+            task = PrepareTask(
+                chunk.take(rows), path, num_scores if pool is None else known.num_scores, opts.skip_bad_lines,
+                bool(opts.scores_parquet), scorer.token_budget, scorer.options.share_sources,
+                scorer.options.sort_by_length,
+            )
+            if pool is not None:
+                job = pool.submit(prepare_chunk, task)
+            else:
+                before = time.thread_time()
+                try:
+                    job = prepare_chunk(task, vocab)
+                    num_scores = job.num_scores if job.num_scores is not None else num_scores
+                except PhraseTableError as exc:
+                    job = exc
+                busy += time.thread_time() - before
+            _put(out_q, _Pending(chunk, rows, task, job, shard_state), stop)
+            if isinstance(job, BaseException) or (shard_filter and shard_filter.finished):
+                break
+        _put(out_q, None, stop)
+    except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
+        _put(out_q, exc, stop)
+    finally:
+        summary.add_stage("read", time.thread_time() - started - busy)
+
+
+def _put(q: queue.Queue, item, stop: threading.Event) -> None:
+    """Put ``item`` on the bounded queue, giving up when the run stops (nobody would take it)."""
+    while not stop.is_set():
+        with contextlib.suppress(queue.Full):
+            q.put(item, timeout=0.1)
+            return
+
+
+def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: str, summary: RescoreSummary):
+    """RNN log-probabilities and unknown-word counts of the chunk's good lines, in order."""
+    if prep is None or prep.plan is None:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    started = time.thread_time()
+    log_p = scorer.score_plan(prep.plan)
+    summary.add_stage("score", time.thread_time() - started)
+    plan = prep.plan
+    src_unk = plan.sources.n_unk[plan.source_of_row]
+    tgt_unk = plan.targets.n_unk
+    n_unk = {"target": tgt_unk, "source": src_unk, "both": src_unk + tgt_unk}[wp_side].astype(np.int64)
+    summary.lines += len(log_p)
+    summary.sum_log_prob += float(log_p.sum())
+    summary.target_tokens += int(len(plan.targets.ids))
+    summary.target_unknown += int(tgt_unk.sum())
+    return log_p, n_unk
+
+
+def _warn_low_overlap(prep: PreparedChunk) -> None:
+    src_known = 100.0 * (1 - prep.sources.n_unk.sum() / max(1, len(prep.sources.ids)))
+    tgt_known = 100.0 * (1 - prep.targets.n_unk.sum() / max(1, len(prep.targets.ids)))
+    if min(src_known, tgt_known) < LOW_OVERLAP_PERCENT:
+        warnings.warn(
+            f"only {src_known:.1f}% of source words and {tgt_known:.1f}% of target words in the first chunk "
+            f"are in the model's shortlists; is this model trained for this table's languages and tokenisation?",
+            stacklevel=2,
+        )
+
+
+def _whole_number_at_least(value: object, minimum: int) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= minimum
+
+
+def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> None:
+    """Refuse settings that cannot work, before any training or scoring starts."""
+    if opts.wp_side not in WP_SIDES:
+        raise RescoreError(f"--wp-side must be one of {', '.join(WP_SIDES)}")
+    # A chunk of 0 lines never fills: the reader would take the whole table into memory.
+    if not _whole_number_at_least(opts.chunk_lines, 1):
+        raise RescoreError(f"--chunk-lines must be a whole number >= 1, got {opts.chunk_lines!r}")
+    if not _whole_number_at_least(opts.workers, 0):
+        raise RescoreError(f"-j/--workers must be a whole number >= 0, got {opts.workers!r}")
+    budget = opts.scoring.token_budget
+    if budget is not None and not _whole_number_at_least(budget, 1):
+        raise RescoreError(f"--token-budget must be a whole number >= 1, got {budget!r}")
+    if input_path != "-":
+        if Path(input_path).is_dir():
+            raise RescoreError(f"input {input_path} is a folder, not a phrase table")
+        if not Path(input_path).exists():
+            raise RescoreError(f"input {input_path} does not exist")
+    if input_path == "-" and (opts.resume or opts.shard):
+        raise RescoreError("--resume and --shard need a file as input, not stdin")
+    if output_path == "-":
+        if opts.resume:
+            raise RescoreError("--resume needs a file as output, not stdout")
+        if opts.skip_bad_lines:
+            raise RescoreError("--skip-bad-lines writes rejected lines beside the output: give a file, not stdout")
+        return
+    if input_path != "-" and Path(input_path).resolve() == Path(output_path).resolve():
+        raise RescoreError(f"refusing to overwrite the input {input_path}; choose another output path")
+    if Path(output_path).is_dir():
+        raise RescoreError(f"output {output_path} is a folder; give a file path for the output table")
+    if not Path(output_path).resolve().parent.is_dir():
+        raise RescoreError(f"output folder {Path(output_path).parent} does not exist")

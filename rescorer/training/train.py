@@ -1,0 +1,382 @@
+"""Training the RNN Encoder–Decoder as in the paper: Adadelta on 64 random unique pairs per update.
+
+Recipe (SPEC §1): maximise the mean log-likelihood of 64 pairs drawn at random (without phrase
+frequencies), Adadelta with ρ=0.95 and ε=1e-6, gradient norm clipped at 1, and, as in the original
+code, 10 minibatches drawn together, sorted by length and re-batched so that padding is small.
+
+A run can be killed at any time: checkpoints hold the model, the optimiser, both configs, the
+vocabularies and the exact data position, and ``--resume`` continues to the same result as an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from moses_integration.files import exclusive_use
+from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
+from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.model.device import autocast, autocast_dtype, matmul_precision, select_device
+from rescorer.model.network import RNNEncoderDecoder
+from rescorer.model.vocab import Vocab
+from rescorer.training.adadelta import ChunkedAdadelta
+from rescorer.training.data import PairData
+
+
+@dataclass
+class Validation:
+    step: int
+    log_likelihood: float  # mean log p(Y|X) per pair
+    perplexity: float  # per target token, </s> included
+    # mean log p(Y|X) − log p(Y|X') per pair, X' another pair's source: how much the model uses the
+    # source. Near 0 means it scores targets as a phrase LM would. None in checkpoints written before.
+    source_gain: float | None = None
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    elapsed: float
+    stopped_by: str
+    history: list[Validation] = field(default_factory=list)
+
+    @property
+    def best(self) -> Validation | None:
+        return max(self.history, key=lambda v: v.log_likelihood, default=None)
+
+
+@torch.no_grad()
+def evaluate(
+    model: RNNEncoderDecoder, data: PairData, idx: np.ndarray, device: torch.device, batch_size: int = 256
+) -> tuple[float, float, float]:
+    """Mean log-likelihood per pair, per-token perplexity and the source gain on the given pairs.
+
+    The source gain is the mean of log p(Y|X) − log p(Y|X') where X' is the source of the next pair
+    in the batch (batches are sorted by target length, so Y and X' come from pairs of similar target
+    length). Perplexity alone cannot tell a translation model from a target-phrase language model;
+    a gain near 0 says the decoder ignores the summary c (SPEC §1's N(0, 0.01²) initialisation with
+    small models and short budgets does exactly that: see README, "Does the model use the source?").
+    The cost is one more decoder pass; the encoder runs once.
+    """
+    was_training = model.training
+    model.eval()
+    total_lp, total_other, total_tokens = 0.0, 0.0, 0
+    order = idx[np.argsort(data.target_lengths(idx), kind="stable")]
+    for rows in data.iter_batches(order, batch_size):
+        src, src_len, tgt, tgt_len = data.batch(rows, device)
+        c = model.encode(src, src_len)
+        own = model.score_targets(c, tgt, tgt_len).double()
+        other = model.score_targets(c.roll(1, dims=0), tgt, tgt_len).double()
+        total_lp += float(own.sum())
+        total_other += float(other.sum())
+        total_tokens += int(tgt_len.sum())
+    model.train(was_training)
+    return total_lp / len(idx), math.exp(-total_lp / total_tokens), (total_lp - total_other) / len(idx)
+
+
+def group_batches(data: PairData, cfg: TrainConfig, epoch: int, group_start: int) -> list[np.ndarray]:
+    """The minibatches of one length group, a pure function of (seed, epoch, position).
+
+    Being a pure function is what makes resume exact: the state to save is just three integers.
+    """
+    perm = data.epoch_order(cfg.seed, epoch)
+    group = perm[group_start : group_start + cfg.batch_size * cfg.length_group]
+    group = group[np.argsort(data.target_lengths(group), kind="stable")]
+    batches = [group[i : i + cfg.batch_size] for i in range(0, len(group), cfg.batch_size)]
+    order = np.random.default_rng([cfg.seed, epoch, group_start]).permutation(len(batches))
+    return [batches[i] for i in order]
+
+
+def make_optimizer(model: RNNEncoderDecoder, cfg: TrainConfig) -> ChunkedAdadelta:
+    """Adadelta (SPEC §1: lr 1, ρ, ε from the config) over all parameters."""
+    return ChunkedAdadelta(model.parameters(), lr=1.0, rho=cfg.rho, eps=cfg.eps)
+
+
+def train_step(
+    model: RNNEncoderDecoder,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    clip_norm: float | None,
+    amp_dtype: torch.dtype | None,
+) -> torch.Tensor:
+    """One update on one minibatch: −mean log p(Y|X), backward, gradient clipping, Adadelta.
+
+    Returns the loss as a tensor (reading it is a host sync, which the caller does rarely).
+    The benchmark (benchmarks/train_speed.py) times exactly this function.
+    """
+    src, src_len, tgt, tgt_len = batch
+    with autocast(src.device, amp_dtype):
+        loss = -model(src, src_len, tgt, tgt_len).float().mean()
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    if clip_norm is not None:  # None: no clipping, as TrainConfig documents
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: torch.optim.Optimizer,
+             fingerprint: object) -> dict:
+    """Load model and optimiser from checkpoint ``path`` and return its training state, after
+    checking that it continues this very run (same data, same model configuration)."""
+    ck = load_checkpoint(path, map_location=next(model.parameters()).device)
+    if ck.train_state is None or ck.optimizer_state is None:
+        raise ValueError(f"{path}: checkpoint holds no training state to resume from")
+    if ck.train_state.get("data") != fingerprint:
+        raise ValueError(f"{path}: checkpoint was trained on other data than {data.path}; cannot resume")
+    if ck.config != model.config:
+        raise ValueError(f"{path}: checkpoint config {ck.config} differs from the requested {model.config}")
+    model.load_state_dict(ck.model.state_dict())
+    optimizer.load_state_dict(ck.optimizer_state)
+    return dict(ck.train_state)
+
+
+def train(
+    data: PairData,
+    model_out: Path,
+    *,
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    device: str = "auto",
+    precision: str = "auto",
+    resume: bool = False,
+    progress: bool = True,
+) -> TrainResult:
+    """Train until max_steps, max_time or early stopping, checkpointing at every validation.
+
+    ``model_out`` holds the model with the best validation log-likelihood (the one to score
+    with); ``model_out.last`` holds the latest state, which ``resume`` continues from.
+    """
+    with matmul_precision(precision):
+        run = _Training.start(data, Path(model_out), model_config, train_config, src_vocab, tgt_vocab, device,
+                              precision, resume)
+        return _train_loop(run, train_config, progress)
+
+
+def _train_loop(run: _Training, train_config: TrainConfig, progress: bool) -> TrainResult:
+    """Steps, validations and checkpoints until a budget or patience stops the run."""
+    if not run.history:
+        run.validate()
+    run.model.train()
+    run.started = time.monotonic() - run.state["elapsed"]
+    bar = tqdm(total=train_config.max_steps, initial=run.state["step"], desc="training", unit=" step",
+               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    pairs_done, t_rate = 0, time.monotonic()
+    try:
+        # A resumed run whose budget is already spent takes no step: --resume after a finished
+        # training (rescore-phrase-table --resume) reuses the model as it is.
+        while (stopped_by := run.reason_to_stop()) is None:
+            rows = run.next_rows()
+            loss = run.step(rows)
+            pairs_done += len(rows)
+            bar.update(1)
+            if run.state["step"] % 10 == 0:
+                rate = pairs_done / max(1e-9, time.monotonic() - t_rate)
+                bar.set_postfix(loss=f"{loss.item():.3f}", pairs_s=f"{rate:.0f}")
+            if run.validation_due():
+                run.checkpoint(improved=run.validate())
+    except KeyboardInterrupt:
+        run.checkpoint()
+        raise
+    finally:
+        bar.close()
+    if not run.model_out.exists():
+        run.checkpoint()
+    return TrainResult(run.state["step"], run.state["elapsed"], stopped_by, run.history)
+
+
+@dataclass
+class _Training:
+    """One training run: the model and optimizer, the resumable ``state``, the validation history."""
+
+    data: PairData
+    model_out: Path
+    model_config: ModelConfig
+    cfg: TrainConfig
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    dev: torch.device
+    amp_dtype: torch.dtype | None
+    model: RNNEncoderDecoder
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    state: dict
+    history: list[Validation]
+    started: float = 0.0  # monotonic time the run would have started had it never stopped
+    batches_in_group: int = 0  # minibatches of the current length group (set by next_rows)
+
+    @classmethod
+    def start(cls, data: PairData, model_out: Path, model_config: ModelConfig, cfg: TrainConfig, src_vocab: Vocab,
+              tgt_vocab: Vocab, device: str, precision: str, resume: bool) -> _Training:
+        """A fresh run, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
+        dev = select_device(device)
+        amp_dtype = autocast_dtype(dev, precision)
+        torch.manual_seed(cfg.seed)
+        model = RNNEncoderDecoder(model_config).to(dev)
+        optimizer = make_optimizer(model, cfg)
+        scaler = torch.amp.GradScaler(dev.type, enabled=amp_dtype == torch.float16)
+        state: dict = {
+            "step": 0, "epoch": 0, "group_start": 0, "batch_in_group": 0, "elapsed": 0.0,
+            "best_ll": -math.inf, "bad_validations": 0, "history": [], "data": data.fingerprint(),
+        }
+        last = last_checkpoint_path(model_out)
+        resume_from = last if last.exists() else model_out
+        if resume and resume_from.exists():
+            state = _restore(resume_from, data, model, optimizer, state["data"])
+        history = [Validation(**v) for v in state["history"]]
+        return cls(data, model_out, model_config, cfg, src_vocab, tgt_vocab, dev, amp_dtype, model, optimizer,
+                   scaler, state, history)
+
+    def checkpoint(self, improved: bool = False) -> None:
+        """The latest state always goes to MODEL.last (for --resume); MODEL is the best so far."""
+        self.state["history"] = [v.__dict__ for v in self.history]
+        last = last_checkpoint_path(self.model_out)
+        for path in (last, self.model_out) if improved or not self.model_out.exists() else (last,):
+            save_checkpoint(
+                path, model=self.model, config=self.model_config, src_vocab=self.src_vocab,
+                tgt_vocab=self.tgt_vocab, train_config=self.cfg, optimizer_state=self.optimizer.state_dict(),
+                train_state=self.state,
+            )
+
+    def validate(self) -> bool:
+        """Record a validation (on stderr too); True if it is the best so far."""
+        state = self.state
+        ll, ppl, gain = evaluate(self.model, self.data, self.data.valid_idx, self.dev)
+        self.history.append(Validation(state["step"], ll, ppl, gain))
+        improved = ll > state["best_ll"] + 1e-6
+        if improved:
+            state["best_ll"], state["bad_validations"] = ll, 0
+        else:
+            state["bad_validations"] += 1
+        tqdm.write(f"step {state['step']}: valid log-likelihood {ll:.4f}, perplexity {ppl:.2f}, "
+                   f"source gain {gain:.3f} nats/pair", file=sys.stderr)
+        return improved
+
+    def reason_to_stop(self) -> str | None:
+        """Why training ends now (patience first, then time, then steps), or None to go on."""
+        cfg, state = self.cfg, self.state
+        if cfg.patience is not None and state["bad_validations"] >= cfg.patience:
+            return "early_stopping"
+        if cfg.max_time is not None and state["elapsed"] >= cfg.max_time:
+            return "max_time"
+        if cfg.max_steps is not None and state["step"] >= cfg.max_steps:
+            return "max_steps"
+        return None
+
+    def next_rows(self) -> np.ndarray:
+        """The rows of the next minibatch, in the length-grouped order; a new epoch when one ends."""
+        state = self.state
+        while not (batches := group_batches(self.data, self.cfg, state["epoch"], state["group_start"])):
+            state["epoch"], state["group_start"], state["batch_in_group"] = state["epoch"] + 1, 0, 0
+        self.batches_in_group = len(batches)
+        return batches[state["batch_in_group"]]
+
+    def step(self, rows: np.ndarray) -> torch.Tensor:
+        """One update on ``rows`` (from :meth:`next_rows`); moves the epoch position and the clock on."""
+        state, cfg = self.state, self.cfg
+        loss = train_step(self.model, self.optimizer, self.scaler, self.data.batch(rows, self.dev, host_lengths=True),
+                          cfg.clip_norm, self.amp_dtype)
+        state["step"] += 1
+        state["batch_in_group"] += 1
+        if state["batch_in_group"] >= self.batches_in_group:
+            state["group_start"] += cfg.batch_size * cfg.length_group
+            state["batch_in_group"] = 0
+        state["elapsed"] = time.monotonic() - self.started
+        return loss
+
+    def validation_due(self) -> bool:
+        """Every ``valid_every`` steps, and at the last step (time or steps used up)."""
+        cfg, state = self.cfg, self.state
+        done_time = cfg.max_time is not None and state["elapsed"] >= cfg.max_time
+        at_end = cfg.max_steps is not None and state["step"] >= cfg.max_steps
+        return state["step"] % cfg.valid_every == 0 or done_time or at_end
+
+
+def prepare_data(
+    table: str,
+    workdir: Path,
+    *,
+    shortlist: int,
+    src_corpus: str | None = None,
+    tgt_corpus: str | None = None,
+    vocabs: tuple[Vocab, Vocab] | None = None,
+    progress: bool = True,
+) -> tuple[Path, Vocab, Vocab]:
+    """Unique pairs of ``table`` as an id file in ``workdir``, reusing one left by an earlier run.
+
+    ``vocabs`` (from a checkpoint being resumed) wins over building new shortlists, so a resumed
+    run always encodes with the vocabularies its model was trained on.
+    """
+    from rescorer.training.data import build_vocabularies, encode_pairs, extract_unique_pairs
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    ids_path = workdir / "pairs.ids.arrow"
+    pairs_path = workdir / "pairs.text.arrow"
+    corpus = extract_unique_pairs(table, pairs_path, progress=progress)
+    src_vocab, tgt_vocab = vocabs or build_vocabularies(corpus, shortlist, src_corpus, tgt_corpus)
+    encode_pairs(pairs_path, ids_path, src_vocab, tgt_vocab)
+    pairs_path.unlink()
+    return ids_path, src_vocab, tgt_vocab
+
+
+def train_on_phrase_table(
+    table: str,
+    model_out: Path,
+    *,
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    src_corpus: str | None = None,
+    tgt_corpus: str | None = None,
+    shortlist: int = 15000,
+    device: str = "auto",
+    precision: str = "auto",
+    resume: bool = False,
+    progress: bool = True,
+) -> TrainResult:
+    """What ``rescorer train`` does: unique pairs → shortlists → model file.
+
+    Vocabulary sizes in ``model_config`` are replaced by those of the shortlists actually built
+    (a small table may have fewer than 15,000 distinct words). The run holds ``model_out``
+    (:func:`exclusive_use`): a second training into it stops before touching the model, its
+    ``.last`` state or its ``.data`` folder.
+    """
+    model_out = Path(model_out)
+    with exclusive_use(model_out):
+        refuse_to_overwrite(model_out, resume)
+        vocabs = None
+        resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
+        if resume and resume_from.exists():
+            ck = load_checkpoint(resume_from)
+            vocabs, model_config = (ck.src_vocab, ck.tgt_vocab), ck.config
+            train_config = replace(ck.train_config, max_steps=train_config.max_steps, max_time=train_config.max_time)
+        workdir = model_out.with_name(model_out.name + ".data")
+        made_workdir = not workdir.exists()
+        try:
+            ids_path, src_vocab, tgt_vocab = prepare_data(
+                table, workdir, shortlist=shortlist, src_corpus=src_corpus, tgt_corpus=tgt_corpus,
+                vocabs=vocabs, progress=progress,
+            )
+            data = PairData(ids_path, seed=train_config.seed, source=table)
+        except (ValueError, OSError):
+            if made_workdir:  # nothing of it is worth keeping: an empty or unreadable table
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        model_config = replace(model_config, src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab))
+        return train(
+            data, model_out, model_config=model_config, train_config=train_config, src_vocab=src_vocab,
+            tgt_vocab=tgt_vocab, device=device, precision=precision, resume=resume, progress=progress,
+        )

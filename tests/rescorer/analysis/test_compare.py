@@ -1,0 +1,92 @@
+"""``rescorer compare`` (the paper's Table 2) against a direct computation on the real fixture table."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from analysis_checkpoint import write_random_checkpoint
+from click.testing import CliRunner
+
+from moses_integration.tokens import split_tokens
+from rescorer.analysis.compare import compare_blocks
+from rescorer.cli import main
+from rescorer.model.checkpoint import load_checkpoint
+from rescorer.tables.scan import scan_table
+from shared_paths import shared_file
+
+
+@pytest.fixture(scope="module")
+def sample_table() -> Path:
+    return shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")
+
+
+@pytest.fixture(scope="module")
+def checkpoint_path(sample_table, tmp_path_factory) -> Path:
+    return write_random_checkpoint(sample_table, tmp_path_factory.mktemp("compare") / "model.pt")
+
+
+def _direct_blocks(table: Path) -> list[tuple[str, float, list[tuple[str, float]]]]:
+    """(source, count(source), [(target, φ(e|f))]) per source block, by plain string handling."""
+    blocks: list[tuple[str, float, list[tuple[str, float]]]] = []
+    with gzip.open(table, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            fields = line.rstrip("\n").split(" ||| ")
+            source, target, scores, counts = fields[0], fields[1], fields[2].split(), fields[4].split()
+            if not blocks or blocks[-1][0] != source:
+                blocks.append((source, float(counts[1]), []))
+            blocks[-1][2].append((target, float(scores[2])))
+    return blocks
+
+
+def _log_p(checkpoint, source: str, target: str) -> float:
+    """log p(target | source) of one pair alone through the model's forward pass."""
+    src = checkpoint.src_vocab.encode(split_tokens(source), add_eos=True)
+    tgt = checkpoint.tgt_vocab.encode(split_tokens(target), add_eos=True)
+    with torch.no_grad():
+        return float(checkpoint.model(torch.tensor([src]), torch.tensor([len(src)]),
+                                      torch.tensor([tgt]), torch.tensor([len(tgt)])))
+
+
+def test_frequent_long_sources_and_top_targets_match_a_direct_computation(sample_table, checkpoint_path):
+    checkpoint = load_checkpoint(checkpoint_path)
+    scan = scan_table(sample_table, min_src_words=4, n_chosen=5, min_targets=2, progress=False)
+    long_blocks = [b for b in _direct_blocks(sample_table) if len(split_tokens(b[0])) >= 4 and len(b[2]) >= 2]
+    expected = sorted(long_blocks, key=lambda b: -b[1])[:5]  # stable: ties keep table order
+    assert [b.source for b in scan.frequent] == [b[0] for b in expected]
+    rows = compare_blocks(checkpoint, scan.frequent, top=3)
+    for row, (source, count, targets) in zip(rows, expected, strict=True):
+        assert row.source == source and row.count == count and row.targets == len(targets)
+        by_table = sorted(targets, key=lambda t: -t[1])[:3]
+        assert row.by_table == by_table
+        rnn = sorted(((t, _log_p(checkpoint, source, t)) for t, _ in targets), key=lambda t: -t[1])[:3]
+        assert [t for t, _ in row.by_rnn] == [t for t, _ in rnn]
+        assert [lp for _, lp in row.by_rnn] == pytest.approx([lp for _, lp in rnn], abs=1e-4)
+
+
+def test_rare_sources_are_the_least_frequent_and_stable(sample_table):
+    scan = scan_table(sample_table, n_chosen=4, progress=False)
+    counts = [b[1] for b in _direct_blocks(sample_table) if len(split_tokens(b[0])) >= 4 and len(b[2]) >= 2]
+    assert len(scan.rare) == 4
+    assert all(block.count == min(counts) for block in scan.rare)
+    again = scan_table(sample_table, n_chosen=4, progress=False)
+    assert [b.source for b in again.rare] == [b.source for b in scan.rare]
+    assert scan.summary.lines == 5166 and scan.summary.sources == 2000 and scan.summary.score_columns == 4
+
+
+def test_cli_markdown_and_json(sample_table, checkpoint_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["compare", str(checkpoint_path), str(sample_table), "--sources", "2", "--quiet"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("| source (count) |") and len(lines) == 2 + 2 * 3
+    result = runner.invoke(main, ["compare", str(checkpoint_path), str(sample_table), "--sources", "3", "--rare",
+                                  "--json", "--quiet"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert len(rows) == 3 and all(len(r["by_rnn"]) <= 3 and r["by_table"] for r in rows)
+    bad = runner.invoke(main, ["compare", str(checkpoint_path), str(sample_table), "--column", "9", "--quiet"])
+    assert bad.exit_code == 1 and "no column 9" in bad.output

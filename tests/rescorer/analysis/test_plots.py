@@ -1,0 +1,97 @@
+"""The figure commands: score scatter / histogram, word and phrase maps (paper Figs. 3–5)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from analysis_checkpoint import EXAMPLE_TABLE, png_size, write_random_checkpoint
+from click.testing import CliRunner
+
+import rescorer.analysis.plots as plots
+from rescorer.cli import main
+from rescorer.model.checkpoint import load_checkpoint
+from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+
+
+@pytest.fixture(scope="module")
+def checkpoint_path(tmp_path_factory) -> Path:
+    return write_random_checkpoint(EXAMPLE_TABLE, tmp_path_factory.mktemp("plots") / "model.pt")
+
+
+@pytest.fixture(scope="module")
+def scores_parquet(checkpoint_path, tmp_path_factory) -> Path:
+    """The file rescore-phrase-table --scores-parquet writes, for the built-in table."""
+    out = tmp_path_factory.mktemp("scores")
+    options = RescoreOptions(scores_parquet=str(out / "scores.parquet"), progress=False, workers=1, device="cpu")
+    rescore_phrase_table(str(EXAMPLE_TABLE), str(out / "table.gz"), load_checkpoint(checkpoint_path), options)
+    return out / "scores.parquet"
+
+
+def test_scores_parquet_gives_the_table_and_rnn_log_probabilities(scores_parquet):
+    pairs = plots.read_scores_parquet(scores_parquet)
+    table = pq.read_table(scores_parquet).to_pydict()
+    assert len(pairs.rnn_log_p) == len(table["log_p"]) == 366
+    np.testing.assert_allclose(pairs.rnn_log_p, table["log_p"], rtol=1e-6)
+    np.testing.assert_allclose(pairs.table_log_p, [math.log(s[2]) for s in table["table_scores"]], rtol=1e-6)
+    with pytest.raises(ValueError, match="no column 7"):
+        plots.read_scores_parquet(scores_parquet, column=6)
+
+
+def test_plot_scores_scatter_and_histogram_have_the_expected_size(scores_parquet, tmp_path, monkeypatch):
+    runner = CliRunner()
+    out = tmp_path / "scatter.png"
+    result = runner.invoke(main, ["plot-scores", str(scores_parquet), str(out)])
+    assert result.exit_code == 0, result.output
+    assert "scatter of 366 phrase pairs, Pearson r = " in result.output
+    assert png_size(out) == plots.PIXELS
+    monkeypatch.setattr(plots, "SCATTER_LIMIT", 100)
+    description = plots.plot_scores(plots.read_scores_parquet(scores_parquet), tmp_path / "hist.png")
+    assert description.startswith("2-D histogram of 366")
+    assert png_size(tmp_path / "hist.png") == plots.PIXELS
+
+
+def test_table_log_p_is_what_moses_reads():
+    assert plots.table_log_p(np.array([1.0, math.exp(-3), 0.0])).tolist() == pytest.approx([0.0, -3.0, -100.0])
+
+
+def test_map_words_and_map_phrases_write_pngs(checkpoint_path, tmp_path):
+    runner = CliRunner()
+    words = tmp_path / "words.png"
+    result = runner.invoke(main, ["map-words", str(checkpoint_path), str(words), "--words", "60"])
+    assert result.exit_code == 0, result.output
+    assert "60 words" in result.output and png_size(words) == plots.PIXELS
+    phrases_png = tmp_path / "phrases.png"
+    result = runner.invoke(main, ["map-phrases", str(checkpoint_path), str(EXAMPLE_TABLE), str(phrases_png),
+                                  "--max-phrases", "40"])
+    assert result.exit_code == 0, result.output
+    assert "40 phrases" in result.output and png_size(phrases_png) == plots.PIXELS
+
+
+def test_read_phrases_from_text_or_table(tmp_path):
+    text = tmp_path / "phrases.txt"
+    text.write_text("the house\n\nthe  house\na\u00a0b c\none\n", encoding="utf-8")
+    # Moses tokens: the no-break space stays inside a token; blank and repeated phrases are skipped.
+    assert plots.read_phrases(text) == ["the house", "a\u00a0b c", "one"]
+    assert plots.read_phrases(text, min_words=2) == ["the house", "a\u00a0b c"]
+    from_table = plots.read_phrases(EXAMPLE_TABLE)
+    assert len(from_table) == len(set(from_table)) and "all canadians" in from_table
+    sampled = plots.read_phrases(EXAMPLE_TABLE, max_phrases=10, seed=3)
+    assert len(sampled) == 10 and set(sampled) <= set(from_table)
+    assert sampled == plots.read_phrases(EXAMPLE_TABLE, max_phrases=10, seed=3)
+
+
+def test_phrase_summaries_are_the_models_encoding(checkpoint_path):
+    import torch
+
+    checkpoint = load_checkpoint(checkpoint_path)
+    phrases = ["all canadians", "the government", "xyzzy unknown words"]
+    c = plots.phrase_summaries(checkpoint, phrases)
+    for phrase, row in zip(phrases, c, strict=True):
+        ids = checkpoint.src_vocab.encode(phrase, add_eos=True)
+        with torch.no_grad():
+            direct = checkpoint.model.encode(torch.tensor([ids]), torch.tensor([len(ids)]))[0]
+        np.testing.assert_allclose(row, direct.numpy(), atol=1e-5)

@@ -1,0 +1,101 @@
+"""``rescorer report``: one self-contained HTML page with every section, and a real browser's view of it."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from analysis_checkpoint import EXAMPLE_TABLE, png_size, write_random_checkpoint
+from click.testing import CliRunner
+
+from rescorer.analysis.report import SECTIONS, ReportOptions, build_report, find_browser, screenshot
+from rescorer.cli import main
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+# What the trainer stores per validation (step, mean log-likelihood per pair, perplexity per token).
+HISTORY = [{"step": 0, "log_likelihood": -40.0, "perplexity": 3000.0},
+           {"step": 100, "log_likelihood": -30.0, "perplexity": 400.0},
+           {"step": 200, "log_likelihood": -25.0, "perplexity": 150.0}]
+SMALL = ReportOptions(compare_sources=3, min_src_words=2, sample_sources=2, samples=10, beam=2, score_sources=100,
+                      map_words=50, map_phrases=50, progress=False)
+
+
+class StrictChecker(HTMLParser):
+    """Every element closed in order, ids unique, images inline: the structure a browser should
+    not have to repair."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.ids: list[str] = []
+        self.images: list[str] = []
+        self.errors: list[str] = []
+        self.doctype = False
+
+    def handle_decl(self, decl: str) -> None:
+        self.doctype = decl.lower() == "doctype html"
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        if "id" in attributes:
+            self.ids.append(attributes["id"] or "")
+        if tag == "img":
+            self.images.append(attributes.get("src") or "")
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'} at {self.getpos()}")
+        else:
+            self.stack.pop()
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("report")
+    model = write_random_checkpoint(EXAMPLE_TABLE, folder / "model.pt", history=HISTORY)
+    return build_report(model, EXAMPLE_TABLE, folder / "out", SMALL)
+
+
+def test_report_is_valid_self_contained_html_with_every_section(report):
+    page = report.read_text(encoding="utf-8")
+    checker = StrictChecker()
+    checker.feed(page)
+    checker.close()
+    assert checker.doctype and not checker.errors and not checker.stack
+    assert len(checker.ids) == len(set(checker.ids))
+    assert set(SECTIONS) <= set(checker.ids)
+    # Five figures (training, scores, words, phrases; no figure missing), all inlined PNGs.
+    assert len(checker.images) == 4 and all(src.startswith("data:image/png;base64,") for src in checker.images)
+    assert not re.search(r"(src|href)=\"(https?:)?//", page)  # nothing to fetch
+    assert "all canadians" in page or "government" in page  # real phrases of the table
+    assert "best 150.0 at step 200" not in page  # the curve is an image; its caption:
+    assert "3 validations, best perplexity 150.00 at step 200" in page
+    assert "366" in page  # the table's line count in the summary
+    for name in ("training.png", "scores.png", "words.png", "phrases.png"):
+        assert (report.parent / name).stat().st_size > 1000
+
+
+def test_report_cli_and_bad_table(tmp_path):
+    model = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "model.pt")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a ||| b ||| 0.5 0.5 0.5 0.5\nc ||| d\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["report", str(model), str(bad), str(tmp_path / "out"), "--quiet"])
+    assert result.exit_code == 1 and f"{bad}:2" in result.output
+    assert not (tmp_path / "out" / "report.html").exists()
+
+
+def test_report_in_a_real_headless_browser(report, tmp_path):
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); the screenshot test needs one")
+    import matplotlib.image
+    shot = screenshot(report, tmp_path / "report.png", width=1000, height=1400, browser=browser)
+    assert png_size(shot) == (1000, 1400)
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    # The page rendered: dark text on the white background, and the colours of a figure.
+    assert (pixels.mean(axis=2) < 0.3).mean() > 0.002
+    assert (pixels.max(axis=2) - pixels.min(axis=2) > 0.3).mean() > 0.001

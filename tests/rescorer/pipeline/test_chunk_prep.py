@@ -1,0 +1,136 @@
+"""Parsing, id mapping and prefix trees in worker processes give exactly the serial pipeline's run.
+
+The checks are on a slice of the real fixture table, with malformed lines placed where the
+parallel path has to fix up what a worker could not know (the column count of the table while
+the first chunk is still being parsed), and compare everything a user sees: output bytes, rejects
+bytes, messages, summary, and the partial output a stopped run keeps.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import pickle
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from moses_integration.phrase_table import PhraseTableError
+from rescorer.model.checkpoint import Checkpoint
+from rescorer.model.config import ModelConfig
+from rescorer.model.network import RNNEncoderDecoder
+from rescorer.model.vocab import Vocab
+from rescorer.pipeline.chunk_prep import PrepareTask, prepare_chunk
+from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.scoring import PairScorer, ScoringOptions
+from rescorer.tables.chunks import LineChunk
+from shared_paths import shared_file
+
+CHUNK = 100
+
+
+@pytest.fixture(scope="module")
+def real_lines() -> list[bytes]:
+    with gzip.open(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")) as fh:
+        return [line.rstrip(b"\n") for line in itertools.islice(fh, 1500)]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(real_lines) -> Checkpoint:
+    src, tgt = Counter(), Counter()
+    for line in real_lines:
+        fields = line.decode().split(" ||| ")
+        src.update(fields[0].split())
+        tgt.update(fields[1].split())
+    src_vocab, tgt_vocab = Vocab.from_counts(src, 300), Vocab.from_counts(tgt, 300)
+    config = ModelConfig(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), hidden=8, embedding=4,
+                         maxout_units=4, output_rank=4)
+    torch.manual_seed(0)
+    return Checkpoint(RNNEncoderDecoder(config).eval(), config, src_vocab, tgt_vocab)
+
+
+def with_scores(line: bytes, prefix: bytes) -> bytes:
+    fields = line.split(b" ||| ")
+    fields[2] = prefix + fields[2]
+    return b" ||| ".join(fields)
+
+
+def with_bad_lines(lines: list[bytes]) -> list[bytes]:
+    """Malformed lines in several chunks: a wrong column count first in a chunk, a bad score, bad UTF-8."""
+    lines = list(lines)
+    lines[3] = with_scores(lines[3], b"oops ")  # chunk 1
+    lines[CHUNK] = with_scores(lines[CHUNK], b"0.5 ")  # 5 scores, first line of chunk 2
+    lines[4 * CHUNK + 7] = b"no separators here"
+    lines[9 * CHUNK] = with_scores(lines[9 * CHUNK], b"0.5 ")  # first line of chunk 10
+    lines[11 * CHUNK + 50] = b"\xff\xfe ||| la ||| 0.5 0.5 0.5 0.5"
+    return lines
+
+
+def run(table: Path, out: Path, ck: Checkpoint, workers: int, **kw):
+    opts = RescoreOptions(progress=False, device="cpu", workers=workers, chunk_lines=CHUNK,
+                          scoring=ScoringOptions(token_budget=256), **kw)
+    return rescore_phrase_table(str(table), str(out), ck, opts)
+
+
+def test_workers_give_the_serial_output_rejects_and_messages(real_lines, checkpoint, tmp_path, capfd):
+    lines = with_bad_lines(real_lines)
+    table = tmp_path / "pt.gz"
+    table.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
+    results = {}
+    for workers in (1, 3):
+        for shard in (None, (2, 3)):
+            out = tmp_path / f"out-{workers}-{shard is not None}.gz"
+            summary = run(table, out, checkpoint, workers, skip_bad_lines=True, shard=shard)
+            rejects = out.with_name(out.name + ".rejects")
+            results[workers, shard] = (out.read_bytes(), rejects.read_bytes() if rejects.exists() else b"",
+                                       capfd.readouterr().err, summary.lines, summary.rejected,
+                                       summary.distinct_sources, summary.sum_log_prob)
+    for shard in (None, (2, 3)):
+        assert results[3, shard] == results[1, shard]
+    data, rejects, err, n_lines, n_rejected, *_ = results[1, None]
+    assert n_rejected == 5 and n_lines + n_rejected == len(lines)
+    assert rejects == b"".join(lines[i] + b"\n" for i in (3, CHUNK, 4 * CHUNK + 7, 9 * CHUNK, 11 * CHUNK + 50))
+    assert f"pt.gz:{CHUNK + 1}: expected 4 scores, found 5" in err
+    assert len(gzip.decompress(data).splitlines()) == n_lines
+
+
+def test_a_malformed_line_stops_workers_where_it_stops_a_serial_run(real_lines, checkpoint, tmp_path):
+    lines = list(real_lines)
+    lines[7 * CHUNK + 20] = with_scores(lines[7 * CHUNK + 20], b"0.5 ")
+    table = tmp_path / "pt.txt"
+    table.write_bytes(b"\n".join(lines) + b"\n")
+    kept = {}
+    for workers in (1, 3):
+        out = tmp_path / f"out-{workers}.gz"
+        with pytest.raises(PhraseTableError, match=rf"pt.txt:{7 * CHUNK + 21}: expected 4 scores, found 5"):
+            run(table, out, checkpoint, workers)
+        kept[workers] = (tmp_path / f".out-{workers}.gz.partial").read_bytes()
+    assert kept[3] == kept[1]
+    assert len(gzip.decompress(kept[1]).splitlines()) == 7 * CHUNK  # the seven chunks before the bad one
+
+
+def test_a_plan_made_in_a_worker_scores_exactly_as_the_scorer(real_lines, checkpoint):
+    vocab = tuple(__import__("pyarrow").array(v.words) for v in (checkpoint.src_vocab, checkpoint.tgt_vocab))
+    scorer = PairScorer(checkpoint.model, torch.device("cpu"), options=ScoringOptions(token_budget=64))
+    task = PrepareTask(LineChunk.from_lines(1, real_lines[:400]), "pt", None, False, False, scorer.token_budget)
+    prepared = pickle.loads(pickle.dumps(prepare_chunk(task, vocab)))  # as it comes back from a process
+    plan = prepared.plan
+    assert len(plan.decoder_groups) > 1 and len(plan.encoder_groups) >= 1
+    expected = scorer.score(plan.sources, plan.source_of_row, plan.targets)
+    assert np.array_equal(scorer.score_plan(plan), expected)
+
+
+def test_a_first_chunk_of_only_malformed_lines_is_skipped_alike(real_lines, checkpoint, tmp_path, capfd):
+    lines = [b"no separators here"] * CHUNK + real_lines[: 2 * CHUNK]
+    table = tmp_path / "pt.txt"
+    table.write_bytes(b"\n".join(lines) + b"\n")
+    got = {}
+    for workers in (1, 3):
+        out = tmp_path / f"out-{workers}.gz"
+        summary = run(table, out, checkpoint, workers, skip_bad_lines=True)
+        got[workers] = (out.read_bytes(), summary.lines, summary.rejected, capfd.readouterr().err.count("(rejected)"))
+    assert got[3] == got[1]
+    assert got[1][1:] == (2 * CHUNK, CHUNK, CHUNK)

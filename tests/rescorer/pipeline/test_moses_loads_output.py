@@ -1,0 +1,87 @@
+"""The rescored table and the edited moses.ini load and decode in the real Moses decoder.
+
+A mismatch between num-features, the table's columns and the weights is the most common way a
+Moses run fails, and Moses reads a negative score as NaN without complaint (SPEC §6), so only the
+real decoder is a convincing check. Skipped unless MOSES_BIN_DIR is set.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from moses_integration.decoder import decode
+from moses_integration.moses_ini import MosesIni
+from moses_integration.nbest import read_nbest
+from rescorer.model.checkpoint import load_checkpoint
+from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.pipeline.moses_config import write_moses_ini
+from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.training.train import train_on_phrase_table
+from shared_paths import moses_bin_dir, shared_file
+
+pytestmark = [pytest.mark.slow, pytest.mark.moses]
+
+
+def ngrams(sentences: list[str], max_len: int = 7) -> set[bytes]:
+    out = set()
+    for sentence in sentences:
+        words = sentence.split()
+        for i in range(len(words)):
+            for j in range(i + 1, min(len(words), i + max_len) + 1):
+                out.add(" ".join(words[i:j]).encode())
+    return out
+
+
+def filter_table(src: Path, dest: Path, phrases: set[bytes]) -> None:
+    with gzip.open(src) as fin, gzip.open(dest, "wb") as fout:
+        for line in fin:
+            if line.split(b" ||| ", 1)[0] in phrases:
+                fout.write(line)
+
+
+@pytest.mark.parametrize("with_bad_line", [False, True])
+def test_moses_decodes_with_the_rescored_table(tmp_path, with_bad_line):
+    bindir = moses_bin_dir()
+    fixture = shared_file("fixtures/hansard-enfr")
+    sentences = (fixture / "data/dev.tok.tc.en").read_text().splitlines()[:2]
+    phrases = ngrams(sentences)
+    table = tmp_path / "phrase-table.gz"
+    filter_table(fixture / "filtered/phrase-table.0-0.1.1.gz", table, phrases)
+    filter_table(fixture / "filtered/reordering-table.wbe-msd-bidirectional-fe.0-0.1.gz",
+                 tmp_path / "reordering-table.gz", phrases)
+    ini = MosesIni.read(fixture / "filtered/moses.ini")
+    ini.set_feature_arg("TranslationModel0", "path", str(table))
+    ini.set_feature_arg("LexicalReordering0", "path", str(tmp_path / "reordering-table.gz"))
+    ini.set_feature_arg("LM0", "path", str(fixture / "filtered/lm.fr.binary"))
+    ini.write(tmp_path / "moses.ini")
+
+    model = tmp_path / "model.pt"
+    config = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=32, embedding=16, maxout_units=16, output_rank=16)
+    train_on_phrase_table(str(table), model, model_config=config,
+                          train_config=TrainConfig(max_steps=10, valid_every=10, patience=None),
+                          device="cpu", progress=False)
+    if with_bad_line:  # one non-numeric score: with --skip-bad-lines Moses must still load the output
+        lines = gzip.decompress(table.read_bytes()).splitlines()
+        fields = lines[len(lines) // 2].split(b" ||| ")
+        fields[2] = b"x" + fields[2]  # first score "x0.5..." is not a number
+        lines.insert(len(lines) // 2, b" ||| ".join(fields))
+        table.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
+    out = tmp_path / "phrase-table.rnn.gz"
+    options = RescoreOptions(progress=False, device="cpu", workers=0, skip_bad_lines=with_bad_line)
+    summary = rescore_phrase_table(str(table), str(out), load_checkpoint(model), options)
+    assert summary.rejected == int(with_bad_line)
+    write_moses_ini(str(tmp_path / "moses.ini"), str(tmp_path / "moses.rnn.ini"), str(out), (0.2, 0.2))
+
+    source = tmp_path / "dev.en"
+    source.write_text("\n".join(sentences) + "\n")
+    result = decode(bindir, tmp_path / "moses.rnn.ini", source, tmp_path / "dev.out",
+                    nbest_path=tmp_path / "dev.nbest", nbest_size=5, cwd=tmp_path)
+    assert len(result.output.read_text().splitlines()) == 2
+    entries = list(read_nbest(tmp_path / "dev.nbest"))
+    tm = [dict(e.features)["TranslationModel0"] for e in entries]
+    assert all(len(v) == 6 for v in tm)
+    # Moses reads our columns back as log p_RNN (< 0, ≥ −100 per phrase) and −n_unk (≤ 0).
+    assert all(v[4] < 0 and v[5] <= 0 for v in tm)

@@ -1,0 +1,259 @@
+"""rescore-phrase-table end to end on the real fixture sample, with a small trained model.
+
+The checks are the ones a Moses user would notice: line count and original bytes preserved, two
+positive probability columns, scores equal to the model's own, byte-identical output whatever the
+batching, workers, interruption or sharding, and clear errors on bad input.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from moses_integration.phrase_table import PhraseTableError
+from rescorer.cli import rescore_phrase_table_command
+from rescorer.model.checkpoint import load_checkpoint
+from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.pipeline.errors import RescoreError
+from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.scoring import ScoringOptions
+from rescorer.training.train import train_on_phrase_table
+from shared_paths import shared_file
+
+SMALL = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=32, embedding=16, maxout_units=16, output_rank=16)
+
+
+@pytest.fixture(scope="module")
+def sample() -> Path:
+    return shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")
+
+
+@pytest.fixture(scope="module")
+def model_path(sample, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("model") / "small.pt"
+    train_on_phrase_table(str(sample), out, model_config=SMALL, train_config=TrainConfig(max_steps=30, valid_every=30,
+                          patience=None), shortlist=3000, device="cpu", progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def checkpoint(model_path):
+    ck = load_checkpoint(model_path)
+    ck.path = model_path
+    return ck
+
+
+def rescore(inp, out, ck, **kw) -> None:
+    scoring = ScoringOptions(token_budget=kw.pop("token_budget", 4096))
+    opts = RescoreOptions(progress=False, device="cpu", workers=kw.pop("workers", 0), scoring=scoring, **kw)
+    return rescore_phrase_table(str(inp), str(out), ck, opts)
+
+
+def lines_of(path: Path) -> list[bytes]:
+    with gzip.open(path) as fh:
+        return fh.read().splitlines()
+
+
+@pytest.fixture(scope="module")
+def reference_output(sample, checkpoint, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ref") / "out.gz"
+    rescore(sample, out, checkpoint, chunk_lines=1000)
+    return out
+
+
+def test_round_trip_keeps_every_field_and_adds_two_probabilities(sample, reference_output):
+    before, after = lines_of(sample), lines_of(reference_output)
+    assert len(before) == len(after) == 5166
+    for old, new in zip(before, after, strict=True):
+        of, nf = old.split(b" ||| "), new.split(b" ||| ")
+        assert len(of) == len(nf)
+        assert nf[:2] == of[:2] and nf[3:] == of[3:]
+        old_scores, new_scores = of[2].split(), nf[2].split()
+        assert new_scores[:-2] == old_scores
+        values = [float(x) for x in new_scores[-2:]]
+        assert all(0 < v <= 1 for v in values), new
+
+
+def test_rnn_column_is_the_models_own_probability(sample, reference_output, checkpoint):
+    lines = lines_of(reference_output)
+    model, sv, tv = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
+    for i in np.random.default_rng(0).choice(len(lines), 25, replace=False):
+        src, tgt, scores = lines[i].decode().split(" ||| ")[:3]
+        s = torch.tensor([[*sv.encode(src.split()), 0]])
+        t = torch.tensor([[*tv.encode(tgt.split()), 0]])
+        with torch.no_grad():
+            logp = model(s, torch.tensor([s.shape[1]]), t, torch.tensor([t.shape[1]])).item()
+        rnn, wp = (float(x) for x in scores.split()[-2:])
+        assert math.log(rnn) == pytest.approx(max(logp, -100), abs=1e-4)
+        n_unk = sum(not tv.is_known(w) for w in tgt.split())
+        assert math.log(wp) == pytest.approx(-n_unk, abs=1e-5)
+
+
+def test_output_does_not_depend_on_batching_chunks_or_workers(sample, checkpoint, reference_output, tmp_path):
+    ref = np.array([[float(x) for x in line.split(b" ||| ")[2].split()[-2:]] for line in lines_of(reference_output)])
+    variants = ({"token_budget": 64, "chunk_lines": 777}, {"token_budget": 100000}, {"chunk_lines": 1000, "workers": 2})
+    for kw in variants:
+        out = tmp_path / "o.gz"
+        rescore(sample, out, checkpoint, **kw)
+        got = np.array([[float(x) for x in line.split(b" ||| ")[2].split()[-2:]] for line in lines_of(out)])
+        assert np.abs(np.log(got) - np.log(ref)).max() < 1e-4
+        if kw.get("workers"):  # same chunks and batches, other worker count: byte-identical file
+            assert out.read_bytes() == reference_output.read_bytes()
+
+
+def test_shards_concatenate_to_the_whole_table(sample, checkpoint, reference_output, tmp_path):
+    parts = []
+    for k in (1, 2, 3):
+        out = tmp_path / f"out.{k}.gz"
+        rescore(sample, out, checkpoint, chunk_lines=1000, shard=(k, 3))
+        parts.append(lines_of(out))
+    assert all(parts)
+    joined, whole = [line for part in parts for line in part], lines_of(reference_output)
+    assert len(joined) == len(whole)
+    for a, b in zip(joined, whole, strict=True):  # batches differ, so scores agree to float rounding
+        fa, fb = a.split(b" ||| "), b.split(b" ||| ")
+        assert fa[:2] == fb[:2] and fa[3:] == fb[3:]
+        assert np.allclose(np.log([float(x) for x in fa[2].split()]), np.log([float(x) for x in fb[2].split()]),
+                           rtol=0, atol=1e-4)
+    for a, b in zip(parts, parts[1:], strict=False):  # cuts fall between source blocks
+        assert a[-1].split(b" ||| ")[0] != b[0].split(b" ||| ")[0]
+
+
+def test_resume_after_sigkill_is_byte_identical(sample, model_path, checkpoint, tmp_path):
+    expected = tmp_path / "expected.gz"
+    rescore(sample, expected, checkpoint, chunk_lines=100)
+    out = tmp_path / "out.gz"
+    progress = tmp_path / ".out.gz.progress.json"
+    cmd = [str(Path(sys.executable).parent / "rescore-phrase-table"), str(sample), str(out), "--model",
+           str(model_path), "--chunk-lines", "100", "-j", "0", "--device", "cpu", "--quiet"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.exists() and json.loads(progress.read_text())["chunks_done"] >= 2:
+            break  # at least two chunks are durable: kill mid-run
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists() and progress.exists()
+    subprocess.run([*cmd, "--resume"], check=True)
+    assert out.read_bytes() == expected.read_bytes()
+    assert not progress.exists()
+
+
+def test_moses_ini_gets_two_more_features(sample, model_path, tmp_path):
+    ini = shared_file("fixtures/hansard-enfr/filtered/moses.ini")
+    out_ini = tmp_path / "moses.ini"
+    res = CliRunner().invoke(rescore_phrase_table_command, [
+        str(sample), str(tmp_path / "o.gz"), "--model", str(model_path), "--moses-ini", str(ini),
+        "--moses-ini-out", str(out_ini), "--quiet", "-j", "0", "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    text = out_ini.read_text()
+    feature = next(line for line in text.splitlines() if line.startswith("PhraseDictionaryMemory"))
+    assert "num-features=6" in feature and f"path={tmp_path / 'o.gz'}" in feature
+    weights = next(line for line in text.splitlines() if line.startswith("TranslationModel0="))
+    assert len(weights.split()) == 1 + 6
+    # default start weights 0: the untuned system decodes exactly as the original one
+    assert weights.split()[1:] == ["0.2"] * 4 + ["0", "0"]
+
+
+def test_malformed_line_stops_with_file_and_line(tmp_path, checkpoint):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"a ||| b ||| 0.5 0.5\nc ||| d ||| 0.5 oops\n")
+    with pytest.raises(PhraseTableError, match=r"bad.txt:2:"):
+        rescore(bad, tmp_path / "o.gz", checkpoint)
+    assert not (tmp_path / "o.gz").exists()
+
+
+def test_skip_bad_lines_moves_them_to_rejects(tmp_path, checkpoint):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"a ||| b ||| 0.5 0.5\nbroken line\nc ||| d ||| 0.5 0.5\n")
+    with pytest.warns(UserWarning, match="shortlists"):  # a, b, c, d are not words of the model
+        summary = rescore(bad, tmp_path / "o.txt", checkpoint, skip_bad_lines=True)
+    lines = (tmp_path / "o.txt").read_bytes().splitlines()
+    assert summary.rejected == 1 and summary.lines == 2 and len(lines) == 2
+    assert (tmp_path / "o.txt.rejects").read_bytes() == b"broken line\n"
+    assert all(len(line.split(b" ||| ")[2].split()) == 4 for line in lines)
+
+
+def test_truncated_gzip_is_an_error_and_keeps_nothing(sample, tmp_path, checkpoint):
+    data = sample.read_bytes()
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(PhraseTableError, match="truncated"):
+        rescore(cut, tmp_path / "o.gz", checkpoint, chunk_lines=500)
+    assert not (tmp_path / "o.gz").exists()
+    # a rerun would stop at the same place: no partial file, no progress record to --resume from
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.gz"]
+
+
+def test_refuses_to_overwrite_input(sample, tmp_path, checkpoint):
+    copy = tmp_path / "t.gz"
+    copy.write_bytes(b"a ||| b ||| 1\n")
+    with pytest.raises(RescoreError, match="overwrite"):
+        rescore(copy, copy, checkpoint)
+
+
+def test_foreign_vocabulary_warns_with_overlap(tmp_path, checkpoint):
+    other = tmp_path / "de.txt"
+    other.write_bytes(b"".join(b"wort%d ||| mot%d ||| 0.5 0.5\n" % (i, i) for i in range(50)))
+    with pytest.warns(UserWarning, match=r"0\.0% of source words"):
+        rescore(other, tmp_path / "o.txt", checkpoint)
+
+
+def test_without_model_trains_on_the_table_then_scores(tmp_path):
+    table = Path(__file__).resolve().parents[3] / "examples" / "phrase-table.en-fr.gz"
+    out = tmp_path / "out.gz"
+    res = CliRunner().invoke(rescore_phrase_table_command, [
+        str(table), str(out), "--train-steps", "5", "--hidden", "16", "--embedding", "8", "--maxout-units", "8",
+        "--output-rank", "8", "--quiet", "-j", "0", "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "out.gz.model.pt").exists()
+    assert len(lines_of(out)) == len(lines_of(table))
+
+
+def test_scores_parquet_matches_the_written_columns(sample, checkpoint, reference_output, tmp_path):
+    import pyarrow.parquet as pq
+
+    parquet = tmp_path / "scores.parquet"
+    rescore(sample, tmp_path / "o.gz", checkpoint, chunk_lines=1000, scores_parquet=str(parquet))
+    table = pq.read_table(parquet)
+    assert table.num_rows == 5166
+    assert not (tmp_path / "scores.parquet.parts").exists()
+    lines = lines_of(reference_output)
+    for i in (0, 1234, 5165):
+        fields = lines[i].decode().split(" ||| ")
+        assert table.column("source")[i].as_py() == fields[0]
+        assert table.column("target")[i].as_py() == fields[1]
+        scores = [float(x) for x in fields[2].split()]
+        assert table.column("table_scores")[i].as_py() == scores[:4]
+        assert math.log(scores[4]) == pytest.approx(table.column("log_p")[i].as_py(), abs=1e-4)
+        assert table.column("n_unk")[i].as_py() == -round(math.log(scores[5]))
+
+
+def test_stdin_to_stdout(sample, model_path, reference_output):
+    exe = str(Path(sys.executable).parent / "rescore-phrase-table")
+    result = subprocess.run([exe, "-", "-", "--model", str(model_path), "--chunk-lines", "1000", "-j", "0",
+                             "--token-budget", "4096",
+                             "--device", "cpu", "--quiet"], input=gzip.decompress(sample.read_bytes()),
+                            capture_output=True, check=True)
+    assert result.stdout.splitlines() == lines_of(reference_output)
+    assert b"rescored 5166 lines" in result.stderr
+
+
+def test_empty_table_gives_a_valid_empty_gzip(tmp_path, checkpoint):
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    summary = rescore(empty, tmp_path / "o.gz", checkpoint)
+    assert summary.lines == 0 and lines_of(tmp_path / "o.gz") == []

@@ -1,0 +1,542 @@
+"""Cases a Moses user hits in the first week: tokenisation, early checks, loadable output.
+
+Each test here reproduces a defect found by trying the tool on real tables (issue 8) with a tiny
+hand-built model, so the checks run in seconds.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from held_output import held_by_another_process
+
+from moses_integration.phrase_table import PhraseTableError
+from rescorer.cli import rescore_phrase_table_command
+from rescorer.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from rescorer.model.config import ModelConfig
+from rescorer.model.network import RNNEncoderDecoder
+from rescorer.model.vocab import EOS, UNK, Vocab
+from rescorer.pipeline import partial_output
+from rescorer.pipeline import rescore as rescore_module
+from rescorer.pipeline.errors import RescoreError
+from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.scoring import ScoringOptions
+
+NBSP = "\u00a0"
+WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint() -> Checkpoint:
+    vocab = Vocab([EOS, UNK, *WORDS])
+    config = ModelConfig(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), hidden=8, embedding=4,
+                         maxout_units=4, output_rank=4)
+    torch.manual_seed(0)
+    return Checkpoint(RNNEncoderDecoder(config).eval(), config, vocab, vocab)
+
+
+def run(inp: Path, out: Path, ck: Checkpoint, **kw):
+    kw.setdefault("scoring", ScoringOptions(token_budget=512))
+    opts = RescoreOptions(progress=False, device="cpu", workers=0, **kw)
+    return rescore_phrase_table(str(inp), str(out), ck, opts)
+
+
+def added_columns(path: Path) -> list[list[float]]:
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines() if path.suffix == ".gz" else \
+        path.read_text(encoding="utf-8").splitlines()
+    return [[float(x) for x in line.split(" ||| ")[2].split(" ")[-2:]] for line in lines]
+
+
+def test_no_break_space_makes_one_unknown_token_in_the_penalty(tmp_path: Path, tiny_checkpoint) -> None:
+    table = tmp_path / "pt.txt"
+    table.write_text(
+        f"the house ||| la{NBSP}maison ||| 0.5 0.5 0.5 0.5\n"  # one token, unknown to the model
+        "the house ||| la maison ||| 0.5 0.5 0.5 0.5\n"  # two known tokens
+        "the\thouse ||| la\t\tmaison  ||| 0.5 0.5 0.5 0.5\n",  # tab and repeated spaces separate
+        encoding="utf-8",
+    )
+    out = tmp_path / "out.txt"
+    run(table, out, tiny_checkpoint)
+    penalty = [cols[1] for cols in added_columns(out)]
+    assert penalty[0] == pytest.approx(math.exp(-1), rel=1e-5)
+    assert penalty[1] == 1.0 and penalty[2] == 1.0
+
+
+# ---- tables for the checks below --------------------------------------------------------------
+
+def table_lines(n: int, scores: str = "0.5 0.5 0.5 0.5") -> list[bytes]:
+    """``n`` sorted lines over the tiny model's words, a few targets per source."""
+    lines = []
+    for i in range(n):
+        src = f"{WORDS[(i // 3) % 4]} {WORDS[(i // 12) % 7]}{i // 84}"
+        lines.append(f"{src} ||| {WORDS[i % 3]} {WORDS[(i // 3) % 5]} ||| {scores}".encode())
+    return lines
+
+
+def write_table(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+@pytest.fixture
+def model_file(tmp_path_factory, tiny_checkpoint) -> Path:
+    path = tmp_path_factory.mktemp("model") / "tiny.pt"
+    ck = tiny_checkpoint
+    save_checkpoint(path, model=ck.model, config=ck.config, src_vocab=ck.src_vocab, tgt_vocab=ck.tgt_vocab)
+    return path
+
+
+def cli(*args: str):
+    return CliRunner().invoke(rescore_phrase_table_command, [*args, "-q", "-j", "0", "--device", "cpu"])
+
+
+def ini_text(tables: list[tuple[str, int, str]], weights: dict[str, int] | None = None) -> str:
+    """A moses.ini with the given (name, num-features, type) phrase tables and matching weights."""
+    features = "\n".join(f"{kind} name={name} num-features={n} path=/nowhere/{name}.gz input-factor=0 output-factor=0"
+                         for name, n, kind in tables)
+    counts = weights or {name: n for name, n, _ in tables}
+    weight_lines = "\n".join(f"{name}= " + " ".join(["0.2"] * counts[name]) for name, _, _ in tables)
+    return f"[feature]\nWordPenalty\n{features}\n\n[weight]\nWordPenalty0= -1\n{weight_lines}\n"
+
+
+# ---- 2. checks before the long work -----------------------------------------------------------
+
+def test_stale_num_features_fails_before_training(tmp_path: Path) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(50))
+    ini = tmp_path / "moses.ini"
+    ini.write_text(ini_text([("TranslationModel0", 5, "PhraseDictionaryMemory")]))  # 5 weights too, 4 scores
+    res = cli(str(table), str(tmp_path / "out.gz"), "--moses-ini", str(ini), "--moses-ini-out",
+              str(tmp_path / "new.ini"), "--train-steps", "5")
+    assert res.exit_code == 1
+    assert "num-features=5" in res.output and "pt.txt:1 has 4 scores" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["moses.ini", "pt.txt"]  # no model, no output
+
+
+def test_several_phrase_tables_need_table_name(tmp_path: Path, model_file: Path) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    ini = tmp_path / "moses.ini"
+    ini.write_text(ini_text([("TranslationModel0", 4, "PhraseDictionaryMemory"),
+                             ("TranslationModel1", 3, "PhraseDictionaryMemory")]))
+    out, new_ini = tmp_path / "out.txt", tmp_path / "new.ini"
+    common = [str(table), str(out), "--model", str(model_file), "--moses-ini", str(ini), "--moses-ini-out",
+              str(new_ini)]
+    res = cli(*common)
+    assert res.exit_code == 1 and "TranslationModel0, TranslationModel1" in res.output and "--table" in res.output
+    assert not out.exists()
+    res = cli(*common, "--table", "TranslationModel1")  # 3 features, but the table has 4 columns
+    assert res.exit_code == 1 and "TranslationModel1 has num-features=3" in res.output
+    res = cli(*common, "--table", "TranslationModel0")
+    assert res.exit_code == 0, res.output
+    text = new_ini.read_text()
+    assert f"name=TranslationModel0 num-features=6 path={out}" in text
+    assert "name=TranslationModel1 num-features=3 path=/nowhere/TranslationModel1.gz" in text
+    assert "TranslationModel0= 0.2 0.2 0.2 0.2 0 0" in text  # new columns start at weight 0
+
+
+def test_compact_table_fails_before_training(tmp_path: Path) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    ini = tmp_path / "moses.ini"
+    ini.write_text(ini_text([("TranslationModel0", 4, "PhraseDictionaryCompact")]))
+    res = cli(str(table), str(tmp_path / "out.gz"), "--moses-ini", str(ini), "--moses-ini-out",
+              str(tmp_path / "new.ini"), "--train-steps", "5")
+    assert res.exit_code == 1 and "processPhraseTableMin" in res.output and "-nscores 6" in res.output
+    assert not (tmp_path / "out.gz.model.pt").exists()
+
+
+def test_column_count_change_in_a_later_chunk_names_the_line(tmp_path: Path, tiny_checkpoint) -> None:
+    lines = table_lines(120)
+    lines[95] = lines[95] + b" 0.5"  # 5 scores on line 96, in the second chunk
+    table = write_table(tmp_path / "pt.txt", lines)
+    with pytest.raises(PhraseTableError, match=r"pt.txt:96: expected 4 scores, found 5"):
+        run(table, tmp_path / "out.txt", tiny_checkpoint, chunk_lines=50)
+
+
+def test_nothing_good_written_leaves_no_partial(tmp_path: Path, tiny_checkpoint) -> None:
+    lines = table_lines(20)
+    lines[3] = b"a ||| b ||| 0.5 oops 0.5 0.5"
+    table = write_table(tmp_path / "pt.txt", lines)
+    with pytest.raises(PhraseTableError, match=r"pt.txt:4: score 'oops' is not a number"):
+        run(table, tmp_path / "out.txt", tiny_checkpoint)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]
+
+
+def test_malformed_line_later_continues_with_skip_bad_lines_resume(tmp_path: Path, model_file: Path, capfd) -> None:
+    lines = table_lines(300)
+    lines[250] = b"a ||| b ||| 0.5 oops 0.5 0.5"
+    table = write_table(tmp_path / "pt.txt", lines)
+    ck = load_checkpoint(model_file)
+    with pytest.raises(PhraseTableError, match=r"pt.txt:251:"):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100)
+    err = capfd.readouterr().err
+    assert "--skip-bad-lines --resume" in err and (tmp_path / ".out.gz.partial").exists()
+    run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True)
+    run(table, tmp_path / "straight.gz", ck, chunk_lines=100, skip_bad_lines=True)
+    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+    assert (tmp_path / "out.gz.rejects").read_bytes() == lines[250] + b"\n"
+
+
+# ---- 3. output Moses can always load ----------------------------------------------------------
+
+def test_rejected_lines_go_to_rejects_and_every_input_line_is_accounted_for(tmp_path: Path, tiny_checkpoint,
+                                                                            capfd) -> None:
+    lines = table_lines(2000)
+    lines[1234] = lines[1234].replace(b"0.5 0.5 0.5 0.5", b"0.5 x 0.5 0.5")  # one non-numeric score
+    lines[1500] = b"no separators here"
+    table = write_table(tmp_path / "pt.gz", [])
+    table.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
+    summary = run(table, tmp_path / "out.gz", tiny_checkpoint, chunk_lines=300, skip_bad_lines=True)
+    out = gzip.decompress((tmp_path / "out.gz").read_bytes()).splitlines()
+    rejects = (tmp_path / "out.gz.rejects").read_bytes().splitlines()
+    assert len(out) + len(rejects) == len(lines) == 2000
+    assert rejects == [lines[1234], lines[1500]]  # byte for byte, in input order
+    assert summary.rejected == 2 and summary.lines == 1998
+    assert {len(line.split(b" ||| ")[2].split()) for line in out} == {6}  # one column count: Moses loads it
+    err = capfd.readouterr().err
+    assert "pt.gz:1235: score 'x' is not a number" in err and "pt.gz:1501:" in err
+
+
+class _FullDisk:
+    """A file that accepts ``room`` more bytes, writes part of the next write, then fails: ENOSPC."""
+
+    def __init__(self, stream, room: int) -> None:
+        self._stream, self._room = stream, room
+
+    def write(self, data: bytes) -> int:
+        if len(data) > self._room:
+            self._stream.write(data[: self._room])  # a real full disk also takes part of the write
+            self._stream.flush()
+            self._room = 0
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self._room -= len(data)
+        return self._stream.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def test_disk_full_keeps_the_good_bytes_and_resume_completes(tmp_path: Path, model_file: Path, monkeypatch) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(600))
+    ck = load_checkpoint(model_file)
+    run(table, tmp_path / "straight.gz", ck, chunk_lines=100)
+    straight = (tmp_path / "straight.gz").read_bytes()
+    real_open = partial_output._open_at
+    partial = tmp_path / ".out.gz.partial"
+
+    def small_disk(path, size, resuming):  # room for about half the output
+        stream = real_open(path, size, resuming)
+        return _FullDisk(stream, len(straight) // 2) if path == partial else stream
+
+    monkeypatch.setattr(partial_output, "_open_at", small_disk)
+    with pytest.raises(RescoreError, match=r"disk is full: (\d+) good bytes of output kept in .*--resume") as err:
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100)
+    kept = int(str(err.value).split(": ")[1].split()[0])
+    progress = json.loads((tmp_path / ".out.gz.progress.json").read_text())
+    assert 0 < kept == progress["output_bytes"] == partial.stat().st_size  # cut back to the good bytes
+    assert partial.read_bytes() == straight[:kept]
+    monkeypatch.undo()
+    run(table, tmp_path / "out.gz", ck, chunk_lines=100, resume=True)
+    assert (tmp_path / "out.gz").read_bytes() == straight
+
+
+def test_disk_full_before_any_chunk_leaves_nothing(tmp_path: Path, tiny_checkpoint, monkeypatch) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(50))
+    real_open = partial_output._open_at
+    monkeypatch.setattr(partial_output, "_open_at",
+                        lambda path, size, resuming: _FullDisk(real_open(path, size, resuming), 10))
+    with pytest.raises(RescoreError, match="disk is full: nothing of .*out.txt could be written"):
+        run(table, tmp_path / "out.txt", tiny_checkpoint)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]
+
+
+def kill_after_two_chunks(monkeypatch) -> None:
+    """Ctrl-C as the third chunk is being written: two chunks are durable, the rest is not."""
+    real_write = partial_output.DurableWriter.write
+    calls = []
+
+    def killed_after_two_chunks(self, *a):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_write(self, *a)
+
+    monkeypatch.setattr(partial_output.DurableWriter, "write", killed_after_two_chunks)
+
+
+def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypatch) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(400))
+    out = tmp_path / "out.txt"
+    args = [str(table), str(out), "--train-time", "1", "--hidden", "8", "--embedding", "4", "--maxout-units", "4",
+            "--output-rank", "4", "--shortlist", "20", "--chunk-lines", "100"]
+    kill_after_two_chunks(monkeypatch)
+    res = cli(*args)
+    assert res.exit_code != 0 and (tmp_path / ".out.txt.partial").exists()
+    model = tmp_path / "out.txt.model.pt"
+    trained = {p.name: p.read_bytes() for p in (model, tmp_path / "out.txt.model.pt.last")}
+    monkeypatch.undo()
+    res = cli(*args, "--resume")
+    assert res.exit_code == 0, res.output
+    assert "reused as it is" in res.output
+    assert {p.name: p.read_bytes() for p in (model, tmp_path / "out.txt.model.pt.last")} == trained
+    assert len(out.read_bytes().splitlines()) == 400
+
+
+@pytest.mark.parametrize("name", ["pt.txt", "pt.gz"])
+def test_shards_partition_the_table_at_source_boundaries_without_a_counting_pass(
+    tmp_path: Path, tiny_checkpoint, monkeypatch, name: str
+) -> None:
+    table = write_table(tmp_path / name, table_lines(600))
+    if name.endswith(".gz"):
+        table.write_bytes(gzip.compress(table.read_bytes()))
+    run(table, tmp_path / "whole.txt", tiny_checkpoint, chunk_lines=50)
+    whole = (tmp_path / "whole.txt").read_bytes().splitlines()
+    real_open = rescore_module.open_input
+    opened = []
+    monkeypatch.setattr(rescore_module, "open_input", lambda path: opened.append(path) or real_open(path))
+    parts = []
+    for k in range(1, 5):
+        run(table, tmp_path / f"part{k}.txt", tiny_checkpoint, chunk_lines=50, shard=(k, 4))
+        parts.append((tmp_path / f"part{k}.txt").read_bytes().splitlines())
+    assert len(opened) == 4  # cut by file position: no extra pass over the table to count its lines
+    assert all(parts) and sum(len(p) for p in parts) == len(whole)
+    joined = [line for part in parts for line in part]
+    assert [line.split(b" ||| ")[:2] for line in joined] == [line.split(b" ||| ")[:2] for line in whole]
+    for before, after in zip(parts, parts[1:], strict=False):  # no source block is split between two shards
+        assert before[-1].split(b" ||| ")[0] != after[0].split(b" ||| ")[0]
+
+
+def test_impossible_output_fails_before_training(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # where a model trained for stdout output would go
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    res = cli(str(table), str(tmp_path / "missing" / "out.gz"), "--train-steps", "5")
+    assert res.exit_code == 1 and "does not exist" in res.output
+    res = cli(str(table), "-", "--train-steps", "5", "--skip-bad-lines")
+    assert res.exit_code == 1 and "not stdout" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]  # no model was trained
+
+
+def interrupted_run(tmp_path: Path, model_file: Path, **kw) -> tuple[Path, Checkpoint]:
+    """A run stopped by a malformed line 251 of 300 after its first chunks (100 lines each)."""
+    lines = table_lines(300)
+    lines[250] = b"a ||| b ||| 0.5 oops 0.5 0.5"
+    table = write_table(tmp_path / "pt.txt", lines)
+    ck = load_checkpoint(model_file)
+    with pytest.raises(PhraseTableError):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100, **kw)
+    return table, ck
+
+
+@pytest.mark.parametrize("changed", [{"precision": "bf16"}, {"scoring": ScoringOptions(token_budget=64)}])
+def test_resume_refuses_another_precision_or_token_budget(tmp_path: Path, model_file: Path, changed) -> None:
+    """They decide the scores' last bits (bf16 far more): a resume must compute as the run it continues."""
+    table, ck = interrupted_run(tmp_path, model_file)
+    record = json.loads((tmp_path / ".out.gz.progress.json").read_text())
+    assert {k: record["options"][k] for k in ("device", "precision")} == {"device": "cpu", "precision": "fp32"}
+    with pytest.raises(RescoreError, match="cannot --resume: the options differs"):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True, **changed)
+
+
+def test_resume_keeps_the_recorded_automatic_token_budget(tmp_path: Path, model_file: Path, monkeypatch) -> None:
+    """On a GPU the automatic budget follows free memory; a resumed run takes the interrupted run's."""
+    table, ck = interrupted_run(tmp_path, model_file, scoring=ScoringOptions())
+    budgets = []
+    monkeypatch.setattr("rescorer.pipeline.scoring.auto_token_budget", lambda device, config: budgets.append(1) or 123)
+    run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True, scoring=ScoringOptions())
+    assert budgets == []  # the recorded budget was used, not a new automatic one
+    monkeypatch.undo()
+    run(table, tmp_path / "straight.gz", ck, chunk_lines=100, skip_bad_lines=True, scoring=ScoringOptions())
+    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+
+
+# ---- 4. bad values and paths: one line, exit 1, before any work, nothing left behind ----------
+
+def listing(folder: Path) -> list[str]:
+    """Every file and folder under ``folder``, hidden ones included."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def cli_last(*args: str):
+    """The CLI with ``args`` last, so that they win over the test defaults (``-j 0``)."""
+    return CliRunner().invoke(rescore_phrase_table_command, ["-q", "-j", "0", "--device", "cpu", *args])
+
+
+def assert_refused(res, *names: str) -> None:
+    """Exit 1 with one ``Error:`` line naming ``names``, and no exception escaped (no traceback)."""
+    assert isinstance(res.exception, SystemExit) and res.exit_code == 1, (res.exception, res.output)
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), res.output
+    assert all(name in lines[0] for name in names), res.output
+    assert "Traceback" not in res.output
+
+
+@pytest.fixture
+def no_work(monkeypatch) -> None:
+    """Training, scoring or reading the table fails the test (and cannot hang on a bad value)."""
+
+    def started(*_a, **_k):
+        raise AssertionError("work started before the bad value was refused")
+
+    monkeypatch.setattr("rescorer.training.train.train_on_phrase_table", started)
+    monkeypatch.setattr(rescore_module, "rescore_phrase_table", started)
+    monkeypatch.setattr(rescore_module, "iter_line_chunks", started)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--chunk-lines", "0"),  # used to read the whole table into one chunk that never filled: 24 GB
+    ("--chunk-lines", "-3"),
+    ("--token-budget", "0"),
+    ("-j", "-1"),
+    ("--workers", "-2"),
+    ("--threads", "0"),
+    ("--train-steps", "0"),
+    ("--train-time", "0"),
+    ("--train-time", "-5"),
+    ("--train-time", "nan"),
+    ("--train-time", "inf"),
+    ("--rnn-weight", "nan"),
+    ("--rnn-weight", "inf"),
+    ("--wp-weight", "-inf"),
+    ("--wp-weight", "nan"),
+    ("--cslm-weight", "nan"),
+    ("--init-std", "0"),
+    ("--init-std", "nan"),
+    ("--shortlist", "0"),
+    ("--hidden", "0"),
+    ("--embedding", "0"),
+    ("--maxout-units", "0"),
+    ("--output-rank", "-1"),
+    ("--chunk-lines", "many"),
+])
+def test_bad_numbers_are_refused_while_parsing(tmp_path: Path, model_file: Path, no_work, option: str,
+                                               value: str) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    before = listing(tmp_path)
+    res = cli_last(str(table), str(tmp_path / "out.gz"), "--model", str(model_file), option, value)
+    assert_refused(res, f"'{option}'", value)
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_folder_as_input_is_refused_before_any_work(tmp_path: Path, model_file: Path, with_model: bool) -> None:
+    (tmp_path / "pt").mkdir()
+    before = listing(tmp_path)
+    model = ["--model", str(model_file)] if with_model else [
+        "--train-steps", "1", "--hidden", "8", "--embedding", "4", "--maxout-units", "4", "--output-rank", "4"]
+    res = cli(str(tmp_path / "pt"), str(tmp_path / "out.gz"), *model)
+    assert_refused(res, "INPUT_TABLE", str(tmp_path / "pt"), "is a directory")
+    assert listing(tmp_path) == before  # no .out.gz.partial, .out.gz.rejects.partial, out.gz.model.pt.data/
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_folder_as_output_is_refused_before_any_work(tmp_path: Path, model_file: Path, with_model: bool) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    (tmp_path / "out.gz").mkdir()
+    (tmp_path / "out.gz" / "kept.txt").write_text("mine")
+    before = listing(tmp_path)
+    model = ["--model", str(model_file)] if with_model else [
+        "--train-steps", "1", "--hidden", "8", "--embedding", "4", "--maxout-units", "4", "--output-rank", "4"]
+    res = cli(str(table), str(tmp_path / "out.gz"), *model)
+    assert_refused(res, "OUTPUT_TABLE", str(tmp_path / "out.gz"), "is a directory")
+    assert "--resume" not in res.output and "space" not in res.output
+    assert listing(tmp_path) == before and (tmp_path / "out.gz" / "kept.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("case", ["chunk_lines", "workers", "input folder", "output folder"])
+def test_library_refuses_what_cannot_work_before_reading(tmp_path: Path, tiny_checkpoint, monkeypatch,
+                                                         case: str) -> None:
+    """The same checks for callers of :func:`rescore_phrase_table` (no hang, nothing written)."""
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    out = tmp_path / "out.txt"
+    kw: dict = {}
+    if case == "chunk_lines":
+        kw["chunk_lines"] = 0
+    elif case == "input folder":
+        table = tmp_path / "folder"
+        table.mkdir()
+    elif case == "output folder":
+        out.mkdir()
+    before = listing(tmp_path)
+
+    def started(*_a, **_k):
+        raise AssertionError("the table was read before the settings were checked")
+
+    monkeypatch.setattr(rescore_module, "iter_line_chunks", started)
+    workers = -1 if case == "workers" else 0
+    opts = RescoreOptions(progress=False, device="cpu", workers=workers, **kw)
+    word = {"chunk_lines": "--chunk-lines", "workers": "--workers", "input folder": "is a folder",
+            "output folder": "is a folder"}[case]
+    with pytest.raises(RescoreError, match=word):
+        rescore_phrase_table(str(table), str(out), tiny_checkpoint, opts)
+    assert listing(tmp_path) == before
+
+
+def test_a_run_without_rejected_lines_never_creates_a_rejects_file(tmp_path: Path, tiny_checkpoint,
+                                                                    monkeypatch) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(300))
+    real_write = partial_output.DurableWriter.write
+    seen = []
+
+    def write(self, *a):
+        real_write(self, *a)
+        seen.append(self.files.rejects_partial.exists())
+
+    monkeypatch.setattr(partial_output.DurableWriter, "write", write)
+    run(table, tmp_path / "out.gz", tiny_checkpoint, chunk_lines=100, skip_bad_lines=True)
+    assert seen == [False, False, False]
+    assert listing(tmp_path) == ["out.gz", "pt.txt"]
+
+
+def test_a_stopped_run_leaves_no_empty_rejects_file(tmp_path: Path, model_file: Path) -> None:
+    interrupted_run(tmp_path, model_file)  # malformed line 251: the first two chunks are kept
+    assert (tmp_path / ".out.gz.partial").stat().st_size > 0
+    assert listing(tmp_path) == [".out.gz.partial", ".out.gz.progress.json", "pt.txt"]
+
+
+def test_rejected_lines_before_a_kill_are_kept_for_resume(tmp_path: Path, model_file: Path, monkeypatch) -> None:
+    lines = table_lines(400)
+    lines[50] = b"a ||| b ||| 0.5 oops 0.5 0.5"
+    table = write_table(tmp_path / "pt.txt", lines)
+    ck = load_checkpoint(model_file)
+    run(table, tmp_path / "straight.gz", ck, chunk_lines=100, skip_bad_lines=True)
+    kill_after_two_chunks(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True)
+    assert (tmp_path / ".out.gz.rejects.partial").read_bytes() == lines[50] + b"\n"
+    monkeypatch.undo()
+    run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True)
+    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+    assert (tmp_path / "out.gz.rejects").read_bytes() == lines[50] + b"\n"
+    assert listing(tmp_path) == ["out.gz", "out.gz.rejects", "pt.txt", "straight.gz", "straight.gz.rejects"]
+
+
+def test_an_empty_table_is_said_plainly(tmp_path: Path, model_file: Path) -> None:
+    """Scoring an empty table is not an error, but the user is told; training on one names the table
+    (not an internal file) and leaves no data folder behind."""
+    table = tmp_path / "pt.txt"
+    table.write_bytes(b"")
+    res = cli(str(table), str(tmp_path / "out.gz"), "--model", str(model_file))
+    assert res.exit_code == 0, res.output
+    assert "mean log p n/a (no lines)" in res.stderr and "nan" not in res.stderr
+    assert f"warning: {table} holds no phrase-table lines" in res.stderr
+    res = cli(str(table), str(tmp_path / "trained.gz"), "--train-steps", "5", "--hidden", "8", "--embedding", "4",
+              "--maxout-units", "4", "--output-rank", "4")
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last == f"Error: {table}: need at least 2 unique phrase pairs to train, found 0"
+    assert listing(tmp_path) == ["out.gz", "pt.txt"]
+
+
+def test_a_second_run_into_a_held_output_keeps_its_partial_output(tmp_path: Path, model_file: Path) -> None:
+    """``--resume`` while the first run still writes: refused before touching its partial files."""
+    table, _ = interrupted_run(tmp_path, model_file)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with held_by_another_process(tmp_path / "out.gz") as holder:
+        res = cli(str(table), str(tmp_path / "out.gz"), "--model", str(model_file), "--resume")
+    assert res.exit_code == 1 and f"Error: {tmp_path / 'out.gz'} is in use by pid {holder.pid} " in res.output
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
