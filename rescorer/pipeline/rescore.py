@@ -167,7 +167,7 @@ class _Pending:
 
 def default_model_path(output_path: str, save_model: str | None = None) -> str:
     """Where a model trained by ``rescore-phrase-table`` without ``--model`` is saved."""
-    return save_model or (output_path + ".model.pt" if output_path != "-" else "rescorer.model.network.pt")
+    return save_model or (output_path + ".model.pt" if output_path != "-" else "rescorer.model.pt")
 
 
 def finished_training_of(output_path: str, save_model: str | None = None) -> str | None:
