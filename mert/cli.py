@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from moses_integration.cli_options import friendly_errors, resume_option, seed_option, threads_option
+from moses_integration.cli_options import OutputPath, friendly_errors, resume_option, seed_option, threads_option
 from moses_integration.threads import limit_threads
 
 
@@ -127,9 +127,9 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="dev source, as the decoder reads it (tokenized, truecased)")
 @click.option("--ref", "refs", multiple=True, required=True, type=click.Path(exists=True, path_type=Path),
               help="dev reference, tokenized like the output (repeat for several references)")
-@click.option("--work-dir", default="work", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--work-dir", default="work", show_default=True, type=OutputPath(folder=True, path_type=Path),
               help="where every iteration's ini, n-best list, weights and the log are kept")
-@click.option("--moses-ini-out", "--output-ini", "output_ini", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--moses-ini-out", "--output-ini", "output_ini", type=OutputPath(path_type=Path),
               help="also write the tuned moses.ini here (besides WORK_DIR/moses.ini)")
 @click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
@@ -244,7 +244,7 @@ def tune_command(
               type=click.Path(exists=True, dir_okay=False, path_type=Path), help="baseline config(s) to decode")
 @click.option("--src", "source", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="test source for decoding (tokenized, truecased)")
-@click.option("--output-dir", default="eval", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--output-dir", default="eval", show_default=True, type=OutputPath(folder=True, path_type=Path),
               help="where decoded and post-processed outputs are written")
 @click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
@@ -255,7 +255,7 @@ def tune_command(
               help="n-best size when extra features rescore the output")
 @click.option("--bootstrap-samples", type=int, default=1000, show_default=True)
 @click.option("--detokenized", is_flag=True, help="the hypotheses are already detokenized: no post-processing")
-@click.option("--report", "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--report", "--json", "json_path", type=OutputPath(path_type=Path),
               help="also write the report as JSON here")
 @friendly_errors()
 @_tune_errors

@@ -12,6 +12,7 @@ from moses_integration.cli_options import (
     FiniteFloat,
     IntRange,
     OneLinePath,
+    OutputPath,
     device_option,
     friendly_errors,
     quiet_option,
@@ -72,7 +73,7 @@ def main() -> None:
 
 @main.command("train")
 @click.argument("phrase_table")
-@click.argument("model_out", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("model_out", type=OutputPath(path_type=Path))
 @click.option("--vocab-corpus-src", help="text (plain or .gz) whose words make the source shortlist")
 @click.option("--vocab-corpus-tgt", help="text (plain or .gz) whose words make the target shortlist")
 @_model_size_options
@@ -193,7 +194,7 @@ def compare_command(model_path, phrase_table, min_src_words, frequent, sources, 
 
 @main.command("plot-scores")
 @click.argument("scores_parquet", type=click.Path(exists=True, dir_okay=False))
-@click.argument("out_png", type=click.Path(dir_okay=False))
+@click.argument("out_png", type=OutputPath())
 @click.option("--column", type=click.IntRange(min=1), default=3, show_default=True,
               help="the table's score column on the x axis (3 = direct φ(e|f) in Moses tables)")
 @friendly_errors(RescoreError)
@@ -208,7 +209,7 @@ def plot_scores_command(scores_parquet, out_png, column) -> None:
 
 @main.command("map-words")
 @click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
-@click.argument("out_png", type=click.Path(dir_okay=False))
+@click.argument("out_png", type=OutputPath())
 @click.option("--words", type=click.IntRange(min=5), default=1000, show_default=True,
               help="the most frequent source words to map")
 @click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
@@ -227,7 +228,7 @@ def map_words_command(model_path, out_png, words, labels, seed) -> None:
 @main.command("map-phrases")
 @click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
 @click.argument("phrases", metavar="PHRASES")
-@click.argument("out_png", type=click.Path(dir_okay=False))
+@click.argument("out_png", type=OutputPath())
 @click.option("--max-phrases", type=click.IntRange(min=5), default=1000, show_default=True,
               help="a seeded random sample of this many distinct phrases is mapped")
 @click.option("--min-words", type=click.IntRange(min=1), default=1, show_default=True)
@@ -252,7 +253,7 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 @main.command("report")
 @click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
 @click.argument("phrase_table")
-@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.argument("out_dir", type=OutputPath(folder=True))
 @click.option("--sources", type=click.IntRange(min=1), default=8, show_default=True,
               help="frequent and rare long sources in the top-target tables")
 @click.option("--min-src-words", type=click.IntRange(min=1), default=4, show_default=True)
@@ -265,7 +266,7 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 @click.option("--map-words", "map_words_", type=click.IntRange(min=5), default=1000, show_default=True)
 @click.option("--map-phrases", "map_phrases_", type=click.IntRange(min=5), default=1000, show_default=True)
 @seed_option()
-@click.option("--screenshot", type=click.Path(dir_okay=False),
+@click.option("--screenshot", type=OutputPath(),
               help="also render the page with headless Chromium into this PNG")
 @quiet_option("no progress messages")
 @device_option()
@@ -293,10 +294,10 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 # INPUT_TABLE must exist and be readable, OUTPUT_TABLE must not be a folder: both refused while parsing,
 # before any training or scoring, in one line.
 @click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
-@click.argument("output_table", type=OneLinePath(dir_okay=False, allow_dash=True))
+@click.argument("output_table", type=OutputPath(allow_dash=True))
 @click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False),
               help="trained model; without it a model is trained on INPUT_TABLE's unique pairs first")
-@click.option("--save-model", type=click.Path(dir_okay=False),
+@click.option("--save-model", type=OutputPath(),
               help="where the model trained without --model goes [default: OUTPUT_TABLE.model.pt]")
 @click.option("--train-time", type=FiniteFloat(min=0, min_open=True),
               help=f"training budget in seconds without --model [default: {DEFAULT_TRAIN_TIME:.0f} unless "
@@ -304,7 +305,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.option("--train-steps", type=IntRange(min=1), help="training budget in updates without --model")
 @_model_size_options
 @click.option("--moses-ini", type=click.Path(exists=True, dir_okay=False), help="moses.ini of the system")
-@click.option("--moses-ini-out", type=click.Path(dir_okay=False),
+@click.option("--moses-ini-out", type=OutputPath(),
               help="write a moses.ini that uses OUTPUT_TABLE, with 2 more features and weights")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini (its name=, e.g. TranslationModel0) "
               "INPUT_TABLE is; needed when the ini has several")
@@ -335,7 +336,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
               help="move malformed lines to OUTPUT_TABLE.rejects (as they are) instead of stopping")
 @click.option("--shard", help="score only slice K/N (1-based), cut at source-phrase boundaries")
 @resume_option("continue a killed run from its last completed chunk")
-@click.option("--scores-parquet", type=click.Path(dir_okay=False), help="also write the scores to Parquet")
+@click.option("--scores-parquet", type=OutputPath(), help="also write the scores to Parquet")
 @_run_options
 @friendly_errors(RescoreError)
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
