@@ -99,8 +99,9 @@ def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hi
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @device_option()
 @threads_option()
+@quiet_option("no perplexity line on stderr")
 @friendly_errors()
-def cslm_score_command(model, text, raw, device, threads):
+def cslm_score_command(model, text, raw, device, threads, quiet):
     """One natural-log sentence probability per line of TEXT on stdout; perplexity on stderr."""
     from cslm.model_file import load_cslm
     from cslm.scoring import ScoreStats, score_lines
@@ -112,8 +113,9 @@ def cslm_score_command(model, text, raw, device, threads):
     out = sys.stdout
     for value in score_lines(loaded.model, loaded.vocab, text_lines(text), normalize=not raw, stats=stats):
         out.write(f"{value:.6f}\n")
-    click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
-               f"perplexity {stats.perplexity:.2f}", err=True)
+    if not quiet:
+            click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
+                   f"perplexity {stats.perplexity:.2f}", err=True)
 
 
 @main.command("nbest", short_help="append CSLM0= to each line of an n-best list")
@@ -124,8 +126,9 @@ def cslm_score_command(model, text, raw, device, threads):
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @device_option()
 @threads_option()
+@quiet_option("no summary line on stderr (as mert-moses.pl's --transform-decoded-file)")
 @friendly_errors()
-def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads):
+def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads, quiet):
     """Append NAME= log p(hypothesis) to each line of a Moses n-best list, every other byte kept.
 
     Usable as mert-moses.pl's --transform-decoded-file (with --batch-mira).
@@ -139,8 +142,9 @@ def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads):
     stats = ScoreStats()
     lines = add_cslm_to_nbest(loaded.model, loaded.vocab, nbest_in, nbest_out, name=dense_feature_name(name),
                               normalize=not raw, stats=stats)
-    click.echo(f"{lines} hypotheses, {stats.tokens} tokens, distinct histories {stats.history_share:.1%} "
-               f"of tokens", err=True)
+    if not quiet:
+        click.echo(f"{lines} hypotheses, {stats.tokens} tokens, distinct histories {stats.history_share:.1%} "
+                   f"of tokens", err=True)
 
 
 @main.command("export-nplm", short_help="the model in NPLM's format, for Moses' NeuralLM")

@@ -139,13 +139,16 @@ def _load(model_path: str, device: str = "cpu"):
               help="a target still going after this many words is cut")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a Markdown table")
 @device_option()
+@threads_option()
 @friendly_errors(RescoreError)
-def sample_command(model_path, source, samples, beam, seed, max_words, as_json, device) -> None:
+def sample_command(model_path, source, samples, beam, seed, max_words, as_json, device, threads) -> None:
     """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
     import json
 
+    from moses_integration.threads import limit_threads
     from rescorer.analysis.sampling import format_sample_result, sample_and_search
 
+    limit_threads(threads)
     checkpoint = _load(model_path, device)
     result = sample_and_search(checkpoint.model, checkpoint.src_vocab, source, n=samples, beam=beam, seed=seed,
                                max_words=max_words)
@@ -174,13 +177,16 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of Markdown")
 @quiet_option("no progress bar")
 @device_option()
+@threads_option()
 @friendly_errors(RescoreError)
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
-                    as_json, quiet, device) -> None:
+                    as_json, quiet, device, threads) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
+    from moses_integration.threads import limit_threads
     from rescorer.analysis.compare import compare_blocks, format_json, format_markdown
     from rescorer.tables.scan import scan_table
 
+    limit_threads(threads)
     checkpoint = _load(model_path, device)
     scan = scan_table(phrase_table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets,
                       seed=seed, progress=not quiet)
@@ -235,14 +241,17 @@ def map_words_command(model_path, out_png, words, labels, seed) -> None:
 @click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
 @seed_option()
 @device_option()
+@threads_option()
 @friendly_errors(RescoreError)
-def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, labels, seed, device) -> None:
+def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, labels, seed, device, threads) -> None:
     """2-D t-SNE map of the summaries c of PHRASES (paper Fig. 5).
 
     PHRASES is a text file with one phrase per line, or a Moses phrase table (its source phrases).
     """
+    from moses_integration.threads import limit_threads
     from rescorer.analysis.plots import map_phrases, read_phrases
 
+    limit_threads(threads)
     checkpoint = _load(model_path, device)
     chosen = read_phrases(phrases, max_phrases=max_phrases, min_words=min_words, seed=seed)
     click.echo(f"t-SNE of {len(chosen)} phrase summaries", err=True)
@@ -270,13 +279,16 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
               help="also render the page with headless Chromium into this PNG")
 @quiet_option("no progress messages")
 @device_option()
+@threads_option()
 @friendly_errors(RescoreError)
 def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
-                   score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device) -> None:
+                   score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device, threads) -> None:
     """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
+    from moses_integration.threads import limit_threads
     from rescorer.analysis.report import ReportOptions, build_report
     from rescorer.analysis.report import screenshot as take_screenshot
 
+    limit_threads(threads)
     options = ReportOptions(compare_sources=sources, min_src_words=min_src_words, sample_sources=sample_sources,
                             samples=samples, beam=beam, score_sources=score_sources, map_words=map_words_,
                             map_phrases=map_phrases_, seed=seed, device=device, progress=not quiet)
@@ -337,13 +349,14 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.option("--shard", help="score only slice K/N (1-based), cut at source-phrase boundaries")
 @resume_option("continue a killed run from its last completed chunk")
 @click.option("--scores-parquet", type=OutputPath(), help="also write the scores to Parquet")
+@seed_option("seed of the training without --model (initial weights, batch order)")
 @_run_options
 @friendly_errors(RescoreError)
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
                                  shortlist, hidden, embedding, maxout_units, output_rank, init_std, moses_ini,
                                  moses_ini_out, table_name, rnn_weight, wp_weight, cslm, cslm_name, cslm_weight,
                                  wp_side, workers, chunk_lines, token_budget, skip_bad_lines, shard, resume,
-                                 scores_parquet, device, precision, threads, quiet) -> None:
+                                 scores_parquet, seed, device, precision, threads, quiet) -> None:
     """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table.
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
@@ -393,7 +406,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         train_on_phrase_table(
             input_table, Path(model_path),
             model_config=_model_config(hidden, embedding, maxout_units, output_rank, init_std),
-            train_config=TrainConfig(max_steps=train_steps, max_time=train_time, patience=None,
+            train_config=TrainConfig(max_steps=train_steps, max_time=train_time, patience=None, seed=seed,
                                      valid_every=max(50, min(500, (train_steps or 500) // 4))),
             shortlist=shortlist, device=device, precision=precision, resume=resume, progress=not quiet,
         )
