@@ -17,7 +17,7 @@ from moses_integration.threads import resolve_threads
 from table1 import experiment as ex
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
 from table1.system_training import MosesToolError
-from table1.workspace import ExperimentError, load_experiment
+from table1.workspace import ExperimentError, new_experiment
 
 
 @click.command("table1")
@@ -56,8 +56,8 @@ def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, mose
     """
     command = f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{configs}'" if configs else "")
     options = ex.StepOptions(select_configurations(configs), runs, aligner, mirror, results, command)
-    exp = load_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
-                          jobs=resolve_threads(threads), device=device)
+    exp = new_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
+                         jobs=resolve_threads(threads), device=device)
     for path in ex.run_steps(exp, ex.STEPS if "all" in steps else steps, options):
         click.echo(f"wrote {path}", err=True)
 
