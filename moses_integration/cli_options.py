@@ -136,13 +136,13 @@ def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = N
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            ctx = click.get_current_context()
-            outputs = {True: [], False: []}  # folder? -> paths
-            for param in ctx.command.params:
+            ctx = click.get_current_context(silent=True)  # None: called as a function, outside click
+            params = ctx.command.params if ctx is not None else []
+            outputs: dict[bool, list[Any]] = {True: [], False: []}  # folder? -> paths
+            for param in params:
                 if isinstance(param.type, OutputPath):
-                    outputs[param.type.folder].append(ctx.params.get(param.name))
-            keeps = (keeps_progress if keeps_progress is not None
-                     else any(param.name == "resume" for param in ctx.command.params))
+                    outputs[param.type.folder].append(ctx.params.get(param.name))  # type: ignore[union-attr]
+            keeps = keeps_progress if keeps_progress is not None else any(p.name == "resume" for p in params)
             try:
                 with outputs_of_a_run(outputs[False], outputs[True], keeps_progress=keeps):
                     return fn(*args, **kwargs)
