@@ -68,10 +68,11 @@ TRAIN_TIME ?= 1800
 THREADS ?= 2
 RESCORE_ARGS ?=
 TUNE_ARGS ?=
+GET_MOSES := to get Moses, see docs/moses-nplm.md or docker/README.md (README: Getting Moses)
 
 tune: install
-	@test -n "$(MOSES_BIN_DIR)" || { echo "make tune needs MOSES_BIN_DIR=<folder with the moses binary>" >&2; exit 1; }
-	@test -x "$(MOSES_BIN_DIR)/moses" || { echo "no executable moses in MOSES_BIN_DIR=$(MOSES_BIN_DIR)" >&2; exit 1; }
+	@test -n "$(MOSES_BIN_DIR)" || { echo "make tune needs MOSES_BIN_DIR=<folder with the moses binary>; $(GET_MOSES)" >&2; exit 1; }
+	@test -x "$(MOSES_BIN_DIR)/moses" || { echo "no executable moses in MOSES_BIN_DIR=$(MOSES_BIN_DIR); $(GET_MOSES)" >&2; exit 1; }
 	mkdir -p $(TUNE_OUT)
 	table=$$($(BIN)/python -c 'import os, sys; from moses_integration.moses_ini import MosesIni; \
 		t = MosesIni.read(sys.argv[1]).phrase_tables(); \

@@ -21,6 +21,11 @@ from moses_integration.files import atomic_path
 STDERR_TAIL_LINES = 25
 
 
+#: Where a "Moses not found" message sends the user: the project ships no Moses, only these two ways to one.
+WHERE_TO_GET_MOSES = ("to get Moses, see docs/moses-nplm.md (building it, with NPLM for the in-decoder CSLM) "
+                      "or docker/README.md (an image with Moses)")
+
+
 class DecoderError(RuntimeError):
     """Moses could not be found, or exited with an error (the message holds its stderr tail)."""
 
@@ -29,10 +34,11 @@ def find_moses_bin_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The directory holding ``moses``: ``explicit`` (e.g. ``--moses-bin-dir``), else ``$MOSES_BIN_DIR``."""
     value = explicit if explicit is not None else os.environ.get("MOSES_BIN_DIR")
     if not value:
-        raise DecoderError("Moses not found: pass --moses-bin-dir or set MOSES_BIN_DIR to the folder with 'moses'")
+        raise DecoderError("Moses not found: pass --moses-bin-dir or set MOSES_BIN_DIR to the folder with 'moses'; "
+                           + WHERE_TO_GET_MOSES)
     path = Path(value)
     if not (path / "moses").is_file():
-        raise DecoderError(f"no 'moses' binary in {path} (from --moses-bin-dir or MOSES_BIN_DIR)")
+        raise DecoderError(f"no 'moses' binary in {path} (from --moses-bin-dir or MOSES_BIN_DIR); {WHERE_TO_GET_MOSES}")
     return path
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from moses_integration.decoder import WHERE_TO_GET_MOSES
 from moses_integration.lines import text_lines
 from moses_integration.tokens import split_tokens
 from table1.text_prep import write_text_lines
@@ -49,11 +50,13 @@ class MosesInstall:
         bin_value = bin_dir or os.environ.get("MOSES_BIN_DIR")
         home_value = home or os.environ.get("MOSES_HOME")
         if not bin_value and not home_value:
-            raise MosesToolError("Moses not found: give MOSES_BIN_DIR (binaries) or MOSES_HOME (with bin/, scripts/)")
+            raise MosesToolError("Moses not found: give MOSES_BIN_DIR (binaries) or MOSES_HOME (with bin/, scripts/); "
+                                 + WHERE_TO_GET_MOSES)
         bins = Path(bin_value) if bin_value else Path(home_value) / "bin"  # type: ignore[arg-type]
         scripts = Path(home_value) / "scripts" if home_value else bins.parent / "scripts"
         if not scripts.is_dir():
-            raise MosesToolError(f"no Moses scripts/ folder at {scripts} (set MOSES_HOME to the Moses tree)")
+            raise MosesToolError(f"no Moses scripts/ folder at {scripts} (set MOSES_HOME to the Moses tree); "
+                                 + WHERE_TO_GET_MOSES)
         return cls(bins, scripts)
 
     def binary(self, name: str) -> Path:
