@@ -91,7 +91,7 @@ tune: tune-moses install
 		--ref $(TEST_REF) $(if $(TEST_TOK_REF),--tok-ref $(TEST_TOK_REF)) --lang $(TARGET_LANG) \
 		--output-dir $(TUNE_OUT)/eval --threads $(THREADS) --report $(TUNE_OUT)/eval/report.json
 
-# The Table 1 experiment (README, "The experiment"): raw text to the four tuned systems and
+# The Table 1 experiment (docs/table1.md): raw text to the four tuned systems and
 # results/table1.{md,json,png}, through `table1 all` (its steps, in order: table1/experiment.py's
 # STEPS). It checks the Moses tools the steps still to run need before the first step writes anything,
 # and says where to get Moses. Every step skips what is done, so `make table1` may be rerun after an interruption;

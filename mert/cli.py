@@ -151,8 +151,8 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="stop when no weight moves by more than this")
 @click.option("--fixed", multiple=True, help="feature or column (LM0_0) to keep fixed (held at 0: absent)")
 @click.option("--feature", "features", multiple=True,
-              help="extra n-best feature: module:Class[:arg] or a built-in "
-                   "(WordCount, LengthRatio[:ratio], CSLM:model.pt)")
+              help="extra n-best feature: a built-in (WordCount, LengthRatio[:ratio]), one an installed "
+                   "package registers (this project's CSLM:model.pt), or module:Class[:arg]")
 @click.option("--decoder-flags", default="", help="extra moses arguments, e.g. '-distortion-limit 6'")
 @click.option("--decoder-cwd", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="folder the ini's relative model paths refer to, where moses runs (default: the ini's folder)")

@@ -52,7 +52,7 @@ def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, mose
     """Run STEPS of the Table 1 experiment in WORK (``all``: every step in order); finished steps are
     skipped, so rerun freely.
 
-    data, prepare, baseline, rnn, cslm, speed, tune, eval, report (see README, "The experiment").
+    data, prepare, baseline, rnn, cslm, speed, tune, eval, report (see docs/table1.md).
     """
     command = f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{configs}'" if configs else "")
     options = ex.StepOptions(select_configurations(configs), runs, aligner, mirror, results, command)

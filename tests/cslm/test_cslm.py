@@ -257,7 +257,7 @@ def test_moses_extractor_reads_the_extended_list(tmp_path: Path) -> None:
 
 
 def test_cslm_feature_through_the_mert_spec(tmp_path: Path) -> None:
-    from mert.features import absolute_spec_path, load_feature
+    from mert.features import FeatureError, absolute_spec_path, load_feature
 
     model, vocab = small_model()
     path = save_cslm(tmp_path / "m.pt", model, vocab)
@@ -270,6 +270,8 @@ def test_cslm_feature_through_the_mert_spec(tmp_path: Path) -> None:
     assert load_feature(f"CSLM:{path},name=CSLM1").name == "CSLM1"
     assert absolute_spec_path("CSLM:m.pt,name=CSLM1") == f"CSLM:{Path('m.pt').resolve()},name=CSLM1"
     assert absolute_spec_path("LengthRatio:1.1") == "LengthRatio:1.1"
+    with pytest.raises(FeatureError, match="CSLM needs a model file"):
+        load_feature("CSLM")
     assert math.isfinite(float(values.sum()))
 
 
