@@ -18,7 +18,7 @@ LAYERS = ("moses_integration", "rescorer", "cslm", "mert", "table1")
 #: Imports a package may make only inside a function (a reason each).
 LAZY_ONLY = {("mert", "cslm"): "mert's CSLM n-best feature; MERT without a CSLM never loads torch"}
 #: Bottom to top inside ``rescorer``: one subpackage per job; ``cli.py`` sits above them all.
-RESCORER_LAYERS = ("tables", "model", "training", "pipeline", "analysis")
+RESCORER_LAYERS = ("tables", "model", "training", "pipeline", "proposals", "analysis")
 
 
 def _imports(path: Path, depth: int = 1) -> list[tuple[str, bool]]:
