@@ -64,7 +64,7 @@ def test_moses_integration_never_imports_torch():
 
 
 def test_rescorer_subpackages_import_only_those_below_them():
-    """``rescorer`` holds four jobs around its tables reader; each subpackage imports only the ones
+    """``rescorer`` holds five jobs around its tables reader; each subpackage imports only the ones
     before it in ``RESCORER_LAYERS``, and never ``rescorer.cli``."""
     subpackages = {p.parent.name for p in (ROOT / "rescorer").glob("*/__init__.py")}
     assert subpackages == set(RESCORER_LAYERS)
