@@ -85,14 +85,14 @@ def main() -> None:
           f"{args.threads} thread(s), {device}")
 
     rows = 0
-    original_step = model.next_word_log_probs
+    original_step = model.next_word_top_k
 
-    def counting_step(start, src, h, prev):
+    def counting_step(start, src, h, prev, k):
         nonlocal rows
         rows += len(src)
-        return original_step(start, src, h, prev)
+        return original_step(start, src, h, prev, k)
 
-    model.next_word_log_probs = counting_step
+    model.next_word_top_k = counting_step
     with torch.inference_mode():
         list(beam_module.search_sources(model, ids[:10], args.beam, max_words=args.max_words))  # warm-up
         rows = 0

@@ -3,9 +3,9 @@
 The paper (Sec. 3.1, 5) calls generating targets "an expensive sampling procedure" because it
 searched one source at a time. Here a batch of sources is encoded together and every live
 hypothesis of every source advances in one decoder step per target length: one
-:meth:`RNNEncoderDecoder.next_word_log_probs` call (the model's own GRU step, maxout and output
-layer) for all of them, so the cost per step is one batched matmul chain whatever the number of
-sources, on the CPU as on a GPU.
+:meth:`RNNEncoderDecoder.next_word_top_k` call for all of them (the model's own generation step,
+:meth:`RNNEncoderDecoder.next_word_log_probs`, keeping each hypothesis' best words), so the cost
+per step is one batched matmul chain whatever the number of sources, on the CPU as on a GPU.
 
 The search is the original one of ``rescorer sample`` (which now runs it with one source): at each
 step every live hypothesis of a source is extended by every word and the source keeps its best
@@ -83,9 +83,8 @@ def beam_search_batch(
     finished: list[list[Hypothesis]] = [[] for _ in range(sources)]
     room = torch.full((sources,), width, dtype=torch.long, device=device)  # width − finished, per source
     for step in range(max_words + 1):
-        h_next, log_probs = model.next_word_log_probs(start, src, h, prev)
-        k = min(width, log_probs.shape[1])
-        best, best_words = log_probs.topk(k, dim=1)  # each hypothesis' best k words
+        h_next, best, best_words = model.next_word_top_k(start, src, h, prev, width)  # each one's best k words
+        k = best.shape[1]
         totals = scores.unsqueeze(1) + best.double()  # [n, k]
         # Each source's candidates side by side: [S, width·k], −inf where a slot has no hypothesis.
         table = torch.full((sources, width * k), -torch.inf, dtype=torch.float64, device=device)
