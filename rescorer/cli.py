@@ -442,7 +442,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 @click.option("--proposed-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the indicator column (Moses reads 1 per proposed pair used)")
 @click.option("--rows-per-step", type=IntRange(min=1),
-              help="hypotheses per decoder step of the search [default: 4096 on CPU, 65536 on GPU]")
+              help="hypotheses per decoder step of the search [default: 4096 on CPU, 16384 on GPU]")
 @click.option("-j", "--workers", type=IntRange(min=0), default=None,
               help="worker processes of the rescoring pipeline [default: --threads]")
 @click.option("--token-budget", type=IntRange(min=1), help="padded tokens per scoring batch")

@@ -31,10 +31,16 @@ from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import EOS_ID
 
 DEFAULT_MAX_WORDS = 30
-# Live hypotheses per decoder step on the CPU: each costs a [V] row of logits, and a few thousand
-# rows keep the output layer's temporaries within cache-friendly sizes (measured in
-# benchmarks/propose_speed.py); on a GPU the whole batch goes at once.
+# Live hypotheses per decoder step. On the CPU the logits are handled 128 rows at a time anyway
+# (RNNEncoderDecoder.next_word_top_k); 256 to 4096 rows per step measured the same within the noise
+# of a shared 2-core machine (benchmarks/propose_speed.py), and more rows mean fewer Python steps.
+# On a GPU a step's logits are one [rows, V] block: 16,384 rows × 15,001 words is 1 GB in fp32.
 CPU_ROWS_PER_STEP = 4096
+GPU_ROWS_PER_STEP = 16384
+
+
+def default_rows_per_step(device: torch.device) -> int:
+    return CPU_ROWS_PER_STEP if device.type == "cpu" else GPU_ROWS_PER_STEP
 
 
 @dataclass(frozen=True)
@@ -148,12 +154,12 @@ def search_sources(
 
     Sources are encoded and searched in batches of ``rows_per_step // width``, so one decoder step
     never holds more than ``rows_per_step`` hypotheses (default: :data:`CPU_ROWS_PER_STEP` on the
-    CPU, 64k on a GPU).
+    CPU, :data:`GPU_ROWS_PER_STEP` on a GPU).
     """
     _check_search(width, max_words)
     device = next(model.parameters()).device
     if rows_per_step is None:
-        rows_per_step = CPU_ROWS_PER_STEP if device.type == "cpu" else 65536
+        rows_per_step = default_rows_per_step(device)
     per_batch = max(1, rows_per_step // width)
     model.eval()
     for lo in range(0, len(sources), per_batch):

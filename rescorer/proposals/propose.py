@@ -46,7 +46,7 @@ from rescorer.model.device import select_device
 from rescorer.model.vocab import UNK_ID
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import LOW_OVERLAP_PERCENT, RescoreOptions, RescoreSummary, rescore_phrase_table
-from rescorer.proposals.beam import CPU_ROWS_PER_STEP, search_sources
+from rescorer.proposals.beam import default_rows_per_step, search_sources
 from rescorer.proposals.lexical import LexicalScores, WordTable, lexical_scores, read_word_table
 from rescorer.proposals.sources import (
     KINDS,
@@ -77,7 +77,7 @@ class ProposeOptions:
     lex_e2f: str | None = None  # [lex.e2f beside the table]
     lex_f2e: str | None = None
     list_path: str | None = None  # TSV of the proposals: kind, source, target, log p
-    rows_per_step: int | None = None  # hypotheses per decoder step [CPU 4096, GPU 65536]
+    rows_per_step: int | None = None  # hypotheses per decoder step [CPU 4096, GPU 16384]
     # The rescoring pipeline's options; its device and progress bar serve the search too.
     rescore: RescoreOptions = field(default_factory=RescoreOptions)
 
@@ -227,7 +227,7 @@ def _propose_lines(sources: Iterable[SourceToFill], checkpoint: Checkpoint, opts
     """The proposed lines, sorted as the merge needs them, searched one batch of sources at a time."""
     model, src_vocab, tgt_vocab = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
     device = next(model.parameters()).device
-    rows = opts.rows_per_step or (CPU_ROWS_PER_STEP if device.type == "cpu" else 65536)
+    rows = opts.rows_per_step or default_rows_per_step(device)
     per_batch = max(1, rows // opts.beam)
     p_fe, p_ef = summary.phrase_probabilities
     iterator = iter(sources)
