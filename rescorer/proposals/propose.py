@@ -167,49 +167,48 @@ def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOption
     started = time.monotonic()
     check_propose_paths(table, output, opts)
     e2f_path, f2e_path = default_lex_paths(table)
-    e2f = read_word_table(opts.lex_e2f or e2f_path)
-    f2e = read_word_table(opts.lex_f2e or f2e_path)
-    src_vocab, tgt_vocab = checkpoint.src_vocab, checkpoint.tgt_vocab
+    word_tables = (read_word_table(opts.lex_f2e or f2e_path), read_word_table(opts.lex_e2f or e2f_path))
+    summary, sources, total = _choose_sources(table, checkpoint, opts)
+    checkpoint.model.to(select_device(opts.rescore.device)).eval()
+    max_words = opts.max_target_words or summary.scan.max_target_words
+    out = Path(output)
+    with exclusive_use(output), tempfile.TemporaryDirectory(prefix=f".{out.name}.propose.", dir=out.parent) as work:
+        listing, merged = Path(work) / "proposals.tsv", Path(work) / "merged.gz"
+        with open(listing, "w", encoding="utf-8") as list_fh, \
+                tqdm(total=total, unit="src", desc="proposing", disable=not opts.rescore.progress, file=sys.stderr,
+                     dynamic_ncols=True) as bar, open_output(merged, compresslevel=1) as merged_fh:
+            found = _propose_lines(sources, checkpoint, opts, max_words, word_tables, summary, list_fh, bar)
+            flagged = merge_proposals(table, found, merged_fh)
+        final = Path(work) / ("table.gz" if output.endswith(".gz") else "table")
+        rescore_opts = replace(opts.rescore, flag_lines=flagged, num_scores=len(MOSES_COLUMNS))
+        summary.rescore = rescore_phrase_table(str(merged), str(final), checkpoint, rescore_opts)
+        with atomic_path(output) as tmp:
+            os.replace(final, tmp)
+        if opts.list_path is not None:
+            with atomic_path(opts.list_path) as tmp:
+                os.replace(listing, tmp)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions,
+                    ) -> tuple[ProposeSummary, Iterable[SourceToFill], int]:
+    """The table scan and the sources to fill, in sort order, with how many there will be."""
     ngrams: dict[str, int] = {}
     if opts.for_text is not None:
         # The n-gram length is the table's longest source, which only the scan knows: read the
         # text with a generous bound first (phrase tables rarely go beyond 7 words) and cut after.
         ngrams = text_ngrams(opts.for_text, opts.max_source_words or 20)
-    scan = scan_table(table, src_vocab, tgt_vocab, frozenset(ngrams))
+    scan = scan_table(table, checkpoint.src_vocab, checkpoint.tgt_vocab, frozenset(ngrams))
     _check_overlap(table, scan, checkpoint)
     summary = ProposeSummary(scan, scan.phrase_probabilities())
-    if opts.for_text is not None:
-        longest = opts.max_source_words or scan.max_source_words
-        ngrams = {g: n for g, n in ngrams.items() if g.count(" ") < longest}
-        summary.choice = choose_for_text(ngrams, scan, src_vocab, opts.thin_below)
-        summary.skipped = summary.choice.skipped
-        sources: Iterable[SourceToFill] = summary.choice.to_fill
-        total = len(summary.choice.to_fill)
-    else:
-        sources = table_sources(table, src_vocab, summary.skipped)
-        total = scan.sources
-    checkpoint.model.to(select_device(opts.rescore.device)).eval()
-    max_words = opts.max_target_words or scan.max_target_words
-    out = Path(output)
-    with exclusive_use(output), tempfile.TemporaryDirectory(prefix=f".{out.name}.propose.", dir=out.parent) as work:
-        listing = Path(work) / "proposals.tsv"
-        with open(listing, "w", encoding="utf-8") as list_fh, \
-                tqdm(total=total, unit="src", desc="proposing", disable=not opts.rescore.progress, file=sys.stderr,
-                     dynamic_ncols=True) as bar:
-            found = _propose_lines(sources, checkpoint, opts, max_words, (f2e, e2f), summary, list_fh, bar)
-            merged = Path(work) / "merged.gz"
-            with open_output(merged, compresslevel=1) as merged_fh:
-                flagged = merge_proposals(table, found, merged_fh)
-        final = Path(work) / ("table.gz" if output.endswith(".gz") else "table")
-        rescore_opts = replace(opts.rescore, flag_lines=flagged, num_scores=len(MOSES_COLUMNS))
-        summary.rescore = rescore_phrase_table(str(merged), str(final), checkpoint, rescore_opts)
-        if opts.list_path is not None:
-            with atomic_path(opts.list_path) as tmp:
-                os.replace(listing, tmp)
-        with atomic_path(output) as tmp:
-            os.replace(final, tmp)
-    summary.seconds = time.monotonic() - started
-    return summary
+    if opts.for_text is None:
+        return summary, table_sources(table, checkpoint.src_vocab, summary.skipped), scan.sources
+    longest = opts.max_source_words or scan.max_source_words
+    ngrams = {g: n for g, n in ngrams.items() if g.count(" ") < longest}
+    summary.choice = choose_for_text(ngrams, scan, checkpoint.src_vocab, opts.thin_below)
+    summary.skipped = summary.choice.skipped
+    return summary, summary.choice.to_fill, len(summary.choice.to_fill)
 
 
 def _check_overlap(table: str, scan: TableScan, checkpoint: Checkpoint) -> None:

@@ -165,7 +165,7 @@ def test_missing_or_malformed_word_tables_stop_before_the_search_with_file_and_l
     table, out = tmp_path / "phrase-table.gz", tmp_path / "out.gz"
     shutil.copy(system / "phrase-table.gz", table)
     result = CliRunner().invoke(main, ["propose", str(table), str(out), "--model", str(system / "model.pt"), "-q"])
-    assert result.exit_code == 1 and "lex.e2f: no such word translation table" in result.output
+    assert result.exit_code == 1 and "lex.f2e: no such word translation table" in result.output
     bad = tmp_path / "lex.bad"
     bad.write_text("la the 0.5\nmaison house\n")
     result = _cli(system, table, out, "--lex-f2e", str(bad))
