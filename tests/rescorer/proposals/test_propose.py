@@ -221,3 +221,17 @@ def test_the_pipeline_flags_lines_by_input_line_number_even_around_rejected_line
     flags = [_split(line)[1][-1] for line in _lines(out)]
     # Output rows are input lines 1-3 and 5-9; lines 2, 6 and 9 are flagged.
     assert flags == [b"1", b"2.71828", b"1", b"1", b"2.71828", b"1", b"1", b"2.71828"]
+
+
+def test_a_run_that_fails_while_rescoring_leaves_no_file(system, tmp_path, monkeypatch) -> None:
+    import rescorer.proposals.propose as module
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(module, "rescore_phrase_table", broken)
+    out, listing = tmp_path / "out.gz", tmp_path / "list.tsv"
+    with pytest.raises(OSError, match="disk full"):
+        propose(str(system / "phrase-table.gz"), str(out), load_checkpoint(system / "model.pt"),
+                _options(beam=3, per_source=1, list_path=str(listing)))
+    assert list(tmp_path.iterdir()) == []
