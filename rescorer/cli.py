@@ -422,6 +422,84 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, 2 more features{extra}", err=True)
 
 
+@main.command("propose")
+@click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False))
+@click.argument("output_table", type=OneLinePath(dir_okay=False))
+@click.option("--model", "model_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="the trained RNN Encoder-Decoder of this table")
+@click.option("--for-text", type=click.Path(exists=True, dir_okay=False),
+              help="propose only for this tokenised text's n-grams that the table lacks or covers thinly "
+              "[default: every source of the table]")
+@click.option("--thin-below", type=IntRange(min=1), default=3, show_default=True,
+              help="with --for-text: an n-gram with fewer targets than this in the table is thin")
+@click.option("--max-source-words", type=IntRange(min=1),
+              help="with --for-text: the longest n-gram [default: the table's longest source]")
+@click.option("--beam", type=IntRange(min=1), default=10, show_default=True, help="beam width per source")
+@click.option("--per-source", type=IntRange(min=1), default=5, show_default=True,
+              help="proposals kept per source: the beam's best targets the table does not hold")
+@click.option("--max-target-words", type=IntRange(min=1),
+              help="longest proposed target [default: the table's longest target]")
+@click.option("--lex-e2f", type=click.Path(dir_okay=False),
+              help="Moses' word table lex.e2f [default: beside INPUT_TABLE]")
+@click.option("--lex-f2e", type=click.Path(dir_okay=False),
+              help="Moses' word table lex.f2e [default: beside INPUT_TABLE]")
+@click.option("--list", "list_path", type=click.Path(dir_okay=False),
+              help="also write the proposals as TSV: kind, source, target, log p(target|source)")
+@click.option("--moses-ini", type=click.Path(exists=True, dir_okay=False), help="moses.ini of the system")
+@click.option("--moses-ini-out", type=click.Path(dir_okay=False),
+              help="write a moses.ini that uses OUTPUT_TABLE, with 3 more features and weights")
+@click.option("--table", "table_name", help="which phrase table of --moses-ini INPUT_TABLE is (its name=)")
+@click.option("--rnn-weight", type=FiniteFloat(), default=0.0, show_default=True,
+              help="initial weight of the RNN column")
+@click.option("--wp-weight", type=FiniteFloat(), default=0.0, show_default=True,
+              help="initial weight of the unknown-word column")
+@click.option("--proposed-weight", type=FiniteFloat(), default=0.0, show_default=True,
+              help="initial weight of the indicator column (Moses reads 1 per proposed pair used)")
+@click.option("--rows-per-step", type=IntRange(min=1),
+              help="hypotheses per decoder step of the search [default: 4096 on CPU, 16384 on GPU]")
+@click.option("-j", "--workers", type=IntRange(min=0), default=None,
+              help="worker processes of the rescoring pipeline [default: --threads]")
+@click.option("--token-budget", type=IntRange(min=1), help="padded tokens per scoring batch")
+@_run_options
+@friendly_errors(RescoreError)
+def propose_command(input_table, output_table, model_path, for_text, thin_below, max_source_words, beam, per_source,
+                    max_target_words, lex_e2f, lex_f2e, list_path, moses_ini, moses_ini_out, table_name, rnn_weight,
+                    wp_weight, proposed_weight, rows_per_step, workers, token_budget, device, precision, threads,
+                    quiet) -> None:
+    """Complete a Moses phrase table with the targets the RNN proposes (the paper's future work).
+
+    Writes INPUT_TABLE's lines byte for byte and the proposed pairs, in sorted order, each with
+    p_RNN, exp(-#unknown words) and an indicator column (2.71828 for a proposed pair, 1 otherwise)
+    appended. docs/proposals.md says how a proposed line's columns are filled.
+    """
+    from moses_integration.threads import limit_threads
+    from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
+    from rescorer.pipeline.rescore import RescoreOptions
+    from rescorer.pipeline.scoring import ScoringOptions
+    from rescorer.proposals.propose import NEW_COLUMNS, ProposeOptions, check_propose_paths, propose
+
+    if bool(moses_ini) != bool(moses_ini_out):
+        raise click.UsageError("--moses-ini and --moses-ini-out go together")
+    threads = limit_threads(threads)
+    options = ProposeOptions(
+        for_text=for_text, thin_below=thin_below, max_source_words=max_source_words, beam=beam,
+        per_source=per_source, max_target_words=max_target_words, lex_e2f=lex_e2f, lex_f2e=lex_f2e,
+        list_path=list_path, rows_per_step=rows_per_step,
+        rescore=RescoreOptions(progress=not quiet, device=device, precision=precision,
+                               scoring=ScoringOptions(token_budget=token_budget),
+                               workers=workers if workers is not None else threads),
+    )
+    check_propose_paths(input_table, output_table, options)
+    if moses_ini:
+        check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out, table_name=table_name,
+                        new_columns=NEW_COLUMNS)
+    summary = propose(input_table, output_table, _load(model_path), options)
+    click.echo(summary.report(), err=True)
+    if moses_ini:
+        write_moses_ini(moses_ini, moses_ini_out, output_table, (rnn_weight, wp_weight, proposed_weight), table_name)
+        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, {NEW_COLUMNS} more features", err=True)
+
+
 main.add_command(rescore_phrase_table_command, "rescore")  # `rescorer rescore …` = `rescore-phrase-table …`
 
 

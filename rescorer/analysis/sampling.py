@@ -17,9 +17,8 @@ import torch
 from moses_integration.tokens import split_tokens
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import EOS_ID, Vocab
+from rescorer.proposals.beam import DEFAULT_MAX_WORDS, beam_search_batch
 from rescorer.tables.chunks import TokenIds
-
-DEFAULT_MAX_WORDS = 30
 
 
 @dataclass
@@ -109,51 +108,18 @@ def sample_targets(
     return [Generated(tuple(tokens[i]), float(scores[i]), bool(finished[i])) for i in range(n)]
 
 
-@torch.inference_mode()
 def beam_search(
     model: RNNEncoderDecoder, c: torch.Tensor, beam: int, *, max_words: int = DEFAULT_MAX_WORDS
 ) -> list[Generated]:
     """The ``beam`` best targets found by beam search, best first (the original code's search).
 
-    Every step extends the live hypotheses by every word and keeps the best ``beam − finished``
-    of them; one that ends in ``</s>`` is finished and frees no slot, so the search stops with
-    ``beam`` finished targets (or at ``max_words``, where the live ones are returned unfinished).
+    The search of :func:`rescorer.proposals.beam.beam_search_batch` (the one ``rescorer propose``
+    runs over many sources) with this one source; ranks are 1-based.
     """
     if beam < 1:
         return []
-    device = c.device
-    start = model.start_decoding(c)
-    h = start.state
-    prev: torch.Tensor | None = None
-    live: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
-    done: list[Generated] = []
-    for _ in range(max_words + 1):
-        rows = torch.zeros(len(live), dtype=torch.long, device=device)
-        h, log_probs = model.next_word_log_probs(start, rows, h, prev)
-        totals = log_probs.double() + torch.tensor([score for _, score in live], dtype=torch.float64,
-                                                   device=device).unsqueeze(1)
-        width = min(beam - len(done), totals.numel())
-        best, flat = totals.flatten().topk(width)
-        vocab = totals.shape[1]
-        parents, words = (flat // vocab).tolist(), (flat % vocab).tolist()
-        keep_parents: list[int] = []
-        next_live: list[tuple[tuple[int, ...], float]] = []
-        for parent, word, score in zip(parents, words, best.tolist(), strict=True):
-            if word == EOS_ID:
-                done.append(Generated(live[parent][0], score))
-            else:
-                keep_parents.append(parent)
-                next_live.append(((*live[parent][0], word), score))
-        if not next_live or len(done) >= beam:
-            live = []
-            break
-        index = torch.tensor(keep_parents, dtype=torch.long, device=device)
-        h, prev, live = h[index], torch.tensor([w for w in words if w != EOS_ID], device=device), next_live
-    done.extend(Generated(ids, score, finished=False) for ids, score in live)
-    done.sort(key=lambda g: -g.log_p)
-    for rank, generated in enumerate(done[:beam], start=1):
-        generated.beam_rank = rank
-    return done[:beam]
+    found = beam_search_batch(model, c, beam, max_words=max_words)[0]
+    return [Generated(h.ids, h.log_p, h.finished, beam_rank=rank) for rank, h in enumerate(found, start=1)]
 
 
 def sample_and_search(

@@ -71,6 +71,9 @@ CPU_TREE_STEP_ROWS = 512
 # cores, paper sizes: 19 µs/row against 22 µs with 512 × 2048 blocks.
 CPU_SCORING_BLOCK_ROWS = 1024
 CPU_SCORING_BLOCK_VOCAB = 512
+# Generation (beam search) on CPU: rows per block of logits for the top-k and log-sum-exp; a block
+# of 128 rows × 15,000 words is 7.7 MB, near the cores' share of cache.
+CPU_GENERATION_BLOCK_ROWS = 128
 
 
 def _orthogonal_(weight: Tensor, block: int) -> None:
@@ -378,6 +381,37 @@ class RNNEncoderDecoder(nn.Module):
         e(y_0) = 0. The GRU step, maxout and output layer are the very methods the scoring paths
         use, so a generated target's summed step scores equal :meth:`score_targets` of it.
         """
+        h, s = self._next_word_step(start, rows, h, prev)
+        return h, torch.log_softmax(self._logits(s), dim=-1)
+
+    def next_word_top_k(
+        self, start: DecoderStart, rows: Tensor, h: Tensor, prev: Tensor | None, k: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The step of :meth:`next_word_log_probs` keeping each hypothesis' ``k`` likeliest words:
+        (h'⟨t⟩ [n, d], their log-probabilities [n, k], best first, and their ids [n, k]).
+
+        log p = (G s)_w − log Σ exp(G s), the top k taken on the logits: the full [n, V] of
+        log-probabilities is never written. On the CPU the rows go in blocks whose logits stay in
+        cache between the matmul, the top-k and the log-sum-exp (a beam search's cost is mostly
+        here: benchmarks/propose_speed.py).
+        """
+        h, s = self._next_word_step(start, rows, h, prev)
+        k = min(k, self.config.tgt_vocab_size)
+        block = CPU_GENERATION_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
+        values, ids = [], []
+        for lo in range(0, s.shape[0], block):
+            logits = self._logits(s[lo : lo + block])
+            top, top_ids = logits.topk(k, dim=1)
+            values.append(top - torch.logsumexp(logits, dim=1, keepdim=True))
+            ids.append(top_ids)
+        if not values:
+            return h, s.new_zeros(0, k), torch.zeros(0, k, dtype=torch.long, device=s.device)
+        return h, torch.cat(values), torch.cat(ids)
+
+    def _next_word_step(
+        self, start: DecoderStart, rows: Tensor, h: Tensor, prev: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """h'⟨t⟩ and the maxout units s⟨t⟩ of one generation step (see :meth:`next_word_log_probs`)."""
         if prev is None:
             embedded = h.new_zeros(h.shape[0], self.config.embedding, dtype=self.tgt_embed.weight.dtype)
         else:
@@ -387,7 +421,7 @@ class RNNEncoderDecoder(nn.Module):
         gate_inputs = inputs[:, : 2 * d] + start.gate_context[rows]
         h = self._decoder_step(h, gate_inputs, inputs[:, 2 * d :], start.cand_context[rows])
         pre = self.out_hidden(h) + self.out_prev(embedded) + start.out_context[rows]
-        return h, torch.log_softmax(self._logits(self._maxout_pool(pre)), dim=-1)
+        return h, self._maxout_pool(pre)
 
     def token_logprobs(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
         """log p(y_t | y_<t, X) per position: Float[B, M] (M = ``tgt.shape[1]``), 0 past the length.

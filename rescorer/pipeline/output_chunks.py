@@ -25,11 +25,13 @@ from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, append_score_co
 from rescorer.tables.chunks import LineChunk
 
 
-def score_columns(log_probs: np.ndarray, n_unknown: np.ndarray) -> pa.Array:
+def score_columns(log_probs: np.ndarray, n_unknown: np.ndarray, flags: np.ndarray | None = None) -> pa.Array:
     """``"P U"`` per line: exp(log p) floored at exp(-100), and exp(-n_unk), as Moses reads them.
 
     The same text as :func:`format_log_probability` (same ``math.exp``, same ``.6g``); the
-    second column takes few values, so each is formatted once.
+    second column takes few values, so each is formatted once. With ``flags`` (bool per line), a
+    third column holds exp(1) for a flagged line and exp(0) = 1 for the others, which Moses reads
+    back as 1 and 0: the feature counts the flagged phrase pairs a translation uses.
     """
     bad = np.isnan(log_probs) | (log_probs == math.inf)
     if bad.any():
@@ -38,7 +40,11 @@ def score_columns(log_probs: np.ndarray, n_unknown: np.ndarray) -> pa.Array:
     first = pa.array([f"{exp(x):.6g}" for x in np.maximum(log_probs, LOG_FLOOR).tolist()], pa.string())
     n = n_unknown.astype(np.int64)
     known = pa.array([format_log_probability(-float(k)) for k in range(int(n.max(initial=0)) + 1)], pa.string())
-    return pc.binary_join_element_wise(first, pc.take(known, pa.array(n)), " ")
+    columns = [first, pc.take(known, pa.array(n))]
+    if flags is not None:
+        values = pa.array([format_log_probability(0.0), format_log_probability(1.0)], pa.string())
+        columns.append(pc.take(values, pa.array(flags.astype(np.int8))))
+    return pc.binary_join_element_wise(*columns, " ")
 
 
 def format_chunk(
@@ -46,15 +52,17 @@ def format_chunk(
     log_probs: np.ndarray,
     n_unknown: np.ndarray,
     compresslevel: int | None,
+    flags: np.ndarray | None = None,
 ) -> bytes:
     """Lines with the two new columns; every line is scored (rejected lines never get here).
 
     Column 1 is exp(log p) floored at exp(-100); column 2 is exp(-n_unk), which Moses reads back
-    as -n_unk. ``compresslevel=None`` returns plain text.
+    as -n_unk; with ``flags``, column 3 is the flag (:func:`score_columns`).
+    ``compresslevel=None`` returns plain text.
     """
-    if len(lines) != len(log_probs):
+    if len(lines) != len(log_probs) or (flags is not None and len(flags) != len(lines)):
         raise ValueError(f"{len(lines)} lines but {len(log_probs)} scores")
-    data = _append_columns(lines, score_columns(log_probs, n_unknown)) if len(lines) else b""
+    data = _append_columns(lines, score_columns(log_probs, n_unknown, flags)) if len(lines) else b""
     if compresslevel is None:
         return bytes(data)
     return gzip.compress(data, compresslevel=compresslevel, mtime=0)
@@ -86,7 +94,7 @@ def _append_columns(lines: LineChunk, columns: pa.Array) -> bytes | memoryview:
     cuts[-1] = lines.offsets[-1]
     pieces = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 2 * len(lines),
                                               [None, pa.py_buffer(cuts), pa.py_buffer(lines.data)])
-    extra = pc.binary_join_element_wise("", columns, " ").cast(pa.large_binary())  # " P U"
+    extra = pc.binary_join_element_wise("", columns, " ").cast(pa.large_binary())  # " P U[ F]"
     both = pa.concat_arrays([pieces, extra])
     order = np.empty(3 * len(lines), dtype=np.int64)
     order[0::3] = np.arange(0, 2 * len(lines), 2)

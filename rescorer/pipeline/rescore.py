@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import contextlib
+import hashlib
 import multiprocessing
 import os
 import queue
@@ -78,6 +79,9 @@ class RescoreOptions:
     precision: str = "auto"
     num_scores: int | None = None  # score columns every line must have (moses.ini num-features)
     scoring: ScoringOptions = field(default_factory=ScoringOptions)
+    # Sorted 1-based input line numbers that get exp(1) in a third new column, every other line 1
+    # (``rescorer propose``'s indicator of proposed pairs); None: two new columns only.
+    flag_lines: np.ndarray | None = None
 
     def identity(self) -> dict:
         """Settings that change the output bytes; a resume must use the same ones.
@@ -85,11 +89,15 @@ class RescoreOptions:
         ``skip_bad_lines`` is not one: up to the first bad line the output is the same either way,
         so a run stopped by a malformed line can continue with ``--skip-bad-lines --resume``.
         """
-        return {
+        identity = {
             "chunk_lines": self.chunk_lines, "wp_side": self.wp_side,
             "shard": list(self.shard) if self.shard else None, "compresslevel": self.compresslevel,
             "scores_parquet": self.scores_parquet, "num_scores": self.num_scores,
         }
+        if self.flag_lines is not None:  # only then: progress records of runs without it stay valid
+            flags = np.ascontiguousarray(self.flag_lines, dtype=np.int64)
+            identity["flag_lines"] = hashlib.sha1(flags.tobytes()).hexdigest()
+        return identity
 
 
 @dataclass
@@ -156,6 +164,13 @@ class _Pending:
         if prep is None:
             return LineChunk.from_lines(self.chunk.first_line_no, [])
         return self.task.lines.take(prep.good_rows) if prep.bad_rows else self.task.lines
+
+    def good_line_numbers(self, prep: PreparedChunk | None) -> np.ndarray:
+        """The 1-based input line numbers of :meth:`good_lines`."""
+        if prep is None:
+            return np.zeros(0, dtype=np.int64)
+        rows = np.asarray(prep.good_rows, dtype=np.int64) if prep.bad_rows else np.arange(len(self.task.lines))
+        return self.task.lines.first_line_no + rows
 
     def rejected_lines(self, prep: PreparedChunk | None) -> list[tuple[int, str, bytes]]:
         """``(line number, reason, raw line)`` of the lines set aside by ``--skip-bad-lines``."""
@@ -347,7 +362,7 @@ class _Run:
         if self.parts_dir and prep is not None and len(log_p):
             score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), prep.source,
                                      prep.target, prep.scores, log_p, n_unk)
-        args = (format_chunk, pending.good_lines(prep), log_p, n_unk, self.compress)
+        args = (format_chunk, pending.good_lines(prep), log_p, n_unk, self.compress, self._flags(pending, prep))
         job = self.pool.submit(timed, *args) if self.pool else timed(*args)
         self.chunks_done += 1
         marker = {
@@ -361,6 +376,15 @@ class _Run:
             self.bar.update(position - self.bar.n)
         rate = summary.lines / (time.monotonic() - self.started)
         self.bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{rate:.0f}")
+
+    def _flags(self, pending: _Pending, prep: PreparedChunk | None) -> np.ndarray | None:
+        """Which of the chunk's scored lines are among ``flag_lines`` (None without the option)."""
+        wanted = self.opts.flag_lines
+        if wanted is None:
+            return None
+        line_nos = pending.good_line_numbers(prep)
+        at = np.minimum(np.searchsorted(wanted, line_nos), max(len(wanted) - 1, 0))
+        return wanted[at] == line_nos if len(wanted) else np.zeros(len(line_nos), dtype=bool)
 
     def write_finished(self, window: int) -> None:
         """Append formatted chunks in order: those done, and any beyond ``window`` in flight."""

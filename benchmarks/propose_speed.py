@@ -1,0 +1,123 @@
+"""Speed of ``rescorer propose``'s batched beam search, in source phrases per second.
+
+Usage: python benchmarks/propose_speed.py [--model MODEL.pt] [--sources 500] [--beam 10]
+       [--max-words 8] [--threads 1] [--device cpu] [--single 100]
+
+The sources are the real, randomly drawn source phrases of
+``../shared/fixtures/hansard-enfr/phrase-table.sample.gz`` (or --table), in table order. It prints
+sources/s of the batched search, the decoder rows it ran per source (hypotheses × steps: the cost
+driver), the same search one source at a time (the search ``rescorer sample`` ran before) on the
+first --single sources, and what proposing for every distinct source of the fixture's full table
+(1,468,693) would take at the measured rate.
+
+With --model the search runs the given trained model. Without it the weights are random at the
+``small`` size of Table 1 (d 256, 15,000-word shortlists): a random decoder seldom chooses ``</s>``,
+so its hypotheses run to --max-words and the figure is a pessimistic bound, not the typical speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shared_data import shared_path  # noqa: E402
+
+FULL_TABLE_SOURCES = 1_468_693  # distinct sources of fixtures/hansard-enfr/model/phrase-table.gz (its README)
+
+
+def read_sources(table: Path, limit: int) -> list[str]:
+    """The first ``limit`` distinct sources of a table, in order."""
+    sources: list[str] = []
+    with gzip.open(table, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            source = line.split(" ||| ", 1)[0]
+            if not sources or sources[-1] != source:
+                if len(sources) == limit:
+                    break
+                sources.append(source)
+    return sources
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="a trained checkpoint [default: random weights, small size]")
+    parser.add_argument("--table", type=Path, help="phrase table whose sources are searched")
+    parser.add_argument("--sources", type=int, default=500)
+    parser.add_argument("--beam", type=int, default=10)
+    parser.add_argument("--max-words", type=int, default=8)
+    parser.add_argument("--rows-per-step", type=int, default=None)
+    parser.add_argument("--single", type=int, default=100, help="sources searched one at a time for comparison")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+
+    import torch
+
+    from moses_integration.tokens import split_tokens
+    from rescorer.model.checkpoint import load_checkpoint
+    from rescorer.model.config import ModelConfig
+    from rescorer.model.device import select_device
+    from rescorer.model.network import RNNEncoderDecoder
+    from rescorer.model.vocab import Vocab
+    from rescorer.proposals import beam as beam_module
+
+    torch.set_num_threads(args.threads)
+    device = select_device(args.device)
+    table = args.table or shared_path("fixtures/hansard-enfr/phrase-table.sample.gz", "real source phrases")
+    sources = read_sources(table, args.sources)
+    if args.model:
+        checkpoint = load_checkpoint(args.model)
+        model, src_vocab, what = checkpoint.model, checkpoint.src_vocab, f"model {args.model}"
+    else:
+        torch.manual_seed(1)
+        words = sorted({w for s in read_sources(table, 10**9) for w in split_tokens(s)})
+        src_vocab = Vocab(["</s>", "[UNK]", *words[:14_999]])
+        config = ModelConfig(src_vocab_size=len(src_vocab), tgt_vocab_size=15_001, hidden=256, embedding=64,
+                             maxout_units=128, output_rank=64)
+        model, what = RNNEncoderDecoder(config), "random weights, small size (pessimistic: few targets end)"
+    model.to(device).eval()
+    ids = [src_vocab.encode(split_tokens(s)) for s in sources]
+    print(f"{len(sources)} sources of {table}; {what}; beam {args.beam}, max {args.max_words} words, "
+          f"{args.threads} thread(s), {device}")
+
+    rows = 0
+    original_step = model.next_word_top_k
+
+    def counting_step(start, src, h, prev, k):
+        nonlocal rows
+        rows += len(src)
+        return original_step(start, src, h, prev, k)
+
+    model.next_word_top_k = counting_step
+    with torch.inference_mode():
+        list(beam_module.search_sources(model, ids[:10], args.beam, max_words=args.max_words))  # warm-up
+        rows = 0
+        started = time.perf_counter()
+        found = list(beam_module.search_sources(model, ids, args.beam, max_words=args.max_words,
+                                                rows_per_step=args.rows_per_step))
+        seconds = time.perf_counter() - started
+    batched_rate = len(sources) / seconds
+    finished = sum(h.finished for f in found for h in f) / len(found)
+    lengths = [len(h.ids) for f in found for h in f if h.finished]
+    mean_length = sum(lengths) / max(1, len(lengths))
+    print(f"batched: {batched_rate:.1f} sources/s ({seconds:.1f} s), {rows / len(sources):.0f} decoder rows per "
+          f"source, {finished:.1f} finished targets per source (mean {mean_length:.2f} words)")
+    if args.single:
+        subset = ids[: args.single]
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for one in subset:
+                list(beam_module.search_sources(model, [one], args.beam, max_words=args.max_words))
+        single_rate = len(subset) / (time.perf_counter() - started)
+        print(f"one source at a time: {single_rate:.1f} sources/s; batching gains {batched_rate / single_rate:.1f}x")
+    hours = FULL_TABLE_SOURCES / batched_rate / 3600
+    print(f"every distinct source of the fixture's full table ({FULL_TABLE_SOURCES:,}): {hours:.1f} h at this rate "
+          f"on {args.threads} thread(s)")
+
+
+if __name__ == "__main__":
+    main()

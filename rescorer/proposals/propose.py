@@ -1,0 +1,321 @@
+"""``rescorer propose``: a phrase table completed with the targets the RNN Encoder–Decoder proposes.
+
+The paper's conclusion names the step: "replace the whole, or a part of the phrase table by
+letting the RNN Encoder–Decoder propose target phrases". A run goes:
+
+1. the word tables and the table are read once and checked (:mod:`rescorer.proposals.lexical`,
+   :func:`rescorer.proposals.sources.scan_table`), and the sources to fill are chosen, before any
+   search;
+2. the batched beam search (:mod:`rescorer.proposals.beam`) proposes targets for those sources,
+   batch by batch, streamed in the table's sort order; a proposal the table already holds, one
+   with ``[UNK]`` and one cut before ``</s>`` are dropped;
+3. the table's lines, byte for byte, and the proposed lines are merged into sorted order (what
+   ``LC_ALL=C sort`` gives and Moses' training writes) in a work file beside the output;
+4. that table goes through ``rescore-phrase-table``'s own pipeline
+   (:func:`rescorer.pipeline.rescore.rescore_phrase_table`), which appends the RNN and
+   unknown-word columns to every line and, for the proposed lines, an indicator column exp(1)
+   (1 elsewhere), so that Moses' feature counts the proposals a translation uses;
+5. the result is renamed onto the output.
+
+Nothing holds the table in memory: the search reads its own stream of sources, and the merge pulls
+proposals from it as the table's lines pass. A failed run leaves no file behind.
+docs/proposals.md says how each column of a proposed line is filled, and why.
+"""
+
+from __future__ import annotations
+
+import array
+import itertools
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from tqdm import tqdm
+
+from moses_integration.files import atomic_path, display_name, exclusive_use, open_output
+from moses_integration.phrase_table import SEPARATOR, iter_lines
+from moses_integration.tokens import split_tokens
+from rescorer.model.checkpoint import Checkpoint
+from rescorer.model.device import select_device
+from rescorer.model.vocab import UNK_ID
+from rescorer.pipeline.errors import RescoreError
+from rescorer.pipeline.rescore import LOW_OVERLAP_PERCENT, RescoreOptions, RescoreSummary, rescore_phrase_table
+from rescorer.proposals.beam import default_rows_per_step, search_sources
+from rescorer.proposals.lexical import LexicalScores, WordTable, lexical_scores, read_word_table
+from rescorer.proposals.sources import (
+    KINDS,
+    MOSES_COLUMNS,
+    Choice,
+    ProposalInputError,
+    Skipped,
+    SourceToFill,
+    TableScan,
+    choose_for_text,
+    scan_table,
+    source_key,
+    table_sources,
+    text_ngrams,
+)
+
+NEW_COLUMNS = 3  # p_RNN, exp(-unknown words), proposed
+
+
+@dataclass
+class ProposeOptions:
+    for_text: str | None = None  # None: every source of the table
+    thin_below: int = 3  # a text n-gram with fewer targets in the table is thin
+    max_source_words: int | None = None  # n-grams of --for-text up to this length [the table's longest source]
+    beam: int = 10
+    per_source: int = 5  # proposals kept per source (the best new ones among the beam's)
+    max_target_words: int | None = None  # [the table's longest target]
+    lex_e2f: str | None = None  # [lex.e2f beside the table]
+    lex_f2e: str | None = None
+    list_path: str | None = None  # TSV of the proposals: kind, source, target, log p
+    rows_per_step: int | None = None  # hypotheses per decoder step [CPU 4096, GPU 16384]
+    # The rescoring pipeline's options; its device and progress bar serve the search too.
+    rescore: RescoreOptions = field(default_factory=RescoreOptions)
+
+
+@dataclass
+class KindCounts:
+    """The search's outcome for one kind of source."""
+
+    sources: int = 0  # sources searched
+    filled: int = 0  # sources that got at least one proposal
+    proposals: int = 0
+    found_in_table: int = 0  # finished beam targets the table already holds for the source
+    dropped: int = 0  # beam targets with [UNK], empty, or cut before </s>
+    unlinked: int = 0  # new targets none of whose words the word tables link to a source word
+
+
+@dataclass
+class ProposeSummary:
+    scan: TableScan
+    phrase_probabilities: tuple[float, float]
+    kinds: dict[str, KindCounts] = field(default_factory=lambda: {k: KindCounts() for k in KINDS})
+    choice: Choice | None = None
+    skipped: Skipped = field(default_factory=Skipped)  # sources with a word outside the source shortlist
+    search_seconds: float = 0.0
+    rescore: RescoreSummary | None = None
+    seconds: float = 0.0
+
+    @property
+    def proposals(self) -> int:
+        return sum(k.proposals for k in self.kinds.values())
+
+    @property
+    def searched(self) -> int:
+        return sum(k.sources for k in self.kinds.values())
+
+    def report(self) -> str:
+        p_fe, p_ef = self.phrase_probabilities
+        rate = self.searched / self.search_seconds if self.search_seconds > 0 else 0.0
+        lines = [f"table: {self.scan.lines} lines, {self.scan.sources} sources (longest {self.scan.max_source_words} "
+                 f"words); proposed lines get p(f|e) {p_fe:.6g}, p(e|f) {p_ef:.6g} (geometric means over "
+                 f"{self.scan.singletons or self.scan.lines} {'singleton ' if self.scan.singletons else ''}pairs)"]
+        if self.choice is not None:
+            c = self.choice
+            lines.append(f"text: {c.ngrams} distinct n-grams, {c.covered} covered, {c.count('thin')} thin, "
+                         f"{c.count('missing')} missing")
+        if self.skipped.count:
+            lines.append(f"skipped {self.skipped.count} sources with a word outside the model's source shortlist "
+                         f"(e.g. {self.skipped.example!r}): the network would read [UNK] there")
+        for kind, k in self.kinds.items():
+            if k.sources:
+                lines.append(f"{kind}: {k.sources} sources searched, {k.filled} got proposals, {k.proposals} "
+                             f"proposals; {k.found_in_table} beam targets already in the table, {k.dropped} dropped "
+                             f"([UNK], empty or unfinished), {k.unlinked} without a word link in the lex tables")
+        lines.append(f"search: {self.searched} sources in {self.search_seconds:.1f} s ({rate:.1f} sources/s)")
+        if self.rescore is not None:
+            lines.append(self.rescore.report())
+        lines.append(f"wrote {self.scan.lines + self.proposals} lines ({self.proposals} proposed) in "
+                     f"{self.seconds:.1f} s")
+        return "\n".join(lines)
+
+
+def default_lex_paths(table: str) -> tuple[str, str]:
+    """``lex.e2f`` and ``lex.f2e`` in the table's folder, where ``train-model.perl`` writes them."""
+    folder = Path(table).resolve().parent
+    return str(folder / "lex.e2f"), str(folder / "lex.f2e")
+
+
+def check_propose_paths(table: str, output: str, opts: ProposeOptions) -> None:
+    """Refuse paths that cannot work, before anything is read."""
+    if table == "-" or output == "-":
+        raise RescoreError("propose reads the table twice and renames its output into place: give files, not -")
+    if not Path(table).is_file():
+        raise RescoreError(f"input {table} is not a file")
+    if Path(table).resolve() == Path(output).resolve():
+        raise RescoreError(f"refusing to overwrite the input {table}; choose another output path")
+    for path in (output, opts.list_path):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise RescoreError(f"output folder {Path(path).parent} does not exist")
+    if opts.for_text is not None and not Path(opts.for_text).is_file():
+        raise RescoreError(f"--for-text {opts.for_text} is not a file")
+    if opts.per_source > opts.beam:
+        raise RescoreError(f"--per-source {opts.per_source} is more than the beam keeps (--beam {opts.beam})")
+
+
+def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOptions) -> ProposeSummary:
+    """Write ``output``: ``table`` completed with proposals and its three new columns (module doc)."""
+    started = time.monotonic()
+    check_propose_paths(table, output, opts)
+    e2f_path, f2e_path = default_lex_paths(table)
+    word_tables = (read_word_table(opts.lex_f2e or f2e_path), read_word_table(opts.lex_e2f or e2f_path))
+    summary, sources, total = _choose_sources(table, checkpoint, opts)
+    checkpoint.model.to(select_device(opts.rescore.device)).eval()
+    max_words = opts.max_target_words or summary.scan.max_target_words
+    out = Path(output)
+    with exclusive_use(output), tempfile.TemporaryDirectory(prefix=f".{out.name}.propose.", dir=out.parent) as work:
+        listing, merged = Path(work) / "proposals.tsv", Path(work) / "merged.gz"
+        with open(listing, "w", encoding="utf-8") as list_fh, \
+                tqdm(total=total, unit="src", desc="proposing", disable=not opts.rescore.progress, file=sys.stderr,
+                     dynamic_ncols=True) as bar, open_output(merged, compresslevel=1) as merged_fh:
+            found = _propose_lines(sources, checkpoint, opts, max_words, word_tables, summary, list_fh, bar)
+            flagged = merge_proposals(table, found, merged_fh)
+        final = Path(work) / ("table.gz" if output.endswith(".gz") else "table")
+        rescore_opts = replace(opts.rescore, flag_lines=flagged, num_scores=len(MOSES_COLUMNS))
+        summary.rescore = rescore_phrase_table(str(merged), str(final), checkpoint, rescore_opts)
+        with atomic_path(output) as tmp:
+            os.replace(final, tmp)
+        if opts.list_path is not None:
+            with atomic_path(opts.list_path) as tmp:
+                os.replace(listing, tmp)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions,
+                    ) -> tuple[ProposeSummary, Iterable[SourceToFill], int]:
+    """The table scan and the sources to fill, in sort order, with how many there will be."""
+    ngrams: dict[str, int] = {}
+    if opts.for_text is not None:
+        # The n-gram length is the table's longest source, which only the scan knows: read the
+        # text with a generous bound first (phrase tables rarely go beyond 7 words) and cut after.
+        ngrams = text_ngrams(opts.for_text, opts.max_source_words or 20)
+    scan = scan_table(table, checkpoint.src_vocab, checkpoint.tgt_vocab, frozenset(ngrams))
+    _check_overlap(table, scan, checkpoint)
+    summary = ProposeSummary(scan, scan.phrase_probabilities())
+    if opts.for_text is None:
+        return summary, table_sources(table, checkpoint.src_vocab, summary.skipped), scan.sources
+    longest = opts.max_source_words or scan.max_source_words
+    ngrams = {g: n for g, n in ngrams.items() if g.count(" ") < longest}
+    summary.choice = choose_for_text(ngrams, scan, checkpoint.src_vocab, opts.thin_below)
+    summary.skipped = summary.choice.skipped
+    return summary, summary.choice.to_fill, len(summary.choice.to_fill)
+
+
+def _check_overlap(table: str, scan: TableScan, checkpoint: Checkpoint) -> None:
+    """Stop when the model's shortlists miss most of the table's words (a model for another table)."""
+    for side, share in (("source", scan.known_source_share), ("target", scan.known_target_share)):
+        if scan.lines and 100 * share < LOW_OVERLAP_PERCENT:
+            where = getattr(checkpoint, "path", None) or "the model"
+            raise ProposalInputError(
+                f"{where}: its {side} shortlist holds only {100 * share:.1f}% of the {side} words of "
+                f"{display_name(table)}; proposals need the model trained for this table")
+
+
+def _propose_lines(sources: Iterable[SourceToFill], checkpoint: Checkpoint, opts: ProposeOptions, max_words: int,
+                   tables: tuple[WordTable, WordTable], summary: ProposeSummary, list_fh, bar) -> Iterator[bytes]:
+    """The proposed lines, sorted as the merge needs them, searched one batch of sources at a time."""
+    model, src_vocab, tgt_vocab = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
+    device = next(model.parameters()).device
+    rows = opts.rows_per_step or default_rows_per_step(device)
+    per_batch = max(1, rows // opts.beam)
+    p_fe, p_ef = summary.phrase_probabilities
+    iterator = iter(sources)
+    while batch := list(itertools.islice(iterator, per_batch)):
+        started = time.monotonic()
+        ids = [src_vocab.encode(split_tokens(s.source)) for s in batch]
+        results = list(search_sources(model, ids, opts.beam, max_words=max_words, rows_per_step=rows))
+        summary.search_seconds += time.monotonic() - started
+        for to_fill, hypotheses in zip(batch, results, strict=True):
+            counts = summary.kinds[to_fill.kind]
+            counts.sources += 1
+            source_words = split_tokens(to_fill.source)
+            linked: list[tuple[str, float, LexicalScores]] = []
+            for h in hypotheses:
+                if not h.finished or not h.ids or UNK_ID in h.ids:
+                    counts.dropped += 1
+                    continue
+                target = " ".join(tgt_vocab.decode(h.ids))
+                if target in to_fill.targets:
+                    counts.found_in_table += 1
+                    continue
+                if len(linked) == opts.per_source:
+                    continue
+                lex = lexical_scores(source_words, target.split(" "), *tables)
+                # Moses' extraction never makes a pair without a word link (and its compact tables
+                # refuse an empty alignment): a target the word tables cannot link to the source goes.
+                if lex.alignment:
+                    linked.append((target, h.log_p, lex))
+                else:
+                    counts.unlinked += 1
+            counts.filled += bool(linked)
+            counts.proposals += len(linked)
+            for target, log_p, lex in sorted(linked, key=lambda t: source_key(t[0])):
+                list_fh.write(f"{to_fill.kind}\t{to_fill.source}\t{target}\t{log_p:.6f}\n")
+                yield (f"{to_fill.source} ||| {target} ||| {p_fe:.6g} {lex.source_given_target:.6g} {p_ef:.6g} "
+                       f"{lex.target_given_source:.6g} ||| {lex.alignment_field()}").encode()
+        bar.update(len(batch))
+
+
+def merge_proposals(table: str, proposals: Iterable[bytes], out: BinaryIO) -> np.ndarray:
+    """Write the table's lines (byte for byte) and the proposed lines in sorted order to ``out``.
+
+    Both streams are sorted as ``LC_ALL=C sort`` sorts lines; a proposed line goes before the first
+    table line that sorts after it. Comparing a proposal's ``source ||| target ||| `` with a whole
+    table line decides as comparing the two lines would: phrases hold no ``|||`` (Moses escapes
+    ``|``), so the first difference falls inside that prefix. Returns the 1-based output line
+    numbers of the proposed lines (what the indicator column flags).
+    """
+    flagged = array.array("q")
+    queue = _InOrder(iter(proposals))
+    line_no = 0
+    for _, raw in iter_lines(table):
+        while queue.line is not None and queue.key < raw:
+            line_no += 1
+            out.write(queue.line + b"\n")
+            flagged.append(line_no)
+            queue.advance()
+        if queue.line is not None and raw.startswith(queue.key):
+            raise RuntimeError(f"a proposal repeats a pair of the table: {queue.line[:80]!r}")
+        line_no += 1
+        out.write(raw + b"\n")
+    while queue.line is not None:
+        line_no += 1
+        out.write(queue.line + b"\n")
+        flagged.append(line_no)
+        queue.advance()
+    return np.frombuffer(flagged, dtype=np.int64).copy() if flagged else np.zeros(0, dtype=np.int64)
+
+
+class _InOrder:
+    """The next proposed line and its sort key; a line out of order is a bug, not bad input."""
+
+    def __init__(self, lines: Iterator[bytes]) -> None:
+        self.lines = lines
+        self.line: bytes | None = None
+        self.key = b""
+        self.advance()
+
+    def advance(self) -> None:
+        previous = self.key
+        self.line = next(self.lines, None)
+        self.key = _pair_key(self.line)
+        if self.line is not None and previous and self.key <= previous:
+            raise RuntimeError(f"proposals out of order: {self.line[:80]!r}")
+
+
+def _pair_key(line: bytes | None) -> bytes:
+    """``source ||| target ||| `` of a proposed line: what it sorts by against the table's lines."""
+    if line is None:
+        return b""
+    parts = line.split(SEPARATOR, 2)
+    return parts[0] + SEPARATOR + parts[1] + SEPARATOR

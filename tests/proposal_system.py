@@ -1,0 +1,43 @@
+"""A small system for ``rescorer propose``'s tests: Moses-style word tables and a model that ends targets."""
+
+from __future__ import annotations
+
+import gzip
+from collections import Counter
+from pathlib import Path
+
+import torch
+from analysis_checkpoint import write_random_checkpoint
+
+from moses_integration.tokens import split_tokens
+from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
+from rescorer.model.vocab import EOS_ID, UNK_ID
+
+
+def write_word_tables(table: Path, folder: Path) -> None:
+    """lex.f2e / lex.e2f as train-model.perl estimates them, here from the table's aligned words."""
+    joint: Counter = Counter()
+    with gzip.open(table, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            fields = line.split(" ||| ")
+            src, tgt = split_tokens(fields[0]), split_tokens(fields[1])
+            for link in fields[3].split():
+                j, i = map(int, link.split("-"))
+                joint[src[j], tgt[i]] += 1
+    by_f, by_e = Counter(), Counter()
+    for (f, e), n in joint.items():
+        by_f[f] += n
+        by_e[e] += n
+    (folder / "lex.f2e").write_text("".join(f"{e} {f} {n / by_f[f]:.7f}\n" for (f, e), n in joint.items()))
+    (folder / "lex.e2f").write_text("".join(f"{f} {e} {n / by_e[e]:.7f}\n" for (f, e), n in joint.items()))
+
+
+def write_model(table: Path, out: Path) -> Path:
+    """A seeded random model over the table's words whose targets end within a few words."""
+    write_random_checkpoint(table, out)
+    checkpoint = load_checkpoint(out)
+    with torch.no_grad():
+        checkpoint.model.out_vocab.bias[EOS_ID] += 2.0
+        checkpoint.model.out_vocab.bias[UNK_ID] -= 20.0
+    return save_checkpoint(out, model=checkpoint.model, config=checkpoint.config, src_vocab=checkpoint.src_vocab,
+                           tgt_vocab=checkpoint.tgt_vocab)

@@ -1,0 +1,237 @@
+"""``rescorer propose``: the completed table against the input, the model and the word tables."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import math
+import shutil
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from analysis_checkpoint import EXAMPLE_TABLE
+from click.testing import CliRunner
+from proposal_system import write_model, write_word_tables
+
+from moses_integration.moses_ini import MosesIni
+from moses_integration.tokens import split_tokens
+from rescorer.cli import main
+from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
+from rescorer.model.vocab import Vocab
+from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.proposals.lexical import lexical_scores, read_word_table
+from rescorer.proposals.propose import ProposeOptions, propose
+
+SEP = b" ||| "
+EXAMPLE_INI = EXAMPLE_TABLE.parent / "moses.ini"
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("system")
+    shutil.copy(EXAMPLE_TABLE, folder / "phrase-table.gz")
+    write_word_tables(folder / "phrase-table.gz", folder)
+    write_model(folder / "phrase-table.gz", folder / "model.pt")
+    return folder
+
+
+def _options(**kwargs) -> ProposeOptions:
+    return ProposeOptions(rescore=RescoreOptions(progress=False, device="cpu", workers=0), **kwargs)
+
+
+def _lines(path: Path) -> list[bytes]:
+    return gzip.decompress(path.read_bytes()).splitlines()
+
+
+def _split(line: bytes) -> tuple[list[bytes], list[bytes]]:
+    fields = line.split(SEP)
+    return fields, fields[2].split(b" ")
+
+
+def _listing(path: Path) -> list[tuple[str, str, str, float]]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        return [(k, s, t, float(p)) for k, s, t, p in csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+def _log_p(checkpoint, source: str, target: str) -> float:
+    """log p(target | source) by the model's scoring path."""
+    src = checkpoint.src_vocab.encode(split_tokens(source), add_eos=True)
+    tgt = checkpoint.tgt_vocab.encode(split_tokens(target), add_eos=True)
+    with torch.no_grad():
+        c = checkpoint.model.encode(torch.tensor([src]), torch.tensor([len(src)]))
+        return float(checkpoint.model.score_targets(c, torch.tensor([tgt]), torch.tensor([len(tgt)])))
+
+
+def test_every_source_the_table_lines_byte_for_byte_and_the_proposals_in_sorted_order(system, tmp_path) -> None:
+    table, out, listing = system / "phrase-table.gz", tmp_path / "completed.gz", tmp_path / "proposals.tsv"
+    checkpoint = load_checkpoint(system / "model.pt")
+    summary = propose(str(table), str(out), checkpoint, _options(beam=6, per_source=3, list_path=str(listing)))
+    given, written = _lines(table), _lines(out)
+    assert written == sorted(written), "the output is in LC_ALL=C byte order"
+    assert len(written) == len(given) + summary.proposals and summary.proposals > 10
+
+    originals, proposed = [], []
+    for line in written:
+        fields, scores = _split(line)
+        assert len(scores) == 7 and scores[-1] in (b"1", b"2.71828")
+        if scores[-1] == b"1":
+            fields[2] = b" ".join(scores[:-3])
+            originals.append(SEP.join(fields))
+        else:
+            proposed.append(line)
+    assert originals == given  # every input line, unchanged but for the three new columns
+
+    pairs = {tuple(line.split(SEP)[:2]) for line in given}
+    listed = _listing(listing)
+    assert [(s.encode(), t.encode()) for _, s, t, _ in listed] == [tuple(p.split(SEP)[:2]) for p in proposed]
+    per_source = Counter(s for _, s, _, _ in listed)
+    assert max(per_source.values()) <= 3
+    f2e, e2f = read_word_table(system / "lex.f2e"), read_word_table(system / "lex.e2f")
+    p_fe, p_ef = summary.phrase_probabilities
+    for line, (kind, source, target, log_p) in zip(proposed, listed, strict=True):
+        fields, scores = _split(line)
+        assert kind == "table" and (fields[0], fields[1]) not in pairs
+        assert len(fields) == 4  # source, target, scores, alignment: what Moses needs
+        lex = lexical_scores(split_tokens(source), split_tokens(target), f2e, e2f)
+        assert scores[:4] == [f"{v:.6g}".encode() for v in (p_fe, lex.source_given_target, p_ef,
+                                                               lex.target_given_source)]
+        assert fields[3] == lex.alignment_field().encode() and lex.alignment
+        # The beam's log p is the model's, and the pipeline wrote the same value in the RNN column.
+        assert log_p == pytest.approx(_log_p(checkpoint, source, target), abs=1e-4)
+        assert math.log(float(scores[4])) == pytest.approx(log_p, abs=1e-4)
+        assert scores[5] == b"1"  # the proposal's words are all in the shortlist
+    # The phrase probabilities: geometric means over the table's pairs (the example has no singleton).
+    logs = np.log([[float(x) for x in _split(line)[1][0:3:2]] for line in given])
+    assert (p_fe, p_ef) == pytest.approx(tuple(np.exp(logs.mean(axis=0))))
+
+
+def test_for_a_text_only_its_missing_and_thin_ngrams_whose_words_the_model_knows(system, tmp_path) -> None:
+    table, out, listing = system / "phrase-table.gz", tmp_path / "completed.gz", tmp_path / "proposals.tsv"
+    text = tmp_path / "dev.en"
+    text.write_text("all canadians must support the budget\nthe zzyzx minister\n")
+    checkpoint = load_checkpoint(system / "model.pt")
+    summary = propose(str(table), str(out), checkpoint,
+                      _options(for_text=str(text), thin_below=3, beam=6, per_source=2, list_path=str(listing)))
+    targets = defaultdict(set)
+    for line in _lines(table):
+        fields = line.decode().split(" ||| ")
+        targets[fields[0]].add(fields[1])
+    longest = max(len(s.split()) for s in targets)
+    ngrams = {" ".join(w[i:j]) for w in (line.split() for line in text.read_text().splitlines())
+              for i in range(len(w)) for j in range(i + 1, min(len(w), i + longest) + 1)}
+    expected = {g for g in ngrams if len(targets.get(g, ())) < 3 and "zzyzx" not in g}
+    searched = summary.kinds["missing"].sources + summary.kinds["thin"].sources
+    assert searched == len(expected) and summary.kinds["table"].sources == 0
+    assert summary.choice.skipped.count == sum("zzyzx" in g and len(targets.get(g, ())) < 3 for g in ngrams)
+    for kind, source, target, _ in _listing(listing):
+        assert source in expected and target not in targets.get(source, ())
+        assert kind == ("thin" if source in targets else "missing")
+    assert summary.proposals == len(_listing(listing)) > 0
+    written = _lines(out)
+    assert written == sorted(written) and len(written) == len(_lines(table)) + summary.proposals
+
+
+def test_the_cli_writes_a_moses_ini_with_three_more_features_at_weight_0(system, tmp_path) -> None:
+    ini = tmp_path / "moses.ini"
+    shutil.copy(EXAMPLE_INI, ini)
+    result = CliRunner().invoke(main, [
+        "propose", str(system / "phrase-table.gz"), str(tmp_path / "out.gz"), "--model", str(system / "model.pt"),
+        "--beam", "4", "--per-source", "2", "--moses-ini", str(ini), "--moses-ini-out", str(tmp_path / "new.ini"),
+        "--device", "cpu", "--threads", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "proposals" in result.output and "sources/s" in result.output
+    new = MosesIni.read(tmp_path / "new.ini")
+    (table,) = new.phrase_tables()
+    assert table.num_features == 7 and table.args["path"] == str((tmp_path / "out.gz").resolve())
+    assert new.weights()["TranslationModel0"] == [0.2, 0.2, 0.2, 0.2, 0.0, 0.0, 0.0]
+    assert all(len(_split(line)[1]) == 7 for line in _lines(tmp_path / "out.gz"))
+
+
+def _cli(system: Path, table: Path, out: Path, *extra: str):
+    return CliRunner().invoke(main, ["propose", str(table), str(out), "--model", str(system / "model.pt"),
+                                     "--lex-e2f", str(system / "lex.e2f"), "--lex-f2e", str(system / "lex.f2e"),
+                                     "--beam", "3", "--per-source", "1", "--device", "cpu", "--threads", "1", "-q",
+                                     *extra])
+
+
+def _nothing_left(folder: Path, out: Path) -> bool:
+    return not out.exists() and not [p for p in folder.iterdir() if p.name.startswith(f".{out.name}")]
+
+
+def test_missing_or_malformed_word_tables_stop_before_the_search_with_file_and_line(system, tmp_path) -> None:
+    table, out = tmp_path / "phrase-table.gz", tmp_path / "out.gz"
+    shutil.copy(system / "phrase-table.gz", table)
+    result = CliRunner().invoke(main, ["propose", str(table), str(out), "--model", str(system / "model.pt"), "-q"])
+    assert result.exit_code == 1 and "lex.f2e: no such word translation table" in result.output
+    bad = tmp_path / "lex.bad"
+    bad.write_text("la the 0.5\nmaison house\n")
+    result = _cli(system, table, out, "--lex-f2e", str(bad))
+    assert result.exit_code == 1 and "lex.bad:2: expected 'word given probability', found 2 fields" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert _nothing_left(tmp_path, out)
+
+
+def test_an_unsorted_table_is_refused_at_the_line_out_of_order(system, tmp_path) -> None:
+    lines = _lines(system / "phrase-table.gz")
+    lines[10], lines[40] = lines[40], lines[10]
+    table, out = tmp_path / "table.gz", tmp_path / "out.gz"
+    table.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
+    result = _cli(system, table, out)
+    assert result.exit_code == 1 and "table.gz:12: the table is not sorted as `LC_ALL=C sort`" in result.output
+    assert _nothing_left(tmp_path, out)
+
+
+def test_a_model_for_another_table_is_refused_in_one_line(system, tmp_path) -> None:
+    checkpoint = load_checkpoint(system / "model.pt")
+    foreign = Vocab(["</s>", "[UNK]", *[f"w{i}" for i in range(len(checkpoint.src_vocab) - 2)]])
+    model = tmp_path / "foreign.pt"
+    save_checkpoint(model, model=checkpoint.model, config=checkpoint.config, src_vocab=foreign,
+                    tgt_vocab=checkpoint.tgt_vocab)
+    out = tmp_path / "out.gz"
+    result = CliRunner().invoke(main, ["propose", str(system / "phrase-table.gz"), str(out), "--model", str(model),
+                                       "-q", "--device", "cpu"])
+    assert result.exit_code == 1 and "source shortlist holds only 0.0% of the source words" in result.output
+    assert _nothing_left(tmp_path, out)
+
+
+def test_a_source_with_a_word_the_model_lacks_keeps_its_lines_and_gets_no_proposal(system, tmp_path) -> None:
+    extra = b"qqqq ||| ququ ||| 0.5 0.5 0.5 0.5 ||| 0-0 ||| 1 1 1 ||| |||"
+    lines = sorted([*_lines(system / "phrase-table.gz"), extra])
+    table, out = tmp_path / "table.gz", tmp_path / "out.gz"
+    table.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
+    result = _cli(system, table, out)
+    assert result.exit_code == 0, result.output
+    assert "skipped 1 sources with a word outside the model's source shortlist (e.g. 'qqqq')" in result.output
+    written = [line for line in _lines(out) if line.startswith(b"qqqq ")]
+    assert len(written) == 1 and written[0].startswith(b"qqqq ||| ququ ||| 0.5 0.5 0.5 0.5 ") \
+        and _split(written[0])[1][-1] == b"1"
+
+
+def test_the_pipeline_flags_lines_by_input_line_number_even_around_rejected_lines(system, tmp_path) -> None:
+    lines = _lines(system / "phrase-table.gz")[:8]
+    lines.insert(3, b"broken ||| line")  # line 4 goes to the rejects
+    table, out = tmp_path / "table.gz", tmp_path / "out.gz"
+    table.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
+    options = RescoreOptions(progress=False, device="cpu", workers=0, skip_bad_lines=True, chunk_lines=3,
+                             flag_lines=np.array([2, 4, 6, 9]))
+    rescore_phrase_table(str(table), str(out), load_checkpoint(system / "model.pt"), options)
+    flags = [_split(line)[1][-1] for line in _lines(out)]
+    # Output rows are input lines 1-3 and 5-9; lines 2, 6 and 9 are flagged.
+    assert flags == [b"1", b"2.71828", b"1", b"1", b"2.71828", b"1", b"1", b"2.71828"]
+
+
+def test_a_run_that_fails_while_rescoring_leaves_no_file(system, tmp_path, monkeypatch) -> None:
+    import rescorer.proposals.propose as module
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(module, "rescore_phrase_table", broken)
+    out, listing = tmp_path / "out.gz", tmp_path / "list.tsv"
+    with pytest.raises(OSError, match="disk full"):
+        propose(str(system / "phrase-table.gz"), str(out), load_checkpoint(system / "model.pt"),
+                _options(beam=3, per_source=1, list_path=str(listing)))
+    assert list(tmp_path.iterdir()) == []
