@@ -14,13 +14,13 @@ gives the same bytes.
 
 from __future__ import annotations
 
-import gzip
 import math
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from moses_integration.files import compress_member
 from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, append_score_columns_bulk, format_log_probability
 from rescorer.tables.chunks import LineChunk
 
@@ -57,7 +57,7 @@ def format_chunk(
     data = _append_columns(lines, score_columns(log_probs, n_unknown)) if len(lines) else b""
     if compresslevel is None:
         return bytes(data)
-    return gzip.compress(data, compresslevel=compresslevel, mtime=0)
+    return compress_member(data, compresslevel)
 
 
 def _append_columns(lines: LineChunk, columns: pa.Array) -> bytes | memoryview:

@@ -37,7 +37,14 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from moses_integration.files import display_name, exclusive_use, input_position, open_input
+from moses_integration.files import (
+    DEFAULT_MEMBER_LEVEL,
+    MEMBER_LEVELS,
+    display_name,
+    exclusive_use,
+    input_position,
+    open_input,
+)
 from moses_integration.phrase_table import PhraseTableError
 from moses_integration.threads import available_cpus
 from rescorer.model.checkpoint import Checkpoint
@@ -72,7 +79,7 @@ class RescoreOptions:
     shard: tuple[int, int] | None = None  # (K, N), K in 1..N
     resume: bool = False
     scores_parquet: str | None = None
-    compresslevel: int = 6
+    compresslevel: int = DEFAULT_MEMBER_LEVEL  # ISA-L igzip level of each chunk's gzip member (0..3)
     progress: bool = True
     device: str = "auto"
     precision: str = "auto"
@@ -572,6 +579,9 @@ def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> No
         raise RescoreError(f"--chunk-lines must be a whole number >= 1, got {opts.chunk_lines!r}")
     if not _whole_number_at_least(opts.workers, 0):
         raise RescoreError(f"-j/--workers must be a whole number >= 0, got {opts.workers!r}")
+    if opts.compresslevel not in MEMBER_LEVELS:
+        raise RescoreError(f"--compress-level must be {MEMBER_LEVELS[0]}..{MEMBER_LEVELS[-1]} (ISA-L's igzip levels), "
+                           f"got {opts.compresslevel!r}")
     budget = opts.scoring.token_budget
     if budget is not None and not _whole_number_at_least(budget, 1):
         raise RescoreError(f"--token-budget must be a whole number >= 1, got {budget!r}")

@@ -9,7 +9,6 @@ Validation is vectorised too; only when a chunk is found to hold a bad line do w
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -18,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from moses_integration.files import CORRUPT_GZIP_ERRORS
 from moses_integration.phrase_table import SEPARATOR, PhraseTableError, parse_line, score_tokens
 from moses_integration.tokens import split_tokens_arrow
 
@@ -123,7 +123,7 @@ def iter_line_chunks(
     while True:
         try:
             block = read(BLOCK_BYTES)
-        except (EOFError, zlib.error, OSError) as exc:
+        except CORRUPT_GZIP_ERRORS as exc:
             raise UnreadableInputError(
                 path, line_no + len(ends), f"input is truncated or corrupt ({exc})"
             ) from exc
