@@ -54,7 +54,9 @@ def format_chunk(
     """
     if len(lines) != len(log_probs):
         raise ValueError(f"{len(lines)} lines but {len(log_probs)} scores")
-    data = _append_columns(lines, score_columns(log_probs, n_unknown)) if len(lines) else b""
+    if not len(lines):  # no member for no lines: a shard's skipped chunks add no bytes to the output
+        return b""
+    data = _append_columns(lines, score_columns(log_probs, n_unknown))
     if compresslevel is None:
         return bytes(data)
     return compress_member(data, compresslevel)

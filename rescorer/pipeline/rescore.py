@@ -64,6 +64,7 @@ from rescorer.pipeline.resume import (
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions
 from rescorer.pipeline.scoring_plan import ScoringPlan
 from rescorer.pipeline.shards import ShardFilter
+from rescorer.tables.aligned import aligned_chunks
 from rescorer.tables.chunks import LineChunk, UnreadableInputError, iter_line_chunks
 
 WP_SIDES = ("target", "source", "both")
@@ -490,7 +491,8 @@ def _read_stage(fh, path, opts, done, shard_filter, scorer, known, pool, vocab, 
     started = time.thread_time()
     try:
         positions = (lambda: input_position(fh)) if shard_filter else None
-        for chunk in iter_line_chunks(fh, path, opts.chunk_lines, positions=positions):
+        for chunk in aligned_chunks(iter_line_chunks(fh, path, opts.chunk_lines, positions=positions),
+                                    opts.chunk_lines):
             if stop.is_set():
                 return
             if chunk.last_line_no <= done["lines_done"]:

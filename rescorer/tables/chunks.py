@@ -46,6 +46,8 @@ class LineChunk:
     # Where each line ends in the *file* (compressed bytes for gzip), when asked for: the measure
     # --shard cuts by, so that no shard needs a pass over the table to learn its size.
     positions: np.ndarray | None = None
+    # Whether the first line is a sync point of :mod:`rescorer.tables.aligned` (where shards start).
+    sync: bool = False
 
     @classmethod
     def from_lines(cls, first_line_no: int, lines: list[bytes], end_offset: int = 0) -> LineChunk:
@@ -67,6 +69,13 @@ class LineChunk:
     @property
     def last_line_no(self) -> int:
         return self.first_line_no + len(self) - 1
+
+    def slice(self, start: int, stop: int) -> LineChunk:
+        """Lines ``start`` to ``stop`` (exclusive), positions kept; one copy of their bytes."""
+        a, b = int(self.offsets[start]), int(self.offsets[stop])
+        positions = self.positions[start:stop] if self.positions is not None else None
+        return LineChunk(self.first_line_no + start, self.data[a:b], self.offsets[start : stop + 1] - a,
+                         self.end_offset - (len(self.data) - b), positions)
 
     def take(self, rows: np.ndarray) -> LineChunk:
         """The chunk of lines ``rows`` (increasing); line numbers start at the first one's.
