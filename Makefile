@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench tune table1 image image-check clean
+.PHONY: install test lint demo bench tune tune-moses table1 image image-check clean
 
 install: $(STAMP)
 
@@ -69,9 +69,14 @@ THREADS ?= 2
 RESCORE_ARGS ?=
 TUNE_ARGS ?=
 
-tune: install
-	@test -n "$(MOSES_BIN_DIR)" || { echo "make tune needs MOSES_BIN_DIR=<folder with the moses binary>" >&2; exit 1; }
-	@test -x "$(MOSES_BIN_DIR)/moses" || { echo "no executable moses in MOSES_BIN_DIR=$(MOSES_BIN_DIR)" >&2; exit 1; }
+# Moses is checked before anything is installed or computed; the message says where to get it.
+GETTING_MOSES := to get Moses, see docs/moses-nplm.md (build it) or docker/README.md (an image with it)
+
+tune-moses:
+	@test -n "$(MOSES_BIN_DIR)" || { echo "make tune needs MOSES_BIN_DIR=<folder with the moses binary>; $(GETTING_MOSES)" >&2; exit 1; }
+	@test -x "$(MOSES_BIN_DIR)/moses" || { echo "no executable moses in MOSES_BIN_DIR=$(MOSES_BIN_DIR); $(GETTING_MOSES)" >&2; exit 1; }
+
+tune: tune-moses install
 	mkdir -p $(TUNE_OUT)
 	table=$$($(BIN)/python -c 'import os, sys; from moses_integration.moses_ini import MosesIni; \
 		t = MosesIni.read(sys.argv[1]).phrase_tables(); \
@@ -86,9 +91,10 @@ tune: install
 		--ref $(TEST_REF) $(if $(TEST_TOK_REF),--tok-ref $(TEST_TOK_REF)) --lang $(TARGET_LANG) \
 		--output-dir $(TUNE_OUT)/eval --threads $(THREADS) --report $(TUNE_OUT)/eval/report.json
 
-# The Table 1 experiment (README, "The experiment"): raw text to the four tuned systems and
+# The Table 1 experiment (docs/table1.md): raw text to the four tuned systems and
 # results/table1.{md,json,png}, through `table1 all` (its steps, in order: table1/experiment.py's
-# STEPS). Every step skips what is done, so `make table1` may be rerun after an interruption;
+# STEPS). It checks the Moses tools the steps still to run need before the first step writes anything,
+# and says where to get Moses. Every step skips what is done, so `make table1` may be rerun after an interruption;
 # STEPS='tune eval' runs only those. The settings of each SCALE are in table1/settings.py.
 #   make table1 SCALE=small MOSES_BIN_DIR=/path/to/moses/bin MOSES_HOME=/path/to/moses [WORK=…] [RUNS=3]
 # CONFIGS picks configurations (baseline rnn cslm-rnn cslm-rnn-wp; default all); ALIGNER=eflomal

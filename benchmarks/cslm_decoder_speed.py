@@ -44,7 +44,7 @@ from rescorer.model.vocab import Vocab
 
 # name: (embedding, hidden layers). The one-layer shapes keep the first layer, which NPLM
 # premultiplies into the embeddings at load time, and drop the second, whose matrix-vector product
-# is the main cost of a lookup (README, "CSLM in the decoder").
+# is the main cost of a lookup (docs/moses-nplm.md, "Speed").
 SIZES = {"small": (128, [512, 256]), "paper": (512, [1536, 1024]),
          "small-one-layer": (128, [512]), "paper-one-layer": (512, [1536])}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from moses_integration.cli_options import (
+    OutputPath,
     device_option,
     friendly_errors,
     quiet_option,
@@ -43,7 +44,7 @@ def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> l
 
 @main.command("train", short_help="train a CSLM on tokenized target text")
 @click.argument("corpus")
-@click.argument("model_out", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("model_out", type=OutputPath(path_type=Path))
 @click.option("--valid", type=click.Path(exists=True, dir_okay=False),
               help="validation text [default: a random 0.1% of CORPUS's lines, at least 500]")
 @click.option("--order", type=int, default=7, show_default=True, help="n of the n-gram model")
@@ -98,35 +99,36 @@ def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hi
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @device_option()
 @threads_option()
+@quiet_option("no perplexity line on stderr")
 @friendly_errors()
-def cslm_score_command(model, text, raw, device, threads):
+def cslm_score_command(model, text, raw, device, threads, quiet):
     """One natural-log sentence probability per line of TEXT on stdout; perplexity on stderr."""
     from cslm.model_file import load_cslm
     from cslm.scoring import ScoreStats, score_lines
-    from moses_integration.files import open_input
+    from moses_integration.lines import text_lines
 
     limit_threads(threads)
     loaded = load_cslm(model, device)
     stats = ScoreStats()
-    with open_input(text) as fh:
-        lines = (raw.decode("utf-8") for raw in fh)
-        out = sys.stdout
-        for value in score_lines(loaded.model, loaded.vocab, lines, normalize=not raw, stats=stats):
-            out.write(f"{value:.6f}\n")
-    click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
-               f"perplexity {stats.perplexity:.2f}", err=True)
+    out = sys.stdout
+    for value in score_lines(loaded.model, loaded.vocab, text_lines(text), normalize=not raw, stats=stats):
+        out.write(f"{value:.6f}\n")
+    if not quiet:
+            click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
+                   f"perplexity {stats.perplexity:.2f}", err=True)
 
 
 @main.command("nbest", short_help="append CSLM0= to each line of an n-best list")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.argument("nbest_in", default="-")
-@click.argument("nbest_out", default="-")
+@click.argument("nbest_out", default="-", type=OutputPath(allow_dash=True))
 @click.option("--name", default="CSLM0", show_default=True, help="feature name (letters and digits, no '_')")
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @device_option()
 @threads_option()
+@quiet_option("no summary line on stderr (as mert-moses.pl's --transform-decoded-file)")
 @friendly_errors()
-def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads):
+def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads, quiet):
     """Append NAME= log p(hypothesis) to each line of a Moses n-best list, every other byte kept.
 
     Usable as mert-moses.pl's --transform-decoded-file (with --batch-mira).
@@ -140,13 +142,14 @@ def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads):
     stats = ScoreStats()
     lines = add_cslm_to_nbest(loaded.model, loaded.vocab, nbest_in, nbest_out, name=dense_feature_name(name),
                               normalize=not raw, stats=stats)
-    click.echo(f"{lines} hypotheses, {stats.tokens} tokens, distinct histories {stats.history_share:.1%} "
-               f"of tokens", err=True)
+    if not quiet:
+        click.echo(f"{lines} hypotheses, {stats.tokens} tokens, distinct histories {stats.history_share:.1%} "
+                   f"of tokens", err=True)
 
 
 @main.command("export-nplm", short_help="the model in NPLM's format, for Moses' NeuralLM")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.argument("out")
+@click.argument("out", type=OutputPath(allow_dash=True))
 @friendly_errors()
 def cslm_export_nplm_command(model, out):
     """Write MODEL in NPLM's text format as OUT (- for stdout), for Moses' NeuralLM feature.

@@ -1,8 +1,13 @@
 """The CSLM as an n-best feature: for ``mert tune --feature CSLM:…`` and as ``cslm nbest``, the
 ``--transform-decoded-file`` filter of ``mert-moses.pl``.
+
+MERT imports no model package: ``pyproject.toml`` registers :class:`CSLMFeature` under the short
+name ``CSLM`` in the entry-point group ``mert.features``, which ``mert.features`` reads.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -27,7 +32,9 @@ class CSLMFeature:
 
     num_values = 1
 
-    def __init__(self, model: str, name: str = DEFAULT_FEATURE_NAME, device: str = "auto") -> None:
+    def __init__(self, model: str | None = None, name: str = DEFAULT_FEATURE_NAME, device: str = "auto") -> None:
+        if not model:
+            raise CSLMError("CSLM needs a model file: --feature CSLM:path/to/cslm.pt")
         path, _, option = model.partition(",name=")
         if option:
             name = option
@@ -35,6 +42,13 @@ class CSLMFeature:
         self.path = path
         self.loaded = load_cslm(path, device)
         self.stats = ScoreStats()
+
+    @staticmethod
+    def absolute_arg(model: str) -> str:
+        """``m.pt,name=CSLM1`` → ``/abs/m.pt,name=CSLM1``: ``mert tune`` stores the spec in the tuned
+        system's sidecar, and ``mert evaluate`` may run from another folder."""
+        path, comma, option = model.partition(",")
+        return f"{os.path.abspath(path)}{comma}{option}"
 
     def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
         sentences = [split_tokens(e.hypothesis) for e in entries]

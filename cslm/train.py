@@ -9,7 +9,7 @@ n-grams ever exists.
 Optimiser. Schwenk's CSLM toolkit trains with plain SGD, a learning rate decayed as
 lr₀/(1 + n·decay) over the n examples seen, and weight decay. Adam is the default here because it
 reached a clearly lower validation perplexity in the same wall time on the fixture's French LM
-text (README, "CSLM"; ``--optimizer sgd`` gives the toolkit's recipe for comparison): with a
+text (docs/cslm.md; ``--optimizer sgd`` gives the toolkit's recipe for comparison): with a
 15,001-way softmax most output rows receive rare, small gradients, which Adam's per-parameter
 scaling handles without tuning a decay schedule.
 

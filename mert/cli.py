@@ -16,7 +16,14 @@ from typing import Any
 
 import click
 
-from moses_integration.cli_options import friendly_errors, resume_option, seed_option, threads_option
+from moses_integration.cli_options import (
+    OutputPath,
+    friendly_errors,
+    quiet_option,
+    resume_option,
+    seed_option,
+    threads_option,
+)
 from moses_integration.threads import limit_threads
 
 
@@ -127,9 +134,9 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="dev source, as the decoder reads it (tokenized, truecased)")
 @click.option("--ref", "refs", multiple=True, required=True, type=click.Path(exists=True, path_type=Path),
               help="dev reference, tokenized like the output (repeat for several references)")
-@click.option("--work-dir", default="work", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--work-dir", default="work", show_default=True, type=OutputPath(folder=True, path_type=Path),
               help="where every iteration's ini, n-best list, weights and the log are kept")
-@click.option("--moses-ini-out", "--output-ini", "output_ini", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--moses-ini-out", "--output-ini", "output_ini", type=OutputPath(path_type=Path),
               help="also write the tuned moses.ini here (besides WORK_DIR/moses.ini)")
 @click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
@@ -144,8 +151,8 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="stop when no weight moves by more than this")
 @click.option("--fixed", multiple=True, help="feature or column (LM0_0) to keep fixed (held at 0: absent)")
 @click.option("--feature", "features", multiple=True,
-              help="extra n-best feature: module:Class[:arg] or a built-in "
-                   "(WordCount, LengthRatio[:ratio], CSLM:model.pt)")
+              help="extra n-best feature: a built-in (WordCount, LengthRatio[:ratio]), one an installed "
+                   "package registers (this project's CSLM:model.pt), or module:Class[:arg]")
 @click.option("--decoder-flags", default="", help="extra moses arguments, e.g. '-distortion-limit 6'")
 @click.option("--decoder-cwd", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="folder the ini's relative model paths refer to, where moses runs (default: the ini's folder)")
@@ -154,6 +161,7 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="moses: delegate to Moses' scripts/training/mert-moses.pl instead")
 @click.option("--moses-scripts-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Moses' scripts/ folder for --engine moses (default: $MOSES_SCRIPTS_DIR, or BIN/../scripts)")
+@quiet_option("no progress lines on stderr (each iteration's BLEU and weights are still in WORK_DIR)")
 @friendly_errors()
 @_tune_errors
 def tune_command(
@@ -177,6 +185,7 @@ def tune_command(
     resume: bool,
     engine: str,
     moses_scripts_dir: Path | None,
+    quiet: bool,
 ) -> None:
     """Tune the weights of a Moses system with MERT on a dev set, decoding with the real moses.
 
@@ -190,7 +199,7 @@ def tune_command(
 
     from mert.features import absolute_spec_path
     from mert.mert_moses import tune_with_mert_moses
-    from mert.tune import TuneOptions, format_weight_lines, tune
+    from mert.tune import TuneOptions, format_weight_lines, log_to_stderr, tune
 
     threads = limit_threads(threads)
 
@@ -213,11 +222,12 @@ def tune_command(
         resume=resume,
         decoder_cwd=decoder_cwd,
     )
+    log = (lambda _message: None) if quiet else log_to_stderr
     if engine == "moses":
-        final = tune_with_mert_moses(options, scripts_dir=moses_scripts_dir)
+        final = tune_with_mert_moses(options, scripts_dir=moses_scripts_dir, log=log)
         click.echo(f"tuned config: {final}")
         return
-    result = tune(options)
+    result = tune(options, log=log)
     for line in format_weight_lines(result.weights):
         click.echo(line)
     best = result.best_optimised_bleu
@@ -244,7 +254,7 @@ def tune_command(
               type=click.Path(exists=True, dir_okay=False, path_type=Path), help="baseline config(s) to decode")
 @click.option("--src", "source", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="test source for decoding (tokenized, truecased)")
-@click.option("--output-dir", default="eval", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--output-dir", default="eval", show_default=True, type=OutputPath(folder=True, path_type=Path),
               help="where decoded and post-processed outputs are written")
 @click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
@@ -255,8 +265,9 @@ def tune_command(
               help="n-best size when extra features rescore the output")
 @click.option("--bootstrap-samples", type=int, default=1000, show_default=True)
 @click.option("--detokenized", is_flag=True, help="the hypotheses are already detokenized: no post-processing")
-@click.option("--report", "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--report", "--json", "json_path", type=OutputPath(path_type=Path),
               help="also write the report as JSON here")
+@quiet_option("no progress lines on stderr")
 @friendly_errors()
 @_tune_errors
 def evaluate_command(
@@ -276,6 +287,7 @@ def evaluate_command(
     bootstrap_samples: int,
     detokenized: bool,
     json_path: Path | None,
+    quiet: bool,
 ) -> None:
     """BLEU of a system on a test set: sacrebleu on detokenized text, with its signature.
 
@@ -287,6 +299,7 @@ def evaluate_command(
     import json
 
     from mert.evaluate import decode_test_set, evaluate
+    from moses_integration.files import atomic_write_bytes
 
     threads = limit_threads(threads)
     if not hyps and not inis:
@@ -299,7 +312,8 @@ def evaluate_command(
         for k, ini in enumerate(configs, start=1):
             assert source is not None
             out = output_dir / f"{label}.run{k}.tok"
-            click.echo(f"decoding {source} with {ini} -> {out}", err=True)
+            if not quiet:
+                click.echo(f"decoding {source} with {ini} -> {out}", err=True)
             outputs.append(
                 decode_test_set(ini, source, out, moses_bin_dir=moses_bin_dir, threads=threads,
                                 nbest_size=nbest_size, decoder_cwd=decoder_cwd)
@@ -321,7 +335,7 @@ def evaluate_command(
     for line in report.lines():
         click.echo(line)
     if json_path is not None:
-        json_path.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
+        atomic_write_bytes(json_path, (json.dumps(report.to_json(), indent=1) + "\n").encode("utf-8"))
 
 
 if __name__ == "__main__":  # python -m mert.cli, for environments without the console script

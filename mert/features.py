@@ -5,7 +5,9 @@ of the paper, for one) enters the system by *n-best rescoring*: every hypothesis
 n-best list gets ``Name= v …`` appended to its feature field, MERT tunes the extra weights with
 the others, and at test time the decoder's n-best list is rescored with all weights. This module
 holds the interface such a feature implements, the streaming rewrite of an n-best list, and the
-``module:Class[:arg]`` loader that ``mert tune --feature`` uses.
+loader that ``mert tune --feature`` uses: a built-in short name, a short name an installed package
+registers (entry-point group ``mert.features``; this project's ``CSLM``), or ``module:Class[:arg]``.
+MERT imports no model package: features come from above.
 
 Feature names must be dense-feature names in Moses' sense: no ``_`` (Moses' ``extractor``
 treats any name containing ``_`` as a sparse feature, SPEC §6), no blanks, no ``=``.
@@ -19,6 +21,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -131,21 +134,23 @@ class LengthRatio:
         return -(dev**2)[:, None]
 
 
-def CSLM(model: str | None = None) -> NBestFeature:  # noqa: N802 (named like the class it stands for)
-    """``CSLM:model.pt``: the continuous-space LM of ``cslm`` as feature ``CSLM0``.
+#: Short names for ``--feature`` that this module defines: ``WordCount``, ``LengthRatio:1.1``.
+BUILTIN_FEATURES: dict[str, object] = {"WordCount": WordCount, "LengthRatio": LengthRatio}
 
-    ``CSLM:model.pt,name=CSLM1`` names it differently (two CSLMs in one system). Imported
-    lazily: ``rescorer`` pulls in torch, which MERT without a CSLM never needs.
+#: The entry-point group where an installed package registers an n-best feature under a short name.
+#: MERT knows no model package: this project's ``pyproject.toml`` registers the CSLM of ``cslm`` as
+#: ``CSLM = "cslm.nbest:CSLMFeature"``, so ``--feature CSLM:model.pt`` works without this package
+#: importing it (and MERT without a CSLM never loads torch).
+FEATURE_ENTRY_POINT_GROUP = "mert.features"
+
+
+def registered_features() -> dict[str, tuple[str, str]]:
+    """``{short name: (module, class)}`` of every feature installed packages register.
+
+    Read from the installed packages' metadata, not from this source tree: after a change to the
+    registrations in ``pyproject.toml`` the project must be installed again (``pip install -e .``).
     """
-    if not model:
-        raise FeatureError("CSLM needs a model file: --feature CSLM:path/to/cslm.pt")
-    from cslm.nbest import CSLMFeature
-
-    return CSLMFeature(model)
-
-
-#: Short names for ``--feature``: ``WordCount``, ``LengthRatio:1.1``, ``CSLM:model.pt``.
-BUILTIN_FEATURES: dict[str, object] = {"WordCount": WordCount, "LengthRatio": LengthRatio, "CSLM": CSLM}
+    return {ep.name: (ep.module, ep.attr) for ep in entry_points(group=FEATURE_ENTRY_POINT_GROUP)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,57 +162,82 @@ class FeatureSpec:
     """A parsed ``--feature`` value: where the class lives and its optional string argument.
 
     The spec text is what the sidecar file of a tuned system stores, so that ``mert evaluate``
-    can build the same feature again.
+    can build the same feature again. ``head`` is the spec without its argument (``CSLM``,
+    ``module:Class``).
     """
 
     text: str
+    head: str
     module: str
     class_name: str
     arg: str | None
 
+    def with_arg(self, arg: str) -> str:
+        """The spec text of the same feature with another argument."""
+        return f"{self.head}:{arg}"
+
 
 def parse_feature_spec(text: str) -> FeatureSpec:
-    """``module:Class[:arg]`` or a built-in ``Name[:arg]`` (see :data:`BUILTIN_FEATURES`).
+    """``module:Class[:arg]``, a built-in ``Name[:arg]`` (:data:`BUILTIN_FEATURES`) or a registered
+    one (:func:`registered_features`).
 
-    A built-in name wins over a module of the same name, so ``LengthRatio:1.1`` is the built-in
-    with argument ``1.1``. The argument is everything after the second ``:`` (it may contain
-    more colons, e.g. a path on Windows, or a ``key=value`` list the class parses itself).
+    A built-in name wins over a registered one, and both over a module of the same name, so
+    ``LengthRatio:1.1`` is the built-in with argument ``1.1``. The argument is everything after the
+    short name's ``:`` or the class's (it may contain more colons, e.g. a path on Windows, or a
+    ``key=value`` list the class parses itself).
     """
     text = text.strip()
     head, _, rest = text.partition(":")
     if head in BUILTIN_FEATURES:
-        return FeatureSpec(text, __name__, head, rest or None)
+        return FeatureSpec(text, head, __name__, head, rest or None)
+    registered = registered_features()
+    if head in registered:
+        module, class_name = registered[head]
+        return FeatureSpec(text, head, module, class_name, rest or None)
     class_name, sep, arg = rest.partition(":")
     if not head or not class_name:
-        builtins = ", ".join(BUILTIN_FEATURES)
-        raise FeatureError(f"--feature {text!r}: expected module:Class[:arg] or a built-in ({builtins})[:arg]")
-    return FeatureSpec(text, head, class_name, arg if sep else None)
+        raise FeatureError(f"--feature {text!r}: expected module:Class[:arg], {_short_names(registered)}")
+    return FeatureSpec(text, f"{head}:{class_name}", head, class_name, arg if sep else None)
 
 
-#: Built-ins whose argument is a file: ``mert tune`` stores their spec with an absolute path, so
-#: that ``mert evaluate`` run from another folder finds the same model.
-FILE_ARGUMENT_FEATURES = frozenset({"CSLM"})
+def _short_names(registered: dict[str, tuple[str, str]]) -> str:
+    """The short names a spec may start with, for error messages: a stale install registers none."""
+    others = ", ".join(sorted(registered)) or "none: is the project installed (pip install -e .)?"
+    return (f"a built-in ({', '.join(BUILTIN_FEATURES)})[:arg] or a registered feature[:arg] "
+            f"(entry points {FEATURE_ENTRY_POINT_GROUP}: {others})")
 
 
 def absolute_spec_path(text: str) -> str:
-    """``CSLM:model.pt`` → ``CSLM:/abs/model.pt`` (other specs unchanged)."""
-    head, sep, arg = text.strip().partition(":")
-    if head not in FILE_ARGUMENT_FEATURES or not arg:
-        return text
-    path, comma, options = arg.partition(",")
-    return f"{head}{sep}{os.path.abspath(path)}{comma}{options}"
+    """The spec with its argument made independent of the current folder, where the feature's class
+    says how (an ``absolute_arg(arg) -> str`` static method): ``CSLM:model.pt`` → ``CSLM:/abs/model.pt``.
+
+    ``mert tune`` stores the specs in the tuned system's sidecar, and ``mert evaluate`` may run from
+    another folder. Other specs are returned unchanged.
+    """
+    parsed = parse_feature_spec(text)
+    if parsed.arg is None:
+        return parsed.text
+    absolute_arg = getattr(_feature_class(parsed), "absolute_arg", None)
+    return parsed.with_arg(absolute_arg(parsed.arg)) if callable(absolute_arg) else parsed.text
+
+
+def _feature_class(parsed: FeatureSpec) -> object:
+    """The class (or factory) a spec names, imported."""
+    try:
+        module = importlib.import_module(parsed.module)
+    except ImportError as exc:
+        hint = "" if "." in parsed.module else f"; not {_short_names(registered_features())} either"
+        raise FeatureError(f"--feature {parsed.text!r}: cannot import {parsed.module!r} ({exc}){hint}") from exc
+    cls = getattr(module, parsed.class_name, None)
+    if cls is None:
+        raise FeatureError(f"--feature {parsed.text!r}: module {parsed.module!r} has no {parsed.class_name!r}")
+    return cls
 
 
 def load_feature(spec: str | FeatureSpec) -> NBestFeature:
     """Import and instantiate a feature: ``Class(arg)`` with an argument, ``Class()`` without."""
     parsed = parse_feature_spec(spec) if isinstance(spec, str) else spec
-    try:
-        module = importlib.import_module(parsed.module)
-    except ImportError as exc:
-        raise FeatureError(f"--feature {parsed.text!r}: cannot import {parsed.module!r} ({exc})") from exc
-    cls = getattr(module, parsed.class_name, None)
-    if cls is None:
-        raise FeatureError(f"--feature {parsed.text!r}: module {parsed.module!r} has no {parsed.class_name!r}")
+    cls = _feature_class(parsed)
     try:
         feature = cls(parsed.arg) if parsed.arg is not None else cls()
     except FeatureError:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mert.features import write_sidecar
 from mert.tune import DEFAULT_MAX_ITERATIONS, DEFAULT_NBEST_SIZE, FINAL_INI, TuneError, TuneOptions, log_to_stderr
-from moses_integration.decoder import find_moses_bin_dir
+from moses_integration.decoder import GETTING_MOSES, find_moses_bin_dir
 from moses_integration.files import PathArg
 from moses_integration.moses_ini import MosesIni
 
@@ -41,7 +41,7 @@ def find_moses_scripts_dir(explicit: PathArg | None = None, moses_bin_dir: PathA
     where = "; ".join(f"{p} ({src})" for p, src in candidates) or "nowhere (nothing given)"
     raise TuneError(
         "--engine moses needs Moses' scripts folder (with training/mert-moses.pl): pass --moses-scripts-dir "
-        f"or set MOSES_SCRIPTS_DIR; looked in {where}"
+        f"or set MOSES_SCRIPTS_DIR; looked in {where}; {GETTING_MOSES}"
     )
 
 

@@ -14,7 +14,7 @@ of ``mert/mert.cpp``), because users compare against it and the paper's numbers 
   feature is tuneable, as Moses' ``mert`` does. Features held at weight 0 count as absent: the
   weights are normalised as Moses normalises a system without them (a weight of 0 stays 0). The
   scale is invisible to BLEU but not to the decoder: Moses' beam threshold is a fixed ratio to the
-  best hypothesis, so weights with an L1 norm of 25 prune 25 times harder (README, "The experiment").
+  best hypothesis, so weights with an L1 norm of 25 prune 25 times harder (docs/table1.md).
   Features held at another value keep the weights unnormalised, as Moses does, so that the held
   values keep their meaning.
 

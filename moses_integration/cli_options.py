@@ -11,9 +11,17 @@ An MT engineer scripts these commands together, so one option means one thing ev
 - ``--seed``: default 1234, so that two runs of a command give the same result.
 - ``--resume``: continue a killed run from what it saved.
 
+Each command takes those of them that mean something for it (``tests/architecture/test_cli_conventions.py``
+lists which, and why).
+
 A bad value is one line and exit 1 (the project's rule for bad input), not a usage screen, and the
 known input errors (:class:`ValueError` and its file-and-line subclasses, a missing file, bad UTF-8)
-print as one line through :func:`friendly_errors`. This module imports click only: no torch.
+print as one line through :func:`friendly_errors`.
+
+Every output (a file or a folder) is an :class:`OutputPath`: a place that cannot be written is refused
+while the command line is read, before any model is loaded or trained; and :func:`friendly_errors`
+runs the command under :func:`moses_integration.files.outputs_of_a_run`, so a failed run leaves
+nothing it created. This module imports click only: no torch.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any, TypeVar
 
 import click
 
-from moses_integration.files import InUseError
+from moses_integration.files import InUseError, OutputPlaceError, check_output_place, outputs_of_a_run
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,6 +80,27 @@ class OneLinePath(OneLineValue, click.Path):
     """:class:`click.Path`, failing with one line (:class:`OneLineValue`)."""
 
 
+class OutputPath(OneLinePath):
+    """Where a command writes: a file, or with ``folder`` a folder (made if missing).
+
+    The place is tried while the command line is read (:func:`check_output_place` creates and
+    removes a file there), so a read-only mount, an immutable folder or a path under a file is one
+    line before hours of training, not a traceback after them. ``allow_dash``: ``-`` is stdout.
+    """
+
+    def __init__(self, *, folder: bool = False, allow_dash: bool = False, path_type: type | None = None) -> None:
+        super().__init__(file_okay=not folder, dir_okay=folder, allow_dash=allow_dash, path_type=path_type)
+        self.folder = folder
+
+    def convert(self, value, param, ctx):
+        path = super().convert(value, param, ctx)
+        try:
+            check_output_place(path, folder=self.folder)
+        except OutputPlaceError as exc:
+            self.fail(str(exc), param, ctx)
+        return path
+
+
 def threads_option(help: str = THREADS_HELP) -> Callable[[F], F]:
     """``--threads N`` (N >= 1); ``None`` when absent, which ``limit_threads`` turns into the available CPUs."""
     return click.option("--threads", type=IntRange(min=1), default=None, help=help)
@@ -94,19 +123,33 @@ def resume_option(help: str, *aliases: str) -> Callable[[F], F]:
     return click.option("--resume", *aliases, "resume", is_flag=True, help=help)
 
 
-def friendly_errors(*known: type[BaseException]) -> Callable[[F], F]:
-    """Known input problems, an output another run holds, and the ``known`` errors of a command print
-    as one line and exit 1."""
+def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = None) -> Callable[[F], F]:
+    """Every command's body runs through this: one line for known errors, nothing left by a failed run.
+
+    Known input problems, an output another run holds, and the ``known`` errors of a command print
+    as one line and exit 1. The command's outputs (its :class:`OutputPath` parameters) are written
+    under :func:`outputs_of_a_run`: what a failed run created goes again, except the progress a
+    rerun continues from, which a command keeps when it takes ``--resume`` (or ``keeps_progress``).
+    """
     caught = (ValueError, FileNotFoundError, IsADirectoryError, UnicodeDecodeError, InUseError, *known)
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            ctx = click.get_current_context(silent=True)  # None: called as a function, outside click
+            params = ctx.command.params if ctx is not None else []
+            outputs: dict[bool, list[Any]] = {True: [], False: []}  # folder? -> paths
+            for param in params:
+                if isinstance(param.type, OutputPath):
+                    outputs[param.type.folder].append(ctx.params.get(param.name))  # type: ignore[union-attr]
+            keeps = keeps_progress if keeps_progress is not None else any(p.name == "resume" for p in params)
             try:
-                return fn(*args, **kwargs)
+                with outputs_of_a_run(outputs[False], outputs[True], keeps_progress=keeps):
+                    return fn(*args, **kwargs)
             except caught as exc:
                 raise click.ClickException(str(exc)) from exc
 
+        wrapper.one_line_errors = True  # type: ignore[attr-defined]  # what the convention test looks for
         return wrapper  # type: ignore[return-value]
 
     return decorate

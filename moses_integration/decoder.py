@@ -21,6 +21,10 @@ from moses_integration.files import atomic_path
 STDERR_TAIL_LINES = 25
 
 
+#: Where a user without Moses is sent: every "Moses not found" message (and the Makefile's) ends with it.
+GETTING_MOSES = "to get Moses, see docs/moses-nplm.md (build it) or docker/README.md (an image with it)"
+
+
 class DecoderError(RuntimeError):
     """Moses could not be found, or exited with an error (the message holds its stderr tail)."""
 
@@ -29,10 +33,11 @@ def find_moses_bin_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The directory holding ``moses``: ``explicit`` (e.g. ``--moses-bin-dir``), else ``$MOSES_BIN_DIR``."""
     value = explicit if explicit is not None else os.environ.get("MOSES_BIN_DIR")
     if not value:
-        raise DecoderError("Moses not found: pass --moses-bin-dir or set MOSES_BIN_DIR to the folder with 'moses'")
+        raise DecoderError("Moses not found: pass --moses-bin-dir or set MOSES_BIN_DIR to the folder with 'moses'; "
+                           + GETTING_MOSES)
     path = Path(value)
     if not (path / "moses").is_file():
-        raise DecoderError(f"no 'moses' binary in {path} (from --moses-bin-dir or MOSES_BIN_DIR)")
+        raise DecoderError(f"no 'moses' binary in {path} (from --moses-bin-dir or MOSES_BIN_DIR); {GETTING_MOSES}")
     return path
 
 

@@ -7,6 +7,11 @@ never leaves a half-written file under the real name, and never loses the one th
 one place for this, so that every command keeps the rule the same way. A resumable command also
 holds its output for the whole run (:func:`exclusive_use`), so that a second run with the same
 output stops at once instead of interleaving its progress with the first one's.
+
+Two rules hold for every output of every command, kept here so that each command keeps them the same
+way (``moses_integration.cli_options`` applies them to every output option): a place that cannot be
+written is found while the command line is read (:func:`check_output_place`), and a failed run
+leaves nothing it created (:func:`outputs_of_a_run`).
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ import fcntl
 import gzip
 import io
 import os
+import shutil
 import socket
 import sys
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -362,3 +368,122 @@ def _hold_lock_file(lock: Path, target: PathArg) -> int | None:
         if current == os.fstat(fd).st_ino:
             return fd
         os.close(fd)  # the holder we met removed this file on exit: lock the one now at the path
+
+
+# --------------------------------------------------------------------------------------------
+# Places that can be written, and nothing left behind by a failed run
+
+
+class OutputPlaceError(ValueError):
+    """An output's place cannot be written (found before any work starts, as one line)."""
+
+
+def nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (``/`` at worst)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_output_place(path: PathArg, *, folder: bool = False) -> None:
+    """Refuse an output (a file, or with ``folder`` a folder) that this process cannot write.
+
+    Tried, not guessed: a temporary file is created and removed in the nearest folder that exists
+    (the output's own folder, or where its missing folders would be made). ``os.access`` says yes
+    to root on a read-only mount's mode bits or in ``/sys``, and knows nothing of network
+    filesystems' own rules; creating a file is the one test that means what the run will do. Raises
+    :class:`OutputPlaceError` naming the user's path (never a temporary name). ``-`` is stdout.
+    """
+    name = os.fspath(path)
+    if name == STDIO_NAME:
+        return
+    target = Path(os.path.abspath(name))
+    if folder and target.exists() and not target.is_dir():
+        raise OutputPlaceError(f"{name} is a file, not a folder")
+    if not folder and target.is_dir():
+        raise OutputPlaceError(f"{name} is a folder; give a file path")
+    place = nearest_existing(target if folder else target.parent)
+    if not place.is_dir():
+        raise OutputPlaceError(f"cannot write {name}: {place} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=place)
+    except OSError as exc:
+        raise OutputPlaceError(f"cannot write {name}: nothing can be created in {place} ({exc.strerror})") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+
+
+def _remove_empty_folders(folder: Path) -> None:
+    """Remove ``folder`` and the folders under it that hold no file; files (and their folders) stay."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for root, _, _ in sorted(os.walk(folder), key=lambda walked: -len(walked[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(root)  # refused where a file is left
+
+
+def _remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        entry.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def outputs_of_a_run(files: Iterable[PathArg | None], folders: Iterable[PathArg | None] = (), *,
+                     keeps_progress: bool = False) -> Iterator[None]:
+    """Run the block as a command writing ``files`` and ``folders``: a failed run leaves nothing it created.
+
+    Before the block, the missing folders of ``files`` are made (an output in a folder not made yet
+    is written there, as training into a new folder always did). When the block raises (an error,
+    Ctrl-C), what the run created goes again:
+
+    - folders it made, with their content; new empty folders beside the files and inside the
+      folders (``cslm train``'s ``MODEL.data/`` on an empty corpus);
+    - a command that keeps no progress (``keeps_progress`` False) also loses the files it created:
+      its output files, and new entries of its output folders;
+    - a command that keeps progress for a rerun (``--resume``, ``table1``'s stamps) keeps the files it
+      wrote, since they are what the rerun continues from; only folders that hold no file go.
+
+    Folders it made and left empty are removed after a successful run too (an option given but not
+    used, such as ``--save-model`` with ``--model``). Temporary and lock files are
+    :func:`atomic_path`'s and :func:`exclusive_use`'s to remove; ``None`` and ``-`` are skipped.
+    """
+    out_files = [Path(os.path.abspath(f)) for f in files if f is not None and os.fspath(f) != STDIO_NAME]
+    out_folders = [Path(os.path.abspath(f)) for f in folders if f is not None and os.fspath(f) != STDIO_NAME]
+    made = set()
+    for place in [f.parent for f in out_files] + out_folders:
+        top = place
+        while not top.parent.exists() and top.parent != top.parent.parent:
+            top = top.parent
+        if not top.exists():
+            made.add(top)
+    made = {m for m in made if not any(other in m.parents for other in made)}  # the topmost ones only
+    for f in out_files:
+        f.parent.mkdir(parents=True, exist_ok=True)
+
+    def made_by_run(path: Path) -> bool:
+        return any(path == m or m in path.parents for m in made)
+
+    new_files = {f for f in out_files if not os.path.lexists(f)}
+    watched = {folder: set(os.listdir(folder)) for folder in {*(f.parent for f in out_files), *out_folders}
+               if folder.is_dir() and not made_by_run(folder)}
+    try:
+        yield
+    except BaseException:
+        for folder, before in watched.items():
+            with contextlib.suppress(OSError):
+                for entry in (folder / name for name in set(os.listdir(folder)) - before):
+                    if not keeps_progress and (folder in out_folders or entry in new_files):
+                        _remove(entry)
+                    elif entry.is_dir() and not entry.is_symlink():
+                        _remove_empty_folders(entry)
+        for top in made:
+            if keeps_progress:
+                _remove_empty_folders(top)
+            else:
+                _remove(top)
+        raise
+    for top in made:
+        _remove_empty_folders(top)

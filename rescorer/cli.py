@@ -12,6 +12,7 @@ from moses_integration.cli_options import (
     FiniteFloat,
     IntRange,
     OneLinePath,
+    OutputPath,
     device_option,
     friendly_errors,
     quiet_option,
@@ -52,7 +53,7 @@ def _run_options(fn: Callable) -> Callable:
         device_option(),
         click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
                      help="auto: fp32 scores (exact) on every device; bf16 autocast for training on a GPU. "
-                     "tf32: TF32 matmuls on a GPU (faster; README, GPU, says by how much and what it changes)"),
+                     "tf32: TF32 matmuls on a GPU (faster; docs/gpu.md says by how much and what it changes)"),
         threads_option(),
         quiet_option("no progress bar"),
     ]
@@ -73,7 +74,7 @@ def main() -> None:
 
 @main.command("train")
 @click.argument("phrase_table")
-@click.argument("model_out", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("model_out", type=OutputPath(path_type=Path))
 @click.option("--vocab-corpus-src", help="text (plain or .gz) whose words make the source shortlist")
 @click.option("--vocab-corpus-tgt", help="text (plain or .gz) whose words make the target shortlist")
 @_model_size_options
@@ -139,13 +140,16 @@ def _load(model_path: str, device: str = "cpu"):
               help="a target still going after this many words is cut")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a Markdown table")
 @device_option()
+@threads_option()
 @friendly_errors(RescoreError)
-def sample_command(model_path, source, samples, beam, seed, max_words, as_json, device) -> None:
+def sample_command(model_path, source, samples, beam, seed, max_words, as_json, device, threads) -> None:
     """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
     import json
 
+    from moses_integration.threads import limit_threads
     from rescorer.analysis.sampling import format_sample_result, sample_and_search
 
+    limit_threads(threads)
     checkpoint = _load(model_path, device)
     result = sample_and_search(checkpoint.model, checkpoint.src_vocab, source, n=samples, beam=beam, seed=seed,
                                max_words=max_words)
@@ -174,13 +178,16 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of Markdown")
 @quiet_option("no progress bar")
 @device_option()
+@threads_option()
 @friendly_errors(RescoreError)
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
-                    as_json, quiet, device) -> None:
+                    as_json, quiet, device, threads) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
+    from moses_integration.threads import limit_threads
     from rescorer.analysis.compare import compare_blocks, format_json, format_markdown
     from rescorer.tables.scan import scan_table
 
+    limit_threads(threads)
     checkpoint = _load(model_path, device)
     scan = scan_table(phrase_table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets,
                       seed=seed, progress=not quiet)
@@ -194,7 +201,7 @@ def compare_command(model_path, phrase_table, min_src_words, frequent, sources, 
 
 @main.command("plot-scores")
 @click.argument("scores_parquet", type=click.Path(exists=True, dir_okay=False))
-@click.argument("out_png", type=click.Path(dir_okay=False))
+@click.argument("out_png", type=OutputPath())
 @click.option("--column", type=click.IntRange(min=1), default=3, show_default=True,
               help="the table's score column on the x axis (3 = direct φ(e|f) in Moses tables)")
 @friendly_errors(RescoreError)
@@ -209,7 +216,7 @@ def plot_scores_command(scores_parquet, out_png, column) -> None:
 
 @main.command("map-words")
 @click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
-@click.argument("out_png", type=click.Path(dir_okay=False))
+@click.argument("out_png", type=OutputPath())
 @click.option("--words", type=click.IntRange(min=5), default=1000, show_default=True,
               help="the most frequent source words to map")
 @click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
@@ -228,21 +235,24 @@ def map_words_command(model_path, out_png, words, labels, seed) -> None:
 @main.command("map-phrases")
 @click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
 @click.argument("phrases", metavar="PHRASES")
-@click.argument("out_png", type=click.Path(dir_okay=False))
+@click.argument("out_png", type=OutputPath())
 @click.option("--max-phrases", type=click.IntRange(min=5), default=1000, show_default=True,
               help="a seeded random sample of this many distinct phrases is mapped")
 @click.option("--min-words", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
 @seed_option()
 @device_option()
+@threads_option()
 @friendly_errors(RescoreError)
-def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, labels, seed, device) -> None:
+def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, labels, seed, device, threads) -> None:
     """2-D t-SNE map of the summaries c of PHRASES (paper Fig. 5).
 
     PHRASES is a text file with one phrase per line, or a Moses phrase table (its source phrases).
     """
+    from moses_integration.threads import limit_threads
     from rescorer.analysis.plots import map_phrases, read_phrases
 
+    limit_threads(threads)
     checkpoint = _load(model_path, device)
     chosen = read_phrases(phrases, max_phrases=max_phrases, min_words=min_words, seed=seed)
     click.echo(f"t-SNE of {len(chosen)} phrase summaries", err=True)
@@ -253,7 +263,7 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 @main.command("report")
 @click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
 @click.argument("phrase_table")
-@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.argument("out_dir", type=OutputPath(folder=True))
 @click.option("--sources", type=click.IntRange(min=1), default=8, show_default=True,
               help="frequent and rare long sources in the top-target tables")
 @click.option("--min-src-words", type=click.IntRange(min=1), default=4, show_default=True)
@@ -266,17 +276,20 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 @click.option("--map-words", "map_words_", type=click.IntRange(min=5), default=1000, show_default=True)
 @click.option("--map-phrases", "map_phrases_", type=click.IntRange(min=5), default=1000, show_default=True)
 @seed_option()
-@click.option("--screenshot", type=click.Path(dir_okay=False),
+@click.option("--screenshot", type=OutputPath(),
               help="also render the page with headless Chromium into this PNG")
 @quiet_option("no progress messages")
 @device_option()
+@threads_option()
 @friendly_errors(RescoreError)
 def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
-                   score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device) -> None:
+                   score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device, threads) -> None:
     """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
+    from moses_integration.threads import limit_threads
     from rescorer.analysis.report import ReportOptions, build_report
     from rescorer.analysis.report import screenshot as take_screenshot
 
+    limit_threads(threads)
     options = ReportOptions(compare_sources=sources, min_src_words=min_src_words, sample_sources=sample_sources,
                             samples=samples, beam=beam, score_sources=score_sources, map_words=map_words_,
                             map_phrases=map_phrases_, seed=seed, device=device, progress=not quiet)
@@ -294,10 +307,10 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 # INPUT_TABLE must exist and be readable, OUTPUT_TABLE must not be a folder: both refused while parsing,
 # before any training or scoring, in one line.
 @click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
-@click.argument("output_table", type=OneLinePath(dir_okay=False, allow_dash=True))
+@click.argument("output_table", type=OutputPath(allow_dash=True))
 @click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False),
               help="trained model; without it a model is trained on INPUT_TABLE's unique pairs first")
-@click.option("--save-model", type=click.Path(dir_okay=False),
+@click.option("--save-model", type=OutputPath(),
               help="where the model trained without --model goes [default: OUTPUT_TABLE.model.pt]")
 @click.option("--train-time", type=FiniteFloat(min=0, min_open=True),
               help=f"training budget in seconds without --model [default: {DEFAULT_TRAIN_TIME:.0f} unless "
@@ -305,7 +318,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.option("--train-steps", type=IntRange(min=1), help="training budget in updates without --model")
 @_model_size_options
 @click.option("--moses-ini", type=click.Path(exists=True, dir_okay=False), help="moses.ini of the system")
-@click.option("--moses-ini-out", type=click.Path(dir_okay=False),
+@click.option("--moses-ini-out", type=OutputPath(),
               help="write a moses.ini that uses OUTPUT_TABLE, with 2 more features and weights")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini (its name=, e.g. TranslationModel0) "
               "INPUT_TABLE is; needed when the ini has several")
@@ -340,7 +353,8 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
               help="move malformed lines to OUTPUT_TABLE.rejects (as they are) instead of stopping")
 @click.option("--shard", help="score only slice K/N (1-based), cut at source-phrase boundaries")
 @resume_option("continue a killed run from its last completed chunk")
-@click.option("--scores-parquet", type=click.Path(dir_okay=False), help="also write the scores to Parquet")
+@click.option("--scores-parquet", type=OutputPath(), help="also write the scores to Parquet")
+@seed_option("seed of the training without --model (initial weights, batch order)")
 @_run_options
 @friendly_errors(RescoreError)
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
@@ -348,7 +362,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
                                  moses_ini_out, table_name, rnn_weight, wp_weight, cslm, cslm_name, cslm_weight,
                                  wp_side, workers, chunk_lines, compress_level, token_budget, skip_bad_lines, shard,
                                  resume,
-                                 scores_parquet, device, precision, threads, quiet) -> None:
+                                 scores_parquet, seed, device, precision, threads, quiet) -> None:
     """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table.
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
@@ -398,7 +412,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         train_on_phrase_table(
             input_table, Path(model_path),
             model_config=_model_config(hidden, embedding, maxout_units, output_rank, init_std),
-            train_config=TrainConfig(max_steps=train_steps, max_time=train_time, patience=None,
+            train_config=TrainConfig(max_steps=train_steps, max_time=train_time, patience=None, seed=seed,
                                      valid_every=max(50, min(500, (train_steps or 500) // 4))),
             shortlist=shortlist, device=device, precision=precision, resume=resume, progress=not quiet,
         )

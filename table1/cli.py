@@ -12,18 +12,17 @@ from pathlib import Path
 
 import click
 
-from moses_integration.cli_options import device_option, threads_option
-from moses_integration.files import InUseError
+from moses_integration.cli_options import OutputPath, device_option, friendly_errors, threads_option
 from moses_integration.threads import resolve_threads
 from table1 import experiment as ex
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
 from table1.system_training import MosesToolError
-from table1.workspace import ExperimentError, load_experiment
+from table1.workspace import ExperimentError, new_experiment
 
 
 @click.command("table1")
 @click.argument("steps", nargs=-1, required=True, type=click.Choice([*ex.STEPS, "all"]))
-@click.option("--work", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--work", required=True, type=OutputPath(folder=True, path_type=Path),
               help="work folder (outside the source tree); every step's outputs and stamps")
 @click.option("--scale", type=click.Choice(list(SCALES)), default="small", show_default=True,
               help="settings: table1/settings.py")
@@ -42,27 +41,25 @@ from table1.workspace import ExperimentError, load_experiment
               help=f"tuning runs per configuration (run k: mert tune --seed {RUN_SEED_BASE - 1}+k)")
 @click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,
               help="auto: GIZA++/mgiza where Moses has them, else eflomal")
-@click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+@click.option("--results", type=OutputPath(folder=True, path_type=Path), default=Path("results"),
               show_default=True, help="where the report step writes table1.{md,json,png}")
 @click.option("--mirror", default="https://www.statmt.org/", show_default=True,
               help="data step: where the WMT'14 training and LM archives that DATA lacks are fetched from")
+@friendly_errors(ExperimentError, MosesToolError, keeps_progress=True)  # finished steps are stamped and kept
 def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, moses_bin_dir: Path | None,
          moses_home: Path | None, threads: int | None, device: str, configs: str, runs: int, aligner: str,
          results: Path, mirror: str) -> None:
     """Run STEPS of the Table 1 experiment in WORK (``all``: every step in order); finished steps are
     skipped, so rerun freely.
 
-    data, prepare, baseline, rnn, cslm, speed, tune, eval, report (see README, "The experiment").
+    data, prepare, baseline, rnn, cslm, speed, tune, eval, report (see docs/table1.md).
     """
     command = f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{configs}'" if configs else "")
-    try:
-        options = ex.StepOptions(select_configurations(configs), runs, aligner, mirror, results, command)
-        exp = load_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
-                              jobs=resolve_threads(threads), device=device)
-        for path in ex.run_steps(exp, ex.STEPS if "all" in steps else steps, options):
-            click.echo(f"wrote {path}", err=True)
-    except (ExperimentError, MosesToolError, ValueError, InUseError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    options = ex.StepOptions(select_configurations(configs), runs, aligner, mirror, results, command)
+    exp = new_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
+                         jobs=resolve_threads(threads), device=device)
+    for path in ex.run_steps(exp, ex.STEPS if "all" in steps else steps, options):
+        click.echo(f"wrote {path}", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

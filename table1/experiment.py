@@ -15,13 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from moses_integration.decoder import GETTING_MOSES
 from moses_integration.files import exclusive_use
 from table1 import wmt14
 from table1.collect import step_report
-from table1.settings import Configuration
+from table1.settings import Configuration, RunPlan
+from table1.system_training import MosesToolError
 from table1.systems import step_baseline, step_cslm, step_data, step_prepare, step_rnn
 from table1.tuning import step_eval, step_speed, step_tune
-from table1.workspace import Experiment, ExperimentError, say
+from table1.workspace import Experiment, ExperimentError, open_work, say
 
 #: The steps in order: the one list the CLI, the Makefile (``all``) and the report's command share.
 STEPS = ("data", "prepare", "baseline", "rnn", "cslm", "speed", "tune", "eval", "report")
@@ -41,12 +43,56 @@ class StepOptions:
 
 def run_steps(exp: Experiment, steps: Sequence[str], options: StepOptions) -> list[Path]:
     """Run ``steps`` in order, holding the work folder (:func:`exclusive_use`): the same ``make table1``
-    started twice would run one step twice at once on the same files. Returns the files written."""
+    started twice would run one step twice at once on the same files. The Moses tools the steps
+    still to run need are checked first (:func:`check_tools`), before anything is written; the work
+    folder is opened (:func:`open_work`) once held. Returns the files written."""
     written: list[Path] = []
+    check_tools(exp, steps, options)
     with exclusive_use(exp.work):
+        open_work(exp)
         for step in steps:
             written += run_step(exp, step, options)
     return written
+
+
+def step_stamps(exp: Experiment, step: str, options: StepOptions) -> list[str]:
+    """The stamps that mark ``step`` done for the chosen configurations and runs."""
+    plans = [RunPlan(config, k) for config in options.configs for k in range(1, options.runs + 1)]
+    if step == "speed":
+        return ["speed/rnn"] + (["speed/cslm"] if any(c.cslm_in_search for c in options.configs) else [])
+    if step == "tune":
+        return [f"tune/{plan.name}" for plan in plans]
+    if step == "eval":
+        return [f"eval/{plan.name}/{split}" for plan in plans for split in ("dev", "test")]
+    return [step]
+
+
+def check_tools(exp: Experiment, steps: Sequence[str], options: StepOptions) -> None:
+    """Refuse to start when a Moses program or script that a step still to run needs is missing.
+
+    Checked before the first step, so that ``make table1`` without Moses stops at once with where to
+    get it, rather than after an hour of ``data`` and ``prepare`` (and 134 MB written). Steps whose
+    stamps are all there need nothing: a finished experiment's report is rebuilt without Moses.
+    """
+    pending = [s for s in steps if not all(exp.done(stamp) for stamp in step_stamps(exp, s, options))]
+    binaries: list[str] = []
+    scripts: list[str] = []
+    if "prepare" in pending and exp.settings.selection:
+        binaries += ["lmplz", "query"]  # the data selection's n-gram models
+    if "baseline" in pending:
+        binaries += ["lmplz", "build_binary"]
+        scripts += ["training/train-model.perl", "training/filter-model-given-input.pl"]
+    if any(s in pending for s in ("speed", "tune", "eval")):
+        binaries.append("moses")
+    if not binaries and not scripts:
+        return
+    moses = exp.moses()  # "Moses not found", with where to get it
+    if "baseline" in pending and (options.aligner == "eflomal" or (options.aligner == "auto" and not moses.has_giza())):
+        binaries.append("symal")  # eflomal's two directions are symmetrised by Moses' symal
+    missing = moses.missing(dict.fromkeys(binaries), dict.fromkeys(scripts))
+    if missing:
+        raise MosesToolError(f"steps {', '.join(pending)} need Moses tools that are missing: {', '.join(missing)}; "
+                             + GETTING_MOSES)
 
 
 def run_step(exp: Experiment, step: str, options: StepOptions) -> list[Path]:

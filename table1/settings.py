@@ -3,7 +3,7 @@
 ``SCALE=small`` is what runs on a 2-core machine in a few hours of CPU per step; ``SCALE=medium`` is
 the setup large enough to tell the paper's gains from noise, in about a day of the same machine
 (the report's budget section shows the arithmetic from measured decoding speeds); ``SCALE=full``
-is the paper's setup for a GPU machine (README, "The experiment"). Everything that differs between
+is the paper's setup for a GPU machine (docs/table1.md). Everything that differs between
 scales is a field of :class:`ScaleSettings`; nothing else in the pipeline depends on the scale.
 
 The four configurations of SPEC §5 share one 6-column phrase table (the four Moses scores, then
@@ -60,7 +60,7 @@ class CslmSettings:
     # --epoch-size: n-grams between validations (each "epoch" a fresh random sample, the CSLM
     # toolkit's resampling). None: one validation per pass over the LM text, which at SMALL's
     # 1,900 n-grams/s is once an hour, so the best model of the budget is never looked for; news
-    # perplexity swings by ±4% between validations 500k n-grams apart (README, "CSLM quality").
+    # perplexity swings by ±4% between validations 500k n-grams apart (docs/cslm.md, "CSLM quality").
     epoch_size: int | None = None
     # --max-epochs: a budget in epochs as well as max_time; whichever comes first stops training.
     max_epochs: int | None = None
@@ -124,7 +124,7 @@ SMALL = ScaleSettings(
     # a CPU ignores the source (validation source gain ~0 nats/pair; the encoder's gradients start
     # near 1e-8, far below Adadelta's sqrt(eps) = 1e-3, so its weights barely move), and the +RNN
     # column would measure a target-phrase LM, not the paper's model. With 0.1 the same model and
-    # budget reach a source gain of ~4 nats/pair (README, "Does the model use the source?").
+    # budget reach a source gain of ~4 nats/pair (docs/train.md, "Does the model use the source?").
     rnn=RnnSettings(hidden=256, embedding=64, maxout_units=128, output_rank=64, shortlist=15_000, max_time=3600,
                     init_std=0.1),
     # One hidden layer of 512, not the paper's two: inside Moses the second layer's matrix-vector
@@ -169,7 +169,7 @@ MEDIUM = ScaleSettings(
 FULL = ScaleSettings(
     name="full",
     # DATA/train.{en,fr}.gz: the WMT'14 en-fr parallel data; DATA/lm.fr.gz: news monolingual
-    # French plus the French side (README lists the sources). The prepare step then selects what
+    # French plus the French side (docs/table1.md lists the sources). The prepare step then selects what
     # the paper kept: 348M of the 850M parallel words, 418M of the 2G LM words (French words).
     train=[TextSlice("train.{lang}.gz")],
     lm=[TextSlice("lm.{lang}.gz")],

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from moses_integration.decoder import GETTING_MOSES
 from moses_integration.lines import text_lines
 from moses_integration.tokens import split_tokens
 from table1.text_prep import write_text_lines
@@ -49,12 +50,21 @@ class MosesInstall:
         bin_value = bin_dir or os.environ.get("MOSES_BIN_DIR")
         home_value = home or os.environ.get("MOSES_HOME")
         if not bin_value and not home_value:
-            raise MosesToolError("Moses not found: give MOSES_BIN_DIR (binaries) or MOSES_HOME (with bin/, scripts/)")
+            raise MosesToolError("Moses not found: give MOSES_BIN_DIR (binaries) or MOSES_HOME (with bin/, scripts/); "
+                                 + GETTING_MOSES)
         bins = Path(bin_value) if bin_value else Path(home_value) / "bin"  # type: ignore[arg-type]
         scripts = Path(home_value) / "scripts" if home_value else bins.parent / "scripts"
         if not scripts.is_dir():
-            raise MosesToolError(f"no Moses scripts/ folder at {scripts} (set MOSES_HOME to the Moses tree)")
+            raise MosesToolError(f"no Moses scripts/ folder at {scripts} (set MOSES_HOME to the Moses tree); "
+                                 + GETTING_MOSES)
         return cls(bins, scripts)
+
+    def missing(self, binaries: Sequence[str] = (), scripts: Sequence[str] = ()) -> list[str]:
+        """Which of ``binaries`` (in BIN) and ``scripts`` (under scripts/) are not there, as BIN/name paths."""
+        absent = [path for path in (self.bin_dir / name for name in binaries)
+                  if not (path.is_file() and os.access(path, os.X_OK))]
+        absent += [path for path in (self.scripts_dir / name for name in scripts) if not path.is_file()]
+        return [str(path) for path in absent]
 
     def binary(self, name: str) -> Path:
         path = self.bin_dir / name

@@ -37,7 +37,7 @@ from table1.workspace import TABLE2_KINDS, Experiment, ExperimentError, run_tool
 def _slice_lines(data: Path, piece: TextSlice, lang: str):
     path = data / piece.path.format(lang=lang)
     if not path.exists():
-        raise ExperimentError(f"missing input {path} (see README, 'The experiment', for the expected files)")
+        raise ExperimentError(f"missing input {path} (see docs/table1.md for the expected files)")
     return text_lines(path, first=piece.first, last=piece.last)
 
 
@@ -79,8 +79,8 @@ def step_data(exp: Experiment, mirror: str = wmt14.STATMT) -> None:
         fetched: dict[str, object] = {}
         if missing:
             if not all(wmt14.provides(p) for p in missing):
-                raise ExperimentError(f"missing input(s) in {exp.data}: {', '.join(missing)} (see README, "
-                                      "'The experiment', for the expected files)")
+                raise ExperimentError(f"missing input(s) in {exp.data}: {', '.join(missing)} (see "
+                                      "docs/table1.md for the expected files)")
             say(f"data: fetching {', '.join(missing)} into {exp.data}")
             try:
                 fetched = wmt14.fetch(exp.data, missing, mirror=mirror)  # type: ignore[arg-type]

@@ -12,15 +12,15 @@ either the finished file or nothing.
 
 from __future__ import annotations
 
-import collections
 import itertools
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+
+from joblib import Parallel, delayed
 
 from moses_integration.files import atomic_output
 from moses_integration.lines import text_lines
@@ -30,6 +30,8 @@ PathArg = str | os.PathLike[str]
 
 #: Lines handed to a worker process at a time (large enough to amortise pickling).
 BATCH_LINES = 2000
+#: Batches per process held at once (input and output): memory bound and pause at each window's end.
+WINDOW_BATCHES = 8
 
 
 def write_text_lines(path: PathArg, lines: Iterable[str]) -> int:
@@ -49,23 +51,19 @@ def _batches(lines: Iterable[str], size: int) -> Iterator[list[str]]:
 
 
 def _map_batches(work: Callable[[list[str]], list[str]], lines: Iterable[str], jobs: int) -> Iterator[str]:
-    """``work`` over batches of lines, in order, on ``jobs`` processes with a bounded window.
+    """``work`` over batches of lines, in order, on ``jobs`` joblib (loky) processes, with bounded memory.
 
-    ``Executor.map`` would read the whole input first; a full-scale LM text does not fit in memory.
+    A full-scale LM text does not fit in memory, and joblib has no back-pressure: given the whole input,
+    even as a generator, it dispatches all of it as fast as the workers take it while the results wait
+    for the reader. So the batches go in windows of :data:`WINDOW_BATCHES` per process, each a
+    ``Parallel`` call on the same worker pool (the ``with`` keeps it, and each worker its tokeniser),
+    yielded in order as they come.
     """
     batches = _batches(lines, BATCH_LINES)
-    if jobs <= 1:
-        for batch in batches:
-            yield from work(batch)
-        return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        window: collections.deque = collections.deque()
-        for batch in batches:
-            window.append(pool.submit(work, batch))
-            if len(window) >= 2 * jobs:
-                yield from window.popleft().result()
-        while window:
-            yield from window.popleft().result()
+    with Parallel(n_jobs=jobs, return_as="generator") as parallel:
+        while window := list(itertools.islice(batches, WINDOW_BATCHES * jobs)):
+            for done in parallel(delayed(work)(batch) for batch in window):
+                yield from done
 
 
 # --------------------------------------------------------------------------------------------

@@ -199,10 +199,21 @@ def single_phrase_table(ini_path: Path) -> tuple[str, str, int]:
     return tables[0].name, tables[0].path, tables[0].num_features
 
 
-def load_experiment(work: str | os.PathLike[str], scale: str, **kwargs: object) -> Experiment:
+def new_experiment(work: str | os.PathLike[str], scale: str, **kwargs: object) -> Experiment:
+    """The experiment in ``work`` at ``scale``, with nothing written yet (see :func:`open_work`)."""
     if scale not in SCALES:
         raise ExperimentError(f"SCALE={scale}: expected one of {', '.join(SCALES)}")
-    exp = Experiment(work=Path(work).resolve(), settings=SCALES[scale], **kwargs)  # type: ignore[arg-type]
+    return Experiment(work=Path(work).resolve(), settings=SCALES[scale], **kwargs)  # type: ignore[arg-type]
+
+
+def open_work(exp: Experiment) -> None:
+    """Make the work folder and record (or check) its settings: the first write of a run."""
     exp.work.mkdir(parents=True, exist_ok=True)
     exp.check_settings()
+
+
+def load_experiment(work: str | os.PathLike[str], scale: str, **kwargs: object) -> Experiment:
+    """:func:`new_experiment` with its work folder opened, ready for any step."""
+    exp = new_experiment(work, scale, **kwargs)
+    open_work(exp)
     return exp

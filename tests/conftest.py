@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import unwritable
 
 from shared_paths import shared_file
 
@@ -32,3 +33,10 @@ def one_torch_thread() -> object:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(params=unwritable.KINDS)
+def unwritable_folder(request, tmp_path: Path):
+    """A folder nothing can be written into, each kind of :mod:`unwritable` in turn (real, also as root)."""
+    with unwritable.unwritable_folder(request.param, tmp_path) as folder:
+        yield folder

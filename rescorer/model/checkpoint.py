@@ -157,20 +157,32 @@ def refuse_to_overwrite(model_out: Path, resume: bool) -> None:
                              "or remove it to train from scratch")
 
 
+def _why_unreadable(path: Path) -> str:
+    """Why torch could not read ``path``, in a few words: a model file is a zip archive (torch.save's format)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    if head == b"PK\x03\x04":
+        return "a torch file, but damaged or holding objects no model file of this tool has"
+    return "not a file torch.save wrote" if head else "an empty file"
+
+
 def read_model_file(path: Path, format_name: str, max_version: int, error: type[Exception], what: str,
                     map_location: str | torch.device = "cpu") -> dict:
     """The payload of a model file of this project (RNN checkpoint or CSLM), its envelope checked.
 
     A file that torch cannot read, one without the ``format`` marker, or one from a newer version
-    raises ``error`` naming the path (a user mixing files up sees which); a missing file raises
-    ``FileNotFoundError``.
+    raises ``error`` naming the path in one line (a user mixing files up sees which, and not
+    torch's own page of advice to load it unsafely); a missing file raises ``FileNotFoundError``.
     """
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise
     except Exception as exc:  # torch raises many types (UnpicklingError, RuntimeError, EOFError ...)
-        raise error(f"{path}: not a {what} (torch.load failed: {exc})") from exc
+        raise error(f"{path}: not a {what} of this tool ({_why_unreadable(path)})") from exc
     if not isinstance(payload, dict) or payload.get("format") != format_name:
         raise error(f"{path}: not a {what} (no {format_name!r} marker)")
     version = payload.get("version")

@@ -26,7 +26,7 @@ def scoring_precision(precision: str) -> str:
     """The precision scores are computed in: ``auto`` is exact fp32 on every device (SPEC §1).
 
     Measured on an H100 with a trained paper-size model over the 2.88M-line fixture table
-    (README, GPU): TF32 moves log p by 0.0014 nats on average (at most 0.026) and changes 0.009%
+    (docs/gpu.md): TF32 moves log p by 0.0014 nats on average (at most 0.026) and changes 0.009%
     of the sources' best targets; bf16 by 0.014 nats (at most 0.30), changing 0.083% of them, and
     is slower than TF32. Both are named options (``--precision tf32|bf16``), never the default.
     """

@@ -64,7 +64,7 @@ def evaluate(
     in the batch (batches are sorted by target length, so Y and X' come from pairs of similar target
     length). Perplexity alone cannot tell a translation model from a target-phrase language model;
     a gain near 0 says the decoder ignores the summary c (SPEC §1's N(0, 0.01²) initialisation with
-    small models and short budgets does exactly that: see README, "Does the model use the source?").
+    small models and short budgets does exactly that: see docs/train.md, "Does the model use the source?").
     The cost is one more decoder pass; the encoder runs once.
     """
     was_training = model.training

@@ -257,7 +257,7 @@ def test_moses_extractor_reads_the_extended_list(tmp_path: Path) -> None:
 
 
 def test_cslm_feature_through_the_mert_spec(tmp_path: Path) -> None:
-    from mert.features import absolute_spec_path, load_feature
+    from mert.features import FeatureError, absolute_spec_path, load_feature
 
     model, vocab = small_model()
     path = save_cslm(tmp_path / "m.pt", model, vocab)
@@ -270,6 +270,8 @@ def test_cslm_feature_through_the_mert_spec(tmp_path: Path) -> None:
     assert load_feature(f"CSLM:{path},name=CSLM1").name == "CSLM1"
     assert absolute_spec_path("CSLM:m.pt,name=CSLM1") == f"CSLM:{Path('m.pt').resolve()},name=CSLM1"
     assert absolute_spec_path("LengthRatio:1.1") == "LengthRatio:1.1"
+    with pytest.raises(FeatureError, match="CSLM needs a model file"):
+        load_feature("CSLM")
     assert math.isfinite(float(values.sum()))
 
 
@@ -295,3 +297,70 @@ def test_training_again_without_resume_keeps_the_trained_model(tmp_path: Path) -
     assert res.output == f"Error: {model}.last already exists: pass --resume to continue that training, " \
                          "or remove it to train from scratch\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fr.txt", "m.pt.last"]
+
+
+# ------------------------------------------------------------------ bad input, bad places: one line, nothing left
+
+
+def _one_error_line(res, *names: str) -> None:
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), (res.output, res.exception)
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and all(n in lines[0] for n in names), res.output
+
+
+@pytest.mark.parametrize("command", ["score", "nbest", "export-nplm"])
+def test_a_model_file_of_random_bytes_is_one_line(tmp_path: Path, command: str) -> None:
+    """It used to be six lines of torch's advice to load it with weights_only=False."""
+    model = tmp_path / "model.pt"
+    model.write_bytes(np.random.default_rng(0).bytes(4000))
+    args = [command, str(model), *(["-"] if command != "export-nplm" else [str(tmp_path / "new" / "m.nplm")])]
+    res = CliRunner().invoke(main, args, input="le chat\n")
+    _one_error_line(res, str(model), "not a CSLM model file of this tool")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+def test_score_names_the_file_and_line_of_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
+    model, vocab = small_model()
+    save_cslm(tmp_path / "m.pt", model, vocab)
+    text = tmp_path / "text.fr"
+    text.write_bytes(b"le chat\nla maison \xe9tait rouge\n")
+    res = CliRunner().invoke(main, ["score", "-q", str(tmp_path / "m.pt"), str(text)])
+    assert res.exit_code == 1 and f"{text}:2: not valid UTF-8" in res.stderr, res.output
+    assert len(res.stdout.splitlines()) <= 1  # the first line may have been scored: nothing after the bad one
+
+
+def test_score_and_nbest_are_quiet_with_q(tmp_path: Path) -> None:
+    model, vocab = small_model()
+    save_cslm(tmp_path / "m.pt", model, vocab)
+    for quiet in ([], ["-q"]):
+        res = CliRunner().invoke(main, ["score", *quiet, str(tmp_path / "m.pt"), "-"], input="le chat\n")
+        assert res.exit_code == 0 and len(res.stdout.splitlines()) == 1
+        assert ("perplexity" in res.stderr) is not bool(quiet)
+
+
+def test_export_into_a_folder_not_made_yet_makes_it(tmp_path: Path) -> None:
+    model, vocab = small_model()
+    save_cslm(tmp_path / "m.pt", model, vocab)
+    res = CliRunner().invoke(main, ["export-nplm", str(tmp_path / "m.pt"), str(tmp_path / "new" / "m.nplm")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "new" / "m.nplm").read_text().startswith("\\config")
+
+
+def test_export_into_an_unwritable_folder_names_the_users_path(tmp_path: Path, unwritable_folder: Path) -> None:
+    """It used to name a hidden temporary file (missing folder) or be a 44-line traceback (read-only)."""
+    model, vocab = small_model()
+    save_cslm(tmp_path / "m.pt", model, vocab)
+    out = unwritable_folder / "m.nplm"
+    res = CliRunner().invoke(main, ["export-nplm", str(tmp_path / "m.pt"), str(out)])
+    _one_error_line(res, "'OUT'", str(out))
+    assert ".tmp" not in res.output
+
+
+@pytest.mark.parametrize("model_out", ["m.pt", "models/new/m.pt"])
+def test_training_on_an_empty_corpus_leaves_nothing_behind(tmp_path: Path, model_out: str) -> None:
+    """The error was right, but an empty MODEL.data/ (and the folders made for MODEL) stayed."""
+    (tmp_path / "empty.txt").write_text("")
+    res = CliRunner().invoke(main, ["train", str(tmp_path / "empty.txt"), str(tmp_path / model_out), "-q",
+                                    "--max-epochs", "1", "--threads", "1"])
+    _one_error_line(res, "the corpus is empty")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["empty.txt"]

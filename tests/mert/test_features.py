@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import gzip
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mert.features import (
+    FEATURE_ENTRY_POINT_GROUP,
     ExtraFeatureWeights,
     FeatureError,
     LengthRatio,
@@ -20,6 +23,7 @@ from mert.features import (
     load_features,
     parse_feature_spec,
     read_sidecar,
+    registered_features,
     sidecar_path,
     write_sidecar,
 )
@@ -173,6 +177,44 @@ def test_feature_specs_and_loading() -> None:
         load_feature("fractions:Fraction:3")  # builds, but is not a feature
     with pytest.raises(FeatureError, match="used twice"):
         load_features(["WordCount", "mert.features:WordCount"])
+
+
+def _register(monkeypatch: pytest.MonkeyPatch, folder: Path, entries: str) -> None:
+    """An installed package that registers features: its metadata on sys.path, as pip leaves it."""
+    info = folder / "feature_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: feature-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[{FEATURE_ENTRY_POINT_GROUP}]\n{entries}\n")
+    monkeypatch.syspath_prepend(str(folder))
+
+
+def test_a_package_registers_a_feature_under_a_short_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Features come from above: a short name an installed package registers loads its class, with the
+    argument after the ``:``; a built-in name still wins over a registered one."""
+    _register(monkeypatch, tmp_path, "Ratio2 = mert.features:LengthRatio\nWordCount = mert.features:LengthRatio")
+    assert registered_features()["Ratio2"] == ("mert.features", "LengthRatio")
+    spec = parse_feature_spec("Ratio2:1.5")
+    assert (spec.module, spec.class_name, spec.arg, spec.with_arg("2")) == ("mert.features", "LengthRatio", "1.5",
+                                                                            "Ratio2:2")
+    feature = load_feature("Ratio2:1.5")
+    assert isinstance(feature, LengthRatio) and feature.ratio == 1.5
+    assert isinstance(load_feature("WordCount"), WordCount)
+    with pytest.raises(FeatureError, match=r"registered feature\[:arg\] \(entry points mert.features: .*Ratio2"):
+        load_feature("Unknown")
+
+
+def test_the_project_registers_the_cslm_and_mert_loads_no_model_without_it() -> None:
+    """``--feature CSLM:model.pt`` works through the project's registration (pyproject.toml; a stale
+    install lacks it: pip install -e .), and MERT parsing that spec, or using its built-ins, never
+    imports the CSLM's package or torch."""
+    assert registered_features().get("CSLM") == ("cslm.nbest", "CSLMFeature"), (
+        "the installed metadata lacks pyproject.toml's [project.entry-points.\"mert.features\"]: pip install -e .")
+    code = ("import sys; from mert.features import load_feature, parse_feature_spec; import mert.cli, mert.tune; "
+            "spec = parse_feature_spec('CSLM:m.pt'); load_feature('LengthRatio:1.1'); "
+            "print(spec.module, sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'cslm', 'rescorer'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout
+    assert out.split() == ["cslm.nbest", "[]"]
 
 
 def test_sidecar_round_trip_and_stale_sidecar_removed(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -25,8 +26,13 @@ def test_missing_binary_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("MOSES_BIN_DIR", raising=False)
     with pytest.raises(DecoderError, match="MOSES_BIN_DIR"):
         find_moses_bin_dir()
-    with pytest.raises(DecoderError, match="no 'moses' binary"):
+    with pytest.raises(DecoderError, match="no 'moses' binary") as err:
         find_moses_bin_dir(tmp_path)
+    # ... and says where to get Moses, in pages this clone has
+    root = Path(__file__).resolve().parents[2]
+    pointers = re.findall(r"\b[\w/-]+\.md\b", str(err.value))
+    assert pointers == ["docs/moses-nplm.md", "docker/README.md"]
+    assert all((root / page).is_file() for page in pointers)
 
 
 def test_failed_decode_reports_stderr_tail_and_leaves_no_output(tmp_path):

@@ -13,10 +13,21 @@ import threading
 from pathlib import Path
 
 import pytest
+import unwritable
 from held_output import held_by_another_process
 
 from moses_integration import files
-from moses_integration.files import InUseError, atomic_output, exclusive_use, lock_path, open_input, open_output
+from moses_integration.files import (
+    InUseError,
+    OutputPlaceError,
+    atomic_output,
+    check_output_place,
+    exclusive_use,
+    lock_path,
+    open_input,
+    open_output,
+    outputs_of_a_run,
+)
 from moses_integration.phrase_table import iter_lines
 from table_lines import GOOD, write_bytes, write_lines
 
@@ -182,3 +193,109 @@ def test_an_output_in_a_folder_not_made_yet_is_held(tmp_path: Path) -> None:
     with exclusive_use(tmp_path / "models" / "new" / "m.pt"):
         assert lock_path(tmp_path / "models" / "new" / "m.pt").exists()
     assert list((tmp_path / "models" / "new").iterdir()) == []
+
+
+# ------------------------------------------------------------------ places that can be written
+
+
+def test_an_unwritable_place_is_refused_naming_the_users_path(tmp_path: Path, unwritable_folder: Path) -> None:
+    for folder in (False, True):
+        target = unwritable_folder / "new" / "out.gz"
+        with pytest.raises(OutputPlaceError) as caught:
+            check_output_place(target, folder=folder)
+        message = str(caught.value)
+        assert str(target) in message and "\n" not in message and ".write-test" not in message
+        with pytest.raises(OutputPlaceError, match=re.escape(str(unwritable_folder / "x"))):
+            check_output_place(unwritable_folder / "x", folder=folder)
+
+
+def test_os_access_alone_would_let_an_unwritable_folder_through(tmp_path: Path) -> None:
+    """Why the check creates a file: to root, ``os.access`` grants /sys, where nothing can be created."""
+    import os
+
+    with unwritable.unwritable_folder("sysfs", tmp_path) as sysfs:
+        if os.geteuid() != 0:
+            pytest.skip("os.access answers truly for a user other than root")
+        assert os.access(sysfs, os.W_OK)
+        with pytest.raises(OutputPlaceError, match="nothing can be created in /sys"):
+            check_output_place(sysfs / "out.txt")
+
+
+def test_a_writable_place_passes_and_the_check_leaves_nothing(tmp_path: Path) -> None:
+    (tmp_path / "old.txt").write_text("old")
+    for path, folder in [(tmp_path / "out.gz", False), (tmp_path / "old.txt", False),
+                         (tmp_path / "a" / "b" / "c", False),
+                         (tmp_path / "work", True), (tmp_path, True), ("-", False)]:
+        check_output_place(path, folder=folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.txt"]  # no probe left, no folder made
+
+
+def test_a_folder_for_a_file_and_a_file_for_a_folder_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    with pytest.raises(OutputPlaceError, match="is a folder"):
+        check_output_place(tmp_path)
+    with pytest.raises(OutputPlaceError, match="is a file, not a folder"):
+        check_output_place(tmp_path / "f", folder=True)
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+class Failed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("keeps_progress", [False, True])
+def test_a_failed_run_leaves_no_folder_it_made_and_no_empty_one(tmp_path: Path, keeps_progress: bool) -> None:
+    """``cslm train EMPTY out/m.pt`` made ``out/m.pt.data/`` and left it; now nothing of it stays."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "kept.txt").write_text("mine")
+    before = _listing(tmp_path)
+    with pytest.raises(Failed), outputs_of_a_run([tmp_path / "mine" / "m.pt", tmp_path / "new" / "deeper" / "m.pt"],
+                                                 keeps_progress=keeps_progress):
+        assert (tmp_path / "new" / "deeper").is_dir()  # made before the work, as training always did
+        (tmp_path / "mine" / "m.pt.data" / "train").mkdir(parents=True)
+        (tmp_path / "new" / "deeper" / "m.pt.data").mkdir()
+        raise Failed
+    assert _listing(tmp_path) == before
+
+
+def test_a_failed_run_that_keeps_no_progress_leaves_none_of_its_files(tmp_path: Path) -> None:
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "old.tok").write_text("from an earlier run")
+    (tmp_path / "report.json").write_text("old report")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(KeyboardInterrupt), outputs_of_a_run(
+            [tmp_path / "report.json", tmp_path / "new.png", tmp_path / "made" / "x.png"],
+            [tmp_path / "eval", tmp_path / "work"]):
+        (tmp_path / "eval" / "old.tok").write_text("rewritten")  # a file it did not create stays
+        (tmp_path / "eval" / "system.run1.tok").write_text("decoded")
+        (tmp_path / "eval" / "detok").mkdir()
+        (tmp_path / "eval" / "detok" / "a").write_text("a")
+        (tmp_path / "new.png").write_bytes(b"png")
+        (tmp_path / "made" / "x.png").write_bytes(b"png")
+        (tmp_path / "work" / "run1").mkdir(parents=True)
+        (tmp_path / "work" / "run1" / "weights").write_text("1")
+        (tmp_path / "unrelated.txt").write_text("another program's")  # beside the outputs: not ours to judge
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["eval", "old.tok", "report.json", "unrelated.txt"]
+    assert (tmp_path / "report.json").read_bytes() == before[tmp_path / "report.json"]
+
+
+def test_a_failed_run_that_keeps_progress_keeps_the_files_a_rerun_continues_from(tmp_path: Path) -> None:
+    with pytest.raises(Failed), outputs_of_a_run([tmp_path / "new" / "out.gz"], [tmp_path / "work"],
+                                                 keeps_progress=True):
+        (tmp_path / "new" / ".out.gz.partial").write_bytes(b"chunk")
+        (tmp_path / "new" / "empty").mkdir()
+        (tmp_path / "work" / "stamps").mkdir(parents=True)
+        (tmp_path / "work" / "stamps" / "data.json").write_text("{}")
+        (tmp_path / "work" / "tmp").mkdir()
+        raise Failed
+    assert _listing(tmp_path) == ["new", "new/.out.gz.partial", "work", "work/stamps", "work/stamps/data.json"]
+
+
+def test_a_run_that_succeeds_keeps_its_outputs_and_drops_folders_it_made_for_nothing(tmp_path: Path) -> None:
+    with outputs_of_a_run([tmp_path / "a" / "out.gz", tmp_path / "unused" / "m.pt", "-", None]):
+        (tmp_path / "a" / "out.gz").write_bytes(b"table")
+    assert _listing(tmp_path) == ["a", "a/out.gz"]

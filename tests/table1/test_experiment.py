@@ -36,4 +36,66 @@ def test_a_second_run_on_a_held_work_folder_stops_before_any_step(tmp_path: Path
         result = CliRunner().invoke(main, ["prepare", "--work", str(work), "--data", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output.count("\n") == 1 and f"Error: {work} is in use by pid {holder.pid} " in result.output
-    assert sorted(p.name for p in work.iterdir()) == ["settings.json"]  # no step ran, nothing stamped
+    assert sorted(p.name for p in work.iterdir()) == []  # no step ran, nothing written
+
+
+def _no_moses(monkeypatch) -> None:
+    for name in ("MOSES_BIN_DIR", "MOSES_HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _no_step_runs(monkeypatch) -> None:
+    def ran(*_args, **_kwargs):
+        raise AssertionError("a step ran before the tools were checked")
+
+    monkeypatch.setattr(experiment, "run_step", ran)
+
+
+def test_table1_without_moses_stops_before_any_step_and_says_where_to_get_it(tmp_path: Path, monkeypatch) -> None:
+    """It used to run data and prepare for a minute, writing 134 MB, before saying Moses was missing."""
+    _no_moses(monkeypatch)
+    _no_step_runs(monkeypatch)
+    result = CliRunner().invoke(main, ["all", "--work", str(tmp_path / "work"), "--data", str(tmp_path)])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert "Moses not found" in result.output
+    assert "docs/moses-nplm.md" in result.output and "docker/README.md" in result.output
+    assert list(tmp_path.iterdir()) == []  # not even the work folder
+
+
+def test_table1_names_every_missing_moses_tool_before_any_step(tmp_path: Path, monkeypatch) -> None:
+    _no_moses(monkeypatch)
+    _no_step_runs(monkeypatch)
+    home = tmp_path / "moses"
+    (home / "scripts").mkdir(parents=True)
+    (home / "bin").mkdir()
+    for name in ("moses", "lmplz"):
+        (home / "bin" / name).write_text("#!/bin/sh\n")
+        (home / "bin" / name).chmod(0o755)
+    result = CliRunner().invoke(main, ["all", "--work", str(tmp_path / "work"), "--data", str(tmp_path),
+                                       "--moses-home", str(home), "--aligner", "eflomal"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    named = result.output.split("missing: ")[1].split(";")[0].split(", ")
+    assert named == [str(home / "bin" / "build_binary"), str(home / "bin" / "symal"),
+                     str(home / "scripts" / "training" / "train-model.perl"),
+                     str(home / "scripts" / "training" / "filter-model-given-input.pl")]
+    assert not (tmp_path / "work").exists()
+
+
+def test_steps_that_need_no_moses_run_without_it(tmp_path: Path, monkeypatch) -> None:
+    _no_moses(monkeypatch)
+    ran = []
+    monkeypatch.setattr(experiment, "run_step", lambda exp, step, options: ran.append(step) or [])
+    result = CliRunner().invoke(main, ["data", "rnn", "cslm", "report", "--work", str(tmp_path / "work"),
+                                       "--data", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert ran == ["data", "rnn", "cslm", "report"]
+
+
+def test_make_tune_without_moses_says_where_to_get_it_before_installing_anything(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in {"MOSES_BIN_DIR", "MAKEFLAGS", "MAKELEVEL"}}
+    for moses in ("", str(tmp_path)):  # none given; a folder without moses
+        done = subprocess.run(["make", "tune", f"VENV={tmp_path / 'venv'}", f"MOSES_BIN_DIR={moses}"], cwd=REPO,
+                              capture_output=True, text=True, env=env)
+        assert done.returncode != 0
+        assert "docs/moses-nplm.md" in done.stderr and "docker/README.md" in done.stderr, done.stderr
+        assert not (tmp_path / "venv").exists()  # checked before the 2.5 GB install

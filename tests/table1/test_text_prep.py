@@ -74,3 +74,26 @@ def test_prepared_text_matches_the_fixture_made_with_moses_perl_scripts(tmp_path
     ours = list(tokenize_lines(text_lines(raw, last=100), "en"))
     theirs = list(text_lines(tok_tc, last=100))
     assert [o.lower() for o in ours] == [t.lower() for t in theirs]
+
+
+def test_processes_read_the_input_a_window_ahead_not_all_of_it(monkeypatch):
+    """A full-scale LM text does not fit in memory: a slow reader of the output holds the input back."""
+    import time
+
+    from table1 import text_prep
+
+    monkeypatch.setattr(text_prep, "BATCH_LINES", 2)
+    pulled = 0
+
+    def lines():
+        nonlocal pulled
+        for i in range(400):
+            pulled += 1
+            yield f"line {i} ."
+
+    out = tokenize_lines(lines(), "en", jobs=2)
+    assert next(out) == "line 0 ."
+    time.sleep(1.0)  # the workers would have taken everything by now
+    assert pulled <= text_prep.WINDOW_BATCHES * 2 * 2
+    assert [next(out) for _ in range(3)] == ["line 1 .", "line 2 .", "line 3 ."]
+    assert list(out)[-1] == "line 399 ." and pulled == 400

@@ -10,6 +10,7 @@ import errno
 import gzip
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -314,11 +315,47 @@ def test_shards_partition_the_table_at_source_boundaries_without_a_counting_pass
 def test_impossible_output_fails_before_training(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # where a model trained for stdout output would go
     table = write_table(tmp_path / "pt.txt", table_lines(30))
-    res = cli(str(table), str(tmp_path / "missing" / "out.gz"), "--train-steps", "5")
-    assert res.exit_code == 1 and "does not exist" in res.output
+    res = cli(str(table), str(table / "out.gz"), "--train-steps", "5")
+    assert res.exit_code == 1 and "is a file, not a folder" in res.output
     res = cli(str(table), "-", "--train-steps", "5", "--skip-bad-lines")
     assert res.exit_code == 1 and "not stdout" in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]  # no model was trained
+
+
+def test_an_output_in_folders_not_made_yet_is_written_there(tmp_path: Path, model_file: Path) -> None:
+    """As every output of every command: the missing folders are made (and removed again if the run fails)."""
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    res = cli(str(table), str(tmp_path / "new" / "deeper" / "out.gz"), "--model", str(model_file))
+    assert res.exit_code == 0, res.output
+    assert listing(tmp_path / "new") == ["deeper", "deeper/out.gz"]
+
+
+@pytest.mark.parametrize("output", ["OUTPUT_TABLE", "--moses-ini-out", "--scores-parquet", "--save-model"])
+def test_an_output_that_cannot_be_written_is_refused_before_training(tmp_path: Path, unwritable_folder: Path,
+                                                                     no_work, output: str) -> None:
+    """It used to be a 37-line traceback after loading the model, or, for the ini, after all the scoring."""
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    ini = tmp_path / "moses.ini"
+    ini.write_text(ini_text([("TranslationModel0", 4, "PhraseDictionaryMemory")]))
+    bad = unwritable_folder / "out.gz"
+    args = [str(table), str(bad if output == "OUTPUT_TABLE" else tmp_path / "out.gz"), "--train-steps", "5",
+            "--moses-ini", str(ini), "--moses-ini-out", str(tmp_path / "moses.rnn.ini")]
+    if output != "OUTPUT_TABLE":
+        args += [output, str(bad)]
+    before = listing(tmp_path)
+    assert_refused(cli_last(*args), output, str(bad))
+    assert listing(tmp_path) == before
+
+
+def test_a_model_file_of_random_bytes_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    model = tmp_path / "model.pt"
+    model.write_bytes(random.Random(0).randbytes(4000))
+    before = listing(tmp_path)
+    res = cli(str(table), str(tmp_path / "new" / "out.gz"), "--model", str(model))
+    assert_refused(res, str(model), "not a rescorer checkpoint of this tool")
+    assert "weights_only" not in res.output
+    assert listing(tmp_path) == before  # not even the folder new/ made for the output
 
 
 def interrupted_run(tmp_path: Path, model_file: Path, **kw) -> tuple[Path, Checkpoint]:
