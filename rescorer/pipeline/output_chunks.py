@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from moses_integration.files import compress_member
 from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, append_score_columns_bulk, format_log_probability
+from rescorer.pipeline.spool import SpooledChunk, lines_of
 from rescorer.tables.chunks import LineChunk
 
 
@@ -103,3 +104,19 @@ def _append_columns(lines: LineChunk, columns: pa.Array) -> bytes | memoryview:
 def _append_per_line(lines: LineChunk, columns: pa.Array) -> bytes:
     out = append_score_columns_bulk(lines.lines, [c.encode("ascii") for c in columns.to_pylist()])
     return b"\n".join(out) + b"\n"
+
+
+def format_lines(
+    lines: LineChunk | SpooledChunk,
+    good_rows: np.ndarray | None,
+    log_probs: np.ndarray,
+    n_unknown: np.ndarray,
+    compresslevel: int | None,
+) -> bytes:
+    """:func:`format_chunk` of the scored rows (``good_rows``, None: all) of lines in memory or in the
+    spool; a spool file is deleted once read, as this is its last use."""
+    chunk = lines_of(lines)
+    if isinstance(lines, SpooledChunk):
+        lines.drop()
+    return format_chunk(chunk.take(good_rows) if good_rows is not None else chunk, log_probs, n_unknown,
+                        compresslevel)

@@ -20,39 +20,44 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from rescorer.tables.chunks import FIELD_SEPARATOR, LineChunk
 
-# Fixed odd 64-bit multipliers, one per byte position (mod 4096) of the source phrase: the hash is
-# a sum of byte × weight, computed for a whole chunk in a few NumPy passes. Never change them: they
-# define where every table is cut, and so the bytes of every output.
-_WEIGHTS = np.random.default_rng(20261126).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
-_MIX = np.uint64(0x9E3779B97F4A7C15)
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads the key's bits over the high ones
+_EDGE = 8  # bytes taken from each end of the source phrase
 
 
 def source_keys(chunk: LineChunk) -> tuple[np.ndarray, np.ndarray]:
-    """Each line's source phrase as ``(hash, length in bytes)``: equal sources give equal keys.
+    """Each line's source phrase as ``(key, length in bytes)``: equal sources give equal keys.
 
-    The source is what precedes the first `` ||| `` (the whole line where there is none).
+    The key mixes the source's first and last 8 bytes and its length, read for a whole chunk in a
+    few gathers (the reader's own rate is the pipeline's ceiling, so no pass over every byte).
+    Two different sources may share a key; that only hides a sync point, the same way in every run.
+    The source is what precedes the first `` ||| `` (the whole line where there is none). Never
+    change the key: it decides where every table is cut, and so the bytes of every output.
     """
     n = len(chunk)
     if not n:
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
-    line_len = np.diff(chunk.offsets) - 1
-    found = pc.find_substring(chunk.arrow(), FIELD_SEPARATOR).to_numpy(zero_copy_only=False).astype(np.int64)
-    lengths = np.where(found < 0, line_len, found)
-    total = int(lengths.sum())
-    seg_start = np.cumsum(lengths) - lengths  # where each source starts among the gathered bytes
-    within = np.arange(total, dtype=np.int64) - np.repeat(seg_start, lengths)
-    data = np.frombuffer(chunk.data, dtype=np.uint8)
-    gathered = data[np.repeat(chunk.offsets[:-1].astype(np.int64), lengths) + within].astype(np.uint64)
-    terms = gathered * _WEIGHTS[within & (len(_WEIGHTS) - 1)]
-    hashes = np.zeros(n, dtype=np.uint64)
-    nonempty = lengths > 0
-    if total:
-        hashes[nonempty] = np.add.reduceat(terms, seg_start[nonempty])
-    return (hashes ^ lengths.astype(np.uint64)) * _MIX, lengths
+    offsets = chunk.offsets.astype(np.int64, copy=False)
+    lines = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets),
+                                                                    pa.py_buffer(chunk.data)])
+    found = pc.find_substring(lines, FIELD_SEPARATOR).to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = np.where(found < 0, np.diff(offsets) - 1, found)
+    padded = np.frombuffer(chunk.data + bytes(_EDGE), dtype=np.uint8)
+    # Every 8-byte window of the data, as rows (a view, no copy); the rows wanted are then gathered
+    # and read as little-endian words, the same on every machine.
+    windows = np.lib.stride_tricks.as_strided(padded, (len(padded) - _EDGE + 1, _EDGE), (1, 1), writeable=False)
+    starts = offsets[:-1]
+    short = lengths < _EDGE
+    keep = np.where(short, (np.uint64(1) << (8 * lengths.clip(0, _EDGE - 1)).astype(np.uint64)) - np.uint64(1),
+                    np.uint64(0xFFFFFFFFFFFFFFFF))
+    head = windows[starts].view("<u8").ravel() & keep
+    tail = windows[np.where(short, starts, starts + lengths - _EDGE)].view("<u8").ravel() & keep
+    key = (head * _MIX) ^ ((tail ^ lengths.astype(np.uint64)) * np.uint64(0xC2B2AE3D27D4EB4F))
+    return key * _MIX, lengths
 
 
 def sync_points(chunk: LineChunk, previous: tuple[int, int] | None, chunk_lines: int) -> tuple[np.ndarray, tuple]:

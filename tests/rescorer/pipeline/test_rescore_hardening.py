@@ -421,7 +421,7 @@ def no_work(monkeypatch) -> None:
 
     monkeypatch.setattr("rescorer.training.train.train_on_phrase_table", started)
     monkeypatch.setattr(rescore_module, "rescore_phrase_table", started)
-    monkeypatch.setattr(rescore_module, "iter_line_chunks", started)
+    monkeypatch.setattr("rescorer.pipeline.reader.iter_line_chunks", started)
 
 
 @pytest.mark.parametrize("option, value", [
@@ -503,7 +503,7 @@ def test_library_refuses_what_cannot_work_before_reading(tmp_path: Path, tiny_ch
     def started(*_a, **_k):
         raise AssertionError("the table was read before the settings were checked")
 
-    monkeypatch.setattr(rescore_module, "iter_line_chunks", started)
+    monkeypatch.setattr("rescorer.pipeline.reader.iter_line_chunks", started)
     workers = -1 if case == "workers" else 0
     opts = RescoreOptions(progress=False, device="cpu", workers=workers, **kw)
     word = {"chunk_lines": "--chunk-lines", "workers": "--workers", "input folder": "is a folder",
