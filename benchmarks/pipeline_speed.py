@@ -11,13 +11,16 @@ with the model replaced by a constant scorer, once per ``-j`` given. It prints, 
 * end to end: lines/s (wall clock), and the CPU seconds of all its processes;
 * each stage's rate per core, from the CPU time the pipeline itself records where the stage runs
   (thread CPU time, so other processes on a shared machine do not inflate it):
-  read (gunzip + cutting into chunks, one thread), parse (validation, parsing, id mapping),
-  trees (groups and prefix trees, as the scorer uses them), format (formatting + gzip -6);
-* how the format stage splits into formatting and gzip -6 (measured apart on the first chunks);
-* what the main process costs per line beyond reading (handing chunks to the workers, taking
-  results back, writing), which does not scale with ``-j``;
+  read (ISA-L gunzip, cutting into chunks at content-fixed places: one thread or process),
+  parse (validation, parsing, id mapping),
+  trees (groups and prefix trees, as the scorer uses them), format (formatting + the gzip member);
+* how the format stage splits into formatting and compression (measured apart on the first chunks);
+* what the main process costs per line (with workers it never touches a line: it hands chunk names
+  to the workers, takes scores and compressed chunks, writes), and the reader process' rate, the two
+  stages that do not scale with ``-j``;
 * the rate that C cores could sustain: the serial parts on their own cores, the parallel stages
-  shared by the others.
+  shared by the others;
+* the start-up of the real command with a paper-size checkpoint.
 
 The shortlists are the 15,000 most frequent words of each side of the table's first 200,000
 lines (what a model trained on the table would have). The load average is printed with the
@@ -44,6 +47,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from score_speed import default_table
 
+    from moses_integration.files import DEFAULT_MEMBER_LEVEL, compress_member
     from moses_integration.threads import available_cpus
     from rescorer.model.vocab import Vocab
     from rescorer.pipeline.output_chunks import format_chunk
@@ -96,7 +100,7 @@ def run(table: Path, workers: int, chunk_lines: int, vocab: tuple[list[str], lis
 
 
 def format_and_gzip_apart(table: Path, chunk_lines: int, chunks: int = 3) -> tuple[float, float]:
-    """Lines/s per core of formatting alone and of gzip -6 alone, on the table's first chunks."""
+    """Lines/s per core of formatting alone and of the gzip member alone, on the table's first chunks."""
     lines = fmt = gz = 0.0
     with gzip.open(table) as fh:
         for chunk in itertools.islice(iter_line_chunks(fh, str(table), chunk_lines), chunks):
@@ -104,7 +108,7 @@ def format_and_gzip_apart(table: Path, chunk_lines: int, chunks: int = 3) -> tup
             started = time.thread_time()
             text = format_chunk(chunk, log_p, n_unk, None)
             formatted = time.thread_time()
-            gzip.compress(text, compresslevel=6, mtime=0)
+            compress_member(text)
             fmt, gz, lines = fmt + formatted - started, gz + time.thread_time() - formatted, lines + len(chunk)
     return lines / fmt, lines / gz
 
@@ -133,7 +137,9 @@ def main() -> None:
             summary, wall, cpu, child = run(table, workers, args.chunk_lines, vocab)
             report(summary, workers, wall, cpu, child, load, args.cores)
         fmt, gz = format_and_gzip_apart(table, args.chunk_lines)
-        print(f"format stage apart, per core: formatting {fmt / 1e3:,.0f}k lines/s, gzip -6 {gz / 1e3:,.0f}k lines/s")
+        print(f"format stage apart, per core: formatting {fmt / 1e3:,.0f}k lines/s, "
+              f"gzip member (ISA-L level {DEFAULT_MEMBER_LEVEL}) {gz / 1e3:,.0f}k lines/s")
+        startup(table)
 
 
 def report(summary: RescoreSummary, workers: int, wall: float, cpu: float, child: float, load: float,
@@ -144,19 +150,48 @@ def report(summary: RescoreSummary, workers: int, wall: float, cpu: float, child
     load = max(load, os.getloadavg()[0])
     busy = f"; load average {load:.1f}" + (" (taken under contention: the machine was shared)" if load > 1 else "")
     print(f"-j {workers}: {n} lines in {wall:.1f} s = {n / wall:,.0f} lines/s end to end; "
-          f"CPU {cpu:.1f} s main process + {child:.1f} s workers{busy}")
+          f"CPU {cpu:.1f} s main process + {child:.1f} s reader and workers{busy}")
     per_core = ", ".join(f"{name} {rate[name] / 1e3:,.0f}k" for name in ("read", *PARALLEL_STAGES) if name in rate)
-    if "read" in stage and "parse" in stage:  # the issue's stage (a): gunzip + parse + id mapping
-        per_core += f" (read + parse: {n / (stage['read'] + stage['parse']) / 1e3:,.0f}k)"
     print(f"  per core, lines/s: {per_core}")
     if workers > 1:
-        main_cost = cpu - stage.get("read", 0.0) - stage.get("score", 0.0)
+        # With workers, reading runs in a process of its own: the main process' CPU is its own work
+        # (handing chunk names to the workers, scores out and compressed chunks in, writing, fsync).
+        main_cost = cpu - stage.get("score", 0.0)
         parallel = sum(stage.get(name, 0.0) for name in PARALLEL_STAGES) / n
         serial = max(stage.get("read", 0.0), main_cost) / n
-        print(f"  main process beyond reading (hand-off, results, writing): {n / main_cost / 1e3:,.0f}k lines/s; "
+        print(f"  main process (never touches a line): {n / main_cost / 1e6:,.2f}M lines/s; "
+              f"reader process {rate.get('read', 0) / 1e6:,.2f}M lines/s; "
               f"parallel stages together: {1 / parallel / 1e3:,.0f}k lines/s per core")
-        print(f"  projected for {cores} cores (reader and main thread on one core each, {cores - 2} workers): "
+        print(f"  projected for {cores} cores (reader and main process on one core each, {cores - 2} workers): "
               f"{min(1 / serial, (cores - 2) / parallel) / 1e6:.2f}M lines/s")
+
+
+def startup(table: Path) -> None:
+    """Wall seconds of ``rescore-phrase-table`` with a paper-size checkpoint on 200 lines: from the
+    command's start to its exit, so an upper bound of the time to the first chunk handed to the model."""
+    import subprocess
+
+    import torch
+
+    from rescorer.model.checkpoint import save_checkpoint
+    from rescorer.model.config import ModelConfig
+    from rescorer.model.network import RNNEncoderDecoder
+
+    src, tgt = (Vocab(words) for words in shortlists(table))
+    config = ModelConfig(src_vocab_size=len(src), tgt_vocab_size=len(tgt))  # the paper's sizes
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        model = Path(tmp) / "paper.pt"
+        save_checkpoint(model, model=RNNEncoderDecoder(config), config=config, src_vocab=src, tgt_vocab=tgt)
+        small = Path(tmp) / "in.gz"
+        with gzip.open(table) as fh, gzip.open(small, "wb") as out:
+            out.writelines(itertools.islice(fh, 200))
+        command = [str(Path(sys.executable).parent / "rescore-phrase-table"), str(small), str(Path(tmp) / "out.gz"),
+                   "--model", str(model), "-q", "--threads", "1", "--device", "cpu"]
+        started = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True)
+        print(f"start-up: rescore-phrase-table with a paper-size checkpoint ({model.stat().st_size / 1e6:.0f} MB) "
+              f"on 200 lines, start to exit: {time.perf_counter() - started:.2f} s")
 
 
 if __name__ == "__main__":

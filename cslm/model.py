@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from rescorer.model.config import DictConfig, check_positive_int
+from rescorer.model.network import embedding_layer
 
 
 class CSLMError(ValueError):
@@ -66,17 +67,19 @@ class CSLMConfig(DictConfig):
 class CSLM(nn.Module):
     """Embeddings of the ``order − 1`` previous words → ReLU layers → softmax over the shortlist."""
 
-    def __init__(self, config: CSLMConfig) -> None:
+    def __init__(self, config: CSLMConfig, device: torch.device | str | None = None) -> None:
+        """``device="meta"``: layers without memory or initialisation, for a model file's weights
+        (passed to each layer: ``with torch.device(...)`` would import torch._dynamo, seconds of start-up)."""
         super().__init__()
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size + 1, config.embedding)
+        self.embed = embedding_layer(config.vocab_size + 1, config.embedding, device)
         layers: list[nn.Module] = []
         width = config.context * config.embedding
         for units in config.hidden:
-            layers += [nn.Linear(width, units), nn.ReLU()]
+            layers += [nn.Linear(width, units, device=device), nn.ReLU()]
             width = units
         self.hidden_layers = nn.Sequential(*layers)
-        self.output = nn.Linear(width, config.vocab_size)
+        self.output = nn.Linear(width, config.vocab_size, device=device)
         if not any(p.is_meta for p in self.parameters()):
             self.reset_parameters()
 

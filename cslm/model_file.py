@@ -65,8 +65,7 @@ def load_cslm(path: PathArg, device: str | torch.device = "cpu") -> CSLMFile:
     try:
         config = CSLMConfig.from_dict(payload["config"])
         vocab = Vocab.from_dict(payload["vocab"])
-        with torch.device("meta"):
-            model = CSLM(config)
+        model = CSLM(config, device="meta")
         model.load_state_dict(payload["state_dict"], assign=True)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise CSLMError(f"{path}: damaged CSLM model file ({exc})") from exc

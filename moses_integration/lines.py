@@ -10,12 +10,10 @@ copied byte for byte (:mod:`moses_integration.phrase_table`) and never go throug
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections.abc import Iterator
 
 from moses_integration.errors import FileLineError
-from moses_integration.files import PathArg, display_name, open_input
+from moses_integration.files import CORRUPT_GZIP_ERRORS, PathArg, display_name, open_input
 
 
 def strip_line_end(raw: bytes) -> bytes:
@@ -41,7 +39,7 @@ def iter_raw_lines(path: PathArg, *, error: type[FileLineError] = FileLineError)
             for raw in fh:
                 line_no += 1
                 yield line_no, raw
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        except CORRUPT_GZIP_ERRORS as exc:
             raise error(name, line_no + 1, f"truncated or corrupt gzip input ({exc})") from exc
 
 

@@ -209,8 +209,7 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
         tgt_vocab = Vocab.from_dict(payload["tgt_vocab"])
         # Built on the meta device and filled by assignment: no random init to throw away (six
         # 1000×1000 eigendecompositions for the paper's size) and no second copy of the weights.
-        with torch.device("meta"):
-            model = RNNEncoderDecoder(config)
+        model = RNNEncoderDecoder(config, device="meta")
         model.load_state_dict(payload["state_dict"], assign=True)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{path}: damaged rescorer checkpoint ({exc})") from exc

@@ -143,6 +143,14 @@ class DecoderStart:
     out_context: Tensor
 
 
+def embedding_layer(rows: int, dim: int, device: torch.device | str | None) -> nn.Embedding:
+    """An embedding table; on the meta device without its init, whose ``normal_`` has only a Python meta
+    kernel there, and that imports torch._dynamo (2.5 s) for a table a checkpoint then replaces."""
+    if device is not None and torch.device(device).type == "meta":
+        return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim, device=device))
+    return nn.Embedding(rows, dim, device=device)
+
+
 class RNNEncoderDecoder(nn.Module):
     """log p(Y | X) for phrase pairs, with the SPEC §1 equations as the only code path.
 
@@ -153,30 +161,35 @@ class RNNEncoderDecoder(nn.Module):
     padded batch.
     """
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, device: torch.device | str | None = None) -> None:
+        """``device="meta"`` builds the layers without memory or initialisation, for a checkpoint's
+        weights to be assigned (:func:`rescorer.model.checkpoint.load_checkpoint`): a device passed to
+        each layer, not ``with torch.device(...)``, whose function mode makes every init call import
+        torch._dynamo (2.6 s of a command's start-up)."""
         super().__init__()
         self.config = config
         d, emb, m = config.hidden, config.embedding, config.maxout_units
-        self.src_embed = nn.Embedding(config.src_vocab_size, emb)
-        self.tgt_embed = nn.Embedding(config.tgt_vocab_size, emb)
+        self.src_embed = embedding_layer(config.src_vocab_size, emb, device)
+        self.tgt_embed = embedding_layer(config.tgt_vocab_size, emb, device)
         # Encoder.
-        self.enc_input = nn.Linear(emb, 3 * d)
-        self.enc_rec_gates = nn.Linear(d, 2 * d, bias=False)
-        self.enc_rec_cand = nn.Linear(d, d, bias=False)
-        self.enc_summary = nn.Linear(d, d)
+        self.enc_input = nn.Linear(emb, 3 * d, device=device)
+        self.enc_rec_gates = nn.Linear(d, 2 * d, bias=False, device=device)
+        self.enc_rec_cand = nn.Linear(d, d, bias=False, device=device)
+        self.enc_summary = nn.Linear(d, d, device=device)
         # Decoder.
-        self.dec_init = nn.Linear(d, d)
-        self.dec_input = nn.Linear(emb, 3 * d)
-        self.dec_rec = nn.Linear(d, 3 * d, bias=False)
-        self.dec_context = nn.Linear(d, 3 * d, bias=False)
-        self.dec_cand_bias = nn.Parameter(torch.zeros(d))
+        self.dec_init = nn.Linear(d, d, device=device)
+        self.dec_input = nn.Linear(emb, 3 * d, device=device)
+        self.dec_rec = nn.Linear(d, 3 * d, bias=False, device=device)
+        self.dec_context = nn.Linear(d, 3 * d, bias=False, device=device)
+        self.dec_cand_bias = nn.Parameter(torch.zeros(d, device=device))
         # Deep output with maxout, and the low-rank softmax matrix G = G_l G_r.
-        self.out_hidden = nn.Linear(d, 2 * m, bias=False)
-        self.out_prev = nn.Linear(emb, 2 * m, bias=False)
-        self.out_context = nn.Linear(d, 2 * m)
-        self.out_rank = nn.Linear(m, config.output_rank, bias=False)
-        self.out_vocab = nn.Linear(config.output_rank, config.tgt_vocab_size)
-        self.reset_parameters()
+        self.out_hidden = nn.Linear(d, 2 * m, bias=False, device=device)
+        self.out_prev = nn.Linear(emb, 2 * m, bias=False, device=device)
+        self.out_context = nn.Linear(d, 2 * m, device=device)
+        self.out_rank = nn.Linear(m, config.output_rank, bias=False, device=device)
+        self.out_vocab = nn.Linear(config.output_rank, config.tgt_vocab_size, device=device)
+        if torch.device(device or "cpu").type != "meta":
+            self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """SPEC §1 init: weights N(0, init_std²), biases 0, recurrent matrices orthogonal.

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
+from rescorer.pipeline.spool import SpooledChunk, SpooledObject, lines_of
 from rescorer.tables.chunks import LineChunk, TokenIds, parse_chunk, phrases_to_ids
 
 _VOCAB: tuple[pa.Array, pa.Array] | None = None  # (source words, target words) of this worker
@@ -35,7 +36,7 @@ def init_worker(src_words: list[str], tgt_words: list[str]) -> None:
 class PrepareTask:
     """A chunk's lines of this run (the shard's rows) and how to prepare them."""
 
-    lines: LineChunk
+    lines: LineChunk | SpooledChunk  # in memory, or in the spool (read by the worker)
     path: str
     num_scores: int | None  # columns every line must have; None: unknown yet when sent
     skip_bad_lines: bool
@@ -79,8 +80,8 @@ def prepare_chunk(task: PrepareTask, vocab: tuple[pa.Array, pa.Array] | None = N
     """
     src_words, tgt_words = vocab if vocab is not None else _VOCAB
     started = time.thread_time()
-    parsed = parse_chunk(task.lines, task.path, num_scores=task.num_scores, skip_bad_lines=task.skip_bad_lines,
-                         want_scores=task.keep_phrases)
+    parsed = parse_chunk(lines_of(task.lines), task.path, num_scores=task.num_scores,
+                         skip_bad_lines=task.skip_bad_lines, want_scores=task.keep_phrases)
     out = PreparedChunk(parsed.good_rows, parsed.bad_rows, parsed.num_scores, None)
     if task.keep_phrases:
         out.source, out.target, out.scores = parsed.source, parsed.target, parsed.scores
@@ -100,6 +101,17 @@ def prepare_chunk(task: PrepareTask, vocab: tuple[pa.Array, pa.Array] | None = N
     else:
         out.parse_seconds = time.thread_time() - started
     return out
+
+
+def prepare_spooled(task: PrepareTask) -> SpooledObject:
+    """:func:`prepare_chunk` in a worker for a spooled chunk, the result left beside its lines
+    (:class:`SpooledObject`): the main process maps the plan instead of unpickling it."""
+    return SpooledObject.dump(prepare_chunk(task), task.lines.path + ".prepared")
+
+
+def prepared(result: PreparedChunk | SpooledObject) -> PreparedChunk:
+    """A worker's result, from the spool where it waits."""
+    return result.load() if isinstance(result, SpooledObject) else result
 
 
 def timed(fn: Callable, *args) -> tuple[object, float]:

@@ -14,14 +14,15 @@ gives the same bytes.
 
 from __future__ import annotations
 
-import gzip
 import math
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from moses_integration.files import compress_member
 from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, append_score_columns_bulk, format_log_probability
+from rescorer.pipeline.spool import SpooledChunk, lines_of
 from rescorer.tables.chunks import LineChunk
 
 
@@ -62,10 +63,12 @@ def format_chunk(
     """
     if len(lines) != len(log_probs) or (flags is not None and len(flags) != len(lines)):
         raise ValueError(f"{len(lines)} lines but {len(log_probs)} scores")
-    data = _append_columns(lines, score_columns(log_probs, n_unknown, flags)) if len(lines) else b""
+    if not len(lines):  # no member for no lines: a shard's skipped chunks add no bytes to the output
+        return b""
+    data = _append_columns(lines, score_columns(log_probs, n_unknown, flags))
     if compresslevel is None:
         return bytes(data)
-    return gzip.compress(data, compresslevel=compresslevel, mtime=0)
+    return compress_member(data, compresslevel)
 
 
 def _append_columns(lines: LineChunk, columns: pa.Array) -> bytes | memoryview:
@@ -109,3 +112,20 @@ def _append_columns(lines: LineChunk, columns: pa.Array) -> bytes | memoryview:
 def _append_per_line(lines: LineChunk, columns: pa.Array) -> bytes:
     out = append_score_columns_bulk(lines.lines, [c.encode("ascii") for c in columns.to_pylist()])
     return b"\n".join(out) + b"\n"
+
+
+def format_lines(
+    lines: LineChunk | SpooledChunk,
+    good_rows: np.ndarray | None,
+    log_probs: np.ndarray,
+    n_unknown: np.ndarray,
+    compresslevel: int | None,
+    flags: np.ndarray | None = None,
+) -> bytes:
+    """:func:`format_chunk` of the scored rows (``good_rows``, None: all) of lines in memory or in the
+    spool; a spool file is deleted once read, as this is its last use."""
+    chunk = lines_of(lines)
+    if isinstance(lines, SpooledChunk):
+        lines.drop()
+    return format_chunk(chunk.take(good_rows) if good_rows is not None else chunk, log_probs, n_unknown,
+                        compresslevel, flags)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gzip
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from moses_integration.files import compress_member
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.resume import save_progress
@@ -129,7 +129,7 @@ class DurableWriter:
     def finish(self, gzip_output: bool) -> None:
         """Complete the run: rename the partial files into place, drop the progress record."""
         if self.durable == 0 and gzip_output:
-            self.write(gzip.compress(b"", mtime=0), b"", {})  # an empty table is still a valid gzip file
+            self.write(compress_member(b""), b"", {})  # an empty table is still a valid gzip file
         self.out.flush()
         if self.to_stdout:
             return

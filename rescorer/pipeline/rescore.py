@@ -38,16 +38,31 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from moses_integration.files import display_name, exclusive_use, input_position, open_input
+from moses_integration.files import (
+    DEFAULT_MEMBER_LEVEL,
+    MEMBER_LEVELS,
+    display_name,
+    exclusive_use,
+    open_input,
+)
 from moses_integration.phrase_table import PhraseTableError
 from moses_integration.threads import available_cpus
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.device import autocast_dtype, matmul_precision, scoring_precision, select_device
 from rescorer.pipeline import score_parquet
-from rescorer.pipeline.chunk_prep import PreparedChunk, PrepareTask, init_worker, prepare_chunk, timed
+from rescorer.pipeline.chunk_prep import (
+    PreparedChunk,
+    PrepareTask,
+    init_worker,
+    prepare_chunk,
+    prepare_spooled,
+    prepared,
+    timed,
+)
 from rescorer.pipeline.errors import RescoreError
-from rescorer.pipeline.output_chunks import format_chunk
+from rescorer.pipeline.output_chunks import format_lines
 from rescorer.pipeline.partial_output import DurableWriter, OutputFiles, stop_error
+from rescorer.pipeline.reader import ReaderSettings, SkippedChunk, read_to_spool, table_chunks
 from rescorer.pipeline.resume import (
     PROGRESS_VERSION,
     ResumeError,
@@ -58,7 +73,8 @@ from rescorer.pipeline.resume import (
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions
 from rescorer.pipeline.scoring_plan import ScoringPlan
 from rescorer.pipeline.shards import ShardFilter
-from rescorer.tables.chunks import LineChunk, UnreadableInputError, iter_line_chunks
+from rescorer.pipeline.spool import Spool, SpooledChunk, lines_of
+from rescorer.tables.chunks import LineChunk, UnreadableInputError
 
 WP_SIDES = ("target", "source", "both")
 LOW_OVERLAP_PERCENT = 50.0
@@ -73,7 +89,7 @@ class RescoreOptions:
     shard: tuple[int, int] | None = None  # (K, N), K in 1..N
     resume: bool = False
     scores_parquet: str | None = None
-    compresslevel: int = 6
+    compresslevel: int = DEFAULT_MEMBER_LEVEL  # ISA-L igzip level of each chunk's gzip member (0..3)
     progress: bool = True
     device: str = "auto"
     precision: str = "auto"
@@ -151,22 +167,26 @@ class ChunkScorer(Protocol):
 
 @dataclass
 class _Pending:
-    """A chunk between the reader and the writer, with its preparation (done or in a worker)."""
+    """A chunk between the reader and the writer, with its preparation (done or in a worker).
 
-    chunk: LineChunk
-    rows: np.ndarray  # rows of the chunk that belong to this run (shard)
-    task: PrepareTask | None  # None when no row belongs to this run
+    With worker processes, its lines stay in the spool (``task.lines`` is a :class:`SpooledChunk`):
+    the main process holds only their place."""
+
+    first_line_no: int
+    last_line_no: int
+    task: PrepareTask | None  # None when no line belongs to this run (outside the shard)
     job: futures.Future | PreparedChunk | BaseException | None
     shard_state: dict | None = None
+    position: int | None = None  # file bytes read when the reader sent it (progress bar)
 
-    def good_lines(self, prep: PreparedChunk | None) -> LineChunk:
-        """The lines that were scored, in order."""
-        if prep is None:
-            return LineChunk.from_lines(self.chunk.first_line_no, [])
-        return self.task.lines.take(prep.good_rows) if prep.bad_rows else self.task.lines
+    def format_args(self, prep: PreparedChunk | None) -> tuple[LineChunk | SpooledChunk, np.ndarray | None]:
+        """The lines to format and which of them were scored (None: all), for :func:`format_lines`."""
+        if prep is None or self.task is None:
+            return LineChunk.from_lines(self.first_line_no, []), None
+        return self.task.lines, (prep.good_rows if prep.bad_rows else None)
 
     def good_line_numbers(self, prep: PreparedChunk | None) -> np.ndarray:
-        """The 1-based input line numbers of :meth:`good_lines`."""
+        """The 1-based input line numbers of the lines scored (those :meth:`format_args` formats)."""
         if prep is None:
             return np.zeros(0, dtype=np.int64)
         rows = np.asarray(prep.good_rows, dtype=np.int64) if prep.bad_rows else np.arange(len(self.task.lines))
@@ -174,9 +194,9 @@ class _Pending:
 
     def rejected_lines(self, prep: PreparedChunk | None) -> list[tuple[int, str, bytes]]:
         """``(line number, reason, raw line)`` of the lines set aside by ``--skip-bad-lines``."""
-        if prep is None:
+        if prep is None or not prep.bad_rows:
             return []
-        lines = self.task.lines
+        lines = lines_of(self.task.lines)  # read back from the spool: rare, and only these lines
         return [(n, why, lines.line(n - lines.first_line_no)) for n, why in prep.bad_rows]
 
 
@@ -308,6 +328,10 @@ class _Run:
         if self.parts_dir:
             score_parquet.drop_parts_from(self.parts_dir, self.done["chunks_done"])
         self.fh = open_input(input_path)  # before any output file exists: an unreadable input leaves none
+        # With worker processes, a reader process reads the table (stdin only a thread can read).
+        self.reader_process = opts.workers > 1 and input_path != "-"
+        if self.reader_process:
+            self.fh.close()
         try:
             self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done["shard_state"])
                                  if opts.shard else None)
@@ -315,6 +339,7 @@ class _Run:
         except BaseException:
             self.fh.close()
             raise
+        self.spool = Spool() if opts.workers > 1 else None
         in_size = None if input_path == "-" else os.path.getsize(input_path)
         self.bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
                         file=sys.stderr, dynamic_ncols=True)
@@ -327,6 +352,8 @@ class _Run:
         self.vocab = _arrow_vocab(src_words, tgt_words)  # for chunks prepared in this process
         self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
         self.stop = threading.Event()
+        self.process_stop = multiprocessing.get_context("spawn").Event()  # the reader process' stop flag
+        self.reader: multiprocessing.process.BaseProcess | None = None
         num_scores = opts.num_scores if opts.num_scores is not None else self.done.get("num_scores")
         self.known = _InOrder(num_scores, self.done.get("prev_source"))
         self.in_flight: list[tuple[futures.Future | tuple, bytes, dict]] = []
@@ -334,12 +361,22 @@ class _Run:
         self.warned = False
 
     def start_reader(self) -> None:
-        threading.Thread(
-            target=_read_stage,
-            args=(self.fh, self.input_path, self.opts, self.done, self.shard_filter, self.scorer, self.known,
-                  self.pool, self.vocab, self.prepared_q, self.stop, self.summary),
-            daemon=True,
-        ).start()
+        """The reading stage: a reader process and a thread that hands its chunks to the workers, or
+        (-j 1, stdin) one thread that reads and hands on (or prepares) each chunk itself."""
+        stage = _Stage(self.input_path, self.opts, self.scorer, self.known, self.pool, self.vocab, self.spool,
+                       self.prepared_q, self.stop, self.summary)
+        if not self.reader_process:
+            target, args = _read_stage, (stage, self.fh, self.done, self.shard_filter)
+        else:
+            context = multiprocessing.get_context("spawn")
+            read_q = context.Queue(maxsize=2 * self.opts.workers)
+            settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done["lines_done"],
+                                      self.opts.shard, self.done["shard_state"], str(self.spool.folder))
+            self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
+                                          daemon=True, name="rescore-reader")
+            self.reader.start()
+            target, args = _feed_stage, (stage, read_q)
+        threading.Thread(target=target, args=args, daemon=True).start()
 
     def next_chunk(self) -> _Pending | None:
         """The next chunk in table order (None at the end); the reader's error, after its chunks."""
@@ -362,18 +399,17 @@ class _Run:
         if self.parts_dir and prep is not None and len(log_p):
             score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), prep.source,
                                      prep.target, prep.scores, log_p, n_unk)
-        args = (format_chunk, pending.good_lines(prep), log_p, n_unk, self.compress, self._flags(pending, prep))
+        args = (format_lines, *pending.format_args(prep), log_p, n_unk, self.compress, self._flags(pending, prep))
         job = self.pool.submit(timed, *args) if self.pool else timed(*args)
         self.chunks_done += 1
         marker = {
-            "lines_done": pending.chunk.last_line_no, "chunks_done": self.chunks_done, "summary": asdict(summary),
+            "lines_done": pending.last_line_no, "chunks_done": self.chunks_done, "summary": asdict(summary),
             "shard_state": pending.shard_state, "prev_source": self.known.prev_source,
             "num_scores": self.known.num_scores,
         }
         self.in_flight.append((job, rejects, marker))
-        position = input_position(self.fh)
-        if position is not None:
-            self.bar.update(position - self.bar.n)
+        if pending.position is not None:
+            self.bar.update(pending.position - self.bar.n)
         rate = summary.lines / (time.monotonic() - self.started)
         self.bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{rate:.0f}")
 
@@ -408,9 +444,16 @@ class _Run:
     def close(self) -> None:
         self.bar.close()
         self.stop.set()
+        self.process_stop.set()
         _drain(self.prepared_q)
         if self.pool:
             self.pool.shutdown(cancel_futures=True)
+        if self.reader is not None:
+            self.reader.join(timeout=10)
+            if self.reader.is_alive():
+                self.reader.kill()
+        if self.spool is not None:
+            self.spool.close()
         self.fh.close()
 
     def final_summary(self) -> RescoreSummary:
@@ -449,7 +492,7 @@ def _settle(pending: _Pending, known: _InOrder, vocab, summary: RescoreSummary) 
     try:
         if isinstance(job, BaseException):
             raise job
-        prep = job.result() if isinstance(job, futures.Future) else job
+        prep = prepared(job.result()) if isinstance(job, futures.Future) else job
     except PhraseTableError:
         if pending.task.num_scores is not None or known.num_scores is None:
             raise
@@ -496,54 +539,101 @@ def _report_rejects(rejected: list[tuple[int, str, bytes]], input_path: str) -> 
     return b"".join(raw + b"\n" for _, _, raw in rejected)
 
 
-def _read_stage(fh, path, opts, done, shard_filter, scorer, known, pool, vocab, out_q, stop, summary) -> None:
-    """Reader thread: chunks of whole lines, each sent off to be prepared, in order.
+@dataclass
+class _Stage:
+    """What the reading stage shares with the run: where chunks go and how they are prepared."""
 
-    With a pool the chunk goes to a worker process and the queue carries its future; with
-    ``-j 1`` it is prepared here. Errors travel to the main thread, after the chunks before them.
+    path: str
+    opts: RescoreOptions
+    scorer: ChunkScorer
+    known: _InOrder
+    pool: futures.ProcessPoolExecutor | None
+    vocab: tuple[pa.Array, pa.Array]
+    spool: Spool | None
+    out_q: queue.Queue
+    stop: threading.Event
+    summary: RescoreSummary
+
+    def task(self, lines: LineChunk | SpooledChunk, num_scores: int | None) -> PrepareTask:
+        scorer, opts = self.scorer, self.opts
+        return PrepareTask(lines, self.path, num_scores, opts.skip_bad_lines, bool(opts.scores_parquet),
+                           scorer.token_budget, scorer.options.share_sources, scorer.options.sort_by_length)
+
+    def submit(self, lines: SpooledChunk, shard_state: dict | None, position: int | None) -> None:
+        """Send a spooled chunk to a worker to be prepared, and on to the scorer."""
+        task = self.task(lines, self.known.num_scores)
+        job = self.pool.submit(prepare_spooled, task)
+        _put(self.out_q, _Pending(lines.first_line_no, lines.last_line_no, task, job, shard_state, position),
+             self.stop)
+
+
+def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None) -> None:
+    """Reader thread (-j 1, or stdin): chunks of whole lines, each prepared here or sent off, in order.
+
+    With ``-j 1`` the chunk is prepared here; with a pool its lines go to the spool and a worker
+    prepares it. Errors travel to the main thread, after the chunks before them.
     """
-    num_scores = known.num_scores  # with -j 1: the count fixed so far, exactly as a serial run
+    num_scores = stage.known.num_scores  # with -j 1: the count fixed so far, exactly as a serial run
     busy = 0.0  # CPU seconds of preparing chunks here (-j 1), which are not reading
     started = time.thread_time()
     try:
-        positions = (lambda: input_position(fh)) if shard_filter else None
-        for chunk in iter_line_chunks(fh, path, opts.chunk_lines, positions=positions):
-            if stop.is_set():
+        for index, item in enumerate(table_chunks(fh, stage.path, stage.opts.chunk_lines, done["lines_done"],
+                                                  shard_filter)):
+            if stage.stop.is_set():
                 return
-            if chunk.last_line_no <= done["lines_done"]:
+            chunk = item.chunk
+            if not item.in_run:
+                _put(stage.out_q, _Pending(chunk.first_line_no, chunk.last_line_no, None, None, item.shard_state,
+                                           item.position), stage.stop)
                 continue
-            rows = shard_filter.rows(chunk) if shard_filter else np.arange(len(chunk))
-            shard_state = shard_filter.state() if shard_filter else None
-            if not len(rows):
-                _put(out_q, _Pending(chunk, rows, None, None, shard_state), stop)
-                if shard_filter and shard_filter.finished:
-                    break
+            if stage.pool is not None:
+                stage.submit(stage.spool.put(index, chunk), item.shard_state, item.position)
                 continue
-            if rows[-1] - rows[0] + 1 != len(rows):
-                raise RuntimeError("shard rows must be contiguous")
-            task = PrepareTask(
-                chunk.take(rows), path, num_scores if pool is None else known.num_scores, opts.skip_bad_lines,
-                bool(opts.scores_parquet), scorer.token_budget, scorer.options.share_sources,
-                scorer.options.sort_by_length,
-            )
-            if pool is not None:
-                job = pool.submit(prepare_chunk, task)
-            else:
-                before = time.thread_time()
-                try:
-                    job = prepare_chunk(task, vocab)
-                    num_scores = job.num_scores if job.num_scores is not None else num_scores
-                except PhraseTableError as exc:
-                    job = exc
-                busy += time.thread_time() - before
-            _put(out_q, _Pending(chunk, rows, task, job, shard_state), stop)
-            if isinstance(job, BaseException) or (shard_filter and shard_filter.finished):
+            task = stage.task(chunk, num_scores)
+            before = time.thread_time()
+            try:
+                job = prepare_chunk(task, stage.vocab)
+                num_scores = job.num_scores if job.num_scores is not None else num_scores
+            except PhraseTableError as exc:
+                job = exc
+            busy += time.thread_time() - before
+            _put(stage.out_q, _Pending(chunk.first_line_no, chunk.last_line_no, task, job, item.shard_state,
+                                       item.position), stage.stop)
+            if isinstance(job, BaseException):
                 break
-        _put(out_q, None, stop)
+        _put(stage.out_q, None, stage.stop)
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
-        _put(out_q, exc, stop)
+        _put(stage.out_q, exc, stage.stop)
     finally:
-        summary.add_stage("read", time.thread_time() - started - busy)
+        stage.summary.add_stage("read", time.thread_time() - started - busy)
+
+
+def _feed_stage(stage: _Stage, read_q) -> None:
+    """Thread of the main process that hands the reader process' chunks to the workers, in order.
+
+    It touches no line: a chunk is a spool file's name here. The reader's CPU time comes with its
+    last message; its error goes to the main thread after the chunks before it.
+    """
+    try:
+        while not stage.stop.is_set():
+            try:
+                message = read_q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            kind = message[0]
+            if kind == "chunk":
+                _, ref, shard_state, position = message
+                if isinstance(ref, SkippedChunk):
+                    _put(stage.out_q, _Pending(ref.first_line_no, ref.last_line_no, None, None, shard_state,
+                                               position), stage.stop)
+                else:
+                    stage.submit(ref, shard_state, position)
+                continue
+            stage.summary.add_stage("read", message[-1])
+            _put(stage.out_q, message[1] if kind == "error" else None, stage.stop)
+            return
+    except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
+        _put(stage.out_q, exc, stage.stop)
 
 
 def _put(q: queue.Queue, item, stop: threading.Event) -> None:
@@ -596,6 +686,9 @@ def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> No
         raise RescoreError(f"--chunk-lines must be a whole number >= 1, got {opts.chunk_lines!r}")
     if not _whole_number_at_least(opts.workers, 0):
         raise RescoreError(f"-j/--workers must be a whole number >= 0, got {opts.workers!r}")
+    if opts.compresslevel not in MEMBER_LEVELS:
+        raise RescoreError(f"--compress-level must be {MEMBER_LEVELS[0]}..{MEMBER_LEVELS[-1]} (ISA-L's igzip levels), "
+                           f"got {opts.compresslevel!r}")
     budget = opts.scoring.token_budget
     if budget is not None and not _whole_number_at_least(budget, 1):
         raise RescoreError(f"--token-budget must be a whole number >= 1, got {budget!r}")

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from moses_integration.files import atomic_write_bytes
 
-PROGRESS_VERSION = 3  # 3: the options hold the scorer's device type, precision and token budget
+# 3: the options hold the scorer's device type, precision and token budget; 4: chunks cut at
+# content-fixed sync points (rescorer.tables.aligned), so a version-3 partial output cannot go on
+PROGRESS_VERSION = 4
 
 
 class ResumeError(RuntimeError):

@@ -1,21 +1,22 @@
-"""``--shard K/N``: cut a table into N contiguous slices at source-phrase boundaries.
+"""``--shard K/N``: cut a table into N contiguous slices at sync points, byte-identical to one run.
 
-Each SLURM array task scores one slice; the slices concatenate to the whole output. A slice is
-defined by position in the file (compressed bytes for gzip), so no task has to read the table
-once more just to count its lines: with S the file size, shard k nominally starts at byte
-floor((k-1)·S/N) and really starts at the first line from there whose source differs from the
-previous line's. Every shard applies the same rule to both of its ends, so the shards partition
-the table. Line positions come from :func:`rescorer.tables.chunks.iter_line_chunks`, which derives
-them from the file alone, so every task computes the same ones.
+Each SLURM array task scores one slice; the slices concatenate to the whole output, byte for
+byte. A slice is defined by position in the file (compressed bytes for gzip), so no task has to
+read the table once more just to count its lines: with S the file size, shard k nominally starts
+at byte floor((k-1)·S/N) and really starts at the first chunk from there that starts at a sync
+point (:mod:`rescorer.tables.aligned`: a source change fixed by the content). A run cuts the
+table into the same chunks from every sync point on, so a shard's chunks, and hence its batches
+and every printed digit, are those of the whole run. Every shard applies the same rule to both
+of its ends, so the shards partition the table. Line positions come from
+:func:`rescorer.tables.chunks.iter_line_chunks`, which derives them from the file alone, so every
+task computes the same ones.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from rescorer.tables.chunks import FIELD_SEPARATOR, LineChunk
+from rescorer.tables.chunks import LineChunk
 
 
 class ShardError(ValueError):
@@ -33,13 +34,8 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def _sources_of(chunk: LineChunk) -> pa.Array:
-    """Each line's source phrase (the whole line where it has no separator), as binary."""
-    return pc.list_element(pc.split_pattern(chunk.arrow(), FIELD_SEPARATOR, max_splits=1), 0)
-
-
 class ShardFilter:
-    """Keeps the lines of shard K/N: contiguous, cut where the source phrase changes."""
+    """Keeps the chunks of shard K/N: contiguous, from one sync point to another."""
 
     def __init__(self, shard: tuple[int, int], file_size: int, state: dict | None = None) -> None:
         k, n = shard
@@ -49,41 +45,27 @@ class ShardFilter:
         state = state or {}
         self.started = state.get("started", k == 1)
         self.finished = state.get("finished", False)
-        self.prev_source = state.get("prev_source")
 
     def state(self) -> dict:
         """What a resumed run needs to continue the filter exactly (stored in the progress file)."""
-        return {"started": self.started, "finished": self.finished, "prev_source": self.prev_source}
+        return {"started": self.started, "finished": self.finished}
 
     def rows(self, chunk: LineChunk) -> np.ndarray:
-        """Indices of the chunk's lines that belong to this shard (``chunk.positions`` needed).
+        """The chunk's rows that belong to this shard: all or none (chunks from
+        :func:`rescorer.tables.aligned.aligned_chunks`, with ``positions``).
 
-        Vectorised, since it runs in the reader thread, the one stage that does not scale with
-        ``-j``. A line starts the shard if it is the first at or past the nominal start byte whose
-        source differs from the line before; the end is found the same way from there on.
+        A shard starts at the first chunk at or past its nominal start byte that starts at a sync
+        point, and ends before the first such chunk at or past the next shard's.
         """
         if chunk.positions is None:
             raise ValueError("sharding needs the lines' file positions (iter_line_chunks(positions=...))")
-        n = len(chunk)
-        if not n:
+        if not len(chunk) or self.finished:
             return np.zeros(0, dtype=np.int64)
-        sources = _sources_of(chunk)
-        prev = self.prev_source.encode() if isinstance(self.prev_source, str) else self.prev_source
-        boundary = np.empty(n, dtype=bool)
-        boundary[0] = prev is None or sources[0].as_py() != prev
-        boundary[1:] = pc.not_equal(sources.slice(1), sources.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-        positions = np.asarray(chunk.positions)
-        first = last = 0
-        if not self.finished:
-            if not self.started:
-                found = np.flatnonzero((positions >= self.start_byte) & boundary)
-                self.started = bool(len(found))
-                first = int(found[0]) if len(found) else n
-            last = n
-            if self.started and not self.last_shard:
-                found = np.flatnonzero((positions[first:] >= self.end_byte) & boundary[first:])
-                if len(found):
-                    self.finished = True
-                    last = first + int(found[0])
-        self.prev_source = sources[n - 1].as_py().decode("utf-8", "replace")
-        return np.arange(first, max(first, last), dtype=np.int64)
+        at = float(chunk.positions[0])
+        if not self.started and chunk.sync and at >= self.start_byte:
+            self.started = True
+        elif self.started and not self.last_shard and chunk.sync and at >= self.end_byte:
+            self.finished = True
+        if self.started and not self.finished:
+            return np.arange(len(chunk), dtype=np.int64)
+        return np.zeros(0, dtype=np.int64)

@@ -9,7 +9,6 @@ Validation is vectorised too; only when a chunk is found to hold a bad line do w
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -18,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from moses_integration.files import CORRUPT_GZIP_ERRORS
 from moses_integration.phrase_table import SEPARATOR, PhraseTableError, parse_line, score_tokens
 from moses_integration.tokens import split_tokens_arrow
 
@@ -46,6 +46,8 @@ class LineChunk:
     # Where each line ends in the *file* (compressed bytes for gzip), when asked for: the measure
     # --shard cuts by, so that no shard needs a pass over the table to learn its size.
     positions: np.ndarray | None = None
+    # Whether the first line is a sync point of :mod:`rescorer.tables.aligned` (where shards start).
+    sync: bool = False
 
     @classmethod
     def from_lines(cls, first_line_no: int, lines: list[bytes], end_offset: int = 0) -> LineChunk:
@@ -67,6 +69,13 @@ class LineChunk:
     @property
     def last_line_no(self) -> int:
         return self.first_line_no + len(self) - 1
+
+    def slice(self, start: int, stop: int) -> LineChunk:
+        """Lines ``start`` to ``stop`` (exclusive), positions kept; one copy of their bytes."""
+        a, b = int(self.offsets[start]), int(self.offsets[stop])
+        positions = self.positions[start:stop] if self.positions is not None else None
+        return LineChunk(self.first_line_no + start, self.data[a:b], self.offsets[start : stop + 1] - a,
+                         self.end_offset - (len(self.data) - b), positions)
 
     def take(self, rows: np.ndarray) -> LineChunk:
         """The chunk of lines ``rows`` (increasing); line numbers start at the first one's.
@@ -123,7 +132,7 @@ def iter_line_chunks(
     while True:
         try:
             block = read(BLOCK_BYTES)
-        except (EOFError, zlib.error, OSError) as exc:
+        except CORRUPT_GZIP_ERRORS as exc:
             raise UnreadableInputError(
                 path, line_no + len(ends), f"input is truncated or corrupt ({exc})"
             ) from exc

@@ -247,7 +247,9 @@ def test_truncated_gzip_through_read_phrase_table(tmp_path: Path) -> None:
 def test_trailing_garbage_after_gzip_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "garbage.gz"
     path.write_bytes(gzip.compress(b"".join(x + b"\n" for x in GOOD)) + b"not gzip at all")
-    with pytest.raises(PhraseTableError, match=r"garbage.gz:4: "):
+    # ISA-L's reader fails the whole read that meets the garbage, so the line named is the first of
+    # that read (here line 1), never one past the damage; zlib's named line 4.
+    with pytest.raises(PhraseTableError, match=r"garbage.gz:[1-4]: truncated or corrupt gzip"):
         list(iter_lines(path))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import pickle
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -26,7 +27,9 @@ from rescorer.model.vocab import Vocab
 from rescorer.pipeline.chunk_prep import PrepareTask, prepare_chunk
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions
-from rescorer.tables.chunks import LineChunk
+from rescorer.pipeline.spool import SpooledObject
+from rescorer.tables.aligned import aligned_chunks
+from rescorer.tables.chunks import LineChunk, iter_line_chunks
 from shared_paths import shared_file
 
 CHUNK = 100
@@ -109,7 +112,11 @@ def test_a_malformed_line_stops_workers_where_it_stops_a_serial_run(real_lines, 
             run(table, out, checkpoint, workers)
         kept[workers] = (tmp_path / f".out-{workers}.gz.partial").read_bytes()
     assert kept[3] == kept[1]
-    assert len(gzip.decompress(kept[1]).splitlines()) == 7 * CHUNK  # the seven chunks before the bad one
+    # Every chunk before the one holding the bad line (chunks are cut where the content says).
+    with open(table, "rb") as fh:
+        holding = next(c for c in aligned_chunks(iter_line_chunks(fh, str(table), CHUNK), CHUNK)
+                       if c.last_line_no >= 7 * CHUNK + 21)
+    assert len(gzip.decompress(kept[1]).splitlines()) == holding.first_line_no - 1 > 5 * CHUNK
 
 
 def test_a_plan_made_in_a_worker_scores_exactly_as_the_scorer(real_lines, checkpoint):
@@ -134,3 +141,45 @@ def test_a_first_chunk_of_only_malformed_lines_is_skipped_alike(real_lines, chec
         got[workers] = (out.read_bytes(), summary.lines, summary.rejected, capfd.readouterr().err.count("(rejected)"))
     assert got[3] == got[1]
     assert got[1][1:] == (2 * CHUNK, CHUNK, CHUNK)
+
+
+def test_with_workers_the_main_process_reads_no_line_and_the_spool_goes_with_the_run(
+    real_lines, checkpoint, tmp_path, monkeypatch
+):
+    """-j 2: a reader process reads the table and workers parse and format it; the main process
+    handles spool names, plans and compressed chunks only. Reading a line here fails the test;
+    the output is still the serial one's, and no spool file outlives the run, done or failed."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(gzip.compress(b"\n".join(real_lines) + b"\n"))
+    serial = tmp_path / "serial.gz"
+    run(table, serial, checkpoint, 1)
+
+    def read_here(*_a, **_k):
+        raise AssertionError("the main process read the table")
+
+    before = {p for p in Path(tempfile.gettempdir()).glob("rescore-spool-*")} | \
+        {p for p in Path("/dev/shm").glob("rescore-spool-*")}
+    monkeypatch.setattr("rescorer.pipeline.reader.iter_line_chunks", read_here)
+    monkeypatch.setattr("rescorer.tables.chunks.iter_line_chunks", read_here)
+    out = tmp_path / "out.gz"
+    run(table, out, checkpoint, 2)
+    assert out.read_bytes() == serial.read_bytes()
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\n".join([*real_lines[:700], b"no separators here", *real_lines[700:]]) + b"\n")
+    with pytest.raises(PhraseTableError, match="bad.txt:701: "):
+        run(bad, tmp_path / "bad-out.gz", checkpoint, 2)
+    after = {p for p in Path(tempfile.gettempdir()).glob("rescore-spool-*")} | \
+        {p for p in Path("/dev/shm").glob("rescore-spool-*")}
+    assert after == before
+
+
+def test_a_spooled_object_comes_back_equal_with_its_arrays_mapped(tmp_path):
+    plan = {"rows": np.arange(10, dtype=np.int32), "empty": np.zeros(0), "nested": [(np.ones((3, 2)), "x")]}
+    ref = SpooledObject.dump(plan, str(tmp_path / "obj"))
+    assert len(ref.meta) < 1000 and ref.sizes == (40, 0, 48)  # the arrays are in the file, not the pickle
+    back = ref.load()
+    assert not (tmp_path / "obj").exists()
+    assert np.array_equal(back["rows"], plan["rows"]) and back["rows"].dtype == np.int32
+    assert np.array_equal(back["nested"][0][0], plan["nested"][0][0]) and back["nested"][0][1] == "x"
+    back["rows"][0] = 7  # copy-on-write: the scorer may write to a plan's arrays
+    assert back["rows"][0] == 7

@@ -1,0 +1,103 @@
+"""The reading stage of ``rescore-phrase-table``: decompress, cut, keep this run's chunks.
+
+One generator (:func:`table_chunks`) does the work wherever it runs: in a thread of the main
+process (``-j 0/1``, and stdin, which a child process cannot read), or in a reader process of its
+own (:func:`read_to_spool`, ``-j 2`` and more), which puts each chunk's lines in the spool
+(:mod:`rescorer.pipeline.spool`) and tells the main process only where they are. Decompression
+(ISA-L), the newline search and the content hashes of :mod:`rescorer.tables.aligned` then take a
+core of their own instead of the main process' time, and no line crosses a process boundary by
+pickling. Torch-free: the reader process imports no model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from moses_integration.files import input_position, open_input
+from rescorer.pipeline.shards import ShardFilter
+from rescorer.pipeline.spool import Spool, SpooledChunk
+from rescorer.tables.aligned import aligned_chunks
+from rescorer.tables.chunks import LineChunk, iter_line_chunks
+
+
+@dataclass
+class ReadChunk:
+    """One chunk as read, and where the reading stands after it."""
+
+    chunk: LineChunk
+    in_run: bool  # False: outside this run's shard (its lines are not scored)
+    shard_state: dict | None  # the shard filter's state after this chunk (for --resume)
+    position: int | None  # bytes of the file read so far (compressed, for gzip): the progress bar
+
+
+def table_chunks(fh: BinaryIO, path: str, chunk_lines: int, lines_done: int,
+                 shard_filter: ShardFilter | None) -> Iterator[ReadChunk]:
+    """The table's chunks after line ``lines_done`` (a resumed run's), cut where every run cuts them.
+
+    Stops after the chunk that ends the shard. Chunks before the shard start come as ``in_run=False``
+    so that the progress record advances past them.
+    """
+    positions = (lambda: input_position(fh)) if shard_filter else None
+    for chunk in aligned_chunks(iter_line_chunks(fh, path, chunk_lines, positions=positions), chunk_lines):
+        if chunk.last_line_no <= lines_done:  # done by the interrupted run (the shard state is restored)
+            continue
+        in_run = bool(len(shard_filter.rows(chunk))) if shard_filter else True
+        yield ReadChunk(chunk, in_run, shard_filter.state() if shard_filter else None, input_position(fh))
+        if shard_filter and shard_filter.finished:
+            return
+
+
+@dataclass(frozen=True)
+class ReaderSettings:
+    """What the reader process needs (picklable: it crosses to a spawned process)."""
+
+    path: str
+    chunk_lines: int
+    lines_done: int
+    shard: tuple[int, int] | None
+    shard_state: dict | None
+    spool_folder: str
+
+
+@dataclass(frozen=True)
+class SkippedChunk:
+    """A chunk outside the run's shard: its line numbers, for the progress record."""
+
+    first_line_no: int
+    last_line_no: int
+
+
+def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
+    """Reader process: each chunk to the spool, ``("chunk", SpooledChunk | SkippedChunk, shard
+    state, position)`` on ``out_q``; then ``("end", cpu seconds)`` or ``("error", exception, cpu
+    seconds)``. Gives up when ``stop`` is set (nobody would take what it puts)."""
+    started = time.process_time()
+    spool = Spool(settings.spool_folder)
+    try:
+        with open_input(settings.path) as fh:
+            shard_filter = (ShardFilter(settings.shard, os.path.getsize(settings.path), settings.shard_state)
+                            if settings.shard else None)
+            for index, item in enumerate(table_chunks(fh, settings.path, settings.chunk_lines, settings.lines_done,
+                                                      shard_filter)):
+                ref: SpooledChunk | SkippedChunk = (spool.put(index, item.chunk) if item.in_run else
+                                                    SkippedChunk(item.chunk.first_line_no, item.chunk.last_line_no))
+                if not _put(out_q, ("chunk", ref, item.shard_state, item.position), stop):
+                    return
+        _put(out_q, ("end", time.process_time() - started), stop)
+    except BaseException as exc:  # noqa: BLE001 - handed to the main process, which re-raises it
+        _put(out_q, ("error", exc, time.process_time() - started), stop)
+
+
+def _put(q, item, stop) -> bool:
+    """Put ``item`` on the bounded queue unless the run stops first; whether it was put."""
+    while not stop.is_set():
+        with contextlib.suppress(queue.Full):
+            q.put(item, timeout=0.1)
+            return True
+    return False

@@ -1,0 +1,130 @@
+"""Chunks whose boundaries are fixed by the table's content, so that every run cuts it alike.
+
+The scorer groups a chunk's pairs into batches from the chunk's first line, and a batch's shape
+decides how its matmuls round. When chunks were cut every N lines from where a run started, a
+shard (``--shard K/N``) started its chunks elsewhere than a whole run did, and the concatenated
+shards differed from one run in the last printed digit of ~0.5% of the lines. Here the table is
+cut at *sync points* that depend on the content alone: a line whose source phrase differs from the
+previous line's and whose hash falls in a 1-in-``chunk_lines`` class. Between two sync points,
+chunks are cut every ``chunk_lines`` lines from the first. A shard starts at a sync point
+(:mod:`rescorer.pipeline.shards`), so every run, whole or sharded, resumed or not, cuts every
+stretch of the table at the same lines and scores it in the same batches.
+
+With about two lines per source in a Moses table, sync points come every ~2·``chunk_lines`` lines,
+and chunks hold ~0.8·``chunk_lines`` lines on average, at most ``chunk_lines``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rescorer.tables.chunks import FIELD_SEPARATOR, LineChunk
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads the key's bits over the high ones
+_EDGE = 8  # bytes taken from each end of the source phrase
+
+
+def source_keys(chunk: LineChunk) -> tuple[np.ndarray, np.ndarray]:
+    """Each line's source phrase as ``(key, length in bytes)``: equal sources give equal keys.
+
+    The key mixes the source's first and last 8 bytes and its length, read for a whole chunk in a
+    few gathers (the reader's own rate is the pipeline's ceiling, so no pass over every byte).
+    Two different sources may share a key; that only hides a sync point, the same way in every run.
+    The source is what precedes the first `` ||| `` (the whole line where there is none). Never
+    change the key: it decides where every table is cut, and so the bytes of every output.
+    """
+    n = len(chunk)
+    if not n:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    offsets = chunk.offsets.astype(np.int64, copy=False)
+    lines = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets),
+                                                                    pa.py_buffer(chunk.data)])
+    found = pc.find_substring(lines, FIELD_SEPARATOR).to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = np.where(found < 0, np.diff(offsets) - 1, found)
+    padded = np.frombuffer(chunk.data + bytes(_EDGE), dtype=np.uint8)
+    # Every 8-byte window of the data, as rows (a view, no copy); the rows wanted are then gathered
+    # and read as little-endian words, the same on every machine.
+    windows = np.lib.stride_tricks.as_strided(padded, (len(padded) - _EDGE + 1, _EDGE), (1, 1), writeable=False)
+    starts = offsets[:-1]
+    short = lengths < _EDGE
+    keep = np.where(short, (np.uint64(1) << (8 * lengths.clip(0, _EDGE - 1)).astype(np.uint64)) - np.uint64(1),
+                    np.uint64(0xFFFFFFFFFFFFFFFF))
+    head = windows[starts].view("<u8").ravel() & keep
+    tail = windows[np.where(short, starts, starts + lengths - _EDGE)].view("<u8").ravel() & keep
+    key = (head * _MIX) ^ ((tail ^ lengths.astype(np.uint64)) * np.uint64(0xC2B2AE3D27D4EB4F))
+    return key * _MIX, lengths
+
+
+def sync_points(chunk: LineChunk, previous: tuple[int, int] | None, chunk_lines: int) -> tuple[np.ndarray, tuple]:
+    """Rows of ``chunk`` that are sync points, and the key of its last line (for the next chunk).
+
+    ``previous`` is the key of the line before the chunk (None at the start of the table, whose
+    first line is a sync point). A hash collision between two different adjacent sources only drops
+    a sync point, identically in every run.
+    """
+    hashes, lengths = source_keys(chunk)
+    if not len(hashes):
+        return np.zeros(0, dtype=np.int64), previous
+    changed = np.empty(len(hashes), dtype=bool)
+    changed[0] = previous is None or (int(hashes[0]), int(lengths[0])) != previous
+    changed[1:] = (hashes[1:] != hashes[:-1]) | (lengths[1:] != lengths[:-1])
+    chosen = (hashes >> np.uint64(20)) % np.uint64(chunk_lines) == 0
+    if previous is None:
+        chosen[0] = True
+    return np.flatnonzero(changed & chosen), (int(hashes[-1]), int(lengths[-1]))
+
+
+def aligned_chunks(chunks: Iterable[LineChunk], chunk_lines: int) -> Iterator[LineChunk]:
+    """Re-cut consecutive chunks (from :func:`~rescorer.tables.chunks.iter_line_chunks`, from the
+    table's first line) at content-fixed places; each chunk's ``sync`` says whether it starts at a
+    sync point."""
+    previous: tuple[int, int] | None = None  # key of the last line seen
+    since_sync = 0  # lines from the last sync point to the end of what was seen
+    held: list[LineChunk] = []  # the lines after the last cut, not yet yielded
+    held_sync = False  # whether that cut is a sync point
+    for chunk in chunks:
+        syncs, previous = sync_points(chunk, previous, chunk_lines)
+        start = 0
+        for cut, is_sync in _cuts(len(chunk), syncs, since_sync, chunk_lines):
+            if cut > start:
+                held.append(chunk.slice(start, cut))
+            if held:
+                yield _concat(held, held_sync)
+            held, held_sync, start = [], is_sync, cut
+        if start < len(chunk):
+            held.append(chunk.slice(start, len(chunk)))
+        since_sync = len(chunk) - int(syncs[-1]) if len(syncs) else since_sync + len(chunk)
+    if held:
+        yield _concat(held, held_sync)
+
+
+def _cuts(n: int, syncs: np.ndarray, since_sync: int, chunk_lines: int) -> list[tuple[int, bool]]:
+    """``(row, is a sync point)`` of the rows of an ``n``-line chunk before which a new chunk starts:
+    every sync point, and every ``chunk_lines`` lines after one (``since_sync`` of those lines came
+    before this chunk)."""
+    bounds = [*syncs.tolist(), n]
+    first = (-since_sync) % chunk_lines
+    if since_sync + first == 0:  # distance 0 is the sync point itself, listed in syncs
+        first += chunk_lines
+    cuts = [(row, False) for row in range(first, bounds[0], chunk_lines)]
+    for sync, following in zip(bounds[:-1], bounds[1:], strict=True):
+        cuts.append((sync, True))
+        cuts += [(row, False) for row in range(sync + chunk_lines, following, chunk_lines)]
+    return cuts
+
+
+def _concat(pieces: list[LineChunk], sync: bool) -> LineChunk:
+    """Consecutive chunks as one (line numbers from the first)."""
+    if len(pieces) == 1:
+        return replace(pieces[0], sync=sync)
+    data = b"".join(p.data for p in pieces)
+    starts = np.cumsum([0] + [len(p.data) for p in pieces[:-1]])
+    offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(pieces, starts, strict=True)])
+    positions = (np.concatenate([p.positions for p in pieces]) if all(p.positions is not None for p in pieces)
+                 else None)
+    return LineChunk(pieces[0].first_line_no, data, offsets, pieces[-1].end_offset, positions, sync)
