@@ -430,7 +430,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 
 @main.command("propose")
 @click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False))
-@click.argument("output_table", type=OneLinePath(dir_okay=False))
+@click.argument("output_table", type=OutputPath())
 @click.option("--model", "model_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="the trained RNN Encoder-Decoder of this table")
 @click.option("--for-text", type=click.Path(exists=True, dir_okay=False),
@@ -449,10 +449,10 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               help="Moses' word table lex.e2f [default: beside INPUT_TABLE]")
 @click.option("--lex-f2e", type=click.Path(dir_okay=False),
               help="Moses' word table lex.f2e [default: beside INPUT_TABLE]")
-@click.option("--list", "list_path", type=click.Path(dir_okay=False),
+@click.option("--list", "list_path", type=OutputPath(),
               help="also write the proposals as TSV: kind, source, target, log p(target|source)")
 @click.option("--moses-ini", type=click.Path(exists=True, dir_okay=False), help="moses.ini of the system")
-@click.option("--moses-ini-out", type=click.Path(dir_okay=False),
+@click.option("--moses-ini-out", type=OutputPath(),
               help="write a moses.ini that uses OUTPUT_TABLE, with 3 more features and weights")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini INPUT_TABLE is (its name=)")
 @click.option("--rnn-weight", type=FiniteFloat(), default=0.0, show_default=True,

@@ -104,6 +104,8 @@ COMMON_OPTIONS: dict[str, set[str]] = {
     "rescorer map-phrases": {"threads", "device", "seed"},
     "rescorer report": {"threads", "device", "quiet", "seed"},
     "rescorer rescore": ALL,  # seed: it trains when given no --model
+    # the beam search draws nothing; a run is one pass that leaves nothing half-done to resume from
+    "rescorer propose": {"threads", "device", "quiet"},
     "rescore-phrase-table": ALL,
     "cslm train": ALL,
     "cslm score": {"threads", "device", "quiet"},
@@ -141,6 +143,7 @@ OUTPUTS: dict[str, set[str]] = {
     "rescorer report": {"out_dir", "screenshot"},
     "rescorer rescore": {"output_table", "save_model", "moses_ini_out", "scores_parquet"},
     "rescore-phrase-table": {"output_table", "save_model", "moses_ini_out", "scores_parquet"},
+    "rescorer propose": {"output_table", "moses_ini_out", "list_path"},
     "cslm train": {"model_out"},
     "cslm nbest": {"nbest_out"},
     "cslm export-nplm": {"out"},
