@@ -37,7 +37,6 @@ import resource
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +44,11 @@ import numpy as np
 # Spawned worker processes import this script again as ``__mp_main__``: heavy imports only here.
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from random_checkpoint import shortlists, write_random_checkpoint
     from score_speed import default_table
 
     from moses_integration.files import DEFAULT_MEMBER_LEVEL, compress_member
     from moses_integration.threads import available_cpus
-    from rescorer.model.vocab import Vocab
     from rescorer.pipeline.output_chunks import format_chunk
     from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore_with_scorer
     from rescorer.pipeline.scoring import CPU_TOKEN_BUDGET, ScoringOptions
@@ -72,16 +71,6 @@ class ConstantScorer:
 
     def score_plan(self, plan: ScoringPlan) -> np.ndarray:
         return np.full(plan.rows, -2.0)
-
-
-def shortlists(table: Path, lines: int = 200_000, size: int = 15000) -> tuple[list[str], list[str]]:
-    src, tgt = Counter(), Counter()
-    with gzip.open(table) as fh:
-        for line in itertools.islice(fh, lines):
-            fields = line.split(b" ||| ")
-            src.update(fields[0].decode().split())
-            tgt.update(fields[1].decode().split())
-    return Vocab.from_counts(src, size).words, Vocab.from_counts(tgt, size).words
 
 
 def children_cpu() -> float:
@@ -171,18 +160,8 @@ def startup(table: Path) -> None:
     command's start to its exit, so an upper bound of the time to the first chunk handed to the model."""
     import subprocess
 
-    import torch
-
-    from rescorer.model.checkpoint import save_checkpoint
-    from rescorer.model.config import ModelConfig
-    from rescorer.model.network import RNNEncoderDecoder
-
-    src, tgt = (Vocab(words) for words in shortlists(table))
-    config = ModelConfig(src_vocab_size=len(src), tgt_vocab_size=len(tgt))  # the paper's sizes
     with tempfile.TemporaryDirectory() as tmp:
-        torch.manual_seed(0)
-        model = Path(tmp) / "paper.pt"
-        save_checkpoint(model, model=RNNEncoderDecoder(config), config=config, src_vocab=src, tgt_vocab=tgt)
+        model = write_random_checkpoint(table, Path(tmp) / "paper.pt", "paper")
         small = Path(tmp) / "in.gz"
         with gzip.open(table) as fh, gzip.open(small, "wb") as out:
             out.writelines(itertools.islice(fh, 200))

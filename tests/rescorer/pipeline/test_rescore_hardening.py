@@ -525,7 +525,7 @@ def test_a_run_without_rejected_lines_never_creates_a_rejects_file(tmp_path: Pat
 
     monkeypatch.setattr(partial_output.DurableWriter, "write", write)
     run(table, tmp_path / "out.gz", tiny_checkpoint, chunk_lines=100, skip_bad_lines=True)
-    assert seen == [False, False, False]
+    assert seen and not any(seen)  # one write per chunk, and never a rejects file
     assert listing(tmp_path) == ["out.gz", "pt.txt"]
 
 

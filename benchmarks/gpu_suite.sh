@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Every GPU measurement of the scorer and the trainers in one run, its logs under one folder.
+#
+#   benchmarks/gpu_suite.sh OUT [TABLE]
+#
+# On one H100 it is sized to finish in under 8 minutes (GPU time is lent by the quarter hour: plan
+# one run of it). TABLE defaults to the fixture table ($SHARED_DATA_DIR or ../shared). Settings:
+#   DEVICE=cuda      the device measured (the CPU check runs DEVICE=cpu TINY=1)
+#   TINY=1           tiny sizes and a few thousand lines: the suite's own check on the CPU
+#                    (tests/benchmarks/test_gpu_suite.py), so it is known to work before GPU time is spent
+#   PYTHON=python3   the interpreter that has torch (the device image's), with this project installed
+#   JOBS=N           worker processes of the end-to-end runs [default: the CPUs less 2]
+# What it writes to OUT (one log per step, summary.txt the figures):
+#   precision.log    model-only scoring, fp32 / TF32 / bf16 (benchmarks/precision.py)
+#   e2e.<p>.log, gpu-util.<p>.csv   end to end on the table, TF32 and fp32, GPU utilisation sampled
+#   startup.log      command start to exit with a paper-size model on 200 lines
+#   train.log        training, paper size, 64 pairs per update: eager against the captured step
+#   cslm.log         CSLM training (and n-best scoring) speed
+#   identity.log     a rerun byte-identical to the first run, and a run killed after two chunks and
+#                    --resume'd byte-identical too
+set -euo pipefail
+OUT=${1:?usage: benchmarks/gpu_suite.sh OUT [TABLE]}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TABLE=${2:-${SHARED_DATA_DIR:-$HERE/../../shared}/fixtures/hansard-enfr/model/phrase-table.gz}
+DEVICE=${DEVICE:-cuda}
+PYTHON=${PYTHON:-python3}
+CPUS=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))')
+JOBS=${JOBS:-$(( CPUS > 3 ? CPUS - 2 : 2 ))}
+if [ -n "${TINY:-}" ]; then
+  LINES=20000; SIZE=tiny; CHUNK=200; PRECISIONS=fp32; E2E_PRECISIONS=fp32; TRAIN="--sizes small --steps 1 --profile-steps 1"
+  CSLM="--sentences 5 --train-steps 2 --embedding 16 --hidden 32 --vocab 200"
+else
+  LINES=0; SIZE=paper; CHUNK=100000; PRECISIONS=fp32,tf32,bf16; E2E_PRECISIONS="tf32 fp32"
+  TRAIN="--sizes paper --steps 40"; CSLM="--sentences 50 --train-steps 50"
+fi
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+RESCORE=$(dirname "$(command -v "$PYTHON")")/rescore-phrase-table
+[ -x "$RESCORE" ] || RESCORE="$PYTHON -m rescorer.cli rescore"
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+since() { "$PYTHON" -c 'import sys, time; print(f"{time.time() - float(sys.argv[1]):.2f}")' "$1"; }
+: > "$OUT/summary.txt"
+note "gpu_suite: $(date -u +%FT%TZ) device=$DEVICE table=$TABLE lines=${LINES/#0/all} size=$SIZE jobs=$JOBS"
+"$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
+  torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' | tee -a "$OUT/summary.txt"
+
+# The table: all of it, or its first LINES lines.
+if [ "$LINES" = 0 ]; then IN=$TABLE; else
+  IN=$WORK/in.gz
+  "$PYTHON" - "$TABLE" "$IN" "$LINES" <<'EOF'
+import gzip, itertools, sys
+with gzip.open(sys.argv[1]) as src, gzip.open(sys.argv[2], "wb") as dst:
+    dst.writelines(itertools.islice(src, int(sys.argv[3])))
+EOF
+fi
+"$PYTHON" "$HERE/random_checkpoint.py" "$IN" "$WORK/model.pt" --size "$SIZE" > /dev/null
+
+# 1. Model-only scoring at each precision.
+"$PYTHON" "$HERE/precision.py" --table "$IN" --lines 0 --model "$WORK/model.pt" --device "$DEVICE" \
+  --precisions "$PRECISIONS" --cpu-lines 0 --small-budget 0 --chunk-lines "$CHUNK" > "$OUT/precision.log" 2>&1
+note "precision: $(grep -Ei 'pairs/s' "$OUT/precision.log" | tail -3 | tr '\n' ' ')"
+
+# 2. End to end, GPU utilisation sampled every 0.5 s.
+e2e() {  # e2e PRECISION OUTPUT [extra options]; exec: run in the background, its pid is the command's
+  local precision=$1 output=$2; shift 2
+  exec $RESCORE "$IN" "$output" --model "$WORK/model.pt" --device "$DEVICE" --precision "$precision" \
+    -j "$JOBS" --chunk-lines "$CHUNK" -q "$@"
+}
+for p in $E2E_PRECISIONS; do
+  sampler=""
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 500 > "$OUT/gpu-util.$p.csv" &
+    sampler=$!
+  fi
+  start=$(date +%s.%N)
+  (e2e "$p" "$WORK/e2e.$p.gz") > "$OUT/e2e.$p.log" 2>&1
+  wall=$(since "$start")
+  if [ -n "$sampler" ]; then kill "$sampler"; fi
+  note "e2e $p: $(tail -1 "$OUT/e2e.$p.log"); wall with start-up $wall s"
+done
+
+# 3. Start-up: command start to exit, paper-size model (random weights), 200 lines.
+"$PYTHON" "$HERE/random_checkpoint.py" "$IN" "$WORK/paper.pt" --size paper > /dev/null
+"$PYTHON" - "$IN" "$WORK/head.gz" <<'EOF'
+import gzip, itertools, sys
+with gzip.open(sys.argv[1]) as src, gzip.open(sys.argv[2], "wb") as dst:
+    dst.writelines(itertools.islice(src, 200))
+EOF
+start=$(date +%s.%N)
+$RESCORE "$WORK/head.gz" "$WORK/head.out.gz" --model "$WORK/paper.pt" --device "$DEVICE" -q > "$OUT/startup.log" 2>&1
+note "start-up (paper size, 200 lines, start to exit): $(since "$start") s"
+
+# 4. Training, paper size, 64 pairs per update: eager against the captured step.
+"$PYTHON" "$HERE/train_speed.py" --device "$DEVICE" $TRAIN > "$OUT/train.log" 2>&1
+note "train: $(grep -Ei 'pairs/s' "$OUT/train.log" | tr '\n' ' ')"
+
+# 5. CSLM training and n-best scoring.
+"$PYTHON" "$HERE/cslm_speed.py" --device "$DEVICE" $CSLM > "$OUT/cslm.log" 2>&1
+note "cslm: $(grep -Ei 'n-grams/s|hypotheses/s' "$OUT/cslm.log" | tr '\n' ' ')"
+
+# 6. Identity: a rerun, and a run killed after two durable chunks then resumed, against the first.
+first=$(echo "$E2E_PRECISIONS" | awk '{print $NF}')
+{
+  (e2e "$first" "$WORK/again.gz")
+  cmp "$WORK/e2e.$first.gz" "$WORK/again.gz" && echo "rerun: byte-identical"
+  (e2e "$first" "$WORK/killed.gz") & run=$!
+  progress="$WORK/.killed.gz.progress.json"
+  until [ -f "$progress" ] && "$PYTHON" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["chunks_done"] < 2)' "$progress" 2> /dev/null; do
+    kill -0 "$run" 2> /dev/null || break
+    sleep 0.05
+  done
+  if kill -9 "$run" 2> /dev/null; then
+    wait "$run" 2> /dev/null || true
+    echo "killed after $("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["chunks_done"])' "$progress") chunks"
+    (e2e "$first" "$WORK/killed.gz" --resume)
+  else
+    echo "the run finished before it could be killed: no resume measured"
+  fi
+  cmp "$WORK/e2e.$first.gz" "$WORK/killed.gz" && echo "kill + --resume: byte-identical"
+} > "$OUT/identity.log" 2>&1
+note "identity ($first): $(grep -c 'byte-identical' "$OUT/identity.log") of 2 byte-identical"
+note "gpu_suite: done $(date -u +%FT%TZ)"

@@ -1,0 +1,32 @@
+"""benchmarks/gpu_suite.sh runs whole on the CPU at tiny sizes, so a lent GPU's minutes go to
+measuring, not to finding a broken script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared_paths import REPO_ROOT, shared_file
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Path) -> None:
+    table = shared_file("fixtures/hansard-enfr/model/phrase-table.gz")
+    env = {**os.environ, "DEVICE": "cpu", "TINY": "1", "PYTHON": sys.executable, "JOBS": "2"}
+    out = tmp_path / "logs"
+    run = subprocess.run(["bash", str(REPO_ROOT / "benchmarks" / "gpu_suite.sh"), str(out), str(table)],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    summary = (out / "summary.txt").read_text()
+    for step in ("precision:", "e2e fp32:", "start-up", "train:", "cslm:", "gpu_suite: done"):
+        assert step in summary, summary
+    for log in ("precision.log", "e2e.fp32.log", "startup.log", "train.log", "cslm.log", "identity.log"):
+        assert (out / log).stat().st_size > 0, log
+    identity = (out / "identity.log").read_text()
+    assert "rerun: byte-identical" in identity and "kill + --resume: byte-identical" in identity, identity
+    assert "pairs/s" in (out / "e2e.fp32.log").read_text()
