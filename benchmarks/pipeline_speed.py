@@ -140,19 +140,24 @@ def report(summary: RescoreSummary, workers: int, wall: float, cpu: float, child
     busy = f"; load average {load:.1f}" + (" (taken under contention: the machine was shared)" if load > 1 else "")
     print(f"-j {workers}: {n} lines in {wall:.1f} s = {n / wall:,.0f} lines/s end to end; "
           f"CPU {cpu:.1f} s main process + {child:.1f} s reader and workers{busy}")
-    per_core = ", ".join(f"{name} {rate[name] / 1e3:,.0f}k" for name in ("read", *PARALLEL_STAGES) if name in rate)
+    per_core = ", ".join(f"{name} {rate[name] / 1e3:,.0f}k" for name in ("gunzip", "read", *PARALLEL_STAGES)
+                         if name in rate)
     print(f"  per core, lines/s: {per_core}")
     if workers > 1:
-        # With workers, reading runs in a process of its own: the main process' CPU is its own work
-        # (handing chunk names to the workers, scores out and compressed chunks in, writing, fsync).
+        # With workers, reading runs in a process of its own (gunzip in a thread of it, without the
+        # GIL): the main process' CPU is its own work (handing chunk names to the workers, plans and
+        # compressed chunks back, writing, fsync).
         main_cost = cpu - stage.get("score", 0.0)
         parallel = sum(stage.get(name, 0.0) for name in PARALLEL_STAGES) / n
-        serial = max(stage.get("read", 0.0), main_cost) / n
-        print(f"  main process (never touches a line): {n / main_cost / 1e6:,.2f}M lines/s; "
-              f"reader process {rate.get('read', 0) / 1e6:,.2f}M lines/s; "
-              f"parallel stages together: {1 / parallel / 1e3:,.0f}k lines/s per core")
-        print(f"  projected for {cores} cores (reader and main process on one core each, {cores - 2} workers): "
-              f"{min(1 / serial, (cores - 2) / parallel) / 1e6:.2f}M lines/s")
+        serial = [stage.get("read", 0.0), stage.get("gunzip", 0.0), main_cost]
+        serial_cores = sum(1 for seconds in serial if seconds > 0)
+        print(f"  main process (never touches a line): {n / main_cost / 1e6:,.2f}M lines/s; reader process: "
+              f"cutting {rate.get('read', 0) / 1e6:,.2f}M lines/s"
+              + (f", gunzip thread {rate['gunzip'] / 1e6:,.2f}M lines/s" if "gunzip" in rate else "")
+              + f"; parallel stages together: {1 / parallel / 1e3:,.0f}k lines/s per core")
+        print(f"  projected for {cores} cores (the reader's threads and the main process on one core each, "
+              f"{cores - serial_cores} workers): {min(n / max(serial), (cores - serial_cores) / parallel) / 1e6:.2f}M "
+              "lines/s")
 
 
 def startup(table: Path) -> None:

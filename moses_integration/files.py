@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from isal import igzip, isal_zlib
+from isal import igzip, igzip_threaded, isal_zlib
 
 GZIP_MAGIC = b"\x1f\x8b"
 STDIO_NAME = "-"
@@ -147,13 +147,16 @@ def _read_exactly(stream: BinaryIO, n: int) -> bytes:
     return data
 
 
-def open_input(path: PathArg) -> BinaryIO:
+def open_input(path: PathArg, *, decompress_thread: bool = False) -> BinaryIO:
     """Open a table for binary reading: ``"-"`` is stdin; gzip is detected by its magic bytes.
 
     Detection by content rather than suffix because tables are often renamed or piped, and
     Moses itself does not care about the suffix either. Multi-member gzip (concatenated members,
     as written by parallel compressors) is read as one stream. The file is opened once, so
-    named pipes and ``/dev/stdin`` work too.
+    named pipes and ``/dev/stdin`` work too. ``decompress_thread``: a gzip file is decompressed in a
+    thread of its own, which runs without the GIL (ISA-L's ``igzip_threaded``), so that the reader
+    that cuts the lines has its core to itself; how far the file was read then runs ahead of the
+    lines by its buffers, so :func:`input_position` is no place to cut a shard.
     """
     name = os.fspath(path)
     if name == STDIO_NAME:
@@ -164,6 +167,9 @@ def open_input(path: PathArg) -> BinaryIO:
             return _wrap_unseekable(fh, owns=True)
         magic = fh.read(2)
         fh.seek(0)
+        if magic == GZIP_MAGIC and decompress_thread:
+            fh.close()
+            return igzip_threaded.open(name, "rb", threads=1)
         return _OwningGzipFile(fh) if magic == GZIP_MAGIC else fh
     except BaseException:
         fh.close()
@@ -176,7 +182,9 @@ def input_position(stream: BinaryIO) -> int | None:
     A progress bar in input bytes is the only honest one for gzip, whose decompressed size is
     unknown until the end. None for pipes and stdin, which have no position.
     """
-    raw = stream._owned if isinstance(stream, _OwningGzipFile) else stream
+    # ISA-L's threaded reader is a buffered reader whose raw stream holds the file as ``raw``.
+    threaded_file = getattr(getattr(stream, "raw", None), "raw", None)
+    raw = stream._owned if isinstance(stream, _OwningGzipFile) else threaded_file or stream
     try:
         return raw.tell() if raw.seekable() else None
     except (OSError, ValueError):

@@ -128,7 +128,8 @@ class RescoreSummary:
     rejects_path: str | None = None
     resumed_lines: int = 0  # lines an interrupted run had done (not part of this run's speed)
     # CPU seconds of this run's stages, wherever they ran (threads or worker processes): "read"
-    # (decompress, cut into chunks, shard filter), "parse" (validate, parse, map to ids), "trees"
+    # (decompress, cut into chunks, shard filter; with a reader process and no shard, "gunzip" is the
+    # decompression in its own thread and "read" the rest), "parse" (validate, parse, map to ids), "trees"
     # (groups and prefix trees), "score" (the model), "format" (format and compress).
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -629,7 +630,8 @@ def _feed_stage(stage: _Stage, read_q) -> None:
                 else:
                     stage.submit(ref, shard_state, position)
                 continue
-            stage.summary.add_stage("read", message[-1])
+            for name, seconds in message[-1].items():
+                stage.summary.add_stage(name, seconds)
             _put(stage.out_q, message[1] if kind == "error" else None, stage.stop)
             return
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
