@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import unwritable
 
+import unwritable
 from shared_paths import shared_file
 
 # Without a GPU, Triton kernels (rescorer.model.lse_kernel) run in Triton's interpreter on the CPU. The

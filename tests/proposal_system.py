@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from analysis_checkpoint import write_random_checkpoint
 
+from analysis_checkpoint import write_random_checkpoint
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.model.vocab import EOS_ID, UNK_ID

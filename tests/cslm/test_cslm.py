@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from held_output import held_by_another_process
 
 from cslm.cli import main
 from cslm.model import CSLM, CSLMConfig, CSLMError
@@ -22,6 +21,7 @@ from cslm.model_file import load_cslm, save_cslm
 from cslm.nbest import add_cslm_to_nbest
 from cslm.scoring import ScoreStats, sentence_log_probs
 from cslm.train import CSLMTrainConfig, train_cslm
+from held_output import held_by_another_process
 from moses_integration.nbest import read_nbest
 from moses_integration.tokens import split_tokens
 from rescorer.model.vocab import Vocab

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from held_output import held_by_another_process
 
 from fake_moses import FIXTURE, SENTENCES, TOP_K, fake_dev, quiet, tune_options
+from held_output import held_by_another_process
 from mert.cli import main
 from mert.features import read_sidecar
 from mert.tune import (

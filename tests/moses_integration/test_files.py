@@ -13,9 +13,9 @@ import threading
 from pathlib import Path
 
 import pytest
+
 import unwritable
 from held_output import held_by_another_process
-
 from moses_integration import files
 from moses_integration.files import (
     InUseError,

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 from click.testing import CliRunner
-from held_output import held_by_another_process
 
+from held_output import held_by_another_process
 from table1 import experiment
 from table1.cli import main
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from analysis_checkpoint import write_random_checkpoint
 from click.testing import CliRunner
 
+from analysis_checkpoint import write_random_checkpoint
 from moses_integration.tokens import split_tokens
 from rescorer.analysis.compare import compare_blocks
 from rescorer.cli import main

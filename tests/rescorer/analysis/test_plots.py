@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from analysis_checkpoint import EXAMPLE_TABLE, png_size, write_random_checkpoint
 from click.testing import CliRunner
 
 import rescorer.analysis.plots as plots
+from analysis_checkpoint import EXAMPLE_TABLE, png_size, write_random_checkpoint
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table

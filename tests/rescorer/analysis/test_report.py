@@ -7,9 +7,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from analysis_checkpoint import EXAMPLE_TABLE, png_size, write_random_checkpoint
 from click.testing import CliRunner
 
+from analysis_checkpoint import EXAMPLE_TABLE, png_size, write_random_checkpoint
 from rescorer.analysis.report import SECTIONS, ReportOptions, build_report, find_browser, screenshot
 from rescorer.cli import main
 

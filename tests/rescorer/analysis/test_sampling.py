@@ -128,9 +128,9 @@ def test_sample_and_search_merges_distinct_targets_sorted_by_score() -> None:
 def test_cli_lists_distinct_targets_as_markdown_or_json(tmp_path) -> None:
     import json
 
-    from analysis_checkpoint import EXAMPLE_TABLE, write_random_checkpoint
     from click.testing import CliRunner
 
+    from analysis_checkpoint import EXAMPLE_TABLE, write_random_checkpoint
     from rescorer.cli import main
     from rescorer.model.checkpoint import load_checkpoint
 

@@ -8,55 +8,27 @@ real decoder is a convincing check. Skipped unless MOSES_BIN_DIR is set.
 from __future__ import annotations
 
 import gzip
-from pathlib import Path
 
 import pytest
 
 from moses_integration.decoder import decode
-from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
 from rescorer.pipeline.moses_config import write_moses_ini
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.training.train import train_on_phrase_table
-from shared_paths import moses_bin_dir, shared_file
+from shared_paths import moses_bin_dir
+from small_system import small_system
 
 pytestmark = [pytest.mark.slow, pytest.mark.moses]
-
-
-def ngrams(sentences: list[str], max_len: int = 7) -> set[bytes]:
-    out = set()
-    for sentence in sentences:
-        words = sentence.split()
-        for i in range(len(words)):
-            for j in range(i + 1, min(len(words), i + max_len) + 1):
-                out.add(" ".join(words[i:j]).encode())
-    return out
-
-
-def filter_table(src: Path, dest: Path, phrases: set[bytes]) -> None:
-    with gzip.open(src) as fin, gzip.open(dest, "wb") as fout:
-        for line in fin:
-            if line.split(b" ||| ", 1)[0] in phrases:
-                fout.write(line)
 
 
 @pytest.mark.parametrize("with_bad_line", [False, True])
 def test_moses_decodes_with_the_rescored_table(tmp_path, with_bad_line):
     bindir = moses_bin_dir()
-    fixture = shared_file("fixtures/hansard-enfr")
-    sentences = (fixture / "data/dev.tok.tc.en").read_text().splitlines()[:2]
-    phrases = ngrams(sentences)
-    table = tmp_path / "phrase-table.gz"
-    filter_table(fixture / "filtered/phrase-table.0-0.1.1.gz", table, phrases)
-    filter_table(fixture / "filtered/reordering-table.wbe-msd-bidirectional-fe.0-0.1.gz",
-                 tmp_path / "reordering-table.gz", phrases)
-    ini = MosesIni.read(fixture / "filtered/moses.ini")
-    ini.set_feature_arg("TranslationModel0", "path", str(table))
-    ini.set_feature_arg("LexicalReordering0", "path", str(tmp_path / "reordering-table.gz"))
-    ini.set_feature_arg("LM0", "path", str(fixture / "filtered/lm.fr.binary"))
-    ini.write(tmp_path / "moses.ini")
+    system = small_system(tmp_path)
+    table, sentences = system.table, system.sentences
 
     model = tmp_path / "model.pt"
     config = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=32, embedding=16, maxout_units=16, output_rank=16)

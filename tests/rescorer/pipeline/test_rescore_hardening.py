@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from held_output import held_by_another_process
 
+from held_output import held_by_another_process
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint

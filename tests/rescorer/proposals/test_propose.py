@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from analysis_checkpoint import EXAMPLE_TABLE
 from click.testing import CliRunner
-from proposal_system import write_model, write_word_tables
 
+from analysis_checkpoint import EXAMPLE_TABLE
 from moses_integration.moses_ini import MosesIni
 from moses_integration.tokens import split_tokens
+from proposal_system import write_model, write_word_tables
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.model.vocab import Vocab

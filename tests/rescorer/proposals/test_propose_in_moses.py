@@ -8,49 +8,24 @@ Skipped unless MOSES_BIN_DIR is set.
 from __future__ import annotations
 
 import gzip
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from proposal_system import write_model, write_word_tables
 
 from moses_integration.decoder import decode
-from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
+from proposal_system import write_model, write_word_tables
 from rescorer.cli import main
-from shared_paths import moses_bin_dir, shared_file
+from shared_paths import moses_bin_dir
+from small_system import small_system
 
 pytestmark = [pytest.mark.slow, pytest.mark.moses]
 
 
-def _ngrams(sentences: list[str], longest: int = 7) -> set[bytes]:
-    out = set()
-    for sentence in sentences:
-        words = sentence.split()
-        for i in range(len(words)):
-            out.update(" ".join(words[i:j]).encode() for j in range(i + 1, min(len(words), i + longest) + 1))
-    return out
-
-
-def _keep_sources(src: Path, dest: Path, phrases: set[bytes]) -> None:
-    with gzip.open(src) as fin, gzip.open(dest, "wb") as fout:
-        fout.writelines(line for line in fin if line.split(b" ||| ", 1)[0] in phrases)
-
-
 def test_moses_decodes_with_proposals_in_the_table(tmp_path) -> None:
     bindir = moses_bin_dir()
-    fixture = shared_file("fixtures/hansard-enfr")
-    sentences = (fixture / "data/dev.tok.tc.en").read_text().splitlines()[:2]
-    phrases = _ngrams(sentences)
-    table = tmp_path / "phrase-table.gz"
-    _keep_sources(fixture / "filtered/phrase-table.0-0.1.1.gz", table, phrases)
-    _keep_sources(fixture / "filtered/reordering-table.wbe-msd-bidirectional-fe.0-0.1.gz",
-                  tmp_path / "reordering-table.gz", phrases)
-    ini = MosesIni.read(fixture / "filtered/moses.ini")
-    ini.set_feature_arg("TranslationModel0", "path", str(table))
-    ini.set_feature_arg("LexicalReordering0", "path", str(tmp_path / "reordering-table.gz"))
-    ini.set_feature_arg("LM0", "path", str(fixture / "filtered/lm.fr.binary"))
-    ini.write(tmp_path / "moses.ini")
+    system = small_system(tmp_path)
+    table, sentences = system.table, system.sentences
     write_word_tables(table, tmp_path)  # beside the table, where train-model.perl puts them
     model = write_model(table, tmp_path / "model.pt")
     text = tmp_path / "dev.en"

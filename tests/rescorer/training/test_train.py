@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from held_output import held_by_another_process
 
+from held_output import held_by_another_process
 from moses_integration.files import InUseError
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
