@@ -11,7 +11,8 @@ with the model replaced by a constant scorer, once per ``-j`` given. It prints, 
 * end to end: lines/s (wall clock), and the CPU seconds of all its processes;
 * each stage's rate per core, from the CPU time the pipeline itself records where the stage runs
   (thread CPU time, so other processes on a shared machine do not inflate it):
-  read (ISA-L gunzip, cutting into chunks at content-fixed places: one thread or process),
+  gunzip (ISA-L, a thread of the reader process), read (finding the lines), align (sync points,
+  chunks at content-fixed places, spool writes; with -j 1, read does all three),
   parse (validation, parsing, id mapping),
   trees (groups and prefix trees, as the scorer uses them), format (formatting + the gzip member);
 * how the format stage splits into formatting and compression (measured apart on the first chunks);
@@ -140,7 +141,7 @@ def report(summary: RescoreSummary, workers: int, wall: float, cpu: float, child
     busy = f"; load average {load:.1f}" + (" (taken under contention: the machine was shared)" if load > 1 else "")
     print(f"-j {workers}: {n} lines in {wall:.1f} s = {n / wall:,.0f} lines/s end to end; "
           f"CPU {cpu:.1f} s main process + {child:.1f} s reader and workers{busy}")
-    per_core = ", ".join(f"{name} {rate[name] / 1e3:,.0f}k" for name in ("gunzip", "read", *PARALLEL_STAGES)
+    per_core = ", ".join(f"{name} {rate[name] / 1e3:,.0f}k" for name in ("gunzip", "read", "align", *PARALLEL_STAGES)
                          if name in rate)
     print(f"  per core, lines/s: {per_core}")
     if workers > 1:
@@ -149,11 +150,11 @@ def report(summary: RescoreSummary, workers: int, wall: float, cpu: float, child
         # compressed chunks back, writing, fsync).
         main_cost = cpu - stage.get("score", 0.0)
         parallel = sum(stage.get(name, 0.0) for name in PARALLEL_STAGES) / n
-        serial = [stage.get("read", 0.0), stage.get("gunzip", 0.0), main_cost]
+        serial = [stage.get("read", 0.0), stage.get("align", 0.0), stage.get("gunzip", 0.0), main_cost]
         serial_cores = sum(1 for seconds in serial if seconds > 0)
-        print(f"  main process (never touches a line): {n / main_cost / 1e6:,.2f}M lines/s; reader process: "
-              f"cutting {rate.get('read', 0) / 1e6:,.2f}M lines/s"
-              + (f", gunzip thread {rate['gunzip'] / 1e6:,.2f}M lines/s" if "gunzip" in rate else "")
+        threads = ", ".join(f"{name} {rate[name] / 1e6:,.2f}M" for name in ("gunzip", "read", "align") if name in rate)
+        print(f"  main process (never touches a line): {n / main_cost / 1e6:,.2f}M lines/s; reader process' "
+              f"threads: {threads} lines/s"
               + f"; parallel stages together: {1 / parallel / 1e3:,.0f}k lines/s per core")
         print(f"  projected for {cores} cores (the reader's threads and the main process on one core each, "
               f"{cores - serial_cores} workers): {min(n / max(serial), (cores - serial_cores) / parallel) / 1e6:.2f}M "

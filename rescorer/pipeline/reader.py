@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,20 +38,65 @@ class ReadChunk:
 
 
 def table_chunks(fh: BinaryIO, path: str, chunk_lines: int, lines_done: int,
-                 shard_filter: ShardFilter | None) -> Iterator[ReadChunk]:
+                 shard_filter: ShardFilter | None, prefetch: Prefetched | None = None) -> Iterator[ReadChunk]:
     """The table's chunks after line ``lines_done`` (a resumed run's), cut where every run cuts them.
 
     Stops after the chunk that ends the shard. Chunks before the shard start come as ``in_run=False``
-    so that the progress record advances past them.
+    so that the progress record advances past them. With ``prefetch``, the lines are found in a
+    thread of their own while this one computes the sync points (both mostly in NumPy and Arrow
+    kernels that release the GIL): the reader's two halves run on two cores.
     """
     positions = (lambda: input_position(fh)) if shard_filter else None
-    for chunk in aligned_chunks(iter_line_chunks(fh, path, chunk_lines, positions=positions), chunk_lines):
+    lines = iter_line_chunks(fh, path, chunk_lines, positions=positions)
+    for chunk in aligned_chunks(prefetch.of(lines) if prefetch else lines, chunk_lines):
         if chunk.last_line_no <= lines_done:  # done by the interrupted run (the shard state is restored)
             continue
         in_run = bool(len(shard_filter.rows(chunk))) if shard_filter else True
         yield ReadChunk(chunk, in_run, shard_filter.state() if shard_filter else None, input_position(fh))
         if shard_filter and shard_filter.finished:
             return
+
+
+class Prefetched:
+    """Runs an iterator in a thread of its own, a few items ahead; its errors come out in order.
+
+    ``cpu_seconds`` is that thread's CPU time once the iterator is exhausted (for the stage figures).
+    """
+
+    def __init__(self, ahead: int = 2) -> None:
+        self.ahead = ahead
+        self.cpu_seconds = 0.0
+
+    def of(self, items: Iterator) -> Iterator:
+        q: queue.Queue = queue.Queue(maxsize=self.ahead)
+        done = threading.Event()  # the consumer is gone: stop producing
+        end = object()
+
+        def produce() -> None:
+            started = time.thread_time()
+            try:
+                for item in items:
+                    if not _put(q, (item, None), done):
+                        return
+                _put(q, (end, None), done)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer, in order
+                _put(q, (end, exc), done)
+            finally:
+                self.cpu_seconds = time.thread_time() - started
+
+        worker = threading.Thread(target=produce, daemon=True, name="find-lines")
+        worker.start()
+        try:
+            while True:
+                item, error = q.get()
+                if error is not None:
+                    raise error
+                if item is end:
+                    return
+                yield item
+        finally:
+            done.set()
+            worker.join()
 
 
 @dataclass(frozen=True)
@@ -76,16 +122,20 @@ class SkippedChunk:
 def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
     """Reader process: each chunk to the spool, ``("chunk", SpooledChunk | SkippedChunk, shard
     state, position)`` on ``out_q``; then ``("end", cpu)`` or ``("error", exception, cpu)``, with
-    ``cpu`` the CPU seconds of this thread (cutting) and of the decompression thread. Gives up when
+    ``cpu`` the CPU seconds of its three threads: "gunzip", "read" (finding the lines) and "align"
+    (sync points, chunks, spool writes). Gives up when
     ``stop`` is set (nobody would take what it puts).
 
     Without ``--shard``, gzip is decompressed in a thread of its own (no GIL), so cutting the lines
     has this core to itself; a shard needs the file positions of a single-threaded read."""
     started, thread_started = time.process_time(), time.thread_time()
 
+    prefetch = Prefetched()
+
     def cpu() -> dict[str, float]:
         thread = time.thread_time() - thread_started
-        return {"read": thread, "gunzip": max(0.0, time.process_time() - started - thread)}
+        return {"read": prefetch.cpu_seconds, "align": thread,
+                "gunzip": max(0.0, time.process_time() - started - thread - prefetch.cpu_seconds)}
 
     spool = Spool(settings.spool_folder)
     try:
@@ -93,7 +143,7 @@ def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
             shard_filter = (ShardFilter(settings.shard, os.path.getsize(settings.path), settings.shard_state)
                             if settings.shard else None)
             for index, item in enumerate(table_chunks(fh, settings.path, settings.chunk_lines, settings.lines_done,
-                                                      shard_filter)):
+                                                      shard_filter, prefetch)):
                 ref: SpooledChunk | SkippedChunk = (spool.put(index, item.chunk) if item.in_run else
                                                     SkippedChunk(item.chunk.first_line_no, item.chunk.last_line_no))
                 if not _put(out_q, ("chunk", ref, item.shard_state, item.position), stop):

@@ -128,9 +128,10 @@ class RescoreSummary:
     rejects_path: str | None = None
     resumed_lines: int = 0  # lines an interrupted run had done (not part of this run's speed)
     # CPU seconds of this run's stages, wherever they ran (threads or worker processes): "read"
-    # (decompress, cut into chunks, shard filter; with a reader process and no shard, "gunzip" is the
-    # decompression in its own thread and "read" the rest), "parse" (validate, parse, map to ids), "trees"
-    # (groups and prefix trees), "score" (the model), "format" (format and compress).
+    # (decompress, cut into chunks, shard filter; with a reader process, "gunzip" is the decompression
+    # in its own thread (no --shard), "read" the finding of lines, "align" the sync points and
+    # spooling), "parse" (validate, parse, map to ids), "trees" (groups and prefix trees), "score"
+    # (the model), "format" (format and compress).
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
     def add_stage(self, stage: str, seconds: float) -> None:

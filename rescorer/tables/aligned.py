@@ -26,38 +26,38 @@ import pyarrow.compute as pc
 from rescorer.tables.chunks import FIELD_SEPARATOR, LineChunk
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads the key's bits over the high ones
-_EDGE = 8  # bytes taken from each end of the source phrase
+_EDGE = 8  # bytes taken from the end of the source phrase
 
 
 def source_keys(chunk: LineChunk) -> tuple[np.ndarray, np.ndarray]:
     """Each line's source phrase as ``(key, length in bytes)``: equal sources give equal keys.
 
-    The key mixes the source's first and last 8 bytes and its length, read for a whole chunk in a
-    few gathers (the reader's own rate is the pipeline's ceiling, so no pass over every byte).
-    Two different sources may share a key; that only hides a sync point, the same way in every run.
-    The source is what precedes the first `` ||| `` (the whole line where there is none). Never
-    change the key: it decides where every table is cut, and so the bytes of every output.
+    The source is what precedes the first `` ||| `` (the whole line where there is none). The key
+    mixes the source's last 8 bytes and its length, read for a whole chunk in a few vectorised
+    passes (the reader's rate is the pipeline's ceiling, so no pass per line). Two different
+    sources may share a key; that only hides a sync point, the same way in every run, and equal
+    sources always share it. Never change the key: it decides where every table is cut, and so the
+    bytes of every output.
     """
     n = len(chunk)
     if not n:
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
     offsets = chunk.offsets.astype(np.int64, copy=False)
+    starts, ends = offsets[:-1], offsets[1:] - 1  # each line's first byte and its newline
     lines = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets),
                                                                     pa.py_buffer(chunk.data)])
     found = pc.find_substring(lines, FIELD_SEPARATOR).to_numpy(zero_copy_only=False).astype(np.int64)
-    lengths = np.where(found < 0, np.diff(offsets) - 1, found)
-    padded = np.frombuffer(chunk.data + bytes(_EDGE), dtype=np.uint8)
-    # Every 8-byte window of the data, as rows (a view, no copy); the rows wanted are then gathered
-    # and read as little-endian words, the same on every machine.
-    windows = np.lib.stride_tricks.as_strided(padded, (len(padded) - _EDGE + 1, _EDGE), (1, 1), writeable=False)
-    starts = offsets[:-1]
+    lengths = np.where(found < 0, ends - starts, found)
+    # The 8 bytes that end each source, as one little-endian word read at any byte offset (a strided
+    # view of the data, no copy; the same on every machine), the bytes before a short source masked.
+    padded = np.frombuffer(bytes(_EDGE) + chunk.data, dtype=np.uint8)
+    words = np.ndarray((len(padded) - _EDGE + 1,), dtype="<u8", buffer=padded, strides=(1,))
+    tail = words[starts + lengths]  # padded offset of (start + length - 8) + 8
     short = lengths < _EDGE
-    keep = np.where(short, (np.uint64(1) << (8 * lengths.clip(0, _EDGE - 1)).astype(np.uint64)) - np.uint64(1),
+    keep = np.where(short, ~(np.uint64(0xFFFFFFFFFFFFFFFF) >> (8 * lengths.clip(0, _EDGE - 1)).astype(np.uint64)),
                     np.uint64(0xFFFFFFFFFFFFFFFF))
-    head = windows[starts].view("<u8").ravel() & keep
-    tail = windows[np.where(short, starts, starts + lengths - _EDGE)].view("<u8").ravel() & keep
-    key = (head * _MIX) ^ ((tail ^ lengths.astype(np.uint64)) * np.uint64(0xC2B2AE3D27D4EB4F))
-    return key * _MIX, lengths
+    key = ((tail & keep) ^ lengths.astype(np.uint64)) * _MIX
+    return key ^ (key >> np.uint64(29)), lengths
 
 
 def sync_points(chunk: LineChunk, previous: tuple[int, int] | None, chunk_lines: int) -> tuple[np.ndarray, tuple]:
