@@ -182,7 +182,7 @@ def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOption
     device = select_device(opts.rescore.device)
     rows = opts.rows_per_step or default_rows_per_step(device)
     work = ProposeWork(output)
-    identity = run_identity(table, checkpoint, opts, device, rows)
+    identity = _run_identity(table, checkpoint, opts, device, rows)
     with exclusive_use(output):
         state = work.start(identity, opts.resume)  # before any input is read: a refusal costs nothing
         try:
@@ -195,7 +195,7 @@ def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOption
     return summary
 
 
-def run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, device: torch.device, rows: int) -> dict:
+def _run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, device: torch.device, rows: int) -> dict:
     """What decides the output's bytes: the input files and the options. A resume must have the same.
 
     The device type and ``rows`` decide the search's batches, hence the shapes of its matmuls and
