@@ -466,12 +466,14 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 @click.option("-j", "--workers", type=IntRange(min=0), default=None,
               help="worker processes of the rescoring pipeline [default: --threads]")
 @click.option("--token-budget", type=IntRange(min=1), help="padded tokens per scoring batch")
+@resume_option("continue a killed or failed run from its work folder .OUTPUT_TABLE.propose/ (same inputs and "
+               "options)")
 @_run_options
 @friendly_errors(RescoreError)
 def propose_command(input_table, output_table, model_path, for_text, thin_below, max_source_words, beam, per_source,
                     max_target_words, lex_e2f, lex_f2e, list_path, moses_ini, moses_ini_out, table_name, rnn_weight,
-                    wp_weight, proposed_weight, rows_per_step, workers, token_budget, device, precision, threads,
-                    quiet) -> None:
+                    wp_weight, proposed_weight, rows_per_step, workers, token_budget, resume, device, precision,
+                    threads, quiet) -> None:
     """Complete a Moses phrase table with the targets the RNN proposes (the paper's future work).
 
     Writes INPUT_TABLE's lines byte for byte and the proposed pairs, in sorted order, each with
@@ -490,7 +492,7 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
     options = ProposeOptions(
         for_text=for_text, thin_below=thin_below, max_source_words=max_source_words, beam=beam,
         per_source=per_source, max_target_words=max_target_words, lex_e2f=lex_e2f, lex_f2e=lex_f2e,
-        list_path=list_path, rows_per_step=rows_per_step,
+        list_path=list_path, rows_per_step=rows_per_step, resume=resume,
         rescore=RescoreOptions(progress=not quiet, device=device, precision=precision,
                                scoring=ScoringOptions(token_budget=token_budget),
                                workers=workers if workers is not None else threads),

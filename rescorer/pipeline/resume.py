@@ -47,24 +47,44 @@ def recorded_options(progress_path: Path) -> dict:
     return saved.get("options", {}) if saved.get("version") == PROGRESS_VERSION else {}
 
 
-def load_progress(progress_path: Path, partials: dict[str, Path], identity: dict, fresh: dict) -> dict:
+def load_progress(progress_path: Path, partials: dict[str, Path], identity: dict, fresh: dict,
+                  start_over: str | None = None) -> dict:
     """The last durable state of a killed run, after checking it belongs to this run.
 
     ``partials`` maps the record's byte counters (``output_bytes``, ``rejects_bytes``) to the
-    files they count; each must still hold at least that many bytes.
+    files they count; each must still hold at least that many bytes. The first is the main one:
+    without it (or without the record) there is nothing to resume and ``fresh`` comes back.
+    ``start_over`` says how to start afresh instead (default: remove the main partial file and the record).
     """
-    main_partial = partials["output_bytes"]
+    main_partial = next(iter(partials.values()))
     if not progress_path.exists() or not main_partial.exists():
         return fresh
     saved = json.loads(progress_path.read_text(encoding="utf-8"))
     for key in ("version", "input", "model", "options"):
         if saved.get(key) != identity[key]:
             raise ResumeError(
-                f"cannot --resume: the {key} differs from the interrupted run recorded in {progress_path}; "
-                f"remove {main_partial} and {progress_path} to start over"
+                f"cannot --resume: the {key} differs from the interrupted run recorded in {progress_path}"
+                f"{_difference(saved.get(key), identity[key])}; "
+                f"{start_over or f'remove {main_partial} and {progress_path} to start over'}"
             )
     for counter, partial in partials.items():
         size = partial.stat().st_size if partial.exists() else 0
         if size < saved.get(counter, 0):
             raise ResumeError(f"cannot --resume: {partial} is shorter than its recorded {saved[counter]} bytes")
     return saved
+
+
+def _difference(then: object, now: object) -> str:
+    """`` (beam: 10 then, 6 now)``: which recorded settings changed, so the user knows what to put back."""
+    if not isinstance(then, dict) or not isinstance(now, dict):
+        return f" ({then!r} then, {now!r} now)" if then is not None and now is not None else ""
+    changed = [f"{k}: {_shown(then.get(k))} then, {_shown(now.get(k))} now" for k in sorted({*then, *now}, key=str)
+               if then.get(k) != now.get(k)]
+    return f" ({'; '.join(changed)})" if changed else ""
+
+
+def _shown(value: object) -> str:
+    """A recorded value in a message: a file's identity (:func:`file_identity`) by its path, size and time."""
+    if isinstance(value, dict) and "path" in value:
+        return f"{value['path']} ({value.get('size')} bytes, mtime {value.get('mtime_ns')})"
+    return repr(value)

@@ -8,17 +8,20 @@ letting the RNN Encoder–Decoder propose target phrases". A run goes:
    search;
 2. the batched beam search (:mod:`rescorer.proposals.beam`) proposes targets for those sources,
    batch by batch, streamed in the table's sort order; a proposal the table already holds, one
-   with ``[UNK]`` and one cut before ``</s>`` are dropped;
-3. the table's lines, byte for byte, and the proposed lines are merged into sorted order (what
-   ``LC_ALL=C sort`` gives and Moses' training writes) in a work file beside the output;
+   with ``[UNK]``, one cut before ``</s>`` and one the word tables cannot link are dropped; each
+   batch's proposals are appended to the listing and made durable before the next batch;
+3. the table's lines, byte for byte, and the listing's proposed lines are merged into sorted order
+   (what ``LC_ALL=C sort`` gives and Moses' training writes);
 4. that table goes through ``rescore-phrase-table``'s own pipeline
    (:func:`rescorer.pipeline.rescore.rescore_phrase_table`), which appends the RNN and
    unknown-word columns to every line and, for the proposed lines, an indicator column exp(1)
    (1 elsewhere), so that Moses' feature counts the proposals a translation uses;
 5. the result is renamed onto the output.
 
-Nothing holds the table in memory: the search reads its own stream of sources, and the merge pulls
-proposals from it as the table's lines pass. A failed run leaves no file behind.
+Every step works in ``.OUTPUT.propose/`` beside the output (:mod:`rescorer.proposals.work`): a
+failed or killed run keeps it, ``--resume`` goes on from its last durable batch (or phase) to the
+same bytes, and it goes once the output is in place. Nothing holds the table in memory: the search
+reads its own stream of sources, and the merge streams the table and the listing side by side.
 docs/proposals.md says how each column of a proposed line is filled, and why.
 """
 
@@ -27,18 +30,20 @@ from __future__ import annotations
 import array
 import itertools
 import os
+import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
-from moses_integration.files import atomic_path, display_name, exclusive_use, open_output
+from moses_integration.files import atomic_output, atomic_path, display_name, exclusive_use
+from moses_integration.lines import iter_text_lines
 from moses_integration.phrase_table import SEPARATOR, iter_lines
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import Checkpoint
@@ -46,8 +51,9 @@ from rescorer.model.device import select_device
 from rescorer.model.vocab import UNK_ID
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import LOW_OVERLAP_PERCENT, RescoreOptions, RescoreSummary, rescore_phrase_table
+from rescorer.pipeline.resume import file_identity
 from rescorer.proposals.beam import default_rows_per_step, search_sources
-from rescorer.proposals.lexical import LexicalScores, WordTable, lexical_scores, read_word_table
+from rescorer.proposals.lexical import WordTable, lexical_scores, read_word_table
 from rescorer.proposals.sources import (
     KINDS,
     MOSES_COLUMNS,
@@ -62,6 +68,8 @@ from rescorer.proposals.sources import (
     table_sources,
     text_ngrams,
 )
+from rescorer.proposals.work import PROGRESS_VERSION as WORK_VERSION
+from rescorer.proposals.work import ProposeWork
 
 NEW_COLUMNS = 3  # p_RNN, exp(-unknown words), proposed
 
@@ -78,6 +86,7 @@ class ProposeOptions:
     lex_f2e: str | None = None
     list_path: str | None = None  # TSV of the proposals: kind, source, target, log p
     rows_per_step: int | None = None  # hypotheses per decoder step [CPU 4096, GPU 16384]
+    resume: bool = False  # continue the run kept in .OUTPUT.propose/ (rescorer.proposals.work)
     # The rescoring pipeline's options; its device and progress bar serve the search too.
     rescore: RescoreOptions = field(default_factory=RescoreOptions)
 
@@ -163,31 +172,85 @@ def check_propose_paths(table: str, output: str, opts: ProposeOptions) -> None:
 
 
 def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOptions) -> ProposeSummary:
-    """Write ``output``: ``table`` completed with proposals and its three new columns (module doc)."""
+    """Write ``output``: ``table`` completed with proposals and its three new columns (module doc).
+
+    The run works in ``.OUTPUT.propose/`` beside the output (:mod:`rescorer.proposals.work`): kept when
+    it fails or is killed, continued by ``opts.resume``, removed once the output is in place.
+    """
     started = time.monotonic()
     check_propose_paths(table, output, opts)
-    e2f_path, f2e_path = default_lex_paths(table)
-    word_tables = (read_word_table(opts.lex_f2e or f2e_path), read_word_table(opts.lex_e2f or e2f_path))
-    summary, sources, total = _choose_sources(table, checkpoint, opts)
-    checkpoint.model.to(select_device(opts.rescore.device)).eval()
-    max_words = opts.max_target_words or summary.scan.max_target_words
-    out = Path(output)
-    with exclusive_use(output), tempfile.TemporaryDirectory(prefix=f".{out.name}.propose.", dir=out.parent) as work:
-        listing, merged = Path(work) / "proposals.tsv", Path(work) / "merged.gz"
-        with open(listing, "w", encoding="utf-8") as list_fh, \
-                tqdm(total=total, unit="src", desc="proposing", disable=not opts.rescore.progress, file=sys.stderr,
-                     dynamic_ncols=True) as bar, open_output(merged, compresslevel=1) as merged_fh:
-            found = _propose_lines(sources, checkpoint, opts, max_words, word_tables, summary, list_fh, bar)
-            flagged = merge_proposals(table, found, merged_fh)
-        final = Path(work) / ("table.gz" if output.endswith(".gz") else "table")
-        rescore_opts = replace(opts.rescore, flag_lines=flagged, num_scores=len(MOSES_COLUMNS))
-        summary.rescore = rescore_phrase_table(str(merged), str(final), checkpoint, rescore_opts)
-        with atomic_path(output) as tmp:
-            os.replace(final, tmp)
-        if opts.list_path is not None:
-            with atomic_path(opts.list_path) as tmp:
-                os.replace(listing, tmp)
+    device = select_device(opts.rescore.device)
+    rows = opts.rows_per_step or default_rows_per_step(device)
+    work = ProposeWork(output)
+    identity = _run_identity(table, checkpoint, opts, device, rows)
+    with exclusive_use(output):
+        state = work.start(identity, opts.resume)  # before any input is read: a refusal costs nothing
+        try:
+            summary = _run(table, output, checkpoint, opts, device, rows, work, identity, state)
+        except BaseException:
+            work.discard_if_empty()
+            raise
+        work.remove()
     summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, device: torch.device, rows: int) -> dict:
+    """What decides the output's bytes: the input files and the options. A resume must have the same.
+
+    The device type and ``rows`` decide the search's batches, hence the shapes of its matmuls and
+    the last bits of its scores. The options of ``--for-text`` count only with it.
+    """
+    e2f, f2e = _lex_paths(table, opts)
+    options = {"beam": opts.beam, "per_source": opts.per_source, "max_target_words": opts.max_target_words,
+               "lex_e2f": _identity_if_present(e2f), "lex_f2e": _identity_if_present(f2e),
+               "for_text": _identity_if_present(opts.for_text), "rows_per_step": rows, "device": device.type}
+    if opts.for_text is not None:
+        options.update(thin_below=opts.thin_below, max_source_words=opts.max_source_words)
+    return {"version": WORK_VERSION, "input": file_identity(table),
+            "model": _identity_if_present(getattr(checkpoint, "path", None)), "options": options}
+
+
+def _identity_if_present(path: str | os.PathLike | None) -> dict | None:
+    """A file's identity, None without one (a missing word table is reported by its reader, at its line)."""
+    return file_identity(path) if path is not None and os.path.isfile(path) else None
+
+
+def _lex_paths(table: str, opts: ProposeOptions) -> tuple[str, str]:
+    """(lex.e2f, lex.f2e): the options', or those beside the table."""
+    e2f, f2e = default_lex_paths(table)
+    return opts.lex_e2f or e2f, opts.lex_f2e or f2e
+
+
+def _run(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOptions, device: torch.device, rows: int,
+         work: ProposeWork, identity: dict, state: dict) -> ProposeSummary:
+    """The phases from ``state`` on: search (batch by batch), merge, rescoring, and the renames into place."""
+    e2f, f2e = _lex_paths(table, opts)
+    word_tables = (read_word_table(f2e), read_word_table(e2f))
+    summary, sources, total = _choose_sources(table, checkpoint, opts)
+    checkpoint.model.to(device).eval()
+    summary.kinds.update({kind: KindCounts(**counts) for kind, counts in state["kinds"].items()})
+    summary.search_seconds = state["search_seconds"]
+    if state["phase"] == "search":
+        max_words = opts.max_target_words or summary.scan.max_target_words
+        with tqdm(total=total, initial=state["sources_done"], unit="src", desc="proposing", file=sys.stderr,
+                  disable=not opts.rescore.progress, dynamic_ncols=True) as bar:
+            _search(sources, checkpoint, opts, rows, max_words, word_tables, summary, work, identity, state, bar)
+        state.update(phase="searched", skipped=asdict(summary.skipped))
+        work.record(identity, state)
+    elif state["skipped"] is not None:
+        summary.skipped = Skipped(**state["skipped"])  # counted while the search streamed the sources
+    if state["phase"] != "merged" or not (work.merged.exists() and work.flagged.exists()):
+        _merge(table, work, summary.phrase_probabilities, word_tables)
+        state["phase"] = "merged"
+        work.record(identity, state)
+    rescore_opts = replace(opts.rescore, flag_lines=np.load(work.flagged), num_scores=len(MOSES_COLUMNS), resume=True)
+    summary.rescore = rescore_phrase_table(str(work.merged), str(work.table), checkpoint, rescore_opts)
+    if opts.list_path is not None:
+        with atomic_path(opts.list_path) as tmp:
+            shutil.copyfile(work.listing, tmp)  # a copy: the folder stays whole until the output is in place
+    with atomic_path(output) as tmp:
+        os.replace(work.table, tmp)
     return summary
 
 
@@ -221,49 +284,88 @@ def _check_overlap(table: str, scan: TableScan, checkpoint: Checkpoint) -> None:
                 f"{display_name(table)}; proposals need the model trained for this table")
 
 
-def _propose_lines(sources: Iterable[SourceToFill], checkpoint: Checkpoint, opts: ProposeOptions, max_words: int,
-                   tables: tuple[WordTable, WordTable], summary: ProposeSummary, list_fh, bar) -> Iterator[bytes]:
-    """The proposed lines, sorted as the merge needs them, searched one batch of sources at a time."""
-    model, src_vocab, tgt_vocab = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
-    device = next(model.parameters()).device
-    rows = opts.rows_per_step or default_rows_per_step(device)
+def _search(sources: Iterable[SourceToFill], checkpoint: Checkpoint, opts: ProposeOptions, rows: int, max_words: int,
+            tables: tuple[WordTable, WordTable], summary: ProposeSummary, work: ProposeWork, identity: dict,
+            state: dict, bar: tqdm) -> None:
+    """Search the sources not searched yet, one batch at a time, each made durable before the next.
+
+    The sources already searched are skipped: they come first, in the same order, and each batch
+    was a whole number of ``rows // beam`` sources, so the batches that follow are an
+    uninterrupted run's.
+    """
     per_batch = max(1, rows // opts.beam)
-    p_fe, p_ef = summary.phrase_probabilities
-    iterator = iter(sources)
-    while batch := list(itertools.islice(iterator, per_batch)):
-        started = time.monotonic()
-        ids = [src_vocab.encode(split_tokens(s.source)) for s in batch]
-        results = list(search_sources(model, ids, opts.beam, max_words=max_words, rows_per_step=rows))
-        summary.search_seconds += time.monotonic() - started
-        for to_fill, hypotheses in zip(batch, results, strict=True):
-            counts = summary.kinds[to_fill.kind]
-            counts.sources += 1
-            source_words = split_tokens(to_fill.source)
-            linked: list[tuple[str, float, LexicalScores]] = []
-            for h in hypotheses:
-                if not h.finished or not h.ids or UNK_ID in h.ids:
-                    counts.dropped += 1
-                    continue
-                target = " ".join(tgt_vocab.decode(h.ids))
-                if target in to_fill.targets:
-                    counts.found_in_table += 1
-                    continue
-                if len(linked) == opts.per_source:
-                    continue
-                lex = lexical_scores(source_words, target.split(" "), *tables)
-                # Moses' extraction never makes a pair without a word link (and its compact tables
-                # refuse an empty alignment): a target the word tables cannot link to the source goes.
-                if lex.alignment:
-                    linked.append((target, h.log_p, lex))
-                else:
-                    counts.unlinked += 1
-            counts.filled += bool(linked)
-            counts.proposals += len(linked)
-            for target, log_p, lex in sorted(linked, key=lambda t: source_key(t[0])):
-                list_fh.write(f"{to_fill.kind}\t{to_fill.source}\t{target}\t{log_p:.6f}\n")
-                yield (f"{to_fill.source} ||| {target} ||| {p_fe:.6g} {lex.source_given_target:.6g} {p_ef:.6g} "
-                       f"{lex.target_given_source:.6g} ||| {lex.alignment_field()}").encode()
-        bar.update(len(batch))
+    pending = itertools.islice(iter(sources), state["sources_done"], None)
+    with work.open_listing(state["listing_bytes"]) as listing:
+        while batch := list(itertools.islice(pending, per_batch)):
+            started = time.monotonic()
+            lines = _search_batch(batch, checkpoint, opts, rows, max_words, tables, summary)
+            summary.search_seconds += time.monotonic() - started
+            state.update(sources_done=state["sources_done"] + len(batch), search_seconds=summary.search_seconds)
+            work.commit_batch(listing, "".join(lines).encode("utf-8"), identity, state, summary.kinds)
+            bar.update(len(batch))
+
+
+def _search_batch(batch: list[SourceToFill], checkpoint: Checkpoint, opts: ProposeOptions, rows: int, max_words: int,
+                  tables: tuple[WordTable, WordTable], summary: ProposeSummary) -> list[str]:
+    """The listing lines of one batch's proposals, sorted as the merge needs them; the counts go to ``summary``."""
+    model, src_vocab, tgt_vocab = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
+    ids = [src_vocab.encode(split_tokens(s.source)) for s in batch]
+    results = list(search_sources(model, ids, opts.beam, max_words=max_words, rows_per_step=rows))
+    lines: list[str] = []
+    for to_fill, hypotheses in zip(batch, results, strict=True):
+        counts = summary.kinds[to_fill.kind]
+        counts.sources += 1
+        source_words = split_tokens(to_fill.source)
+        linked: list[tuple[str, float]] = []
+        for h in hypotheses:
+            if not h.finished or not h.ids or UNK_ID in h.ids:
+                counts.dropped += 1
+                continue
+            target = " ".join(tgt_vocab.decode(h.ids))
+            if target in to_fill.targets:
+                counts.found_in_table += 1
+                continue
+            if len(linked) == opts.per_source:
+                continue
+            # Moses' extraction never makes a pair without a word link (and its compact tables
+            # refuse an empty alignment): a target the word tables cannot link to the source goes.
+            if lexical_scores(source_words, target.split(" "), *tables).alignment:
+                linked.append((target, h.log_p))
+            else:
+                counts.unlinked += 1
+        counts.filled += bool(linked)
+        counts.proposals += len(linked)
+        lines.extend(f"{to_fill.kind}\t{to_fill.source}\t{target}\t{log_p:.6f}\n"
+                     for target, log_p in sorted(linked, key=lambda t: source_key(t[0])))
+    return lines
+
+
+def _merge(table: str, work: ProposeWork, phrase_probabilities: tuple[float, float],
+           tables: tuple[WordTable, WordTable]) -> None:
+    """The table and the listing's proposals in sorted order into ``work.merged``, their line numbers into
+    ``work.flagged``; each written atomically, so a kill here leaves the search's result as it was."""
+    with atomic_output(work.merged, compresslevel=1) as out:
+        flagged = merge_proposals(table, proposed_lines(work.listing, phrase_probabilities, tables), out)
+    with atomic_path(work.flagged) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, flagged)
+
+
+def proposed_lines(listing: Path, phrase_probabilities: tuple[float, float],
+                   tables: tuple[WordTable, WordTable]) -> Iterator[bytes]:
+    """The Moses line of each proposal of the listing (kind, source, target, log p), in its order.
+
+    The listing is the search's record; a line's columns follow from its pair: the phrase
+    probabilities are the run's constants, the lexical weights and the alignment the word tables'
+    (docs/proposals.md). The source may hold a tab (Moses splits phrases on it), the target never
+    does (it is the shortlist's words joined by spaces), so the fields are cut from the right.
+    """
+    p_fe, p_ef = phrase_probabilities
+    for _, line in iter_text_lines(listing):
+        kind_and_source, target, _ = line.rsplit("\t", 2)
+        source = kind_and_source.split("\t", 1)[1]
+        lex = lexical_scores(split_tokens(source), target.split(" "), *tables)
+        yield (f"{source} ||| {target} ||| {p_fe:.6g} {lex.source_given_target:.6g} {p_ef:.6g} "
+               f"{lex.target_given_source:.6g} ||| {lex.alignment_field()}").encode()
 
 
 def merge_proposals(table: str, proposals: Iterable[bytes], out: BinaryIO) -> np.ndarray:

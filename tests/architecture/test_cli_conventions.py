@@ -104,8 +104,8 @@ COMMON_OPTIONS: dict[str, set[str]] = {
     "rescorer map-phrases": {"threads", "device", "seed"},
     "rescorer report": {"threads", "device", "quiet", "seed"},
     "rescorer rescore": ALL,  # seed: it trains when given no --model
-    # the beam search draws nothing; a run is one pass that leaves nothing half-done to resume from
-    "rescorer propose": {"threads", "device", "quiet"},
+    # the beam search draws nothing; a search of every source takes hours, kept batch by batch for --resume
+    "rescorer propose": {"threads", "device", "quiet", "resume"},
     "rescore-phrase-table": ALL,
     "cslm train": ALL,
     "cslm score": {"threads", "device", "quiet"},

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
+import json
 import math
+import os
+import random
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -14,6 +22,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import rescorer
 from analysis_checkpoint import EXAMPLE_TABLE
 from moses_integration.moses_ini import MosesIni
 from moses_integration.tokens import split_tokens
@@ -21,6 +30,7 @@ from proposal_system import write_model, write_word_tables
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.model.vocab import Vocab
+from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.proposals.lexical import lexical_scores, read_word_table
 from rescorer.proposals.propose import ProposeOptions, propose
@@ -223,15 +233,158 @@ def test_the_pipeline_flags_lines_by_input_line_number_even_around_rejected_line
     assert flags == [b"1", b"2.71828", b"1", b"1", b"2.71828", b"1", b"1", b"2.71828"]
 
 
-def test_a_run_that_fails_while_rescoring_leaves_no_file(system, tmp_path, monkeypatch) -> None:
+# ------------------------------------------------------------------ a stopped run and --resume
+
+
+def _failing(monkeypatch, name: str, on_call: int) -> None:
+    """Make ``rescorer.proposals.propose.<name>`` raise on its ``on_call``-th call (a crash, a full disk)."""
     import rescorer.proposals.propose as module
 
-    def broken(*args, **kwargs):
-        raise OSError("disk full")
+    real, calls = getattr(module, name), []
 
-    monkeypatch.setattr(module, "rescore_phrase_table", broken)
-    out, listing = tmp_path / "out.gz", tmp_path / "list.tsv"
+    def wrapper(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == on_call:
+            raise OSError("disk full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapper)
+
+
+def _kind_counts(summary) -> dict:
+    return {kind: vars(k) for kind, k in summary.kinds.items()}
+
+
+@pytest.mark.parametrize(("where", "on_call"), [("search_sources", 4), ("rescore_phrase_table", 1)])
+def test_a_failed_run_keeps_its_work_and_resume_ends_byte_identical(system, tmp_path, monkeypatch, where,
+                                                                    on_call) -> None:
+    """Stopped in the 4th batch of the search, or while rescoring: --resume gives an uninterrupted run's bytes."""
+    table, checkpoint = str(system / "phrase-table.gz"), load_checkpoint(system / "model.pt")
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    options = {"beam": 4, "per_source": 2, "rows_per_step": 40}  # 10 sources a batch: 15 batches
+    expected = propose(table, str(reference / "out.gz"), checkpoint,
+                       _options(list_path=str(reference / "list.tsv"), **options))
+    run = tmp_path / "run"
+    run.mkdir()
+    out, listing, work = run / "out.gz", run / "list.tsv", run / ".out.gz.propose"
+    with monkeypatch.context() as patch:
+        _failing(patch, where, on_call)
+        with pytest.raises(OSError, match="disk full"):
+            propose(table, str(out), checkpoint, _options(list_path=str(listing), **options))
+    assert [p.name for p in run.iterdir()] == [work.name]  # no output, no list: only the work to go on from
+    record = json.loads((work / "progress.json").read_text())
+    searched = (on_call - 1) * 10 if where == "search_sources" else 147
+    assert record["sources_done"] == searched and record["phase"] == ("search" if searched < 147 else "merged")
+    assert (work / "proposals.tsv").stat().st_size == record["listing_bytes"]
+    assert record["listing_bytes"] < (reference / "list.tsv").stat().st_size or searched == 147
+    with open(work / "proposals.tsv", "ab") as half_written:  # what a batch killed mid-write leaves past the record
+        half_written.write(b"table\tthe house\tla mai")
+
+    with pytest.raises(RescoreError, match=r"holds an interrupted run .* pass --resume to continue it"):
+        propose(table, str(out), checkpoint, _options(list_path=str(listing), **options))
+    summary = propose(table, str(out), checkpoint, _options(list_path=str(listing), resume=True, **options))
+    assert out.read_bytes() == (reference / "out.gz").read_bytes()
+    assert listing.read_bytes() == (reference / "list.tsv").read_bytes()
+    assert sorted(p.name for p in run.iterdir()) == ["list.tsv", "out.gz"]  # the work folder is gone
+    assert _kind_counts(summary) == _kind_counts(expected) and summary.proposals == expected.proposals > 0
+
+
+def test_a_run_that_fails_before_its_first_batch_is_recorded_leaves_nothing(system, tmp_path, monkeypatch) -> None:
+    _failing(monkeypatch, "search_sources", 1)
+    out = tmp_path / "out.gz"
     with pytest.raises(OSError, match="disk full"):
         propose(str(system / "phrase-table.gz"), str(out), load_checkpoint(system / "model.pt"),
-                _options(beam=3, per_source=1, list_path=str(listing)))
-    assert list(tmp_path.iterdir()) == []
+                _options(beam=3, per_source=1, list_path=str(tmp_path / "list.tsv")))
+    assert list(tmp_path.iterdir()) == []  # nothing durable: nothing kept, and a plain rerun may start
+
+
+def _stopped_while_rescoring(system: Path, tmp_path: Path, monkeypatch) -> Path:
+    """The work folder of a run with _cli's settings that stopped after its search; returns its output path."""
+    out = tmp_path / "out.gz"
+    options = _options(beam=3, per_source=1, lex_e2f=str(system / "lex.e2f"), lex_f2e=str(system / "lex.f2e"))
+    with monkeypatch.context() as patch:
+        _failing(patch, "rescore_phrase_table", 1)
+        with pytest.raises(OSError, match="disk full"):
+            propose(str(system / "phrase-table.gz"), str(out), load_checkpoint(system / "model.pt"), options)
+    return out
+
+
+def test_without_resume_a_kept_work_folder_is_one_line_and_stays(system, tmp_path, monkeypatch) -> None:
+    out = _stopped_while_rescoring(system, tmp_path, monkeypatch)
+    record = (tmp_path / ".out.gz.propose" / "progress.json").read_bytes()
+    result = _cli(system, system / "phrase-table.gz", out)
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "out.gz.propose holds an interrupted run of" in result.output
+    assert "147 sources searched" in result.output and "pass --resume to continue it" in result.output
+    assert (tmp_path / ".out.gz.propose" / "progress.json").read_bytes() == record and not out.exists()
+    result = _cli(system, system / "phrase-table.gz", out, "--resume")
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / ".out.gz.propose").exists() and len(_lines(out)) > len(_lines(system / "phrase-table.gz"))
+
+
+def test_resume_with_another_option_or_input_is_refused_naming_it(system, tmp_path, monkeypatch) -> None:
+    out = _stopped_while_rescoring(system, tmp_path, monkeypatch)
+    work = tmp_path / ".out.gz.propose"
+    result = _cli(system, system / "phrase-table.gz", out, "--resume", "--beam", "4")
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "cannot --resume: the options differs" in result.output and "beam: 3 then, 4 now" in result.output
+    assert f"remove {work} to start over" in result.output
+    lex = tmp_path / "lex.f2e"
+    lex.write_bytes((system / "lex.f2e").read_bytes())  # the same words from another file
+    result = _cli(system, system / "phrase-table.gz", out, "--resume", "--lex-f2e", str(lex))
+    assert result.exit_code == 1 and "lex_f2e: " in result.output and str(lex) in result.output
+    table = tmp_path / "phrase-table.gz"
+    table.write_bytes((system / "phrase-table.gz").read_bytes())
+    result = _cli(system, table, out, "--resume")
+    assert result.exit_code == 1 and "cannot --resume: the input differs" in result.output
+    assert work.is_dir() and not out.exists()  # refused before anything was touched
+
+
+def _text_for(table: Path, sentences: int, words: int) -> str:
+    """Sentences of the table's source words in a seeded random order: mostly n-grams the table lacks."""
+    vocab = sorted({w for line in _lines(table) for w in split_tokens(line.split(SEP)[0].decode())})
+    rng = random.Random(7)
+    return "".join(" ".join(rng.choice(vocab) for _ in range(words)) + "\n" for _ in range(sentences))
+
+
+def test_a_run_killed_with_sigkill_mid_search_resumes_byte_identical(system, tmp_path) -> None:
+    text = tmp_path / "dev.en"
+    text.write_text(_text_for(system / "phrase-table.gz", 16, 6))
+    # Two sources a batch: some 110 batches, each recorded (about 15 ms apiece here), so the kill lands mid-search.
+    args = ["--for-text", str(text), "--beam", "5", "--per-source", "2", "--rows-per-step", "10",
+            "--lex-e2f", str(system / "lex.e2f"), "--lex-f2e", str(system / "lex.f2e")]
+    expected = propose(str(system / "phrase-table.gz"), str(tmp_path / "expected.gz"),
+                       load_checkpoint(system / "model.pt"),
+                       _options(for_text=str(text), beam=5, per_source=2, rows_per_step=10,
+                                list_path=str(tmp_path / "expected.tsv")))
+    searched = expected.searched
+    assert searched > 150 and expected.proposals > 0
+    out, progress = tmp_path / "out.gz", tmp_path / ".out.gz.propose" / "progress.json"
+    root = Path(rescorer.__file__).resolve().parent.parent  # this checkout's code, also in the child
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "rescorer.cli", "propose", str(system / "phrase-table.gz"), str(out),
+           "--model", str(system / "model.pt"), "--list", str(tmp_path / "list.tsv"), *args,
+           "-j", "0", "--device", "cpu", "--threads", "1", "-q"]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    deadline, done = time.monotonic() + 120, 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(OSError, ValueError):
+            done = json.loads(progress.read_text())["sources_done"]
+        if done >= 1:
+            break  # at least one batch is durable: kill mid-search
+        time.sleep(0.005)
+    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read()}"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    record = json.loads(progress.read_text())
+    assert record["phase"] == "search" and 1 <= record["sources_done"] < searched, record
+    assert not out.exists() and not (tmp_path / "list.tsv").exists()
+    resumed = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert out.read_bytes() == (tmp_path / "expected.gz").read_bytes()
+    assert (tmp_path / "list.tsv").read_bytes() == (tmp_path / "expected.tsv").read_bytes()
+    assert not progress.parent.exists()
+    reported = {kind: f"{kind}: {k.sources} sources searched, {k.filled} got proposals, {k.proposals} proposals"
+                for kind, k in expected.kinds.items() if k.sources}
+    assert all(line in resumed.stderr for line in reported.values()), resumed.stderr
