@@ -115,7 +115,7 @@ class StaticStep:
         self.batch_size, self.clip_norm = cfg.batch_size, cfg.clip_norm
         self.params = list(model.parameters())
         self.grads = persistent_grads(self.params)
-        set_capturable(optimizer, graphs is not None)
+        set_capturable(optimizer, graphs is not None and device.type == "cuda")  # (CPU: tests' stand-in graphs)
         self.graphs = None if graphs is None else GraphedUpdates(self.update, lambda: optimizer_tensors(optimizer),
                                                                  graphs)
 

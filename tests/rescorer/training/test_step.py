@@ -8,15 +8,15 @@ the host (which a capture cannot hold) raises.
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from replaying_graphs import LosesTheOptimiserStep, ReplayByRunning
 
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
@@ -52,38 +52,6 @@ def _losses(make_step: Callable, batches: list) -> tuple[list[float], RNNEncoder
     cfg = TrainConfig(batch_size=BATCH)
     step = make_step(model, make_optimizer(model, cfg), cfg, torch.device("cpu"), None)
     return [float(step(b)) for b in batches], model
-
-
-class ReplayByRunning:
-    """Stands in for CudaGraphs on the CPU: capturing runs nothing; a replay runs the update again
-    from the graph's input buffer and writes its loss into the graph's output tensor, as a CUDA
-    graph's replay rewrites its buffers."""
-
-    device = torch.device("cpu")
-
-    def __init__(self) -> None:
-        self.captures, self.replays = 0, 0
-
-    @contextlib.contextmanager
-    def side_stream(self) -> Iterator[None]:
-        yield
-
-    def capture(self, fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
-        self.captures += 1
-        out = torch.empty(())
-
-        def replay() -> None:
-            self.replays += 1
-            out.copy_(fn())
-
-        return replay, out
-
-
-class LosesTheOptimiserStep(ReplayByRunning):
-    """A capture that went wrong: its replay leaves the model as it was."""
-
-    def capture(self, fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
-        return (lambda: None), torch.zeros(())
 
 
 def test_static_step_gives_the_eager_losses_over_50_updates(one_torch_thread):
