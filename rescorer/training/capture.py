@@ -103,6 +103,12 @@ class CudaGraphs:
             yield
         current.wait_stream(self.stream)
 
+    def load(self, buffer: Tensor, host: Tensor) -> None:
+        """Copy the next batch into a graph's input buffer without waiting for the device: from
+        pinned memory, which torch's host allocator keeps until the copy is done, so that the
+        host prepares the next batch while the device replays."""
+        buffer.copy_(host.pin_memory(), non_blocking=True)
+
     def capture(self, fn: Callable[[], Tensor]) -> tuple[Callable[[], None], Tensor]:
         """Capture ``fn`` (nothing runs) and return the graph's replay and ``fn``'s output tensor."""
         graph = torch.cuda.CUDAGraph()
@@ -135,7 +141,7 @@ class GraphedUpdates:
                 return self._capture(key, inputs)
             self.warmed_up.add(key)
             return self.update(inputs, key)
-        graph.inputs.copy_(host_inputs)
+        self.backend.load(graph.inputs, host_inputs)
         graph.replay()
         return graph.loss.clone()
 
