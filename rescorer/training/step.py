@@ -23,7 +23,7 @@ matmuls): ``tests/rescorer/training/test_step.py``. A step is a callable taking 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor
@@ -31,6 +31,7 @@ from torch import Tensor
 from rescorer.model.config import TRAIN_STEPS, TrainConfig
 from rescorer.model.device import autocast
 from rescorer.model.network import RNNEncoderDecoder
+from rescorer.training.adadelta import ChunkedAdadelta
 from rescorer.training.capture import (
     CudaGraphs,
     GraphedUpdates,
@@ -82,6 +83,10 @@ def train_step(
     with autocast(src.device, amp_dtype):
         loss = -model(src, src_len, tgt, tgt_len).float().mean()
     optimizer.zero_grad(set_to_none=True)
+    if not scaler.is_enabled():
+        loss.backward()
+        clip_and_step(optimizer, model.parameters(), clip_norm)
+        return loss.detach()
     scaler.scale(loss).backward()
     if clip_norm is not None:  # None: no clipping, as TrainConfig documents
         scaler.unscale_(optimizer)
@@ -89,6 +94,17 @@ def train_step(
     scaler.step(optimizer)
     scaler.update()
     return loss.detach()
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, params: Iterable[Tensor], clip_norm: float | None) -> None:
+    """Gradient-norm clipping (None: none) and the optimiser's step: in one pass over the gradients
+    for :class:`ChunkedAdadelta` (the same values as ``clip_grad_norm_`` and a step)."""
+    if isinstance(optimizer, ChunkedAdadelta):
+        optimizer.step(max_grad_norm=clip_norm)
+        return
+    if clip_norm is not None:
+        torch.nn.utils.clip_grad_norm_(params, clip_norm)
+    optimizer.step()
 
 
 class EagerStep:
@@ -153,9 +169,7 @@ class StaticStep:
             log_likelihood = self.model.static_log_likelihood(src, src_len, tgt, tgt_len)
         loss = -log_likelihood.float().sum() / (tgt_len > 0).sum()  # the mean over the real pairs
         loss.backward()
-        if self.clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip_norm)
-        self.optimizer.step()
+        clip_and_step(self.optimizer, self.params, self.clip_norm)
         return loss.detach()
 
 

@@ -41,6 +41,9 @@ class Validation:
     # mean log p(Y|X) − log p(Y|X') per pair, X' another pair's source: how much the model uses the
     # source. Near 0 means it scores targets as a phrase LM would. None in checkpoints written before.
     source_gain: float | None = None
+    # Seconds of training (validations included) when it was taken: what a curve against wall time
+    # (docs/training-speed.md) reads. None in checkpoints written before.
+    elapsed: float | None = None
 
 
 @dataclass
@@ -233,7 +236,7 @@ class _Training:
         """Record a validation (on stderr too); True if it is the best so far."""
         state = self.state
         ll, ppl, gain = evaluate(self.model, self.data, self.data.valid_idx, self.dev)
-        self.history.append(Validation(state["step"], ll, ppl, gain))
+        self.history.append(Validation(state["step"], ll, ppl, gain, state["elapsed"]))
         improved = ll > state["best_ll"] + 1e-6
         if improved:
             state["best_ll"], state["bad_validations"] = ll, 0
