@@ -42,6 +42,12 @@ def perplexity_by(history: list[Validation], seconds: float) -> float | None:
     return reached[-1].perplexity if reached else None
 
 
+def perplexity_after(history: list[Validation], pairs: int, batch: int) -> float | None:
+    """The validation perplexity of the last validation taken within ``pairs`` training pairs."""
+    reached = [v for v in history if v.step * batch <= pairs]
+    return reached[-1].perplexity if reached else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch-sizes", default="64,128,256")
@@ -77,11 +83,19 @@ def main() -> None:
                   f"pairs/s with validations; {wall:.0f} s with data preparation); best validation perplexity "
                   f"{best.perplexity:.2f} at {best.elapsed:.0f} s (update {best.step})", flush=True)
     print("\nvalidation perplexity reached by wall-clock time (s):")
-    print("batch | " + " | ".join(f"{t:>6}" for t in checkpoints) + " |   best | at (s)")
+    print("batch | " + " | ".join(f"{t:>7}" for t in checkpoints) + " |    best | at (s)")
     for batch, result, best in rows:
         values = [perplexity_by(result.history, t) for t in checkpoints]
-        cells = " | ".join(f"{v:6.2f}" if v is not None else "     -" for v in values)
-        print(f"{batch:5d} | {cells} | {best.perplexity:6.2f} | {best.elapsed:6.0f}")
+        cells = " | ".join(f"{v:7.1f}" if v is not None else "      -" for v in values)
+        print(f"{batch:5d} | {cells} | {best.perplexity:7.1f} | {best.elapsed:6.0f}")
+    # The same runs by pairs seen, which the machine's load does not move: what a batch size does
+    # per pair, apart from how fast it goes.
+    marks = [k * args.valid_pairs for k in (1, 2, 4, 8, 16, 24)]
+    print("\nvalidation perplexity reached by training pairs seen:")
+    print("batch | " + " | ".join(f"{m:>7}" for m in marks) + " |")
+    for batch, result, _ in rows:
+        values = [perplexity_after(result.history, m, batch) for m in marks]
+        print(f"{batch:5d} | " + " | ".join(f"{v:7.1f}" if v is not None else "      -" for v in values) + " |")
 
 
 if __name__ == "__main__":

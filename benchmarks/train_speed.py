@@ -42,7 +42,7 @@ from shared_data import shared_dir  # noqa: E402
 from rescorer.model.config import PRECISIONS, ModelConfig, TrainConfig  # noqa: E402
 from rescorer.model.device import autocast_dtype, matmul_precision, select_device  # noqa: E402
 from rescorer.model.network import RNNEncoderDecoder, count_flops_per_pair  # noqa: E402
-from rescorer.training.step import make_train_step  # noqa: E402
+from rescorer.training.step import make_train_step, resolve_train_step  # noqa: E402
 from rescorer.training.train import make_optimizer  # noqa: E402
 from table1.settings import SMALL  # noqa: E402
 
@@ -99,14 +99,15 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: fl
     cfg = TrainConfig(batch_size=args.batch_size)
     modes = args.train_step.split(",")
     batches = training_batches(args.steps, config, cfg, np.random.default_rng(0))
-    warmup = batches + batches if "captured" in modes or "auto" in modes else batches[:2]
+    amp = autocast_dtype(device, args.precision)
+    captures = any(resolve_train_step(mode, device, amp) == "captured" for mode in modes)
+    warmup = batches + batches if captures else batches[:2]
     print(f"\n== {name}: d={config.hidden}, embedding {config.embedding}, maxout {config.maxout_units}, "
           f"rank {config.output_rank}, vocab {args.vocab}, batch {cfg.batch_size}")
     reference: list[float] | None = None
     for i, mode in enumerate(modes):
         torch.manual_seed(0)
         model = RNNEncoderDecoder(config).to(device)
-        amp = autocast_dtype(device, args.precision)
         step = make_train_step(mode, model, make_optimizer(model, cfg), cfg, device, amp)
         losses = [step(b[0]) for b in warmup]
         if device.type == "cuda":

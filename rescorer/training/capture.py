@@ -184,7 +184,7 @@ def update_difference(loss: Tensor, eager_loss: Tensor, state: list[Tensor], bef
     eager update moved it, to :data:`UPDATE_TOLERANCE` of that move: a replay that skipped the
     optimiser, or read a stale batch, fails."""
     if not torch.allclose(loss, eager_loss, rtol=LOSS_TOLERANCE, atol=0.0):
-        return f"gave loss {float(loss):.9g} where the eager step gave {float(eager_loss):.9g}"
+        return f"gave loss {loss.tolist()} where the eager step gave {eager_loss.tolist()}"
     for i, (t, b, a) in enumerate(zip(state, before, after, strict=True)):
         if not t.is_floating_point():
             continue
