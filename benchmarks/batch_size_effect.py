@@ -20,7 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+from moses_integration.threads import prefer_passive_waits
+
+prefer_passive_waits()  # as the commands run (moses_integration.cli_options): before torch starts OpenMP
+
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shared_data import shared_path  # noqa: E402

@@ -25,20 +25,21 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-import torch
+from moses_integration.threads import prefer_passive_waits
+
+prefer_passive_waits()  # as the commands run (moses_integration.cli_options): before torch starts OpenMP
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
 from shared_data import shared_path  # noqa: E402
 
-from cslm.model import CSLM, CSLMConfig
-from cslm.model_file import load_cslm
-from cslm.scoring import (
-    ScoreStats,
-    sentence_log_probs,  # noqa: E402
-)
-from cslm.step import make_cslm_step
+from cslm.model import CSLM, CSLMConfig  # noqa: E402
+from cslm.model_file import load_cslm  # noqa: E402
+from cslm.scoring import ScoreStats, sentence_log_probs  # noqa: E402
+from cslm.step import make_cslm_step  # noqa: E402
 from moses_integration.nbest import read_nbest  # noqa: E402
 from moses_integration.tokens import split_tokens  # noqa: E402
 from rescorer.model.config import PRECISIONS  # noqa: E402

@@ -32,8 +32,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+from moses_integration.threads import prefer_passive_waits
+
+prefer_passive_waits()  # as the commands run (moses_integration.cli_options): before torch starts OpenMP
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
