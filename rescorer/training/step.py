@@ -11,7 +11,7 @@
   than ``eager`` (padding) for no gain, and it is what the tests compare with ``eager``.
 * ``captured``: ``static`` with each bucket's whole update (zeroing, forward, hand-written
   backward, clipping, Adadelta in torch's capturable foreach form) captured once in a CUDA graph
-  and replayed (:mod:`rescorer.training.capture`, which checks each graph against the eager
+  and replayed (:mod:`rescorer.model.cuda_graphs`, which checks each graph against the eager
   update first). CUDA only.
 * ``auto``: ``captured`` on CUDA, ``eager`` on the CPU (which keeps its chunked Adadelta).
 
@@ -29,16 +29,16 @@ import torch
 from torch import Tensor
 
 from rescorer.model.config import TRAIN_STEPS, TrainConfig
-from rescorer.model.device import autocast
-from rescorer.model.network import RNNEncoderDecoder
-from rescorer.training.adadelta import ChunkedAdadelta
-from rescorer.training.capture import (
+from rescorer.model.cuda_graphs import (
     CudaGraphs,
     GraphedUpdates,
     optimizer_tensors,
     persistent_grads,
     set_capturable,
 )
+from rescorer.model.device import autocast
+from rescorer.model.network import RNNEncoderDecoder
+from rescorer.training.adadelta import ChunkedAdadelta
 
 Batch = tuple[Tensor, Tensor, Tensor, Tensor]
 TrainStep = Callable[[Batch], Tensor]

@@ -1,7 +1,7 @@
 """The static-shape training step (what CUDA graphs capture) makes the eager step's updates.
 
 The GPU's captured step replays exactly the static step's operations, checked against its eager
-run on the GPU itself (rescorer.training.capture); here, without a GPU, the static step is run
+run on the GPU itself (rescorer.model.cuda_graphs); here, without a GPU, the static step is run
 on the CPU against the eager one, and on the meta device, where any read of a tensor's values on
 the host (which a capture cannot hold) raises.
 """

@@ -1,11 +1,11 @@
-"""The check a CUDA graph passes before training trusts it (rescorer.training.capture), on the CPU."""
+"""The check a CUDA graph passes before training trusts it (rescorer.model.cuda_graphs), on the CPU."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from rescorer.training.capture import (
+from rescorer.model.cuda_graphs import (
     CudaGraphs,
     optimizer_tensors,
     persistent_grads,
