@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/cslm_speed.py [--model cslm.pt] [--sentences 200] [--train-steps 20]
        [--device auto] [--threads N] [--embedding 512 --hidden 1536,1024 --vocab 15001]
+       [--train-step eager,static,captured] [--precision auto]
 
 Rescores the fixture's real 100-best list (../shared/fixtures/hansard-enfr/nbest/dev.nbest.gz)
 with a trained model (``--model``) or, without one, a randomly initialised model of the given
@@ -10,32 +11,39 @@ hypotheses/s, tokens/s (words + ``</s>``), distinct histories as a share of toke
 fraction of this machine's fp32 matmul peak, measured in the same run by benchmarks/machine_peak.py.
 FLOPs count the matmuls actually run: hidden layers and the full softmax once per distinct
 history, one output row per token; training counts 3× the forward matmuls of every n-gram.
+Training is timed for each ``--train-step`` mode of ``cslm train`` (cslm.step) from the same
+weights on the same minibatches, with the loss difference between modes (on a GPU:
+``--device cuda --train-step eager,captured``).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-import torch
+from moses_integration.threads import prefer_passive_waits
+
+prefer_passive_waits()  # as the commands run (moses_integration.cli_options): before torch starts OpenMP
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
 from shared_data import shared_path  # noqa: E402
 
-from cslm.model import CSLM, CSLMConfig
-from cslm.model_file import load_cslm
-from cslm.scoring import (
-    ScoreStats,
-    sentence_log_probs,  # noqa: E402
-)
+from cslm.model import CSLM, CSLMConfig  # noqa: E402
+from cslm.model_file import load_cslm  # noqa: E402
+from cslm.scoring import ScoreStats, sentence_log_probs  # noqa: E402
+from cslm.step import make_cslm_step  # noqa: E402
 from moses_integration.nbest import read_nbest  # noqa: E402
 from moses_integration.tokens import split_tokens  # noqa: E402
-from rescorer.model.device import select_device  # noqa: E402
+from rescorer.model.config import PRECISIONS  # noqa: E402
+from rescorer.model.device import autocast_dtype, select_device  # noqa: E402
 from rescorer.model.vocab import Vocab  # noqa: E402
 
 
@@ -62,6 +70,9 @@ def main() -> None:
     parser.add_argument("--embedding", type=int, default=512)
     parser.add_argument("--hidden", default="1536,1024")
     parser.add_argument("--vocab", type=int, default=15001)
+    parser.add_argument("--train-step", default="auto", help="comma-separated modes of cslm train --train-step")
+    parser.add_argument("--precision", choices=[p for p in PRECISIONS if p != "tf32"], default="auto",
+                        help="of training (rescoring is fp32)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -107,34 +118,44 @@ def main() -> None:
         print(f"  first {args.unshared_sentences} sentences ({len(first)} hypotheses): {times[True]:.2f} s with "
               f"history sharing, {times[False]:.2f} s without ({times[False] / times[True]:.1f}x)")
 
-    model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    time_training(model, args, device, peak, 3 * (hidden_flops(cfg) + out_flops))
+
+
+def time_training(model: CSLM, args: argparse.Namespace, device: torch.device, peak: float,
+                  flops_per_ngram: int) -> None:
+    """Each ``--train-step`` mode (cslm.step) from the same weights on the same minibatches."""
+    cfg, n = model.config, args.batch_size
     rng = np.random.default_rng(0)
-    n = args.batch_size
-
-    def step() -> None:
-        hist = torch.from_numpy(rng.integers(0, cfg.vocab_size + 1, (n, cfg.context))).to(device)
-        tgt = torch.from_numpy(rng.integers(0, cfg.vocab_size, n)).to(device)
-        loss = torch.nn.functional.cross_entropy(model(hist).float(), tgt)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    for _ in range(3):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(args.train_steps):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - t0
-    ngrams = args.train_steps * n
-    train_flops = 3 * ngrams * (hidden_flops(cfg) + out_flops)
-    print(f"training (Adam, batch {n}): {ngrams / elapsed:.0f} n-grams/s; "
-          f"{train_flops / elapsed / 1e9:.1f} GFLOP/s = {train_flops / elapsed / peak:.0%} of peak")
-
+    batches = [(torch.from_numpy(rng.integers(0, cfg.vocab_size + 1, (n, cfg.context))),
+                torch.from_numpy(rng.integers(0, cfg.vocab_size, n))) for _ in range(3 + args.train_steps)]
+    start = copy.deepcopy(model.state_dict())
+    modes = args.train_step.split(",")
+    reference = None
+    for mode in modes:
+        model.load_state_dict(start)
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        step = make_cslm_step(mode, model, opt, self_normalize=0.0, batch_size=n, optimizer_name="adam",
+                              device=device, amp_dtype=autocast_dtype(device, args.precision))
+        losses = [step(*b) for b in batches[:3]]  # warm-up (a captured step: its warm-up and capture)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        losses += [step(*b) for b in batches[3:]]
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        ngrams = args.train_steps * n
+        flops = ngrams * flops_per_ngram
+        print(f"training {mode} (Adam, batch {n}): {ngrams / elapsed:.0f} n-grams/s, "
+              f"{args.train_steps / elapsed:.1f} updates/s; {flops / elapsed / 1e9:.1f} GFLOP/s = "
+              f"{flops / elapsed / peak:.0%} of peak")
+        values = [float(v[0]) for v in losses]
+        if reference is None:
+            reference = values
+        else:
+            diff = max(abs(a - b) / abs(b) for a, b in zip(values, reference, strict=True))
+            print(f"  losses of {len(values)} updates: max relative difference from {modes[0]}: {diff:.2e}")
 
 if __name__ == "__main__":
     main()

@@ -27,11 +27,12 @@ PYTHON=${PYTHON:-python3}
 CPUS=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))')
 JOBS=${JOBS:-$(( CPUS > 3 ? CPUS - 2 : 2 ))}
 if [ -n "${TINY:-}" ]; then
-  LINES=20000; SIZE=tiny; CHUNK=200; PRECISIONS=fp32; E2E_PRECISIONS=fp32; TRAIN="--sizes small --steps 1 --profile-steps 1"
-  CSLM="--sentences 5 --train-steps 2 --embedding 16 --hidden 32 --vocab 200"
+  LINES=20000; SIZE=tiny; CHUNK=200; PRECISIONS=fp32; E2E_PRECISIONS=fp32; TRAIN="--sizes small --steps 1 --profile-steps 1 --train-step eager,static"
+  CSLM="--sentences 5 --train-steps 2 --embedding 16 --hidden 32 --vocab 200 --train-step eager,static"
 else
   LINES=0; SIZE=paper; CHUNK=100000; PRECISIONS=fp32,tf32,bf16; E2E_PRECISIONS="tf32 fp32"
-  TRAIN="--sizes paper --steps 40"; CSLM="--sentences 50 --train-steps 50"
+  TRAIN="--sizes paper --batch-size 64 --steps 200 --profile-steps 0 --train-step eager,captured"
+  CSLM="--sentences 50 --train-steps 200 --train-step eager,captured"
 fi
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -92,8 +93,11 @@ start=$(date +%s.%N)
 $RESCORE "$WORK/head.gz" "$WORK/head.out.gz" --model "$WORK/paper.pt" --device "$DEVICE" -q > "$OUT/startup.log" 2>&1
 note "start-up (paper size, 200 lines, start to exit): $(since "$start") s"
 
-# 4. Training, paper size, 64 pairs per update: eager against the captured step.
+# 4. Training, paper size, 64 pairs per update: eager against the captured step (fp32, then TF32).
 "$PYTHON" "$HERE/train_speed.py" --device "$DEVICE" $TRAIN > "$OUT/train.log" 2>&1
+if [ -z "${TINY:-}" ]; then
+  "$PYTHON" "$HERE/train_speed.py" --device "$DEVICE" $TRAIN --precision tf32 >> "$OUT/train.log" 2>&1
+fi
 note "train: $(grep -Ei 'pairs/s' "$OUT/train.log" | tr '\n' ' ')"
 
 # 5. CSLM training and n-best scoring.

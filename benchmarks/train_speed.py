@@ -1,17 +1,25 @@
 """Training throughput per model size: pairs/s, updates/s, GFLOP/s and the fraction of the matmul peak.
 
 Usage: python benchmarks/train_speed.py [--sizes paper,small] [--steps 10] [--device auto] [--threads N]
+       [--train-step eager,static,captured] [--batch-size 64] [--precision auto]
 
-Times ``rescorer.training.train.train_step``, the very function ``rescorer train`` runs, on minibatches
-drawn as training draws them (10 minibatches of 64 pairs sorted by target length and re-batched).
-Phrase lengths come from the real fixture table (../shared) when present, else from a synthetic
-distribution like a Moses table's (1–7 words). Sizes: ``paper`` (d = 1000, embedding 100,
-maxout 500, rank 100, 15k shortlists) and ``small`` (SCALE=small's RNN of the Table 1
-pipeline). FLOPs per trained pair are 3× the forward matmul FLOPs of scoring the pair on its
-own (forward + two backward matmuls, the usual convention); the output layer's recomputed
-logits in backward are extra work not counted, so the fraction is conservative. The matmul
-peak is measured in the same run, before the sizes (and again at the end, to show drift).
-Then a profile of a few steps prints its top five entries by self CPU time.
+Times the step callable of ``rescorer.training.step`` (:func:`make_train_step`), the very updates
+``rescorer train --train-step MODE`` runs, on minibatches drawn as training draws them (10
+minibatches sorted by target length and re-batched), for each mode of ``--train-step`` in turn,
+each from the same initial model on the same minibatches: the printed loss difference between
+modes is the equality check of a GPU run. Phrase lengths come from the real fixture table
+(../shared) when present, else from a synthetic distribution like a Moses table's (1–7 words).
+Sizes: ``paper`` (d = 1000, embedding 100, maxout 500, rank 100, 15k shortlists) and ``small``
+(SCALE=small's RNN of the Table 1 pipeline). FLOPs per trained pair are 3× the forward matmul
+FLOPs of scoring the pair on its own (forward + two backward matmuls, the usual convention);
+the static steps' padding is extra work not counted, so the fraction is conservative. Before
+timing, the timed minibatches run twice when a mode captures (each bucket's graph is captured on
+its second batch), else two other minibatches. The matmul peak is measured in the same run, before the
+sizes (and again at the end, to show drift). On the CPU a profile of a few steps of the first mode
+prints its top five entries by self CPU time.
+
+GPU: ``--device cuda --sizes paper --train-step eager,captured --steps 200`` gives the eager and
+captured pairs/s and updates/s of the paper's 64-pair updates side by side.
 """
 
 from __future__ import annotations
@@ -24,17 +32,22 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+from moses_integration.threads import prefer_passive_waits
+
+prefer_passive_waits()  # as the commands run (moses_integration.cli_options): before torch starts OpenMP
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_peak import matmul_peak_flops  # noqa: E402
 from shared_data import shared_dir  # noqa: E402
 
-from rescorer.model.config import ModelConfig, TrainConfig  # noqa: E402
-from rescorer.model.device import autocast_dtype, select_device  # noqa: E402
+from rescorer.model.config import PRECISIONS, ModelConfig, TrainConfig  # noqa: E402
+from rescorer.model.device import autocast_dtype, matmul_precision, select_device  # noqa: E402
 from rescorer.model.network import RNNEncoderDecoder, count_flops_per_pair  # noqa: E402
-from rescorer.training.train import make_optimizer, train_step  # noqa: E402
+from rescorer.training.step import make_train_step, resolve_train_step  # noqa: E402
+from rescorer.training.train import make_optimizer  # noqa: E402
 from table1.settings import SMALL  # noqa: E402
 
 SIZES = {
@@ -64,9 +77,9 @@ def phrase_lengths(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     return table[0][pick], table[1][pick]
 
 
-def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.random.Generator,
-                     device: torch.device) -> list:
-    """Minibatches as ``rescorer.training.train.group_batches`` makes them, with their FLOPs and padding."""
+def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.random.Generator) -> list:
+    """Minibatches as ``rescorer.training.train.group_batches`` makes them (host tensors, as
+    ``PairData.batch`` gives them), with their FLOPs and padding."""
     batches, group = [], cfg.batch_size * cfg.length_group
     while len(batches) < steps:
         s_len, t_len = phrase_lengths(group, rng)
@@ -79,62 +92,73 @@ def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.
             tgt = torch.from_numpy(rng.integers(2, config.tgt_vocab_size, (len(rows), tl.max())))
             flops = sum(3 * count_flops_per_pair(config, int(a), int(b)) for a, b in zip(sl, tl, strict=True))
             padded = len(rows) * int(tl.max()) - int(tl.sum())
-            # Lengths stay on the host, as rescorer.training.train passes them (no GPU sync per step).
-            batches.append(((src.to(device), torch.from_numpy(sl), tgt.to(device), torch.from_numpy(tl)),
-                            flops, padded, int(tl.sum())))
+            batches.append(((src, torch.from_numpy(sl), tgt, torch.from_numpy(tl)), flops, padded, int(tl.sum())))
     rng.shuffle(batches)
     return batches[:steps]
 
 
-def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: float, cpu_peak: float) -> float:
-    torch.manual_seed(0)
-    rng = np.random.default_rng(0)
+def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: float, cpu_peak: float) -> None:
+    """Every mode of ``--train-step`` on the same minibatches, from the same initial model."""
     config = ModelConfig(src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, **SIZES[name])
-    cfg = TrainConfig()
-    model = RNNEncoderDecoder(config).to(device)
-    amp = autocast_dtype(device)
-    optimizer = make_optimizer(model, cfg)
-    scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
-    warmup, batches = 2, training_batches(args.steps + 2 + args.profile_steps, config, cfg, rng, device)
+    cfg = TrainConfig(batch_size=args.batch_size)
+    modes = args.train_step.split(",")
+    # Drawn as before --train-step existed (two warm-up minibatches, the timed ones, the profiled
+    # ones), so that figures stay comparable with earlier runs of this benchmark.
+    drawn = training_batches(2 + args.steps + args.profile_steps, config, cfg, np.random.default_rng(0))
+    batches, profiled = drawn[2 : 2 + args.steps], drawn[2 + args.steps :]
+    amp = autocast_dtype(device, args.precision)
+    captures = any(resolve_train_step(mode, device, amp) == "captured" for mode in modes)
+    warmup = batches + batches if captures else drawn[:2]
+    print(f"\n== {name}: d={config.hidden}, embedding {config.embedding}, maxout {config.maxout_units}, "
+          f"rank {config.output_rank}, vocab {args.vocab}, batch {cfg.batch_size}")
+    reference: list[float] | None = None
+    for i, mode in enumerate(modes):
+        torch.manual_seed(0)
+        model = RNNEncoderDecoder(config).to(device)
+        step = make_train_step(mode, model, make_optimizer(model, cfg), cfg, device, amp)
+        losses = [step(b[0]) for b in warmup]
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0, c0 = time.perf_counter(), time.process_time()
+        losses += [step(b[0]) for b in batches]
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        values = [float(v) for v in losses]
+        report(mode, batches, elapsed, cpu, device, peak, cpu_peak)
+        if reference is None:
+            reference = values
+        else:
+            diff = max(abs(a - b) / abs(b) for a, b in zip(values, reference, strict=True))
+            print(f"losses of {len(values)} updates: max relative difference from {modes[0]}: {diff:.2e}")
+        if i == 0 and device.type == "cpu" and profiled:
+            profile(step, profiled)
 
-    def step(batch) -> None:
-        train_step(model, optimizer, scaler, batch[0], cfg.clip_norm, amp)
 
-    for b in batches[:warmup]:
-        step(b)
-    timed = batches[warmup : warmup + args.steps]
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0, c0 = time.perf_counter(), time.process_time()
-    for b in timed:
-        step(b)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+def report(mode: str, timed: list, elapsed: float, cpu: float, device: torch.device, peak: float,
+           cpu_peak: float) -> None:
     pairs = sum(b[0][0].shape[0] for b in timed)
     flops = sum(b[1] for b in timed)
     padded, real = sum(b[2] for b in timed), sum(b[3] for b in timed)
-    print(f"\n== {name}: d={config.hidden}, embedding {config.embedding}, maxout {config.maxout_units}, "
-          f"rank {config.output_rank}, vocab {args.vocab}, batch {cfg.batch_size}")
-    print(f"training: {pairs / elapsed:.1f} pairs/s, {len(timed) / elapsed:.2f} updates/s "
+    print(f"{mode}: {pairs / elapsed:.1f} pairs/s, {len(timed) / elapsed:.2f} updates/s "
           f"(CPU time {cpu / elapsed:.2f}× wall)")
-    print(f"achieved: {flops / elapsed / 1e9:.1f} GFLOP/s = {100 * flops / elapsed / peak:.1f}% of matmul peak")
+    print(f"  achieved: {flops / elapsed / 1e9:.1f} GFLOP/s = {100 * flops / elapsed / peak:.1f}% of matmul peak")
     if device.type == "cpu":
-        print(f"per CPU-second: {flops / cpu / 1e9:.1f} GFLOP = {100 * flops / cpu / cpu_peak:.1f}% of the matmul "
+        print(f"  per CPU-second: {flops / cpu / 1e9:.1f} GFLOP = {100 * flops / cpu / cpu_peak:.1f}% of the matmul "
               "peak per CPU-second (the steadier figure on a shared machine)")
-    print(f"padded decoder steps: {100 * padded / (padded + real):.1f}% of decoder steps")
+    print(f"  padded decoder steps: {100 * padded / (padded + real):.1f}% of decoder steps")
 
-    profiled = batches[warmup + args.steps :]
+
+def profile(step, batches: list) -> None:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for b in profiled:
-            step(b)
+        for b in batches:
+            step(b[0])
     events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in events)
-    print(f"profile of {len(profiled)} steps, top five by self CPU time:")
+    print(f"  profile of {len(batches)} steps, top five by self CPU time:")
     for e in events[:5]:
-        print(f"  {e.key:40s} {100 * e.self_cpu_time_total / total:5.1f}%  "
-              f"{e.self_cpu_time_total / 1e3 / len(profiled):8.1f} ms/step  ({e.count // len(profiled)} calls/step)")
-    return flops / elapsed
+        print(f"    {e.key:40s} {100 * e.self_cpu_time_total / total:5.1f}%  "
+              f"{e.self_cpu_time_total / 1e3 / len(batches):8.1f} ms/step  ({e.count // len(batches)} calls/step)")
 
 
 def main() -> None:
@@ -145,6 +169,9 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--vocab", type=int, default=15001)
+    parser.add_argument("--batch-size", type=int, default=64, help="pairs per update")
+    parser.add_argument("--train-step", default="auto", help="comma-separated modes of rescorer train --train-step")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -156,8 +183,9 @@ def main() -> None:
     if device.type == "cpu" and load > torch.get_num_threads():
         print(f"note: load average {load:.1f} > {torch.get_num_threads()} threads: the machine is shared, "
               "so absolute figures are low (the fraction of a peak measured in the same run holds better)")
-    for name in args.sizes.split(","):
-        run_size(name.strip(), args, device, peak, cpu_peak)
+    with matmul_precision(args.precision):
+        for name in args.sizes.split(","):
+            run_size(name.strip(), args, device, peak, cpu_peak)
     peak_after = matmul_peak_flops(device)
     print(f"\nfp32 matmul peak (measured before/after): {peak / 1e9:.1f} / {peak_after / 1e9:.1f} GFLOP/s; "
           f"fractions above use the first; per CPU-second: {cpu_peak / 1e9:.1f} GFLOP")

@@ -20,7 +20,7 @@ from moses_integration.cli_options import (
     threads_option,
 )
 from moses_integration.threads import limit_threads
-from rescorer.model.config import PRECISIONS
+from rescorer.model.config import PRECISIONS, TRAIN_STEPS
 
 
 @click.group("cslm")
@@ -68,12 +68,16 @@ def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> l
 @device_option()
 @click.option("--precision", type=click.Choice([p for p in PRECISIONS if p != "tf32"]), default="auto",
               show_default=True, help="auto: fp32 on the CPU, bf16 autocast on a GPU")
+@click.option("--train-step", type=click.Choice(TRAIN_STEPS), default="auto", show_default=True,
+              help="how an update runs: eager, static (every minibatch filled up to --batch-size), captured "
+              "(static, one CUDA graph, checked against eager; Adam only); auto: captured on a GPU with Adam, "
+              "else eager. The same updates to ~1e-6")
 @threads_option()
 @quiet_option()
 @friendly_errors()
 def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hidden, max_time, max_epochs, patience,
-                       epoch_size, batch_size, optimizer, lr, self_normalize, seed, resume, device, precision, threads,
-                       quiet):
+                       epoch_size, batch_size, optimizer, lr, self_normalize, seed, resume, device, precision,
+                       train_step, threads, quiet):
     """Train a CSLM on tokenized target-language text CORPUS (plain or .gz) into MODEL_OUT."""
     from cslm.model import CSLMConfig
     from cslm.train import CSLMTrainConfig, train_cslm
@@ -84,7 +88,7 @@ def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hi
         model_config=CSLMConfig(vocab_size=2, order=order, embedding=embedding, hidden=hidden),
         train_config=CSLMTrainConfig(batch_size=batch_size, optimizer=optimizer, lr=lr, epoch_size=epoch_size,
                                      max_epochs=max_epochs, max_time=max_time, patience=patience, seed=seed,
-                                     self_normalize=self_normalize),
+                                     self_normalize=self_normalize, train_step=train_step),
         shortlist=shortlist, valid=valid, device=device, precision=precision, resume=resume, progress=not quiet,
     )
     best = result.best

@@ -36,17 +36,17 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from cslm.model import CSLM, CSLMConfig
 from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
+from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from moses_integration.files import exclusive_use
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import last_checkpoint_path, refuse_to_overwrite
-from rescorer.model.config import DictConfig, check_positive_int
-from rescorer.model.device import autocast, autocast_dtype, select_device
+from rescorer.model.config import TRAIN_STEPS, DictConfig, check_positive_int
+from rescorer.model.device import autocast_dtype, select_device
 from rescorer.model.vocab import Vocab, read_corpus_lines
 
 DATA_VERSION = 1
@@ -68,9 +68,13 @@ class CSLMTrainConfig(DictConfig):
     seed: int = 1234
     checkpoint_every: float = 600.0  # seconds between mid-epoch saves of MODEL.last
     self_normalize: float = 0.0  # alpha of the alpha * (log Z)^2 penalty (Devlin et al. 2014); 0 = off
+    train_step: str = "auto"  # how an update runs (cslm.step); the same updates to ~1e-6 whichever
 
     def __post_init__(self) -> None:
         check_positive_int("CSLMTrainConfig", "batch_size", self.batch_size)
+        if self.train_step not in TRAIN_STEPS:
+            raise ValueError(f"CSLMTrainConfig.train_step must be one of {', '.join(TRAIN_STEPS)}, "
+                             f"got {self.train_step!r}")
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"CSLMTrainConfig.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
         for name in ("epoch_size", "max_epochs", "patience"):
@@ -315,6 +319,7 @@ def train_cslm(
     vocabulary and position; the corpus must be the one it was trained on. The run holds
     ``model_out`` (:func:`exclusive_use`): a second training into it stops before touching its files.
     """
+    resolve_cslm_step(train_config.train_step, select_device(device), train_config.optimizer)  # before any work
     with exclusive_use(model_out):
         refuse_to_overwrite(Path(model_out), resume)
         run = _CSLMTraining.start(corpus, Path(model_out), model_config, train_config, shortlist=shortlist,
@@ -375,6 +380,7 @@ class _CSLMTraining:
     amp_dtype: torch.dtype | None
     model: CSLM
     optimizer: torch.optim.Optimizer
+    train_step: CSLMStep  # cslm.step: eager, static or captured
     vocab: Vocab
     train_split: NgramSplit
     valid_split: NgramSplit
@@ -415,8 +421,12 @@ class _CSLMTraining:
             optimizer.load_state_dict(loaded.optimizer_state)
             state = dict(loaded.train_state)
         history = [Validation(**v) for v in state["history"]]
-        return cls(model_out, cfg, dev, amp_dtype, model, optimizer, vocab, train_split, valid_split, state, history,
-                   last_save=time.monotonic())
+        state["train_step"] = resolve_cslm_step(cfg.train_step, dev, cfg.optimizer)  # what this run's updates ran as
+        train_step = make_cslm_step(state["train_step"], model, optimizer, self_normalize=cfg.self_normalize,
+                                    batch_size=cfg.batch_size, optimizer_name=cfg.optimizer, device=dev,
+                                    amp_dtype=amp_dtype)
+        return cls(model_out, cfg, dev, amp_dtype, model, optimizer, train_step, vocab, train_split, valid_split,
+                   state, history, last_save=time.monotonic())
 
     @property
     def epoch_len(self) -> int:
@@ -490,23 +500,12 @@ class _CSLMTraining:
         if cfg.optimizer == "sgd":
             for group in self.optimizer.param_groups:
                 group["lr"] = cfg.learning_rate / (1.0 + state["examples"] * cfg.lr_decay)
-        with autocast(self.dev, self.amp_dtype):
-            logits = self.model(hist.to(self.dev))
-        cross_entropy = F.cross_entropy(logits.float(), tgt.to(self.dev))
-        loss = cross_entropy
+        loss, cross_entropy, log_z_squared = self.train_step(hist, tgt)
         sums, n = self.since_save, len(rows)
-        sums.cross_entropy = sums.cross_entropy + cross_entropy.detach() * n
+        sums.cross_entropy = sums.cross_entropy + cross_entropy * n
         if cfg.self_normalize:
-            # Devlin et al. (2014): pull each history's log Z towards 0, so that the raw output
-            # score the decoder adds without normalising is itself the log-probability.
-            log_z = torch.logsumexp(logits.float(), dim=-1)
-            z2 = (log_z * log_z).mean()
-            loss = loss + cfg.self_normalize * z2
-            sums.log_z_squared = sums.log_z_squared + z2.detach() * n
+            sums.log_z_squared = sums.log_z_squared + log_z_squared * n
         sums.ngrams += n
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
         state["position"] += len(rows)
         state["examples"] += len(rows)
         state["elapsed"] = time.monotonic() - self.started

@@ -34,6 +34,11 @@ from typing import Any, TypeVar
 import click
 
 from moses_integration.files import InUseError, OutputPlaceError, check_output_place, outputs_of_a_run
+from moses_integration.threads import prefer_passive_waits
+
+# Every command imports this module before torch (the commands import it lazily): idle OpenMP
+# threads then sleep instead of spinning against other processes (prefer_passive_waits says why).
+prefer_passive_waits()
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -21,7 +21,7 @@ from moses_integration.cli_options import (
     threads_option,
 )
 from moses_integration.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
-from rescorer.model.config import PRECISIONS, ModelConfig, TrainConfig
+from rescorer.model.config import PRECISIONS, TRAIN_STEPS, ModelConfig, TrainConfig
 from rescorer.pipeline.errors import RescoreError
 
 DEFAULT_TRAIN_TIME = 1800.0
@@ -54,6 +54,10 @@ def _run_options(fn: Callable) -> Callable:
         click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
                      help="auto: fp32 scores (exact) on every device; bf16 autocast for training on a GPU. "
                      "tf32: TF32 matmuls on a GPU (faster; docs/gpu.md says by how much and what it changes)"),
+        click.option("--train-step", type=click.Choice(TRAIN_STEPS), default="auto", show_default=True,
+                     help="how a training update runs: eager (ragged batches, least arithmetic), static (fixed "
+                     "shapes per length bucket), captured (static, each bucket's update one CUDA graph, checked "
+                     "against eager); auto: captured on a GPU, eager on the CPU. The same updates to ~1e-6"),
         threads_option(),
         quiet_option("no progress bar"),
     ]
@@ -90,7 +94,7 @@ def main() -> None:
 @friendly_errors(RescoreError)
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
                   maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
-                  resume, device, precision, threads, quiet) -> None:
+                  resume, device, precision, train_step, threads, quiet) -> None:
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
     from moses_integration.threads import limit_threads
     from rescorer.training.train import train_on_phrase_table
@@ -100,7 +104,7 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
     if max_steps is None and max_time is None and patience is None:
         raise click.UsageError("give --max-steps, --max-time or --patience, or training never stops")
     train_config = TrainConfig(batch_size=batch_size, seed=seed, valid_every=valid_every, max_steps=max_steps,
-                               max_time=max_time, patience=patience)
+                               max_time=max_time, patience=patience, train_step=train_step)
     result = train_on_phrase_table(
         phrase_table, model_out, model_config=_model_config(hidden, embedding, maxout_units, output_rank, init_std),
         train_config=train_config, src_corpus=vocab_corpus_src, tgt_corpus=vocab_corpus_tgt, shortlist=shortlist,
@@ -362,7 +366,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
                                  moses_ini_out, table_name, rnn_weight, wp_weight, cslm, cslm_name, cslm_weight,
                                  wp_side, workers, chunk_lines, compress_level, token_budget, skip_bad_lines, shard,
                                  resume,
-                                 scores_parquet, seed, device, precision, threads, quiet) -> None:
+                                 scores_parquet, seed, device, precision, train_step, threads, quiet) -> None:
     """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table.
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
@@ -413,7 +417,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
             input_table, Path(model_path),
             model_config=_model_config(hidden, embedding, maxout_units, output_rank, init_std),
             train_config=TrainConfig(max_steps=train_steps, max_time=train_time, patience=None, seed=seed,
-                                     valid_every=max(50, min(500, (train_steps or 500) // 4))),
+                                     valid_every=max(50, min(500, (train_steps or 500) // 4)),
+                                     train_step=train_step),
             shortlist=shortlist, device=device, precision=precision, resume=resume, progress=not quiet,
         )
     checkpoint = load_checkpoint(model_path)

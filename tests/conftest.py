@@ -6,10 +6,15 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
-import unwritable
-from shared_paths import shared_file
+from moses_integration.threads import prefer_passive_waits
+
+prefer_passive_waits()  # before torch starts OpenMP: tests share the machine with other work
+
+import torch  # noqa: E402
+
+import unwritable  # noqa: E402
+from shared_paths import shared_file  # noqa: E402
 
 # Without a GPU, Triton kernels (rescorer.model.lse_kernel) run in Triton's interpreter on the CPU. The
 # switch must be set before Triton is first imported: its library functions are wrapped then.

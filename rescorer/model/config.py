@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 # --precision choices (rescorer.model.device gives their meaning): here, torch-free, for the CLI.
 PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
+# --train-step choices (rescorer.training.step gives their meaning), torch-free for the CLI too.
+TRAIN_STEPS = ("auto", "eager", "static", "captured")
 
 _C = TypeVar("_C")
 
@@ -110,7 +112,8 @@ class TrainConfig(DictConfig):
     by length and re-batched (the original code's trick to cut padding). ``valid_every`` is in
     update steps. Training stops at the first of ``max_steps`` updates, ``max_time`` seconds of
     wall time, or ``patience`` validations in a row without improvement; ``None`` disables that
-    rule.
+    rule. ``train_step`` says how an update runs (one of :data:`TRAIN_STEPS`; the same updates
+    to 1e-5, see :mod:`rescorer.training.step`), so a resumed run may choose another.
     """
 
     batch_size: int = 64
@@ -123,9 +126,12 @@ class TrainConfig(DictConfig):
     max_steps: int | None = None
     max_time: float | None = None
     patience: int | None = 10
+    train_step: str = "auto"
 
     def __post_init__(self) -> None:
         check_positive_int("TrainConfig", "batch_size", self.batch_size)
+        if self.train_step not in TRAIN_STEPS:
+            raise ValueError(f"TrainConfig.train_step must be one of {', '.join(TRAIN_STEPS)}, got {self.train_step!r}")
         check_positive_int("TrainConfig", "length_group", self.length_group)
         check_positive_int("TrainConfig", "valid_every", self.valid_every)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):

@@ -53,12 +53,33 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
 
 
 @contextlib.contextmanager
-def autocast(device: torch.device, dtype: torch.dtype | None) -> Iterator[None]:
+def autocast(device: torch.device, dtype: torch.dtype | None, cache: bool = True) -> Iterator[None]:
+    """Autocast to ``dtype`` inside the block (nothing for None). ``cache=False`` for a block that
+    a CUDA graph captures: autocast's cache of cast weights must not outlive the capture."""
     if dtype is None:
         yield
         return
-    with torch.autocast(device_type=device.type, dtype=dtype):
+    with torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=cache):
         yield
+
+
+def matmul_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
+    """The dtype a plain matmul would run in on ``device``: the autocast dtype when autocast is on.
+
+    For the hand-written training Functions (:mod:`rescorer.model.gru`, :mod:`rescorer.model.output_layer`),
+    which turn autocast off inside (:func:`no_autocast`) and cast themselves.
+    """
+    if torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return dtype
+
+
+def no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """Autocast off on ``device``; nothing where it has none (the meta device, on which a test runs
+    the static training step to show that it never reads a value on the host)."""
+    if torch.amp.is_autocast_available(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 @contextlib.contextmanager

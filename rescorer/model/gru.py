@@ -21,12 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
-def _matmul_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
-    """The dtype the plain path's matmuls would run in: the autocast dtype when autocast is on."""
-    if torch.is_autocast_enabled(device.type):
-        return torch.get_autocast_dtype(device.type)
-    return dtype
+from rescorer.model.device import matmul_dtype, no_autocast
 
 
 def _mm(a: Tensor, b: Tensor, dtype: torch.dtype, out_dtype: torch.dtype) -> Tensor:
@@ -45,8 +40,8 @@ class _DecoderRecurrence(torch.autograd.Function):
                 weight: Tensor) -> Tensor:
         steps, d = gate_inputs.shape[0], h0.shape[1]
         state_dtype = h0.dtype
-        mm_dtype = _matmul_dtype(h0.device, weight.dtype)
-        with torch.autocast(h0.device.type, enabled=False):
+        mm_dtype = matmul_dtype(h0.device, weight.dtype)
+        with no_autocast(h0.device):
             gate_weight, cand_weight = weight[: 2 * d].t(), weight[2 * d :].t()
             states = h0.new_empty(steps, *h0.shape)
             gates = h0.new_empty(steps, h0.shape[0], 2 * d)
@@ -68,7 +63,7 @@ class _DecoderRecurrence(torch.autograd.Function):
     def backward(ctx, grad_states: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
         h0, weight, states, gates, candidates, recurrent = ctx.saved_tensors
         steps, d, mm_dtype = states.shape[0], h0.shape[1], ctx.mm_dtype
-        with torch.autocast(h0.device.type, enabled=False):
+        with no_autocast(h0.device):
             grad_states = grad_states.to(states.dtype)
             # [∂gate pre-activations (r, z), ∂(U' h + C c + b)] of every step: [T, B, 3d].
             grad_pre = states.new_empty(steps, h0.shape[0], 3 * d)
@@ -103,8 +98,8 @@ class _EncoderRecurrence(torch.autograd.Function):
     def forward(ctx, inputs: Tensor, gate_weight: Tensor, cand_weight: Tensor,  # noqa: ANN001
                 running: list[int], state_dtype: torch.dtype) -> Tensor:
         batch, d = inputs.shape[1], cand_weight.shape[0]
-        mm_dtype = _matmul_dtype(inputs.device, cand_weight.dtype)
-        with torch.autocast(inputs.device.type, enabled=False):
+        mm_dtype = matmul_dtype(inputs.device, cand_weight.dtype)
+        with no_autocast(inputs.device):
             offsets = [0]
             for n in running:
                 offsets.append(offsets[-1] + n)
@@ -131,7 +126,7 @@ class _EncoderRecurrence(torch.autograd.Function):
         gate_weight, cand_weight, entered, gates, candidates = ctx.saved_tensors
         running, offsets, mm_dtype = ctx.running, ctx.offsets, ctx.mm_dtype
         d, state_dtype = cand_weight.shape[0], entered.dtype
-        with torch.autocast(grad_h_final.device.type, enabled=False):
+        with no_autocast(grad_h_final.device):
             grad_h = grad_h_final.to(state_dtype).clone()
             grad_inputs = grad_h.new_zeros(ctx.input_shape)
             grad_gates = torch.empty_like(gates)  # ∂ pre-activations of r, z (packed rows)

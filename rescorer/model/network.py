@@ -44,6 +44,7 @@ tests check both against the padded path at 1e-12 in float64.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -299,9 +300,14 @@ class RNNEncoderDecoder(nn.Module):
             raise ValueError(
                 f"c must be [B={tgt.shape[0]}, d={self.config.hidden}], got shape {tuple(c.shape)}"
             )
-        batch, d = tgt.shape[0], self.config.hidden
         mask = _lengths_mask(tgt_len.to(tgt.device), steps)
-        prev = self._prev_embeddings(tgt[:, :steps], mask)  # [B, T, emb]
+        states, prev = self._decode(c, tgt[:, :steps], mask)
+        return states, prev, mask
+
+    def _decode(self, c: Tensor, tgt: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Decoder states [B, T, d] and inputs e(y_{t−1}) [B, T, emb] for T = ``tgt.shape[1]`` steps."""
+        batch, steps, d = tgt.shape[0], tgt.shape[1], self.config.hidden
+        prev = self._prev_embeddings(tgt, mask)  # [B, T, emb]
         # Context projections, once per pair: C_r c, C_z c go straight into the gate inputs of every
         # step; C c (+ its bias) stays separate because the reset multiplies it.
         context = self.dec_context(c)  # [B, 3d]
@@ -318,13 +324,13 @@ class RNNEncoderDecoder(nn.Module):
         if steps and torch.is_grad_enabled() and self.dec_rec.weight.requires_grad:
             # Training: the same steps with a backward through time written by hand (rescorer.model.gru).
             states_t = decoder_recurrence(h, gate_inputs, cand_inputs, cand_context, self.dec_rec.weight)
-            return states_t.transpose(0, 1), prev, mask
+            return states_t.transpose(0, 1), prev
         weights = self._decoder_weights()
         for t in range(steps):
             h = self._decoder_step(h, gate_inputs[t], cand_inputs[t], cand_context, weights=weights)
             states.append(h)
         all_states = torch.stack(states, dim=1) if states else c.new_zeros(batch, 0, d)
-        return all_states, prev, mask
+        return all_states, prev
 
     def _decoder_weights(self) -> tuple[Tensor, Tensor]:
         """[U'_r; U'_z]ᵀ and U'ᵀ, the decoder step's two recurrent matrices as views."""
@@ -603,6 +609,48 @@ class RNNEncoderDecoder(nn.Module):
     def forward(self, src: Tensor, src_len: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
         """log p(Y | X) of each pair: ``score_targets(encode(src, src_len), tgt, tgt_len)``."""
         return self.score_targets(self.encode(src, src_len), tgt, tgt_len)
+
+    def static_log_likelihood(self, src: Tensor, src_len: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
+        """log p(Y | X) of each row, Float[B], by work that the tensors' shapes alone decide.
+
+        What :meth:`forward` computes for training, written for a step that a CUDA graph captures
+        once per shape and replays (``rescorer.training.step``): no value is read on the host, no
+        shape depends on a length, and the lengths live on the ids' device. The price is work the
+        ragged path skips (every row runs all N encoder steps; the output layer covers padded
+        positions), which is why the CPU keeps that path.
+
+        * Encoder: at a padded step the update gate's pre-activation is +inf, so z = 1 exactly and
+          the GRU returns h⟨t−1⟩ bit for bit (``lerp`` with weight 1 returns its end point); the
+          hand-written backward (:mod:`rescorer.model.gru`) then passes the gradient through
+          unchanged and gives the step's inputs and weights exactly zero gradient (z(1 − z) = 0,
+          1 − z = 0).
+        * Output layer: every position is scored and the padded ones are dropped by ``where``, so
+          they get exactly zero gradient.
+
+        A row with ``tgt_len`` 0 (and ``src_len`` 0) is an empty row that fills a batch up to its
+        fixed size: it scores 0 and contributes no gradient.
+        """
+        batch = src.shape[0]
+        if src.dim() != 2 or tgt.dim() != 2 or tgt.shape[0] != batch or src_len.shape != (batch,) \
+                or tgt_len.shape != (batch,):
+            raise ValueError(f"static batch shapes do not fit: src {tuple(src.shape)}, src_len "
+                             f"{tuple(src_len.shape)}, tgt {tuple(tgt.shape)}, tgt_len {tuple(tgt_len.shape)}")
+        d = self.config.hidden
+        state_dtype = self.enc_rec_cand.weight.dtype
+        src_mask = _lengths_mask(src_len, src.shape[1])  # [B, N]
+        inputs = self.enc_input(self.src_embed(src.masked_fill(~src_mask, EOS_ID).t())).to(state_dtype)
+        update_gate = (torch.arange(3 * d, device=src.device) // d) == 1  # the z block of [r; z; candidate]
+        inputs = inputs.masked_fill(~src_mask.t().unsqueeze(2) & update_gate, math.inf)
+        h = encoder_recurrence(inputs, self.enc_rec_gates.weight, self.enc_rec_cand.weight, [batch] * src.shape[1],
+                               state_dtype)
+        c = torch.tanh(self.enc_summary(h))
+        mask = _lengths_mask(tgt_len, tgt.shape[1])  # [B, T]
+        states, prev = self._decode(c, tgt, mask)
+        low = self.out_rank(self._maxout(c, states, prev)).flatten(0, 1)  # G_r s of every position
+        targets = tgt.masked_fill(~mask, EOS_ID).flatten()
+        picked = target_log_probs(low, self.out_vocab.weight, self.out_vocab.bias, targets)
+        score_dtype = torch.promote_types(self.out_vocab.weight.dtype, torch.float32)
+        return torch.where(mask, picked.view(mask.shape).to(score_dtype), 0.0).sum(dim=1)
 
 
 def _sum_positions(scores: Tensor, row: Tensor, rows: int, levels: int) -> Tensor:

@@ -26,16 +26,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rescorer.model.device import matmul_dtype, no_autocast
+
 # Vocabulary columns per block on CPU: a [P, block] block of logits for a 64-pair minibatch
 # (a few hundred target positions) stays in L2 between its matmul, its maximum and its exp.
 CPU_TRAIN_BLOCK_VOCAB = 1024
-
-
-def _matmul_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
-    """The dtype the plain form's matmuls would run in: the autocast dtype when autocast is on."""
-    if torch.is_autocast_enabled(device.type):
-        return torch.get_autocast_dtype(device.type)
-    return dtype
 
 
 class _TargetLogProbs(torch.autograd.Function):
@@ -44,8 +39,8 @@ class _TargetLogProbs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, low: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, block: int) -> Tensor:  # noqa: ANN001
         score_dtype = torch.promote_types(weight.dtype, torch.float32)
-        mm_dtype = _matmul_dtype(low.device, weight.dtype)
-        with torch.autocast(low.device.type, enabled=False):
+        mm_dtype = matmul_dtype(low.device, weight.dtype)
+        with no_autocast(low.device):
             low_mm, weight_mm = low.to(mm_dtype), weight.to(mm_dtype)
             rows, vocab = low.shape[0], weight.shape[0]
             blocks = range(0, vocab, block)
@@ -76,7 +71,7 @@ class _TargetLogProbs(torch.autograd.Function):
         low, weight, targets, kept, scale = ctx.saved_tensors
         block, mm_dtype = ctx.block, ctx.mm_dtype
         score_dtype, rows = kept.dtype, low.shape[0]
-        with torch.autocast(low.device.type, enabled=False):
+        with no_autocast(low.device):
             grad = grad.to(score_dtype)
             low_mm, weight_mm = low.to(mm_dtype), weight.to(mm_dtype)
             grad_low = torch.zeros(low.shape, dtype=score_dtype, device=low.device)

@@ -207,19 +207,14 @@ class PairData:
     def target_lengths(self, idx: np.ndarray) -> np.ndarray:
         return self.tgt_offsets[idx + 1] - self.tgt_offsets[idx]
 
-    def batch(self, idx: np.ndarray, device: torch.device | str = "cpu",
-              host_lengths: bool = False) -> tuple[torch.Tensor, ...]:
+    def batch(self, idx: np.ndarray, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
         """Padded (src, src_len, tgt, tgt_len) tensors, each sequence closed by ``</s>``.
 
-        ``host_lengths`` leaves the two length vectors on the CPU (training does: the model's
-        checks and row counts then read them without a GPU sync per step).
+        Training takes them on the CPU and its step (``rescorer.training.step``) moves what it needs.
         """
         src, src_len = pad_with_eos(self.src_offsets, self.src_ids, idx)
         tgt, tgt_len = pad_with_eos(self.tgt_offsets, self.tgt_ids, idx)
-        src_t, tgt_t = (torch.from_numpy(a).to(device) for a in (src, tgt))
-        length_device = "cpu" if host_lengths else device
-        src_len_t, tgt_len_t = (torch.from_numpy(a).to(length_device) for a in (src_len, tgt_len))
-        return src_t, src_len_t, tgt_t, tgt_len_t
+        return tuple(torch.from_numpy(a).to(device) for a in (src, src_len, tgt, tgt_len))
 
     def iter_batches(self, idx: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:
         for start in range(0, len(idx), batch_size):

@@ -25,11 +25,12 @@ from tqdm import tqdm
 from moses_integration.files import exclusive_use
 from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
-from rescorer.model.device import autocast, autocast_dtype, matmul_precision, select_device
+from rescorer.model.device import autocast_dtype, matmul_precision, select_device
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import Vocab
 from rescorer.training.adadelta import ChunkedAdadelta
 from rescorer.training.data import PairData
+from rescorer.training.step import TrainStep, make_train_step, resolve_train_step
 
 
 @dataclass
@@ -40,6 +41,9 @@ class Validation:
     # mean log p(Y|X) − log p(Y|X') per pair, X' another pair's source: how much the model uses the
     # source. Near 0 means it scores targets as a phrase LM would. None in checkpoints written before.
     source_gain: float | None = None
+    # Seconds of training (validations included) when it was taken: what a curve against wall time
+    # (docs/training-speed.md) reads. None in checkpoints written before.
+    elapsed: float | None = None
 
 
 @dataclass
@@ -99,32 +103,6 @@ def group_batches(data: PairData, cfg: TrainConfig, epoch: int, group_start: int
 def make_optimizer(model: RNNEncoderDecoder, cfg: TrainConfig) -> ChunkedAdadelta:
     """Adadelta (SPEC §1: lr 1, ρ, ε from the config) over all parameters."""
     return ChunkedAdadelta(model.parameters(), lr=1.0, rho=cfg.rho, eps=cfg.eps)
-
-
-def train_step(
-    model: RNNEncoderDecoder,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
-    clip_norm: float | None,
-    amp_dtype: torch.dtype | None,
-) -> torch.Tensor:
-    """One update on one minibatch: −mean log p(Y|X), backward, gradient clipping, Adadelta.
-
-    Returns the loss as a tensor (reading it is a host sync, which the caller does rarely).
-    The benchmark (benchmarks/train_speed.py) times exactly this function.
-    """
-    src, src_len, tgt, tgt_len = batch
-    with autocast(src.device, amp_dtype):
-        loss = -model(src, src_len, tgt, tgt_len).float().mean()
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    if clip_norm is not None:  # None: no clipping, as TrainConfig documents
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
 
 
 def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: torch.optim.Optimizer,
@@ -213,7 +191,7 @@ class _Training:
     amp_dtype: torch.dtype | None
     model: RNNEncoderDecoder
     optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
+    train_step: TrainStep  # rescorer.training.step: eager, static or captured
     state: dict
     history: list[Validation]
     started: float = 0.0  # monotonic time the run would have started had it never stopped
@@ -226,9 +204,9 @@ class _Training:
         dev = select_device(device)
         amp_dtype = autocast_dtype(dev, precision)
         torch.manual_seed(cfg.seed)
+        step_mode = resolve_train_step(cfg.train_step, dev, amp_dtype)  # a bad choice fails before any work
         model = RNNEncoderDecoder(model_config).to(dev)
         optimizer = make_optimizer(model, cfg)
-        scaler = torch.amp.GradScaler(dev.type, enabled=amp_dtype == torch.float16)
         state: dict = {
             "step": 0, "epoch": 0, "group_start": 0, "batch_in_group": 0, "elapsed": 0.0,
             "best_ll": -math.inf, "bad_validations": 0, "history": [], "data": data.fingerprint(),
@@ -237,9 +215,11 @@ class _Training:
         resume_from = last if last.exists() else model_out
         if resume and resume_from.exists():
             state = _restore(resume_from, data, model, optimizer, state["data"])
+        state["train_step"] = step_mode  # what this run's updates ran as (the config keeps what was asked)
         history = [Validation(**v) for v in state["history"]]
+        train_step = make_train_step(step_mode, model, optimizer, cfg, dev, amp_dtype)
         return cls(data, model_out, model_config, cfg, src_vocab, tgt_vocab, dev, amp_dtype, model, optimizer,
-                   scaler, state, history)
+                   train_step, state, history)
 
     def checkpoint(self, improved: bool = False) -> None:
         """The latest state always goes to MODEL.last (for --resume); MODEL is the best so far."""
@@ -256,7 +236,7 @@ class _Training:
         """Record a validation (on stderr too); True if it is the best so far."""
         state = self.state
         ll, ppl, gain = evaluate(self.model, self.data, self.data.valid_idx, self.dev)
-        self.history.append(Validation(state["step"], ll, ppl, gain))
+        self.history.append(Validation(state["step"], ll, ppl, gain, state["elapsed"]))
         improved = ll > state["best_ll"] + 1e-6
         if improved:
             state["best_ll"], state["bad_validations"] = ll, 0
@@ -288,8 +268,7 @@ class _Training:
     def step(self, rows: np.ndarray) -> torch.Tensor:
         """One update on ``rows`` (from :meth:`next_rows`); moves the epoch position and the clock on."""
         state, cfg = self.state, self.cfg
-        loss = train_step(self.model, self.optimizer, self.scaler, self.data.batch(rows, self.dev, host_lengths=True),
-                          cfg.clip_norm, self.amp_dtype)
+        loss = self.train_step(self.data.batch(rows))
         state["step"] += 1
         state["batch_in_group"] += 1
         if state["batch_in_group"] >= self.batches_in_group:
@@ -355,6 +334,8 @@ def train_on_phrase_table(
     ``.last`` state or its ``.data`` folder.
     """
     model_out = Path(model_out)
+    dev = select_device(device)
+    resolve_train_step(train_config.train_step, dev, autocast_dtype(dev, precision))  # before any work
     with exclusive_use(model_out):
         refuse_to_overwrite(model_out, resume)
         vocabs = None
@@ -362,7 +343,9 @@ def train_on_phrase_table(
         if resume and resume_from.exists():
             ck = load_checkpoint(resume_from)
             vocabs, model_config = (ck.src_vocab, ck.tgt_vocab), ck.config
-            train_config = replace(ck.train_config, max_steps=train_config.max_steps, max_time=train_config.max_time)
+            # The budget and how updates run are this run's choice; the recipe is the checkpoint's.
+            train_config = replace(ck.train_config, max_steps=train_config.max_steps, max_time=train_config.max_time,
+                                   train_step=train_config.train_step)
         workdir = model_out.with_name(model_out.name + ".data")
         made_workdir = not workdir.exists()
         try:

@@ -39,3 +39,15 @@ def test_explicit_threads_and_bad_values() -> None:
         assert limit_threads(1) == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_every_command_runs_with_sleeping_openmp_threads_unless_told_otherwise() -> None:
+    """A fresh interpreter that loads the CLI conventions (as every command does before torch) has
+    OMP_WAIT_POLICY=PASSIVE; one given another policy keeps it."""
+    code = "import os, moses_integration.cli_options; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "PASSIVE"
+    told = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
+                          capture_output=True, text=True, check=True)
+    assert told.stdout.strip() == "ACTIVE"

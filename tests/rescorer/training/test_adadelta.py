@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from rescorer.training.adadelta import ChunkedAdadelta
@@ -67,3 +68,22 @@ def test_parameters_without_gradient_are_left_alone() -> None:
     assert torch.equal(params[1], before[1])
     assert not torch.equal(params[0], before[0])
     assert params[1] not in opt.state
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipping every step, and never (the factor is exactly 1)
+def test_clipping_folded_into_the_step_is_clip_grad_norm_bit_for_bit(workers: int, max_norm: float) -> None:
+    reference, chunked = _params(3), _params(3)
+    ref_opt = torch.optim.Adadelta(reference, lr=1.0, rho=0.95, eps=1e-6)
+    opt = ChunkedAdadelta(chunked, lr=1.0, rho=0.95, eps=1e-6, chunk=64, workers=workers)
+    for step in range(5):
+        _set_grads(reference, step)
+        _set_grads(chunked, step)
+        torch.nn.utils.clip_grad_norm_(reference, max_norm)
+        ref_opt.step()
+        opt.step(max_grad_norm=max_norm)
+        for a, b in zip(reference, chunked, strict=True):
+            assert torch.equal(a.grad, b.grad)  # the gradients are left clipped, as clip_grad_norm_ leaves them
+    for a, b in zip(reference, chunked, strict=True):
+        assert torch.equal(a, b)
+        assert torch.equal(ref_opt.state[a]["acc_delta"], opt.state[b]["acc_delta"])

@@ -1,0 +1,44 @@
+"""Stand-ins for rescorer.model.cuda_graphs.CudaGraphs, to test the captured steps' bookkeeping on a CPU."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+
+
+class ReplayByRunning:
+    """Stands in for CudaGraphs on the CPU: capturing runs nothing; a replay runs the update again
+    from the graph's input buffer and writes its loss into the graph's output tensor, as a CUDA
+    graph's replay rewrites its buffers."""
+
+    device = torch.device("cpu")
+
+    def __init__(self) -> None:
+        self.captures, self.replays = 0, 0
+
+    @contextlib.contextmanager
+    def side_stream(self) -> Iterator[None]:
+        yield
+
+    def load(self, buffer: torch.Tensor, host: torch.Tensor) -> None:
+        buffer.copy_(host)
+
+    def capture(self, fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
+        self.captures += 1
+        out = torch.empty(0)  # its shape comes with the first replay
+
+        def replay() -> None:
+            self.replays += 1
+            result = fn()
+            out.resize_(result.shape).copy_(result)
+
+        return replay, out
+
+
+class LosesTheOptimiserStep(ReplayByRunning):
+    """A capture that went wrong: its replay leaves the model as it was."""
+
+    def capture(self, fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
+        return (lambda: None), torch.zeros(())
