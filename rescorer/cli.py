@@ -48,22 +48,27 @@ def _model_size_options(fn: Callable) -> Callable:
 
 
 def _run_options(fn: Callable) -> Callable:
-    """Where and how a long run computes, shared by ``train`` and ``rescore-phrase-table``."""
+    """Where and how a long run computes, shared by the commands that run the model at length."""
     options = [
         device_option(),
         click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
                      help="auto: fp32 scores (exact) on every device; bf16 autocast for training on a GPU. "
                      "tf32: TF32 matmuls on a GPU (faster; docs/gpu.md says by how much and what it changes)"),
-        click.option("--train-step", type=click.Choice(TRAIN_STEPS), default="auto", show_default=True,
-                     help="how a training update runs: eager (ragged batches, least arithmetic), static (fixed "
-                     "shapes per length bucket), captured (static, each bucket's update one CUDA graph, checked "
-                     "against eager); auto: captured on a GPU, eager on the CPU. The same updates to ~1e-6"),
         threads_option(),
         quiet_option("no progress bar"),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def _train_step_option(fn: Callable) -> Callable:
+    """How a training update runs: for the commands that train (``train`` and ``rescore-phrase-table``)."""
+    return click.option(
+        "--train-step", type=click.Choice(TRAIN_STEPS), default="auto", show_default=True,
+        help="how a training update runs: eager (ragged batches, least arithmetic), static (fixed shapes per "
+        "length bucket), captured (static, each bucket's update one CUDA graph, checked against eager); auto: "
+        "captured on a GPU, eager on the CPU. The same updates to ~1e-6")(fn)
 
 
 def _model_config(hidden: int, embedding: int, maxout_units: int, output_rank: int, init_std: float) -> ModelConfig:
@@ -90,6 +95,7 @@ def main() -> None:
 @click.option("--batch-size", type=int, default=64, show_default=True)
 @seed_option()
 @resume_option("continue the run saved in MODEL_OUT")
+@_train_step_option
 @_run_options
 @friendly_errors(RescoreError)
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
@@ -359,6 +365,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @resume_option("continue a killed run from its last completed chunk")
 @click.option("--scores-parquet", type=OutputPath(), help="also write the scores to Parquet")
 @seed_option("seed of the training without --model (initial weights, batch order)")
+@_train_step_option
 @_run_options
 @friendly_errors(RescoreError)
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
