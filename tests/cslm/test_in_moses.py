@@ -4,10 +4,10 @@ Needs a Moses built with NPLM (``--with-nplm``, and NPLM with the hidden-layer f
 docs/moses-nplm.md describes): ``MOSES_BIN_DIR``. Both cases are needed to catch NPLM's unfixed
 ``skip_hidden``, which is read from uninitialised memory and so breaks one shape or the other
 depending on the heap: when it is false, the one-layer model (``num_hidden 0``, the shape that is
-cheap inside the decoder and that SCALE=small and medium train) goes through NPLM's 1x1 placeholder
-second layer (``CSLM0=`` values around 7e36); when it is true, the two-layer model skips its second
-layer (scores off by nats, or a crash). Either case alone passes on a broken build whose heap
-happens to favour it.
+cheap inside the decoder and that SCALE=small and medium train) goes through NPLM's 1x1
+placeholder second layer (``CSLM0=`` values of the order of 1e37); when it is true, the two-layer
+model skips its second layer (scores off by up to 4.35 nats here, or a crash). Either case alone
+passes on a broken build whose heap happens to favour it.
 """
 
 from __future__ import annotations
