@@ -1,10 +1,13 @@
 """The CSLM inside the real Moses decoder: what Moses' NeuralLM adds is what ``cslm score --raw`` says.
 
-Needs a Moses built with NPLM (``--with-nplm``, and NPLM with the second-hidden-layer fix that
-docs/moses-nplm.md describes): ``MOSES_BIN_DIR``. The two-layer model is there on purpose: NPLM
-without the fix drops the second layer, and its scores then disagree with the model's by far more
-than the tolerance (or Moses crashes). The one-layer model takes NPLM's other path (``num_hidden 0``:
-the premultiplied first layer feeds the output layer), the shape that is cheap inside the decoder.
+Needs a Moses built with NPLM (``--with-nplm``, and NPLM with the hidden-layer fix that
+docs/moses-nplm.md describes): ``MOSES_BIN_DIR``. Both cases are needed to catch NPLM's unfixed
+``skip_hidden``, which is read from uninitialised memory and so breaks one shape or the other
+depending on the heap: when it is false, the one-layer model (``num_hidden 0``, the shape that is
+cheap inside the decoder and that SCALE=small and medium train) goes through NPLM's 1x1
+placeholder second layer (``CSLM0=`` values of the order of 1e37); when it is true, the two-layer
+model skips its second layer (scores off by up to 4.35 nats here, or a crash). Either case alone
+passes on a broken build whose heap happens to favour it.
 """
 
 from __future__ import annotations
