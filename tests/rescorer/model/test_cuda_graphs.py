@@ -32,28 +32,29 @@ def _setup():
     return model, optimizer, update, x
 
 
-def test_a_replay_that_repeats_the_eager_update_passes():
-    _, optimizer, update, x = _setup()
-    state = optimizer_tensors(optimizer)
-    assert len(state) == 2 * 4  # weight and bias, each with its step, square_avg and acc_delta
+def _eager_then_rewind(update, x, state):
+    """One eager update, then the state put back as it was: (state before, eager loss, state after)."""
     before = [t.clone() for t in state]
     eager_loss = update(x)
     after = [t.clone() for t in state]
     with torch.no_grad():
         for t, b in zip(state, before, strict=True):
             t.copy_(b)
+    return before, eager_loss, after
+
+
+def test_a_replay_that_repeats_the_eager_update_passes():
+    _, optimizer, update, x = _setup()
+    state = optimizer_tensors(optimizer)
+    assert len(state) == 2 * 4  # weight and bias, each with its step, square_avg and acc_delta
+    before, eager_loss, after = _eager_then_rewind(update, x, state)
     assert update_difference(update(x), eager_loss, state, before, after) is None
 
 
 def test_a_replay_that_skips_the_optimiser_or_reads_a_stale_batch_fails():
     _, optimizer, update, x = _setup()
     state = optimizer_tensors(optimizer)
-    before = [t.clone() for t in state]
-    eager_loss = update(x)
-    after = [t.clone() for t in state]
-    with torch.no_grad():
-        for t, b in zip(state, before, strict=True):
-            t.copy_(b)
+    before, eager_loss, after = _eager_then_rewind(update, x, state)
     # The update "replayed" without its optimiser step: the loss is right, the state did not move.
     assert "state tensor" in update_difference(eager_loss.clone(), eager_loss, state, before, after)
     # The update replayed on another batch than the eager one.
