@@ -36,7 +36,8 @@ from table1.workspace import ExperimentError, new_experiment
 @device_option("auto, cpu, cuda or cuda:N (model training)")
 @click.option("--configs", default="",
               help="configurations to run, e.g. 'baseline rnn' (default: the paper's four; cslm-nbest-rnn and "
-                   "cslm-nbest-rnn-wp rescore n-best lists with the CSLM instead)")
+                   "cslm-nbest-rnn-wp rescore n-best lists with the CSLM instead; rnn-proposals decodes with "
+                   "the table the RNN completed)")
 @click.option("--runs", type=click.IntRange(1, MAX_RUNS), default=3, show_default=True,
               help=f"tuning runs per configuration (run k: mert tune --seed {RUN_SEED_BASE - 1}+k)")
 @click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,
@@ -52,9 +53,10 @@ def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, mose
     """Run STEPS of the Table 1 experiment in WORK (``all``: every step in order); finished steps are
     skipped, so rerun freely.
 
-    data, prepare, baseline, rnn, cslm, speed, tune, eval, report (see docs/table1.md).
+    data, prepare, baseline, rnn, proposals, cslm, speed, tune, eval, report (see docs/table1.md).
     """
-    command = f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{configs}'" if configs else "")
+    command = (f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{configs}'" if configs else "")
+               + (f" RESULTS={results}" if results != Path("results") else ""))
     options = ex.StepOptions(select_configurations(configs), runs, aligner, mirror, results, command)
     exp = new_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
                          jobs=resolve_threads(threads), device=device)

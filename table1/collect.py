@@ -12,6 +12,7 @@ from mert.features import read_sidecar
 from mert.tune import read_state
 from moses_integration.moses_ini import MosesIni
 from table1.analysis import analysis_document, column_leverage, tuning_trajectory
+from table1.proposal_evidence import evidence_document
 from table1.report import TunedRun, build_table, score_runs, write_report
 from table1.settings import Configuration, RunPlan
 from table1.tuning import budget_notes, check_run_current, state_seed
@@ -76,9 +77,12 @@ def leverage_document(exp: Experiment, collected: list, table_feature: str, ini:
     labels = {f"{table_feature}_{num_scores - 2}": "p_RNN", f"{table_feature}_{num_scores - 1}": "WP",
               "CSLM0_0": "CSLM", f"{table_feature}_2": "p(e|f)", f"{lm}_0": "n-gram LM"}
     keys = list(labels)
+    indicator = f"{table_feature}_{num_scores}"  # rescorer propose's column, after p_RNN and WP
+    labels[indicator] = "proposed (indicator)"
     runs: dict[str, list[dict[str, object]]] = {}
     for config, found in collected:
-        chosen = [keys[0]] * config.rnn + [keys[1]] * config.wp + [keys[2]] * config.cslm + keys[3:]
+        chosen = ([keys[0]] * config.rnn + [keys[1]] * config.wp + [keys[2]] * config.cslm
+                  + [indicator] * config.proposals + keys[3:])
         for tuned in found:
             lists = sorted(exp.tune_dir(RunPlan(config, tuned.run)).glob("run*.nbest.gz"),
                            key=lambda p: int(p.name[3:].split(".", 1)[0]))
@@ -126,7 +130,9 @@ def step_report(
         f"SCALE={exp.settings.name}; data and sizes differ from the paper's (see Settings and README).",
         "The CSLM rows run the CSLM inside Moses' search (NeuralLM, trained self-normalised), as the paper did; "
         f"rows marked (n-best) rescore {exp.settings.nbest_size}-best lists with it as an extra MERT feature instead.",
-        "Columns outside a configuration are fixed at weight 0 during MERT (same 6-column table for every row).",
+        "Columns outside a configuration are fixed at weight 0 during MERT (same 6-column table for every row; "
+        "a proposals row's table is the same one completed by the RNN's proposals, with a 7th column, the indicator "
+        "of a proposed pair, which it tunes: docs/proposals.md).",
         *training_notes(exp),
         *budget_notes(exp, configs, runs),
     ]
@@ -143,6 +149,15 @@ def step_report(
         doc["notes"].append(f"No analysis of the RNN column: {table_path} (the 6-column table) is missing.")
     doc["leverage"] = leverage_document(exp, collected, table_feature, MosesIni.read(exp.rnn_ini))
     doc["tuning"] = tuning
+    proposal_rows = [(config, found) for config, found in collected if config.proposals and found]
+    if proposal_rows and exp.proposals_list.exists():
+        config, found = proposal_rows[0]
+        _, table, _ = single_phrase_table(exp.path("baseline", "filtered", "moses.ini"))
+        doc["proposals"] = {"label": config.label, **evidence_document(
+            exp.proposals_list, exp.path("baseline", "filtered", table), exp.prepared("test", exp.src),
+            exp.prepared("test", exp.tgt),
+            [(t.run, t.test_output.with_name(t.test_output.name + ".nbest.gz"), t.weights) for t in found],
+            table_feature, single_phrase_table(exp.proposals_ini)[2] - 1)}
     doc["table2"] = {k: exp.table2_path(k).read_text(encoding="utf-8") for k in TABLE2_KINDS
                      if exp.table2_path(k).exists()}
     paths = write_report(doc, out_dir, command)

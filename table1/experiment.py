@@ -1,7 +1,7 @@
 """The Table 1 pipeline: raw text to tuned systems and the report, one restartable step at a time.
 
-The steps, in :data:`STEPS` order: ``data``, ``prepare``, ``baseline``, ``rnn``, ``cslm``
-(:mod:`table1.systems`), ``speed``, ``tune``, ``eval`` (:mod:`table1.tuning`) and ``report``
+The steps, in :data:`STEPS` order: ``data``, ``prepare``, ``baseline``, ``rnn``, ``proposals``,
+``cslm`` (:mod:`table1.systems`), ``speed``, ``tune``, ``eval`` (:mod:`table1.tuning`) and ``report``
 (:mod:`table1.collect`); each is stamped in its work folder (:mod:`table1.workspace`) and skipped
 on a rerun, and long steps (model training, tuning runs) resume inside themselves. So
 ``make table1`` can be interrupted at any point and simply run again, in a later session if need
@@ -21,12 +21,12 @@ from table1 import wmt14
 from table1.collect import step_report
 from table1.settings import Configuration, RunPlan
 from table1.system_training import MosesToolError
-from table1.systems import step_baseline, step_cslm, step_data, step_prepare, step_rnn
+from table1.systems import step_baseline, step_cslm, step_data, step_prepare, step_proposals, step_rnn
 from table1.tuning import step_eval, step_speed, step_tune
 from table1.workspace import Experiment, ExperimentError, open_work, say
 
 #: The steps in order: the one list the CLI, the Makefile (``all``) and the report's command share.
-STEPS = ("data", "prepare", "baseline", "rnn", "cslm", "speed", "tune", "eval", "report")
+STEPS = ("data", "prepare", "baseline", "rnn", "proposals", "cslm", "speed", "tune", "eval", "report")
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,10 @@ def step_stamps(exp: Experiment, step: str, options: StepOptions) -> list[str]:
     """The stamps that mark ``step`` done for the chosen configurations and runs."""
     plans = [RunPlan(config, k) for config in options.configs for k in range(1, options.runs + 1)]
     if step == "speed":
-        return ["speed/rnn"] + (["speed/cslm"] if any(c.cslm_in_search for c in options.configs) else [])
+        return ["speed/rnn"] + (["speed/cslm"] if any(c.cslm_in_search for c in options.configs) else []) + (
+            ["speed/proposals"] if any(c.proposals for c in options.configs) else [])
+    if step == "proposals":
+        return ["proposals"] if any(c.proposals for c in options.configs) else []
     if step == "tune":
         return [f"tune/{plan.name}" for plan in plans]
     if step == "eval":
@@ -105,6 +108,11 @@ def run_step(exp: Experiment, step: str, options: StepOptions) -> list[Path]:
         step_baseline(exp, options.aligner)
     elif step == "rnn":
         step_rnn(exp)
+    elif step == "proposals":
+        if any(c.proposals for c in options.configs):
+            step_proposals(exp)
+        else:
+            say("proposals: no chosen configuration has proposals; skipped")
     elif step == "cslm":
         if any(c.cslm for c in options.configs):
             step_cslm(exp)

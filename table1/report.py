@@ -29,6 +29,7 @@ from mert.significance import PooledTest, detectable_delta, pooled_bootstrap
 from moses_integration.files import atomic_output
 from moses_integration.lines import read_text_lines
 from table1.analysis import format_analysis, format_leverage, format_trajectories
+from table1.proposal_evidence import format_evidence
 from table1.settings import Configuration
 
 
@@ -61,11 +62,28 @@ class RunScores:
     stop_reason: str | None = None
 
 
+@dataclass(frozen=True)
+class Versus:
+    """A row against another row than Baseline (its ``compare_with``): run k against run k, then pooled."""
+
+    label: str  # the other row's
+    per_run: list[tuple[int, float, float]]  # (run, Δ test sacreBLEU, p)
+    pooled: PooledTest | None
+
+
 @dataclass
 class ConfigScores:
     config: Configuration
     runs: list[RunScores] = field(default_factory=list)
     pooled: PooledTest | None = None  # all runs against the same-numbered Baseline runs
+    versus: list[Versus] = field(default_factory=list)
+
+
+def _pooled_json(pooled: PooledTest | None) -> dict[str, object] | None:
+    return None if pooled is None else {
+        "runs": pooled.runs, "delta": round(pooled.delta, 4), "p_value": pooled.p_value,
+        "baseline_bleu": round(pooled.baseline_bleu, 4), "system_bleu": round(pooled.system_bleu, 4),
+        "significant_from": round(pooled.threshold, 4)}
 
 
 @dataclass(frozen=True)
@@ -103,10 +121,10 @@ def build_table(
                                               if r.test_tokenized_bleu is not None]),
             "p_values_vs_baseline": [r.p_value for r in runs if r.p_value is not None],
             "deltas_vs_baseline": [r.delta for r in runs if r.p_value is not None],
-            "pooled_vs_baseline": None if cs.pooled is None else {
-                "runs": cs.pooled.runs, "delta": round(cs.pooled.delta, 4), "p_value": cs.pooled.p_value,
-                "baseline_bleu": round(cs.pooled.baseline_bleu, 4), "system_bleu": round(cs.pooled.system_bleu, 4),
-                "significant_from": round(cs.pooled.threshold, 4)},
+            "pooled_vs_baseline": _pooled_json(cs.pooled),
+            "versus": [{"label": v.label, "runs": [{"run": k, "delta": round(d, 4), "p_value": pv}
+                                                   for k, d, pv in v.per_run],
+                        "pooled": _pooled_json(v.pooled)} for v in cs.versus],
             "runs": [
                 {"run": r.run, "seed": r.seed, "dev_bleu": r.dev_bleu, "test_bleu": r.test_bleu,
                  "test_tokenized_bleu": r.test_tokenized_bleu, "p_value_vs_baseline": r.p_value,
@@ -128,6 +146,27 @@ def build_table(
         "timings_seconds": timings or {},
         "notes": list(notes),
     }
+
+
+def _paper(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def _pooled_cell(pooled: dict | None) -> str:
+    return ("–" if not pooled else f"{pooled['delta']:+.2f} (p {pooled['p_value']:.3f}, {pooled['runs']} "
+            f"runs; significant from ±{pooled['significant_from']:.2f})")
+
+
+def _versus_lines(rows: list[dict]) -> list[str]:
+    """The rows compared with another row than Baseline (e.g. + RNN + proposals against + RNN)."""
+    compared = [(row, v) for row in rows for v in row.get("versus") or []]
+    if not compared:
+        return []
+    out = ["| configuration | against | test Δ, p (per run) | pooled Δ, p |", "|---|---|---|---|"]
+    for row, v in compared:
+        per_run = ", ".join(f"{r['delta']:+.2f} (p {r['p_value']:.3f})" for r in v["runs"]) or "–"
+        out.append(f"| {row['label']} | {v['label']} | {per_run} | {_pooled_cell(v['pooled'])} |")
+    return out + [""]
 
 
 def _cell(stat: dict[str, float | None], finished: int) -> str:
@@ -154,14 +193,13 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
         ps = ", ".join(("" if d is None else f"{d:+.2f} ") + f"(p {p:.3f})"
                        for d, p in zip(deltas, row["p_values_vs_baseline"], strict=True)) or "–"
         n = row["runs_finished"]
-        pooled = row.get("pooled_vs_baseline")
-        pooled_cell = ("–" if not pooled else f"{pooled['delta']:+.2f} (p {pooled['p_value']:.3f}, {pooled['runs']} "
-                       f"runs; significant from ±{pooled['significant_from']:.2f})")
+        pooled_cell = _pooled_cell(row.get("pooled_vs_baseline"))
         out.append(
             f"| {row['label']} | {_cell(row['dev'], n)} | {_cell(row['test'], n)} | {_cell(row['test_tokenized'], 0)} "
-            f"| {row['paper']['dev']:.2f} | {row['paper']['test']:.2f} | {ps} | {pooled_cell} |"
+            f"| {_paper(row['paper']['dev'])} | {_paper(row['paper']['test'])} | {ps} | {pooled_cell} |"
         )
-    out += ["", f"Runs combined: {doc['combination']}. Runs requested per configuration: {doc['runs_requested']}.",
+    out += [""] + _versus_lines(rows)
+    out += [f"Runs combined: {doc['combination']}. Runs requested per configuration: {doc['runs_requested']}.",
             f"sacreBLEU signature: `{doc['sacrebleu_signature']}`.", ""]
     detectable = doc.get("detectable")
     if detectable:
@@ -183,6 +221,9 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     if doc.get("analysis"):
 
         out += [""] + format_analysis(doc["analysis"])  # type: ignore[arg-type]
+    if doc.get("proposals"):
+        proposals: dict = doc["proposals"]  # type: ignore[assignment]
+        out += [""] + format_evidence(proposals, proposals["label"])
     if doc.get("leverage"):
 
         leverage: dict = doc["leverage"]  # type: ignore[assignment]
@@ -218,7 +259,8 @@ def draw_png(doc: dict[str, object], path: Path) -> None:
         means = [r[split]["mean"] if r[split]["mean"] is not None else 0.0 for r in rows]
         stds = [r[split]["std"] or 0.0 for r in rows]
         ax.bar(xs, means, yerr=stds, capsize=4, color="#4c72b0", label="ours (mean ± std over runs)")
-        ax.scatter(xs, [r["paper"][split] for r in rows], marker="_", s=600, color="#c44e52", label="paper")
+        paper = [(x, r["paper"][split]) for x, r in zip(xs, rows, strict=True) if r["paper"][split] is not None]
+        ax.scatter([x for x, _ in paper], [v for _, v in paper], marker="_", s=600, color="#c44e52", label="paper")
         ax.set_xticks(list(xs), [r["label"] for r in rows], rotation=15)
         ax.set_title(f"{split} BLEU")
         ax.legend(loc="lower right", fontsize=8)
@@ -253,6 +295,7 @@ def score_runs(
     signature = ""
     scored: list[ConfigScores] = []
     baseline_detok: dict[int, tuple[str, list[str]]] = {}
+    by_key: dict[str, tuple[str, dict[int, list[str]]]] = {}  # each row's label and test outputs, for compare_with
     for config, runs in configs:
         cs = ConfigScores(config)
         detokenized: dict[int, list[str]] = {}
@@ -278,9 +321,26 @@ def score_runs(
         if config.key != "baseline" and paired:
             cs.pooled = pooled_bootstrap([baseline_detok[k][1] for k in paired], [detokenized[k] for k in paired], refs,
                                          samples=bootstrap_samples)
+        cs.versus = [_versus(by_key[key], detokenized, config.key, refs, bootstrap_samples)
+                     for key in config.compare_with if key in by_key]
+        by_key[config.key] = (config.label, detokenized)
         scored.append(cs)
     baseline_runs = [baseline_detok[k][1] for k in sorted(baseline_detok)]
     return scored, signature, _detectable(baseline_runs, refs, bootstrap_samples)
+
+
+def _versus(other: tuple[str, dict[int, list[str]]], mine: dict[int, list[str]], key: str, refs: list[list[str]],
+            samples: int) -> Versus:
+    """Run k of a row against run k of ``other`` (same seed), each and pooled."""
+    label, theirs = other
+    paired = sorted(set(theirs) & set(mine))
+    per_run = []
+    for k in paired:
+        result = paired_bootstrap((f"{label} run{k}", theirs[k]), (f"{key} run{k}", mine[k]), refs, samples=samples)
+        per_run.append((k, result.delta, result.p_value))
+    pooled = pooled_bootstrap([theirs[k] for k in paired], [mine[k] for k in paired], refs,
+                              samples=samples) if paired else None
+    return Versus(label, per_run, pooled)
 
 
 def _detectable(baseline: list[list[str]], refs: list[list[str]], samples: int) -> Detectable | None:

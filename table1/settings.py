@@ -67,6 +67,20 @@ class CslmSettings:
 
 
 @dataclass(frozen=True)
+class ProposalSettings:
+    """``rescorer propose`` for the proposals rows: what the RNN proposes, for which sources.
+
+    ``rescorer propose``'s defaults (docs/proposals.md): the sources of the dev+test text that the
+    filtered table lacks or holds fewer than ``thin_below`` targets for, the best ``per_source``
+    new targets of a beam of ``beam``.
+    """
+
+    beam: int = 10
+    per_source: int = 5
+    thin_below: int = 3
+
+
+@dataclass(frozen=True)
 class SelectionBudget:
     """The paper's data selection (Moore & Lewis; Axelrod et al. for the bitext), scored against
     the dev set, newstest2012+2013, as the paper did: how many target words are kept of each text."""
@@ -99,6 +113,7 @@ class ScaleSettings:
     src_lang: str = "en"
     tgt_lang: str = "fr"
     selection: SelectionBudget | None = None  # None: train on all of the training and LM text
+    proposals: ProposalSettings = ProposalSettings()
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -200,16 +215,26 @@ class Configuration:
     rnn: bool
     cslm: bool
     wp: bool
-    paper_dev: float
-    paper_test: float
+    paper_dev: float | None  # None: a row the paper does not have
+    paper_test: float | None
     cslm_in_decoder: bool = True  # False: the CSLM rescores n-best lists (an extra MERT feature)
+    # True: the row decodes with the table that ``rescorer propose`` completed (the proposals step),
+    # whose 7th column is the indicator of a proposed pair; its weight is tuned.
+    proposals: bool = False
+    compare_with: tuple[str, ...] = ()  # keys of other rows its Δ is also reported against
+
+    def appended_columns(self) -> int:
+        """How many columns the row's table has after Moses' four: p_RNN and U, and P with proposals."""
+        return 3 if self.proposals else 2
 
     def fixed_columns(self, table_feature: str, num_scores: int) -> list[str]:
         """The n-best columns held at weight 0: the RNN column and/or the unknown-word column.
 
-        The two appended columns are the table's last two (``rescore-phrase-table``'s order).
+        The appended columns follow Moses' four in ``rescore-phrase-table``'s order (p_RNN, U), then
+        ``rescorer propose``'s indicator, which a proposals row always tunes.
         """
-        rnn_col, wp_col = f"{table_feature}_{num_scores - 2}", f"{table_feature}_{num_scores - 1}"
+        first = num_scores - self.appended_columns()
+        rnn_col, wp_col = f"{table_feature}_{first}", f"{table_feature}_{first + 1}"
         return ([] if self.rnn else [rnn_col]) + ([] if self.wp else [wp_col])
 
     @property
@@ -241,7 +266,14 @@ NBEST_CONFIGURATIONS: list[Configuration] = [
     Configuration("cslm-nbest-rnn-wp", "+ CSLM (n-best) + RNN + WP", rnn=True, cslm=True, wp=True, paper_dev=31.50,
                   paper_test=34.54, cslm_in_decoder=False),
 ]
-CONFIGURATIONS_BY_KEY = {c.key: c for c in CONFIGURATIONS + NBEST_CONFIGURATIONS}
+#: Issue 39's rows, not in the paper (its conclusion names them as the next step): + RNN with the
+#: table completed by the RNN's proposals for the dev+test text's missing and thin sources.
+PROPOSAL_CONFIGURATIONS: list[Configuration] = [
+    Configuration("rnn-proposals", "+ RNN + proposals", rnn=True, cslm=False, wp=False, paper_dev=None,
+                  paper_test=None, proposals=True, compare_with=("rnn",)),
+]
+ALL_CONFIGURATIONS = CONFIGURATIONS + NBEST_CONFIGURATIONS + PROPOSAL_CONFIGURATIONS
+CONFIGURATIONS_BY_KEY = {c.key: c for c in ALL_CONFIGURATIONS}
 
 
 def select_configurations(keys: str | list[str] | None) -> list[Configuration]:
@@ -253,7 +285,7 @@ def select_configurations(keys: str | list[str] | None) -> list[Configuration]:
     unknown = [k for k in keys if k not in CONFIGURATIONS_BY_KEY]
     if unknown:
         raise ValueError(f"unknown configuration(s) {', '.join(unknown)} (have {', '.join(CONFIGURATIONS_BY_KEY)})")
-    return [c for c in CONFIGURATIONS + NBEST_CONFIGURATIONS if c.key in keys]
+    return [c for c in ALL_CONFIGURATIONS if c.key in keys]
 
 
 #: Run 1's seed. Run k's is ``RUN_SEED_BASE + k - 1``; ``MAX_RUNS`` keeps them apart modulo

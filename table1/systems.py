@@ -1,5 +1,6 @@
 """The steps that build the systems: raw text (``data``), Moses' preprocessing (``prepare``), the
-Baseline Moses system (``baseline``), the RNN column (``rnn``) and the CSLM (``cslm``)."""
+Baseline Moses system (``baseline``), the RNN column (``rnn``), the table the RNN completes
+(``proposals``) and the CSLM (``cslm``)."""
 
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ def select_training_text(exp: Experiment, budget: SelectionBudget) -> None:
 def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
     """A Moses system with ``train-model.perl``'s defaults, and its tables filtered for dev+test."""
     exp.require("prepare")
-    base, prep = exp.path("baseline"), exp.path("prepared")
+    base = exp.path("baseline")
     corpus = exp.train_corpus
     log = exp.log_file("baseline")
     if aligner == "auto":
@@ -208,7 +209,7 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
     exp.step("baseline/train-model", train_model)
 
     def filtered() -> None:
-        devtest = prep / f"devtest.tok.tc.{exp.src}"
+        devtest = devtest_source(exp)
         write_text_lines(devtest, (line for name in ("dev", "test")
                                    for line in text_lines(exp.prepared(name, exp.src))))
         filter_for_input(exp.moses(), base / "model" / "moses.ini", devtest, base / "filtered", log)
@@ -253,6 +254,38 @@ def step_rnn(exp: Experiment) -> None:
             [exp.console("rescorer"), "compare", model, full_table, f"--{k}", "--device", exp.device, "--quiet"],
             log, exp.table2_path(k)))
     exp.step("rnn", lambda: None)
+
+
+# --------------------------------------------------------------------------------------------
+# proposals: the RNN completes the filtered table for the dev+test text
+
+
+def devtest_source(exp: Experiment) -> Path:
+    """dev + test's tokenised, truecased source: what the baseline's tables are filtered for."""
+    return exp.path("prepared", f"devtest.tok.tc.{exp.src}")
+
+
+def step_proposals(exp: Experiment) -> None:
+    """``rescorer propose`` on the filtered table for the dev+test text's missing and thin sources,
+    with the RNN of the ``rnn`` step and the training's word tables; writes the 7-column system.
+
+    The filtered table is the one the other rows decode with, so a proposals row differs from + RNN
+    only by the proposed lines and their indicator column (docs/proposals.md)."""
+    exp.require("rnn")
+    p = exp.settings.proposals
+    out = exp.proposals_ini.parent
+    out.mkdir(parents=True, exist_ok=True)
+    filtered_ini = exp.path("baseline", "filtered", "moses.ini")
+    _, table, _ = single_phrase_table(filtered_ini)
+    table = str(filtered_ini.parent / table)
+    model_dir = exp.path("baseline", "model")
+    exp.step("proposals", lambda: run_tool(
+        [exp.console("rescorer"), "propose", table, out / "phrase-table.proposed.gz", "--model",
+         exp.path("rnn", "model.pt"), "--for-text", devtest_source(exp), "--thin-below", str(p.thin_below),
+         "--beam", str(p.beam), "--per-source", str(p.per_source), "--lex-e2f", model_dir / "lex.e2f",
+         "--lex-f2e", model_dir / "lex.f2e", "--moses-ini", filtered_ini, "--moses-ini-out", exp.proposals_ini,
+         "--list", exp.proposals_list, "--device", exp.device, "--threads", str(exp.jobs),
+         "--workers", str(exp.jobs), "--resume", "--quiet"], exp.log_file("proposals")))
 
 
 # --------------------------------------------------------------------------------------------

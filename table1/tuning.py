@@ -37,6 +37,9 @@ def step_speed(exp: Experiment, configs: list[Configuration]) -> None:
     systems = {"rnn": exp.rnn_ini}
     if any(c.cslm_in_search for c in configs):
         systems["cslm"] = cslm_system(exp)
+    if any(c.proposals for c in configs):
+        exp.require("proposals")
+        systems["proposals"] = exp.proposals_ini
     for name, ini in systems.items():
         exp.step(f"speed/{name}", lambda n=name, i=ini: measure_decoding(exp, n, i))
 
@@ -58,10 +61,17 @@ def measure_decoding(exp: Experiment, name: str, ini: Path) -> dict[str, object]
             "seconds_per_sentence": round(per_sentence, 4)}
 
 
+def speed_system(config: Configuration) -> str:
+    """Which measured system (``speed/NAME``) a row decodes with."""
+    if config.proposals:
+        return "proposals"
+    return "cslm" if config.cslm_in_search else "rnn"
+
+
 def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
     """The tuning budget from the measured speeds: decoding time of one MERT iteration and of a row's
     runs at the iteration cap, with ``jobs`` decoder threads (optimisation time not counted)."""
-    measured = [(c, "cslm" if c.cslm_in_search else "rnn") for c in configs]
+    measured = [(c, speed_system(c)) for c in configs]
     measured = [(c, system) for c, system in measured if exp.done(f"speed/{system}")]
     if not measured:
         return []
@@ -87,8 +97,9 @@ def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> li
 
 
 def tune_command(exp: Experiment, plan: RunPlan) -> list[str]:
-    """The ``mert tune`` call of one run: 6-column system, columns outside the row fixed at 0."""
-    table_feature, _, num_scores = single_phrase_table(exp.rnn_ini)
+    """The ``mert tune`` call of one run: 6-column system (7 with proposals), columns outside the row
+    fixed at 0."""
+    table_feature, _, num_scores = single_phrase_table(exp.table_system(plan.config))
     s = exp.settings
     command = [
         exp.console("mert"), "tune", "--moses-ini", str(exp.tuned_system(plan)),
@@ -107,12 +118,13 @@ def tune_command(exp: Experiment, plan: RunPlan) -> list[str]:
 
 def check_start_weights(exp: Experiment, config: Configuration) -> None:
     """Fixed columns stay at their start weight: it must be 0, or Baseline is not the original system."""
-    table_feature, _, num_scores = single_phrase_table(exp.rnn_ini)
-    weights = MosesIni.read(exp.rnn_ini).weights().get(table_feature, [])
+    ini = exp.table_system(config)
+    table_feature, _, num_scores = single_phrase_table(ini)
+    weights = MosesIni.read(ini).weights().get(table_feature, [])
     for column in config.fixed_columns(table_feature, num_scores):
         value = weights[int(column.rsplit("_", 1)[1])]
         if value != 0.0:
-            raise ExperimentError(f"{exp.rnn_ini}: {column} starts at {value}, but {config.label} holds it fixed; "
+            raise ExperimentError(f"{ini}: {column} starts at {value}, but {config.label} holds it fixed; "
                                   "its start weight must be 0 (rescore-phrase-table --rnn-weight 0 --wp-weight 0)")
 
 
@@ -166,6 +178,8 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
             exp.require("cslm", "cslm/export")
         elif config.cslm_in_search:
             cslm_system(exp)
+        if config.proposals:
+            exp.require("proposals")
         for k in range(1, runs + 1):
             plan = RunPlan(config, k)
             check_run_current(exp, plan)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from moses_integration.files import atomic_output
 from moses_integration.moses_ini import MosesIni
-from table1.settings import SCALES, RunPlan, ScaleSettings
+from table1.settings import SCALES, Configuration, RunPlan, ScaleSettings
 from table1.system_training import MosesInstall, run_logged
 
 STAMPS = "stamps"
@@ -102,8 +102,25 @@ class Experiment:
         """The 6-column system plus the CSLM in the decoder (weight 0 to start): the CSLM rows tune it."""
         return self.path("cslm", "moses.ini")
 
+    @property
+    def proposals_ini(self) -> Path:
+        """The 7-column system whose table ``rescorer propose`` completed: the proposals rows tune it."""
+        return self.path("proposals", "moses.ini")
+
+    @property
+    def proposals_list(self) -> Path:
+        """``rescorer propose --list``: every proposal as kind, source, target, log p."""
+        return self.path("proposals", "proposals.tsv")
+
+    def table_system(self, config: Configuration) -> Path:
+        """The system whose phrase table a row decodes with (its columns; the CSLM rows add a feature)."""
+        return self.proposals_ini if config.proposals else self.rnn_ini
+
     def tuned_system(self, plan: RunPlan) -> Path:
-        """The moses.ini a run tunes: with the CSLM in the decoder where its row has it."""
+        """The moses.ini a run tunes: with the CSLM in the decoder where its row has it, with the
+        completed table where it has proposals."""
+        if plan.config.proposals:
+            return self.proposals_ini
         return self.cslm_ini if plan.config.cslm_in_search else self.rnn_ini
 
     def table2_path(self, kind: str) -> Path:

@@ -25,7 +25,8 @@ def test_make_table1_full_runs_every_step_in_order():
     command = " ".join(line.strip(" \\") for line in out.splitlines() if line.strip())
     assert "/table1 all --work /w --scale full" in command
     assert "--moses-bin-dir /m/bin" in command and "--data /w/wmt14" in command
-    assert experiment.STEPS == ("data", "prepare", "baseline", "rnn", "cslm", "speed", "tune", "eval", "report")
+    assert experiment.STEPS == ("data", "prepare", "baseline", "rnn", "proposals", "cslm", "speed", "tune", "eval",
+                                "report")
 
 
 def test_a_second_run_on_a_held_work_folder_stops_before_any_step(tmp_path: Path) -> None:

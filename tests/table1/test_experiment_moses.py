@@ -60,7 +60,8 @@ def tiny(request, monkeypatch, tmp_path):
 def test_tiny_table1_end_to_end(tiny, tmp_path):
     exp = tiny
     in_decoder = has_neural_lm(exp.moses().bin_dir)
-    configs = select_configurations("baseline rnn" + (" cslm-rnn" if in_decoder else ""))
+    configs = select_configurations("baseline rnn rnn-proposals" + (" cslm-rnn" if in_decoder else ""))
+    by_key = {c.key: c for c in configs}
     systems.step_data(exp)
     systems.step_prepare(exp)
     systems.step_baseline(exp, "eflomal")
@@ -69,6 +70,9 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
         assert exp.table2_path(kind).read_text().startswith("| source (")
     weights = MosesIni.read(exp.rnn_ini).weights()["TranslationModel0"]
     assert len(weights) == 6 and weights[4:] == [0.0, 0.0]
+    systems.step_proposals(exp)  # the RNN completes the filtered table: 7 columns, the new ones at weight 0
+    assert MosesIni.read(exp.proposals_ini).weights()["TranslationModel0"][4:] == [0.0, 0.0, 0.0]
+    assert exp.proposals_list.read_text().count("\n") > 0
     if in_decoder:
         systems.step_cslm(exp)
         # validated every epoch_size n-grams, not once per pass over the LM text
@@ -79,11 +83,12 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     speeds = {name: json.loads(exp.stamp_path(f"speed/{name}").read_text()) for name in ("rnn", "cslm")
               if exp.done(f"speed/{name}")}
     assert set(speeds) == ({"rnn", "cslm"} if in_decoder else {"rnn"})
+    assert exp.done("speed/proposals")
     assert all(s["sentences"] == 8 and s["seconds_per_sentence"] > 0 for s in speeds.values())
     tuning.step_tune(exp, configs, 1)
     tuning.step_eval(exp, configs, 1)
     if in_decoder:  # the CSLM row tuned Moses' NeuralLM feature: a weight in moses.ini, a column in the n-best lists
-        plan = RunPlan(configs[2], 1)
+        plan = RunPlan(by_key["cslm-rnn"], 1)
         tuned_ini = MosesIni.read(exp.tune_dir(plan) / "moses.ini")
         assert tuned_ini.find_feature("CSLM0").type == "NeuralLM" and "CSLM0" in tuned_ini.weights()
         assert all(e.name != "CSLM0" for e in read_sidecar(exp.tune_dir(plan) / "moses.ini"))
@@ -92,11 +97,19 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     # Baseline is the original system: its tuned RNN and unknown-word weights stayed 0.
     tuned = collect.run_weights(exp.tune_dir(RunPlan(configs[0], 1)) / "moses.ini")
     assert tuned["TranslationModel0"][4:] == [0.0, 0.0]
+    # The proposals row tuned its 7-column system with the unknown-word column held at 0.
+    tuned = collect.run_weights(exp.tune_dir(RunPlan(by_key["rnn-proposals"], 1)) / "moses.ini")
+    assert len(tuned["TranslationModel0"]) == 7 and tuned["TranslationModel0"][5] == 0.0
     collect.step_report(exp, configs, 1, tmp_path / "results")
     doc = json.loads((tmp_path / "results" / "table1.json").read_text())
     assert [r["runs_finished"] for r in doc["rows"]] == [1] * len(configs)
     assert set(doc["table2"]) == set(workspace.TABLE2_KINDS)
     assert "## Table 2 (rare long source phrases)" in (tmp_path / "results" / "table1.md").read_text()
+    evidence = doc["proposals"]
+    assert evidence["proposals"] > 0 and [r["run"] for r in evidence["runs"]] == [1]
+    assert evidence["runs"][0]["usage"]["sentences"] == 8
+    rows = {r["key"]: r for r in doc["rows"]}
+    assert [v["label"] for v in rows["rnn-proposals"]["versus"]] == ["+ RNN"] and not rows["rnn"]["versus"]
     budget = [n for n in doc["notes"] if n.startswith("Budget, ")]
     assert len(budget) == len(configs) and all("8 sentences with 2 threads" in n for n in budget)
     stamps = sorted(p.name for p in (exp.work / "stamps").iterdir())

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from mert.evaluate import paired_bootstrap
 from mert.significance import pooled_bootstrap
 from table1.report import ConfigScores, RunScores, TunedRun, build_table, format_markdown, score_runs
 from table1.settings import CONFIGURATIONS_BY_KEY
@@ -73,3 +74,38 @@ def test_each_row_gets_one_pooled_p_value_and_the_report_says_what_it_can_detect
     assert (f"| {rnn.pooled.delta:+.2f} (p {rnn.pooled.p_value:.3f}, 2 runs; significant from "
             f"±{rnn.pooled.threshold:.2f}) |") in md
     assert f"from |Δ| of {detectable.per_run:.2f} BLEU for one run against one run" in md
+
+
+def test_a_row_is_also_compared_with_the_rows_it_names(tmp_path):
+    """+ RNN + proposals gets its Δ against + RNN (run k against run k, then pooled), exactly the
+    paired bootstrap of that pair; the paper has no such row, so its paper cells are empty."""
+    rng = np.random.default_rng(1)
+    refs = ["0 " + " ".join(f"w{i}" for i in rng.integers(0, 80, size=int(rng.integers(6, 14)))) for _ in range(120)]
+    for name in ("dev.tok", "test.raw", "test.tok"):
+        (tmp_path / name).write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    rates = {"baseline": 0.5, "rnn": 0.45, "rnn-proposals": 0.3}
+    outputs = {(key, k): _noisy(refs, rate, 20 * k + len(key)) for key, rate in rates.items() for k in (1, 2)}
+    collected = []
+    for key in rates:
+        found = []
+        for k in (1, 2):
+            out = tmp_path / f"{key}.{k}.tok"
+            out.write_text("".join(h + "\n" for h in outputs[key, k]), encoding="utf-8")
+            found.append(TunedRun(k, 999 + k, out, out, {"LM0": [0.5]}, 3, "weights converged"))
+        collected.append((CONFIGURATIONS_BY_KEY[key], found))
+    scored, _, _ = score_runs(collected, dev_tok_ref=tmp_path / "dev.tok", test_ref=tmp_path / "test.raw",
+                              test_tok_ref=tmp_path / "test.tok", lang="fr", bootstrap_samples=200)
+    proposals = scored[2]
+    assert [v.label for v in proposals.versus] == ["+ RNN"] and not scored[1].versus
+    versus = proposals.versus[0]
+    expected = pooled_bootstrap([outputs["rnn", k] for k in (1, 2)], [outputs["rnn-proposals", k] for k in (1, 2)],
+                                [refs], samples=200)
+    assert versus.pooled == expected and versus.pooled.delta > 5
+    one = paired_bootstrap(("rnn run1", outputs["rnn", 1]), ("rnn-proposals run1", outputs["rnn-proposals", 1]),
+                           [refs], samples=200)
+    assert versus.per_run[0] == (1, one.delta, one.p_value)
+    md = format_markdown(build_table(scored, settings={}, signature="sig", runs_requested=2))
+    assert "| + RNN + proposals | + RNN | " in md
+    assert f"{expected.delta:+.2f} (p {expected.p_value:.3f}, 2 runs;" in md
+    row = next(line for line in md.splitlines() if line.startswith("| + RNN + proposals | ") and "±" in line)
+    assert "| – | – |" in row  # no paper figures

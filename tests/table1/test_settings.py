@@ -27,10 +27,18 @@ def test_each_configuration_fixes_the_columns_it_does_not_use(key, fixed, featur
     assert config.feature_specs("/m.pt") == features
 
 
+def test_the_proposals_row_tunes_the_indicator_and_fixes_the_unknown_word_column():
+    """Its table has 7 columns (Moses' 4, p_RNN, U, then propose's indicator): U is _5 there too."""
+    config = CONFIGURATIONS_BY_KEY["rnn-proposals"]
+    assert config.fixed_columns("TranslationModel0", 7) == ["TranslationModel0_5"]
+    assert config.compare_with == ("rnn",) and config.paper_test is None
+
+
 def test_select_configurations_keeps_table_order_and_rejects_unknown_names():
     assert [c.key for c in select_configurations("rnn, baseline")] == ["baseline", "rnn"]
     assert [c.key for c in select_configurations("")] == ["baseline", "rnn", "cslm-rnn", "cslm-rnn-wp"]
     assert [c.key for c in select_configurations("cslm-nbest-rnn cslm-rnn")] == ["cslm-rnn", "cslm-nbest-rnn"]
+    assert [c.key for c in select_configurations("rnn-proposals baseline rnn")] == ["baseline", "rnn", "rnn-proposals"]
     with pytest.raises(ValueError, match="unknown configuration"):
         select_configurations("baseline cslm")
 

@@ -1,0 +1,211 @@
+"""The evidence a proposals row is read by (issue 39): how many proposed pairs the tuned systems use
+in their test translations, how often a proposed target occurs in the test reference against the
+table's own targets for the same sources, the indicator's tuned weight, and a few proposals.
+
+Everything is read from what the steps left: ``rescorer propose --list`` (kind, source, target,
+log p), the filtered table, the tokenised test text and reference, and the test n-best lists the
+eval step keeps (Moses' first hypothesis of a sentence is its 1-best, and its feature values say
+how many phrases it used, ``PhrasePenalty0``, and how many of them were proposals, the indicator
+column, whose log value is 1 per proposal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moses_integration.lines import iter_text_lines, read_text_lines
+from moses_integration.nbest import read_nbest
+from moses_integration.phrase_table import read_phrase_table
+from moses_integration.tokens import split_tokens
+
+#: Proposals shown per kind of source in the report (the paper's Table 3 shows a handful).
+EXAMPLES_PER_KIND = 4
+
+
+@dataclass(frozen=True)
+class Proposal:
+    kind: str  # missing or thin (rescorer propose --for-text)
+    target: str
+    log_p: float
+
+
+def read_proposals(listing: Path) -> dict[str, list[Proposal]]:
+    """``rescorer propose --list``'s TSV, by source, in the listing's order (best first per source)."""
+    found: dict[str, list[Proposal]] = {}
+    for _, line in iter_text_lines(listing):
+        kind, source, target, log_p = line.split("\t")
+        found.setdefault(source, []).append(Proposal(kind, target, float(log_p)))
+    return found
+
+
+def table_targets(table: Path, sources: set[str]) -> dict[str, list[str]]:
+    """The table's targets of ``sources`` (one pass over the table), in its order."""
+    found: dict[str, list[str]] = {}
+    for entry in read_phrase_table(table):
+        source = entry.source.strip()
+        if source in sources:
+            found.setdefault(source, []).append(entry.target.strip())
+    return found
+
+
+@dataclass
+class Overlap:
+    """Targets checked against the reference sentence of each test sentence whose source holds them."""
+
+    occurrences: int = 0  # (sentence, source) pairs: a source counted once per sentence
+    proposed: int = 0  # proposed targets checked
+    proposed_in_ref: int = 0
+    occurrences_with_proposal_in_ref: int = 0
+    table: int = 0  # the table's own targets for the same sources
+    table_in_ref: int = 0
+    occurrences_with_table_in_ref: int = 0
+
+
+@dataclass
+class OverlapBySource:
+    kinds: dict[str, Overlap] = field(default_factory=dict)
+
+
+def _in_reference(target: str, padded_ref: str) -> bool:
+    """Whether ``target`` occurs as whole tokens in the reference (padded with spaces)."""
+    return f" {target} " in padded_ref
+
+
+def reference_overlap(proposals: Mapping[str, Sequence[Proposal]], table: Mapping[str, Sequence[str]],
+                      test_src: Path, test_ref: Path) -> dict[str, Overlap]:
+    """Per kind: of each test sentence's sources that got proposals, how many proposed targets occur
+    in that sentence's reference, against the table's targets for the same sources (a thin source
+    has some; a missing one none)."""
+    longest = max((len(split_tokens(s)) for s in proposals), default=0)
+    refs = read_text_lines(test_ref)
+    kinds: dict[str, Overlap] = {}
+    for (_, line), ref in zip(iter_text_lines(test_src), refs, strict=True):
+        words = split_tokens(line)
+        grams = {" ".join(words[i:j]) for i in range(len(words))
+                 for j in range(i + 1, min(len(words), i + longest) + 1)}
+        padded = f" {' '.join(split_tokens(ref))} "
+        for gram in sorted(grams & proposals.keys()):
+            found = proposals[gram]
+            o = kinds.setdefault(found[0].kind, Overlap())
+            o.occurrences += 1
+            hits = sum(_in_reference(p.target, padded) for p in found)
+            o.proposed += len(found)
+            o.proposed_in_ref += hits
+            o.occurrences_with_proposal_in_ref += hits > 0
+            own = table.get(gram, [])
+            table_hits = sum(_in_reference(t, padded) for t in own)
+            o.table += len(own)
+            o.table_in_ref += table_hits
+            o.occurrences_with_table_in_ref += table_hits > 0
+    return kinds
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the 1-best translations of one test n-best list are made of."""
+
+    sentences: int
+    phrases: int  # PhrasePenalty0 summed
+    proposed: int  # the indicator column summed
+    sentences_using_proposals: int
+
+
+def proposal_usage(nbest: Path, table_feature: str, indicator: int) -> Usage:
+    """The phrases and proposed pairs of each sentence's first (1-best) hypothesis."""
+    sentences = phrases = proposed = using = 0
+    last = -1
+    for entry in read_nbest(nbest):
+        if entry.sent_id == last:
+            continue
+        last = entry.sent_id
+        features = dict(entry.features)
+        count = round(features[table_feature][indicator])
+        sentences += 1
+        phrases += round(features["PhrasePenalty0"][0])
+        proposed += count
+        using += count > 0
+    return Usage(sentences, phrases, proposed, using)
+
+
+def examples(proposals: Mapping[str, Sequence[Proposal]], table: Mapping[str, Sequence[str]], test_src: Path,
+             per_kind: int = EXAMPLES_PER_KIND) -> list[dict[str, object]]:
+    """A few sources of each kind as they first occur in the test text (two words or more, so
+    that the table's choices and the RNN's can differ in more than one word): their proposals and,
+    for a thin source, the table's targets."""
+    chosen: dict[str, list[dict[str, object]]] = {}
+    for _, line in iter_text_lines(test_src):
+        words = split_tokens(line)
+        for n in (3, 2):
+            for i in range(len(words) - n + 1):
+                gram = " ".join(words[i:i + n])
+                found = proposals.get(gram)
+                if not found or any(e["source"] == gram for e in chosen.get(found[0].kind, [])):
+                    continue
+                bucket = chosen.setdefault(found[0].kind, [])
+                if len(bucket) < per_kind:
+                    bucket.append({"kind": found[0].kind, "source": gram,
+                                   "proposed": [[p.target, round(p.log_p, 2)] for p in found],
+                                   "table": list(table.get(gram, []))[:5]})
+    return [e for kind in sorted(chosen) for e in chosen[kind]]
+
+
+def evidence_document(listing: Path, table: Path, test_src: Path, test_ref: Path,
+                      runs: Sequence[tuple[int, Path, Mapping[str, Sequence[float]]]],
+                      table_feature: str, indicator: int) -> dict[str, object]:
+    """The ``proposals`` part of the report: ``runs`` holds each tuned run's number, test n-best
+    list and tuned weights."""
+    proposals = read_proposals(listing)
+    own = table_targets(table, set(proposals))
+    overlap = reference_overlap(proposals, own, test_src, test_ref)
+    kinds: dict[str, int] = {}
+    for found in proposals.values():
+        kinds[found[0].kind] = kinds.get(found[0].kind, 0) + len(found)
+    return {
+        "listing": str(listing),
+        "proposals": sum(kinds.values()),
+        "sources": len(proposals),
+        "proposals_by_kind": kinds,
+        "overlap": {kind: o.__dict__ for kind, o in sorted(overlap.items())},
+        "runs": [{"run": k, "indicator_weight": weights[table_feature][indicator],
+                  "usage": proposal_usage(nbest, table_feature, indicator).__dict__}
+                 for k, nbest, weights in runs if nbest.exists()],
+        "examples": examples(proposals, own, test_src),
+    }
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part:,} of {whole:,} ({100 * part / whole:.1f}%)" if whole else "–"
+
+
+def format_evidence(doc: Mapping[str, object], label: str) -> list[str]:
+    """The report's section on the proposals row."""
+    out = [f"## {label}: what the proposals are and what the tuned systems made of them", "",
+           f"`rescorer propose` proposed {doc['proposals']:,} pairs for {doc['sources']:,} sources of the "
+           f"dev+test text ({', '.join(f'{k}: {v:,}' for k, v in doc['proposals_by_kind'].items())}).", "",
+           "| run | indicator weight | proposed pairs in the test 1-best | of all phrases used | "
+           "sentences using one or more |", "|---|---|---|---|---|"]
+    for run in doc["runs"]:  # type: ignore[attr-defined]
+        u = run["usage"]
+        using = _share(u["sentences_using_proposals"], u["sentences"])
+        out.append(f"| {run['run']} | {run['indicator_weight']:.4g} | {u['proposed']:,} | "
+                   f"{_share(u['proposed'], u['phrases'])} | {using} |")
+    out += ["", "Proposed targets against the test reference: for every test sentence and every source "
+            "n-gram of it that got proposals, whether each proposed target occurs (as whole tokens) in that "
+            "sentence's tokenised reference, and the same for the table's own targets of those sources.", "",
+            "| kind | (sentence, source) pairs | proposed targets in the reference | pairs with one in the "
+            "reference | table targets in the reference | pairs with one in the reference |",
+            "|---|---|---|---|---|---|"]
+    for kind, o in doc["overlap"].items():  # type: ignore[attr-defined]
+        out.append(f"| {kind} | {o['occurrences']:,} | {_share(o['proposed_in_ref'], o['proposed'])} | "
+                   f"{_share(o['occurrences_with_proposal_in_ref'], o['occurrences'])} | "
+                   f"{_share(o['table_in_ref'], o['table'])} | "
+                   f"{_share(o['occurrences_with_table_in_ref'], o['occurrences'])} |")
+    out += ["", "A few proposals (the first sources of each kind in the test text, as the paper's Table 3; "
+            "log p(target | source) beside each):", "",
+            "| kind | source | proposed | the table's |", "|---|---|---|---|"]
+    for e in doc["examples"]:  # type: ignore[attr-defined]
+        proposed = "; ".join(f"{t} ({lp})" for t, lp in e["proposed"])
+        out.append(f"| {e['kind']} | {e['source']} | {proposed} | {'; '.join(e['table']) or '–'} |")
+    return out

@@ -1,0 +1,81 @@
+"""The proposals row's evidence, against counts made by hand on small files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from table1.proposal_evidence import (
+    Proposal,
+    evidence_document,
+    format_evidence,
+    proposal_usage,
+    read_proposals,
+    reference_overlap,
+    table_targets,
+)
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    listing = _write(tmp_path / "proposals.tsv", [
+        "missing\tred house\tmaison rouge\t-1.500000",
+        "missing\tred house\tla maison rouge\t-2.000000",
+        "thin\tcat\tchatte\t-0.700000",
+        "missing\tblue sky\tciel bleu\t-1.000000",
+    ])
+    table = _write(tmp_path / "phrase-table", [
+        "cat ||| chat ||| 0.5 0.5 0.5 0.5 ||| 0-0 ||| 2 2 2",
+        "dog ||| chien ||| 0.5 0.5 0.5 0.5 ||| 0-0 ||| 2 2 2",
+    ])
+    src = _write(tmp_path / "test.en", ["the red house and the cat", "a cat , a red house"])
+    ref = _write(tmp_path / "test.fr", ["la maison rouge et le chat", "une chatte , une maison"])
+    return listing, table, src, ref
+
+
+def test_reference_overlap_counts_each_source_once_per_sentence(tmp_path):
+    listing, table, src, ref = _files(tmp_path)
+    proposals = read_proposals(listing)
+    assert proposals["cat"] == [Proposal("thin", "chatte", -0.7)]
+    own = table_targets(table, set(proposals))
+    assert own == {"cat": ["chat"]}
+    found = reference_overlap(proposals, own, src, ref)
+    missing, thin = found["missing"], found["thin"]
+    # "red house" in both sentences ("blue sky" in none): sentence 1's reference holds both of its
+    # proposals, sentence 2's neither ("maison" alone is not "maison rouge").
+    assert (missing.occurrences, missing.proposed, missing.proposed_in_ref) == (2, 4, 2)
+    assert missing.occurrences_with_proposal_in_ref == 1 and missing.table == 0
+    # "cat": the table's "chat" is in reference 1, the proposal "chatte" in reference 2 (whole tokens only).
+    assert (thin.occurrences, thin.proposed_in_ref, thin.table, thin.table_in_ref) == (2, 1, 2, 1)
+
+
+def test_usage_reads_each_sentences_first_hypothesis(tmp_path):
+    nbest = _write(tmp_path / "test.nbest", [
+        "0 ||| a b ||| LM0= -3 PhrasePenalty0= 2 TranslationModel0= -1 -1 -1 -1 -2 0 0.999999 ||| -4",
+        "0 ||| a c ||| LM0= -3 PhrasePenalty0= 3 TranslationModel0= -1 -1 -1 -1 -2 0 2.99999 ||| -5",
+        "1 ||| d ||| LM0= -3 PhrasePenalty0= 3 TranslationModel0= -1 -1 -1 -1 -2 0 1.99999 ||| -4",
+        "2 ||| e ||| LM0= -3 PhrasePenalty0= 4 TranslationModel0= -1 -1 -1 -1 -2 0 0 ||| -4",
+    ])
+    usage = proposal_usage(nbest, "TranslationModel0", 6)
+    assert (usage.sentences, usage.phrases, usage.proposed, usage.sentences_using_proposals) == (3, 9, 3, 2)
+
+
+def test_the_report_section_shows_the_counts(tmp_path):
+    listing, table, src, ref = _files(tmp_path)
+    nbest = _write(tmp_path / "run1.test.tok.nbest", [
+        "0 ||| x ||| PhrasePenalty0= 4 TranslationModel0= -1 -1 -1 -1 -2 0 0.999999 ||| -4",
+        "1 ||| y ||| PhrasePenalty0= 4 TranslationModel0= -1 -1 -1 -1 -2 0 0 ||| -4",
+    ])
+    weights = {"TranslationModel0": [0.1, 0.1, 0.1, 0.1, 0.02, 0.0, -0.05]}
+    doc = evidence_document(listing, table, src, ref, [(1, nbest, weights)], "TranslationModel0", 6)
+    assert doc["proposals"] == 4 and doc["sources"] == 3 and doc["proposals_by_kind"] == {"missing": 3, "thin": 1}
+    assert doc["runs"] == [{"run": 1, "indicator_weight": -0.05, "usage": {
+        "sentences": 2, "phrases": 8, "proposed": 1, "sentences_using_proposals": 1}}]
+    assert [e["source"] for e in doc["examples"]] == ["red house"]  # two words or more
+    md = "\n".join(format_evidence(doc, "+ RNN + proposals"))
+    assert "| 1 | -0.05 | 1 | 1 of 8 (12.5%) | 1 of 2 (50.0%) |" in md
+    assert "| missing | 2 | 2 of 4 (50.0%) | 1 of 2 (50.0%) | – | 0 of 2 (0.0%) |" in md
+    assert "| thin | 2 | 1 of 2 (50.0%) | 1 of 2 (50.0%) | 1 of 2 (50.0%) | 1 of 2 (50.0%) |" in md
