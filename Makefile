@@ -97,7 +97,8 @@ tune: tune-moses install
 # and says where to get Moses. Every step skips what is done, so `make table1` may be rerun after an interruption;
 # STEPS='tune eval' runs only those. The settings of each SCALE are in table1/settings.py.
 #   make table1 SCALE=small MOSES_BIN_DIR=/path/to/moses/bin MOSES_HOME=/path/to/moses [WORK=…] [RUNS=3]
-# CONFIGS picks configurations (baseline rnn cslm-rnn cslm-rnn-wp; default all); ALIGNER=eflomal
+# CONFIGS picks configurations (baseline rnn cslm-rnn cslm-rnn-wp; default all; also cslm-nbest-rnn,
+# cslm-nbest-rnn-wp and rnn-proposals, which are not in the paper: docs/table1.md); ALIGNER=eflomal
 # aligns with eflomal where Moses has no GIZA++/mgiza (auto picks).
 SCALE ?= small
 WORK ?= ../table1-work

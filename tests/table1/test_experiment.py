@@ -11,6 +11,8 @@ from click.testing import CliRunner
 from held_output import held_by_another_process
 from table1 import experiment
 from table1.cli import main
+from table1.settings import select_configurations
+from table1.workspace import new_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,10 +88,20 @@ def test_steps_that_need_no_moses_run_without_it(tmp_path: Path, monkeypatch) ->
     _no_moses(monkeypatch)
     ran = []
     monkeypatch.setattr(experiment, "run_step", lambda exp, step, options: ran.append(step) or [])
-    result = CliRunner().invoke(main, ["data", "rnn", "cslm", "report", "--work", str(tmp_path / "work"),
-                                       "--data", str(tmp_path)])
+    result = CliRunner().invoke(main, ["data", "rnn", "proposals", "cslm", "report", "--work", str(tmp_path / "work"),
+                                       "--data", str(tmp_path), "--configs", "rnn rnn-proposals"])
     assert result.exit_code == 0, result.output
-    assert ran == ["data", "rnn", "cslm", "report"]
+    assert ran == ["data", "rnn", "proposals", "cslm", "report"]
+
+
+def test_the_proposals_step_is_stamped_only_for_a_proposals_row(tmp_path: Path) -> None:
+    exp = new_experiment(tmp_path / "work", "small")
+    plain = experiment.StepOptions(select_configurations("baseline rnn"), 3)
+    with_proposals = experiment.StepOptions(select_configurations("baseline rnn rnn-proposals"), 3)
+    assert experiment.step_stamps(exp, "proposals", plain) == []
+    assert experiment.step_stamps(exp, "proposals", with_proposals) == ["proposals"]
+    assert experiment.step_stamps(exp, "speed", with_proposals) == ["speed/rnn", "speed/proposals"]
+    assert "tune/rnn-proposals/run3" in experiment.step_stamps(exp, "tune", with_proposals)
 
 
 def test_make_tune_without_moses_says_where_to_get_it_before_installing_anything(tmp_path: Path) -> None:
