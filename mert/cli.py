@@ -24,6 +24,7 @@ from moses_integration.cli_options import (
     seed_option,
     threads_option,
 )
+from moses_integration.files import check_output_place
 from moses_integration.threads import limit_threads
 
 
@@ -254,8 +255,9 @@ def tune_command(
               type=click.Path(exists=True, dir_okay=False, path_type=Path), help="baseline config(s) to decode")
 @click.option("--src", "source", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="test source for decoding (tokenized, truecased)")
-@click.option("--output-dir", default="eval", show_default=True, type=OutputPath(folder=True, path_type=Path),
-              help="where decoded and post-processed outputs are written")
+@click.option("--output-dir", type=OutputPath(folder=True, path_type=Path),
+              help="where decoded and post-processed outputs are written (with --moses-ini/--baseline-ini) "
+                   "[default: eval]")
 @click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
 @threads_option("decoder threads (moses -threads) [default: the CPUs this process may use]")
@@ -279,7 +281,7 @@ def evaluate_command(
     baselines: tuple[Path, ...],
     baseline_inis: tuple[Path, ...],
     source: Path | None,
-    output_dir: Path,
+    output_dir: Path | None,
     moses_bin_dir: Path | None,
     threads: int | None,
     decoder_cwd: Path | None,
@@ -306,12 +308,15 @@ def evaluate_command(
         raise click.UsageError("give --hyp FILE or --moses-ini INI --src SRC")
     if (inis or baseline_inis) and source is None:
         raise click.UsageError("--moses-ini/--baseline-ini need --src (the test source)")
+    out_dir = output_dir or Path("eval")
+    if inis or baseline_inis:  # only a decode writes there: scoring --hyp files needs no writable folder
+        check_output_place(out_dir, folder=True)
 
     def decoded(configs: tuple[Path, ...], label: str) -> list[Path]:
         outputs = []
         for k, ini in enumerate(configs, start=1):
             assert source is not None
-            out = output_dir / f"{label}.run{k}.tok"
+            out = out_dir / f"{label}.run{k}.tok"
             if not quiet:
                 click.echo(f"decoding {source} with {ini} -> {out}", err=True)
             outputs.append(
@@ -330,7 +335,7 @@ def evaluate_command(
         baseline_hyps=baseline,
         already_detokenized=detokenized,
         bootstrap_samples=bootstrap_samples,
-        detok_dir=output_dir if (inis or baseline_inis) else None,
+        detok_dir=out_dir if (inis or baseline_inis) else None,
     )
     for line in report.lines():
         click.echo(line)

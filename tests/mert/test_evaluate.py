@@ -122,6 +122,25 @@ def test_cli_evaluate_hyp_files(tmp_path: Path) -> None:
     assert usage.exit_code == 2 and "--hyp" in usage.output
 
 
+def test_cli_evaluate_hyp_files_needs_no_writable_folder(monkeypatch) -> None:
+    """Scoring --hyp files writes nothing: it ran where the default --output-dir (eval) cannot be made."""
+    monkeypatch.chdir("/proc")  # nothing can be created here, not even by root
+    args = ["evaluate", "--hyp", str(shared_file(TUNED)), "--ref", str(shared_file(REF)), "--bootstrap-samples", "10"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert f"signature: {SIGNATURE}" in result.output
+
+
+def test_cli_evaluate_refuses_an_unwritable_output_folder_before_decoding(fake_system: dict[str, Path],
+                                                                         monkeypatch) -> None:
+    monkeypatch.chdir("/proc")
+    args = ["evaluate", "--moses-ini", str(fake_system["ini"]), "--src", str(fake_system["src"]),
+            "--ref", str(fake_system["src"])]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert "cannot write eval" in result.output
+
+
 FAKE_MOSES = r'''#!{python}
 """Fake moses: writes a fixed n-best list (when asked) and its first hypotheses as the 1-best."""
 import sys
