@@ -420,6 +420,34 @@ def check_output_place(path: PathArg, *, folder: bool = False) -> None:
     os.close(fd)
     with contextlib.suppress(OSError):
         os.unlink(probe)
+    if not folder and target.is_file() and _immutable(target):
+        raise OutputPlaceError(f"cannot replace {name}: the file is immutable or append-only (lsattr shows i or a; "
+                               "chattr -i/-a lifts it)")
+
+
+#: Linux's FS_IOC_GETFLAGS and the inode flags that forbid replacing a file (linux/fs.h).
+_FS_IOC_GETFLAGS = 0x80086601
+_FS_IMMUTABLE_FL, _FS_APPEND_FL = 0x10, 0x20
+
+
+def _immutable(path: Path) -> bool:
+    """Whether an existing file carries the immutable or append-only flag (``chattr +i``/``+a``).
+
+    Outputs replace their file by a rename at the very end; the kernel refuses that rename for such
+    a file, even to root, and the mkstemp probe does not see it (the folder itself is writable).
+    Where the filesystem has no such flags (the ioctl fails) nothing is refused.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        flags = fcntl.ioctl(fd, _FS_IOC_GETFLAGS, b"\0" * 4)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return bool(int.from_bytes(flags, sys.byteorder) & (_FS_IMMUTABLE_FL | _FS_APPEND_FL))
 
 
 def _remove_empty_folders(folder: Path) -> None:

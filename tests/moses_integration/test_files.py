@@ -232,6 +232,26 @@ def test_a_writable_place_passes_and_the_check_leaves_nothing(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.txt"]  # no probe left, no folder made
 
 
+def test_an_immutable_output_file_is_refused_before_any_work(tmp_path: Path) -> None:
+    """The final rename would fail on it (EPERM, even for root) after all the work."""
+    import subprocess
+
+    old = tmp_path / "out.gz"
+    old.write_text("old")
+    if subprocess.run(["chattr", "+i", str(old)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not possible here (not root, or the filesystem has no such flag)")
+    try:
+        (tmp_path / "new").write_text("new")
+        with pytest.raises(PermissionError):  # what the run would meet at its end
+            os.replace(tmp_path / "new", old)
+        with pytest.raises(OutputPlaceError, match=re.escape(f"cannot replace {old}: the file is immutable")):
+            check_output_place(old)
+    finally:
+        subprocess.run(["chattr", "-i", str(old)], check=True)
+    assert old.read_text() == "old"
+    check_output_place(old)
+
+
 def test_a_folder_for_a_file_and_a_file_for_a_folder_are_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     with pytest.raises(OutputPlaceError, match="is a folder"):
