@@ -75,6 +75,35 @@ CPU_SCORING_BLOCK_VOCAB = 512
 # Generation (beam search) on CPU: rows per block of logits for the top-k and log-sum-exp; a block
 # of 128 rows × 15,000 words is 7.7 MB, near the cores' share of cache.
 CPU_GENERATION_BLOCK_ROWS = 128
+# Words per chunk of top_k_by_chunks: on the CPU, torch.topk's per-row selection over 15,001 logits
+# cost more than the vocabulary matmul itself (benchmarks/propose_speed.py, docs/proposals.md).
+TOP_K_CHUNK = 64
+
+
+def top_k_by_chunks(logits: Tensor, k: int, chunk: int = TOP_K_CHUNK) -> tuple[Tensor, Tensor]:
+    """``logits.topk(k, dim=1)`` (values best first, and their columns), found through chunk maxima.
+
+    The row is cut into chunks of ``chunk`` columns (the last ``V mod chunk`` columns are a tail
+    that is always a candidate). A chunk holding one of the k best values has its maximum at least
+    the k-th best value, and at most k chunk maxima can be, so the k chunks with the largest maxima
+    hold every one of the k best values outside the tail: a top-k over those k·chunk columns and the
+    tail is exact. It reads the row once for the maxima instead of sorting through it (ties may
+    come back in another order than torch.topk's, which promises none).
+    """
+    rows, vocab = logits.shape
+    chunks = vocab // chunk
+    if chunks <= k or rows == 0:
+        return logits.topk(k, dim=1)
+    full = chunks * chunk
+    blocks = logits.as_strided((rows, chunks, chunk), (logits.stride(0), chunk, logits.stride(1)))
+    _, best_chunks = blocks.amax(dim=2).topk(k, dim=1, sorted=False)  # [rows, k]
+    candidates = blocks.gather(1, best_chunks.unsqueeze(2).expand(-1, -1, chunk)).reshape(rows, k * chunk)
+    candidates = torch.cat([candidates, logits[:, full:]], dim=1)
+    values, at = candidates.topk(k, dim=1)
+    in_chunk = at < k * chunk
+    columns = torch.where(in_chunk, best_chunks.gather(1, (at // chunk).clamp(max=k - 1)) * chunk + at % chunk,
+                          full + at - k * chunk)
+    return values, columns
 
 
 def _orthogonal_(weight: Tensor, block: int) -> None:
@@ -420,7 +449,7 @@ class RNNEncoderDecoder(nn.Module):
         values, ids = [], []
         for lo in range(0, s.shape[0], block):
             logits = self._logits(s[lo : lo + block])
-            top, top_ids = logits.topk(k, dim=1)
+            top, top_ids = top_k_by_chunks(logits, k) if s.device.type == "cpu" else logits.topk(k, dim=1)
             values.append(top - torch.logsumexp(logits, dim=1, keepdim=True))
             ids.append(top_ids)
         if not values:

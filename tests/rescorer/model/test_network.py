@@ -11,7 +11,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from rescorer.model.config import ModelConfig
-from rescorer.model.network import RNNEncoderDecoder, count_flops_per_pair
+from rescorer.model.network import RNNEncoderDecoder, count_flops_per_pair, top_k_by_chunks
 
 SMALL = ModelConfig(src_vocab_size=9, tgt_vocab_size=8, hidden=6, embedding=4, maxout_units=5, output_rank=3)
 RECURRENT = ("enc_rec_gates.weight", "enc_rec_cand.weight", "dec_rec.weight")
@@ -385,3 +385,17 @@ def test_flop_count_matches_torch_flop_counter(src_len: int, tgt_len: int) -> No
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(src, torch.tensor([src_len]), tgt, torch.tensor([tgt_len]))
     assert counter.get_total_flops() == count_flops_per_pair(config, src_len, tgt_len)
+
+
+@pytest.mark.parametrize(("vocab", "k", "rows"),
+                         [(15001, 10, 130), (15001, 1, 3), (640, 10, 5), (100, 4, 2), (129, 2, 0)])
+def test_top_k_by_chunks_is_torch_topk(vocab, k, rows):
+    """The beam search's top-k through chunk maxima gives torch.topk's values and columns, also when
+    the best word is in the tail past the last whole chunk, and for a slice of a wider tensor."""
+    gen = torch.Generator().manual_seed(vocab + k)
+    logits = torch.randn(rows, vocab + 7, generator=gen)[:, :vocab] * 3  # not contiguous
+    for _ in range(2):
+        values, columns = top_k_by_chunks(logits, k)
+        expected = logits.topk(k, dim=1)
+        assert torch.equal(values, expected.values) and torch.equal(columns, expected.indices)
+        logits[:, -1] = 100.0  # now every row's best word is the last one, in the tail
