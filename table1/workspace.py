@@ -26,6 +26,9 @@ from table1.system_training import MosesInstall, run_logged
 STAMPS = "stamps"
 TABLE2_KINDS = ("frequent", "rare")
 SETTINGS_FILE = "settings.json"
+#: Settings that one step alone reads, by the step that reads them (a folder made before such a
+#: setting existed takes it on while that step has not run).
+STEP_SETTINGS = {"proposals": "proposals"}
 TIMINGS_FILE = "timings.tsv"
 
 
@@ -145,6 +148,12 @@ class Experiment:
             before = json.loads(path.read_text(encoding="utf-8"))
             # a setting added since the folder was made, and off (None), changes nothing it holds
             before.update({k: None for k, v in current.items() if v is None and k not in before})
+            # nor does one that only a step not run yet reads: it is recorded now, and holds from here on
+            added = {k: v for k, v in current.items() if k not in before and k in STEP_SETTINGS
+                     and not self.done(STEP_SETTINGS[k])}
+            if added:
+                before.update(json.loads(json.dumps(added)))
+                write_json(path, before)
             if before != json.loads(json.dumps(current)):
                 changed = sorted(k for k in current if before.get(k) != json.loads(json.dumps(current[k])))
                 raise ExperimentError(

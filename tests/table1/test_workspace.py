@@ -54,3 +54,23 @@ def test_a_folder_made_before_a_setting_existed_is_kept_when_the_setting_is_off(
     (exp.work / "settings.json").write_text(json.dumps(settings))
     with pytest.raises(workspace.ExperimentError, match=r"other settings \(lm_order differ"):
         small_experiment(tmp_path)
+
+
+def test_a_folder_made_before_the_proposals_step_takes_on_its_settings_until_that_step_runs(tmp_path):
+    """A folder whose record lacks "proposals" (made before that step existed) goes on and records
+    them; once the step has run under other values, the folder refuses them."""
+    exp = small_experiment(tmp_path)
+    settings = json.loads((exp.work / "settings.json").read_text())
+    recorded = settings.pop("proposals")
+    (exp.work / "settings.json").write_text(json.dumps(settings))
+    small_experiment(tmp_path)
+    assert json.loads((exp.work / "settings.json").read_text())["proposals"] == recorded
+    settings["proposals"] = {**recorded, "beam": 3}
+    (exp.work / "settings.json").write_text(json.dumps(settings))
+    with pytest.raises(workspace.ExperimentError, match=r"other settings \(proposals differ"):
+        small_experiment(tmp_path)
+    settings.pop("proposals")
+    (exp.work / "settings.json").write_text(json.dumps(settings))
+    exp.step("proposals", lambda: None)  # the step ran (its settings unrecorded: an impossible folder)
+    with pytest.raises(workspace.ExperimentError, match=r"other settings \(proposals differ"):
+        small_experiment(tmp_path)
