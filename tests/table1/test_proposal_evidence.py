@@ -75,7 +75,11 @@ def test_the_report_section_shows_the_counts(tmp_path):
     assert doc["runs"] == [{"run": 1, "indicator_weight": -0.05, "usage": {
         "sentences": 2, "phrases": 8, "proposed": 1, "sentences_using_proposals": 1}}]
     assert [e["source"] for e in doc["examples"]] == ["red house"]  # two words or more
+    # proposed: red house -> 2 and 3 words, cat -> 1, blue sky -> 2; the table: 1 -> 1 word twice
+    assert doc["lengths"]["proposed"] == {"pairs": 4, "source_words": 7, "target_words": 8, "shorter_targets": 0}
+    assert doc["lengths"]["table"] == {"pairs": 2, "source_words": 2, "target_words": 2, "shorter_targets": 0}
     md = "\n".join(format_evidence(doc, "+ RNN + proposals"))
     assert "| 1 | -0.05 | 1 | 1 of 8 (12.5%) | 1 of 2 (50.0%) |" in md
     assert "| missing | 2 | 2 of 4 (50.0%) | 1 of 2 (50.0%) | – | 0 of 2 (0.0%) |" in md
     assert "| thin | 2 | 1 of 2 (50.0%) | 1 of 2 (50.0%) | 1 of 2 (50.0%) | 1 of 2 (50.0%) |" in md
+    assert "| proposed | 4 | 1.75 | 2.00 | 1.143 | 0 of 4 (0.0%) |" in md
