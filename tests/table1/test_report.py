@@ -44,25 +44,31 @@ def _noisy(refs: list[str], error_rate: float, seed: int) -> list[str]:
                      for i, w in enumerate(ref.split())) for ref in refs]
 
 
+def _scored_rows(tmp_path, refs: list[str], outputs: dict[tuple[str, int], list[str]]):
+    """score_runs over the rows and runs of ``outputs`` ((key, run) -> test output), every
+    reference (dev, raw and tokenised test) being ``refs``."""
+    for name in ("dev.tok", "test.raw", "test.tok"):
+        (tmp_path / name).write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    collected = []
+    for key in dict.fromkeys(key for key, _ in outputs):
+        found = []
+        for k in sorted(run for row, run in outputs if row == key):
+            out = tmp_path / f"{key}.{k}.tok"
+            out.write_text("".join(h + "\n" for h in outputs[key, k]), encoding="utf-8")
+            found.append(TunedRun(k, 999 + k, out, out, {"LM0": [0.5]}, 3, "weights converged"))
+        collected.append((CONFIGURATIONS_BY_KEY[key], found))
+    return score_runs(collected, dev_tok_ref=tmp_path / "dev.tok", test_ref=tmp_path / "test.raw",
+                      test_tok_ref=tmp_path / "test.tok", lang="fr", bootstrap_samples=200)
+
+
 def test_each_row_gets_one_pooled_p_value_and_the_report_says_what_it_can_detect(tmp_path):
     """score_runs pools a row's runs against the same-numbered Baseline runs, exactly as
     mert.significance does, and measures the detectable Δ between Baseline runs."""
     rng = np.random.default_rng(0)
     refs = ["0 " + " ".join(f"w{i}" for i in rng.integers(0, 80, size=int(rng.integers(6, 14)))) for _ in range(150)]
-    for name in ("dev.tok", "test.raw", "test.tok"):
-        (tmp_path / name).write_text("".join(r + "\n" for r in refs), encoding="utf-8")
     outputs = {("baseline", k): _noisy(refs, 0.5, k) for k in (1, 2, 3)}
     outputs |= {("rnn", k): _noisy(refs, 0.3, 10 + k) for k in (1, 2)}
-    collected = []
-    for key, runs in (("baseline", (1, 2, 3)), ("rnn", (1, 2))):
-        found = []
-        for k in runs:
-            out = tmp_path / f"{key}.{k}.tok"
-            out.write_text("".join(h + "\n" for h in outputs[key, k]), encoding="utf-8")
-            found.append(TunedRun(k, 999 + k, out, out, {"LM0": [0.5]}, 3, "weights converged"))
-        collected.append((CONFIGURATIONS_BY_KEY[key], found))
-    scored, _, detectable = score_runs(collected, dev_tok_ref=tmp_path / "dev.tok", test_ref=tmp_path / "test.raw",
-                                       test_tok_ref=tmp_path / "test.tok", lang="fr", bootstrap_samples=200)
+    scored, _, detectable = _scored_rows(tmp_path, refs, outputs)
     expected = pooled_bootstrap([outputs["baseline", k] for k in (1, 2)], [outputs["rnn", k] for k in (1, 2)],
                                 [refs], samples=200)
     base, rnn = scored
@@ -81,20 +87,9 @@ def test_a_row_is_also_compared_with_the_rows_it_names(tmp_path):
     paired bootstrap of that pair; the paper has no such row, so its paper cells are empty."""
     rng = np.random.default_rng(1)
     refs = ["0 " + " ".join(f"w{i}" for i in rng.integers(0, 80, size=int(rng.integers(6, 14)))) for _ in range(120)]
-    for name in ("dev.tok", "test.raw", "test.tok"):
-        (tmp_path / name).write_text("".join(r + "\n" for r in refs), encoding="utf-8")
     rates = {"baseline": 0.5, "rnn": 0.45, "rnn-proposals": 0.3}
     outputs = {(key, k): _noisy(refs, rate, 20 * k + len(key)) for key, rate in rates.items() for k in (1, 2)}
-    collected = []
-    for key in rates:
-        found = []
-        for k in (1, 2):
-            out = tmp_path / f"{key}.{k}.tok"
-            out.write_text("".join(h + "\n" for h in outputs[key, k]), encoding="utf-8")
-            found.append(TunedRun(k, 999 + k, out, out, {"LM0": [0.5]}, 3, "weights converged"))
-        collected.append((CONFIGURATIONS_BY_KEY[key], found))
-    scored, _, _ = score_runs(collected, dev_tok_ref=tmp_path / "dev.tok", test_ref=tmp_path / "test.raw",
-                              test_tok_ref=tmp_path / "test.tok", lang="fr", bootstrap_samples=200)
+    scored, _, _ = _scored_rows(tmp_path, refs, outputs)
     proposals = scored[2]
     assert [v.label for v in proposals.versus] == ["+ RNN"] and not scored[1].versus
     versus = proposals.versus[0]
