@@ -99,6 +99,14 @@ def leverage_document(exp: Experiment, collected: list, table_feature: str, ini:
     return {"labels": labels, "runs": runs}
 
 
+def portable(doc: dict[str, object], work: Path) -> dict[str, object]:
+    """The report with the work folder's path written ``WORK``: a committed report names no machine's folders."""
+    text = json.dumps(doc)
+    for form in {str(work), str(work.resolve())}:
+        text = text.replace(json.dumps(form)[1:-1], "WORK")
+    return json.loads(text)
+
+
 def step_report(
     exp: Experiment, configs: list[Configuration], runs: int, out_dir: Path, command: str = ""
 ) -> list[Path]:
@@ -160,7 +168,7 @@ def step_report(
             table_feature, single_phrase_table(exp.proposals_ini)[2] - 1)}
     doc["table2"] = {k: exp.table2_path(k).read_text(encoding="utf-8") for k in TABLE2_KINDS
                      if exp.table2_path(k).exists()}
-    paths = write_report(doc, out_dir, command)
+    paths = write_report(portable(doc, exp.work), out_dir, command)
     shutil.copyfile(exp.path(TIMINGS_FILE), out_dir / "timings.tsv")
     return paths
 

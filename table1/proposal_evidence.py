@@ -40,13 +40,34 @@ def read_proposals(listing: Path) -> dict[str, list[Proposal]]:
     return found
 
 
-def table_targets(table: Path, sources: set[str]) -> dict[str, list[str]]:
-    """The table's targets of ``sources`` (one pass over the table), in its order."""
+@dataclass
+class Lengths:
+    """Source and target words of a set of pairs: a target shorter than its source drops words
+    (French runs about 12% longer than English on this project's dev set)."""
+
+    pairs: int = 0
+    source_words: int = 0
+    target_words: int = 0
+    shorter_targets: int = 0  # fewer target words than source words
+
+    def add(self, source: str, target: str) -> None:
+        ns, nt = len(split_tokens(source)), len(split_tokens(target))
+        self.pairs += 1
+        self.source_words += ns
+        self.target_words += nt
+        self.shorter_targets += nt < ns
+
+
+def table_targets(table: Path, sources: set[str], lengths: Lengths | None = None) -> dict[str, list[str]]:
+    """The table's targets of ``sources`` (one pass over the table), in its order; with ``lengths``,
+    every pair's lengths are counted in the same pass."""
     found: dict[str, list[str]] = {}
     for entry in read_phrase_table(table):
-        source = entry.source.strip()
+        source, target = entry.source.strip(), entry.target.strip()
+        if lengths is not None:
+            lengths.add(source, target)
         if source in sources:
-            found.setdefault(source, []).append(entry.target.strip())
+            found.setdefault(source, []).append(target)
     return found
 
 
@@ -100,35 +121,6 @@ def reference_overlap(proposals: Mapping[str, Sequence[Proposal]], table: Mappin
             o.table_in_ref += table_hits
             o.occurrences_with_table_in_ref += table_hits > 0
     return kinds
-
-
-@dataclass
-class Lengths:
-    """Source and target words of a set of pairs: a target shorter than its source drops words
-    (French runs about 12% longer than English on this project's dev set)."""
-
-    pairs: int = 0
-    source_words: int = 0
-    target_words: int = 0
-    shorter_targets: int = 0  # fewer target words than source words
-
-    def add(self, source: str, target: str) -> None:
-        ns, nt = len(split_tokens(source)), len(split_tokens(target))
-        self.pairs += 1
-        self.source_words += ns
-        self.target_words += nt
-        self.shorter_targets += nt < ns
-
-
-def lengths_of(table: Path, proposals: Mapping[str, Sequence[Proposal]]) -> dict[str, Lengths]:
-    """Lengths of the proposed pairs, and of the table's own pairs (one pass over the table)."""
-    found = {"proposed": Lengths(), "table": Lengths()}
-    for source, props in proposals.items():
-        for p in props:
-            found["proposed"].add(source, p.target)
-    for entry in read_phrase_table(table):
-        found["table"].add(entry.source.strip(), entry.target.strip())
-    return found
 
 
 @dataclass(frozen=True)
@@ -186,7 +178,11 @@ def evidence_document(listing: Path, table: Path, test_src: Path, test_ref: Path
     """The ``proposals`` part of the report: ``runs`` holds each tuned run's number, test n-best
     list and tuned weights."""
     proposals = read_proposals(listing)
-    own = table_targets(table, set(proposals))
+    lengths = {"proposed": Lengths(), "table": Lengths()}
+    for source, props in proposals.items():
+        for p in props:
+            lengths["proposed"].add(source, p.target)
+    own = table_targets(table, set(proposals), lengths["table"])
     overlap = reference_overlap(proposals, own, test_src, test_ref)
     kinds: dict[str, int] = {}
     for found in proposals.values():
@@ -197,7 +193,7 @@ def evidence_document(listing: Path, table: Path, test_src: Path, test_ref: Path
         "sources": len(proposals),
         "proposals_by_kind": kinds,
         "overlap": {kind: o.__dict__ for kind, o in sorted(overlap.items())},
-        "lengths": {name: v.__dict__ for name, v in lengths_of(table, proposals).items()},
+        "lengths": {name: v.__dict__ for name, v in lengths.items()},
         "runs": [{"run": k, "indicator_weight": weights[table_feature][indicator],
                   "usage": proposal_usage(nbest, table_feature, indicator).__dict__}
                  for k, nbest, weights in runs if nbest.exists()],

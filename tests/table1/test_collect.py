@@ -121,3 +121,13 @@ def test_report_needs_an_evaluated_run(tmp_path):
     exp = small_experiment(tmp_path)
     with pytest.raises(workspace.ExperimentError, match="no evaluated run"):
         collect.step_report(exp, select_configurations(""), 3, tmp_path / "results")
+
+
+def test_the_report_names_the_work_folder_WORK(tmp_path):
+    """A committed report holds no machine's paths: the work folder's is written WORK."""
+    from table1.collect import portable
+
+    work = tmp_path / "table1-work"
+    doc = {"notes": [f"model: {work}/rnn/model.pt"], "analysis": {"table": f"{work}/rnn/t.gz"}, "n": 3}
+    assert portable(doc, work) == {"notes": ["model: WORK/rnn/model.pt"], "analysis": {"table": "WORK/rnn/t.gz"},
+                                   "n": 3}
