@@ -105,10 +105,21 @@ note "train: $(grep -Ei 'pairs/s' "$OUT/train.log" | tr '\n' ' ')"
 note "cslm: $(grep -Ei 'n-grams/s|hypotheses/s' "$OUT/cslm.log" | tr '\n' ' ')"
 
 # 6. Identity: a rerun, and a run killed after two durable chunks then resumed, against the first.
+same() {  # same FIRST OTHER WHAT: "WHAT: byte-identical", or how many lines differ and the first few
+  if cmp "$1" "$2"; then echo "$3: byte-identical"; return; fi
+  "$PYTHON" - "$1" "$2" "$3" <<'EOF'
+import gzip, itertools, sys
+with gzip.open(sys.argv[1]) as first, gzip.open(sys.argv[2]) as other:
+    diffs = [(no, a, b) for no, (a, b) in enumerate(itertools.zip_longest(first, other), 1) if a != b]
+print(f"{sys.argv[3]}: {len(diffs)} lines differ; the first (line, first run, this run):")
+for no, a, b in diffs[:5]:
+    print(no, a, b, sep="\n  ")
+EOF
+}
 first=$(echo "$E2E_PRECISIONS" | awk '{print $NF}')
 {
   (e2e "$first" "$WORK/again.gz")
-  cmp "$WORK/e2e.$first.gz" "$WORK/again.gz" && echo "rerun: byte-identical"
+  same "$WORK/e2e.$first.gz" "$WORK/again.gz" rerun
   (e2e "$first" "$WORK/killed.gz") & run=$!
   progress="$WORK/.killed.gz.progress.json"
   until [ -f "$progress" ] && "$PYTHON" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["chunks_done"] < 2)' "$progress" 2> /dev/null; do
@@ -122,7 +133,7 @@ first=$(echo "$E2E_PRECISIONS" | awk '{print $NF}')
   else
     echo "the run finished before it could be killed: no resume measured"
   fi
-  cmp "$WORK/e2e.$first.gz" "$WORK/killed.gz" && echo "kill + --resume: byte-identical"
+  same "$WORK/e2e.$first.gz" "$WORK/killed.gz" "kill + --resume"
 } > "$OUT/identity.log" 2>&1
 note "identity ($first): $(grep -c 'byte-identical' "$OUT/identity.log") of 2 byte-identical"
 note "gpu_suite: done $(date -u +%FT%TZ)"

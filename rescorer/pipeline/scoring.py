@@ -216,12 +216,18 @@ def auto_token_budget(device: torch.device, config) -> int:
     temporary (2 V floats: the fp32 output layer runs in one block there; the fused kernel of
     TF32/bf16 scoring needs none) plus a few d-sized decoder activations; half the free memory
     is used, and an out-of-memory error still halves the budget safely.
+
+    The figure is rounded down to a power of two. The budget decides the groups, so the shapes of
+    every matmul, whose kernels may round differently; free memory differs by some megabytes
+    from one run to the next, and without the rounding two runs of the same command on the same
+    GPU would group, and so print, differently.
     """
     if device.type != "cuda":
         return CPU_TOKEN_BUDGET
     free, _ = torch.cuda.mem_get_info(device)
     per_token = 4 * (2 * config.tgt_vocab_size + 12 * config.hidden)
-    return int(max(CPU_TOKEN_BUDGET, min(1 << 20, free // 2 // per_token)))
+    budget = int(max(CPU_TOKEN_BUDGET, min(1 << 20, free // 2 // per_token)))
+    return 1 << (budget.bit_length() - 1)
 
 
 def _expand(sources: TokenIds, index: np.ndarray) -> TokenIds:

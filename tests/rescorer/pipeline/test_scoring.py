@@ -91,6 +91,23 @@ def test_cpu_budget_is_fixed():
     assert auto_token_budget(torch.device("cpu"), CONFIG) == CPU_TOKEN_BUDGET
 
 
+def test_gpu_budget_does_not_follow_megabytes_of_free_memory(monkeypatch):
+    """Two runs on the same GPU see free memory differ by a few MB: the same budget, so the same
+    groups and bytes; the budget is a power of two no larger than half the free memory allows."""
+    gib = 1 << 30
+    paper = ModelConfig(src_vocab_size=15000, tgt_vocab_size=15000, hidden=1000, embedding=100, maxout_units=500,
+                        output_rank=100)
+    per_token = 4 * (2 * paper.tgt_vocab_size + 12 * paper.hidden)
+    budgets = []
+    for free in (40 * gib, 40 * gib - 7 * (1 << 20), 40 * gib + 3 * (1 << 20)):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, free=free: (free, 80 * gib))
+        budgets.append(auto_token_budget(torch.device("cuda"), paper))
+    assert len(set(budgets)) == 1
+    budget = budgets[0]
+    raw = min(1 << 20, 40 * gib // 2 // per_token)
+    assert budget & (budget - 1) == 0 and raw // 2 < budget <= raw
+
+
 def test_mixed_precision_path_stays_close(problem):
     """The CUDA bf16 path (autocast matmuls, fp32 states and softmax), run here under CPU autocast."""
     model, sources, source_of_row, targets = problem
