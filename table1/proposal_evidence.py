@@ -32,7 +32,7 @@ class Proposal:
 
 
 def read_proposals(listing: Path) -> dict[str, list[Proposal]]:
-    """``rescorer propose --list``'s TSV, by source, in the listing's order (best first per source)."""
+    """``rescorer propose --list``'s TSV, by source, in the listing's order (the table's: by target)."""
     found: dict[str, list[Proposal]] = {}
     for _, line in iter_text_lines(listing):
         kind, source, target, log_p = line.split("\t")
@@ -153,8 +153,8 @@ def proposal_usage(nbest: Path, table_feature: str, indicator: int) -> Usage:
 def examples(proposals: Mapping[str, Sequence[Proposal]], table: Mapping[str, Sequence[str]], test_src: Path,
              per_kind: int = EXAMPLES_PER_KIND) -> list[dict[str, object]]:
     """A few sources of each kind as they first occur in the test text (two words or more, so
-    that the table's choices and the RNN's can differ in more than one word): their proposals and,
-    for a thin source, the table's targets."""
+    that the table's choices and the RNN's can differ in more than one word): their proposals, best
+    first as in the paper's Table 3, and, for a thin source, the table's targets."""
     chosen: dict[str, list[dict[str, object]]] = {}
     for _, line in iter_text_lines(test_src):
         words = split_tokens(line)
@@ -167,7 +167,8 @@ def examples(proposals: Mapping[str, Sequence[Proposal]], table: Mapping[str, Se
                 bucket = chosen.setdefault(found[0].kind, [])
                 if len(bucket) < per_kind:
                     bucket.append({"kind": found[0].kind, "source": gram,
-                                   "proposed": [[p.target, round(p.log_p, 2)] for p in found],
+                                   "proposed": [[p.target, round(p.log_p, 2)]
+                                                for p in sorted(found, key=lambda p: -p.log_p)],
                                    "table": list(table.get(gram, []))[:5]})
     return [e for kind in sorted(chosen) for e in chosen[kind]]
 

@@ -22,8 +22,8 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 def _files(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     listing = _write(tmp_path / "proposals.tsv", [
+        "missing\tred house\tla maison rouge\t-2.000000",  # the listing is in the table's order
         "missing\tred house\tmaison rouge\t-1.500000",
-        "missing\tred house\tla maison rouge\t-2.000000",
         "thin\tcat\tchatte\t-0.700000",
         "missing\tblue sky\tciel bleu\t-1.000000",
     ])
@@ -75,6 +75,7 @@ def test_the_report_section_shows_the_counts(tmp_path):
     assert doc["runs"] == [{"run": 1, "indicator_weight": -0.05, "usage": {
         "sentences": 2, "phrases": 8, "proposed": 1, "sentences_using_proposals": 1}}]
     assert [e["source"] for e in doc["examples"]] == ["red house"]  # two words or more
+    assert doc["examples"][0]["proposed"] == [["maison rouge", -1.5], ["la maison rouge", -2.0]]  # best first
     # proposed: red house -> 2 and 3 words, cat -> 1, blue sky -> 2; the table: 1 -> 1 word twice
     assert doc["lengths"]["proposed"] == {"pairs": 4, "source_words": 7, "target_words": 8, "shorter_targets": 0}
     assert doc["lengths"]["table"] == {"pairs": 2, "source_words": 2, "target_words": 2, "shorter_targets": 0}
