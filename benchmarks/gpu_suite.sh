@@ -110,9 +110,13 @@ same() {  # same FIRST OTHER WHAT: "WHAT: byte-identical", or how many lines dif
   "$PYTHON" - "$1" "$2" "$3" <<'EOF'
 import gzip, itertools, sys
 with gzip.open(sys.argv[1]) as first, gzip.open(sys.argv[2]) as other:
-    diffs = [(no, a, b) for no, (a, b) in enumerate(itertools.zip_longest(first, other), 1) if a != b]
-print(f"{sys.argv[3]}: {len(diffs)} lines differ; the first (line, first run, this run):")
-for no, a, b in diffs[:5]:
+    count, shown = 0, []
+    for no, (a, b) in enumerate(itertools.zip_longest(first, other), 1):
+        if a != b:
+            count += 1
+            shown += [(no, a, b)] if len(shown) < 5 else []
+print(f"{sys.argv[3]}: {count} lines differ; the first (line, first run, this run):")
+for no, a, b in shown:
     print(no, a, b, sep="\n  ")
 EOF
 }

@@ -102,8 +102,8 @@ def leverage_document(exp: Experiment, collected: list, table_feature: str, ini:
 def portable(doc: dict[str, object], work: Path) -> dict[str, object]:
     """The report with the work folder's path written ``WORK``: a committed report names no machine's folders."""
     text = json.dumps(doc)
-    for form in {str(work), str(work.resolve())}:
-        text = text.replace(json.dumps(form)[1:-1], "WORK")
+    for form in {str(work), str(work.resolve())}:  # a whole path component only: not WORK2 or WORK-old
+        text = re.sub(re.escape(json.dumps(form)[1:-1]) + r'(?=/|"|\s|$)', "WORK", text)
     return json.loads(text)
 
 

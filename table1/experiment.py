@@ -11,6 +11,7 @@ later without redoing Baseline and +RNN.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from table1.settings import Configuration, RunPlan
 from table1.system_training import MosesToolError
 from table1.systems import step_baseline, step_cslm, step_data, step_prepare, step_proposals, step_rnn
 from table1.tuning import step_eval, step_speed, step_tune
-from table1.workspace import Experiment, ExperimentError, open_work, say
+from table1.workspace import STAMPS, Experiment, ExperimentError, open_work, say
 
 #: The steps in order: the one list the CLI, the Makefile (``all``) and the report's command share.
 STEPS = ("data", "prepare", "baseline", "rnn", "proposals", "cslm", "speed", "tune", "eval", "report")
@@ -45,13 +46,22 @@ def run_steps(exp: Experiment, steps: Sequence[str], options: StepOptions) -> li
     """Run ``steps`` in order, holding the work folder (:func:`exclusive_use`): the same ``make table1``
     started twice would run one step twice at once on the same files. The Moses tools the steps
     still to run need are checked first (:func:`check_tools`), before anything is written; the work
-    folder is opened (:func:`open_work`) once held. Returns the files written."""
+    folder is opened (:func:`open_work`) once held. A work folder this run made is removed again if
+    the run fails before any step is stamped (e.g. ``report`` on a folder that holds no experiment):
+    a failed run leaves nothing it created, while stamped work stays for the rerun to resume.
+    Returns the files written."""
     written: list[Path] = []
     check_tools(exp, steps, options)
+    made = not exp.work.exists()
     with exclusive_use(exp.work):
-        open_work(exp)
-        for step in steps:
-            written += run_step(exp, step, options)
+        try:
+            open_work(exp)
+            for step in steps:
+                written += run_step(exp, step, options)
+        except BaseException:
+            if made and not any((exp.work / STAMPS).glob("*.json")):
+                shutil.rmtree(exp.work, ignore_errors=True)
+            raise
     return written
 
 

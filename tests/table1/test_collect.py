@@ -125,9 +125,8 @@ def test_report_needs_an_evaluated_run(tmp_path):
 
 def test_the_report_names_the_work_folder_WORK(tmp_path):
     """A committed report holds no machine's paths: the work folder's is written WORK."""
-    from table1.collect import portable
-
     work = tmp_path / "table1-work"
-    doc = {"notes": [f"model: {work}/rnn/model.pt"], "analysis": {"table": f"{work}/rnn/t.gz"}, "n": 3}
-    assert portable(doc, work) == {"notes": ["model: WORK/rnn/model.pt"], "analysis": {"table": "WORK/rnn/t.gz"},
-                                   "n": 3}
+    doc = {"notes": [f"model: {work}/rnn/model.pt", f"old: {work}-old/x"], "analysis": {"table": f"{work}/rnn/t.gz"},
+           "n": 3}
+    assert collect.portable(doc, work) == {"notes": ["model: WORK/rnn/model.pt", f"old: {work}-old/x"],
+                                           "analysis": {"table": "WORK/rnn/t.gz"}, "n": 3}

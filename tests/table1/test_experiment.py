@@ -112,3 +112,28 @@ def test_make_tune_without_moses_says_where_to_get_it_before_installing_anything
         assert done.returncode != 0
         assert "docs/moses-nplm.md" in done.stderr and "docker/README.md" in done.stderr, done.stderr
         assert not (tmp_path / "venv").exists()  # checked before the 2.5 GB install
+
+
+def test_a_report_on_a_missing_work_folder_fails_in_one_line_and_leaves_no_folder(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    result = CliRunner().invoke(main, ["report", "--work", str(work), "--data", str(tmp_path),
+                                       "--results", str(tmp_path / "results")])
+    assert result.exit_code != 0 and "no evaluated run" in result.output, result.output
+    assert not work.exists() and not (tmp_path / "results").exists()
+
+
+def test_a_failed_step_keeps_a_work_folder_that_holds_stamped_work(tmp_path: Path, monkeypatch) -> None:
+    """Stamped steps are what a rerun resumes from: a later step's failure must not remove them."""
+    _no_moses(monkeypatch)
+    work = tmp_path / "work"
+
+    def step(exp, name, options):
+        if name == "data":
+            exp.step("data", lambda: None)
+            return []
+        raise experiment.ExperimentError("prepare failed")
+
+    monkeypatch.setattr(experiment, "run_step", step)
+    result = CliRunner().invoke(main, ["data", "prepare", "--work", str(work), "--data", str(tmp_path)])
+    assert result.exit_code != 0 and "prepare failed" in result.output, result.output
+    assert work.is_dir() and any((work / "stamps").iterdir())
