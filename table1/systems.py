@@ -4,6 +4,7 @@ Baseline Moses system (``baseline``), the RNN column (``rnn``), the table the RN
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def _write_slices(data: Path, pieces: list[TextSlice], lang: str, out: Path) -> 
 def _data_parts(exp: Experiment) -> list[tuple[str, list[TextSlice], tuple[str, ...]]]:
     """``(raw file stem, slices, languages)`` of every text the scale reads from ``DATA``."""
     s, both = exp.settings, (exp.src, exp.tgt)
-    return [("train", s.train, both), ("dev", s.dev, both), ("test", [s.test], both),
+    in_domain = [("train-in", list(s.train_in_domain), both)] if s.train_in_domain else []
+    return [("train", s.train, both), *in_domain, ("dev", s.dev, both), ("test", [s.test], both),
             ("lm", s.lm, (exp.tgt,)), ("lm-valid", [s.lm_valid], (exp.tgt,))]
 
 
@@ -63,6 +65,12 @@ def missing_inputs(exp: Experiment) -> list[str]:
     wanted = {piece.path.format(lang=lang) for _, pieces, langs in _data_parts(exp) for piece in pieces
               for lang in langs}
     return sorted(p for p in wanted if not (exp.data / p).exists())
+
+
+def parallel_texts(exp: Experiment) -> tuple[str, ...]:
+    """The raw parallel texts of the scale: the general training text, the in-domain one where the
+    scale has it, dev and test."""
+    return ("train", "train-in", "dev", "test") if exp.settings.train_in_domain else ("train", "dev", "test")
 
 
 def step_data(exp: Experiment, mirror: str = wmt14.STATMT) -> None:
@@ -93,7 +101,7 @@ def step_data(exp: Experiment, mirror: str = wmt14.STATMT) -> None:
         for name, pieces, langs in _data_parts(exp):
             for lang in langs:
                 counts[f"{name}.{lang}"] = _write_slices(exp.data, pieces, lang, raw / f"{name}.{lang}")  # type: ignore[arg-type]
-        for name in ("train", "dev", "test"):
+        for name in parallel_texts(exp):
             if counts[f"{name}.{exp.src}"] != counts[f"{name}.{exp.tgt}"]:
                 raise ExperimentError(f"{name}: {counts[f'{name}.{exp.src}']} {exp.src} lines but "
                                       f"{counts[f'{name}.{exp.tgt}']} {exp.tgt} lines")
@@ -107,32 +115,36 @@ def step_data(exp: Experiment, mirror: str = wmt14.STATMT) -> None:
 
 
 def step_prepare(exp: Experiment) -> None:
-    """Moses' preprocessing: tokenise (escaped), truecaser trained on the training side, clean."""
+    """Moses' preprocessing: tokenise (escaped), truecaser trained on the training side(s), clean;
+    then, where the scale selects, the data selection (:func:`select_training_text`)."""
     exp.require("data")
     raw, prep = exp.path("raw"), exp.path("prepared")
     prep.mkdir(parents=True, exist_ok=True)
-    sets = {exp.src: ("train", "dev", "test"), exp.tgt: ("train", "dev", "test", "lm", "lm-valid")}
+    parallel = parallel_texts(exp)
+    training = [name for name in parallel if name.startswith("train")]
+    sets = {exp.src: parallel, exp.tgt: (*parallel, "lm", "lm-valid")}
 
     for lang, names in sets.items():
         for name in names:
             exp.step(f"prepare/tokenize.{name}.{lang}", lambda n=name, lg=lang: {"lines": write_text_lines(
                 prep / f"{n}.tok.{lg}", tokenize_lines(text_lines(raw / f"{n}.{lg}"), lg, jobs=exp.jobs))})
-        exp.step(f"prepare/truecaser.{lang}",
-                 lambda lg=lang: train_truecaser(prep / f"train.tok.{lg}", prep / f"truecase-model.{lg}"))
+        exp.step(f"prepare/truecaser.{lang}", lambda lg=lang: train_truecaser(
+            [prep / f"{n}.tok.{lg}" for n in training], prep / f"truecase-model.{lg}"))
         for name in names:
             exp.step(f"prepare/truecase.{name}.{lang}", lambda n=name, lg=lang: {"lines": write_text_lines(
                 exp.prepared(n, lg), truecase_lines(text_lines(prep / f"{n}.tok.{lg}"),
                                                     prep / f"truecase-model.{lg}", jobs=exp.jobs))})
 
-    def clean() -> dict[str, object]:
-        read, kept = clean_corpus_files(
-            exp.prepared("train", exp.src), exp.prepared("train", exp.tgt),
-            prep / f"train.clean.{exp.src}", prep / f"train.clean.{exp.tgt}",
-            CleanRules(min_words=1, max_words=exp.settings.max_sentence_words),
-        )
-        return {"pairs_read": read, "pairs_kept": kept}
+    for name in training:  # the stamp of the general text keeps its old name: work folders made before resume
+        def clean(n: str = name) -> dict[str, object]:
+            read, kept = clean_corpus_files(
+                exp.prepared(n, exp.src), exp.prepared(n, exp.tgt),
+                prep / f"{n}.clean.{exp.src}", prep / f"{n}.clean.{exp.tgt}",
+                CleanRules(min_words=1, max_words=exp.settings.max_sentence_words),
+            )
+            return {"pairs_read": read, "pairs_kept": kept}
 
-    exp.step("prepare/clean", clean)
+        exp.step("prepare/clean" if name == "train" else f"prepare/clean.{name}", clean)
     if exp.settings.selection:
         select_training_text(exp, exp.settings.selection)
     exp.step("prepare", lambda: None)
@@ -140,18 +152,39 @@ def step_prepare(exp: Experiment) -> None:
 
 def select_training_text(exp: Experiment, budget: SelectionBudget) -> None:
     """The paper's data selection: the bitext by Axelrod et al.'s bilingual cross-entropy
-    difference, the LM text by Moore & Lewis', both against the dev set (newstest2012+2013)."""
+    difference, the LM text by Moore & Lewis', both against the dev set (newstest2012+2013) and the
+    scale's in-domain parallel text. That text is then added whole to the selected pairs: it is the
+    training text the selection looks for."""
 
     prep, log = exp.path("prepared"), exp.log_file("selection")
     settings = SelectionSettings(order=budget.order, min_count=budget.min_count)
     langs = (exp.src, exp.tgt)
+    in_domain_extra = exp.settings.train_in_domain
+
+    def in_domain_text() -> None:
+        for lg in langs:
+            write_text_lines(prep / f"in-domain.{lg}", itertools.chain(
+                text_lines(exp.prepared("dev", lg)), text_lines(prep / f"train-in.clean.{lg}")))
+
+    if in_domain_extra:
+        exp.step("prepare/in-domain", in_domain_text)
+    in_domain = ([prep / f"in-domain.{lg}" for lg in langs] if in_domain_extra
+                 else [exp.prepared("dev", lg) for lg in langs])
+    selected = prep / "train.sel-general" if in_domain_extra else exp.train_corpus
     exp.step("prepare/select-train", lambda: select_lines(
-        exp.moses(), [prep / f"train.clean.{lg}" for lg in langs], [exp.prepared("dev", lg) for lg in langs],
-        [Path(f"{exp.train_corpus}.{lg}") for lg in langs], budget.train_words, prep / "selection-train", log,
+        exp.moses(), [prep / f"train.clean.{lg}" for lg in langs], in_domain,
+        [Path(f"{selected}.{lg}") for lg in langs], budget.train_words, prep / "selection-train", log,
         settings, progress=say).to_json())
-    exp.step("prepare/select-lm", lambda: select_lines(
-        exp.moses(), [exp.prepared("lm", exp.tgt)], [exp.prepared("dev", exp.tgt)], [exp.lm_text], budget.lm_words,
-        prep / "selection-lm", log, settings, progress=say).to_json())
+    if in_domain_extra:
+        exp.step("prepare/add-in-domain", lambda: {"lines": {lg: write_text_lines(
+            Path(f"{exp.train_corpus}.{lg}"), itertools.chain(
+                text_lines(Path(f"{selected}.{lg}")), text_lines(prep / f"train-in.clean.{lg}")))
+            for lg in langs}})
+    if budget.lm_words is not None:
+        lm_budget = budget.lm_words
+        exp.step("prepare/select-lm", lambda: select_lines(
+            exp.moses(), [exp.prepared("lm", exp.tgt)], [in_domain[-1]], [exp.lm_text], lm_budget,
+            prep / "selection-lm", log, settings, progress=say).to_json())
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -93,16 +93,19 @@ def tokenize_lines(lines: Iterable[str], lang: str, *, jobs: int = 1) -> Iterato
 # Truecasing (train-truecaser.perl / truecase.perl)
 
 
-def train_truecaser(tokenized: PathArg, model_out: PathArg) -> None:
-    """Learn the most frequent casing of each word from a tokenised corpus; Moses' model format.
+def train_truecaser(tokenized: PathArg | Sequence[PathArg], model_out: PathArg) -> None:
+    """Learn the most frequent casing of each word from a tokenised corpus (one file or several,
+    read in order as one); Moses' model format.
 
     As ``train-truecaser.perl``: the first word of a sentence and words after sentence-ending
     punctuation do not count, since their case is forced.
     """
     from sacremoses import MosesTruecaser
 
+    paths = [tokenized] if isinstance(tokenized, (str, os.PathLike)) else list(tokenized)
     truecaser = MosesTruecaser()
-    truecaser.train((split_tokens(line) for line in text_lines(tokenized)), possibly_use_first_token=False)
+    truecaser.train((split_tokens(line) for path in paths for line in text_lines(path)),
+                    possibly_use_first_token=False)
     tmp = Path(os.fspath(model_out) + ".partial")
     truecaser.save_model(tmp)
     os.replace(tmp, model_out)

@@ -84,7 +84,8 @@ class Experiment:
     @property
     def lm_text(self) -> Path:
         """The target text of the n-gram LM and the CSLM (selected where the scale selects)."""
-        return self.path("prepared", f"lm.sel.{self.tgt}") if self.settings.selection else self.prepared("lm", self.tgt)
+        selects = self.settings.selection is not None and self.settings.selection.lm_words is not None
+        return self.path("prepared", f"lm.sel.{self.tgt}") if selects else self.prepared("lm", self.tgt)
 
     @property
     def rnn_ini(self) -> Path:

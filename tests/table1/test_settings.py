@@ -7,7 +7,20 @@ from pathlib import Path
 import pytest
 
 from mert.tune import DEFAULT_MAX_ITERATIONS, SEED_STRIDE
-from table1.settings import CONFIGURATIONS_BY_KEY, MAX_RUNS, SMALL, RunPlan, select_configurations
+from moses_integration.lines import text_lines
+from shared_paths import shared_file
+from table1.settings import (
+    CONFIGURATIONS_BY_KEY,
+    MAX_RUNS,
+    MEDIUM,
+    NEWS_PARALLEL,
+    SCALES,
+    SMALL,
+    SMALL_NEWS,
+    RunPlan,
+    ScaleSettings,
+    select_configurations,
+)
 
 
 @pytest.mark.parametrize(
@@ -60,3 +73,46 @@ def test_no_two_runs_share_an_iterations_restart_points():
     assert RunPlan(config, 1).seed == 1000 and RunPlan(CONFIGURATIONS_BY_KEY["rnn"], 2).seed == 1001
     with pytest.raises(ValueError, match="1..999"):
         RunPlan(config, MAX_RUNS + 1).seed  # noqa: B018
+
+
+@pytest.mark.parametrize("scale", [MEDIUM, SMALL_NEWS], ids=lambda s: s.name)
+def test_news_domain_scales_never_train_on_what_they_tune_test_or_validate_on(scale: ScaleSettings):
+    """Issue 46: selected Hansard plus the earlier news sets; dev, test and the CSLM's held-out
+    newstest2011 are none of the training or LM text."""
+    assert scale.train == [MEDIUM.train[0]] and scale.train[0].first == 1 and scale.train[0].last is None
+    assert scale.train_in_domain == NEWS_PARALLEL and scale.selection is not None
+    assert scale.selection.lm_words is None  # the LM text is used whole
+    held_out = {p.path for p in [*scale.dev, scale.test, scale.lm_valid]}
+    trained = {p.path for p in [*scale.train, *scale.train_in_domain, *scale.lm]}
+    assert not held_out & trained and {"newstest/newstest2011.{lang}"} == {scale.lm_valid.path}
+    assert set(NEWS_PARALLEL) <= set(scale.lm)
+
+
+def test_medium_tunes_on_1000_news_sentences_and_tests_on_all_of_newstest2014():
+    assert sum(s.last - s.first + 1 for s in MEDIUM.dev) == 1000  # type: ignore[operator]
+    assert MEDIUM.test.path == "newstest/newstest2014.{lang}" and MEDIUM.test.last is None
+
+
+def test_the_domain_check_is_small_but_for_its_text():
+    """small-news differs from SMALL only in what it trains on, so its Baseline against SMALL's
+    measures the domain's effect alone; its selection budget is SMALL's 40k pairs' French words."""
+    text_fields = {"name", "train", "train_in_domain", "lm", "selection"}
+    for field in ScaleSettings.__dataclass_fields__:
+        if field not in text_fields:
+            assert getattr(SMALL_NEWS, field) == getattr(SMALL, field), field
+    assert SMALL_NEWS.selection is not None and 780_000 <= SMALL_NEWS.selection.train_words <= 820_000
+    assert SCALES["small-news"] is SMALL_NEWS
+
+
+def test_the_news_sets_are_the_7567_pairs_the_issue_names():
+    data = shared_file("data")
+    counts = [sum(1 for _ in text_lines(data / s.path.format(lang=lang)))
+              for s in NEWS_PARALLEL for lang in ("en", "fr")]
+    assert counts[0::2] == counts[1::2] and sum(counts[0::2]) == 7567
+
+
+def test_in_domain_text_needs_a_selection_to_be_added_to():
+    import dataclasses
+
+    with pytest.raises(ValueError, match="train_in_domain"):
+        dataclasses.replace(SMALL, train_in_domain=NEWS_PARALLEL)

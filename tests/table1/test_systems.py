@@ -77,3 +77,48 @@ def test_cslm_rows_tune_the_six_column_system_with_the_cslm_in_the_decoder(tmp_p
     assert neural is not None and neural.type == "NeuralLM" and neural.path == str(exp.cslm_nplm)
     assert "order=7" in ini.text() and ini.weights()["CSLM0"] == [0.0]
     assert {k: v for k, v in ini.weights().items() if k != "CSLM0"} == base.weights()
+
+
+def test_news_domain_scales_select_hansard_against_dev_and_news_then_add_the_news_whole(tmp_path, monkeypatch):
+    """SCALE=medium and small-news (issue 46): the Hansard pairs most like the in-domain text (dev +
+    the earlier news sets) are selected, the news sets are added whole after them, the truecaser
+    learns from both, and the LM text is not selected."""
+    from table1 import data_selection
+
+    data = tmp_path / "data"
+    for lang in ("en", "fr"):
+        write_lines(data / f"hansard/hansard.{lang}.gz", [f"Hansard {k} {lang}" for k in range(1, 11)], gz=True)
+        write_lines(data / f"newstest/news-test2008.{lang}", [f"News {k} {lang}" for k in range(1, 4)])
+        for year in (2011, 2012, 2013, 2014):
+            write_lines(data / f"newstest/newstest{year}.{lang}", [f"n{year} {k} {lang}" for k in range(1, 6)])
+    settings = dataclasses.replace(
+        SCALES["medium"], name="tiny", train_in_domain=(TextSlice("newstest/news-test2008.{lang}"),),
+        lm=[TextSlice("hansard/hansard.{lang}.gz"), TextSlice("newstest/news-test2008.{lang}")],
+        lm_valid=TextSlice("newstest/newstest2011.{lang}", 1, 2),
+        dev=[TextSlice("newstest/newstest2012.{lang}", 1, 2), TextSlice("newstest/newstest2013.{lang}", 4, 5)],
+        test=TextSlice("newstest/newstest2014.{lang}", 1, 3))
+    monkeypatch.setitem(SCALES, "tiny", settings)
+    exp = workspace.load_experiment(tmp_path / "work", "tiny", data=data, moses_bin_dir=tmp_path)
+    calls = []
+
+    def select(install, corpus, in_domain, out, budget_words, work, log, settings, **kw):
+        """Keeps the even-numbered lines, as a selection would keep some."""
+        calls.append(([p.name for p in corpus], [p.read_text().splitlines() for p in in_domain], budget_words))
+        for src, dest in zip(corpus, out, strict=True):
+            dest.write_text("".join(line + "\n" for line in src.read_text().splitlines()[1::2]))
+        return data_selection.SelectionResult(10, 5, 30, 15, 0.0)
+
+    monkeypatch.setattr(systems, "select_lines", select)
+    monkeypatch.setattr(workspace.Experiment, "moses", lambda self: None)
+    systems.step_data(exp)
+    systems.step_prepare(exp)
+    assert [c[0] for c in calls] == [["train.clean.en", "train.clean.fr"]] and calls[0][2] == 6_000_000
+    in_domain_fr = calls[0][1][1]
+    assert in_domain_fr == ["n2012 1 fr", "n2012 2 fr", "n2013 4 fr", "n2013 5 fr", "News 1 fr", "News 2 fr",
+                            "News 3 fr"]
+    assert (exp.train_corpus.parent / f"{exp.train_corpus.name}.en").read_text().splitlines() == [
+        f"Hansard {k} en" for k in (2, 4, 6, 8, 10)] + [f"News {k} en" for k in (1, 2, 3)]
+    assert exp.lm_text == exp.prepared("lm", "fr")  # all of it: Hansard and the news' French side
+    assert len(exp.lm_text.read_text().splitlines()) == 13
+    # the truecaser counted "fr" in the 10 Hansard and the 3 news lines (first words do not count)
+    assert (exp.work / "prepared" / "truecase-model.fr").read_text().split() == ["fr", "(13/13)"]
