@@ -95,9 +95,10 @@ tune: tune-moses install
 # results/table1.{md,json,png}, through `table1 all` (its steps, in order: table1/experiment.py's
 # STEPS). It checks the Moses tools the steps still to run need before the first step writes anything,
 # and says where to get Moses. Every step skips what is done, so `make table1` may be rerun after an interruption;
-# STEPS='tune eval' runs only those. The settings of each SCALE are in table1/settings.py.
+# STEPS='tune eval' runs only those. The settings of each SCALE (small, small-news, medium, full) are in
+# table1/settings.py.
 #   make table1 SCALE=small MOSES_BIN_DIR=/path/to/moses/bin MOSES_HOME=/path/to/moses [WORK=…] [RUNS=3]
-# CONFIGS picks configurations (baseline rnn cslm-rnn cslm-rnn-wp; default all; also cslm-nbest-rnn,
+# CONFIGS picks configurations (baseline rnn cslm-rnn cslm-rnn-wp; default all; also rnn-wp, cslm-nbest-rnn,
 # cslm-nbest-rnn-wp and rnn-proposals, which are not in the paper: docs/table1.md); ALIGNER=eflomal
 # aligns with eflomal where Moses has no GIZA++/mgiza (auto picks).
 SCALE ?= small

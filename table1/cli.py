@@ -35,7 +35,8 @@ from table1.workspace import ExperimentError, new_experiment
 @threads_option("processes and decoder threads [default: the CPUs this process may use]")
 @device_option("auto, cpu, cuda or cuda:N (model training)")
 @click.option("--configs", default="",
-              help="configurations to run, e.g. 'baseline rnn' (default: the paper's four; cslm-nbest-rnn and "
+              help="configurations to run, e.g. 'baseline rnn' (default: the paper's four; rnn-wp tunes the "
+                   "unknown-word column beside the RNN; cslm-nbest-rnn and "
                    "cslm-nbest-rnn-wp rescore n-best lists with the CSLM instead; rnn-proposals decodes with "
                    "the table the RNN completed)")
 @click.option("--runs", type=click.IntRange(1, MAX_RUNS), default=3, show_default=True,

@@ -116,6 +116,9 @@ class ScaleSettings:
     src_lang: str = "en"
     tgt_lang: str = "fr"
     selection: SelectionBudget | None = None  # None: train on all of the training and LM text
+    # Wall hours the whole experiment is planned in: the time plan printed before the first tuning
+    # run says which optional rows (OPTIONAL_ROWS) fit beside the chosen ones. None: no plan.
+    plan_hours: float | None = None
     # In-domain parallel text, added whole to the (selected) training text; where the scale selects,
     # also part of the in-domain text the selection scores against. Never tuned or tested on.
     train_in_domain: tuple[TextSlice, ...] = ()
@@ -224,6 +227,8 @@ MEDIUM = ScaleSettings(
     # report marks every run that stopped at the cap rather than converging.
     tune_max_iterations=25,
     selection=SelectionBudget(train_words=6_000_000, lm_words=None),
+    # Issue 46: a run of 12-15 hours on this 2-core machine, interrupted and resumed across sessions.
+    plan_hours=15.0,
 )
 
 FULL = ScaleSettings(
@@ -317,8 +322,20 @@ PROPOSAL_CONFIGURATIONS: list[Configuration] = [
     Configuration("rnn-proposals", "+ RNN + proposals", rnn=True, cslm=False, wp=False, paper_dev=None,
                   paper_test=None, proposals=True, compare_with=("rnn",)),
 ]
-ALL_CONFIGURATIONS = CONFIGURATIONS + NBEST_CONFIGURATIONS + PROPOSAL_CONFIGURATIONS
+#: Issue 46's row for the unknown-word column alone (the paper has it only beside the CSLM): + RNN with
+#: the WP column tuned too. Not in the paper.
+WP_CONFIGURATIONS: list[Configuration] = [
+    Configuration("rnn-wp", "+ RNN + WP", rnn=True, cslm=False, wp=True, paper_dev=None, paper_test=None,
+                  compare_with=("rnn",)),
+]
+#: Every row, in table order: a row's columns only grow down the table.
+ALL_CONFIGURATIONS = (CONFIGURATIONS[:2] + WP_CONFIGURATIONS + CONFIGURATIONS[2:] + NBEST_CONFIGURATIONS
+                      + PROPOSAL_CONFIGURATIONS)
 CONFIGURATIONS_BY_KEY = {c.key: c for c in ALL_CONFIGURATIONS}
+
+
+#: The rows issue 46 adds to medium's required Baseline and + RNN where the time plan allows, in order.
+OPTIONAL_ROWS = ("rnn-wp", "cslm-nbest-rnn-wp")
 
 
 def select_configurations(keys: str | list[str] | None) -> list[Configuration]:

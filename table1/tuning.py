@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from mert.evaluate import decode_test_set
@@ -14,12 +15,12 @@ from mert.tune import read_state
 from moses_integration.decoder import decode
 from moses_integration.lines import text_lines
 from moses_integration.moses_ini import MosesIni
-from table1.settings import Configuration, RunPlan
+from table1.settings import CONFIGURATIONS_BY_KEY, OPTIONAL_ROWS, Configuration, RunPlan
 from table1.systems import cslm_system
 from table1.text_prep import (
     write_text_lines,
 )
-from table1.workspace import STAMPS, Experiment, ExperimentError, run_tool, single_phrase_table
+from table1.workspace import STAMPS, Experiment, ExperimentError, run_tool, say, single_phrase_table
 
 # --------------------------------------------------------------------------------------------
 # speed: how fast each system decodes, measured before the tuning runs are sized by it
@@ -68,28 +69,112 @@ def speed_system(config: Configuration) -> str:
     return "cslm" if config.cslm_in_search else "rnn"
 
 
+@dataclass(frozen=True)
+class RowCost:
+    """What a row's runs cost in decoding, from the ``speed`` step's measurement of its system.
+    MERT's own optimisation is not counted: seconds per iteration against minutes."""
+
+    speed: dict[str, float]  # the speed stamp: sentences, load_seconds, seconds_per_sentence
+    dev: int
+    test: int
+    threads: int
+    cap: int  # MERT's iteration cap
+
+    @property
+    def iteration_seconds(self) -> float:
+        return self.speed["load_seconds"] + self.dev * self.speed["seconds_per_sentence"] / self.threads
+
+    @property
+    def tuning_hours(self) -> float:
+        """One tuning run at the cap."""
+        return self.cap * self.iteration_seconds / 3600
+
+    @property
+    def evaluation_hours(self) -> float:
+        """One run's dev + test decodes."""
+        sentences = self.dev + self.test
+        return (2 * self.speed["load_seconds"] + sentences * self.speed["seconds_per_sentence"] / self.threads) / 3600
+
+
+def row_cost(exp: Experiment, config: Configuration) -> RowCost | None:
+    """The decoding cost of ``config``'s runs (None: its system's speed is not measured)."""
+    system = speed_system(config)
+    if not exp.done(f"speed/{system}"):
+        return None
+    return RowCost(json.loads(exp.stamp_path(f"speed/{system}").read_text(encoding="utf-8")),
+                   dev=sum(1 for _ in text_lines(exp.prepared("dev", exp.src))),
+                   test=sum(1 for _ in text_lines(exp.prepared("test", exp.src))),
+                   threads=exp.jobs, cap=exp.settings.tune_max_iterations)
+
+
 def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
     """The tuning budget from the measured speeds: decoding time of one MERT iteration and of a row's
     runs at the iteration cap, with ``jobs`` decoder threads (optimisation time not counted)."""
-    measured = [(c, speed_system(c)) for c in configs]
-    measured = [(c, system) for c, system in measured if exp.done(f"speed/{system}")]
-    if not measured:
-        return []
-    dev = sum(1 for _ in text_lines(exp.prepared("dev", exp.src)))
-    test = sum(1 for _ in text_lines(exp.prepared("test", exp.src)))
     notes = []
-    for config, system in measured:
-        speed = json.loads(exp.stamp_path(f"speed/{system}").read_text(encoding="utf-8"))
-        per_iteration = speed["load_seconds"] + dev * speed["seconds_per_sentence"] / exp.jobs
-        cap = exp.settings.tune_max_iterations
-        evaluation = 2 * speed["load_seconds"] + (dev + test) * speed["seconds_per_sentence"] / exp.jobs
+    for config in configs:
+        cost = row_cost(exp, config)
+        if cost is None:
+            continue
+        speed = cost.speed
         notes.append(
             f"Budget, {config.label}: {speed['seconds_per_sentence']:.3f} s per dev sentence on 1 thread and "
-            f"{speed['load_seconds']:.0f} s to load (measured on {speed['sentences']} sentences); one MERT "
-            f"iteration decodes {dev} sentences with {exp.jobs} threads in ~{per_iteration / 60:.1f} min, so "
-            f"{runs} runs at the {cap}-iteration cap take ≤ {runs * cap * per_iteration / 3600:.1f} h of decoding, "
-            f"and their dev + test evaluation ({dev} + {test} sentences) {runs * evaluation / 3600:.1f} h.")
+            f"{speed['load_seconds']:.0f} s to load (measured on {speed['sentences']:.0f} sentences); one MERT "
+            f"iteration decodes {cost.dev} sentences with {cost.threads} threads in ~{cost.iteration_seconds / 60:.1f} "
+            f"min, so {runs} runs at the {cost.cap}-iteration cap take ≤ {runs * cost.tuning_hours:.1f} h of "
+            f"decoding, and their dev + test evaluation ({cost.dev} + {cost.test} sentences) "
+            f"{runs * cost.evaluation_hours:.1f} h.")
     return notes
+
+
+def hours_done(exp: Experiment) -> float:
+    """Wall hours of the steps stamped so far: the leaf stamps (a step whose parts are stamped too is
+    counted through its parts), so an interruption between sessions does not count."""
+    seconds = {}
+    for stamp in exp.path(STAMPS).glob("*.json"):
+        info = json.loads(stamp.read_text(encoding="utf-8"))
+        seconds[info["step"]] = float(info.get("seconds", 0.0))
+    return sum(t for name, t in seconds.items() if not any(other.startswith(name + "/") for other in seconds)) / 3600
+
+
+def time_plan(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
+    """Issue 46's plan, printed before the first tuning run: hours per tuning run (at the cap) and per
+    evaluation of each chosen row, their total with what is done, and which optional rows
+    (:data:`OPTIONAL_ROWS`) would fit in the scale's ``plan_hours`` after them, in order."""
+    lines, total = [], hours_done(exp)
+    lines.append(f"time plan: {total:.1f} h of steps done so far")
+    for config in configs:
+        cost = row_cost(exp, config)
+        if cost is None:
+            lines.append(f"time plan: {config.label}: its system's speed is not measured")
+            continue
+        plans = [RunPlan(config, k) for k in range(1, runs + 1)]
+        left = sum(not exp.done(f"tune/{plan.name}") for plan in plans)
+        row = left * cost.tuning_hours + sum(not exp.done(f"eval/{plan.name}/test") for plan in plans) * (
+            cost.evaluation_hours)
+        total += row
+        lines.append(f"time plan: {config.label}: {cost.tuning_hours:.1f} h per tuning run at the {cost.cap}-iteration "
+                     f"cap, {cost.evaluation_hours:.2f} h per dev + test evaluation; {left} of {runs} runs to go: "
+                     f"{row:.1f} h")
+    budget = exp.settings.plan_hours
+    planned = f" of the {budget:.0f} h planned" if budget else ""
+    lines.append(f"time plan: chosen rows: {total:.1f} h in all{planned}")
+    if budget is None:
+        return lines
+    chosen = {c.key for c in configs}
+    for key in (k for k in OPTIONAL_ROWS if k not in chosen):
+        config = CONFIGURATIONS_BY_KEY[key]
+        cost = row_cost(exp, config)
+        if cost is None:
+            lines.append(f"time plan: optional {config.label}: its system's speed is not measured")
+            continue
+        training = exp.settings.cslm.max_time / 3600 if config.cslm and not exp.done("cslm") else 0.0
+        extra = runs * (cost.tuning_hours + cost.evaluation_hours) + training
+        fits = total + extra <= budget
+        total += extra if fits else 0
+        lines.append(f"time plan: optional {config.label}: {extra:.1f} h"
+                     + (" (with the CSLM's training; n-best rescoring not counted)" if config.cslm else "")
+                     + (f": fits, {total:.1f} h in all" if fits else f": does not fit ({total + extra:.1f} h)"))
+    return lines
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,6 +258,9 @@ def _stamp_finished(exp: Experiment, name: str) -> str:
 def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
     """Tune each configuration ``runs`` times (seeds 1000, 1001, ...); each run resumes by itself."""
     exp.require("rnn")
+    if not all(exp.done(f"tune/{RunPlan(c, k).name}") for c in configs for k in range(1, runs + 1)):
+        for line in time_plan(exp, configs, runs):
+            say(line)
     for config in configs:
         if config.cslm_nbest:
             exp.require("cslm", "cslm/export")

@@ -28,6 +28,7 @@ from table1.settings import (
     [
         ("baseline", ["TranslationModel0_4", "TranslationModel0_5"], []),
         ("rnn", ["TranslationModel0_5"], []),
+        ("rnn-wp", [], []),  # issue 46: the unknown-word column's own row
         ("cslm-rnn", ["TranslationModel0_5"], []),  # the CSLM is in the decoder: no n-best feature
         ("cslm-rnn-wp", [], []),
         ("cslm-nbest-rnn", ["TranslationModel0_5"], ["CSLM:/m.pt"]),
@@ -52,6 +53,8 @@ def test_select_configurations_keeps_table_order_and_rejects_unknown_names():
     assert [c.key for c in select_configurations("")] == ["baseline", "rnn", "cslm-rnn", "cslm-rnn-wp"]
     assert [c.key for c in select_configurations("cslm-nbest-rnn cslm-rnn")] == ["cslm-rnn", "cslm-nbest-rnn"]
     assert [c.key for c in select_configurations("rnn-proposals baseline rnn")] == ["baseline", "rnn", "rnn-proposals"]
+    assert [c.key for c in select_configurations("cslm-nbest-rnn-wp rnn-wp rnn baseline")] == [
+        "baseline", "rnn", "rnn-wp", "cslm-nbest-rnn-wp"]
     with pytest.raises(ValueError, match="unknown configuration"):
         select_configurations("baseline cslm")
 

@@ -8,7 +8,7 @@ import pytest
 
 from table1 import systems, tuning, workspace
 from table1.settings import CONFIGURATIONS_BY_KEY, SMALL, RunPlan, select_configurations
-from table1_folders import small_experiment, write_rnn_system, write_tuned_run
+from table1_folders import small_experiment, write_lines, write_rnn_system, write_tuned_run
 
 
 def test_steps_require_their_inputs(tmp_path):
@@ -82,3 +82,44 @@ def test_fixed_columns_must_start_at_zero(tmp_path):
     tuning.step_tune(exp, [CONFIGURATIONS_BY_KEY["baseline"]], 1)
     with pytest.raises(workspace.ExperimentError, match="TranslationModel0_4 starts at 0.2"):
         tuning.step_tune(exp, [CONFIGURATIONS_BY_KEY["baseline"]], 2)
+
+
+def _stamp(exp, name: str, seconds: float = 0.0, **details) -> None:
+    workspace.write_json(exp.stamp_path(name), {"step": name, "seconds": seconds, "finished": "2026-11-26T00:00:00",
+                                                **details})
+
+
+def test_the_time_plan_sums_measured_rows_and_says_which_optional_rows_fit(tmp_path, monkeypatch):
+    """Issue 46: before the first tuning run, hours per run at the cap and per evaluation, the total
+    with what is done, and which optional rows fit in the scale's planned hours (hand-computed)."""
+    import dataclasses
+
+    from table1.settings import SCALES
+
+    monkeypatch.setitem(SCALES, "plan", dataclasses.replace(SCALES["medium"], name="plan", plan_hours=18.0))
+    exp = workspace.load_experiment(tmp_path / "work", "plan")
+    write_lines(exp.prepared("dev", "en"), ["d"] * 1000)
+    write_lines(exp.prepared("test", "en"), ["t"] * 3000)
+    # 0.3 s per sentence on 1 thread, 36 s to load; 2 threads: an iteration is 36 + 1000 * 0.3 / 2 = 186 s,
+    # 25 of them 1.2917 h; an evaluation 2 * 36 + 4000 * 0.3 / 2 = 672 s = 0.1867 h
+    _stamp(exp, "speed/rnn", sentences=40, load_seconds=36.0, seconds_per_sentence=0.3)
+    _stamp(exp, "baseline/lm", seconds=3600.0)  # 3 h of steps done: leaves counted, not "baseline"
+    _stamp(exp, "baseline", seconds=7200.0)
+    _stamp(exp, "baseline/train", seconds=7200.0)
+    _stamp(exp, "tune/baseline/run1", seconds=999.0)
+    _stamp(exp, "eval/baseline/run1/test", seconds=1.0)
+    configs = select_configurations("baseline rnn")
+    lines = tuning.time_plan(exp, configs, 3)
+    row = (25 * 186 + 672) / 3600
+    done = (3600 + 7200 + 999 + 1) / 3600
+    assert lines[0] == f"time plan: {done:.1f} h of steps done so far"
+    assert lines[1].endswith(f"2 of 3 runs to go: {2 * row:.1f} h")
+    assert "1.3 h per tuning run at the 25-iteration cap, 0.19 h per dev + test evaluation" in lines[1]
+    assert lines[2].endswith(f"3 of 3 runs to go: {3 * row:.1f} h")
+    chosen = done + 5 * row
+    assert lines[3] == f"time plan: chosen rows: {chosen:.1f} h in all of the 18 h planned"
+    # + RNN + WP decodes with the same system: 3 more runs fit in 18 h; the CSLM row's 2 h of training on top do not
+    assert lines[4] == f"time plan: optional + RNN + WP: {3 * row:.1f} h: fits, {chosen + 3 * row:.1f} h in all"
+    cslm = 3 * row + 2.0
+    assert lines[5].startswith(f"time plan: optional + CSLM (n-best) + RNN + WP: {cslm:.1f} h (with the CSLM's")
+    assert lines[5].endswith(f": does not fit ({chosen + 3 * row + cslm:.1f} h)")
