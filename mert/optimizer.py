@@ -61,10 +61,6 @@ class OptimizeResult:
     bleu: float
     runs: list[RunResult]
 
-    @property
-    def best_run(self) -> RunResult:
-        return max(self.runs, key=lambda r: r.bleu)
-
 
 def _as_bounds(
     ranges: tuple[Sequence[float] | np.ndarray | float, Sequence[float] | np.ndarray | float] | None,

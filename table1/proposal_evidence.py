@@ -12,7 +12,7 @@ column, whose log value is 1 per proposal).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from moses_integration.lines import iter_text_lines, read_text_lines
@@ -82,11 +82,6 @@ class Overlap:
     table: int = 0  # the table's own targets for the same sources
     table_in_ref: int = 0
     occurrences_with_table_in_ref: int = 0
-
-
-@dataclass
-class OverlapBySource:
-    kinds: dict[str, Overlap] = field(default_factory=dict)
 
 
 def _in_reference(target: str, padded_ref: str) -> bool:
