@@ -122,8 +122,10 @@ table1: $(VENV)/.installed-experiment
 		--results $(RESULTS) $(if $(MIRROR),--mirror $(MIRROR))
 
 # The Docker image (docker/README.md), with podman or docker: IMAGE_ARGS passes docker/build-local.sh's
-# options (local base and Moses images, --pip-cert). image-check also runs make test and make tune
-# inside the image, on the fixture system of ../shared (podman only).
+# options (local base and Moses images, --pip-cert, --wheels, --torch-index). image builds and tags
+# rnn-rescorer; image-check builds and tags the same image, then its check stage (tagged
+# rnn-rescorer-check), which runs make test and make tune inside it on the fixture system of ../shared
+# (podman only).
 IMAGE_ARGS ?=
 image:
 	docker/build-local.sh $(IMAGE_ARGS)
