@@ -11,11 +11,20 @@ import termios
 from pathlib import Path
 
 # 40 updates over about 2 s: tqdm's default (a redraw every 0.1 s) draws about 20 times.
+# Every 10 updates a postfix and a message, as the training loops do: on a terminal each of those
+# redraws the bar too.
 SCRIPT = """
-import time
+import sys, time
+from tqdm import tqdm
 from moses_integration.progress import progress_bar
-for _ in progress_bar(range(40), show={show}, desc="work"):
+bar = progress_bar(total=40, show={show}, desc="work")
+for i in range(40):
     time.sleep(0.05)
+    bar.update(1)
+    if i % 10 == 9:
+        bar.set_postfix(loss=i)
+        tqdm.write(f"message {{i}}", file=sys.stderr)
+bar.close()
 """
 
 
@@ -23,13 +32,17 @@ def _run(show: bool, stderr) -> None:
     subprocess.run([sys.executable, "-c", SCRIPT.format(show=show)], stderr=stderr, check=True, timeout=60)
 
 
-def test_a_bar_written_to_a_file_redraws_only_its_first_and_last_state(tmp_path: Path) -> None:
+def test_a_bar_written_to_a_file_is_its_first_and_last_state_on_lines_of_their_own(tmp_path: Path) -> None:
     log = tmp_path / "stderr.log"
     with open(log, "w") as err:
         _run(True, err)
     text = log.read_bytes()  # bytes: text mode would turn each redraw's \r into a newline
-    assert text.count(b"\r") <= 3, text
-    assert b"40/40" in text  # the final state is always written
+    assert b"\r" not in text, text
+    lines = text.decode().splitlines()
+    drawn = [line for line in lines if line.startswith("work:")]
+    assert 2 <= len(drawn) <= 3, lines
+    assert "0/40" in drawn[0] and "40/40" in drawn[-1]  # the first and the final state are written
+    assert [line for line in lines if line.startswith("message")] == [f"message {i}" for i in (9, 19, 29, 39)]
 
 
 def test_on_a_terminal_the_bar_keeps_redrawing(tmp_path: Path) -> None:
@@ -57,4 +70,4 @@ def test_quiet_draws_nothing(tmp_path: Path) -> None:
     log = tmp_path / "stderr.log"
     with open(log, "w") as err:
         _run(False, err)
-    assert log.read_bytes() == b""
+    assert b"work" not in log.read_bytes()
