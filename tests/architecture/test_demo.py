@@ -39,7 +39,8 @@ def demo_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, str]:
         result = subprocess.run(demo_command(out), cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
     assert result.returncode == 0, log.read_text()[-3000:]
     assert (out / "phrase-table.rnn.gz").is_file() and (out / "moses.ini").is_file()
-    return result, log.read_text()
+    with open(log, encoding="utf-8", newline="") as fh:  # keep each redraw's \r as it was written
+        return result, fh.read()
 
 
 @pytest.mark.slow
@@ -49,3 +50,14 @@ def test_the_demo_model_uses_the_source(demo_run) -> None:
     _result, stderr = demo_run
     gains = [float(g) for g in re.findall(r"source gain (-?[\d.]+) nats/pair", stderr)]
     assert gains and gains[-1] >= 0.5, gains
+
+
+@pytest.mark.slow
+def test_the_demo_logged_to_a_file_writes_few_progress_lines(demo_run) -> None:
+    """``make demo > log 2>&1``: its four bars (table, pairs, training, rescoring) each write their
+    first and last state, not a redraw every 0.1 s (about 90 in this run before)."""
+    _result, stderr = demo_run
+    assert "\r" not in stderr, stderr
+    drawn = [line for line in stderr.splitlines() if re.match(r"(reading \w+|training|rescoring): ", line)]
+    assert 4 <= len(drawn) <= 12, stderr
+    assert any(line.startswith("training: 100%") for line in drawn)  # the end of each bar is still there
