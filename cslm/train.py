@@ -43,6 +43,7 @@ from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from moses_integration.files import exclusive_use
+from moses_integration.progress import progress_bar
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import last_checkpoint_path, refuse_to_overwrite
 from rescorer.model.config import TRAIN_STEPS, DictConfig, check_positive_int
@@ -108,7 +109,7 @@ class CorpusCounts:
 def count_corpus(path: str, progress: bool = True) -> CorpusCounts:
     counts: Counter = Counter()
     lengths: list[int] = []
-    bar = tqdm(desc=f"counting {Path(path).name}", unit=" lines", disable=not progress, file=sys.stderr)
+    bar = progress_bar(desc=f"counting {Path(path).name}", unit=" lines", show=progress)
     for line in read_corpus_lines(path):
         tokens = split_tokens(line.rstrip("\r\n"))
         counts.update(tokens)
@@ -127,7 +128,7 @@ def _write_split(path: str, lines: np.ndarray, lengths: np.ndarray, vocab: Vocab
     total = int((lengths[chosen] + 1).sum())
     tokens = np.lib.format.open_memmap(out / "tokens.npy.tmp", mode="w+", dtype=np.int32, shape=(total,))
     at = 0
-    bar = tqdm(desc=f"encoding {out.name}", total=len(lengths), unit=" lines", disable=not progress, file=sys.stderr)
+    bar = progress_bar(desc=f"encoding {out.name}", total=len(lengths), unit=" lines", show=progress)
     for line_no, line in enumerate(read_corpus_lines(path)):
         bar.update(1)
         if line_no >= len(chosen) or not chosen[line_no]:
@@ -335,8 +336,8 @@ def _train_loop(run: _CSLMTraining, cfg: CSLMTrainConfig, progress: bool) -> CSL
     run.model.train()
     run.started = time.monotonic() - state["elapsed"]
     stopped_by = "max_epochs"
-    bar = tqdm(total=run.epoch_len, initial=state["position"], desc=f"epoch {state['epoch'] + 1}", unit=" ngram",
-               unit_scale=True, disable=not progress, file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+    bar = progress_bar(total=run.epoch_len, initial=state["position"], desc=f"epoch {state['epoch'] + 1}",
+                       unit=" ngram", unit_scale=True, show=progress, dynamic_ncols=True, mininterval=1.0)
     try:
         while cfg.max_epochs is None or state["epoch"] < cfg.max_epochs:
             out_of_time = run.train_epoch(bar)

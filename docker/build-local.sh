@@ -6,9 +6,12 @@
 #       [--debian-image IMG] [--cuda-image IMG] [--moses-image IMG] [--shared DIR] [--pip-cert FILE]
 #       [--wheels DIR] [--torch-index URL]
 #
-# Without the options the Dockerfile's defaults are pulled from their registries. --check needs
-# podman (it mounts DIR, default ../shared, at /opt/shared for that stage; docker build cannot mount).
-# --pip-cert: the CA bundle for pip where a proxy re-signs TLS (default: $PIP_CERT when set).
+# Without the options the Dockerfile's defaults are pulled from their registries. The image is tagged
+# TAG (default rnn-rescorer). --check builds and tags it the same way, then builds the check stage on
+# top of it, tagged TAG-check; that needs podman (it mounts DIR, default ../shared, at /opt/shared for
+# that stage; docker build cannot mount).
+# --pip-cert: the CA bundle for pip where a proxy re-signs TLS (default: $PIP_CERT when set); the
+# whole folder holding FILE is mounted read-only at /host-certs for the build's RUN steps.
 # --wheels: a folder of wheels pip looks in first (e.g. a torch build where its index is unreachable);
 # --torch-index: where torch comes from otherwise (default: PyTorch's CPU or CUDA index).
 set -euo pipefail
@@ -48,14 +51,16 @@ if [ -n "$wheels" ]; then
     mounts+=(-v "$(cd "$wheels" && pwd):/host-wheels:ro")
     build_args+=(--build-arg "PIP_FIND_LINKS=/host-wheels")
 fi
-target=(--target final)
 if [ "$check" = 1 ]; then
     [ "${engine[0]}" = podman ] || { echo "build-local.sh: --check needs podman (a volume mount during the build)" >&2; exit 1; }
     [ -d "$shared/fixtures" ] || { echo "build-local.sh: --check needs the shared data ($shared/fixtures not found)" >&2; exit 1; }
-    mounts+=(-v "$(cd "$shared" && pwd):/opt/shared:ro")
-    target=(--target check)
-    tag="$tag-check"
+    shared=$(cd "$shared" && pwd)
 fi
 set -x
-"${engine[@]}" "${mounts[@]}" "${build_args[@]}" --build-arg "VARIANT=$variant" "${target[@]}" \
+# The image itself, as without --check; then the check stage, which reuses its layers.
+"${engine[@]}" "${mounts[@]}" "${build_args[@]}" --build-arg "VARIANT=$variant" --target final \
     -f docker/Dockerfile -t "$tag" .
+if [ "$check" = 1 ]; then
+    "${engine[@]}" "${mounts[@]}" -v "$shared:/opt/shared:ro" "${build_args[@]}" --build-arg "VARIANT=$variant" \
+        --target check -f docker/Dockerfile -t "$tag-check" .
+fi

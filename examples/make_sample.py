@@ -1,4 +1,5 @@
-"""Generate ``examples/phrase-table.en-fr.gz``, the project's small built-in phrase table.
+"""Generate ``examples/phrase-table.en-fr.gz``, the project's small built-in phrase table, and the
+word translation tables ``lex.f2e``/``lex.e2f`` beside it (what ``rescorer propose`` reads).
 
 Why a generator rather than a checked-in table only: the sample must be ours (hand-written
 translations, not an excerpt of someone's trained system), reproducible byte for byte, and easy
@@ -16,7 +17,9 @@ exercised on it without a trained system:
   from word translation probabilities estimated on the aligned word pairs of all entries (the
   unaligned words going to NULL), as Koehn et al.'s lexical weighting does;
 * lines sorted in ``LC_ALL=C`` byte order of the whole line, as Moses tables are, so each
-  source phrase forms one contiguous block.
+  source phrase forms one contiguous block;
+* ``lex.f2e`` and ``lex.e2f`` hold the word translation probabilities those lexical weights come
+  from, as ``train-model.perl`` step 4 writes them beside a trained table.
 """
 
 from __future__ import annotations
@@ -357,10 +360,12 @@ def lexical_weight(
     return weight
 
 
-def build_lines() -> list[bytes]:
-    """The table's lines (without newline), sorted in C byte order."""
-    rng = random.Random(SEED)
-    pairs: list[tuple[list[str], list[str], list[tuple[int, int]], int]] = []
+Pair = tuple[list[str], list[str], list[tuple[int, int]], int]  # source, target, alignment, count
+
+
+def build_pairs() -> list[Pair]:
+    """Every phrase pair of ``LEXICON`` with its alignment points and count, checked."""
+    pairs: list[Pair] = []
     seen: set[tuple[str, str]] = set()
     for source, targets in LEXICON:
         for target, count, alignment in targets:
@@ -369,9 +374,12 @@ def build_lines() -> list[bytes]:
             seen.add((source, target))
             src, tgt = source.split(), target.split()
             pairs.append((src, tgt, parse_alignment(alignment, len(src), len(tgt)), count))
+    return pairs
 
-    # Word translation probabilities w(s|t) and w(t|s) from the aligned words of every pair.
-    joint: dict[tuple[str, str], float] = defaultdict(float)  # (source word, target word)
+
+def word_counts(pairs: list[Pair]) -> dict[tuple[str, str], float]:
+    """c(source word, target word) over the aligned words of every pair, unaligned words to NULL."""
+    joint: dict[tuple[str, str], float] = defaultdict(float)
     for src, tgt, points, count in pairs:
         aligned_s = {s for s, _ in points}
         aligned_t = {t for _, t in points}
@@ -383,6 +391,40 @@ def build_lines() -> list[bytes]:
         for j, word in enumerate(tgt):
             if j not in aligned_t:
                 joint[(NULL, word)] += count
+    return joint
+
+
+def build_lex_lines() -> tuple[list[bytes], list[bytes]]:
+    """``lex.f2e`` and ``lex.e2f`` as ``train-model.perl`` step 4 writes them from the same counts.
+
+    Moses' ``LexicalTranslationModel.pm`` writes ``e f w(e|f)`` to lex.f2e and ``f e w(f|e)`` to
+    lex.e2f, f being the source language (here English), with ``%.7f`` and ``NULL`` for an
+    unaligned word. They are what ``rescorer propose`` reads beside the table to give a proposed
+    pair its lexical weights. Only the word pairs seen aligned are listed (no made-up NULL
+    floor), in sorted order rather than Perl's hash order, so the files are reproducible.
+    """
+    joint = word_counts(build_pairs())
+    total_s: dict[str, float] = defaultdict(float)
+    total_t: dict[str, float] = defaultdict(float)
+    for (s, t), c in joint.items():
+        total_s[s] += c
+        total_t[t] += c
+    moses = {NULL: "NULL"}
+    f2e, e2f = [], []
+    for (s, t), c in sorted(joint.items()):
+        f, e = moses.get(s, s), moses.get(t, t)
+        f2e.append(f"{e} {f} {c / total_s[s]:.7f}".encode())
+        e2f.append(f"{f} {e} {c / total_t[t]:.7f}".encode())
+    return sorted(f2e), sorted(e2f)
+
+
+def build_lines() -> list[bytes]:
+    """The table's lines (without newline), sorted in C byte order."""
+    rng = random.Random(SEED)
+    pairs = build_pairs()
+
+    # Word translation probabilities w(s|t) and w(t|s) from the aligned words of every pair.
+    joint = word_counts(pairs)
     total_t: dict[str, float] = defaultdict(float)
     total_s: dict[str, float] = defaultdict(float)
     for (s, t), c in joint.items():
@@ -439,6 +481,9 @@ def main() -> None:
     with open(OUT, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
         gz.write(b"".join(line + b"\n" for line in lines))
     print(f"wrote {len(lines)} lines to {OUT}")
+    for name, lex in zip(("lex.f2e", "lex.e2f"), build_lex_lines(), strict=True):
+        (OUT.parent / name).write_bytes(b"".join(line + b"\n" for line in lex))
+        print(f"wrote {len(lex)} lines to {OUT.parent / name}")
 
 
 if __name__ == "__main__":

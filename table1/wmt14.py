@@ -136,10 +136,10 @@ def download(url: str, dest: Path, *, progress: bool = True, timeout: float = 60
 
 
 def _copy_stream(src: BinaryIO, out: BinaryIO, url: str, *, total: int | None, initial: int, progress: bool) -> None:
-    from tqdm import tqdm
+    from moses_integration.progress import progress_bar  # tqdm only where a download runs
 
-    with tqdm(total=total, initial=initial, unit="B", unit_scale=True, disable=not progress,
-              desc=url.rsplit("/", 1)[-1], file=sys.stderr) as bar:
+    with progress_bar(total=total, initial=initial, unit="B", unit_scale=True, show=progress,
+                      desc=url.rsplit("/", 1)[-1]) as bar:
         while True:
             try:
                 chunk = src.read(1 << 20)

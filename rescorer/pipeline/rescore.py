@@ -36,7 +36,6 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
-from tqdm import tqdm
 
 from moses_integration.files import (
     DEFAULT_MEMBER_LEVEL,
@@ -46,6 +45,7 @@ from moses_integration.files import (
     open_input,
 )
 from moses_integration.phrase_table import PhraseTableError
+from moses_integration.progress import progress_bar
 from moses_integration.threads import available_cpus
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.device import autocast_dtype, matmul_precision, scoring_precision, select_device
@@ -343,8 +343,8 @@ class _Run:
             raise
         self.spool = Spool() if opts.workers > 1 else None
         in_size = None if input_path == "-" else os.path.getsize(input_path)
-        self.bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
-                        file=sys.stderr, dynamic_ncols=True)
+        self.bar = progress_bar(total=in_size, unit="B", unit_scale=True, desc="rescoring", show=opts.progress,
+                                dynamic_ncols=True)
         # Parsing and formatting share one pool; with -j 1 both run in this process.
         self.pool = (
             futures.ProcessPoolExecutor(opts.workers, mp_context=multiprocessing.get_context("spawn"),

@@ -31,7 +31,6 @@ import array
 import itertools
 import os
 import shutil
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -45,6 +44,7 @@ from tqdm import tqdm
 from moses_integration.files import atomic_output, atomic_path, display_name, exclusive_use
 from moses_integration.lines import iter_text_lines
 from moses_integration.phrase_table import SEPARATOR, iter_lines
+from moses_integration.progress import progress_bar
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.device import select_device
@@ -233,8 +233,8 @@ def _run(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOptions, 
     summary.search_seconds = state["search_seconds"]
     if state["phase"] == "search":
         max_words = opts.max_target_words or summary.scan.max_target_words
-        with tqdm(total=total, initial=state["sources_done"], unit="src", desc="proposing", file=sys.stderr,
-                  disable=not opts.rescore.progress, dynamic_ncols=True) as bar:
+        with progress_bar(total=total, initial=state["sources_done"], unit="src", desc="proposing",
+                          show=opts.rescore.progress, dynamic_ncols=True) as bar:
             _search(sources, checkpoint, opts, rows, max_words, word_tables, summary, work, identity, state, bar)
         state.update(phase="searched", skipped=asdict(summary.skipped))
         work.record(identity, state)

@@ -21,10 +21,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm import tqdm
 
 from moses_integration.files import display_name
 from moses_integration.phrase_table import PhraseTableEntry, read_phrase_table
+from moses_integration.progress import progress_bar
 from moses_integration.tokens import split_tokens
 
 DIRECT_COLUMN = 2  # φ(e|f): p(target | source), 0-based
@@ -94,8 +94,8 @@ def _blocks(path: str | os.PathLike[str], summary: TableSummary, progress: bool)
     scores: list[list[float]] = []
     count: float | None = None
     entries = read_phrase_table(path)
-    bar = tqdm(entries, unit=" lines", unit_scale=True, disable=not progress, desc="reading table",
-               mininterval=1.0)
+    bar = progress_bar(entries, unit=" lines", unit_scale=True, show=progress, desc="reading table",
+                       mininterval=1.0)
     for entry in bar:
         if entry.source != source:
             if source is not None:

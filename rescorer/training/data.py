@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from tqdm import tqdm
 
 from moses_integration.files import atomic_path, open_input
+from moses_integration.progress import progress_bar
 from moses_integration.tokens import split_tokens_arrow
 from rescorer.model.vocab import Vocab, build_vocab_from_corpus
 from rescorer.tables.chunks import EOS_ID, FIELD_SEPARATOR, iter_line_chunks, parse_chunk, phrases_to_ids
@@ -79,7 +79,7 @@ def _extract_pairs(table: str, out_path: Path, chunk_lines: int, progress: bool,
     seen_sources: set[str] = set()
     with atomic_path(out_path) as tmp, open_input(table) as fh, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(
         sink, PAIR_SCHEMA
-    ) as writer, tqdm(desc="reading pairs", unit=" lines", disable=not progress, file=sys.stderr) as bar:
+    ) as writer, progress_bar(desc="reading pairs", unit=" lines", show=progress) as bar:
         for chunk in iter_line_chunks(fh, table, chunk_lines):
             parsed = parse_chunk(chunk, table, num_scores=num_scores)
             num_scores = parsed.num_scores

@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from moses_integration.files import exclusive_use
+from moses_integration.progress import progress_bar
 from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
 from rescorer.model.device import autocast_dtype, matmul_precision, select_device
@@ -151,8 +152,8 @@ def _train_loop(run: _Training, train_config: TrainConfig, progress: bool) -> Tr
         run.validate()
     run.model.train()
     run.started = time.monotonic() - run.state["elapsed"]
-    bar = tqdm(total=train_config.max_steps, initial=run.state["step"], desc="training", unit=" step",
-               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    bar = progress_bar(total=train_config.max_steps, initial=run.state["step"], desc="training", unit=" step",
+                       show=progress, dynamic_ncols=True)
     pairs_done, t_rate = 0, time.monotonic()
     try:
         # A resumed run whose budget is already spent takes no step: --resume after a finished

@@ -401,3 +401,21 @@ def test_example_table_is_what_its_generator_writes() -> None:
     assert gzip.decompress(EXAMPLE_TABLE.read_bytes()) == expected
 
 
+
+
+def test_example_word_tables_are_what_its_generator_writes() -> None:
+    """examples/lex.f2e and lex.e2f (what ``rescorer propose`` reads beside the sample table) come
+    from the same generator and counts as the table, in Moses' ``e f w(e|f)`` / ``f e w(f|e)`` layout."""
+    spec = importlib.util.spec_from_file_location("make_sample", REPO_ROOT / "examples" / "make_sample.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    f2e, e2f = module.build_lex_lines()
+    assert (REPO_ROOT / "examples" / "lex.f2e").read_bytes() == b"".join(line + b"\n" for line in f2e)
+    assert (REPO_ROOT / "examples" / "lex.e2f").read_bytes() == b"".join(line + b"\n" for line in e2f)
+    # w(e|f) sums to 1 over e for each source word f, as Moses' relative frequencies do.
+    totals: dict[bytes, float] = {}
+    for line in f2e:
+        _e, f, w = line.split()
+        totals[f] = totals.get(f, 0.0) + float(w)
+    assert b"house" in totals and all(abs(t - 1) < 1e-5 for t in totals.values())

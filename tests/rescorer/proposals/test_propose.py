@@ -184,6 +184,18 @@ def test_missing_or_malformed_word_tables_stop_before_the_search_with_file_and_l
     assert _nothing_left(tmp_path, out)
 
 
+def test_readme_line_runs_on_the_shipped_sample_with_the_word_tables_beside_it(system, tmp_path) -> None:
+    """README's ``rescorer propose TABLE OUT --model MODEL`` on ``examples/``: the sample ships the
+    lex.e2f/lex.f2e its generator writes, so no --lex option is needed."""
+    out = tmp_path / "proposals.gz"
+    result = CliRunner().invoke(main, ["propose", str(EXAMPLE_TABLE), str(out), "--model", str(system / "model.pt"),
+                                       "--beam", "3", "--per-source", "1", "--device", "cpu", "--threads", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    sample, completed = _lines(EXAMPLE_TABLE), _lines(out)
+    assert len(completed) > len(sample)
+    assert {line.split(SEP)[0] for line in completed} == {line.split(SEP)[0] for line in sample}
+
+
 def test_an_unsorted_table_is_refused_at_the_line_out_of_order(system, tmp_path) -> None:
     lines = _lines(system / "phrase-table.gz")
     lines[10], lines[40] = lines[40], lines[10]
