@@ -13,6 +13,7 @@ import click
 from moses_integration.cli_options import (
     FiniteFloat,
     IntRange,
+    NumberList,
     OneLinePath,
     OutputPath,
     device_option,
@@ -35,16 +36,6 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
             "export-nplm file [default: exact log-probabilities]")
 
 
-def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
-    try:
-        sizes = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated layer sizes such as 1536,1024, got {value!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter(f"expected positive layer sizes, got {value!r}")
-    return sizes
-
-
 @main.command("train", short_help="train a CSLM on tokenized target text")
 @click.argument("corpus", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("model_out", type=OutputPath(path_type=Path))
@@ -55,8 +46,8 @@ def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> l
               help="output words, [UNK] included")
 @click.option("--embedding", type=IntRange(min=1), default=512, show_default=True,
               help="embedding size of each history word")
-@click.option("--hidden", default="1536,1024", show_default=True, callback=_hidden_sizes,
-              help="ReLU hidden layer sizes, comma-separated")
+@click.option("--hidden", type=NumberList(IntRange(min=1)), default="1536,1024", show_default=True,
+              help="ReLU hidden layer sizes, comma-separated (each >= 1)")
 @click.option("--max-time", type=FiniteFloat(min=0, min_open=True), help="stop after this many seconds of training")
 @click.option("--max-epochs", type=IntRange(min=1), help="stop after this many epochs")
 @click.option("--patience", type=IntRange(min=1), default=10, show_default=True,

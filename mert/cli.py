@@ -20,6 +20,7 @@ import click
 from moses_integration.cli_options import (
     FiniteFloat,
     IntRange,
+    NumberList,
     OneLinePath,
     OutputPath,
     friendly_errors,
@@ -30,18 +31,6 @@ from moses_integration.cli_options import (
 )
 from moses_integration.files import check_output_place
 from moses_integration.threads import limit_threads
-
-
-def _parse_range(text: str | None) -> tuple[float, float] | None:
-    if text is None:
-        return None
-    try:
-        low, high = (float(x) for x in text.split(","))
-    except ValueError:
-        raise click.BadParameter(f"expected MIN,MAX, got {text!r}", param_hint="--ranges") from None
-    if low > high:
-        raise click.BadParameter("MIN must not exceed MAX", param_hint="--ranges")
-    return low, high
 
 
 @click.group()
@@ -81,7 +70,8 @@ class WeightsOrFile(OneLinePath):
               help="Moses init.opt: start weights, then restart minima and maxima")
 @click.option("--restarts", type=IntRange(min=0), default=20, show_default=True, help="random restarts (Moses -n)")
 @seed_option("seed of the random restarts")
-@click.option("--ranges", help="random-restart range MIN,MAX for every feature (default 0,1 or init.opt)")
+@click.option("--ranges", type=NumberList(FiniteFloat(), count=2, ascending=True), metavar="MIN,MAX",
+              help="random-restart range MIN,MAX for every feature (default 0,1 or init.opt)")
 @click.option("--fixed", multiple=True, help="feature or column (LM0_0) to keep fixed (held at 0: absent)")
 @click.option("--epsilon", type=FiniteFloat(min=0), default=0.01, show_default=True, help="stop when BLEU gains ≤ this")
 @click.option("--random-directions", type=IntRange(min=0), default=0, show_default=True, help="extra random directions")
@@ -93,7 +83,7 @@ def optimize_command(
     init_opt: str | None,
     restarts: int,
     seed: int | None,
-    ranges: str | None,
+    ranges: list[float] | None,
     fixed: tuple[str, ...],
     epsilon: float,
     random_directions: int,
@@ -112,7 +102,7 @@ def optimize_command(
     nbest_set, data = load_tuning_set(nbest, refs)
     names = nbest_set.feature_names
     starts, init_ranges = start_points(names, init_opt=init_opt, init_paths=init_paths)
-    range_arg = _parse_range(ranges)
+    range_arg = (ranges[0], ranges[1]) if ranges else None
     result = optimize_runs(
         data,
         starts,

@@ -95,6 +95,29 @@ class FiniteFloat(OneLineValue, click.FloatRange):
         return "finite" if self.min is None and self.max is None else super()._describe_range()
 
 
+class NumberList(OneLineValue, click.ParamType):
+    """Comma-separated numbers (``--hidden 1536,1024``, ``--ranges 0,1``), each checked by ``item`` (an
+    :class:`IntRange` or :class:`FiniteFloat`); ``count`` of them if given, and with ``ascending`` none
+    smaller than the one before. Fails with one line, as every number does."""
+
+    name = "list"
+
+    def __init__(self, item: IntRange | FiniteFloat, *, count: int | None = None, ascending: bool = False) -> None:
+        self.item, self.count, self.ascending = item, count, ascending
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        parts = [part.strip() for part in str(value).split(",")]
+        if "" in parts or (self.count is not None and len(parts) != self.count):
+            how_many = f"{self.count} " if self.count is not None else ""
+            self.fail(f"expected {how_many}comma-separated numbers, got {value!r}.", param, ctx)
+        numbers = [self.item.convert(part, param, ctx) for part in parts]
+        if self.ascending and numbers != sorted(numbers):
+            self.fail(f"{value!r}: each number must be at least the one before.", param, ctx)
+        return numbers
+
+
 class OneLinePath(OneLineValue, click.Path):
     """:class:`click.Path`, failing with one line (:class:`OneLineValue`)."""
 

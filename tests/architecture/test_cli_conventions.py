@@ -18,6 +18,7 @@ from moses_integration.cli_options import (
     DEFAULT_SEED,
     FiniteFloat,
     IntRange,
+    NumberList,
     OneLinePath,
     OutputPath,
     friendly_errors,
@@ -411,3 +412,21 @@ def test_every_argument_that_names_a_file_is_typed_as_one():
     untyped = {(name, p.name) for name, command in COMMANDS for p in command.params
                if isinstance(p, click.Argument) and p.type is click.STRING}
     assert untyped == {("rescorer sample", "source")}  # a phrase, not a file
+
+
+LISTS = {("cslm train", "hidden"): ["0,5", "a", "16,,8"], ("mert optimize", "ranges"): ["1,0", "1", "0,nan"]}
+
+
+def test_lists_of_numbers_are_checked_as_typed_in_one_line(tmp_path: Path, monkeypatch):
+    """``cslm train --hidden 0`` and ``mert optimize --ranges 1,0`` were usage screens with exit 2."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "input.txt").write_text("an input\n")
+    found = {(name, p.name) for name, command in COMMANDS for p in command.params if isinstance(p.type, NumberList)}
+    assert found == set(LISTS)
+    for (name, option), values in LISTS.items():
+        command = dict(COMMANDS)[name]
+        for bad in values:
+            res = CliRunner().invoke(command, _command_line(command, {option: bad}, tmp_path))
+            assert res.exit_code == 1, (name, bad, res.output)
+            lines = res.output.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith(f"Error: Invalid value for '--{option}'"), res.output
