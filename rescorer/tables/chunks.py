@@ -134,7 +134,7 @@ def iter_line_chunks(
             block = read(BLOCK_BYTES)
         except CORRUPT_GZIP_ERRORS as exc:
             raise UnreadableInputError(
-                path, first_unreadable_line(path, line_no + len(ends)), f"input is truncated or corrupt ({exc})"
+                path, first_unreadable_line(path, line_no + len(ends)), f"truncated or corrupt gzip input ({exc})"
             ) from exc
         if not block:
             break
