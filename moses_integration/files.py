@@ -513,11 +513,17 @@ def check_outputs_are_not_inputs(outputs: Iterable[tuple[str, PathArg | None]],
     through a symlink or a hard link too, destroys the model the user had, and two outputs on one file
     leave only the one written last. Found here, before any work, as one line naming both (an
     :class:`OutputPlaceError`). ``None`` and ``-`` (stdin, stdout) are skipped, and so are inputs that
-    do not exist: nothing of theirs can be lost.
+    do not exist and devices, pipes and sockets (``/dev/stdin`` and ``/dev/stdout`` on one terminal,
+    ``/dev/null`` twice): nothing of theirs can be lost.
     """
-    outs = [(label, os.fspath(path)) for label, path in outputs if path is not None and os.fspath(path) != STDIO_NAME]
+
+    def is_data(path: str) -> bool:
+        return os.path.isfile(path) or os.path.isdir(path)
+
+    outs = [(label, os.fspath(path)) for label, path in outputs if path is not None and os.fspath(path) != STDIO_NAME
+            and (is_data(path) or not os.path.exists(path))]
     ins = [(label, os.fspath(path)) for label, path in inputs
-           if path is not None and os.fspath(path) != STDIO_NAME and os.path.exists(path)]
+           if path is not None and os.fspath(path) != STDIO_NAME and is_data(path)]
     for k, (label, path) in enumerate(outs):
         for in_label, in_path in ins:
             if same_file(path, in_path):
