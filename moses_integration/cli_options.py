@@ -156,7 +156,8 @@ def quiet_option(help: str = "no progress output on stderr") -> Callable[[F], F]
     return click.option("-q", "--quiet", is_flag=True, help=help)
 
 
-#: The largest ``--seed``: what every generator the commands seed accepts (numpy's legacy ones stop at 2**32 - 1).
+#: The largest ``--seed``: what every generator the commands seed accepts (scikit-learn's t-SNE seeds numpy's
+#: RandomState, which stops at 2**32 - 1).
 MAX_SEED = 2**32 - 1
 
 
