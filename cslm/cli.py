@@ -11,6 +11,10 @@ from pathlib import Path
 import click
 
 from moses_integration.cli_options import (
+    FiniteFloat,
+    IntRange,
+    NumberList,
+    OneLinePath,
     OutputPath,
     device_option,
     friendly_errors,
@@ -32,35 +36,28 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
             "export-nplm file [default: exact log-probabilities]")
 
 
-def _hidden_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
-    try:
-        sizes = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated layer sizes such as 1536,1024, got {value!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter(f"expected positive layer sizes, got {value!r}")
-    return sizes
-
-
 @main.command("train", short_help="train a CSLM on tokenized target text")
-@click.argument("corpus")
+@click.argument("corpus", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("model_out", type=OutputPath(path_type=Path))
-@click.option("--valid", type=click.Path(exists=True, dir_okay=False),
+@click.option("--valid", type=OneLinePath(exists=True, dir_okay=False),
               help="validation text [default: a random 0.1% of CORPUS's lines, at least 500]")
-@click.option("--order", type=int, default=7, show_default=True, help="n of the n-gram model")
-@click.option("--shortlist", type=int, default=15000, show_default=True, help="output words, [UNK] included")
-@click.option("--embedding", type=int, default=512, show_default=True, help="embedding size of each history word")
-@click.option("--hidden", default="1536,1024", show_default=True, callback=_hidden_sizes,
-              help="ReLU hidden layer sizes, comma-separated")
-@click.option("--max-time", type=float, help="stop after this many seconds of training")
-@click.option("--max-epochs", type=int, help="stop after this many epochs")
-@click.option("--patience", type=int, default=10, show_default=True,
+@click.option("--order", type=IntRange(min=2), default=7, show_default=True, help="n of the n-gram model")
+@click.option("--shortlist", type=IntRange(min=1), default=15000, show_default=True,
+              help="output words, [UNK] included")
+@click.option("--embedding", type=IntRange(min=1), default=512, show_default=True,
+              help="embedding size of each history word")
+@click.option("--hidden", type=NumberList(IntRange(min=1)), default="1536,1024", show_default=True,
+              help="ReLU hidden layer sizes, comma-separated (each >= 1)")
+@click.option("--max-time", type=FiniteFloat(min=0, min_open=True), help="stop after this many seconds of training")
+@click.option("--max-epochs", type=IntRange(min=1), help="stop after this many epochs")
+@click.option("--patience", type=IntRange(min=1), default=10, show_default=True,
               help="stop after this many epochs without validation improvement")
-@click.option("--epoch-size", type=int, help="n-grams per epoch, resampled each epoch [default: all]")
-@click.option("--batch-size", type=int, default=128, show_default=True)
+@click.option("--epoch-size", type=IntRange(min=1), help="n-grams per epoch, resampled each epoch [default: all]")
+@click.option("--batch-size", type=IntRange(min=1), default=128, show_default=True)
 @click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True)
-@click.option("--lr", type=float, help="learning rate [default: 1e-3 for adam, 0.02 for sgd]")
-@click.option("--self-normalize", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="ALPHA",
+@click.option("--lr", type=FiniteFloat(min=0, min_open=True),
+              help="learning rate [default: 1e-3 for adam, 0.02 for sgd]")
+@click.option("--self-normalize", type=FiniteFloat(min=0), default=0.0, show_default=True, metavar="ALPHA",
               help="add ALPHA*(log Z)^2 to the loss (Devlin et al. 2014; 0.1 is usual), so that the raw scores "
                    "Moses' NeuralLM adds are log-probabilities; needed for export-nplm")
 @seed_option()
@@ -98,8 +95,9 @@ def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hi
 
 
 @main.command("score", short_help="natural-log probability of each sentence")
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.argument("text", default="-")
+@click.argument("model", type=OneLinePath(exists=True, dir_okay=False))
+@click.argument("text", default="-",
+                type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @device_option()
 @threads_option()
@@ -123,8 +121,9 @@ def cslm_score_command(model, text, raw, device, threads, quiet):
 
 
 @main.command("nbest", short_help="append CSLM0= to each line of an n-best list")
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.argument("nbest_in", default="-")
+@click.argument("model", type=OneLinePath(exists=True, dir_okay=False))
+@click.argument("nbest_in", default="-",
+                type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
 @click.argument("nbest_out", default="-", type=OutputPath(allow_dash=True))
 @click.option("--name", default="CSLM0", show_default=True, help="feature name (letters and digits, no '_')")
 @click.option("--raw", is_flag=True, help=RAW_HELP)
@@ -152,7 +151,7 @@ def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads, q
 
 
 @main.command("export-nplm", short_help="the model in NPLM's format, for Moses' NeuralLM")
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("out", type=OutputPath(allow_dash=True))
 @friendly_errors()
 def cslm_export_nplm_command(model, out):

@@ -42,7 +42,7 @@ from cslm.model import CSLM, CSLMConfig
 from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
-from moses_integration.files import exclusive_use
+from moses_integration.files import exclusive_use, removed_when_the_disk_fills
 from moses_integration.progress import progress_bar
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import last_checkpoint_path, refuse_to_overwrite
@@ -323,9 +323,11 @@ def train_cslm(
     resolve_cslm_step(train_config.train_step, select_device(device), train_config.optimizer)  # before any work
     with exclusive_use(model_out):
         refuse_to_overwrite(Path(model_out), resume)
-        run = _CSLMTraining.start(corpus, Path(model_out), model_config, train_config, shortlist=shortlist,
-                                  valid=valid, device=device, precision=precision, resume=resume, progress=progress)
-        return _train_loop(run, train_config, progress)
+        with removed_when_the_disk_fills(Path(str(model_out) + ".data")):
+            run = _CSLMTraining.start(corpus, Path(model_out), model_config, train_config, shortlist=shortlist,
+                                      valid=valid, device=device, precision=precision, resume=resume,
+                                      progress=progress)
+            return _train_loop(run, train_config, progress)
 
 
 def _train_loop(run: _CSLMTraining, cfg: CSLMTrainConfig, progress: bool) -> CSLMTrainResult:

@@ -8,6 +8,7 @@ the references and prints optimised weights in ``moses.ini`` ``[weight]`` syntax
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -17,6 +18,10 @@ from typing import Any
 import click
 
 from moses_integration.cli_options import (
+    FiniteFloat,
+    IntRange,
+    NumberList,
+    OneLinePath,
     OutputPath,
     friendly_errors,
     quiet_option,
@@ -28,40 +33,48 @@ from moses_integration.files import check_output_place
 from moses_integration.threads import limit_threads
 
 
-def _parse_range(text: str | None) -> tuple[float, float] | None:
-    if text is None:
-        return None
-    try:
-        low, high = (float(x) for x in text.split(","))
-    except ValueError:
-        raise click.BadParameter(f"expected MIN,MAX, got {text!r}", param_hint="--ranges") from None
-    if low > high:
-        raise click.BadParameter("MIN must not exceed MAX", param_hint="--ranges")
-    return low, high
-
-
 @click.group()
 def main() -> None:
     """Minimum-error-rate training for Moses, compatible with its n-best lists and weights."""
 
 
+class WeightsOrFile(OneLinePath):
+    """``--init``: a file of weights, or the weights themselves (numbers, or ``Name= v …``)."""
+
+    name = "weights"
+
+    def __init__(self) -> None:
+        super().__init__(exists=True, dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        from mert.nbest_set import InlineWeights
+
+        inline = InlineWeights.parse(value) if isinstance(value, str) and not os.path.exists(value) else None
+        return inline if inline is not None else super().convert(value, param, ctx)
+
+
 @main.command("optimize")
-@click.argument("nbest", nargs=-1, required=True)
-@click.option("--ref", "refs", multiple=True, required=True, help="reference file (repeat for several references)")
+@click.argument("nbest", nargs=-1, required=True, type=OneLinePath(exists=True, dir_okay=False))
+@click.option("--ref", "refs", multiple=True, required=True, type=OneLinePath(exists=True, dir_okay=False),
+              help="reference file (repeat for several references)")
 @click.option(
     "--init",
     "init_paths",
     multiple=True,
-    help="start weights: 'Name= v …' lines (moses.ini, -show-weights, a previous run) or numbers; repeat "
-    "for several start points (e.g. the decoder's and the previous iteration's weights)",
+    type=WeightsOrFile(),
+    help="start weights: a file of 'Name= v …' lines (moses.ini, -show-weights, a previous run) or of numbers, "
+    "or the weights themselves ('0.1 0.2 …' or 'LM0= 0.5 …'); repeat for several start points (e.g. the "
+    "decoder's and the previous iteration's weights)",
 )
-@click.option("--init-opt", "init_opt", help="Moses init.opt: start weights, then restart minima and maxima")
-@click.option("--restarts", type=int, default=20, show_default=True, help="random restarts (Moses -n)")
+@click.option("--init-opt", "init_opt", type=OneLinePath(exists=True, dir_okay=False),
+              help="Moses init.opt: start weights, then restart minima and maxima")
+@click.option("--restarts", type=IntRange(min=0), default=20, show_default=True, help="random restarts (Moses -n)")
 @seed_option("seed of the random restarts")
-@click.option("--ranges", help="random-restart range MIN,MAX for every feature (default 0,1 or init.opt)")
+@click.option("--ranges", type=NumberList(FiniteFloat(), count=2, ascending=True), metavar="MIN,MAX",
+              help="random-restart range MIN,MAX for every feature (default 0,1 or init.opt)")
 @click.option("--fixed", multiple=True, help="feature or column (LM0_0) to keep fixed (held at 0: absent)")
-@click.option("--epsilon", type=float, default=0.01, show_default=True, help="stop when BLEU gains ≤ this")
-@click.option("--random-directions", type=int, default=0, show_default=True, help="extra random directions")
+@click.option("--epsilon", type=FiniteFloat(min=0), default=0.01, show_default=True, help="stop when BLEU gains ≤ this")
+@click.option("--random-directions", type=IntRange(min=0), default=0, show_default=True, help="extra random directions")
 @friendly_errors()
 def optimize_command(
     nbest: tuple[str, ...],
@@ -70,7 +83,7 @@ def optimize_command(
     init_opt: str | None,
     restarts: int,
     seed: int | None,
-    ranges: str | None,
+    ranges: list[float] | None,
     fixed: tuple[str, ...],
     epsilon: float,
     random_directions: int,
@@ -89,7 +102,7 @@ def optimize_command(
     nbest_set, data = load_tuning_set(nbest, refs)
     names = nbest_set.feature_names
     starts, init_ranges = start_points(names, init_opt=init_opt, init_paths=init_paths)
-    range_arg = _parse_range(ranges)
+    range_arg = (ranges[0], ranges[1]) if ranges else None
     result = optimize_runs(
         data,
         starts,
@@ -129,38 +142,39 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @main.command("tune")
-@click.option("--moses-ini", "ini", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--moses-ini", "ini", required=True, type=OneLinePath(exists=True, dir_okay=False, path_type=Path),
               help="the system to tune (its weights are the start point)")
-@click.option("--src", "source", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--src", "source", required=True, type=OneLinePath(exists=True, dir_okay=False, path_type=Path),
               help="dev source, as the decoder reads it (tokenized, truecased)")
-@click.option("--ref", "refs", multiple=True, required=True, type=click.Path(exists=True, path_type=Path),
+@click.option("--ref", "refs", multiple=True, required=True, type=OneLinePath(exists=True, path_type=Path),
               help="dev reference, tokenized like the output (repeat for several references)")
 @click.option("--work-dir", default="work", show_default=True, type=OutputPath(folder=True, path_type=Path),
               help="where every iteration's ini, n-best list, weights and the log are kept")
 @click.option("--moses-ini-out", "--output-ini", "output_ini", type=OutputPath(path_type=Path),
               help="also write the tuned moses.ini here (besides WORK_DIR/moses.ini)")
-@click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--moses-bin-dir", type=OneLinePath(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
 @threads_option("decoder threads (moses -threads) [default: the CPUs this process may use]")
-@click.option("--nbest-size", type=int, default=100, show_default=True, help="n-best list size (distinct)")
-@click.option("--max-iterations", type=int, default=25, show_default=True)
-@click.option("--restarts", type=int, default=20, show_default=True, help="random restarts per optimisation")
+@click.option("--nbest-size", type=IntRange(min=1), default=100, show_default=True, help="n-best list size (distinct)")
+@click.option("--max-iterations", type=IntRange(min=1), default=25, show_default=True)
+@click.option("--restarts", type=IntRange(min=0), default=20, show_default=True,
+              help="random restarts per optimisation")
 @seed_option("iteration n seeds its restarts with SEED + 1000 n (as --predictable-seeds); "
                    "independent runs need seeds that differ modulo 1000")
 @click.option("--random-seeds", is_flag=True, help="fresh randomness each run (not reproducible)")
-@click.option("--min-weight-change", type=float, default=1e-5, show_default=True,
+@click.option("--min-weight-change", type=FiniteFloat(min=0), default=1e-5, show_default=True,
               help="stop when no weight moves by more than this")
 @click.option("--fixed", multiple=True, help="feature or column (LM0_0) to keep fixed (held at 0: absent)")
 @click.option("--feature", "features", multiple=True,
               help="extra n-best feature: a built-in (WordCount, LengthRatio[:ratio]), one an installed "
                    "package registers (this project's CSLM:model.pt), or module:Class[:arg]")
 @click.option("--decoder-flags", default="", help="extra moses arguments, e.g. '-distortion-limit 6'")
-@click.option("--decoder-cwd", type=click.Path(file_okay=False, exists=True, path_type=Path),
+@click.option("--decoder-cwd", type=OneLinePath(file_okay=False, exists=True, path_type=Path),
               help="folder the ini's relative model paths refer to, where moses runs (default: the ini's folder)")
 @resume_option("continue the run in --work-dir after its last iteration", "--continue")
 @click.option("--engine", type=click.Choice(["builtin", "moses"]), default="builtin", show_default=True,
               help="moses: delegate to Moses' scripts/training/mert-moses.pl instead")
-@click.option("--moses-scripts-dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--moses-scripts-dir", type=OneLinePath(file_okay=False, path_type=Path),
               help="Moses' scripts/ folder for --engine moses (default: $MOSES_SCRIPTS_DIR, or BIN/../scripts)")
 @quiet_option("no progress lines on stderr (each iteration's BLEU and weights are still in WORK_DIR)")
 @friendly_errors()
@@ -240,32 +254,32 @@ def tune_command(
 
 
 @main.command("evaluate")
-@click.option("--ref", "refs", multiple=True, required=True, type=click.Path(exists=True, path_type=Path),
+@click.option("--ref", "refs", multiple=True, required=True, type=OneLinePath(exists=True, path_type=Path),
               help="raw (detokenized) reference, scored with sacrebleu's default tokenizer; repeatable")
-@click.option("--tok-ref", "tok_refs", multiple=True, type=click.Path(exists=True, path_type=Path),
+@click.option("--tok-ref", "tok_refs", multiple=True, type=OneLinePath(exists=True, path_type=Path),
               help="tokenized reference for BLEU on tokenized text (tokenize=none); repeatable")
 @click.option("--lang", default="fr", show_default=True, help="target language (detokenizer rules)")
-@click.option("--hyp", "hyps", multiple=True, type=click.Path(exists=True, path_type=Path),
+@click.option("--hyp", "hyps", multiple=True, type=OneLinePath(exists=True, path_type=Path),
               help="already decoded output (tokenized Moses output), one per tuning run; repeatable")
-@click.option("--moses-ini", "inis", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--moses-ini", "inis", multiple=True, type=OneLinePath(exists=True, dir_okay=False, path_type=Path),
               help="tuned config to decode --src with (one per tuning run); repeatable")
-@click.option("--baseline", "baselines", multiple=True, type=click.Path(exists=True, path_type=Path),
+@click.option("--baseline", "baselines", multiple=True, type=OneLinePath(exists=True, path_type=Path),
               help="baseline output(s) to compare with by paired bootstrap; repeatable")
 @click.option("--baseline-ini", "baseline_inis", multiple=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path), help="baseline config(s) to decode")
-@click.option("--src", "source", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              type=OneLinePath(exists=True, dir_okay=False, path_type=Path), help="baseline config(s) to decode")
+@click.option("--src", "source", type=OneLinePath(exists=True, dir_okay=False, path_type=Path),
               help="test source for decoding (tokenized, truecased)")
 @click.option("--output-dir", type=OutputPath(folder=True, path_type=Path),
               help="where decoded and post-processed outputs are written (with --moses-ini/--baseline-ini) "
                    "[default: eval]")
-@click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--moses-bin-dir", type=OneLinePath(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
 @threads_option("decoder threads (moses -threads) [default: the CPUs this process may use]")
-@click.option("--decoder-cwd", type=click.Path(file_okay=False, exists=True, path_type=Path),
+@click.option("--decoder-cwd", type=OneLinePath(file_okay=False, exists=True, path_type=Path),
               help="run moses here (default: each ini's folder; Moses resolves relative model paths against it)")
-@click.option("--nbest-size", type=int, default=100, show_default=True,
+@click.option("--nbest-size", type=IntRange(min=1), default=100, show_default=True,
               help="n-best size when extra features rescore the output")
-@click.option("--bootstrap-samples", type=int, default=1000, show_default=True)
+@click.option("--bootstrap-samples", type=IntRange(min=1), default=1000, show_default=True)
 @click.option("--detokenized", is_flag=True, help="the hypotheses are already detokenized: no post-processing")
 @click.option("--report", "--json", "json_path", type=OutputPath(path_type=Path),
               help="also write the report as JSON here")

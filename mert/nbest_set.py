@@ -160,16 +160,43 @@ def _floats(text: str, path: PathArg, line_no: int) -> list[float]:
         raise WeightsError(path, line_no, f"not a number ({exc})") from None
 
 
-def read_weights(path: PathArg, names: FeatureNames) -> np.ndarray:
+class InlineWeights(str):
+    """Weights given on the command line instead of in a file (``--init '0.1 0.2 …'`` or
+    ``--init 'LM0= 0.5 TM0= 0.2 …'``): :func:`read_weights` reads them as the lines of a weights file."""
+
+    def lines(self) -> list[str]:
+        """One ``Name= v …`` per line (a new line before each ``Name=``), or the numbers as one line."""
+        return re.sub(r"\s+(?=\S+=)", "\n", self.strip()).splitlines()
+
+    @staticmethod
+    def parse(text: str) -> InlineWeights | None:
+        """``text`` as weights when every word is a number or a ``Name=``, else None (a file name, then)."""
+        words = text.split()
+        if not words:
+            return None
+        for word in words:
+            try:
+                float(word)
+            except ValueError:
+                if not (word.endswith("=") and len(word) > 1):
+                    return None
+        return InlineWeights(text)
+
+
+def read_weights(path: PathArg | InlineWeights, names: FeatureNames) -> np.ndarray:
     """Weights in n-best column order from ``Name= v v …`` lines, a ``moses.ini``, or numbers.
 
     The named form is what ``moses.ini``'s ``[weight]`` section (only that section is read when
     the file has sections), ``moses -show-weights`` and ``mert optimize`` write: features absent
     from the n-best lists (``UNTUNEABLE`` lines, untuneable or switched-off features) are
     ignored; every n-best feature must be present with the right number of values. The plain
-    form must list one value per n-best column, in order.
+    form must list one value per n-best column, in order. ``path`` may be the weights themselves
+    (:class:`InlineWeights`), named ``--init '…'`` in errors.
     """
-    all_lines = read_text_lines(path)
+    if isinstance(path, InlineWeights):
+        all_lines, path = path.lines(), f"--init '{path}'"
+    else:
+        all_lines = read_text_lines(path)
     has_sections = any(line.startswith("[") for line in all_lines)
     section = None
     lines: list[tuple[int, str]] = []
@@ -226,7 +253,7 @@ def read_init_opt(path: PathArg, num_columns: int) -> tuple[np.ndarray, np.ndarr
 
 
 def start_points(
-    names: FeatureNames, *, init_opt: PathArg | None = None, init_paths: Sequence[PathArg] = ()
+    names: FeatureNames, *, init_opt: PathArg | None = None, init_paths: Sequence[PathArg | InlineWeights] = ()
 ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
     """Start points ``[N, F]`` and random-restart ranges from the user's init files.
 

@@ -15,25 +15,39 @@ Each command takes those of them that mean something for it (``tests/architectur
 lists which, and why).
 
 A bad value is one line and exit 1 (the project's rule for bad input), not a usage screen, and the
-known input errors (:class:`ValueError` and its file-and-line subclasses, a missing file, bad UTF-8)
-print as one line through :func:`friendly_errors`.
+known input errors (:class:`ValueError` and its file-and-line subclasses, a missing file, bad UTF-8,
+a full disk) print as one line through :func:`friendly_errors`. Every number is an :class:`IntRange` or
+a :class:`FiniteFloat` (the one validating type, whose range ``--help`` shows) and every input file a
+:class:`OneLinePath`.
 
 Every output (a file or a folder) is an :class:`OutputPath`: a place that cannot be written is refused
-while the command line is read, before any model is loaded or trained; and :func:`friendly_errors`
-runs the command under :func:`moses_integration.files.outputs_of_a_run`, so a failed run leaves
-nothing it created. This module imports click only: no torch.
+while the command line is read, before any model is loaded or trained; an output that is one of the
+command's inputs (any other :class:`click.Path` parameter) or another of its outputs is refused before
+the command's body runs; and :func:`friendly_errors` runs the command under
+:func:`moses_integration.files.outputs_of_a_run`, so a failed run leaves nothing it created. This
+module imports click only: no torch.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from moses_integration.files import InUseError, OutputPlaceError, check_output_place, outputs_of_a_run
+from moses_integration.files import (
+    InUseError,
+    OutputPlaceError,
+    check_output_place,
+    check_outputs_are_not_inputs,
+    disk_full_error,
+    display_name,
+    outputs_of_a_run,
+)
 from moses_integration.threads import prefer_passive_waits
 
 # Every command imports this module before torch (the commands import it lazily): idle OpenMP
@@ -81,6 +95,29 @@ class FiniteFloat(OneLineValue, click.FloatRange):
         return "finite" if self.min is None and self.max is None else super()._describe_range()
 
 
+class NumberList(OneLineValue, click.ParamType):
+    """Comma-separated numbers (``--hidden 1536,1024``, ``--ranges 0,1``), each checked by ``item`` (an
+    :class:`IntRange` or :class:`FiniteFloat`); ``count`` of them if given, and with ``ascending`` none
+    smaller than the one before. Fails with one line, as every number does."""
+
+    name = "list"
+
+    def __init__(self, item: IntRange | FiniteFloat, *, count: int | None = None, ascending: bool = False) -> None:
+        self.item, self.count, self.ascending = item, count, ascending
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        parts = [part.strip() for part in str(value).split(",")]
+        if "" in parts or (self.count is not None and len(parts) != self.count):
+            how_many = f"{self.count} " if self.count is not None else ""
+            self.fail(f"expected {how_many}comma-separated numbers, got {value!r}.", param, ctx)
+        numbers = [self.item.convert(part, param, ctx) for part in parts]
+        if self.ascending and numbers != sorted(numbers):
+            self.fail(f"{value!r}: each number must be at least the one before.", param, ctx)
+        return numbers
+
+
 class OneLinePath(OneLineValue, click.Path):
     """:class:`click.Path`, failing with one line (:class:`OneLineValue`)."""
 
@@ -119,8 +156,14 @@ def quiet_option(help: str = "no progress output on stderr") -> Callable[[F], F]
     return click.option("-q", "--quiet", is_flag=True, help=help)
 
 
+#: The largest ``--seed``: what every generator the commands seed accepts (scikit-learn's t-SNE seeds numpy's
+#: RandomState, which stops at 2**32 - 1).
+MAX_SEED = 2**32 - 1
+
+
 def seed_option(help: str = "random seed") -> Callable[[F], F]:
-    return click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help=help)
+    return click.option("--seed", type=IntRange(min=0, max=MAX_SEED), default=DEFAULT_SEED, show_default=True,
+                        help=help)
 
 
 def resume_option(help: str, *aliases: str) -> Callable[[F], F]:
@@ -128,15 +171,55 @@ def resume_option(help: str, *aliases: str) -> Callable[[F], F]:
     return click.option("--resume", *aliases, "resume", is_flag=True, help=help)
 
 
+def parameter_label(param: click.Parameter) -> str:
+    """How the command line names ``param`` in a message: ``--save-model``, or ``MODEL_OUT`` for an argument."""
+    return param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+
+
+def is_input(param: click.Parameter) -> bool:
+    """Whether ``param`` names files the command reads: a :class:`click.Path` that is not an :class:`OutputPath`."""
+    return isinstance(param.type, click.Path) and not isinstance(param.type, OutputPath)
+
+
+def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """The ``(label, path)`` pairs of the outputs and of the inputs given on ``ctx``'s command line."""
+
+    def values(param: click.Parameter) -> list[tuple[str, Any]]:
+        value = ctx.params.get(param.name)  # type: ignore[arg-type]
+        given = value if isinstance(value, (tuple, list)) else [value]
+        return [(parameter_label(param), v) for v in given if v is not None]
+
+    outputs = [pair for p in ctx.command.params if isinstance(p.type, OutputPath) for pair in values(p)]
+    inputs = [pair for p in ctx.command.params if is_input(p) for pair in values(p)]
+    return outputs, inputs
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of a known error: an :class:`OSError` as ``FILE: reason`` (``x.gz: No such file or
+    directory``), not Python's ``[Errno 2] No such file or directory: 'x.gz'``; others as they say."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{display_name(exc.filename)}: {exc.strerror}"
+    return str(exc)
+
+
+def _show_warning_in_one_line(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
+    """``warning: …`` on stderr: what the user should know, without Python's module path and source line."""
+    print(f"warning: {message}", file=sys.stderr if file is None else file)
+
+
 def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = None) -> Callable[[F], F]:
     """Every command's body runs through this: one line for known errors, nothing left by a failed run.
 
-    Known input problems, an output another run holds, and the ``known`` errors of a command print
-    as one line and exit 1. The command's outputs (its :class:`OutputPath` parameters) are written
-    under :func:`outputs_of_a_run`: what a failed run created goes again, except the progress a
-    rerun continues from, which a command keeps when it takes ``--resume`` (or ``keeps_progress``).
+    Before any work, an output that is one of the command's inputs (or another of its outputs) is
+    refused (:func:`check_outputs_are_not_inputs`). Known input problems, an output another run holds,
+    a full disk (:func:`disk_full_error`) and the ``known`` errors of a command print as one line and
+    exit 1; a warning prints as one ``warning: …`` line. The command's outputs (its :class:`OutputPath`
+    parameters) are written under :func:`outputs_of_a_run`: what a failed run created goes again, except
+    the progress a rerun continues from, which a command keeps when it takes ``--resume`` (or
+    ``keeps_progress``).
     """
-    caught = (ValueError, FileNotFoundError, IsADirectoryError, UnicodeDecodeError, InUseError, *known)
+    caught = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+              UnicodeDecodeError, InUseError, *known)
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
@@ -147,12 +230,23 @@ def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = N
             for param in params:
                 if isinstance(param.type, OutputPath):
                     outputs[param.type.folder].append(ctx.params.get(param.name))  # type: ignore[union-attr]
-            keeps = keeps_progress if keeps_progress is not None else any(p.name == "resume" for p in params)
+            takes_resume = any(p.name == "resume" for p in params)
+            keeps = keeps_progress if keeps_progress is not None else takes_resume
             try:
-                with outputs_of_a_run(outputs[False], outputs[True], keeps_progress=keeps):
+                if ctx is not None:
+                    check_outputs_are_not_inputs(*_outputs_and_inputs(ctx))
+                with outputs_of_a_run(outputs[False], outputs[True], keeps_progress=keeps), \
+                        warnings.catch_warnings():
+                    warnings.showwarning = _show_warning_in_one_line
                     return fn(*args, **kwargs)
             except caught as exc:
-                raise click.ClickException(str(exc)) from exc
+                raise click.ClickException(one_line(exc)) from exc
+            except (OSError, RuntimeError) as exc:
+                if disk_full_error(exc) is None:
+                    raise
+                rerun = ("run again with --resume to continue" if takes_resume
+                         else "run again to continue" if keeps else "run again")
+                raise click.ClickException(f"the disk is full: free space and {rerun}") from exc
 
         wrapper.one_line_errors = True  # type: ignore[attr-defined]  # what the convention test looks for
         return wrapper  # type: ignore[return-value]

@@ -49,6 +49,39 @@ MEMBER_LEVELS = range(0, 4)
 DEFAULT_MEMBER_LEVEL = 1
 
 
+def first_unreadable_line(path: PathArg, fallback: int) -> int:
+    """The 1-based line at which a damaged gzip ``path`` stops being readable: its complete lines + 1.
+
+    Every reader of the project reports a truncated or corrupt gzip through this, so that all commands
+    name the same line for the same file: what a reader has handed over when the decompressor fails
+    depends on its buffers (ISA-L's and zlib's readers, threaded or not, each hold back a different
+    amount), so each reader's own count is short of the truth by a different number of lines. This
+    reads the file again, in small steps, and counts the newlines of everything that decompresses;
+    only an error pays for the second pass. ``fallback`` (the reader's own count) is the answer for
+    stdin, pipes and files that are not gzip.
+    """
+    name = os.fspath(path)
+    if name == STDIO_NAME or not os.path.isfile(name):
+        return fallback
+    newlines = 0
+    with open(name, "rb") as fh:
+        if fh.read(2) != GZIP_MAGIC:
+            return fallback
+        fh.seek(0)
+        stream = zlib.decompressobj(wbits=31)
+        while block := fh.read(1 << 14):
+            while block:
+                try:
+                    newlines += stream.decompress(block).count(b"\n")
+                except zlib.error:
+                    return newlines + 1
+                if not stream.eof:
+                    break
+                block = stream.unused_data.lstrip(b"\0")  # the next member (concatenated gzip)
+                stream = zlib.decompressobj(wbits=31)
+    return newlines + 1
+
+
 def display_name(path: PathArg) -> str:
     """The name used in error messages: ``<stdin>`` is clearer than a bare ``-``."""
     name = os.fspath(path)
@@ -423,6 +456,83 @@ def check_output_place(path: PathArg, *, folder: bool = False) -> None:
     if not folder and target.is_file() and _immutable(target):
         raise OutputPlaceError(f"cannot replace {name}: the file is immutable or append-only (lsattr shows i or a; "
                                "chattr -i/-a lifts it)")
+
+
+#: The errors of a write to a full disk (or a full quota).
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+def disk_full_error(exc: BaseException) -> OSError | None:
+    """The full-disk :class:`OSError` behind ``exc`` (``exc`` itself, or what it was raised from or while
+    handling), else None. ``torch.save`` reports a full disk as a ``RuntimeError`` about
+    ``inline_container.cc`` raised while handling the ``OSError``; the user needs the one line that says
+    the disk is full, not that."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+@contextlib.contextmanager
+def removed_when_the_disk_fills(folder: PathArg) -> Iterator[None]:
+    """Run the block; if it fails on a full disk and ``folder`` was made by it, remove ``folder``.
+
+    Training keeps its prepared data in a work folder beside the model (``MODEL.data/``) so that a
+    ``--resume`` need not prepare it again; a rerun rebuilds it when it is gone. On a full disk that
+    folder is what fills it: left there, it keeps the disk full for the rerun the message asks for.
+    """
+    made = not os.path.lexists(folder)
+    try:
+        yield
+    except BaseException as exc:
+        if made and disk_full_error(exc) is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def same_file(a: PathArg, b: PathArg) -> bool:
+    """Whether ``a`` and ``b`` name one file: by identity where both exist (``st_dev`` + ``st_ino``, so
+    symlinks and hard links count), else by their real paths (``out/../x`` and a new name that a symlinked
+    folder makes the same)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_outputs_are_not_inputs(outputs: Iterable[tuple[str, PathArg | None]],
+                                 inputs: Iterable[tuple[str, PathArg | None]]) -> None:
+    """Refuse a command whose output is one of its inputs, or whose two outputs are one file.
+
+    ``outputs`` and ``inputs`` are ``(how the command line names it, path)`` pairs. Every output replaces
+    its file at the end (or is written over during the run): an output that is the input ``--model``,
+    through a symlink or a hard link too, destroys the model the user had, and two outputs on one file
+    leave only the one written last. Found here, before any work, as one line naming both (an
+    :class:`OutputPlaceError`). ``None`` and ``-`` (stdin, stdout) are skipped, and so are inputs that
+    do not exist and devices, pipes and sockets (``/dev/stdin`` and ``/dev/stdout`` on one terminal,
+    ``/dev/null`` twice): nothing of theirs can be lost.
+    """
+
+    def is_data(path: str) -> bool:
+        return os.path.isfile(path) or os.path.isdir(path)
+
+    outs = [(label, os.fspath(path)) for label, path in outputs if path is not None and os.fspath(path) != STDIO_NAME
+            and (is_data(path) or not os.path.exists(path))]
+    ins = [(label, os.fspath(path)) for label, path in inputs
+           if path is not None and os.fspath(path) != STDIO_NAME and is_data(path)]
+    for k, (label, path) in enumerate(outs):
+        for in_label, in_path in ins:
+            if same_file(path, in_path):
+                raise OutputPlaceError(f"output {path} ({label}) is the input {in_label} {in_path}; "
+                                       "write it elsewhere")
+        for other_label, other in outs[:k]:
+            if same_file(path, other):
+                raise OutputPlaceError(f"output {path} ({label}) is also the output {other_label} {other}; "
+                                       "give each output its own path")
 
 
 #: Linux's FS_IOC_GETFLAGS and the inode flags that forbid replacing a file (linux/fs.h).

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from moses_integration.errors import FileLineError
-from moses_integration.files import CORRUPT_GZIP_ERRORS, PathArg, display_name, open_input
+from moses_integration.files import CORRUPT_GZIP_ERRORS, PathArg, display_name, first_unreadable_line, open_input
 
 
 def strip_line_end(raw: bytes) -> bytes:
@@ -40,7 +40,8 @@ def iter_raw_lines(path: PathArg, *, error: type[FileLineError] = FileLineError)
                 line_no += 1
                 yield line_no, raw
         except CORRUPT_GZIP_ERRORS as exc:
-            raise error(name, line_no + 1, f"truncated or corrupt gzip input ({exc})") from exc
+            where = first_unreadable_line(path, line_no + 1)
+            raise error(name, where, f"truncated or corrupt gzip input ({exc})") from exc
 
 
 def iter_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError) -> Iterator[tuple[int, str]]:

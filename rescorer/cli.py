@@ -82,17 +82,19 @@ def main() -> None:
 
 
 @main.command("train")
-@click.argument("phrase_table")
+@click.argument("phrase_table", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("model_out", type=OutputPath(path_type=Path))
-@click.option("--vocab-corpus-src", help="text (plain or .gz) whose words make the source shortlist")
-@click.option("--vocab-corpus-tgt", help="text (plain or .gz) whose words make the target shortlist")
+@click.option("--vocab-corpus-src", type=OneLinePath(exists=True, dir_okay=False),
+              help="text (plain or .gz) whose words make the source shortlist")
+@click.option("--vocab-corpus-tgt", type=OneLinePath(exists=True, dir_okay=False),
+              help="text (plain or .gz) whose words make the target shortlist")
 @_model_size_options
-@click.option("--max-steps", type=int, help="stop after this many updates")
-@click.option("--max-time", type=float, help="stop after this many seconds of training")
-@click.option("--patience", type=int, default=10, show_default=True,
+@click.option("--max-steps", type=IntRange(min=1), help="stop after this many updates")
+@click.option("--max-time", type=FiniteFloat(min=0, min_open=True), help="stop after this many seconds of training")
+@click.option("--patience", type=IntRange(min=1), default=10, show_default=True,
               help="stop after this many validations without improvement")
-@click.option("--valid-every", type=int, default=500, show_default=True, help="updates between validations")
-@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--valid-every", type=IntRange(min=1), default=500, show_default=True, help="updates between validations")
+@click.option("--batch-size", type=IntRange(min=1), default=64, show_default=True)
 @seed_option()
 @resume_option("continue the run saved in MODEL_OUT")
 @_train_step_option
@@ -139,14 +141,14 @@ def _load(model_path: str, device: str = "cpu"):
 
 
 @main.command("sample")
-@click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model_path", metavar="MODEL", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("source")
-@click.option("-n", "--samples", type=click.IntRange(min=0), default=50, show_default=True,
+@click.option("-n", "--samples", type=IntRange(min=0), default=50, show_default=True,
               help="targets drawn from the decoder")
-@click.option("--beam", type=click.IntRange(min=0), default=5, show_default=True,
+@click.option("--beam", type=IntRange(min=0), default=5, show_default=True,
               help="beam width; its best targets are listed too")
 @seed_option()
-@click.option("--max-words", type=click.IntRange(min=1), default=30, show_default=True,
+@click.option("--max-words", type=IntRange(min=1), default=30, show_default=True,
               help="a target still going after this many words is cut")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a Markdown table")
 @device_option()
@@ -173,16 +175,16 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 
 
 @main.command("compare")
-@click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
-@click.argument("phrase_table")
-@click.option("--min-src-words", type=click.IntRange(min=1), default=4, show_default=True)
+@click.argument("model_path", metavar="MODEL", type=OneLinePath(exists=True, dir_okay=False))
+@click.argument("phrase_table", type=OneLinePath(exists=True, dir_okay=False))
+@click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True)
 @click.option("--frequent/--rare", default=True, show_default=True,
               help="the most frequent or the rarest long source phrases (count from the counts field)")
-@click.option("--sources", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="targets per list")
-@click.option("--min-targets", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--sources", type=IntRange(min=1), default=10, show_default=True)
+@click.option("--top", type=IntRange(min=1), default=3, show_default=True, help="targets per list")
+@click.option("--min-targets", type=IntRange(min=1), default=2, show_default=True,
               help="only sources with at least this many targets in the table")
-@click.option("--column", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--column", type=IntRange(min=1), default=3, show_default=True,
               help="the table's score column to rank by (3 = direct φ(e|f) in Moses tables)")
 @seed_option("breaks ties among rare sources")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of Markdown")
@@ -210,9 +212,9 @@ def compare_command(model_path, phrase_table, min_src_words, frequent, sources, 
 
 
 @main.command("plot-scores")
-@click.argument("scores_parquet", type=click.Path(exists=True, dir_okay=False))
+@click.argument("scores_parquet", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("out_png", type=OutputPath())
-@click.option("--column", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--column", type=IntRange(min=1), default=3, show_default=True,
               help="the table's score column on the x axis (3 = direct φ(e|f) in Moses tables)")
 @friendly_errors(RescoreError)
 def plot_scores_command(scores_parquet, out_png, column) -> None:
@@ -225,11 +227,11 @@ def plot_scores_command(scores_parquet, out_png, column) -> None:
 
 
 @main.command("map-words")
-@click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model_path", metavar="MODEL", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("out_png", type=OutputPath())
-@click.option("--words", type=click.IntRange(min=5), default=1000, show_default=True,
+@click.option("--words", type=IntRange(min=5), default=1000, show_default=True,
               help="the most frequent source words to map")
-@click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
+@click.option("--labels", type=IntRange(min=0), default=150, show_default=True, help="at most this many labels")
 @seed_option()
 @friendly_errors(RescoreError)
 def map_words_command(model_path, out_png, words, labels, seed) -> None:
@@ -243,13 +245,13 @@ def map_words_command(model_path, out_png, words, labels, seed) -> None:
 
 
 @main.command("map-phrases")
-@click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
-@click.argument("phrases", metavar="PHRASES")
+@click.argument("model_path", metavar="MODEL", type=OneLinePath(exists=True, dir_okay=False))
+@click.argument("phrases", metavar="PHRASES", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("out_png", type=OutputPath())
-@click.option("--max-phrases", type=click.IntRange(min=5), default=1000, show_default=True,
+@click.option("--max-phrases", type=IntRange(min=5), default=1000, show_default=True,
               help="a seeded random sample of this many distinct phrases is mapped")
-@click.option("--min-words", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--labels", type=click.IntRange(min=0), default=150, show_default=True, help="at most this many labels")
+@click.option("--min-words", type=IntRange(min=1), default=1, show_default=True)
+@click.option("--labels", type=IntRange(min=0), default=150, show_default=True, help="at most this many labels")
 @seed_option()
 @device_option()
 @threads_option()
@@ -271,20 +273,20 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 
 
 @main.command("report")
-@click.argument("model_path", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
-@click.argument("phrase_table")
+@click.argument("model_path", metavar="MODEL", type=OneLinePath(exists=True, dir_okay=False))
+@click.argument("phrase_table", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("out_dir", type=OutputPath(folder=True))
-@click.option("--sources", type=click.IntRange(min=1), default=8, show_default=True,
+@click.option("--sources", type=IntRange(min=1), default=8, show_default=True,
               help="frequent and rare long sources in the top-target tables")
-@click.option("--min-src-words", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--sample-sources", type=click.IntRange(min=0), default=4, show_default=True,
+@click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True)
+@click.option("--sample-sources", type=IntRange(min=0), default=4, show_default=True,
               help="sources whose samples are shown")
-@click.option("-n", "--samples", type=click.IntRange(min=0), default=50, show_default=True)
-@click.option("--beam", type=click.IntRange(min=0), default=5, show_default=True)
-@click.option("--score-sources", type=click.IntRange(min=0), default=5000, show_default=True,
+@click.option("-n", "--samples", type=IntRange(min=0), default=50, show_default=True)
+@click.option("--beam", type=IntRange(min=0), default=5, show_default=True)
+@click.option("--score-sources", type=IntRange(min=0), default=5000, show_default=True,
               help="random source phrases whose lines are scored for the score scatter and phrase map")
-@click.option("--map-words", "map_words_", type=click.IntRange(min=5), default=1000, show_default=True)
-@click.option("--map-phrases", "map_phrases_", type=click.IntRange(min=5), default=1000, show_default=True)
+@click.option("--map-words", "map_words_", type=IntRange(min=5), default=1000, show_default=True)
+@click.option("--map-phrases", "map_phrases_", type=IntRange(min=5), default=1000, show_default=True)
 @seed_option()
 @click.option("--screenshot", type=OutputPath(),
               help="also render the page with headless Chromium into this PNG")
@@ -296,10 +298,11 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
                    score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device, threads) -> None:
     """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
     from moses_integration.threads import limit_threads
-    from rescorer.analysis.report import ReportOptions, build_report
+    from rescorer.analysis.report import ReportOptions, build_report, require_browser
     from rescorer.analysis.report import screenshot as take_screenshot
 
     limit_threads(threads)
+    browser = require_browser() if screenshot else None  # before the work, not after it
     options = ReportOptions(compare_sources=sources, min_src_words=min_src_words, sample_sources=sample_sources,
                             samples=samples, beam=beam, score_sources=score_sources, map_words=map_words_,
                             map_phrases=map_phrases_, seed=seed, device=device, progress=not quiet)
@@ -307,7 +310,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
     click.echo(f"wrote {page}", err=True)
     if screenshot:
         try:
-            take_screenshot(page, screenshot)
+            take_screenshot(page, screenshot, browser=browser)
         except RuntimeError as exc:
             raise click.ClickException(str(exc)) from exc
         click.echo(f"wrote {screenshot}", err=True)
@@ -318,7 +321,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 # before any training or scoring, in one line.
 @click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
 @click.argument("output_table", type=OutputPath(allow_dash=True))
-@click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False),
+@click.option("--model", "model_path", type=OneLinePath(exists=True, dir_okay=False),
               help="trained model; without it a model is trained on INPUT_TABLE's unique pairs first")
 @click.option("--save-model", type=OutputPath(),
               help="where the model trained without --model goes [default: OUTPUT_TABLE.model.pt]")
@@ -327,7 +330,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
               "--train-steps is given]")
 @click.option("--train-steps", type=IntRange(min=1), help="training budget in updates without --model")
 @_model_size_options
-@click.option("--moses-ini", type=click.Path(exists=True, dir_okay=False), help="moses.ini of the system")
+@click.option("--moses-ini", type=OneLinePath(exists=True, dir_okay=False), help="moses.ini of the system")
 @click.option("--moses-ini-out", type=OutputPath(),
               help="write a moses.ini that uses OUTPUT_TABLE, with 2 more features and weights")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini (its name=, e.g. TranslationModel0) "
@@ -339,7 +342,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
               help="initial weight of the RNN column (0: the untuned system is the original one)")
 @click.option("--wp-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the unknown-word column (0: the untuned system is the original one)")
-@click.option("--cslm", type=click.Path(exists=True, dir_okay=False),
+@click.option("--cslm", type=OneLinePath(exists=True, dir_okay=False),
               help="NPLM model (from `cslm export-nplm`) to add to the written moses.ini as Moses' "
               "in-decoder NeuralLM feature")
 @click.option("--cslm-name", default="CSLM0", show_default=True,
@@ -443,9 +446,9 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 @main.command("propose")
 @click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("output_table", type=OutputPath())
-@click.option("--model", "model_path", required=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--model", "model_path", required=True, type=OneLinePath(exists=True, dir_okay=False),
               help="the trained RNN Encoder-Decoder of this table")
-@click.option("--for-text", type=click.Path(exists=True, dir_okay=False),
+@click.option("--for-text", type=OneLinePath(exists=True, dir_okay=False),
               help="propose only for this tokenised text's n-grams that the table lacks or covers thinly "
               "[default: every source of the table]")
 @click.option("--thin-below", type=IntRange(min=1), default=3, show_default=True,
@@ -457,13 +460,13 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               help="proposals kept per source: the beam's best targets the table does not hold")
 @click.option("--max-target-words", type=IntRange(min=1),
               help="longest proposed target [default: the table's longest target]")
-@click.option("--lex-e2f", type=click.Path(dir_okay=False),
+@click.option("--lex-e2f", type=OneLinePath(dir_okay=False),
               help="Moses' word table lex.e2f [default: beside INPUT_TABLE]")
-@click.option("--lex-f2e", type=click.Path(dir_okay=False),
+@click.option("--lex-f2e", type=OneLinePath(dir_okay=False),
               help="Moses' word table lex.f2e [default: beside INPUT_TABLE]")
 @click.option("--list", "list_path", type=OutputPath(),
               help="also write the proposals as TSV: kind, source, target, log p(target|source)")
-@click.option("--moses-ini", type=click.Path(exists=True, dir_okay=False), help="moses.ini of the system")
+@click.option("--moses-ini", type=OneLinePath(exists=True, dir_okay=False), help="moses.ini of the system")
 @click.option("--moses-ini-out", type=OutputPath(),
               help="write a moses.ini that uses OUTPUT_TABLE, with 3 more features and weights")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini INPUT_TABLE is (its name=)")

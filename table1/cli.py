@@ -12,7 +12,14 @@ from pathlib import Path
 
 import click
 
-from moses_integration.cli_options import OutputPath, device_option, friendly_errors, threads_option
+from moses_integration.cli_options import (
+    IntRange,
+    OneLinePath,
+    OutputPath,
+    device_option,
+    friendly_errors,
+    threads_option,
+)
 from moses_integration.threads import resolve_threads
 from table1 import experiment as ex
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
@@ -26,11 +33,11 @@ from table1.workspace import ExperimentError, new_experiment
               help="work folder (outside the source tree); every step's outputs and stamps")
 @click.option("--scale", type=click.Choice(list(SCALES)), default="small", show_default=True,
               help="settings: table1/settings.py")
-@click.option("--data", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--data", type=OneLinePath(file_okay=False, path_type=Path),
               help="raw text folder (SCALE=small: the shared data folder with hansard/ and newstest/)")
-@click.option("--moses-bin-dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--moses-bin-dir", type=OneLinePath(file_okay=False, path_type=Path),
               help="Moses binaries (default: $MOSES_BIN_DIR, else MOSES_HOME/bin)")
-@click.option("--moses-home", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--moses-home", type=OneLinePath(file_okay=False, path_type=Path),
               help="Moses tree with scripts/ (default: $MOSES_HOME, else BIN/../scripts)")
 @threads_option("processes and decoder threads [default: the CPUs this process may use]")
 @device_option("auto, cpu, cuda or cuda:N (model training)")
@@ -39,7 +46,7 @@ from table1.workspace import ExperimentError, new_experiment
                    "unknown-word column beside the RNN; cslm-nbest-rnn and "
                    "cslm-nbest-rnn-wp rescore n-best lists with the CSLM instead; rnn-proposals decodes with "
                    "the table the RNN completed)")
-@click.option("--runs", type=click.IntRange(1, MAX_RUNS), default=3, show_default=True,
+@click.option("--runs", type=IntRange(1, MAX_RUNS), default=3, show_default=True,
               help=f"tuning runs per configuration (run k: mert tune --seed {RUN_SEED_BASE - 1}+k)")
 @click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,
               help="auto: GIZA++/mgiza where Moses has them, else eflomal")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moses_integration.files import atomic_output
+from moses_integration.files import atomic_output, display_name
 from rescorer.analysis.compare import ComparedSource, compare_blocks, score_blocks
 from rescorer.analysis.plots import (
     PIXELS,
@@ -78,6 +78,9 @@ def build_report(
     _say(f"reading {table_path}", opts.progress)
     scan = scan_table(table_path, min_src_words=opts.min_src_words, n_chosen=opts.compare_sources,
                       n_sampled=opts.score_sources, seed=opts.seed, progress=opts.progress)
+    if scan.summary.lines == 0:
+        raise ValueError(f"{display_name(table_path)}: the table holds no phrase-table lines; there is nothing "
+                         "to report on")
     if scan.summary.score_columns <= DIRECT_COLUMN:
         raise ValueError(f"{table_path}: {scan.summary.score_columns} score columns; the direct "
                          f"probability φ(e|f) is column {DIRECT_COLUMN + 1}")
@@ -258,6 +261,16 @@ def find_browser() -> str | None:
     return None
 
 
+def require_browser() -> str:
+    """:func:`find_browser`'s answer, or :class:`FileNotFoundError` saying what was looked for: asked before
+    a report is built, so that a ``--screenshot`` that cannot be taken stops before the work, not after it."""
+    found = find_browser()
+    if found is None:
+        raise FileNotFoundError(f"--screenshot needs Chromium or Chrome on PATH (looked for {', '.join(BROWSERS)}); "
+                                "install one or leave out --screenshot")
+    return found
+
+
 def screenshot(
     html_path: str | os.PathLike[str], png_path: str | os.PathLike[str], *, width: int = 1200, height: int = 3000,
     browser: str | None = None, timeout: float = 180.0,
@@ -268,9 +281,7 @@ def screenshot(
     runs the same on a headless build machine. The PNG is written beside its destination and
     renamed into place.
     """
-    browser = browser or find_browser()
-    if browser is None:
-        raise FileNotFoundError(f"no Chromium found on PATH (looked for {', '.join(BROWSERS)})")
+    browser = browser or require_browser()
     dest = Path(png_path)
     uri = Path(html_path).resolve().as_uri()
     with tempfile.TemporaryDirectory(prefix="rescorer-chromium-") as profile:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from moses_integration.files import CORRUPT_GZIP_ERRORS
+from moses_integration.files import CORRUPT_GZIP_ERRORS, first_unreadable_line
 from moses_integration.phrase_table import SEPARATOR, PhraseTableError, parse_line, score_tokens
 from moses_integration.tokens import split_tokens_arrow
 
@@ -134,7 +134,7 @@ def iter_line_chunks(
             block = read(BLOCK_BYTES)
         except CORRUPT_GZIP_ERRORS as exc:
             raise UnreadableInputError(
-                path, line_no + len(ends), f"input is truncated or corrupt ({exc})"
+                path, first_unreadable_line(path, line_no + len(ends)), f"truncated or corrupt gzip input ({exc})"
             ) from exc
         if not block:
             break

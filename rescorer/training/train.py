@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from moses_integration.files import exclusive_use
+from moses_integration.files import exclusive_use, removed_when_the_disk_fills
 from moses_integration.progress import progress_bar
 from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
@@ -349,18 +349,19 @@ def train_on_phrase_table(
                                    train_step=train_config.train_step)
         workdir = model_out.with_name(model_out.name + ".data")
         made_workdir = not workdir.exists()
-        try:
-            ids_path, src_vocab, tgt_vocab = prepare_data(
-                table, workdir, shortlist=shortlist, src_corpus=src_corpus, tgt_corpus=tgt_corpus,
-                vocabs=vocabs, progress=progress,
+        with removed_when_the_disk_fills(workdir):
+            try:
+                ids_path, src_vocab, tgt_vocab = prepare_data(
+                    table, workdir, shortlist=shortlist, src_corpus=src_corpus, tgt_corpus=tgt_corpus,
+                    vocabs=vocabs, progress=progress,
+                )
+                data = PairData(ids_path, seed=train_config.seed, source=table)
+            except (ValueError, OSError):
+                if made_workdir:  # nothing of it is worth keeping: an empty or unreadable table
+                    shutil.rmtree(workdir, ignore_errors=True)
+                raise
+            model_config = replace(model_config, src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab))
+            return train(
+                data, model_out, model_config=model_config, train_config=train_config, src_vocab=src_vocab,
+                tgt_vocab=tgt_vocab, device=device, precision=precision, resume=resume, progress=progress,
             )
-            data = PairData(ids_path, seed=train_config.seed, source=table)
-        except (ValueError, OSError):
-            if made_workdir:  # nothing of it is worth keeping: an empty or unreadable table
-                shutil.rmtree(workdir, ignore_errors=True)
-            raise
-        model_config = replace(model_config, src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab))
-        return train(
-            data, model_out, model_config=model_config, train_config=train_config, src_vocab=src_vocab,
-            tgt_vocab=tgt_vocab, device=device, precision=precision, resume=resume, progress=progress,
-        )

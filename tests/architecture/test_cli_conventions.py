@@ -4,6 +4,7 @@ mean something for it, and every output is checked while the command line is rea
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -13,7 +14,17 @@ from click.testing import CliRunner
 
 from cslm.cli import main as cslm_main
 from mert.cli import main as mert_main
-from moses_integration.cli_options import DEFAULT_SEED, OutputPath
+from moses_integration.cli_options import (
+    DEFAULT_SEED,
+    FiniteFloat,
+    IntRange,
+    NumberList,
+    OneLinePath,
+    OutputPath,
+    friendly_errors,
+    is_input,
+    parameter_label,
+)
 from rescorer.cli import main as rescorer_main
 from rescorer.cli import rescore_phrase_table_command
 from table1.cli import main as table1_main
@@ -206,3 +217,216 @@ def test_an_output_that_cannot_be_written_is_one_line_before_any_work(tmp_path: 
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: Invalid value for") and str(bad) in lines[0], res.output
     assert sorted(tmp_path.rglob("*")) == before
+
+
+# ------------------------------------------------------------------ no output is one of the inputs
+#
+# Every output of every command is compared with every input of the same command (and with its other
+# outputs) by file identity before any work: an output that is the input --model, even through a hard
+# link or a symlink, would destroy it.
+
+
+def _inputs(command: click.Command) -> list[click.Parameter]:
+    return [p for p in command.params if is_input(p)]
+
+
+def _command_line(command: click.Command, given: dict[str, str], folder: Path) -> list[str]:
+    """A command line with ``given`` (parameter name -> value); every other required value (and every
+    argument before a given one) is ``folder/input.txt``, ``folder`` where a folder is wanted, the first
+    choice, or a path of its own for an output."""
+
+    def filler(param: click.Parameter) -> str:
+        choices = getattr(param.type, "choices", None)
+        if choices:
+            return str(next(iter(choices)))
+        if isinstance(param.type, OutputPath):
+            return str(folder / f"{param.name}.out")
+        wants_folder = isinstance(param.type, click.Path) and not param.type.file_okay
+        return str(folder if wants_folder else folder / "input.txt")
+
+    arguments = [p for p in command.params if isinstance(p, click.Argument)]
+    last_given = max((k for k, p in enumerate(arguments) if p.name in given), default=-1)
+    args = [given.get(p.name, filler(p)) for k, p in enumerate(arguments)
+            if p.name in given or p.required or k < last_given]
+    for param in command.params:
+        if isinstance(param, click.Option) and (param.name in given or param.required):
+            args += [param.opts[0], given.get(param.name, filler(param))]
+    return args
+
+
+def _takes(param: click.Parameter, folder: bool) -> bool:
+    path = param.type
+    return isinstance(path, click.Path) and (path.dir_okay if folder else path.file_okay)
+
+
+IDENTITY_CASES = [(name, command, output, source) for name, command in COMMANDS
+                  for output in command.params if isinstance(output.type, OutputPath)
+                  for source in _inputs(command) if _takes(source, output.type.folder)]
+
+
+@pytest.mark.parametrize(("name", "command", "output", "source"), IDENTITY_CASES,
+                         ids=[f"{n} {o.name} {i.name}" for n, _, o, i in IDENTITY_CASES])
+def test_an_output_that_is_an_input_is_refused_in_one_line_naming_both(tmp_path: Path, monkeypatch, name, command,
+                                                                       output, source):
+    """The output is a hard link to the input (a symlink for a folder): refused, and the input is intact."""
+    monkeypatch.chdir(tmp_path)  # outputs with a relative default (mert tune's work/) stay in here
+    (tmp_path / "input.txt").write_text("an input\n")
+    kept = tmp_path / "kept"
+    if output.type.folder:
+        kept.mkdir()
+        (kept / "inside.txt").write_text("a file the user had\n")
+        (tmp_path / "link").symlink_to(kept, target_is_directory=True)
+    else:
+        kept.write_text("what the user had\n")
+        os.link(kept, tmp_path / "link")
+    before = sorted((p.relative_to(tmp_path), p.is_file() and p.read_bytes()) for p in tmp_path.rglob("*"))
+    given = {source.name: str(kept), output.name: str(tmp_path / "link")}
+    res = CliRunner().invoke(command, _command_line(command, given, tmp_path))
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), (res.output, res.exception)
+    lines = res.output.strip().splitlines()
+    assert lines == [f"Error: output {tmp_path / 'link'} ({parameter_label(output)}) is the input "
+                     f"{parameter_label(source)} {kept}; write it elsewhere"], res.output
+    assert sorted((p.relative_to(tmp_path), p.is_file() and p.read_bytes()) for p in tmp_path.rglob("*")) == before
+
+
+PAIRS_OF_OUTPUTS = [(name, command, first, second) for name, command in COMMANDS
+                    for k, first in enumerate(command.params) if isinstance(first.type, OutputPath)
+                    for second in command.params[k + 1:]
+                    if isinstance(second.type, OutputPath) and first.type.folder == second.type.folder]
+
+
+@pytest.mark.parametrize(("name", "command", "first", "second"), PAIRS_OF_OUTPUTS,
+                         ids=[f"{n} {a.name} {b.name}" for n, _, a, b in PAIRS_OF_OUTPUTS])
+def test_two_outputs_on_one_path_are_refused(tmp_path: Path, monkeypatch, name, command, first, second):
+    """``rescore-phrase-table t.gz out.gz --save-model out.gz`` would leave the table where the model was."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "input.txt").write_text("an input\n")
+    same = tmp_path / "sub" / ".." / "same"  # not there yet, and spelled two ways
+    given = {first.name: str(tmp_path / "same"), second.name: str(same)}
+    res = CliRunner().invoke(command, _command_line(command, given, tmp_path))
+    assert res.exit_code == 1, (res.output, res.exception)
+    assert res.output.strip().splitlines() == [
+        f"Error: output {same} ({parameter_label(second)}) is also the output {parameter_label(first)} "
+        f"{tmp_path / 'same'}; give each output its own path"], res.output
+    assert not (tmp_path / "same").exists()
+
+
+def test_the_cases_that_destroyed_data_are_refused(tmp_path: Path, monkeypatch):
+    """The issue's three command lines: each exited 0 and overwrote a file the user had."""
+    monkeypatch.chdir(tmp_path)
+    Path("t.txt").write_text("a ||| b ||| 0.5 0.5 0.5 0.5\n")
+    Path("m.pt").write_bytes(b"a model")
+    Path("moses.ini").write_text("[feature]\n")
+    rescore = rescore_phrase_table_command
+    runs = {
+        "--model m.pt": (rescore, ["t.txt", "m.pt", "--model", "m.pt"],
+                         "output m.pt (OUTPUT_TABLE) is the input --model m.pt"),
+        "--save-model": (rescore, ["t.txt", "out.gz", "--save-model", "out.gz"],
+                         "output out.gz (--save-model) is also the output OUTPUT_TABLE out.gz"),
+        "--moses-ini-out": (rescore, ["t.txt", "out.gz", "--model", "m.pt", "--moses-ini", "moses.ini",
+                                      "--moses-ini-out", "moses.ini"],
+                            "output moses.ini (--moses-ini-out) is the input --moses-ini moses.ini"),
+        "train t t": (rescorer_main, ["train", "t.txt", "t.txt", "--max-steps", "1"],
+                      "output t.txt (MODEL_OUT) is the input PHRASE_TABLE t.txt"),
+    }
+    for case, (command, args, message) in runs.items():
+        res = CliRunner().invoke(command, args)
+        assert res.exit_code == 1 and res.output.startswith(f"Error: {message}; "), (case, res.output)
+    assert Path("m.pt").read_bytes() == b"a model" and Path("moses.ini").read_text() == "[feature]\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "moses.ini", "t.txt"]
+
+
+# ------------------------------------------------------------------ numbers and input files, checked as typed
+
+NUMBER_TYPES = (click.types.IntParamType, click.types.FloatParamType)
+NUMERIC = [(name, command, param) for name, command in COMMANDS for param in command.params
+           if isinstance(param.type, NUMBER_TYPES)]
+
+
+@pytest.mark.parametrize(("name", "command", "option"), NUMERIC, ids=[f"{n} {p.name}" for n, _, p in NUMERIC])
+def test_every_number_is_checked_by_the_one_validating_type_and_help_shows_its_range(name, command, option):
+    assert isinstance(option.type, (IntRange, FiniteFloat)), f"{name} {option.name}"
+    help_text = command.get_help(click.Context(command, info_name=name))
+    shown = option.type._describe_range()
+    assert shown and shown in " ".join(help_text.split()), f"{name} {option.name}: --help does not show {shown!r}"
+
+
+def _out_of_range(kind: click.ParamType) -> str:
+    if isinstance(kind, IntRange):
+        return str(kind.min - 1) if kind.min is not None else str(kind.max + 1)
+    return "nan" if kind.min is None else str(kind.min - 1)
+
+
+@pytest.mark.parametrize(("name", "command", "option"), NUMERIC, ids=[f"{n} {p.name}" for n, _, p in NUMERIC])
+def test_a_number_out_of_range_is_one_line_naming_the_option(tmp_path: Path, monkeypatch, name, command, option):
+    """``mert optimize --restarts -1`` was numpy's "negative dimensions are not allowed"; ``rescorer train
+    --max-steps -5`` named ``TrainConfig.max_steps``."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "input.txt").write_text("an input\n")
+    bad = _out_of_range(option.type)
+    res = CliRunner().invoke(command, _command_line(command, {option.name: bad}, tmp_path))
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), (res.output, res.exception)
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: Invalid value for '{option.opts[0]}'") \
+        and bad in lines[0], res.output
+
+
+def test_every_input_is_read_by_the_one_path_type():
+    assert all(isinstance(p.type, OneLinePath) for _, command in COMMANDS for p in _inputs(command))
+
+
+# Inputs that must exist (the others, such as propose's --lex-e2f or mert tune's --moses-bin-dir, have a
+# default place that the library looks in and names when it is missing).
+INPUTS = [(name, command, param) for name, command in COMMANDS for param in _inputs(command) if param.type.exists]
+
+
+@pytest.mark.parametrize(("name", "command", "source"), INPUTS, ids=[f"{n} {p.name}" for n, _, p in INPUTS])
+def test_a_missing_input_is_one_line_with_the_same_status_everywhere(tmp_path: Path, monkeypatch, name, command,
+                                                                    source):
+    """A missing --model exited 2 with a usage screen, a missing table 1; rescorer train, report and cslm score
+    said ``[Errno 2] …``. Every input is now checked as it is read, the same way."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "input.txt").write_text("an input\n")
+    missing = tmp_path / "no-such-file"
+    res = CliRunner().invoke(command, _command_line(command, {source.name: str(missing)}, tmp_path))
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), (res.output, res.exception)
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: Invalid value for") and str(missing) in lines[0] \
+        and "does not exist" in lines[0], res.output
+
+
+def test_a_missing_file_found_by_a_command_is_one_line():
+    """An :class:`OSError` that a command meets is ``FILE: reason``, not Python's ``[Errno 2] …: 'FILE'``."""
+
+    @click.command()
+    @friendly_errors()
+    def opens() -> None:
+        open("no-such-file")  # noqa: SIM115
+
+    res = CliRunner().invoke(opens, [])
+    assert res.exit_code == 1 and res.output == "Error: no-such-file: No such file or directory\n"
+
+
+def test_every_argument_that_names_a_file_is_typed_as_one():
+    """An untyped file argument escapes both checks above (``rescorer train t.gz t.gz`` overwrote its table)."""
+    untyped = {(name, p.name) for name, command in COMMANDS for p in command.params
+               if isinstance(p, click.Argument) and p.type is click.STRING}
+    assert untyped == {("rescorer sample", "source")}  # a phrase, not a file
+
+
+LISTS = {("cslm train", "hidden"): ["0,5", "a", "16,,8"], ("mert optimize", "ranges"): ["1,0", "1", "0,nan"]}
+
+
+def test_lists_of_numbers_are_checked_as_typed_in_one_line(tmp_path: Path, monkeypatch):
+    """``cslm train --hidden 0`` and ``mert optimize --ranges 1,0`` were usage screens with exit 2."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "input.txt").write_text("an input\n")
+    found = {(name, p.name) for name, command in COMMANDS for p in command.params if isinstance(p.type, NumberList)}
+    assert found == set(LISTS)
+    for (name, option), values in LISTS.items():
+        command = dict(COMMANDS)[name]
+        for bad in values:
+            res = CliRunner().invoke(command, _command_line(command, {option: bad}, tmp_path))
+            assert res.exit_code == 1, (name, bad, res.output)
+            lines = res.output.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith(f"Error: Invalid value for '--{option}'"), res.output

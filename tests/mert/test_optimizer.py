@@ -260,3 +260,26 @@ def test_cli_optimize_prints_moses_weights_and_bleu(tmp_path: Path) -> None:
     failed = runner.invoke(main, ["optimize", str(shared_file(NBEST)), "--ref", str(bad_ref)])
     assert failed.exit_code == 1
     assert "bad.ref:2: reference file ends after 1 lines" in failed.output
+
+
+def test_init_takes_the_weights_themselves_as_its_help_says(tmp_path: Path) -> None:
+    """``--init '0.1 0.2'`` said ``[Errno 2] No such file or directory: '0.1 0.2'``: numbers (or ``Name= v``)
+    on the command line are start weights, as the same text in a file is."""
+    nbest = _write(tmp_path / "small.nbest", [
+        "0 ||| le chat ||| LM0= -2.0 TM0= -1.0 -0.5 ||| 0", "0 ||| chat le ||| LM0= -4.0 TM0= -0.5 -0.2 ||| 0",
+        "1 ||| un chien noir ||| LM0= -3.0 TM0= -1.5 -0.7 ||| 0", "1 ||| chien un ||| LM0= -5.0 TM0= -0.2 -0.1 ||| 0",
+    ])
+    ref = _write(tmp_path / "ref", ["le chat", "un chien noir"])
+    runner = CliRunner()
+
+    def weights(init: str) -> list[str]:
+        res = runner.invoke(main, ["optimize", str(nbest), "--ref", str(ref), "--init", init, "--restarts", "0"])
+        assert res.exit_code == 0, res.output
+        return [line for line in res.output.splitlines() if not line.startswith("#")]
+
+    from_file = weights(str(_write(tmp_path / "start.txt", ["0.3 0.2 0.1"])))
+    assert weights("0.3 0.2 0.1") == from_file == weights("LM0= 0.3 TM0= 0.2 0.1")
+    wrong = runner.invoke(main, ["optimize", str(nbest), "--ref", str(ref), "--init", "0.1 0.2"])
+    assert wrong.exit_code == 1 and wrong.output == "Error: --init '0.1 0.2':1: expected 3 weights, found 2\n"
+    missing = runner.invoke(main, ["optimize", str(nbest), "--ref", str(ref), "--init", "weights.txt"])
+    assert missing.exit_code == 1 and "'--init': File 'weights.txt' does not exist" in missing.output

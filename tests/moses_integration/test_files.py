@@ -22,6 +22,7 @@ from moses_integration.files import (
     OutputPlaceError,
     atomic_output,
     check_output_place,
+    check_outputs_are_not_inputs,
     exclusive_use,
     lock_path,
     open_input,
@@ -321,3 +322,20 @@ def test_a_run_that_succeeds_keeps_its_outputs_and_drops_folders_it_made_for_not
     with outputs_of_a_run([tmp_path / "a" / "out.gz", tmp_path / "unused" / "m.pt", "-", None]):
         (tmp_path / "a" / "out.gz").write_bytes(b"table")
     assert _listing(tmp_path) == ["a", "a/out.gz"]
+
+
+def test_an_output_is_refused_when_it_is_an_input_by_any_name(tmp_path: Path) -> None:
+    """By file identity: the same name, a hard link, a symlink, a path through ``..``; and two outputs."""
+    model = tmp_path / "m.pt"
+    model.write_bytes(b"model")
+    os.link(model, tmp_path / "hard")
+    (tmp_path / "soft").symlink_to(model)
+    for name in ("m.pt", "hard", "soft", "sub/../m.pt"):
+        with pytest.raises(OutputPlaceError, match=rf"^output {tmp_path / name} \(OUT\) is the input --model {model};"):
+            check_outputs_are_not_inputs([("OUT", tmp_path / name)], [("--model", model)])
+    with pytest.raises(OutputPlaceError, match=r"output .*new \(--b\) is also the output --a .*new; give each"):
+        check_outputs_are_not_inputs([("--a", tmp_path / "new"), ("--b", tmp_path / "sub" / ".." / "new")], [])
+    # what is not refused: other files, missing inputs, stdio, devices (nothing of theirs can be lost)
+    check_outputs_are_not_inputs([("OUT", tmp_path / "other"), ("--x", "-"), ("--y", None)],
+                                 [("--model", model), ("IN", "-"), ("--gone", tmp_path / "gone")])
+    check_outputs_are_not_inputs([("OUT", "/dev/null"), ("--also", "/dev/null")], [("IN", "/dev/null")])

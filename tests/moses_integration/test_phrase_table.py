@@ -14,6 +14,7 @@ import math
 import random
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -233,8 +234,11 @@ def test_truncated_gzip_names_file_and_line_reached(tmp_path: Path, keep_fractio
     err = info.value
     assert got == lines[: len(got)]  # every line handed out is complete and correct
     assert 0 < len(got) < len(lines)
-    assert err.line_no == len(got) + 1
-    assert str(err).startswith(f"{path}:{len(got) + 1}: ")
+    # The true position: the complete lines of all that decompresses, + 1. The reader's buffers hold back
+    # some of them, a different number for each reader; every command names this line (issue 50).
+    complete = zlib.decompressobj(wbits=31).decompress(path.read_bytes()).count(b"\n")
+    assert err.line_no == complete + 1 >= len(got) + 1
+    assert str(err).startswith(f"{path}:{complete + 1}: ")
     assert "truncated" in err.reason
 
 

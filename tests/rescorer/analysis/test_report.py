@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -99,3 +100,26 @@ def test_report_in_a_real_headless_browser(report, tmp_path):
     # The page rendered: dark text on the white background, and the colours of a figure.
     assert (pixels.mean(axis=2) < 0.3).mean() > 0.002
     assert (pixels.max(axis=2) - pixels.min(axis=2) > 0.3).mean() > 0.001
+
+
+def test_an_empty_table_says_so(tmp_path: Path) -> None:
+    """It said "0 score columns; the direct probability φ(e|f) is column 3", which points at the columns."""
+    model = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "model.pt")
+    empty = tmp_path / "empty.gz"
+    empty.write_bytes(gzip.compress(b""))
+    res = CliRunner().invoke(main, ["report", str(model), str(empty), str(tmp_path / "rep"), "-q"])
+    assert res.exit_code == 1
+    assert res.output == f"Error: {empty}: the table holds no phrase-table lines; there is nothing to report on\n"
+    assert not (tmp_path / "rep").exists()
+
+
+def test_screenshot_without_chromium_stops_before_the_work(tmp_path: Path, monkeypatch) -> None:
+    """It built the whole report, then failed; now nothing is read or written."""
+    model = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "model.pt")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no browser here
+    res = CliRunner().invoke(main, ["report", str(model), str(EXAMPLE_TABLE), str(tmp_path / "rep"),
+                                    "--screenshot", str(tmp_path / "shot.png")])
+    assert res.exit_code == 1
+    assert res.output.startswith("Error: --screenshot needs Chromium or Chrome on PATH (looked for chromium, ")
+    assert len(res.output.splitlines()) == 1  # not even the first progress line: no work was done
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]

@@ -125,10 +125,11 @@ def test_broken_model_file_fails_before_training_and_leaves_nothing(tmp_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cslm.nplm"]  # no model, no table, no ini
 
 
-def test_missing_model_file_is_a_usage_error(tmp_path: Path, model_file: Path) -> None:
+def test_missing_model_file_is_one_line_as_a_missing_table_is(tmp_path: Path, model_file: Path) -> None:
     res = cli(str(TABLE), str(tmp_path / "out.gz"), "--model", str(model_file), "--moses-ini", str(INI),
               "--moses-ini-out", str(tmp_path / "new.ini"), "--cslm", str(tmp_path / "none.nplm"))
-    assert res.exit_code == 2 and "none.nplm" in res.output and "does not exist" in res.output
+    assert res.exit_code == 1 and "none.nplm" in res.output and "does not exist" in res.output
+    assert len(res.output.strip().splitlines()) == 1  # no usage screen
     assert list(tmp_path.iterdir()) == []
 
 

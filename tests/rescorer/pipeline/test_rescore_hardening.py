@@ -6,7 +6,6 @@ hand-built model, so the checks run in seconds.
 
 from __future__ import annotations
 
-import errno
 import gzip
 import json
 import math
@@ -17,6 +16,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from full_disk import FullDisk
 from held_output import held_by_another_process
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.cli import rescore_phrase_table_command
@@ -203,25 +203,6 @@ def test_rejected_lines_go_to_rejects_and_every_input_line_is_accounted_for(tmp_
     assert "pt.gz:1235: score 'x' is not a number" in err and "pt.gz:1501:" in err
 
 
-class _FullDisk:
-    """A file that accepts ``room`` more bytes, writes part of the next write, then fails: ENOSPC."""
-
-    def __init__(self, stream, room: int) -> None:
-        self._stream, self._room = stream, room
-
-    def write(self, data: bytes) -> int:
-        if len(data) > self._room:
-            self._stream.write(data[: self._room])  # a real full disk also takes part of the write
-            self._stream.flush()
-            self._room = 0
-            raise OSError(errno.ENOSPC, "No space left on device")
-        self._room -= len(data)
-        return self._stream.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
 def test_disk_full_keeps_the_good_bytes_and_resume_completes(tmp_path: Path, model_file: Path, monkeypatch) -> None:
     table = write_table(tmp_path / "pt.txt", table_lines(600))
     ck = load_checkpoint(model_file)
@@ -232,7 +213,7 @@ def test_disk_full_keeps_the_good_bytes_and_resume_completes(tmp_path: Path, mod
 
     def small_disk(path, size, resuming):  # room for about half the output
         stream = real_open(path, size, resuming)
-        return _FullDisk(stream, len(straight) // 2) if path == partial else stream
+        return FullDisk(stream, len(straight) // 2) if path == partial else stream
 
     monkeypatch.setattr(partial_output, "_open_at", small_disk)
     with pytest.raises(RescoreError, match=r"disk is full: (\d+) good bytes of output kept in .*--resume") as err:
@@ -250,7 +231,7 @@ def test_disk_full_before_any_chunk_leaves_nothing(tmp_path: Path, tiny_checkpoi
     table = write_table(tmp_path / "pt.txt", table_lines(50))
     real_open = partial_output._open_at
     monkeypatch.setattr(partial_output, "_open_at",
-                        lambda path, size, resuming: _FullDisk(real_open(path, size, resuming), 10))
+                        lambda path, size, resuming: FullDisk(real_open(path, size, resuming), 10))
     with pytest.raises(RescoreError, match="disk is full: nothing of .*out.txt could be written"):
         run(table, tmp_path / "out.txt", tiny_checkpoint)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]
