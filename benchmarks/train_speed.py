@@ -49,7 +49,7 @@ from machine_peak import matmul_peaks  # noqa: E402
 from shared_data import shared_dir  # noqa: E402
 
 from rescorer.model.config import PRECISIONS, ModelConfig, TrainConfig  # noqa: E402
-from rescorer.model.device import autocast_dtype, matmul_precision, select_device  # noqa: E402
+from rescorer.model.device import autocast_dtype, matmul_precision, select_device, training_precision  # noqa: E402
 from rescorer.model.network import RNNEncoderDecoder, count_flops_per_pair  # noqa: E402
 from rescorer.training.step import make_train_step, resolve_train_step  # noqa: E402
 from rescorer.training.train import make_optimizer  # noqa: E402
@@ -112,10 +112,10 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, precisio
     # ones), so that figures stay comparable with earlier runs of this benchmark.
     drawn = training_batches(2 + args.steps + args.profile_steps, config, cfg, np.random.default_rng(0))
     batches, profiled = drawn[2 : 2 + args.steps], drawn[2 + args.steps :]
-    amp = autocast_dtype(device, precision)
+    amp = autocast_dtype(device, training_precision(device, precision))  # as rescorer train resolves it
     captures = any(resolve_train_step(mode, device, amp) == "captured" for mode in modes)
     warmup = batches + batches if captures else drawn[:2]
-    print(f"\n== {name}, {precision} ({train_precision(device, precision)}): d={config.hidden}, embedding "
+    print(f"\n== {name}, {precision} (runs in {training_precision(device, precision)}): d={config.hidden}, embedding "
           f"{config.embedding}, maxout {config.maxout_units}, rank {config.output_rank}, vocab {args.vocab}, "
           f"batch {cfg.batch_size}")
     reference: list[float] | None = None
@@ -221,7 +221,7 @@ def main() -> None:
 
 def peak_name(device: torch.device, precision: str) -> str:
     """The peak a precision's run is a share of: its matmuls' dtype (``auto`` as training resolves it)."""
-    amp = autocast_dtype(device, precision)
+    amp = autocast_dtype(device, training_precision(device, precision))  # as rescorer train resolves it
     if amp is not None:
         return "bf16" if amp == torch.bfloat16 else "fp16"
     return "tf32" if precision == "tf32" else "fp32"

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from moses_integration.files import exclusive_use
 from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
-from rescorer.model.device import autocast_dtype, matmul_precision, select_device
+from rescorer.model.device import autocast_dtype, matmul_precision, select_device, training_precision
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import Vocab
 from rescorer.training.adadelta import ChunkedAdadelta
@@ -121,6 +121,14 @@ def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: to
     return dict(ck.train_state)
 
 
+def describe_precision(precision: str) -> str:
+    """What a training precision (as :func:`training_precision` resolves it) computes in, in words."""
+    if precision in ("bf16", "fp16"):
+        return (f"matmuls in {precision} with fp32 accumulation; states, gates, softmax, gradients and "
+                "the optimiser in fp32")
+    return "TF32 matmuls, the rest in fp32" if precision == "tf32" else "everything in fp32"
+
+
 def train(
     data: PairData,
     model_out: Path,
@@ -202,6 +210,7 @@ class _Training:
               tgt_vocab: Vocab, device: str, precision: str, resume: bool) -> _Training:
         """A fresh run, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
         dev = select_device(device)
+        precision = training_precision(dev, precision)  # auto: bf16 on a CPU with AMX, on a GPU
         amp_dtype = autocast_dtype(dev, precision)
         torch.manual_seed(cfg.seed)
         step_mode = resolve_train_step(cfg.train_step, dev, amp_dtype)  # a bad choice fails before any work
@@ -216,6 +225,8 @@ class _Training:
         if resume and resume_from.exists():
             state = _restore(resume_from, data, model, optimizer, state["data"])
         state["train_step"] = step_mode  # what this run's updates ran as (the config keeps what was asked)
+        state["precision"] = precision  # likewise: the precision this run's updates ran in
+        print(f"training on {dev} in {precision}: {describe_precision(precision)}", file=sys.stderr)
         history = [Validation(**v) for v in state["history"]]
         train_step = make_train_step(step_mode, model, optimizer, cfg, dev, amp_dtype)
         return cls(data, model_out, model_config, cfg, src_vocab, tgt_vocab, dev, amp_dtype, model, optimizer,
@@ -335,7 +346,7 @@ def train_on_phrase_table(
     """
     model_out = Path(model_out)
     dev = select_device(device)
-    resolve_train_step(train_config.train_step, dev, autocast_dtype(dev, precision))  # before any work
+    resolve_train_step(train_config.train_step, dev, autocast_dtype(dev, training_precision(dev, precision)))
     with exclusive_use(model_out):
         refuse_to_overwrite(model_out, resume)
         vocabs = None
