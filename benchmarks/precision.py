@@ -200,14 +200,14 @@ def main() -> None:
     if device.type == "cuda":
         print(f"GPU: {torch.cuda.get_device_name(device)}")
     peaks = matmul_peaks(device, args.precisions.split(","))  # each precision's own, in its dtype
-    print("matmul peaks measured (TFLOP/s): " + ", ".join(f"{k} {v / 1e12:.2f}" for k, v in peaks.items()))
+    print("matmul peaks measured (GFLOP/s): " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in peaks.items()))
     results: dict[str, np.ndarray] = {}
     for name in args.precisions.split(","):
         scorer = PairScorer(ck.model, device, autocast_dtype(device, name), ScoringOptions(token_budget=budget), name)
         with matmul_precision(name):
             results[name], seconds = score_all(scorer, plans)
         print(f"[{name}] model only: {len(lines) / seconds:,.0f} pairs/s ({seconds:.2f} s); "
-              f"{flops / len(lines) / 1e6:.1f} MFLOP/pair performed, {flops / seconds / 1e12:.2f} TFLOP/s = "
+              f"{flops / len(lines) / 1e6:.1f} MFLOP/pair performed, {flops / seconds / 1e9:.1f} GFLOP/s = "
               f"{100 * flops / seconds / peaks[name]:.1f}% of the {name} matmul peak")
         if args.profile and device.type == "cuda":
             with matmul_precision(name):

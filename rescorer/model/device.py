@@ -30,7 +30,10 @@ def scoring_precision(precision: str) -> str:
     Measured on an H100 with a trained paper-size model over the 2.88M-line fixture table
     (docs/gpu.md): TF32 moves log p by 0.0014 nats on average (at most 0.026) and changes 0.009%
     of the sources' best targets; bf16 by 0.014 nats (at most 0.30), changing 0.083% of them, and
-    is slower than TF32. Both are named options (``--precision tf32|bf16``), never the default.
+    is slower than TF32. Both are named options (``--precision tf32|bf16``), never the default. On
+    the CPU ``bf16`` runs the matmuls on the CPU's bf16 units with fp32 states and an fp32-summed
+    softmax (:meth:`rescorer.model.network.RNNEncoderDecoder._log_normalizer_in_place`); what it
+    gains and changes there is in docs/training-speed.md.
     """
     return "fp32" if precision == "auto" else precision
 
