@@ -103,8 +103,9 @@ def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.
 
 
 def run_size(name: str, args: argparse.Namespace, device: torch.device, precision: str, peak: float,
-             cpu_peak: float) -> dict[str, float]:
-    """Every mode of ``--train-step`` on the same minibatches, from the same initial model: pairs/s of each."""
+             cpu_peak: float) -> dict[str, tuple[float, float]]:
+    """Every mode of ``--train-step`` on the same minibatches, from the same initial model: pairs per
+    second and per CPU-second of each."""
     config = ModelConfig(src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, **SIZES[name])
     cfg = TrainConfig(batch_size=args.batch_size)
     modes = args.train_step.split(",")
@@ -119,7 +120,7 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, precisio
           f"{config.embedding}, maxout {config.maxout_units}, rank {config.output_rank}, vocab {args.vocab}, "
           f"batch {cfg.batch_size}")
     reference: list[float] | None = None
-    rates: dict[str, float] = {}
+    rates: dict[str, tuple[float, float]] = {}
     for i, mode in enumerate(modes):
         torch.manual_seed(0)
         model = RNNEncoderDecoder(config).to(device)
@@ -145,8 +146,8 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, precisio
 
 
 def report(mode: str, timed: list, elapsed: float, cpu: float, device: torch.device, peak: float,
-           cpu_peak: float) -> float:
-    """Print one mode's figures; return its pairs/s."""
+           cpu_peak: float) -> tuple[float, float]:
+    """Print one mode's figures; return its pairs per second and per CPU-second."""
     pairs = sum(b[0][0].shape[0] for b in timed)
     flops = sum(b[1] for b in timed)
     padded, real = sum(b[2] for b in timed), sum(b[3] for b in timed)
@@ -157,7 +158,7 @@ def report(mode: str, timed: list, elapsed: float, cpu: float, device: torch.dev
         print(f"  per CPU-second: {flops / cpu / 1e9:.1f} GFLOP = {100 * flops / cpu / cpu_peak:.1f}% of the matmul "
               "peak per CPU-second (the steadier figure on a shared machine)")
     print(f"  padded decoder steps: {100 * padded / (padded + real):.1f}% of decoder steps")
-    return pairs / elapsed
+    return pairs / elapsed, pairs / cpu
 
 
 def profile(step, batches: list) -> None:
@@ -200,7 +201,7 @@ def main() -> None:
     if device.type == "cpu" and load > torch.get_num_threads():
         print(f"note: load average {load:.1f} > {torch.get_num_threads()} threads: the machine is shared, "
               "so absolute figures are low (the fraction of a peak measured in the same run holds better)")
-    rates: dict[tuple[str, str], dict[str, float]] = {}
+    rates: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
     for name in args.sizes.split(","):
         for precision in precisions:
             with matmul_precision(precision):
@@ -216,7 +217,8 @@ def main() -> None:
             if precision != precisions[0]:
                 base = rates[name, precisions[0]]
                 print(f"{name}: {precision} / {precisions[0]} pairs/s: " + ", ".join(
-                    f"{mode} {by_mode[mode] / base[mode]:.2f}×" for mode in by_mode))
+                    f"{mode} {by_mode[mode][0] / base[mode][0]:.2f}× (per CPU-second "
+                    f"{by_mode[mode][1] / base[mode][1]:.2f}×)" for mode in by_mode))
 
 
 def peak_name(device: torch.device, precision: str) -> str:

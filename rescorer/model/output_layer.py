@@ -55,7 +55,7 @@ class _TargetLogProbs(torch.autograd.Function):
                 if mm_dtype == score_dtype:
                     torch.addmm(bias[j : j + block], low_mm, w.t(), out=logits)
                 else:
-                    logits.copy_(torch.mm(low_mm, w.t())).add_(bias[j : j + block])
+                    torch.add(torch.mm(low_mm, w.t()), bias[j : j + block], out=logits)  # widened, one pass
                 torch.amax(logits, dim=1, out=block_max[k])
                 torch.sum(logits.sub_(block_max[k].unsqueeze(1)).exp_(), dim=1, out=sums[k])
             overall = block_max.amax(dim=0)
