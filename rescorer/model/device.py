@@ -79,6 +79,14 @@ def training_precision(device: torch.device, precision: str) -> str:
     return "bf16" if device.type == "cpu" and "amx_bf16" in cpu_bf16_units() else "fp32"
 
 
+def describe_precision(precision: str) -> str:
+    """What a training precision (as :func:`training_precision` resolves it) computes in, in words."""
+    if precision in ("bf16", "fp16"):
+        return (f"matmuls in {precision} with fp32 accumulation; the rest (states, gates, softmax, gradients, "
+                "the optimiser) in fp32")
+    return "TF32 matmuls, the rest in fp32" if precision == "tf32" else "everything in fp32"
+
+
 def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype | None:
     """Reduced precision only on CUDA: bf16 where supported (no loss scaling needed), else fp16.
 

@@ -25,7 +25,13 @@ from tqdm import tqdm
 from moses_integration.files import exclusive_use
 from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
-from rescorer.model.device import autocast_dtype, matmul_precision, select_device, training_precision
+from rescorer.model.device import (
+    autocast_dtype,
+    describe_precision,
+    matmul_precision,
+    select_device,
+    training_precision,
+)
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import Vocab
 from rescorer.training.adadelta import ChunkedAdadelta
@@ -119,14 +125,6 @@ def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: to
     model.load_state_dict(ck.model.state_dict())
     optimizer.load_state_dict(ck.optimizer_state)
     return dict(ck.train_state)
-
-
-def describe_precision(precision: str) -> str:
-    """What a training precision (as :func:`training_precision` resolves it) computes in, in words."""
-    if precision in ("bf16", "fp16"):
-        return (f"matmuls in {precision} with fp32 accumulation; states, gates, softmax, gradients and "
-                "the optimiser in fp32")
-    return "TF32 matmuls, the rest in fp32" if precision == "tf32" else "everything in fp32"
 
 
 def train(
