@@ -67,7 +67,8 @@ def training_precision(device: torch.device, precision: str) -> str:
     Why AMX only: bf16 pays where its matmuls beat fp32's. AMX tiles multiply bf16 several times
     faster than fp32 FMA (issue 47: 2.4–7.6× at this model's shapes). AVX512-BF16 alone does not:
     on a Xeon with ``avx512_bf16`` and no usable AMX, oneDNN's bf16 kernels gave 0.55× the fp32
-    matmul throughput per CPU-second and training ran at 0.5× (docs/training-speed.md), so ``auto``
+    matmul throughput per CPU-second and training ran at 0.64–0.84× of fp32's pairs/s
+    (docs/training-speed.md), so ``auto``
     keeps fp32 there; ``--precision bf16`` still runs it. On CUDA ``auto`` is what
     :func:`autocast_dtype` picks (bf16 where supported, else fp16). Any other choice is kept as
     given; the result is always a concrete name, the one a run prints and records.
@@ -91,8 +92,9 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
     """Reduced precision only on CUDA: bf16 where supported (no loss scaling needed), else fp16.
 
     ``precision`` is one of :data:`rescorer.model.config.PRECISIONS`. ``auto`` means bf16 autocast on CUDA for training
-    (scoring resolves it with :func:`scoring_precision` first); on CPU it keeps fp32, since CPU
-    bf16 matmuls are slower than fp32 on most machines. ``tf32`` autocasts nothing: its fp32
+    (scoring resolves it with :func:`scoring_precision` first, training with
+    :func:`training_precision`, which picks bf16 on a CPU with AMX); left unresolved on a CPU it
+    keeps fp32. ``tf32`` autocasts nothing: its fp32
     matmuls use TF32 through :func:`matmul_precision`.
     """
     if precision in ("fp32", "tf32"):

@@ -114,12 +114,18 @@ def test_auto_trains_in_bf16_only_where_the_cpu_has_amx(monkeypatch, units, expe
     assert training_precision(cpu, "fp32") == "fp32" and training_precision(cpu, "bf16") == "bf16"
 
 
-def test_cpu_units_come_from_torch_or_the_cpu_flags(monkeypatch, tmp_path):
-    device_module.cpu_bf16_units.cache_clear()
+def test_cpu_units_come_from_torch_or_the_cpu_flags(monkeypatch):
+    """torch's checks (which ask the kernel too: AMX listed but refused counts as absent), else /proc/cpuinfo."""
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    device_module.cpu_bf16_units.cache_clear()
     try:
         assert device_module.cpu_bf16_units() == ("avx512_bf16",)
+        monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+        monkeypatch.setattr(device_module, "Path", lambda _: type("CpuInfo", (), {
+            "read_text": lambda self: "flags\t: fpu avx512f avx512_bf16 amx_tile amx_bf16 amx_int8\n"})())
+        device_module.cpu_bf16_units.cache_clear()
+        assert device_module.cpu_bf16_units() == ("amx_bf16", "avx512_bf16")
     finally:
         device_module.cpu_bf16_units.cache_clear()
 
