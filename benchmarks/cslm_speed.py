@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/cslm_speed.py [--model cslm.pt] [--sentences 200] [--train-steps 20]
        [--device auto] [--threads N] [--embedding 512 --hidden 1536,1024 --vocab 15001]
-       [--train-step eager,static,captured] [--precision auto]
+       [--train-step eager,static,captured] [--precision fp32,bf16]
 
 Rescores the fixture's real 100-best list (../shared/fixtures/hansard-enfr/nbest/dev.nbest.gz)
 with a trained model (``--model``) or, without one, a randomly initialised model of the given
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine_peak import matmul_peak_flops  # noqa: E402
+from machine_peak import matmul_peaks  # noqa: E402
 from shared_data import shared_path  # noqa: E402
 
 from cslm.model import CSLM, CSLMConfig  # noqa: E402
@@ -43,7 +43,7 @@ from cslm.step import make_cslm_step  # noqa: E402
 from moses_integration.nbest import read_nbest  # noqa: E402
 from moses_integration.tokens import split_tokens  # noqa: E402
 from rescorer.model.config import PRECISIONS  # noqa: E402
-from rescorer.model.device import autocast_dtype, select_device  # noqa: E402
+from rescorer.model.device import autocast_dtype, select_device, training_precision  # noqa: E402
 from rescorer.model.vocab import Vocab  # noqa: E402
 
 
@@ -71,9 +71,12 @@ def main() -> None:
     parser.add_argument("--hidden", default="1536,1024")
     parser.add_argument("--vocab", type=int, default=15001)
     parser.add_argument("--train-step", default="auto", help="comma-separated modes of cslm train --train-step")
-    parser.add_argument("--precision", choices=[p for p in PRECISIONS if p != "tf32"], default="auto",
-                        help="of training (rescoring is fp32)")
+    parser.add_argument("--precision", default="auto",
+                        help="of training, comma-separated (e.g. fp32,bf16 side by side); rescoring is fp32")
     args = parser.parse_args()
+    choices = [p for p in PRECISIONS if p != "tf32"]
+    if any(p not in choices for p in args.precision.split(",")):
+        parser.error(f"--precision: each of {', '.join(choices)}, got {args.precision!r}")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = select_device(args.device)
@@ -90,8 +93,11 @@ def main() -> None:
                          hidden=[int(h) for h in args.hidden.split(",")])
         model = CSLM(cfg).to(device).eval()
     cfg = model.config
-    peak = matmul_peak_flops(device)
-    print(f"device {device}, {torch.get_num_threads()} threads; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s")
+    precisions = [training_precision(device, p) for p in args.precision.split(",")]  # as cslm train resolves them
+    peaks = matmul_peaks(device, ["fp32", *precisions])
+    peak = peaks["fp32"]
+    print(f"device {device}, {torch.get_num_threads()} threads; matmul peaks "
+          + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in peaks.items()))
     print(f"model: {cfg.order}-gram, embedding {cfg.embedding}, hidden {cfg.hidden}, {cfg.vocab_size} outputs")
 
     sentence_log_probs(model, vocab, sentences[:200])  # warm-up
@@ -118,12 +124,17 @@ def main() -> None:
         print(f"  first {args.unshared_sentences} sentences ({len(first)} hypotheses): {times[True]:.2f} s with "
               f"history sharing, {times[False]:.2f} s without ({times[False] / times[True]:.1f}x)")
 
-    time_training(model, args, device, peak, 3 * (hidden_flops(cfg) + out_flops))
+    rates = {p: time_training(model, args, device, p, peaks[p], 3 * (hidden_flops(cfg) + out_flops))
+             for p in precisions}
+    for p in precisions[1:]:
+        print(f"training {p} / {precisions[0]} n-grams/s: " + ", ".join(
+            f"{mode} {rates[p][mode] / rates[precisions[0]][mode]:.2f}×" for mode in rates[p]))
 
 
-def time_training(model: CSLM, args: argparse.Namespace, device: torch.device, peak: float,
-                  flops_per_ngram: int) -> None:
-    """Each ``--train-step`` mode (cslm.step) from the same weights on the same minibatches."""
+def time_training(model: CSLM, args: argparse.Namespace, device: torch.device, precision: str, peak: float,
+                  flops_per_ngram: int) -> dict[str, float]:
+    """Each ``--train-step`` mode (cslm.step) from the same weights on the same minibatches, in
+    ``precision``, as a share of that precision's own matmul peak: n-grams/s of each mode."""
     cfg, n = model.config, args.batch_size
     rng = np.random.default_rng(0)
     batches = [(torch.from_numpy(rng.integers(0, cfg.vocab_size + 1, (n, cfg.context))),
@@ -131,12 +142,13 @@ def time_training(model: CSLM, args: argparse.Namespace, device: torch.device, p
     start = copy.deepcopy(model.state_dict())
     modes = args.train_step.split(",")
     reference = None
+    rates: dict[str, float] = {}
     for mode in modes:
         model.load_state_dict(start)
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         step = make_cslm_step(mode, model, opt, self_normalize=0.0, batch_size=n, optimizer_name="adam",
-                              device=device, amp_dtype=autocast_dtype(device, args.precision))
+                              device=device, amp_dtype=autocast_dtype(device, precision))
         losses = [step(*b) for b in batches[:3]]  # warm-up (a captured step: its warm-up and capture)
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -147,15 +159,18 @@ def time_training(model: CSLM, args: argparse.Namespace, device: torch.device, p
         elapsed = time.perf_counter() - t0
         ngrams = args.train_steps * n
         flops = ngrams * flops_per_ngram
-        print(f"training {mode} (Adam, batch {n}): {ngrams / elapsed:.0f} n-grams/s, "
+        rates[mode] = ngrams / elapsed
+        print(f"training {mode} in {precision} (Adam, batch {n}): {ngrams / elapsed:.0f} n-grams/s, "
               f"{args.train_steps / elapsed:.1f} updates/s; {flops / elapsed / 1e9:.1f} GFLOP/s = "
-              f"{flops / elapsed / peak:.0%} of peak")
+              f"{flops / elapsed / peak:.0%} of the {precision} peak")
         values = [float(v[0]) for v in losses]
         if reference is None:
             reference = values
         else:
             diff = max(abs(a - b) / abs(b) for a, b in zip(values, reference, strict=True))
             print(f"  losses of {len(values)} updates: max relative difference from {modes[0]}: {diff:.2e}")
+    return rates
+
 
 if __name__ == "__main__":
     main()

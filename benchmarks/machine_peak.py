@@ -1,15 +1,21 @@
-"""The machine's measured fp32 matmul throughput: the yardstick every benchmark reports against.
+"""The machine's measured matmul throughput per precision: the yardstick every benchmark reports against.
 
 A fraction of a measured peak says more than pairs/s alone: it tells how much of the hardware the
-implementation uses, on whatever machine the benchmark runs.
+implementation uses, on whatever machine the benchmark runs. Each precision is measured in its own
+dtype (:func:`matmul_peaks`): a bf16 run's share is of the bf16 peak, which on a CPU with AMX is
+several times the fp32 one, and on a CPU with AVX512-BF16 alone can be below it (docs/training-speed.md).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
+
+# The dtype each --precision multiplies in. tf32 is fp32 storage; on CUDA its peak is measured
+# with TF32 allowed, on the CPU (which has no TF32) it is the fp32 peak.
+PEAK_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seconds: float = 2.0,
@@ -20,7 +26,8 @@ def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seco
     machine, where other processes take turns on the cores, that yardstick moves less. On a GPU
     pass ``size=8192``: 2048 is too small to fill one, and ``dtype=torch.bfloat16`` gives the
     yardstick of code that runs its matmuls in bf16 (fp32 matmuls use TF32 only where torch's
-    global switch allows it).
+    global switch allows it). On the CPU a bf16 matmul of plain bf16 tensors runs in oneDNN's
+    bf16 kernels (AMX tiles or AVX512-BF16 dot products; ``ONEDNN_VERBOSE=1`` names the one used).
     """
     device = torch.device(device)
     a = torch.randn(size, size, device=device, dtype=dtype)
@@ -42,5 +49,33 @@ def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seco
     return best
 
 
+def matmul_peaks(device: torch.device | str, precisions: Iterable[str], size: int | None = None,
+                 seconds: float = 2.0, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """The matmul peak of each precision (FLOP/s, or per CPU-second with ``time.process_time``), each in its dtype.
+
+    Why one function: a benchmark that compares precisions must divide each one's throughput by
+    its own peak; reusing the fp32 figure for bf16 (as the CPU branch of ``precision.py`` once
+    did) hid the CPU's bf16 units. ``size`` defaults to 8192 on a GPU and 2048 on a CPU.
+    """
+    device = torch.device(device)
+    size = size or (8192 if device.type == "cuda" else 2048)
+    measured: dict[tuple[torch.dtype, bool], float] = {}
+    peaks: dict[str, float] = {}
+    for name in precisions:
+        if name not in PEAK_DTYPES:
+            raise ValueError(f"no matmul peak for precision {name!r}: one of {', '.join(PEAK_DTYPES)}")
+        key = (PEAK_DTYPES[name], name == "tf32" and device.type == "cuda")  # the CPU has no TF32
+        if key not in measured:
+            before = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = key[1]
+            try:
+                measured[key] = matmul_peak_flops(device, size=size, seconds=seconds, clock=clock, dtype=key[0])
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = before
+        peaks[name] = measured[key]
+    return peaks
+
+
 if __name__ == "__main__":
-    print(f"fp32 matmul peak: {matmul_peak_flops() / 1e9:.1f} GFLOP/s on {torch.get_num_threads()} threads")
+    for name, flops in matmul_peaks("cpu", ("fp32", "bf16")).items():
+        print(f"{name} matmul peak: {flops / 1e9:.1f} GFLOP/s on {torch.get_num_threads()} threads")

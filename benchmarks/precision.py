@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine_peak import matmul_peak_flops  # noqa: E402
+from machine_peak import matmul_peaks  # noqa: E402
 from score_speed import SIZES, default_table  # noqa: E402
 
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
@@ -197,23 +197,17 @@ def main() -> None:
           f"V={config.tgt_vocab_size}, {'trained: ' + args.model if args.model else 'random weights'}")
     flops = performed_flops(config, plans)
     keys = source_keys(plans)
-    peaks = {}
     if device.type == "cuda":
         print(f"GPU: {torch.cuda.get_device_name(device)}")
-        peaks["fp32"] = matmul_peak_flops(device, size=8192)
-        with matmul_precision("tf32"):
-            peaks["tf32"] = matmul_peak_flops(device, size=8192)
-        peaks["bf16"] = peaks["fp16"] = matmul_peak_flops(device, size=8192, dtype=torch.bfloat16)
-    else:
-        peaks = dict.fromkeys(("fp32", "tf32", "bf16", "fp16"), matmul_peak_flops(device))
-    print("matmul peaks measured (TFLOP/s): " + ", ".join(f"{k} {v / 1e12:.1f}" for k, v in peaks.items()))
+    peaks = matmul_peaks(device, args.precisions.split(","))  # each precision's own, in its dtype
+    print("matmul peaks measured (GFLOP/s): " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in peaks.items()))
     results: dict[str, np.ndarray] = {}
     for name in args.precisions.split(","):
         scorer = PairScorer(ck.model, device, autocast_dtype(device, name), ScoringOptions(token_budget=budget), name)
         with matmul_precision(name):
             results[name], seconds = score_all(scorer, plans)
         print(f"[{name}] model only: {len(lines) / seconds:,.0f} pairs/s ({seconds:.2f} s); "
-              f"{flops / len(lines) / 1e6:.1f} MFLOP/pair performed, {flops / seconds / 1e12:.2f} TFLOP/s = "
+              f"{flops / len(lines) / 1e6:.1f} MFLOP/pair performed, {flops / seconds / 1e9:.1f} GFLOP/s = "
               f"{100 * flops / seconds / peaks[name]:.1f}% of the {name} matmul peak")
         if args.profile and device.type == "cuda":
             with matmul_precision(name):

@@ -1,7 +1,7 @@
 """Speed of ``rescorer propose``'s batched beam search, in source phrases per second.
 
 Usage: python benchmarks/propose_speed.py [--model MODEL.pt] [--sources 500] [--beam 10]
-       [--max-words 8] [--threads 1] [--device cpu] [--single 100]
+       [--max-words 8] [--threads 1] [--device cpu] [--single 100] [--precision fp32,bf16]
 
 The sources are the real, randomly drawn source phrases of
 ``../shared/fixtures/hansard-enfr/phrase-table.sample.gz`` (or --table), in table order. It prints
@@ -9,6 +9,10 @@ sources/s of the batched search, the decoder rows it ran per source (hypotheses 
 driver), the same search one source at a time (the search ``rescorer sample`` ran before) on the
 first --single sources, and what proposing for every distinct source of the fixture's full table
 (1,468,693) would take at the measured rate.
+
+``--precision fp32,bf16`` runs the batched search in each precision on the same sources
+(``search_sources(amp_dtype=...)``) and prints each one's sources/s, the ratio to the first, and
+how many sources' best target and target lists the second finds as the first does.
 
 With --model the search runs the given trained model. Without it the weights are random at the
 ``small`` size of Table 1 (d 256, 15,000-word shortlists): a random decoder seldom chooses ``</s>``,
@@ -53,6 +57,7 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=100, help="sources searched one at a time for comparison")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16 (the search's matmuls)")
     args = parser.parse_args()
 
     import torch
@@ -93,19 +98,35 @@ def main() -> None:
         return original_step(start, src, h, prev, k)
 
     model.next_word_top_k = counting_step
-    with torch.inference_mode():
-        list(beam_module.search_sources(model, ids[:10], args.beam, max_words=args.max_words))  # warm-up
-        rows = 0
-        started = time.perf_counter()
-        found = list(beam_module.search_sources(model, ids, args.beam, max_words=args.max_words,
-                                                rows_per_step=args.rows_per_step))
-        seconds = time.perf_counter() - started
-    batched_rate = len(sources) / seconds
-    finished = sum(h.finished for f in found for h in f) / len(found)
-    lengths = [len(h.ids) for f in found for h in f if h.finished]
-    mean_length = sum(lengths) / max(1, len(lengths))
-    print(f"batched: {batched_rate:.1f} sources/s ({seconds:.1f} s), {rows / len(sources):.0f} decoder rows per "
-          f"source, {finished:.1f} finished targets per source (mean {mean_length:.2f} words)")
+    precisions = args.precision.split(",")
+    if any(p not in ("fp32", "bf16") for p in precisions):
+        parser.error(f"--precision: fp32 or bf16, got {args.precision!r}")
+    results: dict[str, tuple[float, list]] = {}
+    for precision in precisions:
+        amp = torch.bfloat16 if precision == "bf16" else None
+        with torch.inference_mode():
+            list(beam_module.search_sources(model, ids[:10], args.beam, max_words=args.max_words,
+                                            amp_dtype=amp))  # warm-up
+            rows = 0
+            started = time.perf_counter()
+            found = list(beam_module.search_sources(model, ids, args.beam, max_words=args.max_words,
+                                                    rows_per_step=args.rows_per_step, amp_dtype=amp))
+            seconds = time.perf_counter() - started
+        batched_rate = len(sources) / seconds
+        results[precision] = (batched_rate, found)
+        finished = sum(h.finished for f in found for h in f) / len(found)
+        lengths = [len(h.ids) for f in found for h in f if h.finished]
+        mean_length = sum(lengths) / max(1, len(lengths))
+        print(f"batched, {precision}: {batched_rate:.1f} sources/s ({seconds:.1f} s), {rows / len(sources):.0f} "
+              f"decoder rows per source, {finished:.1f} finished targets per source (mean {mean_length:.2f} words)")
+    first_rate, first = results[precisions[0]]
+    for precision in precisions[1:]:
+        rate, found = results[precision]
+        same_best = sum(bool(a) and bool(b) and a[0].ids == b[0].ids for a, b in zip(first, found, strict=True))
+        same_list = sum([h.ids for h in a] == [h.ids for h in b] for a, b in zip(first, found, strict=True))
+        print(f"{precision} / {precisions[0]}: {rate / first_rate:.2f}× sources/s; the same best target for "
+              f"{same_best} of {len(found)} sources, the same {args.beam} targets in the same order for {same_list}")
+    batched_rate = first_rate
     if args.single:
         subset = ids[: args.single]
         started = time.perf_counter()

@@ -1,7 +1,7 @@
 """Training throughput per model size: pairs/s, updates/s, GFLOP/s and the fraction of the matmul peak.
 
 Usage: python benchmarks/train_speed.py [--sizes paper,small] [--steps 10] [--device auto] [--threads N]
-       [--train-step eager,static,captured] [--batch-size 64] [--precision auto]
+       [--train-step eager,static,captured] [--batch-size 64] [--precision fp32,bf16]
 
 Times the step callable of ``rescorer.training.step`` (:func:`make_train_step`), the very updates
 ``rescorer train --train-step MODE`` runs, on minibatches drawn as training draws them (10
@@ -17,6 +17,11 @@ timing, the timed minibatches run twice when a mode captures (each bucket's grap
 its second batch), else two other minibatches. The matmul peak is measured in the same run, before the
 sizes (and again at the end, to show drift). On the CPU a profile of a few steps of the first mode
 prints its top five entries by self CPU time.
+
+``--precision`` takes a comma-separated list: each precision then runs every mode on the same
+minibatches from the same initial model, its share taken of its own matmul peak (the bf16 peak for
+bf16, measured in the same run by ``machine_peak.matmul_peaks``), and the last lines give each
+precision's pairs/s against the first's: ``--precision fp32,bf16`` is the CPU's side-by-side run.
 
 GPU: ``--device cuda --sizes paper --train-step eager,captured --steps 200`` gives the eager and
 captured pairs/s and updates/s of the paper's 64-pair updates side by side.
@@ -40,11 +45,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine_peak import matmul_peak_flops  # noqa: E402
+from machine_peak import matmul_peaks  # noqa: E402
 from shared_data import shared_dir  # noqa: E402
 
 from rescorer.model.config import PRECISIONS, ModelConfig, TrainConfig  # noqa: E402
-from rescorer.model.device import autocast_dtype, matmul_precision, select_device  # noqa: E402
+from rescorer.model.device import autocast_dtype, matmul_precision, select_device, training_precision  # noqa: E402
 from rescorer.model.network import RNNEncoderDecoder, count_flops_per_pair  # noqa: E402
 from rescorer.training.step import make_train_step, resolve_train_step  # noqa: E402
 from rescorer.training.train import make_optimizer  # noqa: E402
@@ -97,8 +102,10 @@ def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.
     return batches[:steps]
 
 
-def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: float, cpu_peak: float) -> None:
-    """Every mode of ``--train-step`` on the same minibatches, from the same initial model."""
+def run_size(name: str, args: argparse.Namespace, device: torch.device, precision: str, peak: float,
+             cpu_peak: float) -> dict[str, tuple[float, float]]:
+    """Every mode of ``--train-step`` on the same minibatches, from the same initial model: pairs per
+    second and per CPU-second of each."""
     config = ModelConfig(src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, **SIZES[name])
     cfg = TrainConfig(batch_size=args.batch_size)
     modes = args.train_step.split(",")
@@ -106,12 +113,14 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: fl
     # ones), so that figures stay comparable with earlier runs of this benchmark.
     drawn = training_batches(2 + args.steps + args.profile_steps, config, cfg, np.random.default_rng(0))
     batches, profiled = drawn[2 : 2 + args.steps], drawn[2 + args.steps :]
-    amp = autocast_dtype(device, args.precision)
+    amp = autocast_dtype(device, training_precision(device, precision))  # as rescorer train resolves it
     captures = any(resolve_train_step(mode, device, amp) == "captured" for mode in modes)
     warmup = batches + batches if captures else drawn[:2]
-    print(f"\n== {name}: d={config.hidden}, embedding {config.embedding}, maxout {config.maxout_units}, "
-          f"rank {config.output_rank}, vocab {args.vocab}, batch {cfg.batch_size}")
+    print(f"\n== {name}, {precision} (runs in {training_precision(device, precision)}): d={config.hidden}, embedding "
+          f"{config.embedding}, maxout {config.maxout_units}, rank {config.output_rank}, vocab {args.vocab}, "
+          f"batch {cfg.batch_size}")
     reference: list[float] | None = None
+    rates: dict[str, tuple[float, float]] = {}
     for i, mode in enumerate(modes):
         torch.manual_seed(0)
         model = RNNEncoderDecoder(config).to(device)
@@ -125,7 +134,7 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: fl
             torch.cuda.synchronize()
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         values = [float(v) for v in losses]
-        report(mode, batches, elapsed, cpu, device, peak, cpu_peak)
+        rates[mode] = report(mode, batches, elapsed, cpu, device, peak, cpu_peak)
         if reference is None:
             reference = values
         else:
@@ -133,10 +142,12 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, peak: fl
             print(f"losses of {len(values)} updates: max relative difference from {modes[0]}: {diff:.2e}")
         if i == 0 and device.type == "cpu" and profiled:
             profile(step, profiled)
+    return rates
 
 
 def report(mode: str, timed: list, elapsed: float, cpu: float, device: torch.device, peak: float,
-           cpu_peak: float) -> None:
+           cpu_peak: float) -> tuple[float, float]:
+    """Print one mode's figures; return its pairs per second and per CPU-second."""
     pairs = sum(b[0][0].shape[0] for b in timed)
     flops = sum(b[1] for b in timed)
     padded, real = sum(b[2] for b in timed), sum(b[3] for b in timed)
@@ -147,6 +158,7 @@ def report(mode: str, timed: list, elapsed: float, cpu: float, device: torch.dev
         print(f"  per CPU-second: {flops / cpu / 1e9:.1f} GFLOP = {100 * flops / cpu / cpu_peak:.1f}% of the matmul "
               "peak per CPU-second (the steadier figure on a shared machine)")
     print(f"  padded decoder steps: {100 * padded / (padded + real):.1f}% of decoder steps")
+    return pairs / elapsed, pairs / cpu
 
 
 def profile(step, batches: list) -> None:
@@ -171,24 +183,56 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=15001)
     parser.add_argument("--batch-size", type=int, default=64, help="pairs per update")
     parser.add_argument("--train-step", default="auto", help="comma-separated modes of rescorer train --train-step")
-    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
+    parser.add_argument("--precision", default="auto",
+                        help=f"comma-separated, each of {', '.join(PRECISIONS)}: e.g. fp32,bf16 side by side")
     args = parser.parse_args()
+    precisions = args.precision.split(",")
+    if any(p not in PRECISIONS for p in precisions):
+        parser.error(f"--precision: each of {', '.join(PRECISIONS)}, got {args.precision!r}")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = select_device(args.device)
-    peak = matmul_peak_flops(device)
-    cpu_peak = matmul_peak_flops(device, clock=time.process_time) if device.type == "cpu" else peak
-    print(f"device: {device} ({torch.get_num_threads()} threads)")
+    peak_of = {p: peak_name(device, p) for p in precisions}
+    peaks = matmul_peaks(device, peak_of.values())
+    cpu_peaks = matmul_peaks(device, peak_of.values(), clock=time.process_time) if device.type == "cpu" else peaks
+    print(f"device: {device} ({torch.get_num_threads()} threads); matmul peaks measured: "
+          + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in peaks.items()))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if device.type == "cpu" and load > torch.get_num_threads():
         print(f"note: load average {load:.1f} > {torch.get_num_threads()} threads: the machine is shared, "
               "so absolute figures are low (the fraction of a peak measured in the same run holds better)")
-    with matmul_precision(args.precision):
-        for name in args.sizes.split(","):
-            run_size(name.strip(), args, device, peak, cpu_peak)
-    peak_after = matmul_peak_flops(device)
-    print(f"\nfp32 matmul peak (measured before/after): {peak / 1e9:.1f} / {peak_after / 1e9:.1f} GFLOP/s; "
-          f"fractions above use the first; per CPU-second: {cpu_peak / 1e9:.1f} GFLOP")
+    rates: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+    for name in args.sizes.split(","):
+        for precision in precisions:
+            with matmul_precision(precision):
+                rates[name.strip(), precision] = run_size(name.strip(), args, device, precision,
+                                                          peaks[peak_of[precision]], cpu_peaks[peak_of[precision]])
+    peaks_after = matmul_peaks(device, peak_of.values())
+    print("\nmatmul peaks (measured before/after): " + "; ".join(
+        f"{k} {peaks[k] / 1e9:.1f} / {peaks_after[k] / 1e9:.1f} GFLOP/s" for k in peaks)
+        + "; fractions above use the first" + ("; per CPU-second: " + ", ".join(
+            f"{k} {v / 1e9:.1f} GFLOP" for k, v in cpu_peaks.items()) if device.type == "cpu" else ""))
+    if len(precisions) > 1:
+        for (name, precision), by_mode in rates.items():
+            if precision != precisions[0]:
+                base = rates[name, precisions[0]]
+                print(f"{name}: {precision} / {precisions[0]} pairs/s: " + ", ".join(
+                    f"{mode} {by_mode[mode][0] / base[mode][0]:.2f}× (per CPU-second "
+                    f"{by_mode[mode][1] / base[mode][1]:.2f}×)" for mode in by_mode))
+
+
+def peak_name(device: torch.device, precision: str) -> str:
+    """The peak a precision's run is a share of: its matmuls' dtype (``auto`` as training resolves it)."""
+    amp = autocast_dtype(device, training_precision(device, precision))  # as rescorer train resolves it
+    if amp is not None:
+        return "bf16" if amp == torch.bfloat16 else "fp16"
+    return "tf32" if precision == "tf32" else "fp32"
+
+
+def train_precision(device: torch.device, precision: str) -> str:
+    """What ``precision`` trains in on ``device``, in words."""
+    return {"fp32": "fp32 matmuls", "tf32": "TF32 matmuls", "bf16": "bf16 matmuls, fp32 states",
+            "fp16": "fp16 matmuls, fp32 states"}[peak_name(device, precision)]
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from moses_integration.progress import progress_bar
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import last_checkpoint_path, refuse_to_overwrite
 from rescorer.model.config import TRAIN_STEPS, DictConfig, check_positive_int
-from rescorer.model.device import autocast_dtype, select_device
+from rescorer.model.device import autocast_dtype, describe_precision, select_device, training_precision
 from rescorer.model.vocab import Vocab, read_corpus_lines
 
 DATA_VERSION = 1
@@ -398,6 +398,7 @@ class _CSLMTraining:
               valid: str | None, device: str, precision: str, resume: bool, progress: bool) -> _CSLMTraining:
         """A fresh run on ``corpus``, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
         dev = select_device(device)
+        precision = training_precision(dev, precision)  # auto: bf16 on a GPU and on a CPU with AMX
         amp_dtype = autocast_dtype(dev, precision)
         resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
         loaded = load_cslm(resume_from, dev) if resume and resume_from.exists() else None
@@ -425,6 +426,8 @@ class _CSLMTraining:
             state = dict(loaded.train_state)
         history = [Validation(**v) for v in state["history"]]
         state["train_step"] = resolve_cslm_step(cfg.train_step, dev, cfg.optimizer)  # what this run's updates ran as
+        state["precision"] = precision  # likewise the precision they ran in
+        print(f"training on {dev} in {precision}: {describe_precision(precision)}", file=sys.stderr)
         train_step = make_cslm_step(state["train_step"], model, optimizer, self_normalize=cfg.self_normalize,
                                     batch_size=cfg.batch_size, optimizer_name=cfg.optimizer, device=dev,
                                     amp_dtype=amp_dtype)

@@ -7,7 +7,9 @@ on CPU and CUDA, so CPU tests exercise the logic that runs on the GPU.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
@@ -28,17 +30,71 @@ def scoring_precision(precision: str) -> str:
     Measured on an H100 with a trained paper-size model over the 2.88M-line fixture table
     (docs/gpu.md): TF32 moves log p by 0.0014 nats on average (at most 0.026) and changes 0.009%
     of the sources' best targets; bf16 by 0.014 nats (at most 0.30), changing 0.083% of them, and
-    is slower than TF32. Both are named options (``--precision tf32|bf16``), never the default.
+    is slower than TF32. Both are named options (``--precision tf32|bf16``), never the default. On
+    the CPU ``bf16`` runs the matmuls on the CPU's bf16 units with fp32 states and an fp32-summed
+    softmax (:meth:`rescorer.model.network.RNNEncoderDecoder._log_normalizer_in_place`); what it
+    gains and changes there is in docs/training-speed.md.
     """
     return "fp32" if precision == "auto" else precision
+
+
+# The CPU's bf16 matrix units, by their /proc/cpuinfo flag names, fastest first.
+CPU_BF16_UNITS = ("amx_bf16", "avx512_bf16")
+
+
+@functools.cache
+def cpu_bf16_units() -> tuple[str, ...]:
+    """The bf16 matrix units this CPU lets a process use (names of :data:`CPU_BF16_UNITS`), best first.
+
+    torch's own checks come first where this torch has them: they also ask the kernel, which must
+    grant a process the AMX tiles (a CPU can list ``amx_bf16`` and still refuse them, e.g. in a
+    VM); else the CPU's flags in /proc/cpuinfo; else none.
+    """
+    checks = {"amx_bf16": getattr(torch.cpu, "_is_amx_tile_supported", None),
+              "avx512_bf16": getattr(torch.cpu, "_is_avx512_bf16_supported", None)}
+    if all(checks.values()):
+        return tuple(unit for unit in CPU_BF16_UNITS if checks[unit]())
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return ()
+    return tuple(unit for unit in CPU_BF16_UNITS if unit in flags)
+
+
+def training_precision(device: torch.device, precision: str) -> str:
+    """The precision a training run uses: ``auto`` is bf16 on a CPU with AMX, fp32 on other CPUs.
+
+    Why AMX only: bf16 pays where its matmuls beat fp32's. AMX tiles multiply bf16 several times
+    faster than fp32 FMA (issue 47: 2.4–7.6× at this model's shapes). AVX512-BF16 alone does not:
+    on a Xeon with ``avx512_bf16`` and no usable AMX, oneDNN's bf16 kernels gave 0.55× the fp32
+    matmul throughput per CPU-second and training ran at 0.64–0.84× of fp32's pairs/s
+    (docs/training-speed.md), so ``auto``
+    keeps fp32 there; ``--precision bf16`` still runs it. On CUDA ``auto`` is what
+    :func:`autocast_dtype` picks (bf16 where supported, else fp16). Any other choice is kept as
+    given; the result is always a concrete name, the one a run prints and records.
+    """
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if autocast_dtype(device, "auto") == torch.bfloat16 else "fp16"
+    return "bf16" if device.type == "cpu" and "amx_bf16" in cpu_bf16_units() else "fp32"
+
+
+def describe_precision(precision: str) -> str:
+    """What a training precision (as :func:`training_precision` resolves it) computes in, in words."""
+    if precision in ("bf16", "fp16"):
+        return (f"matmuls in {precision} with fp32 accumulation; the rest (states, gates, softmax, gradients, "
+                "the optimiser) in fp32")
+    return "TF32 matmuls, the rest in fp32" if precision == "tf32" else "everything in fp32"
 
 
 def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype | None:
     """Reduced precision only on CUDA: bf16 where supported (no loss scaling needed), else fp16.
 
     ``precision`` is one of :data:`rescorer.model.config.PRECISIONS`. ``auto`` means bf16 autocast on CUDA for training
-    (scoring resolves it with :func:`scoring_precision` first); on CPU it keeps fp32, since CPU
-    bf16 matmuls are slower than fp32 on most machines. ``tf32`` autocasts nothing: its fp32
+    (scoring resolves it with :func:`scoring_precision` first, training with
+    :func:`training_precision`, which picks bf16 on a CPU with AMX); left unresolved on a CPU it
+    keeps fp32. ``tf32`` autocasts nothing: its fp32
     matmuls use TF32 through :func:`matmul_precision`.
     """
     if precision in ("fp32", "tf32"):

@@ -13,7 +13,9 @@ The equations are exactly those of :class:`rescorer.model.network.RNNEncoderDeco
 operations: the tests find the training and scoring paths' log-probabilities equal within 1e-12,
 and the gradients equal to autograd on the plain equations in float64 within 1e-8. Under
 autocast the matmuls run in the autocast dtype and the states, gates and gradients in the
-states' dtype, as the plain path does.
+states' dtype, as the plain path does; each weight is cast to the matmul dtype once per update
+(forward casts it, backward reuses that copy), never per time step, which at paper sizes would
+be 3M weights converted per decoder step each way.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ class _DecoderRecurrence(torch.autograd.Function):
         state_dtype = h0.dtype
         mm_dtype = matmul_dtype(h0.device, weight.dtype)
         with no_autocast(h0.device):
-            gate_weight, cand_weight = weight[: 2 * d].t(), weight[2 * d :].t()
+            weight_mm = weight.to(mm_dtype)  # cast once per update, not per step (a no-op in fp32)
+            gate_weight, cand_weight = weight_mm[: 2 * d].t(), weight_mm[2 * d :].t()
+            cand_context_mm = cand_context.to(mm_dtype)
             states = h0.new_empty(steps, *h0.shape)
             gates = h0.new_empty(steps, h0.shape[0], 2 * d)
             candidates = torch.empty_like(states)
@@ -51,17 +55,17 @@ class _DecoderRecurrence(torch.autograd.Function):
             for t in range(steps):
                 torch.sigmoid(_addmm(gate_inputs[t], h, gate_weight, mm_dtype, state_dtype), out=gates[t])
                 r, z = gates[t, :, :d], gates[t, :, d:]
-                recurrent[t] = _addmm(cand_context, h, cand_weight, mm_dtype, state_dtype)
+                recurrent[t] = _addmm(cand_context_mm, h, cand_weight, mm_dtype, state_dtype)
                 torch.tanh(torch.addcmul(cand_inputs[t], r, recurrent[t]), out=candidates[t])
                 torch.lerp(candidates[t], h, z, out=states[t])
                 h = states[t]
-        ctx.save_for_backward(h0, weight, states, gates, candidates, recurrent)
-        ctx.mm_dtype = mm_dtype
+        ctx.save_for_backward(h0, weight_mm, states, gates, candidates, recurrent)
+        ctx.mm_dtype, ctx.weight_dtype = mm_dtype, weight.dtype
         return states
 
     @staticmethod
     def backward(ctx, grad_states: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
-        h0, weight, states, gates, candidates, recurrent = ctx.saved_tensors
+        h0, weight, states, gates, candidates, recurrent = ctx.saved_tensors  # weight as forward cast it
         steps, d, mm_dtype = states.shape[0], h0.shape[1], ctx.mm_dtype
         with no_autocast(h0.device):
             grad_states = grad_states.to(states.dtype)
@@ -81,7 +85,7 @@ class _DecoderRecurrence(torch.autograd.Function):
                 torch.mul(grad_h, h_prev - n, out=grad_pre[t, :, d : 2 * d]).mul_(z * (1 - z))
                 grad_h = torch.addcmul(_mm(grad_pre[t], weight, mm_dtype, states.dtype), grad_h, z)
             entered = torch.cat([h0.unsqueeze(0), states[:-1]]).flatten(0, 1)  # h'⟨t−1⟩ of every step
-            grad_weight = _mm(grad_pre.flatten(0, 1).t(), entered, mm_dtype, weight.dtype)
+            grad_weight = _mm(grad_pre.flatten(0, 1).t(), entered, mm_dtype, ctx.weight_dtype)
             grad_gate_inputs = grad_pre[:, :, : 2 * d]
             grad_cand_context = grad_pre[:, :, 2 * d :].sum(0)
         return grad_h, grad_gate_inputs, grad_cand_inputs, grad_cand_context, grad_weight
@@ -100,6 +104,8 @@ class _EncoderRecurrence(torch.autograd.Function):
         batch, d = inputs.shape[1], cand_weight.shape[0]
         mm_dtype = matmul_dtype(inputs.device, cand_weight.dtype)
         with no_autocast(inputs.device):
+            # The weights cast once per update, not per step (no-ops in fp32); kept for backward.
+            gate_weight_mm, cand_weight_mm = gate_weight.to(mm_dtype), cand_weight.to(mm_dtype)
             offsets = [0]
             for n in running:
                 offsets.append(offsets[-1] + n)
@@ -110,14 +116,15 @@ class _EncoderRecurrence(torch.autograd.Function):
             for t, n in enumerate(running):
                 lo, hi = offsets[t], offsets[t + 1]
                 entered[lo:hi] = h[:n]
-                g = torch.sigmoid(_addmm(inputs[t, :n, : 2 * d], h[:n], gate_weight.t(), mm_dtype, state_dtype),
+                g = torch.sigmoid(_addmm(inputs[t, :n, : 2 * d], h[:n], gate_weight_mm.t(), mm_dtype, state_dtype),
                                   out=gates[lo:hi])
                 r, z = g[:, :d], g[:, d:]
-                pre = _addmm(inputs[t, :n, 2 * d :], r * h[:n], cand_weight.t(), mm_dtype, state_dtype)
+                pre = _addmm(inputs[t, :n, 2 * d :], r * h[:n], cand_weight_mm.t(), mm_dtype, state_dtype)
                 torch.tanh(pre, out=candidates[lo:hi])
                 h[:n] = torch.lerp(candidates[lo:hi], h[:n], z)
-        ctx.save_for_backward(gate_weight, cand_weight, entered, gates, candidates)
+        ctx.save_for_backward(gate_weight_mm, cand_weight_mm, entered, gates, candidates)
         ctx.running, ctx.offsets, ctx.mm_dtype = running, offsets, mm_dtype
+        ctx.weight_dtypes = gate_weight.dtype, cand_weight.dtype
         ctx.input_shape, ctx.input_dtype = inputs.shape, inputs.dtype
         return h
 
@@ -125,7 +132,7 @@ class _EncoderRecurrence(torch.autograd.Function):
     def backward(ctx, grad_h_final: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
         gate_weight, cand_weight, entered, gates, candidates = ctx.saved_tensors
         running, offsets, mm_dtype = ctx.running, ctx.offsets, ctx.mm_dtype
-        d, state_dtype = cand_weight.shape[0], entered.dtype
+        d, state_dtype = cand_weight.shape[0], entered.dtype  # the weights as forward cast them
         with no_autocast(grad_h_final.device):
             grad_h = grad_h_final.to(state_dtype).clone()
             grad_inputs = grad_h.new_zeros(ctx.input_shape)
@@ -146,8 +153,8 @@ class _EncoderRecurrence(torch.autograd.Function):
                 grad_h[:n] = grad_prev
                 grad_inputs[t, :n, : 2 * d] = grad_gates[lo:hi]
                 grad_inputs[t, :n, 2 * d :] = grad_cand[lo:hi]
-            grad_gate_weight = _mm(grad_gates.t(), entered, mm_dtype, gate_weight.dtype)
-            grad_cand_weight = _mm(grad_cand.t(), reset_entered, mm_dtype, cand_weight.dtype)
+            grad_gate_weight = _mm(grad_gates.t(), entered, mm_dtype, ctx.weight_dtypes[0])
+            grad_cand_weight = _mm(grad_cand.t(), reset_entered, mm_dtype, ctx.weight_dtypes[1])
         return grad_inputs.to(ctx.input_dtype), grad_gate_weight, grad_cand_weight, None, None
 
 

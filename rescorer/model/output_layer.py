@@ -55,30 +55,30 @@ class _TargetLogProbs(torch.autograd.Function):
                 if mm_dtype == score_dtype:
                     torch.addmm(bias[j : j + block], low_mm, w.t(), out=logits)
                 else:
-                    logits.copy_(torch.mm(low_mm, w.t())).add_(bias[j : j + block])
+                    torch.add(torch.mm(low_mm, w.t()), bias[j : j + block], out=logits)  # widened, one pass
                 torch.amax(logits, dim=1, out=block_max[k])
                 torch.sum(logits.sub_(block_max[k].unsqueeze(1)).exp_(), dim=1, out=sums[k])
             overall = block_max.amax(dim=0)
             log_norm = (sums * torch.exp(block_max - overall)).sum(dim=0).log_().add_(overall)
             picked = (low_mm.to(score_dtype) * weight_mm[targets].to(score_dtype)).sum(-1)
             picked += bias[targets].to(score_dtype)
-        ctx.save_for_backward(low, weight, targets, kept, torch.exp(block_max - log_norm))
-        ctx.block, ctx.mm_dtype = block, mm_dtype
+        # The operands as cast for the matmuls (the weight once per update), so backward casts nothing again.
+        ctx.save_for_backward(low_mm, weight_mm, targets, kept, torch.exp(block_max - log_norm))
+        ctx.block, ctx.mm_dtype, ctx.dtypes = block, mm_dtype, (low.dtype, weight.dtype)
         return picked - log_norm
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
-        low, weight, targets, kept, scale = ctx.saved_tensors
-        block, mm_dtype = ctx.block, ctx.mm_dtype
-        score_dtype, rows = kept.dtype, low.shape[0]
-        with no_autocast(low.device):
+        low_mm, weight_mm, targets, kept, scale = ctx.saved_tensors
+        block, mm_dtype, (low_dtype, weight_dtype) = ctx.block, ctx.mm_dtype, ctx.dtypes
+        score_dtype, rows = kept.dtype, low_mm.shape[0]
+        with no_autocast(low_mm.device):
             grad = grad.to(score_dtype)
-            low_mm, weight_mm = low.to(mm_dtype), weight.to(mm_dtype)
-            grad_low = torch.zeros(low.shape, dtype=score_dtype, device=low.device)
-            grad_weight = torch.empty(weight.shape, dtype=score_dtype, device=low.device)
-            grad_bias = torch.empty(weight.shape[0], dtype=score_dtype, device=low.device)
-            buffer = kept.new_empty(rows * min(block, weight.shape[0]))
-            for k, j in enumerate(range(0, weight.shape[0], block)):
+            grad_low = torch.zeros(low_mm.shape, dtype=score_dtype, device=low_mm.device)
+            grad_weight = torch.empty(weight_mm.shape, dtype=score_dtype, device=low_mm.device)
+            grad_bias = torch.empty(weight_mm.shape[0], dtype=score_dtype, device=low_mm.device)
+            buffer = kept.new_empty(rows * min(block, weight_mm.shape[0]))
+            for k, j in enumerate(range(0, weight_mm.shape[0], block)):
                 w = weight_mm[j : j + block]
                 width = w.shape[0]
                 # −g · softmax = −g · exp(logits − m_k) · exp(m_k − log Σ), from what forward kept
@@ -94,10 +94,10 @@ class _TargetLogProbs(torch.autograd.Function):
                     grad_weight[j : j + width] = torch.mm(neg_p_mm.t(), low_mm)
                 torch.sum(neg_p, dim=0, out=grad_bias[j : j + block])
             # The picked logit's part: +g at each row's target word.
-            grad_low += grad.unsqueeze(1) * weight[targets].to(score_dtype)
-            grad_weight.index_add_(0, targets, grad.unsqueeze(1) * low.to(score_dtype))
+            grad_low += grad.unsqueeze(1) * weight_mm[targets].to(score_dtype)
+            grad_weight.index_add_(0, targets, grad.unsqueeze(1) * low_mm.to(score_dtype))
             grad_bias.index_add_(0, targets, grad)
-        return grad_low.to(low.dtype), grad_weight.to(weight.dtype), grad_bias.to(weight.dtype), None, None
+        return grad_low.to(low_dtype), grad_weight.to(weight_dtype), grad_bias.to(weight_dtype), None, None
 
 
 def target_log_probs(low: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, block: int | None = None) -> Tensor:

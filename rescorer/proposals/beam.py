@@ -17,6 +17,12 @@ exactly from each hypothesis' best ``width`` words: no other word of a hypothesi
 A finished hypothesis carries log p(Y | X) of its words and ``</s>``: the float64 sum of the
 step's log-probabilities, the very terms :meth:`RNNEncoderDecoder.score_targets` adds (the tests
 check one against the other).
+
+``amp_dtype=torch.bfloat16`` runs the search's matmuls in bf16 (autocast; states and the
+log-softmax stay fp32), as ``--precision bf16`` does for scoring: for the CPU's bf16 units or a
+GPU. Its log-probabilities then differ from fp32's by bf16 rounding, and near-ties among a
+hypothesis' best words may come out in another order (``benchmarks/propose_speed.py
+--precision fp32,bf16`` measures both).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rescorer.model.device import autocast
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import EOS_ID
 
@@ -149,12 +156,14 @@ def search_sources(
     *,
     max_words: int = DEFAULT_MAX_WORDS,
     rows_per_step: int | None = None,
+    amp_dtype: torch.dtype | None = None,
 ) -> Iterator[list[Hypothesis]]:
     """Each source's best ``width`` targets (:func:`beam_search_batch`), in the sources' order.
 
     Sources are encoded and searched in batches of ``rows_per_step // width``, so one decoder step
     never holds more than ``rows_per_step`` hypotheses (default: :data:`CPU_ROWS_PER_STEP` on the
-    CPU, :data:`GPU_ROWS_PER_STEP` on a GPU).
+    CPU, :data:`GPU_ROWS_PER_STEP` on a GPU). ``amp_dtype``: the matmuls' dtype under autocast
+    (module doc), None for fp32.
     """
     _check_search(width, max_words)
     device = next(model.parameters()).device
@@ -164,4 +173,6 @@ def search_sources(
     model.eval()
     for lo in range(0, len(sources), per_batch):
         batch = sources[lo : lo + per_batch]
-        yield from beam_search_batch(model, encode_sources(model, batch, device), width, max_words=max_words)
+        with autocast(device, amp_dtype):  # one cast of each weight per batch of sources
+            found = beam_search_batch(model, encode_sources(model, batch, device), width, max_words=max_words)
+        yield from found

@@ -26,7 +26,13 @@ from moses_integration.files import exclusive_use, removed_when_the_disk_fills
 from moses_integration.progress import progress_bar
 from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
-from rescorer.model.device import autocast_dtype, matmul_precision, select_device
+from rescorer.model.device import (
+    autocast_dtype,
+    describe_precision,
+    matmul_precision,
+    select_device,
+    training_precision,
+)
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import Vocab
 from rescorer.training.adadelta import ChunkedAdadelta
@@ -203,6 +209,7 @@ class _Training:
               tgt_vocab: Vocab, device: str, precision: str, resume: bool) -> _Training:
         """A fresh run, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
         dev = select_device(device)
+        precision = training_precision(dev, precision)  # auto: bf16 on a CPU with AMX, on a GPU
         amp_dtype = autocast_dtype(dev, precision)
         torch.manual_seed(cfg.seed)
         step_mode = resolve_train_step(cfg.train_step, dev, amp_dtype)  # a bad choice fails before any work
@@ -217,6 +224,8 @@ class _Training:
         if resume and resume_from.exists():
             state = _restore(resume_from, data, model, optimizer, state["data"])
         state["train_step"] = step_mode  # what this run's updates ran as (the config keeps what was asked)
+        state["precision"] = precision  # likewise: the precision this run's updates ran in
+        print(f"training on {dev} in {precision}: {describe_precision(precision)}", file=sys.stderr)
         history = [Validation(**v) for v in state["history"]]
         train_step = make_train_step(step_mode, model, optimizer, cfg, dev, amp_dtype)
         return cls(data, model_out, model_config, cfg, src_vocab, tgt_vocab, dev, amp_dtype, model, optimizer,
@@ -336,7 +345,7 @@ def train_on_phrase_table(
     """
     model_out = Path(model_out)
     dev = select_device(device)
-    resolve_train_step(train_config.train_step, dev, autocast_dtype(dev, precision))  # before any work
+    resolve_train_step(train_config.train_step, dev, autocast_dtype(dev, training_precision(dev, precision)))
     with exclusive_use(model_out):
         refuse_to_overwrite(model_out, resume)
         vocabs = None

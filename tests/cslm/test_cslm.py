@@ -364,3 +364,28 @@ def test_training_on_an_empty_corpus_leaves_nothing_behind(tmp_path: Path, model
                                     "--max-epochs", "1", "--threads", "1"])
     _one_error_line(res, "the corpus is empty")
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["empty.txt"]
+
+
+@pytest.mark.parametrize(("units", "precision"), [(("amx_bf16", "avx512_bf16"), "bf16"), (("avx512_bf16",), "fp32")])
+def test_auto_trains_the_cslm_in_bf16_only_on_a_cpu_with_amx(tmp_path: Path, capsys, monkeypatch, units,
+                                                              precision) -> None:
+    """Issue 47: as the RNN's training, ``auto`` means the CPU's bf16 units where AMX makes them pay;
+    the run says so, records it, and computes exactly what the named precision computes."""
+    from rescorer.model import device as device_module
+
+    monkeypatch.setattr(device_module, "cpu_bf16_units", lambda: units)
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(300)), encoding="utf-8")
+    cfg = CSLMConfig(vocab_size=2, order=4, embedding=16, hidden=[32])
+
+    def run(out: Path, chosen: str) -> None:
+        train_cslm(str(corpus), out, model_config=cfg, shortlist=300, progress=False, precision=chosen,
+                   device="cpu", train_config=CSLMTrainConfig(max_epochs=1, batch_size=64, epoch_size=640))
+
+    run(tmp_path / "auto.pt", "auto")
+    assert f"training on cpu in {precision}:" in capsys.readouterr().err
+    run(tmp_path / "named.pt", precision)
+    auto, named = load_cslm(tmp_path / "auto.pt"), load_cslm(tmp_path / "named.pt")
+    assert auto.train_state["precision"] == precision
+    for name, value in auto.model.state_dict().items():
+        assert value.dtype == torch.float32 and torch.equal(value, named.model.state_dict()[name]), name

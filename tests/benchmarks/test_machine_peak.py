@@ -1,0 +1,47 @@
+"""The benchmarks' matmul peaks: each precision measured in its own dtype, so that a bf16 run's share
+is of the CPU's bf16 units, not of its fp32 ones (issue 47: the bf16 peak printed was fp32's)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from shared_paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import machine_peak  # noqa: E402
+
+
+def test_each_precision_is_measured_in_its_own_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[torch.dtype] = []
+
+    def probe(device, size, seconds, clock, dtype):  # noqa: ANN001, ANN202
+        calls.append(dtype)
+        return {torch.float32: 1e11, torch.bfloat16: 7e11, torch.float16: 3e11}[dtype]
+
+    monkeypatch.setattr(machine_peak, "matmul_peak_flops", probe)
+    peaks = machine_peak.matmul_peaks("cpu", ["fp32", "bf16", "tf32", "fp16"])
+    assert peaks == {"fp32": 1e11, "bf16": 7e11, "tf32": 1e11, "fp16": 3e11}
+    assert calls == [torch.float32, torch.bfloat16, torch.float16]  # the CPU's tf32 is its fp32: measured once
+
+
+def test_the_bf16_probe_multiplies_bf16_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What reaches oneDNN's bf16 kernels is a plain mm of bf16 tensors (no autocast, no fp32 operand)."""
+    seen: set[tuple[torch.dtype, ...]] = set()
+    real_mm = torch.mm
+
+    def mm(a, b, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        seen.add((a.dtype, b.dtype, kwargs["out"].dtype))
+        return real_mm(a, b, **kwargs)
+
+    monkeypatch.setattr(torch, "mm", mm)
+    peaks = machine_peak.matmul_peaks("cpu", ["bf16"], size=64, seconds=0.01)
+    assert seen == {(torch.bfloat16,) * 3}
+    assert peaks["bf16"] > 0
+
+
+def test_an_unknown_precision_is_refused() -> None:
+    with pytest.raises(ValueError, match="int8"):
+        machine_peak.matmul_peaks("cpu", ["int8"], size=8, seconds=0.0)
