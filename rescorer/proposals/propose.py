@@ -47,7 +47,7 @@ from moses_integration.phrase_table import SEPARATOR, iter_lines
 from moses_integration.progress import progress_bar
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import Checkpoint
-from rescorer.model.device import select_device
+from rescorer.model.device import autocast_dtype, scoring_precision, select_device
 from rescorer.model.vocab import UNK_ID
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import LOW_OVERLAP_PERCENT, RescoreOptions, RescoreSummary, rescore_phrase_table
@@ -204,7 +204,8 @@ def _run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, devi
     e2f, f2e = _lex_paths(table, opts)
     options = {"beam": opts.beam, "per_source": opts.per_source, "max_target_words": opts.max_target_words,
                "lex_e2f": _identity_if_present(e2f), "lex_f2e": _identity_if_present(f2e),
-               "for_text": _identity_if_present(opts.for_text), "rows_per_step": rows, "device": device.type}
+               "for_text": _identity_if_present(opts.for_text), "rows_per_step": rows, "device": device.type,
+               "precision": scoring_precision(opts.rescore.precision)}
     if opts.for_text is not None:
         options.update(thin_below=opts.thin_below, max_source_words=opts.max_source_words)
     return {"version": WORK_VERSION, "input": file_identity(table),
@@ -305,12 +306,19 @@ def _search(sources: Iterable[SourceToFill], checkpoint: Checkpoint, opts: Propo
             bar.update(len(batch))
 
 
+def search_dtype(opts: ProposeOptions) -> torch.dtype | None:
+    """The beam search's matmul dtype: ``--precision`` as scoring reads it (``auto`` is exact fp32;
+    ``bf16`` runs the matmuls on bf16 units, states and log-softmax in fp32, as scoring does)."""
+    return autocast_dtype(torch.device("cpu"), scoring_precision(opts.rescore.precision))
+
+
 def _search_batch(batch: list[SourceToFill], checkpoint: Checkpoint, opts: ProposeOptions, rows: int, max_words: int,
                   tables: tuple[WordTable, WordTable], summary: ProposeSummary) -> list[str]:
     """The listing lines of one batch's proposals, sorted as the merge needs them; the counts go to ``summary``."""
     model, src_vocab, tgt_vocab = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
     ids = [src_vocab.encode(split_tokens(s.source)) for s in batch]
-    results = list(search_sources(model, ids, opts.beam, max_words=max_words, rows_per_step=rows))
+    results = list(search_sources(model, ids, opts.beam, max_words=max_words, rows_per_step=rows,
+                                  amp_dtype=search_dtype(opts)))
     lines: list[str] = []
     for to_fill, hypotheses in zip(batch, results, strict=True):
         counts = summary.kinds[to_fill.kind]

@@ -344,6 +344,9 @@ def test_resume_with_another_option_or_input_is_refused_naming_it(system, tmp_pa
     assert f"remove {work} to start over" in result.output
     lex = tmp_path / "lex.f2e"
     lex.write_bytes((system / "lex.f2e").read_bytes())  # the same words from another file
+    # the search's matmuls in bf16 find other last bits: a resume in another precision is refused too
+    result = _cli(system, system / "phrase-table.gz", out, "--resume", "--precision", "bf16")
+    assert result.exit_code == 1 and "precision: fp32 then, bf16 now" in result.output, result.output
     result = _cli(system, system / "phrase-table.gz", out, "--resume", "--lex-f2e", str(lex))
     assert result.exit_code == 1 and "lex_f2e: " in result.output and str(lex) in result.output
     table = tmp_path / "phrase-table.gz"
@@ -400,3 +403,15 @@ def test_a_run_killed_with_sigkill_mid_search_resumes_byte_identical(system, tmp
     reported = {kind: f"{kind}: {k.sources} sources searched, {k.filled} got proposals, {k.proposals} proposals"
                 for kind, k in expected.kinds.items() if k.sources}
     assert all(line in resumed.stderr for line in reported.values()), resumed.stderr
+
+
+def test_the_beam_search_runs_in_the_precision_scoring_reads():
+    """``--precision`` reaches the search: ``auto`` is exact fp32 as in scoring, ``bf16`` autocasts."""
+    import torch
+
+    from rescorer.pipeline.rescore import RescoreOptions
+    from rescorer.proposals.propose import ProposeOptions, search_dtype
+
+    assert search_dtype(ProposeOptions(rescore=RescoreOptions(precision="auto"))) is None
+    assert search_dtype(ProposeOptions(rescore=RescoreOptions(precision="fp32"))) is None
+    assert search_dtype(ProposeOptions(rescore=RescoreOptions(precision="bf16"))) is torch.bfloat16
