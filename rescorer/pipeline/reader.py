@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from moses_integration.files import input_position, open_input
+from moses_integration.processes import die_with_parent
 from rescorer.pipeline.shards import ShardFilter
 from rescorer.pipeline.spool import Spool, SpooledChunk
 from rescorer.tables.aligned import aligned_chunks
@@ -109,6 +110,7 @@ class ReaderSettings:
     shard: tuple[int, int] | None
     shard_state: dict | None
     spool_folder: str
+    parent_pid: int  # the run's process: the reader ends with it (die_with_parent)
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
 
     Without ``--shard``, gzip is decompressed in a thread of its own (no GIL), so cutting the lines
     has this core to itself; a shard needs the file positions of a single-threaded read."""
+    die_with_parent(settings.parent_pid)
     started, thread_started = time.process_time(), time.thread_time()
 
     prefetch = Prefetched()

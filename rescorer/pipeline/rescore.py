@@ -53,11 +53,11 @@ from rescorer.pipeline import score_parquet
 from rescorer.pipeline.chunk_prep import (
     PreparedChunk,
     PrepareTask,
-    init_worker,
     prepare_chunk,
     prepare_spooled,
     prepared,
     timed,
+    worker_pool,
 )
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
@@ -346,11 +346,7 @@ class _Run:
         self.bar = tqdm(total=in_size, unit="B", unit_scale=True, desc="rescoring", disable=not opts.progress,
                         file=sys.stderr, dynamic_ncols=True)
         # Parsing and formatting share one pool; with -j 1 both run in this process.
-        self.pool = (
-            futures.ProcessPoolExecutor(opts.workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=init_worker, initargs=(src_words, tgt_words))
-            if opts.workers > 1 else None
-        )
+        self.pool = worker_pool(opts.workers, src_words, tgt_words) if opts.workers > 1 else None
         self.vocab = _arrow_vocab(src_words, tgt_words)  # for chunks prepared in this process
         self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
         self.stop = threading.Event()
@@ -373,7 +369,8 @@ class _Run:
             context = multiprocessing.get_context("spawn")
             read_q = context.Queue(maxsize=2 * self.opts.workers)
             settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done["lines_done"],
-                                      self.opts.shard, self.done["shard_state"], str(self.spool.folder))
+                                      self.opts.shard, self.done["shard_state"], str(self.spool.folder),
+                                      os.getpid())
             self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
                                           daemon=True, name="rescore-reader")
             self.reader.start()
