@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import click
 
 from moses_integration.files import InUseError, OutputPlaceError, check_output_place, outputs_of_a_run
+from moses_integration.interrupts import stopped_runs_say_so
 from moses_integration.threads import prefer_passive_waits
 
 # Every command imports this module before torch (the commands import it lazily): idle OpenMP
@@ -135,6 +136,7 @@ def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = N
     as one line and exit 1. The command's outputs (its :class:`OutputPath` parameters) are written
     under :func:`outputs_of_a_run`: what a failed run created goes again, except the progress a
     rerun continues from, which a command keeps when it takes ``--resume`` (or ``keeps_progress``).
+    Ctrl-C and SIGTERM end it with one line (:func:`~moses_integration.interrupts.stopped_runs_say_so`).
     """
     caught = (ValueError, FileNotFoundError, IsADirectoryError, UnicodeDecodeError, InUseError, *known)
 
@@ -148,8 +150,10 @@ def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = N
                 if isinstance(param.type, OutputPath):
                     outputs[param.type.folder].append(ctx.params.get(param.name))  # type: ignore[union-attr]
             keeps = keeps_progress if keeps_progress is not None else any(p.name == "resume" for p in params)
+            command = ctx.command_path if ctx is not None else fn.__name__
             try:
-                with outputs_of_a_run(outputs[False], outputs[True], keeps_progress=keeps):
+                with stopped_runs_say_so(command), \
+                        outputs_of_a_run(outputs[False], outputs[True], keeps_progress=keeps):
                     return fn(*args, **kwargs)
             except caught as exc:
                 raise click.ClickException(str(exc)) from exc

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from moses_integration.processes import die_with_parent
+from moses_integration.processes import die_with_parent, leave_interrupts_to_parent
 from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
 from rescorer.pipeline.spool import SpooledChunk, SpooledObject, lines_of
 from rescorer.tables.chunks import LineChunk, TokenIds, parse_chunk, phrases_to_ids
@@ -35,12 +35,14 @@ def init_worker(src_words: list[str], tgt_words: list[str], parent_pid: int | No
                 all_started: multiprocessing.synchronize.Barrier | None = None) -> None:
     """Pool initializer: the shortlists, sent once per worker rather than with every chunk.
 
-    With ``parent_pid``, the worker ends with that process (:func:`die_with_parent`). With
+    With ``parent_pid``, the worker ends with that process (:func:`die_with_parent`) and leaves
+    Ctrl-C and SIGTERM to it (:func:`leave_interrupts_to_parent`). With
     ``all_started``, it waits until every worker of the pool has started (:func:`worker_pool`).
     """
     global _VOCAB
     if parent_pid is not None:
         die_with_parent(parent_pid)
+        leave_interrupts_to_parent()
     _VOCAB = (pa.array(src_words, pa.string()), pa.array(tgt_words, pa.string()))
     if all_started is not None:
         all_started.wait(timeout=_START_SECONDS)

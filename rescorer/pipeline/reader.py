@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from moses_integration.files import input_position, open_input
-from moses_integration.processes import die_with_parent
+from moses_integration.processes import die_with_parent, leave_interrupts_to_parent
 from rescorer.pipeline.shards import ShardFilter
 from rescorer.pipeline.spool import Spool, SpooledChunk
 from rescorer.tables.aligned import aligned_chunks
@@ -131,6 +131,7 @@ def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
     Without ``--shard``, gzip is decompressed in a thread of its own (no GIL), so cutting the lines
     has this core to itself; a shard needs the file positions of a single-threaded read."""
     die_with_parent(settings.parent_pid)
+    leave_interrupts_to_parent()
     started, thread_started = time.process_time(), time.thread_time()
 
     prefetch = Prefetched()

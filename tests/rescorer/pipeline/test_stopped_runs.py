@@ -1,4 +1,4 @@
-"""A parallel ``rescore-phrase-table`` stopped from outside, as a user or a scheduler stops it.
+"""Runs stopped from outside, as a user (Ctrl-C) or a scheduler (SIGTERM, SIGKILL) stops them.
 
 Each test runs the real command in a subprocess with a mark in its environment
 (:mod:`leftovers`), so that every process it starts can be found afterwards, also once re-parented.
@@ -6,8 +6,11 @@ Each test runs the real command in a subprocess with a mark in its environment
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +26,7 @@ from rescorer.model.checkpoint import save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import EOS, UNK, Vocab
+from shared_paths import shared_file
 
 WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
 RESCORE = str(Path(sys.executable).parent / "rescore-phrase-table")
@@ -107,3 +111,90 @@ def test_a_spool_whose_owner_is_dead_is_removed_by_the_next_run(tmp_path, model_
                 for f in folder.iterdir():
                     f.unlink()
                 folder.rmdir()
+
+
+# ---- Ctrl-C and SIGTERM: one line that says what was kept, and the shell's exit status ----------
+
+STOPS = {"ctrl-c": (signal.SIGINT, 130, "Ctrl-C"), "sigterm": (signal.SIGTERM, 143, "SIGTERM")}
+
+
+def stop(proc: subprocess.Popen, how: str) -> None:
+    """Ctrl-C as a terminal sends it (to the whole process group), SIGTERM as ``kill`` does (the main
+    process only)."""
+    number = STOPS[how][0]
+    if number == signal.SIGINT:
+        os.killpg(proc.pid, number)
+    else:
+        proc.send_signal(number)
+
+
+def assert_one_stop_line(stderr: str, how: str, kept: str) -> None:
+    """The run's stderr ends with the one line naming the signal, what was kept and ``--resume``."""
+    assert "Traceback" not in stderr and "Aborted" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    stopped = [line for line in stderr.splitlines() if "stopped by" in line]
+    assert len(stopped) == 1 and stderr.rstrip("\n").splitlines()[-1] == stopped[0], stderr
+    assert f"stopped by {STOPS[how][2]}; " in stopped[0] and kept in stopped[0], stopped[0]
+    assert "run again with --resume to continue" in stopped[0], stopped[0]
+
+
+@pytest.mark.parametrize("how", sorted(STOPS))
+def test_a_stopped_parallel_rescore_says_what_it_kept_in_one_line(tmp_path, model_file, long_table, how) -> None:
+    out = tmp_path / "out.gz"
+    env, mark = marked_env()
+    cmd = rescore_cmd(long_table, out, model_file)
+    proc = start_and_wait_for_workers(cmd, out, env, mark)
+    stop(proc, how)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == STOPS[how][1], stderr
+    assert_one_stop_line(stderr, how, f"good bytes kept in {out.parent / '.out.gz.partial'}")
+    assert not wait_until_gone(mark, 5)
+    if how == "sigterm":  # what the line says holds: --resume completes the table
+        subprocess.run([*cmd, "--resume"], check=True, capture_output=True)
+        with gzip.open(out) as fh:
+            assert sum(1 for _ in fh) == sum(1 for _ in long_table.open("rb"))
+
+
+def stop_when_said(cmd: list[str], said: str, how: str, tmp_path: Path) -> tuple[int, str]:
+    """Run ``cmd``, stop it ``how`` once its stderr holds ``said`` (and a moment more), and return
+    its exit status and stderr."""
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, stderr=err, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while said not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # into the training loop
+        assert proc.poll() is None, log.read_text()
+        stop(proc, how)
+        proc.wait(timeout=120)
+    return proc.returncode, log.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", sorted(STOPS))
+def test_a_stopped_rescorer_training_says_resume_continues(tmp_path, how) -> None:
+    model = tmp_path / "m.pt"
+    cmd = [str(Path(sys.executable).parent / "rescorer"), "train",
+           str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")), str(model), "--max-steps", "1000000",
+           "--valid-every", "1000000", "--hidden", "16", "--embedding", "8", "--maxout-units", "8",
+           "--output-rank", "8", "--shortlist", "500", "--device", "cpu", "-q"]
+    status, stderr = stop_when_said(cmd, "step 0: valid", how, tmp_path)
+    assert status == STOPS[how][1], stderr
+    assert_one_stop_line(stderr, how, f"kept in {model}.last")
+    assert Path(f"{model}.last").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", sorted(STOPS))
+def test_a_stopped_cslm_training_says_resume_continues(tmp_path, how) -> None:
+    corpus = tmp_path / "fr.txt"
+    with gzip.open(shared_file("data/hansard/hansard.fr.gz"), "rt", encoding="utf-8") as fh:
+        corpus.write_text("".join(itertools.islice(fh, 2000)), encoding="utf-8")
+    model = tmp_path / "lm.pt"
+    cmd = [str(Path(sys.executable).parent / "cslm"), "train", str(corpus), str(model), "--order", "3",
+           "--embedding", "8", "--hidden", "16", "--shortlist", "500", "--max-epochs", "100000", "--device", "cpu",
+           "-q"]
+    status, stderr = stop_when_said(cmd, "epoch 0: valid", how, tmp_path)
+    assert status == STOPS[how][1], stderr
+    assert_one_stop_line(stderr, how, f"kept in {model}.last")
+    assert Path(f"{model}.last").exists()
