@@ -292,17 +292,17 @@ def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypat
 def test_shards_partition_the_table_at_source_boundaries_without_a_counting_pass(
     tmp_path: Path, tiny_checkpoint, monkeypatch, name: str
 ) -> None:
-    table = write_table(tmp_path / name, table_lines(600))
+    table = write_table(tmp_path / name, table_lines(12_000))
     if name.endswith(".gz"):
         table.write_bytes(gzip.compress(table.read_bytes()))
-    run(table, tmp_path / "whole.txt", tiny_checkpoint, chunk_lines=20)
+    run(table, tmp_path / "whole.txt", tiny_checkpoint, chunk_lines=700)
     whole = (tmp_path / "whole.txt").read_bytes().splitlines()
     real_open = rescore_module.open_input
     opened = []
     monkeypatch.setattr(rescore_module, "open_input", lambda path: opened.append(path) or real_open(path))
     parts = []
     for k in range(1, 5):
-        run(table, tmp_path / f"part{k}.txt", tiny_checkpoint, chunk_lines=20, shard=(k, 4))
+        run(table, tmp_path / f"part{k}.txt", tiny_checkpoint, chunk_lines=700, shard=(k, 4))
         parts.append((tmp_path / f"part{k}.txt").read_bytes().splitlines())
     assert len(opened) == 4  # cut by file position: no extra pass over the table to count its lines
     assert all(parts) and sum(len(p) for p in parts) == len(whole)
@@ -577,3 +577,36 @@ def test_a_second_run_into_a_held_output_keeps_its_partial_output(tmp_path: Path
         res = cli(str(table), str(tmp_path / "out.gz"), "--model", str(model_file), "--resume")
     assert res.exit_code == 1 and f"Error: {tmp_path / 'out.gz'} is in use by pid {holder.pid} " in res.output
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_shards_hold_equal_shares_at_the_default_chunk_lines(tmp_path: Path, tiny_checkpoint) -> None:
+    """Where a shard may start does not depend on --chunk-lines: at the default (100,000 lines, so
+    one chunk here) 4 shards of a 60,000-line table each hold a quarter of it, within 15%, and
+    still concatenate to the whole run's bytes (issue 50: all lines went to shard 1)."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(gzip.compress(b"\n".join(table_lines(60_000)) + b"\n"))
+    run(table, tmp_path / "whole.gz", tiny_checkpoint)
+    parts = []
+    for k in range(1, 5):
+        run(table, tmp_path / f"part{k}.gz", tiny_checkpoint, shard=(k, 4))
+        parts.append((tmp_path / f"part{k}.gz").read_bytes())
+    sizes = [len(gzip.decompress(p).splitlines()) for p in parts]
+    assert all(abs(size / 15_000 - 1) <= 0.15 for size in sizes), sizes
+    assert b"".join(parts) == (tmp_path / "whole.gz").read_bytes()
+    texts = [gzip.decompress(p).splitlines() for p in parts]
+    for before, after in zip(texts, texts[1:], strict=False):  # no source block is split between two shards
+        assert before[-1].split(b" ||| ")[0] != after[0].split(b" ||| ")[0]
+
+
+def test_an_empty_shard_writes_no_byte(tmp_path: Path, tiny_checkpoint) -> None:
+    """Two source blocks in 4 shards: the shards without one write empty files, not an empty gzip
+    member each, so that `cat` of the shards is still the whole run's output."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(gzip.compress(b"\n".join(table_lines(6)) + b"\n"))
+    run(table, tmp_path / "whole.gz", tiny_checkpoint)
+    parts = []
+    for k in range(1, 5):
+        run(table, tmp_path / f"part{k}.gz", tiny_checkpoint, shard=(k, 4))
+        parts.append((tmp_path / f"part{k}.gz").read_bytes())
+    assert sum(1 for p in parts if not p) >= 2
+    assert b"".join(parts) == (tmp_path / "whole.gz").read_bytes()
