@@ -529,9 +529,11 @@ def _settle(pending: _Pending, known: _InOrder, vocab, summary: RescoreSummary) 
     summary.add_stage("parse", prep.parse_seconds)
     summary.add_stage("trees", prep.tree_seconds)
     kept = pending.kept(prep)
-    if prep.plan is not None and kept is not None:  # a shard's end: its rows start at a new source
+    if prep.plan is not None and kept is not None:  # a chunk holding an end of the shard: its rows only
         sources = prep.plan.source_of_row[kept]
-        summary.distinct_sources += int(np.count_nonzero(np.diff(sources))) + 1 if len(sources) else 0
+        # From a shard point on, the first row starts a source; from the chunk's start, as above.
+        first_new = pending.keep[0] > 0 or known.prev_source is None or prep.first_source != known.prev_source
+        summary.distinct_sources += int(np.count_nonzero(np.diff(sources))) + int(first_new) if len(sources) else 0
         known.prev_source = prep.last_source
     elif prep.plan is not None:
         new = prep.source_changes + (known.prev_source is None or prep.first_source != known.prev_source)

@@ -45,7 +45,8 @@ def tiny_checkpoint() -> Checkpoint:
 
 def run(inp: Path, out: Path, ck: Checkpoint, **kw):
     kw.setdefault("scoring", ScoringOptions(token_budget=512))
-    opts = RescoreOptions(progress=False, device="cpu", workers=0, **kw)
+    kw.setdefault("workers", 0)
+    opts = RescoreOptions(progress=False, device="cpu", **kw)
     return rescore_phrase_table(str(inp), str(out), ck, opts)
 
 
@@ -295,15 +296,17 @@ def test_shards_partition_the_table_at_source_boundaries_without_a_counting_pass
     table = write_table(tmp_path / name, table_lines(12_000))
     if name.endswith(".gz"):
         table.write_bytes(gzip.compress(table.read_bytes()))
-    run(table, tmp_path / "whole.txt", tiny_checkpoint, chunk_lines=700)
+    summary = run(table, tmp_path / "whole.txt", tiny_checkpoint, chunk_lines=700)
     whole = (tmp_path / "whole.txt").read_bytes().splitlines()
     real_open = rescore_module.open_input
     opened = []
     monkeypatch.setattr(rescore_module, "open_input", lambda path: opened.append(path) or real_open(path))
-    parts = []
+    parts, sources = [], 0
     for k in range(1, 5):
-        run(table, tmp_path / f"part{k}.txt", tiny_checkpoint, chunk_lines=700, shard=(k, 4))
+        part = run(table, tmp_path / f"part{k}.txt", tiny_checkpoint, chunk_lines=700, shard=(k, 4))
+        sources += part.distinct_sources
         parts.append((tmp_path / f"part{k}.txt").read_bytes().splitlines())
+    assert sources == summary.distinct_sources  # a source block split by a chunk cut is counted once
     assert len(opened) == 4  # cut by file position: no extra pass over the table to count its lines
     assert all(parts) and sum(len(p) for p in parts) == len(whole)
     joined = [line for part in parts for line in part]
@@ -585,11 +588,12 @@ def test_shards_hold_equal_shares_at_the_default_chunk_lines(tmp_path: Path, tin
     still concatenate to the whole run's bytes (issue 50: all lines went to shard 1)."""
     table = tmp_path / "pt.gz"
     table.write_bytes(gzip.compress(b"\n".join(table_lines(60_000)) + b"\n"))
-    run(table, tmp_path / "whole.gz", tiny_checkpoint)
-    parts = []
-    for k in range(1, 5):
-        run(table, tmp_path / f"part{k}.gz", tiny_checkpoint, shard=(k, 4))
+    whole = run(table, tmp_path / "whole.gz", tiny_checkpoint)
+    parts, sources = [], 0
+    for k in range(1, 5):  # through the reader process and workers (-j 2), the whole run without
+        sources += run(table, tmp_path / f"part{k}.gz", tiny_checkpoint, shard=(k, 4), workers=2).distinct_sources
         parts.append((tmp_path / f"part{k}.gz").read_bytes())
+    assert sources == whole.distinct_sources  # each shard counts its own lines only
     sizes = [len(gzip.decompress(p).splitlines()) for p in parts]
     assert all(abs(size / 15_000 - 1) <= 0.15 for size in sizes), sizes
     assert b"".join(parts) == (tmp_path / "whole.gz").read_bytes()
