@@ -125,10 +125,12 @@ class DurableWriter:
         for stream in self._streams():
             stream.flush()
             os.fsync(stream.fileno())
-        output_bytes, rejects_bytes = self.durable + len(data), self.durable_rejects + len(rejects)
-        save_progress(self.files.progress,
-                      {**self.identity, **marker, "output_bytes": output_bytes, "rejects_bytes": rejects_bytes})
-        self.durable, self.durable_rejects = output_bytes, rejects_bytes
+        self.durable, self.durable_rejects = self.durable + len(data), self.durable_rejects + len(rejects)
+        # The bytes are on disk: count them before the record says so. Ctrl-C or SIGTERM between the
+        # two (the record's rename is done, its folder's fsync is not) then leaves the partial files
+        # as long as the record or longer, which --resume cuts back; never shorter, which it refuses.
+        save_progress(self.files.progress, {**self.identity, **marker, "output_bytes": self.durable,
+                                            "rejects_bytes": self.durable_rejects})
 
     def finish(self, gzip_output: bool) -> None:
         """Complete the run: rename the partial files into place, drop the progress record."""

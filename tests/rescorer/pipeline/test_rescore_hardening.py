@@ -614,3 +614,28 @@ def test_an_empty_shard_writes_no_byte(tmp_path: Path, tiny_checkpoint) -> None:
         parts.append((tmp_path / f"part{k}.gz").read_bytes())
     assert sum(1 for p in parts if not p) >= 2
     assert b"".join(parts) == (tmp_path / "whole.gz").read_bytes()
+
+
+def test_ctrl_c_just_after_a_progress_record_is_renamed_still_resumes(tmp_path: Path, model_file: Path,
+                                                                      monkeypatch) -> None:
+    """Ctrl-C or SIGTERM after the record of chunk 2 is in place but before the run counted those bytes
+    (the folder's fsync takes milliseconds): the partial output must not be cut shorter than the
+    record, or --resume refuses it."""
+    table = write_table(tmp_path / "pt.txt", table_lines(400))
+    ck = load_checkpoint(model_file)
+    run(table, tmp_path / "straight.gz", ck, chunk_lines=100)
+    real_save, saved = partial_output.save_progress, []
+
+    def interrupted_after_the_second_record(path, record) -> None:
+        real_save(path, record)
+        saved.append(record)
+        if len(saved) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(partial_output, "save_progress", interrupted_after_the_second_record)
+    with pytest.raises(KeyboardInterrupt, match="good bytes kept"):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100)
+    monkeypatch.undo()
+    assert (tmp_path / ".out.gz.partial").stat().st_size == saved[1]["output_bytes"]
+    run(table, tmp_path / "out.gz", ck, chunk_lines=100, resume=True)
+    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
