@@ -13,7 +13,6 @@ so that a later run can tell an abandoned one (:func:`owner_alive`) from one a l
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
@@ -35,8 +34,7 @@ def die_with_parent(parent_pid: int) -> None:
     parent gone before the ``prctl`` and systems without it.
     """
     if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # libc is loaded
     if os.getppid() != parent_pid:
         os._exit(1)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
