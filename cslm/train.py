@@ -43,6 +43,7 @@ from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from moses_integration.files import exclusive_use, removed_when_the_disk_fills
+from moses_integration.interrupts import Interrupted
 from moses_integration.progress import progress_bar
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import last_checkpoint_path, refuse_to_overwrite
@@ -355,9 +356,11 @@ def _train_loop(run: _CSLMTraining, cfg: CSLMTrainConfig, progress: bool) -> CSL
                 break
             bar.reset(total=run.epoch_len)
             bar.set_description(f"epoch {state['epoch'] + 1}")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the state for --resume, and say so
         run.save(False)
-        raise
+        raise Interrupted(f"training state at {state['examples']} n-grams (epoch {state['epoch'] + 1}) kept in "
+                          f"{last_checkpoint_path(run.model_out)}, the best model so far in {run.model_out} "
+                          f"(run again with --resume to continue)") from exc
     finally:
         bar.close()
     return CSLMTrainResult(state["epoch"], state["examples"], state["elapsed"], stopped_by, run.history)

@@ -48,6 +48,7 @@ from moses_integration.files import (
     display_name,
     outputs_of_a_run,
 )
+from moses_integration.interrupts import stopped_runs_say_so
 from moses_integration.threads import prefer_passive_waits
 
 # Every command imports this module before torch (the commands import it lazily): idle OpenMP
@@ -216,7 +217,8 @@ def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = N
     exit 1; a warning prints as one ``warning: …`` line. The command's outputs (its :class:`OutputPath`
     parameters) are written under :func:`outputs_of_a_run`: what a failed run created goes again, except
     the progress a rerun continues from, which a command keeps when it takes ``--resume`` (or
-    ``keeps_progress``).
+    ``keeps_progress``). Ctrl-C and SIGTERM end it with one line
+    (:func:`~moses_integration.interrupts.stopped_runs_say_so`).
     """
     caught = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
               UnicodeDecodeError, InUseError, *known)
@@ -232,10 +234,12 @@ def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = N
                     outputs[param.type.folder].append(ctx.params.get(param.name))  # type: ignore[union-attr]
             takes_resume = any(p.name == "resume" for p in params)
             keeps = keeps_progress if keeps_progress is not None else takes_resume
+            command = ctx.command_path if ctx is not None else fn.__name__
             try:
                 if ctx is not None:
                     check_outputs_are_not_inputs(*_outputs_and_inputs(ctx))
-                with outputs_of_a_run(outputs[False], outputs[True], keeps_progress=keeps), \
+                with stopped_runs_say_so(command), \
+                        outputs_of_a_run(outputs[False], outputs[True], keeps_progress=keeps), \
                         warnings.catch_warnings():
                     warnings.showwarning = _show_warning_in_one_line
                     return fn(*args, **kwargs)

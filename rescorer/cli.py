@@ -435,7 +435,10 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     checkpoint = load_checkpoint(model_path)
     summary = rescore_phrase_table(input_table, output_table, checkpoint, options)
     click.echo(summary.report(), err=True)
-    if summary.lines == 0:
+    if summary.lines == 0 and shard:
+        click.echo(f"warning: shard {shard} holds no line of {input_table} (fewer shard points than shards: "
+                   f"one every ~500 lines), so {output_table} is empty (0 bytes)", err=True)
+    elif summary.lines == 0:
         click.echo(f"warning: {input_table} holds no phrase-table lines, so {output_table} is empty too", err=True)
     if moses_ini:
         neural_lm = write_moses_ini(moses_ini, moses_ini_out, output_table, (rnn_weight, wp_weight), table_name,

@@ -11,6 +11,10 @@ the CPU seconds it took (:func:`timed`), which is how the pipeline measures its 
 
 from __future__ import annotations
 
+import concurrent.futures as futures
+import multiprocessing
+import multiprocessing.synchronize
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from moses_integration.processes import die_with_parent, leave_interrupts_to_parent
 from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
 from rescorer.pipeline.spool import SpooledChunk, SpooledObject, lines_of
 from rescorer.tables.chunks import LineChunk, TokenIds, parse_chunk, phrases_to_ids
@@ -26,10 +31,42 @@ from rescorer.tables.chunks import LineChunk, TokenIds, parse_chunk, phrases_to_
 _VOCAB: tuple[pa.Array, pa.Array] | None = None  # (source words, target words) of this worker
 
 
-def init_worker(src_words: list[str], tgt_words: list[str]) -> None:
-    """Pool initializer: the shortlists, sent once per worker rather than with every chunk."""
+def init_worker(src_words: list[str], tgt_words: list[str], parent_pid: int | None = None,
+                all_started: multiprocessing.synchronize.Barrier | None = None) -> None:
+    """Pool initializer: the shortlists, sent once per worker rather than with every chunk.
+
+    With ``parent_pid``, the worker ends with that process (:func:`die_with_parent`) and leaves
+    Ctrl-C and SIGTERM to it (:func:`leave_interrupts_to_parent`). With
+    ``all_started``, it waits until every worker of the pool has started (:func:`worker_pool`).
+    """
     global _VOCAB
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
+        leave_interrupts_to_parent()
     _VOCAB = (pa.array(src_words, pa.string()), pa.array(tgt_words, pa.string()))
+    if all_started is not None:
+        all_started.wait(timeout=_START_SECONDS)
+
+
+_START_SECONDS = 600.0  # a worker still not started by then will not be (a loaded machine takes seconds)
+
+
+def worker_pool(workers: int, src_words: list[str], tgt_words: list[str]) -> futures.ProcessPoolExecutor:
+    """``workers`` processes that prepare and format chunks, all started now, by this thread.
+
+    Each ends with this process, SIGKILL included (:func:`die_with_parent`), which the kernel ties
+    to the thread that started it. A pool starts its processes on demand, from whichever thread
+    submits, and the thread that hands the reader's chunks to the pool ends before the run does;
+    so here the calling thread (the run's own) submits one task per worker, each held until all
+    workers have started, which makes the pool start every one of them in this call.
+    """
+    context = multiprocessing.get_context("spawn")
+    all_started = context.Barrier(workers)
+    pool = futures.ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker,
+                                       initargs=(src_words, tgt_words, os.getpid(), all_started))
+    for _ in range(workers):
+        pool.submit(os.getpid)
+    return pool
 
 
 @dataclass

@@ -23,7 +23,10 @@ import pyarrow.compute as pc
 from moses_integration.files import compress_member
 from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, append_score_columns_bulk, format_log_probability
 from rescorer.pipeline.spool import SpooledChunk, lines_of
+from rescorer.tables.aligned import shard_points
 from rescorer.tables.chunks import LineChunk
+
+NEWLINE = ord("\n")
 
 
 def score_columns(log_probs: np.ndarray, n_unknown: np.ndarray, flags: np.ndarray | None = None) -> pa.Array:
@@ -54,12 +57,14 @@ def format_chunk(
     n_unknown: np.ndarray,
     compresslevel: int | None,
     flags: np.ndarray | None = None,
+    members: np.ndarray | None = None,
 ) -> bytes:
     """Lines with the two new columns; every line is scored (rejected lines never get here).
 
     Column 1 is exp(log p) floored at exp(-100); column 2 is exp(-n_unk), which Moses reads back
     as -n_unk; with ``flags``, column 3 is the flag (:func:`score_columns`).
-    ``compresslevel=None`` returns plain text.
+    ``compresslevel=None`` returns plain text; else one gzip member, or with ``members`` (the
+    increasing rows, after the first, where a new member starts) one member per stretch.
     """
     if len(lines) != len(log_probs) or (flags is not None and len(flags) != len(lines)):
         raise ValueError(f"{len(lines)} lines but {len(log_probs)} scores")
@@ -68,7 +73,12 @@ def format_chunk(
     data = _append_columns(lines, score_columns(log_probs, n_unknown, flags))
     if compresslevel is None:
         return bytes(data)
-    return compress_member(data, compresslevel)
+    if members is None or not len(members):
+        return compress_member(data, compresslevel)
+    line_ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == NEWLINE) + 1
+    cuts = [0, *line_ends[np.asarray(members) - 1].tolist(), len(data)]
+    view = memoryview(data)
+    return b"".join(compress_member(view[a:b], compresslevel) for a, b in zip(cuts, cuts[1:], strict=False))
 
 
 def _append_columns(lines: LineChunk, columns: pa.Array) -> bytes | memoryview:
@@ -123,9 +133,20 @@ def format_lines(
     flags: np.ndarray | None = None,
 ) -> bytes:
     """:func:`format_chunk` of the scored rows (``good_rows``, None: all) of lines in memory or in the
-    spool; a spool file is deleted once read, as this is its last use."""
+    spool; a spool file is deleted once read, as this is its last use.
+
+    A gzip member starts at the chunk's first line and at each of its shard points
+    (:func:`rescorer.tables.aligned.shard_points`), where a shard may start: so a shard's output,
+    a stretch of the whole run's chunks from one shard point on, is also the whole run's bytes.
+    Of a subset of rows, a member starts at a row if a shard point lies after the row before it.
+    """
     chunk = lines_of(lines)
     if isinstance(lines, SpooledChunk):
         lines.drop()
+    members = None
+    if compresslevel is not None and len(chunk):
+        points = np.cumsum(shard_points(chunk, None)[0])  # points at or before each row
+        at = points[good_rows] if good_rows is not None else points
+        members = np.flatnonzero(np.diff(at)) + 1
     return format_chunk(chunk.take(good_rows) if good_rows is not None else chunk, log_probs, n_unknown,
-                        compresslevel, flags)
+                        compresslevel, flags, members)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from moses_integration.files import compress_member
+from moses_integration.interrupts import Interrupted
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.resume import save_progress
@@ -56,7 +57,8 @@ def stop_error(exc: BaseException, writer: DurableWriter, files: OutputFiles, to
       (a plain ``--resume`` would stop at the same line, so it is not suggested).
     * Input that cannot be read (truncated gzip, bad settings): nothing is kept, since a rerun
       would stop at the same place.
-    * Anything else (Ctrl-C, a crash): what is durable is kept for ``--resume``.
+    * Anything else (Ctrl-C, SIGTERM, a crash): what is durable is kept for ``--resume``; an
+      interruption becomes :class:`~moses_integration.interrupts.Interrupted`, which says so.
     In every case a partial file holding no good byte is removed.
     """
     if to_stdout:
@@ -79,8 +81,10 @@ def stop_error(exc: BaseException, writer: DurableWriter, files: OutputFiles, to
         sys.stderr.write(f"rescore-phrase-table: stopped; {kept} good bytes kept in {files.partial} (run again "
                          f"with --skip-bad-lines --resume to move malformed lines to {files.rejects} and continue)\n")
     elif not input_error and kept:
-        sys.stderr.write(f"rescore-phrase-table: stopped; {kept} good bytes kept in {files.partial} "
-                         f"(run again with --resume to continue)\n")
+        what = f"{kept} good bytes kept in {files.partial} (run again with --resume to continue)"
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM: the command says it in one line
+            return Interrupted(what)
+        sys.stderr.write(f"rescore-phrase-table: stopped; {what}\n")
     return exc
 
 
@@ -121,10 +125,12 @@ class DurableWriter:
         for stream in self._streams():
             stream.flush()
             os.fsync(stream.fileno())
-        output_bytes, rejects_bytes = self.durable + len(data), self.durable_rejects + len(rejects)
-        save_progress(self.files.progress,
-                      {**self.identity, **marker, "output_bytes": output_bytes, "rejects_bytes": rejects_bytes})
-        self.durable, self.durable_rejects = output_bytes, rejects_bytes
+        self.durable, self.durable_rejects = self.durable + len(data), self.durable_rejects + len(rejects)
+        # The bytes are on disk: count them before the record says so. Ctrl-C or SIGTERM between the
+        # two (the record's rename is done, its folder's fsync is not) then leaves the partial files
+        # as long as the record or longer, which --resume cuts back; never shorter, which it refuses.
+        save_progress(self.files.progress, {**self.identity, **marker, "output_bytes": self.durable,
+                                            "rejects_bytes": self.durable_rejects})
 
     def finish(self, gzip_output: bool) -> None:
         """Complete the run: rename the partial files into place, drop the progress record."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from moses_integration.files import input_position, open_input
+from moses_integration.processes import die_with_parent, leave_interrupts_to_parent
 from rescorer.pipeline.shards import ShardFilter
 from rescorer.pipeline.spool import Spool, SpooledChunk
 from rescorer.tables.aligned import aligned_chunks
@@ -33,6 +34,7 @@ class ReadChunk:
 
     chunk: LineChunk
     in_run: bool  # False: outside this run's shard (its lines are not scored)
+    keep: tuple[int, int] | None  # rows [a, b) of the shard in a chunk that holds one of its ends (None: all)
     shard_state: dict | None  # the shard filter's state after this chunk (for --resume)
     position: int | None  # bytes of the file read so far (compressed, for gzip): the progress bar
 
@@ -42,17 +44,21 @@ def table_chunks(fh: BinaryIO, path: str, chunk_lines: int, lines_done: int,
     """The table's chunks after line ``lines_done`` (a resumed run's), cut where every run cuts them.
 
     Stops after the chunk that ends the shard. Chunks before the shard start come as ``in_run=False``
-    so that the progress record advances past them. With ``prefetch``, the lines are found in a
-    thread of their own while this one computes the sync points (both mostly in NumPy and Arrow
-    kernels that release the GIL): the reader's two halves run on two cores.
+    so that the progress record advances past them; a chunk that holds an end of the shard is
+    scored whole (the whole run's batches) and only its rows ``keep`` are written. With
+    ``prefetch``, the lines are found in a thread of their own while this one computes the sync
+    points (both mostly in NumPy and Arrow kernels that release the GIL): the reader's two halves
+    run on two cores.
     """
     positions = (lambda: input_position(fh)) if shard_filter else None
     lines = iter_line_chunks(fh, path, chunk_lines, positions=positions)
     for chunk in aligned_chunks(prefetch.of(lines) if prefetch else lines, chunk_lines):
         if chunk.last_line_no <= lines_done:  # done by the interrupted run (the shard state is restored)
             continue
-        in_run = bool(len(shard_filter.rows(chunk))) if shard_filter else True
-        yield ReadChunk(chunk, in_run, shard_filter.state() if shard_filter else None, input_position(fh))
+        rows = shard_filter.rows(chunk) if shard_filter else (0, len(chunk))
+        keep = rows if rows not in (None, (0, len(chunk))) else None
+        yield ReadChunk(chunk, rows is not None, keep, shard_filter.state() if shard_filter else None,
+                        input_position(fh))
         if shard_filter and shard_filter.finished:
             return
 
@@ -109,6 +115,7 @@ class ReaderSettings:
     shard: tuple[int, int] | None
     shard_state: dict | None
     spool_folder: str
+    parent_pid: int  # the run's process: the reader ends with it (die_with_parent)
 
 
 @dataclass(frozen=True)
@@ -121,13 +128,15 @@ class SkippedChunk:
 
 def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
     """Reader process: each chunk to the spool, ``("chunk", SpooledChunk | SkippedChunk, shard
-    state, position)`` on ``out_q``; then ``("end", cpu)`` or ``("error", exception, cpu)``, with
+    state, position, rows kept)`` on ``out_q``; then ``("end", cpu)`` or ``("error", exception, cpu)``, with
     ``cpu`` the CPU seconds of its three threads: "gunzip", "read" (finding the lines) and "align"
     (sync points, chunks, spool writes). Gives up when
     ``stop`` is set (nobody would take what it puts).
 
     Without ``--shard``, gzip is decompressed in a thread of its own (no GIL), so cutting the lines
     has this core to itself; a shard needs the file positions of a single-threaded read."""
+    die_with_parent(settings.parent_pid)
+    leave_interrupts_to_parent()
     started, thread_started = time.process_time(), time.thread_time()
 
     prefetch = Prefetched()
@@ -146,7 +155,7 @@ def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
                                                       shard_filter, prefetch)):
                 ref: SpooledChunk | SkippedChunk = (spool.put(index, item.chunk) if item.in_run else
                                                     SkippedChunk(item.chunk.first_line_no, item.chunk.last_line_no))
-                if not _put(out_q, ("chunk", ref, item.shard_state, item.position), stop):
+                if not _put(out_q, ("chunk", ref, item.shard_state, item.position, item.keep), stop):
                     return
         _put(out_q, ("end", cpu()), stop)
     except BaseException as exc:  # noqa: BLE001 - handed to the main process, which re-raises it

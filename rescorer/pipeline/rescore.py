@@ -53,11 +53,11 @@ from rescorer.pipeline import score_parquet
 from rescorer.pipeline.chunk_prep import (
     PreparedChunk,
     PrepareTask,
-    init_worker,
     prepare_chunk,
     prepare_spooled,
     prepared,
     timed,
+    worker_pool,
 )
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
@@ -180,26 +180,43 @@ class _Pending:
     job: futures.Future | PreparedChunk | BaseException | None
     shard_state: dict | None = None
     position: int | None = None  # file bytes read when the reader sent it (progress bar)
+    # Rows [a, b) of this run's shard in a chunk that holds an end of it (None: all): the chunk is
+    # scored whole, in the whole run's batches, and only these rows are written and counted.
+    keep: tuple[int, int] | None = None
+
+    def kept(self, prep: PreparedChunk) -> np.ndarray | None:
+        """Which of the scored (good) rows are written: a mask over them, None for all."""
+        if self.keep is None:
+            return None
+        rows = np.asarray(prep.good_rows, dtype=np.int64)
+        return (rows >= self.keep[0]) & (rows < self.keep[1])
 
     def format_args(self, prep: PreparedChunk | None) -> tuple[LineChunk | SpooledChunk, np.ndarray | None]:
-        """The lines to format and which of them were scored (None: all), for :func:`format_lines`."""
+        """The lines to format and which of them (None: all), for :func:`format_lines`: the scored
+        rows, and of those the shard's."""
         if prep is None or self.task is None:
             return LineChunk.from_lines(self.first_line_no, []), None
+        kept = self.kept(prep)
+        if kept is not None:
+            return self.task.lines, np.asarray(prep.good_rows, dtype=np.int64)[kept]
         return self.task.lines, (prep.good_rows if prep.bad_rows else None)
 
     def good_line_numbers(self, prep: PreparedChunk | None) -> np.ndarray:
-        """The 1-based input line numbers of the lines scored (those :meth:`format_args` formats)."""
+        """The 1-based input line numbers of the lines written (those :meth:`format_args` formats)."""
         if prep is None:
             return np.zeros(0, dtype=np.int64)
         rows = np.asarray(prep.good_rows, dtype=np.int64) if prep.bad_rows else np.arange(len(self.task.lines))
-        return self.task.lines.first_line_no + rows
+        kept = self.kept(prep)
+        return self.task.lines.first_line_no + (rows[kept] if kept is not None else rows)
 
     def rejected_lines(self, prep: PreparedChunk | None) -> list[tuple[int, str, bytes]]:
-        """``(line number, reason, raw line)`` of the lines set aside by ``--skip-bad-lines``."""
+        """``(line number, reason, raw line)`` of the lines set aside by ``--skip-bad-lines`` (the shard's)."""
         if prep is None or not prep.bad_rows:
             return []
         lines = lines_of(self.task.lines)  # read back from the spool: rare, and only these lines
-        return [(n, why, lines.line(n - lines.first_line_no)) for n, why in prep.bad_rows]
+        first, last = (lines.first_line_no + self.keep[0], lines.first_line_no + self.keep[1]) if self.keep \
+            else (lines.first_line_no, lines.last_line_no + 1)
+        return [(n, why, lines.line(n - lines.first_line_no)) for n, why in prep.bad_rows if first <= n < last]
 
 
 def default_model_path(output_path: str, save_model: str | None = None) -> str:
@@ -346,11 +363,7 @@ class _Run:
         self.bar = progress_bar(total=in_size, unit="B", unit_scale=True, desc="rescoring", show=opts.progress,
                                 dynamic_ncols=True)
         # Parsing and formatting share one pool; with -j 1 both run in this process.
-        self.pool = (
-            futures.ProcessPoolExecutor(opts.workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=init_worker, initargs=(src_words, tgt_words))
-            if opts.workers > 1 else None
-        )
+        self.pool = worker_pool(opts.workers, src_words, tgt_words) if opts.workers > 1 else None
         self.vocab = _arrow_vocab(src_words, tgt_words)  # for chunks prepared in this process
         self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
         self.stop = threading.Event()
@@ -373,7 +386,8 @@ class _Run:
             context = multiprocessing.get_context("spawn")
             read_q = context.Queue(maxsize=2 * self.opts.workers)
             settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done["lines_done"],
-                                      self.opts.shard, self.done["shard_state"], str(self.spool.folder))
+                                      self.opts.shard, self.done["shard_state"], str(self.spool.folder),
+                                      os.getpid())
             self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
                                           daemon=True, name="rescore-reader")
             self.reader.start()
@@ -391,7 +405,8 @@ class _Run:
         """Score one chunk here, report its rejected lines, and send it off to be formatted."""
         summary = self.summary
         prep = _settle(pending, self.known, self.vocab, summary)
-        log_p, n_unk = _score_prepared(prep, self.scorer, self.opts.wp_side, summary)
+        kept = pending.kept(prep) if prep is not None else None
+        log_p, n_unk = _score_prepared(prep, self.scorer, self.opts.wp_side, summary, kept)
         if not self.warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
             self.warned = True
             _warn_low_overlap(prep)
@@ -399,8 +414,11 @@ class _Run:
         rejects = _report_rejects(rejected, self.input_path)
         summary.rejected += len(rejected)
         if self.parts_dir and prep is not None and len(log_p):
-            score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), prep.source,
-                                     prep.target, prep.scores, log_p, n_unk)
+            source, target, scores = prep.source, prep.target, prep.scores
+            if kept is not None:
+                source, target, scores = source.filter(pa.array(kept)), target.filter(pa.array(kept)), scores[kept]
+            score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), source, target,
+                                     scores, log_p, n_unk)
         args = (format_lines, *pending.format_args(prep), log_p, n_unk, self.compress, self._flags(pending, prep))
         job = self.pool.submit(timed, *args) if self.pool else timed(*args)
         self.chunks_done += 1
@@ -430,7 +448,9 @@ class _Run:
             self.writer.write(*_result(self.in_flight.pop(0), self.summary))
 
     def finish(self) -> None:
-        self.writer.finish(self.compress is not None)
+        # An empty table is still a valid gzip file; an empty shard writes no byte, so that the
+        # shards concatenate to the whole run's output.
+        self.writer.finish(self.compress is not None and self.opts.shard is None)
         if self.parts_dir:
             score_parquet.merge_parts(self.parts_dir, Path(self.opts.scores_parquet))  # type: ignore[arg-type]
 
@@ -508,7 +528,14 @@ def _settle(pending: _Pending, known: _InOrder, vocab, summary: RescoreSummary) 
         known.num_scores = prep.num_scores
     summary.add_stage("parse", prep.parse_seconds)
     summary.add_stage("trees", prep.tree_seconds)
-    if prep.plan is not None:
+    kept = pending.kept(prep)
+    if prep.plan is not None and kept is not None:  # a chunk holding an end of the shard: its rows only
+        sources = prep.plan.source_of_row[kept]
+        # From a shard point on, the first row starts a source; from the chunk's start, as above.
+        first_new = pending.keep[0] > 0 or known.prev_source is None or prep.first_source != known.prev_source
+        summary.distinct_sources += int(np.count_nonzero(np.diff(sources))) + int(first_new) if len(sources) else 0
+        known.prev_source = prep.last_source
+    elif prep.plan is not None:
         new = prep.source_changes + (known.prev_source is None or prep.first_source != known.prev_source)
         summary.distinct_sources += int(new)
         known.prev_source = prep.last_source
@@ -561,11 +588,12 @@ class _Stage:
         return PrepareTask(lines, self.path, num_scores, opts.skip_bad_lines, bool(opts.scores_parquet),
                            scorer.token_budget, scorer.options.share_sources, scorer.options.sort_by_length)
 
-    def submit(self, lines: SpooledChunk, shard_state: dict | None, position: int | None) -> None:
+    def submit(self, lines: SpooledChunk, shard_state: dict | None, position: int | None,
+               keep: tuple[int, int] | None) -> None:
         """Send a spooled chunk to a worker to be prepared, and on to the scorer."""
         task = self.task(lines, self.known.num_scores)
         job = self.pool.submit(prepare_spooled, task)
-        _put(self.out_q, _Pending(lines.first_line_no, lines.last_line_no, task, job, shard_state, position),
+        _put(self.out_q, _Pending(lines.first_line_no, lines.last_line_no, task, job, shard_state, position, keep),
              self.stop)
 
 
@@ -589,7 +617,7 @@ def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None)
                                            item.position), stage.stop)
                 continue
             if stage.pool is not None:
-                stage.submit(stage.spool.put(index, chunk), item.shard_state, item.position)
+                stage.submit(stage.spool.put(index, chunk), item.shard_state, item.position, item.keep)
                 continue
             task = stage.task(chunk, num_scores)
             before = time.thread_time()
@@ -600,7 +628,7 @@ def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None)
                 job = exc
             busy += time.thread_time() - before
             _put(stage.out_q, _Pending(chunk.first_line_no, chunk.last_line_no, task, job, item.shard_state,
-                                       item.position), stage.stop)
+                                       item.position, item.keep), stage.stop)
             if isinstance(job, BaseException):
                 break
         _put(stage.out_q, None, stage.stop)
@@ -624,12 +652,12 @@ def _feed_stage(stage: _Stage, read_q) -> None:
                 continue
             kind = message[0]
             if kind == "chunk":
-                _, ref, shard_state, position = message
+                _, ref, shard_state, position, keep = message
                 if isinstance(ref, SkippedChunk):
                     _put(stage.out_q, _Pending(ref.first_line_no, ref.last_line_no, None, None, shard_state,
                                                position), stage.stop)
                 else:
-                    stage.submit(ref, shard_state, position)
+                    stage.submit(ref, shard_state, position, keep)
                 continue
             for name, seconds in message[-1].items():
                 stage.summary.add_stage(name, seconds)
@@ -647,8 +675,10 @@ def _put(q: queue.Queue, item, stop: threading.Event) -> None:
             return
 
 
-def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: str, summary: RescoreSummary):
-    """RNN log-probabilities and unknown-word counts of the chunk's good lines, in order."""
+def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: str, summary: RescoreSummary,
+                    kept: np.ndarray | None = None):
+    """RNN log-probabilities and unknown-word counts of the chunk's good lines, in order; with
+    ``kept`` (a mask over them: a shard's end), all are scored and those kept are returned."""
     if prep is None or prep.plan is None:
         return np.zeros(0), np.zeros(0, dtype=np.int64)
     started = time.thread_time()
@@ -658,9 +688,12 @@ def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: st
     src_unk = plan.sources.n_unk[plan.source_of_row]
     tgt_unk = plan.targets.n_unk
     n_unk = {"target": tgt_unk, "source": src_unk, "both": src_unk + tgt_unk}[wp_side].astype(np.int64)
+    tgt_tokens = plan.targets.lengths
+    if kept is not None:
+        log_p, n_unk, tgt_unk, tgt_tokens = log_p[kept], n_unk[kept], tgt_unk[kept], tgt_tokens[kept]
     summary.lines += len(log_p)
     summary.sum_log_prob += float(log_p.sum())
-    summary.target_tokens += int(len(plan.targets.ids))
+    summary.target_tokens += int(tgt_tokens.sum())
     summary.target_unknown += int(tgt_unk.sum())
     return log_p, n_unk
 

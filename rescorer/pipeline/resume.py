@@ -17,8 +17,9 @@ from pathlib import Path
 from moses_integration.files import atomic_write_bytes
 
 # 3: the options hold the scorer's device type, precision and token budget; 4: chunks cut at
-# content-fixed sync points (rescorer.tables.aligned), so a version-3 partial output cannot go on
-PROGRESS_VERSION = 4
+# content-fixed sync points (rescorer.tables.aligned), so a version-3 partial output cannot go on;
+# 5: a gzip member starts at every shard point, and the shard state holds the last source key
+PROGRESS_VERSION = 5
 
 
 class ResumeError(RuntimeError):

@@ -15,12 +15,14 @@ import mmap
 import os
 import pickle
 import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from moses_integration.processes import owner_alive, process_tag, remove_when_gone, removed_now
 from rescorer.tables.chunks import LineChunk
 
 _RAM_FOLDER = Path("/dev/shm")
@@ -95,11 +97,29 @@ def lines_of(lines: LineChunk | SpooledChunk) -> LineChunk:
 
 
 class Spool:
-    """A private folder of chunk files for one run, removed whole when the run ends (or fails)."""
+    """A private folder of chunk files for one run, removed whole when the run ends (or fails).
+
+    A run killed outright (SIGKILL) cannot remove its spool, so a small process of its own does it
+    the moment the run ends (:func:`~moses_integration.processes.remove_when_gone`). Should that one
+    be killed too (power, a whole process group killed), the folder is named with its owner's
+    :func:`~moses_integration.processes.process_tag`, and every new spool first removes the spools
+    whose owner is gone: RAM held by a dead run is freed by the next run (or ``--resume``).
+    """
 
     def __init__(self, folder: str | None = None) -> None:
-        base = _RAM_FOLDER if _RAM_FOLDER.is_dir() and os.access(_RAM_FOLDER, os.W_OK) else None
-        self.folder = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="rescore-spool-", dir=base))
+        """The spool in ``folder`` (a reader process joining its run's), or a new one for this process."""
+        self.janitor: subprocess.Popen | None = None
+        if folder:
+            self.folder = Path(folder)
+            return
+        base = Path(_spool_base())
+        remove_abandoned(base)
+        self.folder = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{process_tag()}-", dir=base))
+        try:
+            self.janitor = remove_when_gone(self.folder)
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
 
     def put(self, index: int, chunk: LineChunk) -> SpooledChunk:
         """Write one chunk's lines and offsets; written whole before anyone is told of it."""
@@ -110,4 +130,31 @@ class Spool:
         return SpooledChunk(str(path), chunk.first_line_no, len(chunk), chunk.end_offset)
 
     def close(self) -> None:
+        """Remove the spool (by its janitor, which then ends too)."""
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.janitor is not None:
+            removed_now(self.janitor)
+
+
+_PREFIX = "rescore-spool-"
+
+
+def _spool_base() -> str:
+    """RAM where the system offers it, else the temporary folder."""
+    return str(_RAM_FOLDER) if _RAM_FOLDER.is_dir() and os.access(_RAM_FOLDER, os.W_OK) else tempfile.gettempdir()
+
+
+def abandoned_spools(base: Path | None = None) -> list[Path]:
+    """The spools in ``base`` (default: where spools go) whose owner process has ended."""
+    found = []
+    for folder in Path(base or _spool_base()).glob(f"{_PREFIX}*"):
+        tag = "-".join(folder.name[len(_PREFIX) :].split("-")[:2])  # PID-START, then mkdtemp's suffix
+        if folder.is_dir() and not owner_alive(tag):
+            found.append(folder)
+    return found
+
+
+def remove_abandoned(base: Path) -> None:
+    """Remove the spools in ``base`` whose owner process has ended."""
+    for folder in abandoned_spools(base):
+        shutil.rmtree(folder, ignore_errors=True)

@@ -5,10 +5,12 @@ decides how its matmuls round. When chunks were cut every N lines from where a r
 shard (``--shard K/N``) started its chunks elsewhere than a whole run did, and the concatenated
 shards differed from one run in the last printed digit of ~0.5% of the lines. Here the table is
 cut at *sync points* that depend on the content alone: a line whose source phrase differs from the
-previous line's and whose hash falls in a 1-in-``chunk_lines`` class. Between two sync points,
-chunks are cut every ``chunk_lines`` lines from the first. A shard starts at a sync point
-(:mod:`rescorer.pipeline.shards`), so every run, whole or sharded, resumed or not, cuts every
-stretch of the table at the same lines and scores it in the same batches.
+previous line's (a *block start*, :func:`block_starts`) and whose hash falls in a 1-in-``chunk_lines``
+class. Between two sync points, chunks are cut every ``chunk_lines`` lines from the first. Every
+run reads the table from its first line and so cuts every stretch of it at the same lines and
+scores it in the same batches: whole, sharded, resumed or not. A shard starts at a block start,
+wherever that falls in a chunk (:mod:`rescorer.pipeline.shards`), and scores the chunks that hold
+its ends whole.
 
 With about two lines per source in a Moses table, sync points come every ~2·``chunk_lines`` lines,
 and chunks hold ~0.8·``chunk_lines`` lines on average, at most ``chunk_lines``.
@@ -25,6 +27,11 @@ import pyarrow.compute as pc
 
 from rescorer.tables.chunks import FIELD_SEPARATOR, LineChunk
 
+# A block start whose key's top SHARD_POINT_BITS bits are 0 (one in 256) is a shard point: with ~2
+# lines per source in a Moses table, one every ~500 lines. The top bits of the key depend on every
+# byte of the source's tail (lower ones do not see its last bytes, where "house1" and "house2"
+# differ). Never change it: it decides where every gzip member starts.
+SHARD_POINT_BITS = 8
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads the key's bits over the high ones
 _EDGE = 8  # bytes taken from the end of the source phrase
 
@@ -60,23 +67,52 @@ def source_keys(chunk: LineChunk) -> tuple[np.ndarray, np.ndarray]:
     return key ^ (key >> np.uint64(29)), lengths
 
 
+def block_starts(chunk: LineChunk, previous: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray, tuple | None]:
+    """Which rows of ``chunk`` start a source block (their source differs from the line before),
+    the rows' source keys, and the key of its last line (for the next chunk).
+
+    ``previous`` is the key of the line before the chunk (None at the start of the table, whose
+    first line starts a block). A hash collision between two different adjacent sources only hides
+    a block start, identically in every run.
+    """
+    hashes, lengths = source_keys(chunk)
+    if not len(hashes):
+        return np.zeros(0, dtype=bool), hashes, previous
+    changed = np.empty(len(hashes), dtype=bool)
+    changed[0] = previous is None or (int(hashes[0]), int(lengths[0])) != tuple(previous)
+    changed[1:] = (hashes[1:] != hashes[:-1]) | (lengths[1:] != lengths[:-1])
+    return changed, hashes, (int(hashes[-1]), int(lengths[-1]))
+
+
 def sync_points(chunk: LineChunk, previous: tuple[int, int] | None, chunk_lines: int) -> tuple[np.ndarray, tuple]:
     """Rows of ``chunk`` that are sync points, and the key of its last line (for the next chunk).
 
     ``previous`` is the key of the line before the chunk (None at the start of the table, whose
-    first line is a sync point). A hash collision between two different adjacent sources only drops
-    a sync point, identically in every run.
+    first line is a sync point).
     """
-    hashes, lengths = source_keys(chunk)
+    changed, hashes, last = block_starts(chunk, previous)
     if not len(hashes):
         return np.zeros(0, dtype=np.int64), previous
-    changed = np.empty(len(hashes), dtype=bool)
-    changed[0] = previous is None or (int(hashes[0]), int(lengths[0])) != previous
-    changed[1:] = (hashes[1:] != hashes[:-1]) | (lengths[1:] != lengths[:-1])
     chosen = (hashes >> np.uint64(20)) % np.uint64(chunk_lines) == 0
     if previous is None:
         chosen[0] = True
-    return np.flatnonzero(changed & chosen), (int(hashes[-1]), int(lengths[-1]))
+    return np.flatnonzero(changed & chosen), last
+
+
+def shard_points(chunk: LineChunk, previous: tuple[int, int] | None) -> tuple[np.ndarray, tuple | None]:
+    """Which rows of ``chunk`` are *shard points*, and the key of its last line (for the next chunk).
+
+    A shard point is a block start whose source key's top :data:`SHARD_POINT_BITS` bits are 0 (one
+    in 256); the table's first line is one. They are dense (every ~500 lines) and fixed by the content alone, never by
+    ``--chunk-lines``: a shard starts at one (:mod:`rescorer.pipeline.shards`), and every run
+    starts a gzip member at each (:func:`rescorer.pipeline.output_chunks.format_lines`), so a
+    shard's output is the whole run's bytes from there. ``previous`` as in :func:`block_starts`.
+    """
+    starts, hashes, last = block_starts(chunk, previous)
+    points = starts & (hashes >> np.uint64(64 - SHARD_POINT_BITS) == 0)
+    if previous is None and len(points):
+        points[0] = True
+    return points, last
 
 
 def aligned_chunks(chunks: Iterable[LineChunk], chunk_lines: int) -> Iterator[LineChunk]:

@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from moses_integration.files import exclusive_use, removed_when_the_disk_fills
+from moses_integration.interrupts import Interrupted
 from moses_integration.progress import progress_bar
 from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
@@ -174,9 +175,11 @@ def _train_loop(run: _Training, train_config: TrainConfig, progress: bool) -> Tr
                 bar.set_postfix(loss=f"{loss.item():.3f}", pairs_s=f"{rate:.0f}")
             if run.validation_due():
                 run.checkpoint(improved=run.validate())
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the state for --resume, and say so
         run.checkpoint()
-        raise
+        raise Interrupted(f"training state at step {run.state['step']} kept in "
+                          f"{last_checkpoint_path(run.model_out)}, the best model so far in {run.model_out} "
+                          f"(run again with --resume to continue)") from exc
     finally:
         bar.close()
     if not run.model_out.exists():

@@ -45,7 +45,8 @@ def tiny_checkpoint() -> Checkpoint:
 
 def run(inp: Path, out: Path, ck: Checkpoint, **kw):
     kw.setdefault("scoring", ScoringOptions(token_budget=512))
-    opts = RescoreOptions(progress=False, device="cpu", workers=0, **kw)
+    kw.setdefault("workers", 0)
+    opts = RescoreOptions(progress=False, device="cpu", **kw)
     return rescore_phrase_table(str(inp), str(out), ck, opts)
 
 
@@ -273,18 +274,20 @@ def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypat
 def test_shards_partition_the_table_at_source_boundaries_without_a_counting_pass(
     tmp_path: Path, tiny_checkpoint, monkeypatch, name: str
 ) -> None:
-    table = write_table(tmp_path / name, table_lines(600))
+    table = write_table(tmp_path / name, table_lines(12_000))
     if name.endswith(".gz"):
         table.write_bytes(gzip.compress(table.read_bytes()))
-    run(table, tmp_path / "whole.txt", tiny_checkpoint, chunk_lines=20)
+    summary = run(table, tmp_path / "whole.txt", tiny_checkpoint, chunk_lines=700)
     whole = (tmp_path / "whole.txt").read_bytes().splitlines()
     real_open = rescore_module.open_input
     opened = []
     monkeypatch.setattr(rescore_module, "open_input", lambda path: opened.append(path) or real_open(path))
-    parts = []
+    parts, sources = [], 0
     for k in range(1, 5):
-        run(table, tmp_path / f"part{k}.txt", tiny_checkpoint, chunk_lines=20, shard=(k, 4))
+        part = run(table, tmp_path / f"part{k}.txt", tiny_checkpoint, chunk_lines=700, shard=(k, 4))
+        sources += part.distinct_sources
         parts.append((tmp_path / f"part{k}.txt").read_bytes().splitlines())
+    assert sources == summary.distinct_sources  # a source block split by a chunk cut is counted once
     assert len(opened) == 4  # cut by file position: no extra pass over the table to count its lines
     assert all(parts) and sum(len(p) for p in parts) == len(whole)
     joined = [line for part in parts for line in part]
@@ -558,3 +561,62 @@ def test_a_second_run_into_a_held_output_keeps_its_partial_output(tmp_path: Path
         res = cli(str(table), str(tmp_path / "out.gz"), "--model", str(model_file), "--resume")
     assert res.exit_code == 1 and f"Error: {tmp_path / 'out.gz'} is in use by pid {holder.pid} " in res.output
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_shards_hold_equal_shares_at_the_default_chunk_lines(tmp_path: Path, tiny_checkpoint) -> None:
+    """Where a shard may start does not depend on --chunk-lines: at the default (100,000 lines, so
+    one chunk here) 4 shards of a 60,000-line table each hold a quarter of it, within 15%, and
+    still concatenate to the whole run's bytes (issue 50: all lines went to shard 1)."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(gzip.compress(b"\n".join(table_lines(60_000)) + b"\n"))
+    whole = run(table, tmp_path / "whole.gz", tiny_checkpoint)
+    parts, sources = [], 0
+    for k in range(1, 5):  # through the reader process and workers (-j 2), the whole run without
+        sources += run(table, tmp_path / f"part{k}.gz", tiny_checkpoint, shard=(k, 4), workers=2).distinct_sources
+        parts.append((tmp_path / f"part{k}.gz").read_bytes())
+    assert sources == whole.distinct_sources  # each shard counts its own lines only
+    sizes = [len(gzip.decompress(p).splitlines()) for p in parts]
+    assert all(abs(size / 15_000 - 1) <= 0.15 for size in sizes), sizes
+    assert b"".join(parts) == (tmp_path / "whole.gz").read_bytes()
+    texts = [gzip.decompress(p).splitlines() for p in parts]
+    for before, after in zip(texts, texts[1:], strict=False):  # no source block is split between two shards
+        assert before[-1].split(b" ||| ")[0] != after[0].split(b" ||| ")[0]
+
+
+def test_an_empty_shard_writes_no_byte(tmp_path: Path, tiny_checkpoint) -> None:
+    """Two source blocks in 4 shards: the shards without one write empty files, not an empty gzip
+    member each, so that `cat` of the shards is still the whole run's output."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(gzip.compress(b"\n".join(table_lines(6)) + b"\n"))
+    run(table, tmp_path / "whole.gz", tiny_checkpoint)
+    parts = []
+    for k in range(1, 5):
+        run(table, tmp_path / f"part{k}.gz", tiny_checkpoint, shard=(k, 4))
+        parts.append((tmp_path / f"part{k}.gz").read_bytes())
+    assert sum(1 for p in parts if not p) >= 2
+    assert b"".join(parts) == (tmp_path / "whole.gz").read_bytes()
+
+
+def test_ctrl_c_just_after_a_progress_record_is_renamed_still_resumes(tmp_path: Path, model_file: Path,
+                                                                      monkeypatch) -> None:
+    """Ctrl-C or SIGTERM after the record of chunk 2 is in place but before the run counted those bytes
+    (the folder's fsync takes milliseconds): the partial output must not be cut shorter than the
+    record, or --resume refuses it."""
+    table = write_table(tmp_path / "pt.txt", table_lines(400))
+    ck = load_checkpoint(model_file)
+    run(table, tmp_path / "straight.gz", ck, chunk_lines=100)
+    real_save, saved = partial_output.save_progress, []
+
+    def interrupted_after_the_second_record(path, record) -> None:
+        real_save(path, record)
+        saved.append(record)
+        if len(saved) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(partial_output, "save_progress", interrupted_after_the_second_record)
+    with pytest.raises(KeyboardInterrupt, match="good bytes kept"):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100)
+    monkeypatch.undo()
+    assert (tmp_path / ".out.gz.partial").stat().st_size == saved[1]["output_bytes"]
+    run(table, tmp_path / "out.gz", ck, chunk_lines=100, resume=True)
+    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()

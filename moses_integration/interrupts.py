@@ -1,0 +1,69 @@
+"""Ctrl-C and SIGTERM end a command alike: one line saying what was kept, and the shell's exit status.
+
+A scheduler (SLURM's time limit, ``kill``, systemd) stops a run with SIGTERM, which by default ends
+Python at once, without a word and without the tidying a Ctrl-C gets. While a command runs
+(:func:`stopped_runs_say_so`, which every command's body runs under), SIGTERM raises
+:class:`Terminated`, a ``KeyboardInterrupt``, so the same code saves the same progress. A library
+that keeps something a rerun continues from says so by raising :class:`Interrupted` with what it
+kept; the command then prints one line, ``COMMAND: stopped by Ctrl-C; WHAT WAS KEPT``, instead of a
+traceback and ``Aborted!``, and exits 130 (Ctrl-C) or 143 (SIGTERM), as a shell reports them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C would be."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C or SIGTERM, with what it kept for a rerun (``kept``, one clause)."""
+
+    def __init__(self, kept: str) -> None:
+        super().__init__(kept)
+        self.kept = kept
+
+
+def _terminated(number: int, frame: object) -> None:
+    raise Terminated
+
+
+def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``exc`` or the first exception it was raised from (or during) that is a ``kind``."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+@contextlib.contextmanager
+def stopped_runs_say_so(command: str) -> Iterator[None]:
+    """Run the block with SIGTERM as Ctrl-C; either one ends the command with one line and 128 + signal.
+
+    Only the main thread can take a signal handler; elsewhere (a test calling a command in a thread)
+    SIGTERM keeps its default and Ctrl-C still gets the one line.
+    """
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        by_term = _cause(exc, Terminated) is not None
+        interrupted = _cause(exc, Interrupted)
+        kept = f"; {interrupted.kept}" if isinstance(interrupted, Interrupted) else ""
+        sys.stderr.write(f"{command}: stopped by {'SIGTERM' if by_term else 'Ctrl-C'}{kept}\n")
+        sys.stderr.flush()
+        raise SystemExit(128 + (signal.SIGTERM if by_term else signal.SIGINT)) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,200 @@
+"""Runs stopped from outside, as a user (Ctrl-C) or a scheduler (SIGTERM, SIGKILL) stops them.
+
+Each test runs the real command in a subprocess with a mark in its environment
+(:mod:`leftovers`), so that every process it starts can be found afterwards, also once re-parented.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from leftovers import marked_env, marked_processes, wait_until_gone
+
+from moses_integration.processes import process_tag
+from rescorer.model.checkpoint import save_checkpoint
+from rescorer.model.config import ModelConfig
+from rescorer.model.network import RNNEncoderDecoder
+from rescorer.model.vocab import EOS, UNK, Vocab
+from shared_paths import shared_file
+
+WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
+RESCORE = str(Path(sys.executable).parent / "rescore-phrase-table")
+SPOOL_BASES = [Path("/dev/shm"), Path(tempfile.gettempdir())]
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory) -> Path:
+    vocab = Vocab([EOS, UNK, *WORDS])
+    config = ModelConfig(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), hidden=8, embedding=4,
+                         maxout_units=4, output_rank=4)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("model") / "tiny.pt"
+    save_checkpoint(path, model=RNNEncoderDecoder(config).eval(), config=config, src_vocab=vocab, tgt_vocab=vocab)
+    return path
+
+
+@pytest.fixture(scope="module")
+def long_table(tmp_path_factory) -> Path:
+    """Long enough (in 200-line chunks) that a run is still going when it is stopped."""
+    lines = []
+    for i in range(60_000):
+        src = f"{WORDS[(i // 3) % 4]} {WORDS[(i // 12) % 7]}{i // 84}"
+        lines.append(f"{src} ||| {WORDS[i % 3]} {WORDS[(i // 3) % 5]} ||| 0.5 0.5 0.5 0.5\n")
+    path = tmp_path_factory.mktemp("table") / "pt.txt"
+    path.write_text("".join(lines))
+    return path
+
+
+def spools_of(pid: int) -> list[Path]:
+    return [p for base in SPOOL_BASES if base.is_dir() for p in base.glob(f"rescore-spool-{pid}-*")]
+
+
+def start_and_wait_for_workers(cmd: list[str], out: Path, env: dict, mark: str) -> subprocess.Popen:
+    """Start ``cmd``; return once a chunk is durable and the reader and two workers run."""
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    progress = out.parent / f".{out.name}.progress.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.exists() and len(marked_processes(mark)) >= 4:  # the run, its reader, two workers
+            with_chunks = json.loads(progress.read_text() or "{}").get("chunks_done", 0)
+            if with_chunks >= 1:
+                break
+        time.sleep(0.02)
+    assert proc.poll() is None, f"the run ended before it could be stopped: {proc.stderr.read()}"
+    return proc
+
+
+def rescore_cmd(table: Path, out: Path, model: Path, *extra: str) -> list[str]:
+    return [RESCORE, str(table), str(out), "--model", str(model), "-j", "2", "--chunk-lines", "200",
+            "--token-budget", "64", "--device", "cpu", "-q", *extra]
+
+
+def test_sigkill_of_a_parallel_run_leaves_no_process_and_no_spool(tmp_path, model_file, long_table) -> None:
+    out = tmp_path / "out.gz"
+    env, mark = marked_env()
+    proc = start_and_wait_for_workers(rescore_cmd(long_table, out, model_file), out, env, mark)
+    assert spools_of(proc.pid), "the run has no spool to leave behind"
+    proc.kill()
+    proc.wait()
+    left = wait_until_gone(mark, 5)
+    assert not left, f"still running 5 s after the run was killed: {left}"
+    assert not spools_of(proc.pid)
+
+
+def test_a_spool_whose_owner_is_dead_is_removed_by_the_next_run(tmp_path, model_file) -> None:
+    dead = subprocess.run([sys.executable, "-c", "from moses_integration.processes import process_tag; "
+                           "print(process_tag())"], capture_output=True, text=True, check=True).stdout.strip()
+    base = next(b for b in SPOOL_BASES if b.is_dir() and os.access(b, os.W_OK))
+    abandoned = Path(tempfile.mkdtemp(prefix=f"rescore-spool-{dead}-", dir=base))
+    (abandoned / "0.chunk").write_bytes(b"x" * 1000)
+    live = Path(tempfile.mkdtemp(prefix=f"rescore-spool-{process_tag()}-", dir=base))  # this test's own: kept
+    table = tmp_path / "pt.txt"
+    table.write_text("the house ||| la maison ||| 0.5 0.5 0.5 0.5\n")
+    try:
+        subprocess.run(rescore_cmd(table, tmp_path / "out.gz", model_file), check=True)
+        assert not abandoned.exists()
+        assert live.exists()
+    finally:
+        for folder in (abandoned, live):
+            if folder.exists():
+                for f in folder.iterdir():
+                    f.unlink()
+                folder.rmdir()
+
+
+# ---- Ctrl-C and SIGTERM: one line that says what was kept, and the shell's exit status ----------
+
+STOPS = {"ctrl-c": (signal.SIGINT, 130, "Ctrl-C"), "sigterm": (signal.SIGTERM, 143, "SIGTERM")}
+
+
+def stop(proc: subprocess.Popen, how: str) -> None:
+    """Ctrl-C as a terminal sends it (to the whole process group), SIGTERM as ``kill`` does (the main
+    process only)."""
+    number = STOPS[how][0]
+    if number == signal.SIGINT:
+        os.killpg(proc.pid, number)
+    else:
+        proc.send_signal(number)
+
+
+def assert_one_stop_line(stderr: str, how: str, kept: str) -> None:
+    """The run's stderr ends with the one line naming the signal, what was kept and ``--resume``."""
+    assert "Traceback" not in stderr and "Aborted" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    stopped = [line for line in stderr.splitlines() if "stopped by" in line]
+    assert len(stopped) == 1 and stderr.rstrip("\n").splitlines()[-1] == stopped[0], stderr
+    assert f"stopped by {STOPS[how][2]}; " in stopped[0] and kept in stopped[0], stopped[0]
+    assert "run again with --resume to continue" in stopped[0], stopped[0]
+
+
+@pytest.mark.parametrize("how", sorted(STOPS))
+def test_a_stopped_parallel_rescore_says_what_it_kept_in_one_line(tmp_path, model_file, long_table, how) -> None:
+    out = tmp_path / "out.gz"
+    env, mark = marked_env()
+    cmd = rescore_cmd(long_table, out, model_file)
+    proc = start_and_wait_for_workers(cmd, out, env, mark)
+    stop(proc, how)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == STOPS[how][1], stderr
+    assert_one_stop_line(stderr, how, f"good bytes kept in {out.parent / '.out.gz.partial'}")
+    assert not wait_until_gone(mark, 5)
+    if how == "sigterm":  # what the line says holds: --resume completes the table
+        subprocess.run([*cmd, "--resume"], check=True, capture_output=True)
+        with gzip.open(out) as fh:
+            assert sum(1 for _ in fh) == sum(1 for _ in long_table.open("rb"))
+
+
+def stop_when_said(cmd: list[str], said: str, how: str, tmp_path: Path) -> tuple[int, str]:
+    """Run ``cmd``, stop it ``how`` once its stderr holds ``said`` (and a moment more), and return
+    its exit status and stderr."""
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, stderr=err, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while said not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # into the training loop
+        assert proc.poll() is None, log.read_text()
+        stop(proc, how)
+        proc.wait(timeout=120)
+    return proc.returncode, log.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", sorted(STOPS))
+def test_a_stopped_rescorer_training_says_resume_continues(tmp_path, how) -> None:
+    model = tmp_path / "m.pt"
+    cmd = [str(Path(sys.executable).parent / "rescorer"), "train",
+           str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")), str(model), "--max-steps", "1000000",
+           "--valid-every", "1000000", "--hidden", "16", "--embedding", "8", "--maxout-units", "8",
+           "--output-rank", "8", "--shortlist", "500", "--device", "cpu", "-q"]
+    status, stderr = stop_when_said(cmd, "step 0: valid", how, tmp_path)
+    assert status == STOPS[how][1], stderr
+    assert_one_stop_line(stderr, how, f"kept in {model}.last")
+    assert Path(f"{model}.last").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", sorted(STOPS))
+def test_a_stopped_cslm_training_says_resume_continues(tmp_path, how) -> None:
+    corpus = tmp_path / "fr.txt"
+    with gzip.open(shared_file("data/hansard/hansard.fr.gz"), "rt", encoding="utf-8") as fh:
+        corpus.write_text("".join(itertools.islice(fh, 2000)), encoding="utf-8")
+    model = tmp_path / "lm.pt"
+    cmd = [str(Path(sys.executable).parent / "cslm"), "train", str(corpus), str(model), "--order", "3",
+           "--embedding", "8", "--hidden", "16", "--shortlist", "500", "--max-epochs", "100000", "--device", "cpu",
+           "-q"]
+    status, stderr = stop_when_said(cmd, "epoch 0: valid", how, tmp_path)
+    assert status == STOPS[how][1], stderr
+    assert_one_stop_line(stderr, how, f"kept in {model}.last")
+    assert Path(f"{model}.last").exists()
