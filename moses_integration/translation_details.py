@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from moses_integration.errors import FileLineError
 from moses_integration.files import PathArg, display_name
 from moses_integration.lines import iter_text_lines
+from moses_integration.tokens import split_tokens
 
 HEADER = "TRANSLATION HYPOTHESIS DETAILS:"
 SPANS = "SOURCE/TARGET SPANS:"
@@ -126,7 +127,8 @@ def read_translation_details(path: PathArg) -> list[DetailedTranslation]:
 
 def _pair(name: str, line_no: int, source: re.Match[str], target: str) -> PhrasePair:
     start, end, words = int(source.group(1)), int(source.group(2)), source.group(3)
-    if end < start or len(words.split(" ")) != end - start + 1:
+    count = len(split_tokens(words))
+    if end < start or count != end - start + 1:
         raise TranslationDetailsError(name, line_no, f"span [{start}..{end}] does not cover the "
-                                      f"{len(words.split(' '))} source word(s) {words[:80]!r}")
+                                      f"{count} source word(s) {words[:80]!r}")
     return PhrasePair(start, end, words, "" if target == EPSILON else target)

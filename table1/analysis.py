@@ -27,6 +27,7 @@ from mert.nbest_set import load_tuning_set
 from moses_integration.errors import FileLineError
 from moses_integration.lines import read_text_lines
 from moses_integration.phrase_table import LOG_FLOOR, read_phrase_table
+from moses_integration.tokens import split_tokens
 from moses_integration.translation_details import (
     DetailedTranslation,
     TranslationDetailsError,
@@ -277,9 +278,9 @@ def _checked_details(path: Path, sources: Sequence[str]) -> list[DetailedTransla
     if len(found) != len(sources):
         raise TranslationDetailsError(path, None, f"{len(found)} sentences, but the test set has {len(sources)}")
     for sentence, line in zip(found, sources, strict=True):
-        words = line.split()
+        words = split_tokens(line)
         for pair in sentence.pairs:
-            if pair.source != " ".join(words[pair.start:pair.end + 1]):
+            if split_tokens(pair.source) != words[pair.start:pair.end + 1]:
                 raise TranslationDetailsError(path, sentence.line_no, f"source words [{pair.span()}] are "
                                               f"{pair.source!r} here but not in the test source line {line[:80]!r}")
     return found
