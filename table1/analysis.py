@@ -257,7 +257,9 @@ def rnn_changes_document(baseline: Sequence[DecodedRun], system: Sequence[Decode
             if shown is None:
                 picked = changed if len(changed) <= examples else [changed[j * len(changed) // examples]
                                                                    for j in range(examples)]
-                shown = {"run": mine.run, "changed": len(changed), "sentences": [
+                shown = {"run": mine.run, "changed": len(changed), "selection": (
+                    f"of the N sentences whose phrase choice changed, in test order, those at positions "
+                    f"floor(j N / {examples}) + 1 for j = 0..{examples - 1} (all when N <= {examples})"), "sentences": [
                     _example(i, sources[i], references[i], (before[i], phrases[0][i]), (after[i], phrases[1][i]))
                     for i in picked]}
         runs.append(entry)

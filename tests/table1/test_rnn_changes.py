@@ -76,7 +76,7 @@ def test_shares_per_run_and_overall_and_the_changed_phrase_pairs(tmp_path):
     assert doc["missing_details"] == [str(tmp_path / "base2.tok.details"), str(tmp_path / "rnn2.tok.details")]
     # Phrase choice changed on sentences 3, 4, 5 (1-based); two of three evenly spaced: positions 0 and 1.
     shown = doc["examples"]
-    assert shown["run"] == 1 and shown["changed"] == 3
+    assert shown["run"] == 1 and shown["changed"] == 3 and "floor(j N / 2) + 1 for j = 0..1" in shown["selection"]
     assert [s["line"] for s in shown["sentences"]] == [3, 4]
     assert rnn_changes_document(base, rnn, source, reference)["examples"]["sentences"][2] == {
         "line": 5, "source": "i j", "reference": "I J",
