@@ -20,8 +20,11 @@ input order, it writes one block::
     SCORES (UNWEIGHTED/WEIGHTED): ...
 
 Source spans are 0-based and inclusive (``[2..2]`` is the third word). A pair that drops its
-source words is translated as ``<EPSILON>``; we keep it with an empty target. Only the phrase
-pairs are read: the rest repeats what the n-best list holds.
+source words is translated as ``<EPSILON>``; we keep it with an empty target. Moses prints every
+factor of a word, joined by ``|``: an unknown word, passed through, is ``Wingsuit|UNK|UNK|UNK``.
+The systems here have one factor (and Moses' tokeniser escapes a literal ``|`` as ``&#124;``), so
+each word is read as its first factor, the word the 1-best shows. Only the phrase pairs are read:
+the rest repeats what the n-best list holds. A sentence with no words gets a block with no pairs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from moses_integration.tokens import split_tokens
 HEADER = "TRANSLATION HYPOTHESIS DETAILS:"
 SPANS = "SOURCE/TARGET SPANS:"
 EPSILON = "<EPSILON>"  # Moses' target for a pair that drops its source words
+FACTOR_DELIMITER = "|"  # Moses' default, between the factors of a word
 
 _SOURCE = re.compile(r" +SOURCE: \[(\d+)\.\.(\d+)\] (.*)")
 _TARGET = re.compile(r" +TRANSLATED AS: (.*)")
@@ -126,9 +130,14 @@ def read_translation_details(path: PathArg) -> list[DetailedTranslation]:
 
 
 def _pair(name: str, line_no: int, source: re.Match[str], target: str) -> PhrasePair:
-    start, end, words = int(source.group(1)), int(source.group(2)), source.group(3)
+    start, end, words = int(source.group(1)), int(source.group(2)), _first_factors(source.group(3))
     count = len(split_tokens(words))
     if end < start or count != end - start + 1:
         raise TranslationDetailsError(name, line_no, f"span [{start}..{end}] does not cover the "
                                       f"{count} source word(s) {words[:80]!r}")
-    return PhrasePair(start, end, words, "" if target == EPSILON else target)
+    return PhrasePair(start, end, words, "" if target == EPSILON else _first_factors(target))
+
+
+def _first_factors(phrase: str) -> str:
+    """The words of a phrase as the 1-best shows them: each word's first factor."""
+    return " ".join(word.split(FACTOR_DELIMITER, 1)[0] for word in split_tokens(phrase))
