@@ -336,7 +336,7 @@ def format_rnn_changes(doc: Mapping[str, object], label: str, against: str) -> l
     out += [f"### {len(sentences)} sentences where {label} changed the phrase choice (run {shown['run']})", "",
             f"Chosen without looking at any score: of the N = {shown['changed']:,} test sentences of run "
             f"{shown['run']} whose phrase choice changed, in test order, the ones at positions ⌊j·N/{EXAMPLES}⌋ + 1 "
-            f"for j = 0…{EXAMPLES - 1}, evenly spaced through the test set (all of them when N ≤ {EXAMPLES}). "
+            f"for j = 0…{EXAMPLES - 1}, evenly spaced through them (all of them when N ≤ {EXAMPLES}). "
             "Tokenised text; each 1-best is "
             f"followed by its phrase pairs in target order, `span: source → target` with 0-based source word "
             f"positions; `*` marks a pair the other system did not choose.", ""]

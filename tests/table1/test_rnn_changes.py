@@ -6,8 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from mert.evaluate import decode_test_set
+from moses_integration.lines import read_text_lines
+from moses_integration.moses_ini import MosesIni
 from moses_integration.translation_details import TranslationDetailsError
+from shared_paths import moses_bin_dir, shared_file
 from table1.analysis import DecodedRun, format_rnn_changes, rnn_changes_document
+from table1.tuning import details_output
 
 Pairs = list[tuple[int, int, str, str]]  # (first source word, last, source words, target phrase)
 
@@ -136,3 +141,34 @@ def test_details_of_another_decode_are_refused(tmp_path):
     write_lines(rnn[0].output, ["x"])
     with pytest.raises(ValueError, match=r"rnn1\.tok: 1 lines, but the test set has 6 sentences"):
         rnn_changes_document(base, rnn, source, reference)
+
+
+@pytest.mark.slow
+@pytest.mark.moses
+def test_real_decodes_of_two_weightings(tmp_path):
+    """The eval step's call (decode_test_set with the n-best list kept and details) on 20 test
+    sentences of the fixture system, with its weights and with p(e|f) weighted 3x: the report's
+    figures come out of real details, and every example is consistent with its 1-bests."""
+    fixture = shared_file("fixtures/hansard-enfr")
+    source = write_lines(tmp_path / "test.en", read_text_lines(fixture / "data/test.tok.tc.en")[:20])
+    reference = write_lines(tmp_path / "test.fr", read_text_lines(fixture / "data/test.tok.tc.fr")[:20])
+    found = []
+    for name, p_ef in (("baseline", 0.2), ("system", 0.6)):
+        ini = MosesIni.read(fixture / "filtered/moses.ini")
+        ini.set_weights("TranslationModel0", [0.2, 0.2, p_ef, 0.2])
+        ini.write(tmp_path / f"{name}.ini")
+        output = tmp_path / name / "run1.test.tok"
+        decode_test_set(tmp_path / f"{name}.ini", source, output, moses_bin_dir=moses_bin_dir(), threads=2,
+                        nbest_size=10, decoder_cwd=fixture / "filtered", keep_nbest=True,
+                        details=details_output(output))
+        found.append([DecodedRun(1, 1000, output, details_output(output))])
+    doc = rnn_changes_document(*found, source, reference)
+    run = doc["runs"][0]
+    assert run["sentences"] == 20 and 0 < run["changed_phrase_choice"] <= 20 and run["changed_1best"] <= 20
+    shown = doc["examples"]["sentences"]
+    assert len(shown) == min(10, run["changed_phrase_choice"]) and doc["missing_details"] == []
+    for s in shown:
+        assert s["source"] == read_text_lines(source)[s["line"] - 1]
+        for side in (s["baseline"], s["system"]):
+            assert [w for p in side["pairs"] for w in p["target"].split()] == side["output"].split()
+        assert any(p["changed"] for p in s["baseline"]["pairs"]) and any(p["changed"] for p in s["system"]["pairs"])
