@@ -271,6 +271,7 @@ def decode_test_set(
     nbest_size: int = DEFAULT_RESCORE_NBEST,
     decoder_cwd: PathArg | None = None,
     keep_nbest: bool = False,
+    details: PathArg | None = None,
 ) -> Path:
     """Decode ``source`` with ``ini``; write the (tokenized) output to ``output`` and return it.
 
@@ -279,13 +280,18 @@ def decode_test_set(
     ``decoder_cwd`` defaults to the ini's folder (Moses resolves relative model paths there).
     The n-best list (with the extra features) is kept as ``OUTPUT.nbest.gz`` with a sidecar, and
     without one when ``keep_nbest``: the Table 1 report reranks it to see what each column is worth.
+    ``details`` also writes Moses' ``-translation-details`` (each 1-best's phrase segmentation); it
+    describes Moses' 1-best, so a sidecar's features, which pick another output, refuse it.
     """
     bin_dir = find_moses_bin_dir(moses_bin_dir)
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
     extras = read_sidecar(ini)
+    if extras and details is not None:
+        raise EvaluationError(f"{ini}: its n-best features ({', '.join(e.name for e in extras)}) rerank Moses' "
+                              "1-best, which its translation details describe; decode it without them")
+    output.parent.mkdir(parents=True, exist_ok=True)
     if not extras and not keep_nbest:
-        decode(bin_dir, ini, source, output, threads=threads, cwd=decoder_cwd)
+        decode(bin_dir, ini, source, output, threads=threads, cwd=decoder_cwd, details_path=details)
         return output
     moses_out = output.with_name(output.name + ".moses-1best") if extras else output
     nbest = output.with_name(output.name + ".nbest")
@@ -299,6 +305,7 @@ def decode_test_set(
         distinct=True,
         threads=threads,
         cwd=decoder_cwd,
+        details_path=details,
     )
     features = [load_feature(e.spec) for e in extras]
     for feature, extra in zip(features, extras, strict=True):

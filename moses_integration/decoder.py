@@ -52,6 +52,7 @@ class DecodeResult:
     nbest: Path | None
     seconds: float
     log: Path  # Moses' stderr
+    details: Path | None = None  # -translation-details: each 1-best's phrase segmentation
 
 
 def decode(
@@ -67,12 +68,15 @@ def decode(
     weights: Mapping[str, Sequence[float]] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     extra_args: Sequence[str] = (),
+    details_path: str | os.PathLike[str] | None = None,
 ) -> DecodeResult:
-    """Decode ``input_path`` with ``moses -f ini``; optionally write an n-best list.
+    """Decode ``input_path`` with ``moses -f ini``; optionally write an n-best list, and with
+    ``details_path`` Moses' ``-translation-details`` report of each 1-best (source span -> target
+    phrase, read by :mod:`moses_integration.translation_details`).
 
     ``cwd`` defaults to the ini's folder (see module doc). All paths are made absolute first so the
     change of directory does not move them. ``weights`` overrides dense weights without rewriting
-    the ini. The output is written to a temporary name and renamed on success, so a killed decode
+    the ini. Every output is written to a temporary name and renamed on success, so a killed decode
     never leaves a plausible-looking but short file behind.
     """
     moses = Path(moses_bin_dir) / "moses"
@@ -82,6 +86,7 @@ def decode(
     workdir = Path(cwd).resolve() if cwd is not None else ini.parent
     log_path = output_path.with_name(output_path.name + ".log")
     nbest_path = Path(nbest_path).resolve() if nbest_path is not None else None
+    details_path = Path(details_path).resolve() if details_path is not None else None
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         tmp_out = stack.enter_context(atomic_path(output_path))
@@ -89,6 +94,8 @@ def decode(
         if nbest_path is not None:
             tmp_nbest = stack.enter_context(atomic_path(nbest_path))
             cmd += ["-n-best-list", str(tmp_nbest), str(nbest_size)] + (["distinct"] if distinct else [])
+        if details_path is not None:
+            cmd += ["-translation-details", str(stack.enter_context(atomic_path(details_path)))]
         if weights:
             cmd += ["-weight-overwrite", format_weight_overwrite(weights)]
         cmd += list(extra_args)
@@ -97,9 +104,9 @@ def decode(
                 proc = subprocess.run(cmd, stdin=stdin, stdout=stdout, stderr=stderr, cwd=workdir, check=False)
             except OSError as exc:
                 raise DecoderError(f"cannot run {moses}: {exc}") from exc
-        if proc.returncode != 0:  # raising inside the block removes both temp files
+        if proc.returncode != 0:  # raising inside the block removes every temp file
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-STDERR_TAIL_LINES:])
             raise DecoderError(
                 f"moses failed (exit {proc.returncode}) on {input_path} with {ini}; last lines of {log_path}:\n{tail}"
             )
-    return DecodeResult(output_path, nbest_path, time.monotonic() - started, log_path)
+    return DecodeResult(output_path, nbest_path, time.monotonic() - started, log_path, details_path)

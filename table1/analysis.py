@@ -7,11 +7,14 @@ filtered table the systems decode with (the paper's Fig. 3 shows little correlat
 phrase frequencies), and the weight each tuned run gave the RNN and word-penalty columns, also
 as a share of all the dense weights' L1 norm (a scale-free measure, since MERT's weights are
 only defined up to a positive factor); and, reranking each run's own dev n-best pool, what dev
-BLEU each new column is worth (without it, and at its best weight), beside p(e|f) and the LM.
+BLEU each new column is worth (without it, and at its best weight), beside p(e|f) and the LM;
+and on the test set, how many of + RNN's 1-bests differ from Baseline's and ten sentences whose
+phrase choice differs, read from Moses' translation details.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +24,15 @@ from scipy.stats import spearmanr
 
 from mert.line_search import line_search
 from mert.nbest_set import load_tuning_set
+from moses_integration.errors import FileLineError
+from moses_integration.lines import read_text_lines
 from moses_integration.phrase_table import LOG_FLOOR, read_phrase_table
+from moses_integration.tokens import split_tokens
+from moses_integration.translation_details import (
+    DetailedTranslation,
+    TranslationDetailsError,
+    read_translation_details,
+)
 
 # Moses' four phrase-table columns, then the two this project appends.
 COLUMN_NAMES = ("p(f|e)", "lex(f|e)", "p(e|f)", "lex(e|f)", "p_RNN", "WP")
@@ -194,3 +205,151 @@ def _number(value: float | None) -> str:
 def _escaped(text: str) -> str:
     """A Markdown table cell's text: a bare | (as in p(e|f)) would end the cell."""
     return text.replace("|", "\\|")
+
+
+# --------------------------------------------------------------------------------------------
+# Where + RNN's 1-best differs from Baseline's: how often, and ten sentences to read
+
+#: How many sentences whose phrase choice changed the report shows.
+EXAMPLES = 10
+
+
+@dataclass(frozen=True)
+class DecodedRun:
+    """One run's decode of the test set: its tokenised 1-best and Moses' translation details of it."""
+
+    run: int
+    seed: int | None
+    output: Path
+    details: Path  # may be missing: runs decoded before the eval step kept it
+
+
+def rnn_changes_document(baseline: Sequence[DecodedRun], system: Sequence[DecodedRun], source: Path,
+                         reference: Path, examples: int = EXAMPLES) -> dict[str, object]:
+    """How often run k of a row translates a test sentence otherwise than Baseline's run k (the
+    same MERT seed), and ``examples`` sentences where its phrase choice differs.
+
+    Why: a BLEU difference near 0 can hide many changed sentences (changes that cancel out) or
+    none (a column MERT gave no say). The 1-best strings count every change; the translation
+    details tell a new phrase choice (the set of source span -> target phrase pairs) from the same
+    pairs put in another order, and show which pairs the RNN made Moses prefer. The examples are
+    evenly spaced through the changed sentences of the first run with details, in test order,
+    so that no score picks them.
+    """
+    sources, references = read_text_lines(source), read_text_lines(reference)
+    theirs = {d.run: d for d in baseline}
+    runs, missing, shown = [], [], None
+    for mine in sorted(system, key=lambda d: d.run):
+        other = theirs.get(mine.run)
+        if other is None:
+            continue
+        before, after = _test_output(other.output, len(sources)), _test_output(mine.output, len(sources))
+        entry: dict[str, object] = {"run": mine.run, "seeds": [other.seed, mine.seed], "sentences": len(sources),
+                                    "changed_1best": sum(a != b for a, b in zip(before, after, strict=True)),
+                                    "changed_phrase_choice": None}
+        absent = [str(d.details) for d in (other, mine) if not d.details.exists()]
+        if absent:
+            missing += absent
+        else:
+            phrases = [_checked_details(d.details, sources) for d in (other, mine)]
+            changed = [i for i, (a, b) in enumerate(zip(*phrases, strict=True)) if a.choices() != b.choices()]
+            entry["changed_phrase_choice"] = len(changed)
+            if shown is None:
+                picked = changed if len(changed) <= examples else [changed[j * len(changed) // examples]
+                                                                   for j in range(examples)]
+                shown = {"run": mine.run, "changed": len(changed), "selection": (
+                    f"of the N sentences whose phrase choice changed, in test order, those at positions "
+                    f"floor(j N / {examples}) + 1 for j = 0..{examples - 1} (all when N <= {examples})"), "sentences": [
+                    _example(i, sources[i], references[i], (before[i], phrases[0][i]), (after[i], phrases[1][i]))
+                    for i in picked]}
+        runs.append(entry)
+    return {"runs": runs, "overall": _overall(runs), "missing_details": missing, "examples": shown}
+
+
+def _test_output(path: Path, sentences: int) -> list[str]:
+    lines = read_text_lines(path)
+    if len(lines) != sentences:
+        raise FileLineError(path, None, f"{len(lines)} lines, but the test set has {sentences} sentences")
+    return lines
+
+
+def _checked_details(path: Path, sources: Sequence[str]) -> list[DetailedTranslation]:
+    """A run's translation details, checked against the test source: one block per sentence, and
+    every pair's source words where its span says (else the file belongs to another decode)."""
+    found = read_translation_details(path)
+    if len(found) != len(sources):
+        raise TranslationDetailsError(path, None, f"{len(found)} sentences, but the test set has {len(sources)}")
+    for sentence, line in zip(found, sources, strict=True):
+        words = split_tokens(line)
+        for pair in sentence.pairs:
+            if split_tokens(pair.source) != words[pair.start:pair.end + 1]:
+                raise TranslationDetailsError(path, sentence.line_no, f"source words [{pair.span()}] are "
+                                              f"{pair.source!r} here but not in the test source line {line[:80]!r}")
+    return found
+
+
+def _example(index: int, source: str, reference: str, before: tuple[str, DetailedTranslation],
+             after: tuple[str, DetailedTranslation]) -> dict[str, object]:
+    """One sentence: both 1-bests with their phrase pairs, each marked ``changed`` where the other
+    system did not choose that target phrase for that source span."""
+    def side(mine: tuple[str, DetailedTranslation], other: DetailedTranslation) -> dict[str, object]:
+        kept = other.choices()
+        return {"output": mine[0], "pairs": [{"span": p.span(), "source": p.source, "target": p.target,
+                                              "changed": p.choice not in kept} for p in mine[1].pairs]}
+    return {"line": index + 1, "source": source, "reference": reference,
+            "baseline": side(before, after[1]), "system": side(after, before[1])}
+
+
+def _overall(runs: Sequence[Mapping[str, object]]) -> dict[str, object]:
+    """The runs together: all sentences of all paired runs (phrase choice: of the runs with details)."""
+    with_details = [r for r in runs if r["changed_phrase_choice"] is not None]
+    return {"sentences": sum(int(r["sentences"]) for r in runs),  # type: ignore[call-overload]
+            "changed_1best": sum(int(r["changed_1best"]) for r in runs),  # type: ignore[call-overload]
+            "sentences_with_details": sum(int(r["sentences"]) for r in with_details),  # type: ignore[call-overload]
+            "changed_phrase_choice": sum(int(r["changed_phrase_choice"]) for r in with_details)}  # type: ignore[call-overload]
+
+
+def format_rnn_changes(doc: Mapping[str, object], label: str, against: str) -> list[str]:
+    """Markdown lines: the share of changed test 1-bests per run and overall, then the examples."""
+    out = [f"## Where {label}'s test 1-best differs from {against}'s", "",
+           "Run k of both rows is tuned with the same MERT seed. A 1-best changed where the tokenised output "
+           "differs; its phrase choice changed where the set of (source span, target phrase) pairs Moses "
+           "chose differs (its translation details), whatever their order.", "",
+           "| run | seeds | test sentences | 1-best changed | phrase choice changed |", "|---|---|---|---|---|"]
+    for r in doc["runs"]:  # type: ignore[attr-defined]
+        seeds = " / ".join("–" if s is None else str(s) for s in r["seeds"])
+        out.append(f"| {r['run']} | {seeds} | {r['sentences']:,} | {_share(r['changed_1best'], r['sentences'])} | "
+                   f"{_share(r['changed_phrase_choice'], r['sentences'])} |")
+    total: Mapping[str, int] = doc["overall"]  # type: ignore[assignment]
+    phrase_total = total["changed_phrase_choice"] if total["sentences_with_details"] else None
+    out.append(f"| all | | {total['sentences']:,} | {_share(total['changed_1best'], total['sentences'])} | "
+               f"{_share(phrase_total, total['sentences_with_details'])} |")
+    out.append("")
+    missing: list[str] = doc["missing_details"]  # type: ignore[assignment]
+    if missing:
+        out += [f"No translation details for {len(missing)} decode(s), decoded before the eval step kept them "
+                f"(–: phrase choice unknown there): {', '.join(f'`{m}`' for m in missing)}.", ""]
+    shown: Mapping[str, object] | None = doc["examples"]  # type: ignore[assignment]
+    if not shown:
+        return out + ["No sentences to show: no run of both rows has translation details.", ""]
+    sentences: list[Mapping[str, object]] = shown["sentences"]  # type: ignore[assignment]
+    out += [f"### {len(sentences)} sentences where {label} changed the phrase choice (run {shown['run']})", "",
+            f"Chosen without looking at any score: of the N = {shown['changed']:,} test sentences of run "
+            f"{shown['run']} whose phrase choice changed, in test order, the ones at positions ⌊j·N/{EXAMPLES}⌋ + 1 "
+            f"for j = 0…{EXAMPLES - 1}, evenly spaced through them (all of them when N ≤ {EXAMPLES}). "
+            "Tokenised text; each 1-best is "
+            f"followed by its phrase pairs in target order, `span: source → target` with 0-based source word "
+            f"positions; `*` marks a pair the other system did not choose.", ""]
+    for s in sentences:
+        rows = [f"test sentence {s['line']}", f"source    : {s['source']}", f"reference : {s['reference']}"]
+        for name, side in ((against, s["baseline"]), (label, s["system"])):
+            rows += [f"{name:<10}: {side['output']}", "  " + " | ".join(  # type: ignore[index]
+                f"{'*' if p['changed'] else ''}{p['span']}: {p['source']} → {p['target'] or '(dropped)'}"
+                for p in side["pairs"])]  # type: ignore[index]
+        fence = "`" * max(3, 1 + max((len(run) for row in rows for run in re.findall(r"`+", row)), default=0))
+        out += [fence + "text", *rows, fence, ""]
+    return out
+
+
+def _share(count: int | None, total: int) -> str:
+    return "–" if count is None or not total else f"{count:,} ({100 * count / total:.1f}%)"

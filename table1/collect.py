@@ -11,11 +11,11 @@ from pathlib import Path
 from mert.features import read_sidecar
 from mert.tune import read_state
 from moses_integration.moses_ini import MosesIni
-from table1.analysis import analysis_document, column_leverage, tuning_trajectory
+from table1.analysis import DecodedRun, analysis_document, column_leverage, rnn_changes_document, tuning_trajectory
 from table1.proposal_evidence import evidence_document
 from table1.report import TunedRun, build_table, score_runs, write_report
 from table1.settings import Configuration, RunPlan
-from table1.tuning import budget_notes, check_run_current, state_seed
+from table1.tuning import budget_notes, check_run_current, details_output, state_seed
 from table1.workspace import STAMPS, TABLE2_KINDS, TIMINGS_FILE, Experiment, ExperimentError, single_phrase_table
 
 # --------------------------------------------------------------------------------------------
@@ -99,6 +99,22 @@ def leverage_document(exp: Experiment, collected: list, table_feature: str, ini:
     return {"labels": labels, "runs": runs}
 
 
+def rnn_changes(exp: Experiment, collected: list) -> dict[str, object] | None:
+    """+ RNN's test 1-bests against Baseline's, run k against run k (:func:`table1.analysis.rnn_changes_document`);
+    None unless both rows have an evaluated run of the same number."""
+
+    rows = {config.key: (config, found) for config, found in collected}
+    if "baseline" not in rows or "rnn" not in rows:
+        return None
+    (baseline, base_runs), (rnn, rnn_runs) = rows["baseline"], rows["rnn"]
+    if not {t.run for t in base_runs} & {t.run for t in rnn_runs}:
+        return None
+    decodes = [[DecodedRun(t.run, t.seed, t.test_output, details_output(t.test_output)) for t in found]
+               for found in (base_runs, rnn_runs)]
+    return {"label": rnn.label, "against": baseline.label, **rnn_changes_document(
+        *decodes, exp.prepared("test", exp.src), exp.prepared("test", exp.tgt))}
+
+
 def portable(doc: dict[str, object], work: Path) -> dict[str, object]:
     """The report with the work folder's path written ``WORK``: a committed report names no machine's folders."""
     text = json.dumps(doc)
@@ -156,6 +172,9 @@ def step_report(
     else:
         doc["notes"].append(f"No analysis of the RNN column: {table_path} (the 6-column table) is missing.")
     doc["leverage"] = leverage_document(exp, collected, table_feature, MosesIni.read(exp.rnn_ini))
+    changes = rnn_changes(exp, collected)
+    if changes:
+        doc["rnn_changes"] = changes
     doc["tuning"] = tuning
     proposal_rows = [(config, found) for config, found in collected if config.proposals and found]
     if proposal_rows and exp.proposals_list.exists():

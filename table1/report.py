@@ -28,7 +28,7 @@ from mert.evaluate import check_same_length, mean_std, paired_bootstrap, score_s
 from mert.significance import PooledTest, detectable_delta, pooled_bootstrap
 from moses_integration.files import atomic_output
 from moses_integration.lines import read_text_lines
-from table1.analysis import format_analysis, format_leverage, format_trajectories
+from table1.analysis import format_analysis, format_leverage, format_rnn_changes, format_trajectories
 from table1.proposal_evidence import format_evidence
 from table1.settings import Configuration
 
@@ -221,6 +221,9 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     if doc.get("analysis"):
 
         out += [""] + format_analysis(doc["analysis"])  # type: ignore[arg-type]
+    if doc.get("rnn_changes"):
+        changes: dict = doc["rnn_changes"]  # type: ignore[assignment]
+        out += [""] + format_rnn_changes(changes, changes["label"], changes["against"])
     if doc.get("proposals"):
         proposals: dict = doc["proposals"]  # type: ignore[assignment]
         out += [""] + format_evidence(proposals, proposals["label"])

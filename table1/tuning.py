@@ -282,8 +282,17 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
 # eval: decode dev and test with every tuned system
 
 
+def details_output(output: Path) -> Path:
+    """Where a test decode keeps Moses' translation details of its 1-best (``runK.test.tok.details``)."""
+    return output.with_name(output.name + ".details")
+
+
 def step_eval(exp: Experiment, configs: list[Configuration], runs: int) -> None:
-    """Decode dev and test with each tuned config (the CSLM in the decoder, or by n-best rescoring)."""
+    """Decode dev and test with each tuned config (the CSLM in the decoder, or by n-best rescoring).
+
+    The test decodes also keep Moses' translation details (each 1-best's source spans and target
+    phrases), from which the report shows where the RNN changed the phrase choice; not for rows
+    whose output n-best rescoring picks, since the details describe Moses' own 1-best."""
 
     for config in configs:
         for k in range(1, runs + 1):
@@ -291,9 +300,10 @@ def step_eval(exp: Experiment, configs: list[Configuration], runs: int) -> None:
             exp.require(f"tune/{plan.name}")
             check_run_current(exp, plan)
             for split in ("dev", "test"):
-                exp.step(f"eval/{plan.name}/{split}", lambda p=plan, sp=split: decode_test_set(
-                    exp.tune_dir(p) / "moses.ini", exp.prepared(sp, exp.src), exp.eval_output(p, sp),
+                output = exp.eval_output(plan, split)
+                details = details_output(output) if split == "test" and not config.cslm_nbest else None
+                exp.step(f"eval/{plan.name}/{split}", lambda p=plan, sp=split, out=output, d=details: decode_test_set(
+                    exp.tune_dir(p) / "moses.ini", exp.prepared(sp, exp.src), out,
                     moses_bin_dir=exp.moses().bin_dir, threads=exp.jobs, nbest_size=exp.settings.nbest_size,
-                    keep_nbest=True,
-                ) and {"output": str(exp.eval_output(p, sp))})
-
+                    keep_nbest=True, details=d,
+                ) and {"output": str(out), **({"details": str(d)} if d else {})})

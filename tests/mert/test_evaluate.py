@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from mert.bleu import ReferenceFileError
 from mert.cli import main
 from mert.evaluate import (
+    EvaluationError,
     PostProcessor,
     decode_test_set,
     detruecase,
@@ -149,6 +150,8 @@ lines = open({pool!r}, encoding="utf-8").read().splitlines()
 n = len(sys.stdin.read().splitlines())
 if "-n-best-list" in args:
     open(args[args.index("-n-best-list") + 1], "w", encoding="utf-8").write("".join(x + "\n" for x in lines))
+if "-translation-details" in args:
+    open(args[args.index("-translation-details") + 1], "w", encoding="utf-8").write("details of %d\n" % n)
 seen = set()
 for x in lines:
     sid, hyp = x.split(" ||| ")[:2]
@@ -193,6 +196,22 @@ def test_decode_without_sidecar_is_the_moses_1best(fake_system: dict[str, Path],
     pool = fake_system["pool"].read_text().splitlines()
     assert [x.split(" ||| ")[:2] for x in nbest] == [x.split(" ||| ")[:2] for x in pool]
     assert not (tmp_path / "k/out.tok.nbest").exists()
+
+
+def test_translation_details_of_the_moses_1best_are_kept_and_refused_after_rescoring(
+        fake_system: dict[str, Path], tmp_path: Path) -> None:
+    ini, src = fake_system["ini"], fake_system["src"]
+    for keep in (False, True):
+        details = tmp_path / f"{keep}/out.tok.details"
+        decode_test_set(ini, src, tmp_path / f"{keep}/out.tok", moses_bin_dir=fake_system["bin"], keep_nbest=keep,
+                        details=details)
+        assert details.read_text() == "details of 4\n"
+    # With n-best features the output is not Moses' 1-best: refused before decoding anything.
+    write_sidecar(ini, [ExtraFeatureWeights("WordCount", "WordCount", (1.0,))])
+    with pytest.raises(EvaluationError, match=r"moses\.ini: its n-best features \(WordCount\) rerank Moses' 1-best"):
+        decode_test_set(ini, src, tmp_path / "x/out.tok", moses_bin_dir=fake_system["bin"],
+                        details=tmp_path / "x/out.tok.details")
+    assert not (tmp_path / "x").exists()
 
 
 def test_decode_with_extra_feature_rescores_the_nbest_list(fake_system: dict[str, Path], tmp_path: Path) -> None:

@@ -62,6 +62,26 @@ def test_decode_runs_in_the_ini_folder_with_weight_overrides(tmp_path):
     assert format_weight_overwrite({"A": [1.0]}) == "A= 1"
 
 
+def test_translation_details_are_written_under_a_temp_name_and_kept_only_on_success(tmp_path):
+    """Moses gets -translation-details with a temp name; a failed decode leaves no details file."""
+    body = ('while [ $# -gt 0 ]; do [ "$1" = -translation-details ] && echo "$2" > "$2"; shift; done\n'
+            'cat\n[ -e fail ] && exit 3\nexit 0\n')
+    bindir = fake_moses(tmp_path, body)
+    (tmp_path / "in.txt").write_text("hello\n")
+    (tmp_path / "moses.ini").write_text("[feature]\n")
+    result = decode(bindir, tmp_path / "moses.ini", tmp_path / "in.txt", tmp_path / "out.txt",
+                    details_path=tmp_path / "out.details")
+    assert result.details == tmp_path / "out.details"
+    written_as = Path(result.details.read_text().strip())
+    assert written_as.parent == tmp_path and written_as.name.startswith(".out.details.") and not written_as.exists()
+    result.details.unlink()
+    (tmp_path / "fail").write_text("")
+    with pytest.raises(DecoderError, match="exit 3"):
+        decode(bindir, tmp_path / "moses.ini", tmp_path / "in.txt", tmp_path / "out.txt",
+               details_path=tmp_path / "out.details")
+    assert not (tmp_path / "out.details").exists() and not list(tmp_path.glob(".out.details.*"))
+
+
 @pytest.mark.slow
 @pytest.mark.moses
 def test_real_moses_reproduces_the_fixture_1best(tmp_path):

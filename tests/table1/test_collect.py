@@ -19,6 +19,7 @@ def test_report_from_finished_runs(tmp_path):
     refs = [f"la phrase numéro {k} est ici ." for k in range(30)]
     write_lines(exp.prepared("dev", "fr"), refs)
     write_lines(exp.prepared("test", "fr"), refs)
+    write_lines(exp.prepared("test", "en"), [f"the sentence number {k} is here ." for k in range(30)])
     write_lines(exp.work / "raw" / "test.fr", [f"La phrase numéro {k} est ici." for k in range(30)])
     worse = [f"la phrase {k} ici ." for k in range(30)]
     for key, hyps in (("baseline", worse), ("rnn", refs)):
@@ -92,6 +93,16 @@ def test_report_from_finished_runs(tmp_path):
     assert by_name["p(e|f)"]["bleu_without"] == 100.0 and by_name["n-gram LM"]["bleu_without"] == 100.0
     assert pool["test"]["pool_bleu"] == 100.0 and pool["test"]["columns"][0]["bleu_without"] == 0.0
     assert "| + RNN | 1 | p_RNN | 0.05 | 100.00 | 0.00 | 100.00 (0.05) | 100.00 | 0.00 |" in md
+    # + RNN's test 1-best differs from Baseline's on every sentence of both runs; these runs were
+    # decoded without translation details, so the report says so and shows no sentences.
+    changes = doc["rnn_changes"]
+    assert changes["label"] == "+ RNN" and changes["against"] == "Baseline"
+    assert [(r["run"], r["seeds"], r["changed_1best"]) for r in changes["runs"]] == [(1, [1000, 1000], 30),
+                                                                                    (2, [1001, 1001], 30)]
+    assert changes["missing_details"][:2] == ["WORK/eval/baseline/run1.test.tok.details",
+                                              "WORK/eval/rnn/run1.test.tok.details"]
+    assert "## Where + RNN's test 1-best differs from Baseline's" in md
+    assert "| all | | 60 | 60 (100.0%) | – |" in md and "No translation details for 4 decode(s)" in md
     assert doc["tuning"]["+ RNN"][1] == {"run": 2, "dev_bleu_1best": [16.12, 18.0]}
     assert "| configuration | run | 1 (start weights) | 2 | 3 |" in md
     assert "| Baseline | 1 | 16.12 | 2.50 | 17.99 |" in md and "| + RNN | 2 | 16.12 | 18.00 |  |" in md

@@ -123,3 +123,30 @@ def test_the_time_plan_sums_measured_rows_and_says_which_optional_rows_fit(tmp_p
     cslm = 3 * row + 2.0
     assert lines[5].startswith(f"time plan: optional + CSLM (n-best) + RNN + WP: {cslm:.1f} h (with the CSLM's")
     assert lines[5].endswith(f": does not fit ({chosen + 3 * row + cslm:.1f} h)")
+
+
+def test_test_decodes_keep_the_translation_details_of_moses_own_1best(tmp_path, monkeypatch):
+    """eval asks for details of the test decode only, and not for a row whose output n-best rescoring picks."""
+    monkeypatch.delenv("MOSES_BIN_DIR", raising=False)
+    (tmp_path / "moses" / "bin").mkdir(parents=True)
+    (tmp_path / "moses" / "scripts").mkdir()
+    exp = small_experiment(tmp_path, moses_home=tmp_path / "moses")
+    exp.stamp_path("x").parent.mkdir(parents=True, exist_ok=True)
+    configs = select_configurations("rnn cslm-nbest-rnn")
+    for config in configs:
+        write_tuned_run(exp, RunPlan(config, 1), 1000, "2026-11-22T10:00:00+00:00")
+    asked = []
+
+    def fake_decode(ini, source, output, **kw):
+        asked.append((output.relative_to(exp.work).as_posix(), kw["details"]))
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("x\n")
+        return output
+
+    monkeypatch.setattr(tuning, "decode_test_set", fake_decode)
+    tuning.step_eval(exp, configs, 1)
+    assert asked == [("eval/rnn/run1.dev.tok", None),
+                     ("eval/rnn/run1.test.tok", exp.work / "eval" / "rnn" / "run1.test.tok.details"),
+                     ("eval/cslm-nbest-rnn/run1.dev.tok", None), ("eval/cslm-nbest-rnn/run1.test.tok", None)]
+    stamp = json.loads(exp.stamp_path("eval/rnn/run1/test").read_text())
+    assert stamp["details"] == str(exp.work / "eval" / "rnn" / "run1.test.tok.details")
