@@ -346,7 +346,7 @@ def test_resume_with_another_option_or_input_is_refused_naming_it(system, tmp_pa
     lex.write_bytes((system / "lex.f2e").read_bytes())  # the same words from another file
     # the search's matmuls in bf16 find other last bits: a resume in another precision is refused too
     result = _cli(system, system / "phrase-table.gz", out, "--resume", "--precision", "bf16")
-    assert result.exit_code == 1 and "precision: fp32 then, bf16 now" in result.output, result.output
+    assert result.exit_code == 1 and "precision: 'fp32' then, 'bf16' now" in result.output, result.output
     result = _cli(system, system / "phrase-table.gz", out, "--resume", "--lex-f2e", str(lex))
     assert result.exit_code == 1 and "lex_f2e: " in result.output and str(lex) in result.output
     table = tmp_path / "phrase-table.gz"
