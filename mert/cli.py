@@ -148,7 +148,8 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="dev source, as the decoder reads it (tokenized, truecased)")
 @click.option("--ref", "refs", multiple=True, required=True, type=OneLinePath(exists=True, path_type=Path),
               help="dev reference, tokenized like the output (repeat for several references)")
-@click.option("--work-dir", default="work", show_default=True, type=OutputPath(folder=True, path_type=Path),
+@click.option("--work-dir", default="work", show_default=True,
+              type=OutputPath(folder=True, path_type=Path, also_writes=("{}/moses.ini",)),
               help="where every iteration's ini, n-best list, weights and the log are kept")
 @click.option("--moses-ini-out", "--output-ini", "output_ini", type=OutputPath(path_type=Path),
               help="also write the tuned moses.ini here (besides WORK_DIR/moses.ini)")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -129,11 +130,16 @@ class OutputPath(OneLinePath):
     The place is tried while the command line is read (:func:`check_output_place` creates and
     removes a file there), so a read-only mount, an immutable folder or a path under a file is one
     line before hours of training, not a traceback after them. ``allow_dash``: ``-`` is stdout.
+    ``also_writes``: the files the command writes beside or inside it, as patterns of its path
+    (``"{}.last"``; ``"{}/moses.ini"`` for a folder), so that they too are refused where they are
+    one of the command's inputs (:func:`check_outputs_are_not_inputs`).
     """
 
-    def __init__(self, *, folder: bool = False, allow_dash: bool = False, path_type: type | None = None) -> None:
+    def __init__(self, *, folder: bool = False, allow_dash: bool = False, path_type: type | None = None,
+                 also_writes: tuple[str, ...] = ()) -> None:
         super().__init__(file_okay=not folder, dir_okay=folder, allow_dash=allow_dash, path_type=path_type)
         self.folder = folder
+        self.also_writes = also_writes
 
     def convert(self, value, param, ctx):
         path = super().convert(value, param, ctx)
@@ -191,6 +197,9 @@ def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list
         return [(parameter_label(param), v) for v in given if v is not None]
 
     outputs = [pair for p in ctx.command.params if isinstance(p.type, OutputPath) for pair in values(p)]
+    outputs += [(f"written with {label}", pattern.format(os.fspath(path)))
+                for p in ctx.command.params if isinstance(p.type, OutputPath)
+                for label, path in values(p) if os.fspath(path) != "-" for pattern in p.type.also_writes]
     inputs = [pair for p in ctx.command.params if is_input(p) for pair in values(p)]
     return outputs, inputs
 

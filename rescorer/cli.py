@@ -84,7 +84,7 @@ def main() -> None:
 
 @main.command("train")
 @click.argument("phrase_table", type=OneLinePath(exists=True, dir_okay=False))
-@click.argument("model_out", type=OutputPath(path_type=Path))
+@click.argument("model_out", type=OutputPath(path_type=Path, also_writes=("{}.last",)))
 @click.option("--vocab-corpus-src", type=OneLinePath(exists=True, dir_okay=False),
               help="text (plain or .gz) whose words make the source shortlist")
 @click.option("--vocab-corpus-tgt", type=OneLinePath(exists=True, dir_okay=False),
@@ -324,7 +324,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.argument("output_table", type=OutputPath(allow_dash=True))
 @click.option("--model", "model_path", type=OneLinePath(exists=True, dir_okay=False),
               help="trained model; without it a model is trained on INPUT_TABLE's unique pairs first")
-@click.option("--save-model", type=OutputPath(),
+@click.option("--save-model", type=OutputPath(also_writes=("{}.last",)),
               help="where the model trained without --model goes [default: OUTPUT_TABLE.model.pt]")
 @click.option("--train-time", type=FiniteFloat(min=0, min_open=True),
               help=f"training budget in seconds without --model [default: {DEFAULT_TRAIN_TIME:.0f} unless "

@@ -336,6 +336,30 @@ def test_the_cases_that_destroyed_data_are_refused(tmp_path: Path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "moses.ini", "t.txt"]
 
 
+def test_files_a_command_writes_beside_or_inside_an_output_are_not_inputs_either(tmp_path: Path, monkeypatch):
+    """``mert tune`` writes WORK_DIR/moses.ini at its end, the trainings MODEL.last: an input there
+    would be overwritten although no output names it."""
+    from mert.cli import main as mert
+
+    monkeypatch.chdir(tmp_path)
+    Path("work").mkdir()
+    Path("work/moses.ini").write_text("[feature]\n")
+    Path("dev.en").write_text("a\n")
+    Path("dev.fr").write_text("b\n")
+    Path("m.pt.last").write_text("a ||| b ||| 0.5 0.5 0.5 0.5\n")
+    runs = [
+        (mert, ["tune", "--moses-ini", "work/moses.ini", "--src", "dev.en", "--ref", "dev.fr", "--work-dir", "work"],
+         "output work/moses.ini (written with --work-dir) is the input --moses-ini work/moses.ini"),
+        (rescorer_main, ["train", "m.pt.last", "m.pt", "--max-steps", "1"],
+         "output m.pt.last (written with MODEL_OUT) is the input PHRASE_TABLE m.pt.last"),
+    ]
+    for command, args, message in runs:
+        res = CliRunner().invoke(command, args)
+        assert res.exit_code == 1 and res.output.startswith(f"Error: {message}; "), res.output
+    assert Path("work/moses.ini").read_text() == "[feature]\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.en", "dev.fr", "m.pt.last", "work"]
+
+
 # ------------------------------------------------------------------ numbers and input files, checked as typed
 
 NUMBER_TYPES = (click.types.IntParamType, click.types.FloatParamType)
