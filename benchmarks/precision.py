@@ -42,7 +42,8 @@ from score_speed import SIZES, default_table  # noqa: E402
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
 from rescorer.model.config import ModelConfig  # noqa: E402
 from rescorer.model.device import autocast_dtype, matmul_precision, select_device  # noqa: E402
-from rescorer.model.network import RNNEncoderDecoder, count_flops  # noqa: E402
+from rescorer.model.flops import count_flops  # noqa: E402
+from rescorer.model.network import RNNEncoderDecoder  # noqa: E402
 from rescorer.model.vocab import Vocab  # noqa: E402
 from rescorer.pipeline.chunk_prep import PrepareTask, init_worker, prepare_chunk  # noqa: E402
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget  # noqa: E402

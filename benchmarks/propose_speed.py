@@ -90,14 +90,14 @@ def main() -> None:
           f"{args.threads} thread(s), {device}")
 
     rows = 0
-    original_step = model.next_word_top_k
+    original_step = beam_module.next_word_top_k
 
-    def counting_step(start, src, h, prev, k):
+    def counting_step(model, start, src, h, prev, k):
         nonlocal rows
         rows += len(src)
-        return original_step(start, src, h, prev, k)
+        return original_step(model, start, src, h, prev, k)
 
-    model.next_word_top_k = counting_step
+    beam_module.next_word_top_k = counting_step
     precisions = args.precision.split(",")
     if any(p not in ("fp32", "bf16") for p in precisions):
         parser.error(f"--precision: fp32 or bf16, got {args.precision!r}")

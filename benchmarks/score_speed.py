@@ -41,7 +41,8 @@ if __name__ == "__main__":
     from rescorer.model.checkpoint import Checkpoint
     from rescorer.model.config import ModelConfig
     from rescorer.model.device import select_device
-    from rescorer.model.network import RNNEncoderDecoder, count_flops, count_flops_per_pair
+    from rescorer.model.flops import count_flops, count_flops_per_pair
+    from rescorer.model.network import RNNEncoderDecoder
     from rescorer.model.vocab import Vocab
     from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
     from rescorer.pipeline.scoring import ScoringOptions

@@ -50,7 +50,8 @@ from shared_data import shared_dir  # noqa: E402
 
 from rescorer.model.config import PRECISIONS, ModelConfig, TrainConfig  # noqa: E402
 from rescorer.model.device import autocast_dtype, matmul_precision, select_device, training_precision  # noqa: E402
-from rescorer.model.network import RNNEncoderDecoder, count_flops_per_pair  # noqa: E402
+from rescorer.model.flops import count_flops_per_pair  # noqa: E402
+from rescorer.model.network import RNNEncoderDecoder  # noqa: E402
 from rescorer.training.step import make_train_step, resolve_train_step  # noqa: E402
 from rescorer.training.train import make_optimizer  # noqa: E402
 from table1.settings import SMALL  # noqa: E402

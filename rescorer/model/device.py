@@ -32,7 +32,7 @@ def scoring_precision(precision: str) -> str:
     of the sources' best targets; bf16 by 0.014 nats (at most 0.30), changing 0.083% of them, and
     is slower than TF32. Both are named options (``--precision tf32|bf16``), never the default. On
     the CPU ``bf16`` runs the matmuls on the CPU's bf16 units with fp32 states and an fp32-summed
-    softmax (:meth:`rescorer.model.network.RNNEncoderDecoder._log_normalizer_in_place`); what it
+    softmax (:func:`rescorer.model.normalizer.log_normalizer_in_place`); what it
     gains and changes there is in docs/training-speed.md.
     """
     return "fp32" if precision == "auto" else precision

@@ -26,6 +26,7 @@ import torch
 from rescorer.model.device import autocast, is_out_of_memory
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.prefix_tree import TreeArrays, with_end_of_phrase
+from rescorer.model.tree_scoring import encode_prefix_tree, score_prefix_tree
 from rescorer.pipeline.scoring_plan import (
     ScoringPlan,
     decoder_tree,
@@ -134,7 +135,7 @@ class PairScorer:
 
         def encode_tree(rows: np.ndarray, tree: TreeArrays | None = None) -> torch.Tensor:
             tree = tree if tree is not None else encoder_tree(sequences, rows)
-            return self.model.encode_prefix_tree(tree.tensors().to(self.device, non_blocking=True)).float()
+            return encode_prefix_tree(self.model, tree.tensors().to(self.device, non_blocking=True)).float()
 
         for rows, tree in groups:
             out[torch.from_numpy(rows).to(self.device)] = self._run(encode_tree, rows, tree)
@@ -181,7 +182,7 @@ class PairScorer:
         def decode_tree(rows: np.ndarray, prepared: tuple[np.ndarray, TreeArrays] | None = None) -> torch.Tensor:
             used, tree = prepared if prepared is not None else decoder_tree(source_of_row, targets, rows)
             c = summaries[torch.from_numpy(used).to(self.device)]
-            return self.model.score_prefix_tree(c, tree.tensors().to(self.device, non_blocking=True)).float()
+            return score_prefix_tree(self.model, c, tree.tensors().to(self.device, non_blocking=True)).float()
 
         for rows, used, tree in plan.decoder_groups:
             result[rows] = self._run(decode_tree, rows, (used, tree)).double().cpu().numpy()

@@ -3,8 +3,8 @@
 The paper (Sec. 3.1, 5) calls generating targets "an expensive sampling procedure" because it
 searched one source at a time. Here a batch of sources is encoded together and every live
 hypothesis of every source advances in one decoder step per target length: one
-:meth:`RNNEncoderDecoder.next_word_top_k` call for all of them (the model's own generation step,
-:meth:`RNNEncoderDecoder.next_word_log_probs`, keeping each hypothesis' best words), so the cost
+:func:`rescorer.model.generation.next_word_top_k` call for all of them (the model's own generation step,
+:func:`~rescorer.model.generation.next_word_log_probs`, keeping each hypothesis' best words), so the cost
 per step is one batched matmul chain whatever the number of sources, on the CPU as on a GPU.
 
 The search is the original one of ``rescorer sample`` (which now runs it with one source): at each
@@ -34,12 +34,13 @@ import torch
 from torch import Tensor
 
 from rescorer.model.device import autocast
+from rescorer.model.generation import next_word_top_k, start_decoding
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import EOS_ID
 
 DEFAULT_MAX_WORDS = 30
 # Live hypotheses per decoder step. On the CPU the logits are handled 128 rows at a time anyway
-# (RNNEncoderDecoder.next_word_top_k); 256 to 4096 rows per step measured the same within the noise
+# (rescorer.model.generation.next_word_top_k); 256 to 4096 rows per step measured the same within the noise
 # of a shared 2-core machine (benchmarks/propose_speed.py), and more rows mean fewer Python steps.
 # On a GPU a step's logits are one [rows, V] block: 16,384 rows × 15,001 words is 1 GB in fp32.
 CPU_ROWS_PER_STEP = 4096
@@ -84,7 +85,7 @@ def beam_search_batch(
     if sources == 0:
         return []
     device = c.device
-    start = model.start_decoding(c)
+    start = start_decoding(model, c)
     # The live hypotheses, flat: their source, their slot (0..width-1) within it, decoder state,
     # last word, words so far [n, t] and score (float64, summed from the steps' log-probabilities).
     src = torch.arange(sources, device=device)
@@ -96,7 +97,7 @@ def beam_search_batch(
     finished: list[list[Hypothesis]] = [[] for _ in range(sources)]
     room = torch.full((sources,), width, dtype=torch.long, device=device)  # width − finished, per source
     for step in range(max_words + 1):
-        h_next, best, best_words = model.next_word_top_k(start, src, h, prev, width)  # each one's best k words
+        h_next, best, best_words = next_word_top_k(model, start, src, h, prev, width)  # each one's best k words
         k = best.shape[1]
         totals = scores.unsqueeze(1) + best.double()  # [n, k]
         # Each source's candidates side by side: [S, width·k], −inf where a slot has no hypothesis.

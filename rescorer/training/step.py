@@ -6,7 +6,7 @@
 * ``static``: the same update with shapes that never change within a bucket: the minibatch is
   filled up to the fixed batch size with empty rows (length 0: no score, no gradient) and padded
   to its bucket's widths (:func:`bucket_width`), scored by
-  :meth:`RNNEncoderDecoder.static_log_likelihood`, which reads no value on the host; gradients
+  :func:`rescorer.model.static_shape.static_log_likelihood`, which reads no value on the host; gradients
   stay in persistent buffers zeroed in place. Runs anywhere; on the CPU it does more arithmetic
   than ``eager`` (padding) for no gain, and it is what the tests compare with ``eager``.
 * ``captured``: ``static`` with each bucket's whole update (zeroing, forward, hand-written
@@ -38,6 +38,7 @@ from rescorer.model.cuda_graphs import (
 )
 from rescorer.model.device import autocast
 from rescorer.model.network import RNNEncoderDecoder
+from rescorer.model.static_shape import static_log_likelihood
 from rescorer.training.adadelta import ChunkedAdadelta
 
 Batch = tuple[Tensor, Tensor, Tensor, Tensor]
@@ -166,7 +167,7 @@ class StaticStep:
         tgt, tgt_len = inputs[:, n + 1 : n + 1 + t], inputs[:, n + t + 1]
         torch._foreach_zero_(self.grads)
         with autocast(self.device, self.amp_dtype, cache=False):
-            log_likelihood = self.model.static_log_likelihood(src, src_len, tgt, tgt_len)
+            log_likelihood = static_log_likelihood(self.model, src, src_len, tgt, tgt_len)
         loss = -log_likelihood.float().sum() / (tgt_len > 0).sum()  # the mean over the real pairs
         loss.backward()
         clip_and_step(self.optimizer, self.params, self.clip_norm)

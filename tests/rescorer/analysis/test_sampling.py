@@ -11,6 +11,7 @@ import torch
 
 from rescorer.analysis.sampling import beam_search, sample_and_search, sample_targets, summary_of
 from rescorer.model.config import ModelConfig
+from rescorer.model.generation import next_word_log_probs, start_decoding
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import EOS_ID, Vocab
 
@@ -41,10 +42,10 @@ def test_step_by_step_distributions_equal_the_scoring_paths() -> None:
     tgt = torch.tensor([[3, 2, 5, EOS_ID]])
     vocab = model.config.tgt_vocab_size
     with torch.no_grad():
-        start = model.start_decoding(c)
+        start = start_decoding(model, c)
         h, prev = start.state, None
         for t in range(4):
-            h, log_probs = model.next_word_log_probs(start, torch.zeros(1, dtype=torch.long), h, prev)
+            h, log_probs = next_word_log_probs(model, start, torch.zeros(1, dtype=torch.long), h, prev)
             # The whole distribution at step t by the scoring path: tgt with every word at t.
             variants = tgt.repeat(vocab, 1)
             variants[:, t] = torch.arange(vocab)

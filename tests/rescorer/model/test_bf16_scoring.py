@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
+from rescorer.model.normalizer import log_normalizer, output_matrix
 from rescorer.pipeline.scoring import PairScorer
 from rescorer.tables.chunks import TokenIds
 
@@ -38,9 +39,9 @@ def test_the_bf16_normaliser_shifts_before_rounding_its_logits():
         weight = model.out_vocab.weight.bfloat16().double()
         exact = torch.logsumexp(low.double() @ weight.t() + model.out_vocab.bias.double(), dim=1)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            matrix = model._output_matrix()
+            matrix = output_matrix(model)
             assert matrix.dtype == torch.bfloat16  # cast once per scored batch, not per block of rows
-            mixed = model._log_normalizer(low, torch.float32, matrix)
+            mixed = log_normalizer(low, torch.float32, matrix)
     assert mixed.dtype == torch.float32
     error = (mixed.double() - exact).abs()
     assert float(error.mean()) < 0.005 and float(error.max()) < 0.05, (float(error.mean()), float(error.max()))
@@ -74,7 +75,7 @@ def test_rows_past_the_first_blocks_shift_are_recomputed_exactly():
         model.out_vocab.bias[1100] = 200.0  # in the third block of 512
         low = torch.randn(5, 8).bfloat16()
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            mixed = model._log_normalizer(low, torch.float32, model._output_matrix())
+            mixed = log_normalizer(low, torch.float32, output_matrix(model))
         exact = torch.logsumexp(F.linear(low.double(), model.out_vocab.weight.bfloat16().double())
                                 + model.out_vocab.bias.double(), dim=1)
     assert torch.isfinite(mixed).all()

@@ -13,6 +13,7 @@ import torch
 from rescorer.model import lse_kernel
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
+from rescorer.model.normalizer import log_normalizer, output_matrix
 
 pytest.importorskip("triton", reason="Triton is not installed: the scorer uses its plain log-sum-exp")
 
@@ -68,11 +69,11 @@ def test_the_model_normaliser_through_the_kernel_equals_the_plain_one(kernel_dev
     model = RNNEncoderDecoder(config).eval().to(kernel_device)
     low = torch.randn(90, 6, device=kernel_device) * 3
     with torch.inference_mode():
-        matrix = model._output_matrix()
-        monkeypatch.setattr("rescorer.model.network.use_kernel", lambda low: False)
-        plain = model._log_normalizer(low, torch.float32, matrix)
-        monkeypatch.setattr("rescorer.model.network.use_kernel", lambda low: True)
-        fused = model._log_normalizer(low, torch.float32, matrix)
+        matrix = output_matrix(model)
+        monkeypatch.setattr("rescorer.model.normalizer.use_kernel", lambda low: False)
+        plain = log_normalizer(low, torch.float32, matrix)
+        monkeypatch.setattr("rescorer.model.normalizer.use_kernel", lambda low: True)
+        fused = log_normalizer(low, torch.float32, matrix)
     assert torch.allclose(fused.cpu(), plain.cpu(), rtol=1e-6, atol=1e-5)
 
 

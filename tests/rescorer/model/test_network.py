@@ -11,7 +11,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from rescorer.model.config import ModelConfig
-from rescorer.model.network import RNNEncoderDecoder, count_flops_per_pair, top_k_by_chunks
+from rescorer.model.flops import count_flops_per_pair
+from rescorer.model.generation import next_word_log_probs, start_decoding, top_k_by_chunks
+from rescorer.model.network import RNNEncoderDecoder
+from rescorer.model.normalizer import log_normalizer, output_matrix
 
 SMALL = ModelConfig(src_vocab_size=9, tgt_vocab_size=8, hidden=6, embedding=4, maxout_units=5, output_rank=3)
 RECURRENT = ("enc_rec_gates.weight", "enc_rec_cand.weight", "dec_rec.weight")
@@ -41,10 +44,10 @@ def _decode_steps(model: RNNEncoderDecoder, c: torch.Tensor, tgt: torch.Tensor) 
 
     By the decoder step generation runs (rescorer.analysis.sampling), fed ``tgt`` as the previous words.
     """
-    start = model.start_decoding(c)
+    start = start_decoding(model, c)
     h, prev, states, dists = start.state, None, [], []
     for t in range(tgt.shape[1]):
-        h, log_probs = model.next_word_log_probs(start, torch.arange(tgt.shape[0]), h, prev)
+        h, log_probs = next_word_log_probs(model, start, torch.arange(tgt.shape[0]), h, prev)
         states.append(h)
         dists.append(log_probs)
         prev = tgt[:, t]
@@ -369,7 +372,7 @@ def test_cpu_softmax_normaliser_is_exact_also_when_a_rare_word_dominates() -> No
         expected = torch.logsumexp(
             low.double() @ model.out_vocab.weight.double().t() + model.out_vocab.bias.double(), dim=-1
         )
-        got = model._log_normalizer(low, torch.float32, model._output_matrix())
+        got = log_normalizer(low, torch.float32, output_matrix(model))
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got.double(), expected, atol=1e-4, rtol=1e-6)
 

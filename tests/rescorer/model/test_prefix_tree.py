@@ -9,6 +9,7 @@ import torch
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.prefix_tree import build_tree_arrays, with_end_of_phrase
+from rescorer.model.tree_scoring import encode_prefix_tree, score_prefix_tree
 from rescorer.tables.chunks import TokenIds
 
 A, B, C, D = 2, 3, 4, 5
@@ -69,7 +70,7 @@ def test_tree_scores_equal_one_pair_at_a_time(float64_model):
     assert tree.nodes < sum(len(t) + 1 for t in targets)  # the test does exercise sharing
     with torch.no_grad():
         c = torch.cat([model.encode(torch.tensor([s + [0]]), torch.tensor([len(s) + 1])) for s in sources])
-        got = model.score_prefix_tree(c, tree).numpy()
+        got = score_prefix_tree(model, c, tree).numpy()
         expected = [
             model(
                 torch.tensor([sources[s] + [0]]),
@@ -85,7 +86,7 @@ def test_tree_scores_equal_one_pair_at_a_time(float64_model):
 def test_tree_rejects_summaries_of_the_wrong_shape(float64_model):
     tree = build_tree_arrays(np.array([0, 1]), ragged([[A], [B]]), np.arange(2)).tensors()
     with pytest.raises(ValueError, match="c must be"):
-        float64_model.score_prefix_tree(torch.zeros(3, 12, dtype=torch.float64), tree)
+        score_prefix_tree(float64_model, torch.zeros(3, 12, dtype=torch.float64), tree)
 
 
 def test_end_of_phrase_is_appended_to_every_phrase():
@@ -103,7 +104,7 @@ def test_source_tree_summaries_equal_the_encoder(float64_model):
     tree = build_tree_arrays(np.zeros(len(rows), dtype=np.int64), sequences, rows).tensors()
     assert tree.nodes - 1 < sum(len(s) + 1 for s in sources)
     with torch.no_grad():
-        got = model.encode_prefix_tree(tree)
+        got = encode_prefix_tree(model, tree)
         expected = torch.cat(
             [model.encode(torch.tensor([sources[i] + [0]]), torch.tensor([len(sources[i]) + 1])) for i in rows]
         )
@@ -113,7 +114,7 @@ def test_source_tree_summaries_equal_the_encoder(float64_model):
 def test_position_sums_equal_index_add_whatever_the_targets():
     """The deterministic per-pair sum (no CUDA atomics) relies on positions coming level by level with
     each level's rows ascending: on random trees it must equal a plain index_add_ in float64."""
-    from rescorer.model.network import _sum_positions
+    from rescorer.model.tree_scoring import _sum_positions
 
     rng = np.random.default_rng(5)
     for _ in range(20):

@@ -8,6 +8,7 @@ import torch
 
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
+from rescorer.pipeline import scoring
 from rescorer.pipeline.scoring import CPU_TOKEN_BUDGET, PairScorer, ScoringOptions, auto_token_budget
 from rescorer.tables.chunks import TokenIds
 
@@ -64,16 +65,16 @@ def test_batches_respect_the_token_budget(problem):
 def test_out_of_memory_halves_the_batch_and_loses_nothing(problem, monkeypatch):
     model, sources, source_of_row, targets = problem
     expected = PairScorer(model, torch.device("cpu")).score(sources, source_of_row, targets)
-    real = model.score_prefix_tree
+    real = scoring.score_prefix_tree
     calls = []
 
-    def flaky(c, tree):
+    def flaky(model, c, tree):
         calls.append(tree.rows)
         if tree.rows > 8:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(c, tree)
+        return real(model, c, tree)
 
-    monkeypatch.setattr(model, "score_prefix_tree", flaky)
+    monkeypatch.setattr(scoring, "score_prefix_tree", flaky)
     scorer = PairScorer(model, torch.device("cpu"), options=ScoringOptions(token_budget=100_000))
     got = scorer.score(sources, source_of_row, targets)
     np.testing.assert_allclose(got, expected, atol=1e-6)
@@ -82,7 +83,7 @@ def test_out_of_memory_halves_the_batch_and_loses_nothing(problem, monkeypatch):
 
 def test_other_errors_are_not_swallowed(problem, monkeypatch):
     model, sources, source_of_row, targets = problem
-    monkeypatch.setattr(model, "score_prefix_tree", lambda *a: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
+    monkeypatch.setattr(scoring, "score_prefix_tree", lambda *a: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         PairScorer(model, torch.device("cpu")).score(sources, source_of_row, targets)
 
@@ -138,8 +139,9 @@ def test_a_plan_made_before_the_budget_was_halved_is_made_again(problem, monkeyp
     scorer = PairScorer(model, torch.device("cpu"), options=ScoringOptions(token_budget=100_000))
     early = scorer.plan(sources, source_of_row, targets)
     scorer.token_budget = 40  # as an out-of-memory error would have left it
-    calls, real = [], model.score_prefix_tree
-    monkeypatch.setattr(model, "score_prefix_tree", lambda c, tree: calls.append(tree.rows) or real(c, tree))
+    calls, real = [], scoring.score_prefix_tree
+    monkeypatch.setattr(scoring, "score_prefix_tree",
+                        lambda model, c, tree: calls.append(tree.rows) or real(model, c, tree))
     got = scorer.score_plan(early)
     now = scorer.plan(sources, source_of_row, targets)
     assert len(early.decoder_groups) == 1 and len(calls) == len(now.decoder_groups) > 1

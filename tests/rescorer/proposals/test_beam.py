@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rescorer.model.config import ModelConfig
+from rescorer.model.generation import next_word_log_probs, next_word_top_k, start_decoding
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import EOS_ID
 from rescorer.proposals.beam import beam_search_batch, encode_sources, search_sources
@@ -100,18 +101,18 @@ def test_search_in_small_batches_gives_the_same_targets() -> None:
 
 
 def test_the_top_k_step_is_the_log_probability_steps_best_k(monkeypatch) -> None:
-    import rescorer.model.network as network
+    import rescorer.model.generation as generation
 
-    monkeypatch.setattr(network, "CPU_GENERATION_BLOCK_ROWS", 3)  # several blocks of rows
+    monkeypatch.setattr(generation, "CPU_GENERATION_BLOCK_ROWS", 3)  # several blocks of rows
     for dtype, tolerance in [(torch.float64, 1e-12), (torch.float32, 1e-5)]:
         model = _model(dtype=dtype)
         rows = torch.tensor([0, 0, 1, 2, 3, 4, 5, 5])
         prev = torch.tensor([2, 3, 4, 5, 6, 7, 8, 2])
         with torch.inference_mode():
-            start = model.start_decoding(encode_sources(model, SOURCES, torch.device("cpu")))
+            start = start_decoding(model, encode_sources(model, SOURCES, torch.device("cpu")))
             h = start.state[rows]
-            h_full, log_probs = model.next_word_log_probs(start, rows, h, prev)
-            h_top, values, ids = model.next_word_top_k(start, rows, h, prev, 4)
+            h_full, log_probs = next_word_log_probs(model, start, rows, h, prev)
+            h_top, values, ids = next_word_top_k(model, start, rows, h, prev, 4)
         expected_values, expected_ids = log_probs.topk(4, dim=1)
         assert torch.equal(h_full, h_top) and torch.equal(ids, expected_ids)
         torch.testing.assert_close(values, expected_values, rtol=0, atol=tolerance)

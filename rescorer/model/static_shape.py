@@ -1,0 +1,59 @@
+"""The training forward with static shapes: what a CUDA graph captures once per shape and replays."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from rescorer.model.gru import encoder_recurrence
+from rescorer.model.network import RNNEncoderDecoder, _lengths_mask
+from rescorer.model.output_layer import target_log_probs
+from rescorer.model.vocab import EOS_ID
+
+
+def static_log_likelihood(
+    model: RNNEncoderDecoder, src: Tensor, src_len: Tensor, tgt: Tensor, tgt_len: Tensor
+) -> Tensor:
+    """log p(Y | X) of each row, Float[B], by work that the tensors' shapes alone decide.
+
+    What :meth:`RNNEncoderDecoder.forward` computes for training, written for a step that a CUDA graph captures
+    once per shape and replays (``rescorer.training.step``): no value is read on the host, no
+    shape depends on a length, and the lengths live on the ids' device. The price is work the
+    ragged path skips (every row runs all N encoder steps; the output layer covers padded
+    positions), which is why the CPU keeps that path.
+
+    * Encoder: at a padded step the update gate's pre-activation is +inf, so z = 1 exactly and
+      the GRU returns h⟨t−1⟩ bit for bit (``lerp`` with weight 1 returns its end point); the
+      hand-written backward (:mod:`rescorer.model.gru`) then passes the gradient through
+      unchanged and gives the step's inputs and weights exactly zero gradient (z(1 − z) = 0,
+      1 − z = 0).
+    * Output layer: every position is scored and the padded ones are dropped by ``where``, so
+      they get exactly zero gradient.
+
+    A row with ``tgt_len`` 0 (and ``src_len`` 0) is an empty row that fills a batch up to its
+    fixed size: it scores 0 and contributes no gradient.
+    """
+    batch = src.shape[0]
+    if src.dim() != 2 or tgt.dim() != 2 or tgt.shape[0] != batch or src_len.shape != (batch,) \
+            or tgt_len.shape != (batch,):
+        raise ValueError(f"static batch shapes do not fit: src {tuple(src.shape)}, src_len "
+                         f"{tuple(src_len.shape)}, tgt {tuple(tgt.shape)}, tgt_len {tuple(tgt_len.shape)}")
+    d = model.config.hidden
+    state_dtype = model.enc_rec_cand.weight.dtype
+    src_mask = _lengths_mask(src_len, src.shape[1])  # [B, N]
+    inputs = model.enc_input(model.src_embed(src.masked_fill(~src_mask, EOS_ID).t())).to(state_dtype)
+    update_gate = (torch.arange(3 * d, device=src.device) // d) == 1  # the z block of [r; z; candidate]
+    inputs = inputs.masked_fill(~src_mask.t().unsqueeze(2) & update_gate, math.inf)
+    h = encoder_recurrence(inputs, model.enc_rec_gates.weight, model.enc_rec_cand.weight, [batch] * src.shape[1],
+                           state_dtype)
+    c = torch.tanh(model.enc_summary(h))
+    mask = _lengths_mask(tgt_len, tgt.shape[1])  # [B, T]
+    states, prev = model._decode(c, tgt, mask)
+    low = model.out_rank(model._maxout(c, states, prev)).flatten(0, 1)  # G_r s of every position
+    targets = tgt.masked_fill(~mask, EOS_ID).flatten()
+    picked = target_log_probs(low, model.out_vocab.weight, model.out_vocab.bias, targets)
+    score_dtype = torch.promote_types(model.out_vocab.weight.dtype, torch.float32)
+    return torch.where(mask, picked.view(mask.shape).to(score_dtype), 0.0).sum(dim=1)
+
