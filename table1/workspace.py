@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from moses_integration.files import atomic_output
+from infrastructure.files import atomic_output
 from moses_integration.moses_ini import MosesIni
 from table1.settings import SCALES, Configuration, RunPlan, ScaleSettings
 from table1.system_training import MosesInstall, run_logged

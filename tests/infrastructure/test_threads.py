@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from moses_integration.threads import available_cpus, limit_threads, resolve_threads
+from infrastructure.threads import available_cpus, limit_threads, resolve_threads
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
 
@@ -19,7 +19,7 @@ def test_default_follows_the_affinity_mask_like_a_slurm_job() -> None:
     code = (
         "import os, torch\n"
         f"os.sched_setaffinity(0, {{{one_cpu}}})\n"
-        "from moses_integration.threads import limit_threads\n"
+        "from infrastructure.threads import limit_threads\n"
         "from rescorer.pipeline.rescore import RescoreOptions\n"
         "print(limit_threads(None), torch.get_num_threads(), RescoreOptions().workers)\n"
     )
@@ -44,7 +44,7 @@ def test_explicit_threads_and_bad_values() -> None:
 def test_every_command_runs_with_sleeping_openmp_threads_unless_told_otherwise() -> None:
     """A fresh interpreter that loads the CLI conventions (as every command does before torch) has
     OMP_WAIT_POLICY=PASSIVE; one given another policy keeps it."""
-    code = "import os, moses_integration.cli_options; print(os.environ['OMP_WAIT_POLICY'])"
+    code = "import os, infrastructure.cli_options; print(os.environ['OMP_WAIT_POLICY'])"
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert fresh.stdout.strip() == "PASSIVE"

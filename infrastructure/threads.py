@@ -24,7 +24,7 @@ def prefer_passive_waits() -> None:
     2048² matmul peak, a few long regions, hardly moved. On an idle machine sleeping costs a
     wake-up per region (microseconds); ``OMP_WAIT_POLICY=ACTIVE`` in the environment restores
     spinning. The variable is read when OpenMP starts, i.e. when torch is imported: this is
-    called before that (``moses_integration.cli_options`` on import, the benchmarks first).
+    called before that (``infrastructure.cli_options`` on import, the benchmarks first).
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
