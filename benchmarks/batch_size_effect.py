@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from moses_integration.threads import prefer_passive_waits
+from infrastructure.threads import prefer_passive_waits
 
-prefer_passive_waits()  # as the commands run (moses_integration.cli_options): before torch starts OpenMP
+prefer_passive_waits()  # as the commands run (infrastructure.cli_options): before torch starts OpenMP
 
 import torch  # noqa: E402
 

@@ -25,9 +25,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from moses_integration.threads import prefer_passive_waits
+from infrastructure.threads import prefer_passive_waits
 
-prefer_passive_waits()  # as the commands run (moses_integration.cli_options): before torch starts OpenMP
+prefer_passive_waits()  # as the commands run (infrastructure.cli_options): before torch starts OpenMP
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

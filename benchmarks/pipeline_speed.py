@@ -48,8 +48,8 @@ if __name__ == "__main__":
     from random_checkpoint import shortlists, write_random_checkpoint
     from score_speed import default_table
 
-    from moses_integration.files import DEFAULT_MEMBER_LEVEL, compress_member
-    from moses_integration.threads import available_cpus
+    from infrastructure.files import DEFAULT_MEMBER_LEVEL, compress_member
+    from infrastructure.threads import available_cpus
     from rescorer.pipeline.output_chunks import format_chunk
     from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore_with_scorer
     from rescorer.pipeline.scoring import CPU_TOKEN_BUDGET, ScoringOptions

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from moses_integration.cli_options import (
+from infrastructure.cli_options import (
     FiniteFloat,
     IntRange,
     NumberList,
@@ -23,7 +23,7 @@ from moses_integration.cli_options import (
     seed_option,
     threads_option,
 )
-from moses_integration.threads import limit_threads
+from infrastructure.threads import limit_threads
 from rescorer.model.config import PRECISIONS, TRAIN_STEPS
 
 
@@ -107,7 +107,7 @@ def cslm_score_command(model, text, raw, device, threads, quiet):
     """One natural-log sentence probability per line of TEXT on stdout; perplexity on stderr."""
     from cslm.model_file import load_cslm
     from cslm.scoring import ScoreStats, score_lines
-    from moses_integration.lines import text_lines
+    from infrastructure.lines import text_lines
 
     limit_threads(threads)
     loaded = load_cslm(model, device)

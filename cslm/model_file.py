@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from cslm.model import CSLM, CSLMConfig, CSLMError
-from moses_integration.files import PathArg
+from infrastructure.files import PathArg
 from rescorer.model.checkpoint import read_model_file, write_model_file
 from rescorer.model.device import select_device
 from rescorer.model.vocab import Vocab

@@ -14,7 +14,7 @@ import numpy as np
 from cslm.model import CSLM, CSLMError
 from cslm.model_file import load_cslm
 from cslm.scoring import ScoreStats, sentence_log_probs
-from moses_integration.files import PathArg
+from infrastructure.files import PathArg
 from moses_integration.moses_ini import dense_feature_name_problem
 from moses_integration.nbest import NBestEntry, append_features
 from moses_integration.tokens import split_tokens

@@ -42,9 +42,9 @@ from cslm.model import CSLM, CSLMConfig
 from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
-from moses_integration.files import exclusive_use, removed_when_the_disk_fills
-from moses_integration.interrupts import Interrupted
-from moses_integration.progress import progress_bar
+from infrastructure.files import exclusive_use, removed_when_the_disk_fills
+from infrastructure.interrupts import Interrupted
+from infrastructure.progress import progress_bar
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import last_checkpoint_path, refuse_to_overwrite
 from rescorer.model.config import TRAIN_STEPS, DictConfig, check_positive_int

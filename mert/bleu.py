@@ -26,9 +26,9 @@ from typing import Literal
 
 import numpy as np
 
-from moses_integration.errors import FileLineError
-from moses_integration.files import PathArg, display_name
-from moses_integration.lines import read_text_lines
+from infrastructure.errors import FileLineError
+from infrastructure.files import PathArg, display_name
+from infrastructure.lines import read_text_lines
 
 NGRAM_ORDER = 4
 NUM_STATS = 2 * NGRAM_ORDER + 2

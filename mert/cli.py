@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from moses_integration.cli_options import (
+from infrastructure.cli_options import (
     FiniteFloat,
     IntRange,
     NumberList,
@@ -29,8 +29,8 @@ from moses_integration.cli_options import (
     seed_option,
     threads_option,
 )
-from moses_integration.files import check_output_place
-from moses_integration.threads import limit_threads
+from infrastructure.files import check_output_place
+from infrastructure.threads import limit_threads
 
 
 @click.group()
@@ -315,8 +315,8 @@ def evaluate_command(
     """
     import json
 
+    from infrastructure.files import atomic_write_bytes
     from mert.evaluate import decode_test_set, evaluate
-    from moses_integration.files import atomic_write_bytes
 
     threads = limit_threads(threads)
     if not hyps and not inis:

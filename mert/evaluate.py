@@ -32,11 +32,11 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
+from infrastructure.files import PathArg, atomic_output, display_name
+from infrastructure.lines import read_text_lines
 from mert.bleu import ReferenceFileError, read_reference_lines
 from mert.features import add_features, load_feature, read_sidecar
 from moses_integration.decoder import decode, find_moses_bin_dir
-from moses_integration.files import PathArg, atomic_output, display_name
-from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import load_nbest_arrays
 

@@ -27,8 +27,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from moses_integration.files import PathArg, atomic_output, display_name
-from moses_integration.lines import read_text_lines
+from infrastructure.files import PathArg, atomic_output, display_name
+from infrastructure.lines import read_text_lines
 from moses_integration.moses_ini import dense_feature_name_problem
 from moses_integration.nbest import NBestEntry, NBestError, append_features
 from moses_integration.tokens import split_tokens

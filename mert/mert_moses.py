@@ -13,10 +13,10 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from infrastructure.files import PathArg
 from mert.features import write_sidecar
 from mert.tune import DEFAULT_MAX_ITERATIONS, DEFAULT_NBEST_SIZE, FINAL_INI, TuneError, TuneOptions, log_to_stderr
 from moses_integration.decoder import GETTING_MOSES, find_moses_bin_dir
-from moses_integration.files import PathArg
 from moses_integration.moses_ini import MosesIni
 
 #: Binaries mert-moses.pl checks for in its --mertdir before doing anything.

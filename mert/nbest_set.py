@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from infrastructure.files import PathArg, display_name
+from infrastructure.lines import read_text_lines
 from mert.bleu import References, bleu_stats_batch, read_references
 from mert.line_search import MertData
-from moses_integration.files import PathArg, display_name
-from moses_integration.lines import read_text_lines
 from moses_integration.nbest import FeatureNames, NBestError, column_names, load_nbest_arrays
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from infrastructure.files import atomic_output, exclusive_use
+from infrastructure.lines import read_text_lines
 from mert.bleu import References, bleu_stats_batch, corpus_bleu, read_references
 from mert.features import (
     ExtraFeatureWeights,
@@ -44,8 +46,6 @@ from mert.features import (
 from mert.nbest_set import NBestSet, build_mert_data, fixed_mask, merge_nbest_lists
 from mert.optimizer import DEFAULT_RESTARTS, l1_normalised, optimize_runs
 from moses_integration.decoder import DecoderError, DecodeResult, decode, find_moses_bin_dir
-from moses_integration.files import atomic_output, exclusive_use
-from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import MosesIni, format_weight
 from moses_integration.nbest import FeatureNames, load_nbest_arrays
 

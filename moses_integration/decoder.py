@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from moses_integration.files import atomic_path
+from infrastructure.files import atomic_path
 
 STDERR_TAIL_LINES = 25
 

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from moses_integration.files import atomic_output
+from infrastructure.files import atomic_output
 
 PathArg = str | os.PathLike[str]
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moses_integration.errors import FileLineError
-from moses_integration.files import PathArg, atomic_output, display_name
-from moses_integration.lines import iter_raw_lines, strip_line_end
+from infrastructure.errors import FileLineError
+from infrastructure.files import PathArg, atomic_output, display_name
+from infrastructure.lines import iter_raw_lines, strip_line_end
 
 FIELD_SEPARATOR = "|||"
 FeatureNames = list[tuple[str, int]]

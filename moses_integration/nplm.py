@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from moses_integration.errors import FileLineError
-from moses_integration.files import PathArg, atomic_output, display_name
-from moses_integration.lines import iter_text_lines
+from infrastructure.errors import FileLineError
+from infrastructure.files import PathArg, atomic_output, display_name
+from infrastructure.lines import iter_text_lines
 
 #: The words NPLM and Moses' NeuralLM look up by name.
 UNK, BOS, NULL = "<unk>", "<s>", "<null>"

@@ -16,9 +16,9 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from moses_integration.errors import FileLineError
-from moses_integration.files import PathArg, display_name
-from moses_integration.lines import iter_raw_lines
+from infrastructure.errors import FileLineError
+from infrastructure.files import PathArg, display_name
+from infrastructure.lines import iter_raw_lines
 from moses_integration.tokens import split_tokens
 
 SEPARATOR = b" ||| "

@@ -33,9 +33,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from moses_integration.errors import FileLineError
-from moses_integration.files import PathArg, display_name
-from moses_integration.lines import iter_text_lines
+from infrastructure.errors import FileLineError
+from infrastructure.files import PathArg, display_name
+from infrastructure.lines import iter_text_lines
 from moses_integration.tokens import split_tokens
 
 HEADER = "TRANSLATION HYPOTHESIS DETAILS:"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from moses_integration.cli_options import (
+from infrastructure.cli_options import (
     FiniteFloat,
     IntRange,
     OneLinePath,
@@ -20,7 +20,7 @@ from moses_integration.cli_options import (
     seed_option,
     threads_option,
 )
-from moses_integration.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
+from infrastructure.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
 from rescorer.model.config import PRECISIONS, TRAIN_STEPS, ModelConfig, TrainConfig
 from rescorer.pipeline.errors import RescoreError
 
@@ -105,7 +105,7 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
                   maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
                   resume, device, precision, train_step, threads, quiet) -> None:
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
-    from moses_integration.threads import limit_threads
+    from infrastructure.threads import limit_threads
     from rescorer.training.train import train_on_phrase_table
 
     limit_threads(threads)
@@ -159,7 +159,7 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
     """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
     import json
 
-    from moses_integration.threads import limit_threads
+    from infrastructure.threads import limit_threads
     from rescorer.analysis.sampling import format_sample_result, sample_and_search
 
     limit_threads(threads)
@@ -196,7 +196,7 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
                     as_json, quiet, device, threads) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
-    from moses_integration.threads import limit_threads
+    from infrastructure.threads import limit_threads
     from rescorer.analysis.compare import compare_blocks, format_json, format_markdown
     from rescorer.tables.scan import scan_table
 
@@ -262,7 +262,7 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 
     PHRASES is a text file with one phrase per line, or a Moses phrase table (its source phrases).
     """
-    from moses_integration.threads import limit_threads
+    from infrastructure.threads import limit_threads
     from rescorer.analysis.plots import map_phrases, read_phrases
 
     limit_threads(threads)
@@ -298,7 +298,7 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
                    score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device, threads) -> None:
     """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
-    from moses_integration.threads import limit_threads
+    from infrastructure.threads import limit_threads
     from rescorer.analysis.report import ReportOptions, build_report, require_browser
     from rescorer.analysis.report import screenshot as take_screenshot
 
@@ -382,7 +382,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
     """
-    from moses_integration.threads import limit_threads
+    from infrastructure.threads import limit_threads
     from rescorer.model.checkpoint import load_checkpoint
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
     from rescorer.pipeline.rescore import (
@@ -499,7 +499,7 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
     p_RNN, exp(-#unknown words) and an indicator column (2.71828 for a proposed pair, 1 otherwise)
     appended. docs/proposals.md says how a proposed line's columns are filled.
     """
-    from moses_integration.threads import limit_threads
+    from infrastructure.threads import limit_threads
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
     from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
+from infrastructure.errors import FileLineError
+from infrastructure.lines import read_text_lines
 from mert.line_search import line_search
 from mert.nbest_set import load_tuning_set
-from moses_integration.errors import FileLineError
-from moses_integration.lines import read_text_lines
 from moses_integration.phrase_table import LOG_FLOOR, read_phrase_table
 from moses_integration.tokens import split_tokens
 from moses_integration.translation_details import (

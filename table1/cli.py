@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from moses_integration.cli_options import (
+from infrastructure.cli_options import (
     IntRange,
     OneLinePath,
     OutputPath,
@@ -20,7 +20,7 @@ from moses_integration.cli_options import (
     friendly_errors,
     threads_option,
 )
-from moses_integration.threads import resolve_threads
+from infrastructure.threads import resolve_threads
 from table1 import experiment as ex
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
 from table1.system_training import MosesToolError

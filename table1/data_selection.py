@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from moses_integration.files import atomic_path
-from moses_integration.lines import text_lines
+from infrastructure.files import atomic_path
+from infrastructure.lines import text_lines
 from moses_integration.tokens import split_tokens
 from table1.system_training import MosesInstall, MosesToolError, run_logged
 from table1.text_prep import write_text_lines

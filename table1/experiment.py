@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrastructure.files import exclusive_use
 from moses_integration.decoder import GETTING_MOSES
-from moses_integration.files import exclusive_use
 from table1 import wmt14
 from table1.collect import step_report
 from table1.settings import Configuration, RunPlan

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from moses_integration.lines import iter_text_lines, read_text_lines
+from infrastructure.lines import iter_text_lines, read_text_lines
 from moses_integration.nbest import read_nbest
 from moses_integration.phrase_table import read_phrase_table
 from moses_integration.tokens import split_tokens

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 
+from infrastructure.files import atomic_output
+from infrastructure.lines import read_text_lines
 from mert.evaluate import check_same_length, mean_std, paired_bootstrap, score_system
 from mert.significance import PooledTest, detectable_delta, pooled_bootstrap
-from moses_integration.files import atomic_output
-from moses_integration.lines import read_text_lines
 from table1.analysis import format_analysis, format_leverage, format_rnn_changes, format_trajectories
 from table1.proposal_evidence import format_evidence
 from table1.settings import Configuration

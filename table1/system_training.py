@@ -23,8 +23,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrastructure.lines import text_lines
 from moses_integration.decoder import GETTING_MOSES
-from moses_integration.lines import text_lines
 from moses_integration.tokens import split_tokens
 from table1.text_prep import write_text_lines
 

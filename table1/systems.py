@@ -8,7 +8,7 @@ import itertools
 import os
 from pathlib import Path
 
-from moses_integration.lines import text_lines
+from infrastructure.lines import text_lines
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import neural_lm_feature_line
 from table1 import wmt14

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from joblib import Parallel, delayed
 
-from moses_integration.files import atomic_output
-from moses_integration.lines import text_lines
+from infrastructure.files import atomic_output
+from infrastructure.lines import text_lines
 from moses_integration.tokens import split_tokens
 
 PathArg = str | os.PathLike[str]

@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrastructure.lines import text_lines
 from mert.evaluate import decode_test_set
 from mert.tune import read_state
 from moses_integration.decoder import decode
-from moses_integration.lines import text_lines
 from moses_integration.moses_ini import MosesIni
 from table1.settings import CONFIGURATIONS_BY_KEY, OPTIONAL_ROWS, Configuration, RunPlan
 from table1.systems import cslm_system

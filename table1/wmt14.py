@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from moses_integration.files import atomic_output, fsync_directory
-from moses_integration.lines import strip_line_end
+from infrastructure.files import atomic_output, fsync_directory
+from infrastructure.lines import strip_line_end
 
 STATMT = "https://www.statmt.org/"
 LANGS = ("en", "fr")
@@ -136,7 +136,7 @@ def download(url: str, dest: Path, *, progress: bool = True, timeout: float = 60
 
 
 def _copy_stream(src: BinaryIO, out: BinaryIO, url: str, *, total: int | None, initial: int, progress: bool) -> None:
-    from moses_integration.progress import progress_bar  # tqdm only where a download runs
+    from infrastructure.progress import progress_bar  # tqdm only where a download runs
 
     with progress_bar(total=total, initial=initial, unit="B", unit_scale=True, show=progress,
                       desc=url.rsplit("/", 1)[-1]) as bar:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from moses_integration.files import atomic_output
+from infrastructure.files import atomic_output
 from moses_integration.moses_ini import MosesIni
 from table1.settings import SCALES, Configuration, RunPlan, ScaleSettings
 from table1.system_training import MosesInstall, run_logged
@@ -237,10 +237,3 @@ def open_work(exp: Experiment) -> None:
     """Make the work folder and record (or check) its settings: the first write of a run."""
     exp.work.mkdir(parents=True, exist_ok=True)
     exp.check_settings()
-
-
-def load_experiment(work: str | os.PathLike[str], scale: str, **kwargs: object) -> Experiment:
-    """:func:`new_experiment` with its work folder opened, ready for any step."""
-    exp = new_experiment(work, scale, **kwargs)
-    open_work(exp)
-    return exp

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from moses_integration.threads import prefer_passive_waits
+from infrastructure.threads import prefer_passive_waits
 
 prefer_passive_waits()  # before torch starts OpenMP: tests share the machine with other work
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 HOLDER = """
 import sys
-from moses_integration.files import exclusive_use
+from infrastructure.files import exclusive_use
 with exclusive_use(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()
@@ -19,7 +19,7 @@ with exclusive_use(sys.argv[1]):
 
 @contextlib.contextmanager
 def held_by_another_process(target: Path) -> Iterator[subprocess.Popen]:
-    """A child process holds ``target`` (:func:`moses_integration.files.exclusive_use`) until the block ends."""
+    """A child process holds ``target`` (:func:`infrastructure.files.exclusive_use`) until the block ends."""
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(target)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:

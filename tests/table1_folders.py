@@ -34,9 +34,17 @@ LM0= 0.5
 """
 
 
+def load_experiment(work: Path, scale: str, **kwargs: object) -> workspace.Experiment:
+    """The experiment in ``work`` at ``scale`` with its work folder opened (settings recorded or checked),
+    ready for any step, as ``table1``'s command opens it before running steps."""
+    exp = workspace.new_experiment(work, scale, **kwargs)
+    workspace.open_work(exp)
+    return exp
+
+
 def small_experiment(tmp_path: Path, **kw) -> workspace.Experiment:
     """A SCALE=small work folder under ``tmp_path``."""
-    return workspace.load_experiment(tmp_path / "work", "small", **kw)
+    return load_experiment(tmp_path / "work", "small", **kw)
 
 
 def write_lines(path: Path, lines: list[str], gz: bool = False) -> None:

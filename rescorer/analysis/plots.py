@@ -19,7 +19,7 @@ import torch
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from moses_integration.files import atomic_output, display_name
+from infrastructure.files import atomic_output, display_name
 from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, iter_lines
 from moses_integration.tokens import split_tokens
 from rescorer.analysis.sampling import encode_phrases

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moses_integration.files import atomic_output, display_name
+from infrastructure.files import atomic_output, display_name
 from rescorer.analysis.compare import ComparedSource, compare_blocks, score_blocks
 from rescorer.analysis.plots import (
     PIXELS,

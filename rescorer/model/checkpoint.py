@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from moses_integration.files import atomic_path
+from infrastructure.files import atomic_path
 from rescorer.model.config import ModelConfig, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import Vocab

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from moses_integration.lines import iter_text_lines
+from infrastructure.lines import iter_text_lines
 from moses_integration.tokens import split_tokens
 
 __all__ = ["EOS", "UNK", "Vocab", "build_vocab_from_corpus", "count_tokens", "read_corpus_lines", "split_tokens"]

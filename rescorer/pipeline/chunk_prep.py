@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from moses_integration.processes import die_with_parent, leave_interrupts_to_parent
+from infrastructure.processes import die_with_parent, leave_interrupts_to_parent
 from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
 from rescorer.pipeline.spool import SpooledChunk, SpooledObject, lines_of
 from rescorer.tables.chunks import LineChunk, TokenIds, parse_chunk, phrases_to_ids

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from moses_integration.files import display_name
+from infrastructure.files import display_name
 from moses_integration.moses_ini import FeatureLine, MosesIni, MosesIniError
 from moses_integration.nplm import neural_lm_feature_line
 from moses_integration.phrase_table import read_phrase_table

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from moses_integration.files import compress_member
+from infrastructure.files import compress_member
 from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, append_score_columns_bulk, format_log_probability
 from rescorer.pipeline.spool import SpooledChunk, lines_of
 from rescorer.tables.aligned import shard_points

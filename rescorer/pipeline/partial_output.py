@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from moses_integration.files import compress_member
-from moses_integration.interrupts import Interrupted
+from infrastructure.files import compress_member
+from infrastructure.interrupts import Interrupted
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.resume import save_progress
@@ -58,7 +58,7 @@ def stop_error(exc: BaseException, writer: DurableWriter, files: OutputFiles, to
     * Input that cannot be read (truncated gzip, bad settings): nothing is kept, since a rerun
       would stop at the same place.
     * Anything else (Ctrl-C, SIGTERM, a crash): what is durable is kept for ``--resume``; an
-      interruption becomes :class:`~moses_integration.interrupts.Interrupted`, which says so.
+      interruption becomes :class:`~infrastructure.interrupts.Interrupted`, which says so.
     In every case a partial file holding no good byte is removed.
     """
     if to_stdout:

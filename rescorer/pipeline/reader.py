@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from moses_integration.files import input_position, open_input
-from moses_integration.processes import die_with_parent, leave_interrupts_to_parent
+from infrastructure.files import input_position, open_input
+from infrastructure.processes import die_with_parent, leave_interrupts_to_parent
 from rescorer.pipeline.shards import ShardFilter
 from rescorer.pipeline.spool import Spool, SpooledChunk
 from rescorer.tables.aligned import aligned_chunks

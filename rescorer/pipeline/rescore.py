@@ -37,16 +37,16 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 
-from moses_integration.files import (
+from infrastructure.files import (
     DEFAULT_MEMBER_LEVEL,
     MEMBER_LEVELS,
     display_name,
     exclusive_use,
     open_input,
 )
+from infrastructure.progress import progress_bar
+from infrastructure.threads import available_cpus
 from moses_integration.phrase_table import PhraseTableError
-from moses_integration.progress import progress_bar
-from moses_integration.threads import available_cpus
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.device import autocast_dtype, matmul_precision, scoring_precision, select_device
 from rescorer.pipeline import score_parquet

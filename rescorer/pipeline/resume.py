@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from moses_integration.files import atomic_write_bytes
+from infrastructure.files import atomic_write_bytes
 
 # 3: the options hold the scorer's device type, precision and token budget; 4: chunks cut at
 # content-fixed sync points (rescorer.tables.aligned), so a version-3 partial output cannot go on;

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from moses_integration.files import atomic_path
+from infrastructure.files import atomic_path
 
 
 def part_path(parts_dir: Path, chunk_index: int) -> Path:

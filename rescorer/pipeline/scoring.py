@@ -33,7 +33,6 @@ from rescorer.pipeline.scoring_plan import (
     encoder_groups,
     encoder_tree,
     plan_scoring,
-    source_groups,
 )
 from rescorer.tables.chunks import TokenIds
 from rescorer.training.data import pad_with_eos
@@ -187,10 +186,6 @@ class PairScorer:
         for rows, used, tree in plan.decoder_groups:
             result[rows] = self._run(decode_tree, rows, (used, tree)).double().cpu().numpy()
         return result
-
-    def _source_groups(self, source_of_row: np.ndarray, target_tokens: np.ndarray) -> list[np.ndarray]:
-        """Rows cut into groups of whole sources (:func:`rescorer.pipeline.scoring_plan.source_groups`)."""
-        return source_groups(source_of_row, target_tokens, self.token_budget, self.options.sort_by_length)
 
     def _score_unshared(self, sources: TokenIds, source_of_row: np.ndarray, targets: TokenIds) -> np.ndarray:
         """One encoding and one padded decoding per row: the naive cost, kept for the benchmark."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moses_integration.processes import owner_alive, process_tag, remove_when_gone, removed_now
+from infrastructure.processes import owner_alive, process_tag, remove_when_gone, removed_now
 from rescorer.tables.chunks import LineChunk
 
 _RAM_FOLDER = Path("/dev/shm")
@@ -100,9 +100,9 @@ class Spool:
     """A private folder of chunk files for one run, removed whole when the run ends (or fails).
 
     A run killed outright (SIGKILL) cannot remove its spool, so a small process of its own does it
-    the moment the run ends (:func:`~moses_integration.processes.remove_when_gone`). Should that one
+    the moment the run ends (:func:`~infrastructure.processes.remove_when_gone`). Should that one
     be killed too (power, a whole process group killed), the folder is named with its owner's
-    :func:`~moses_integration.processes.process_tag`, and every new spool first removes the spools
+    :func:`~infrastructure.processes.process_tag`, and every new spool first removes the spools
     whose owner is gone: RAM held by a dead run is freed by the next run (or ``--resume``).
     """
 

@@ -27,9 +27,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from moses_integration.errors import FileLineError
-from moses_integration.files import display_name
-from moses_integration.lines import iter_text_lines
+from infrastructure.errors import FileLineError
+from infrastructure.files import display_name
+from infrastructure.lines import iter_text_lines
 from moses_integration.tokens import split_tokens
 
 NULL = "NULL"

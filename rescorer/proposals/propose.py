@@ -41,10 +41,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from moses_integration.files import atomic_output, atomic_path, display_name, exclusive_use
-from moses_integration.lines import iter_text_lines
+from infrastructure.files import atomic_output, atomic_path, display_name, exclusive_use
+from infrastructure.lines import iter_text_lines
+from infrastructure.progress import progress_bar
 from moses_integration.phrase_table import SEPARATOR, iter_lines
-from moses_integration.progress import progress_bar
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.device import autocast_dtype, scoring_precision, select_device

@@ -22,8 +22,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from moses_integration.files import PathArg, display_name
-from moses_integration.lines import iter_text_lines
+from infrastructure.files import PathArg, display_name
+from infrastructure.lines import iter_text_lines
 from moses_integration.phrase_table import PhraseTableError, read_phrase_table, score_tokens
 from moses_integration.tokens import split_tokens
 from rescorer.model.vocab import Vocab

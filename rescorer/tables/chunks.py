@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from moses_integration.files import CORRUPT_GZIP_ERRORS, first_unreadable_line
+from infrastructure.files import CORRUPT_GZIP_ERRORS, first_unreadable_line
 from moses_integration.phrase_table import SEPARATOR, PhraseTableError, parse_line, score_tokens
 from moses_integration.tokens import split_tokens_arrow
 

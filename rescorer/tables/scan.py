@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moses_integration.files import display_name
+from infrastructure.files import display_name
+from infrastructure.progress import progress_bar
 from moses_integration.phrase_table import PhraseTableEntry, read_phrase_table
-from moses_integration.progress import progress_bar
 from moses_integration.tokens import split_tokens
 
 DIRECT_COLUMN = 2  # φ(e|f): p(target | source), 0-based

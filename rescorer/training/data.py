@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from moses_integration.files import atomic_path, open_input
-from moses_integration.progress import progress_bar
+from infrastructure.files import atomic_path, open_input
+from infrastructure.progress import progress_bar
 from moses_integration.tokens import split_tokens_arrow
 from rescorer.model.vocab import Vocab, build_vocab_from_corpus
 from rescorer.tables.chunks import EOS_ID, FIELD_SEPARATOR, iter_line_chunks, parse_chunk, phrases_to_ids

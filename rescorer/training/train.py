@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from moses_integration.files import exclusive_use, removed_when_the_disk_fills
-from moses_integration.interrupts import Interrupted
-from moses_integration.progress import progress_bar
+from infrastructure.files import exclusive_use, removed_when_the_disk_fills
+from infrastructure.interrupts import Interrupted
+from infrastructure.progress import progress_bar
 from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
 from rescorer.model.device import (

@@ -13,8 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from cslm.cli import main as cslm_main
-from mert.cli import main as mert_main
-from moses_integration.cli_options import (
+from infrastructure.cli_options import (
     DEFAULT_SEED,
     FiniteFloat,
     IntRange,
@@ -25,6 +24,7 @@ from moses_integration.cli_options import (
     is_input,
     parameter_label,
 )
+from mert.cli import main as mert_main
 from rescorer.cli import main as rescorer_main
 from rescorer.cli import rescore_phrase_table_command
 from table1.cli import main as table1_main
@@ -145,7 +145,7 @@ def test_every_command_takes_the_common_options_that_mean_something_for_it(name,
 # ------------------------------------------------------------------ outputs and failures
 
 # Every output of every command: a place that cannot be written is refused while the command line is
-# read, and a failed run leaves nothing it created (moses_integration.files).
+# read, and a failed run leaves nothing it created (infrastructure.files).
 OUTPUTS: dict[str, set[str]] = {
     "rescorer train": {"model_out"},
     "rescorer plot-scores": {"out_png"},

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from analysis_checkpoint import EXAMPLE_TABLE
 from cslm.cli import main as cslm_main
 from full_disk import fill_up_on_write
+from infrastructure import files
 from mert.cli import main as mert_main
-from moses_integration import files
 from rescorer.cli import main as rescorer_main
 from rescorer.model import checkpoint
 
@@ -52,7 +52,7 @@ def test_cslm_train_on_a_full_disk_is_one_line_and_leaves_no_data_folder(tmp_pat
 
 
 def test_a_command_without_resume_says_so_and_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
-    """``mert evaluate --report``: what is written through the one atomic output (moses_integration.files)."""
+    """``mert evaluate --report``: what is written through the one atomic output (infrastructure.files)."""
     hyp = tmp_path / "hyp.txt"
     hyp.write_text("le chat est noir .\nun chien .\n")
     fill_up_on_write(monkeypatch, files, room=10)

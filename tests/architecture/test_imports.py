@@ -14,10 +14,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Bottom to top: a package may import only from packages before it in this list.
-LAYERS = ("moses_integration", "rescorer", "cslm", "mert", "table1")
-#: Packages that know no model package, and so never load torch: the formats, and MERT, whose extra
+LAYERS = ("infrastructure", "moses_integration", "rescorer", "cslm", "mert", "table1")
+#: Packages that know no model package, and so never load torch: what every command shares (files, CLI
+#: conventions, threads, errors, progress, interrupts, processes), the formats, and MERT, whose extra
 #: n-best features come from above (a package registers one; the CSLM is registered in pyproject.toml).
-MODEL_FREE = ("moses_integration", "mert")
+MODEL_FREE = ("infrastructure", "moses_integration", "mert")
 MODEL_PACKAGES = {"rescorer", "cslm", "torch", "triton"}
 #: Bottom to top inside ``rescorer``: one subpackage per job; ``cli.py`` sits above them all.
 RESCORER_LAYERS = ("tables", "model", "training", "pipeline", "proposals", "analysis")

@@ -148,7 +148,7 @@ def test_the_image_checks_every_moses_binary_the_pipeline_calls():
     the build, not a run days later: every ``install.binary(...)`` of the code, the decoder and
     the tools train-model.perl takes from ``-external-bin-dir`` are checked in the RUN step."""
     root = DOCKERFILE.parents[1]
-    packages = ("moses_integration", "rescorer", "cslm", "mert", "table1")
+    packages = ("infrastructure", "moses_integration", "rescorer", "cslm", "mert", "table1")
     code = [path for package in packages for path in (root / package).glob("*.py")]
     called = {m for path in code for m in re.findall(r'binary\("([\w-]+)"\)', path.read_text())}
     needed = called | {"moses", "extract", "score", "consolidate", "lexical-reordering-score"}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from infrastructure.lines import read_text_lines
 from mert.bleu import ReferenceFileError
 from mert.cli import main
 from mert.evaluate import (
@@ -26,7 +27,6 @@ from mert.evaluate import (
 )
 from mert.features import ExtraFeatureWeights, write_sidecar
 from moses_integration.decoder import DecoderError
-from moses_integration.lines import read_text_lines
 from shared_paths import moses_bin_dir, shared_file
 
 FIXTURE = "fixtures/hansard-enfr"

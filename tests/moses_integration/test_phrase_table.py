@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from moses_integration.files import atomic_output, open_input
+from infrastructure.files import atomic_output, open_input
 from moses_integration.phrase_table import (
     LOG_FLOOR,
     SEPARATOR,
@@ -130,7 +130,7 @@ def test_dash_errors_name_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_stdin_to_stdout_through_a_real_pipe(sample_bytes: bytes) -> None:
     code = (
-        "from moses_integration.files import open_output\nfrom moses_integration.phrase_table import iter_lines\n"
+        "from infrastructure.files import open_output\nfrom moses_integration.phrase_table import iter_lines\n"
         "with open_output('-') as fh:\n"
         "    fh.write(b''.join(raw + b'\\n' for _, raw in iter_lines('-')))\n"
     )

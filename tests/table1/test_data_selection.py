@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moses_integration.lines import text_lines
+from infrastructure.lines import text_lines
 from shared_paths import moses_bin_dir, shared_file
 from table1.data_selection import (
     OOV_TOKEN,

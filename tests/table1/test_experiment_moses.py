@@ -26,6 +26,7 @@ from shared_paths import has_neural_lm, moses_bin_dir, shared_file
 from table1 import collect, systems, tuning, workspace
 from table1.settings import SCALES, CslmSettings, RnnSettings, RunPlan, TextSlice, select_configurations
 from table1.system_training import MosesInstall
+from table1_folders import load_experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.moses]
 
@@ -59,7 +60,7 @@ def tiny(request, monkeypatch, tmp_path):
         tune_max_iterations=2, nbest_size=20, restarts=2,
     )
     monkeypatch.setitem(SCALES, "tiny", settings)
-    return workspace.load_experiment(tmp_path / "work", "tiny", data=data, moses_bin_dir=install.bin_dir,
+    return load_experiment(tmp_path / "work", "tiny", data=data, moses_bin_dir=install.bin_dir,
                               moses_home=install.scripts_dir.parent, jobs=2, device="cpu")
 
 

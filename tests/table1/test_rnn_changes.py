@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from infrastructure.lines import read_text_lines
 from mert.evaluate import decode_test_set
-from moses_integration.lines import read_text_lines
 from moses_integration.moses_ini import MosesIni
 from moses_integration.translation_details import TranslationDetailsError
 from shared_paths import moses_bin_dir, shared_file

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from infrastructure.lines import text_lines
 from mert.tune import DEFAULT_MAX_ITERATIONS, SEED_STRIDE
-from moses_integration.lines import text_lines
 from shared_paths import shared_file
 from table1.settings import (
     CONFIGURATIONS_BY_KEY,

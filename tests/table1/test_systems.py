@@ -11,7 +11,7 @@ from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import NPLMConfig, NPLMModel, write_nplm
 from table1 import systems, workspace
 from table1.settings import SCALES, SMALL, TextSlice
-from table1_folders import small_experiment, write_lines, write_rnn_system
+from table1_folders import load_experiment, small_experiment, write_lines, write_rnn_system
 
 
 def test_full_scale_selects_the_training_and_lm_text_against_the_dev_set(tmp_path, monkeypatch):
@@ -21,7 +21,7 @@ def test_full_scale_selects_the_training_and_lm_text_against_the_dev_set(tmp_pat
 
     small = small_experiment(tmp_path / "s")
     assert small.train_corpus.name == "train.clean" and small.lm_text == small.prepared("lm", "fr")
-    exp = workspace.load_experiment(tmp_path / "work", "full", moses_bin_dir=tmp_path)
+    exp = load_experiment(tmp_path / "work", "full", moses_bin_dir=tmp_path)
     calls = []
 
     def select(install, corpus, in_domain, out, budget_words, work, log, settings, **kw):
@@ -53,7 +53,7 @@ def test_data_step_takes_the_slices_of_the_settings(tmp_path, monkeypatch):
         test=TextSlice("newstest/newstest2014.{lang}", 1, 3),
     )
     monkeypatch.setitem(SCALES, "tiny", settings)
-    exp = workspace.load_experiment(tmp_path / "work", "tiny", data=data)
+    exp = load_experiment(tmp_path / "work", "tiny", data=data)
     systems.step_data(exp)
     raw = exp.work / "raw"
     assert (raw / "train.en").read_text().splitlines() == ["h2 en", "h3 en", "h4 en"]
@@ -98,7 +98,7 @@ def test_news_domain_scales_select_hansard_against_dev_and_news_then_add_the_new
         dev=[TextSlice("newstest/newstest2012.{lang}", 1, 2), TextSlice("newstest/newstest2013.{lang}", 4, 5)],
         test=TextSlice("newstest/newstest2014.{lang}", 1, 3))
     monkeypatch.setitem(SCALES, "tiny", settings)
-    exp = workspace.load_experiment(tmp_path / "work", "tiny", data=data, moses_bin_dir=tmp_path)
+    exp = load_experiment(tmp_path / "work", "tiny", data=data, moses_bin_dir=tmp_path)
     calls = []
 
     def select(install, corpus, in_domain, out, budget_words, work, log, settings, **kw):

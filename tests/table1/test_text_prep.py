@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from moses_integration.lines import text_lines
+from infrastructure.lines import text_lines
 from shared_paths import shared_file
 from table1.text_prep import (
     CleanRules,

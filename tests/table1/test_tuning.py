@@ -8,7 +8,7 @@ import pytest
 
 from table1 import systems, tuning, workspace
 from table1.settings import CONFIGURATIONS_BY_KEY, SMALL, RunPlan, select_configurations
-from table1_folders import small_experiment, write_lines, write_rnn_system, write_tuned_run
+from table1_folders import load_experiment, small_experiment, write_lines, write_rnn_system, write_tuned_run
 
 
 def test_steps_require_their_inputs(tmp_path):
@@ -97,7 +97,7 @@ def test_the_time_plan_sums_measured_rows_and_says_which_optional_rows_fit(tmp_p
     from table1.settings import SCALES
 
     monkeypatch.setitem(SCALES, "plan", dataclasses.replace(SCALES["medium"], name="plan", plan_hours=18.0))
-    exp = workspace.load_experiment(tmp_path / "work", "plan")
+    exp = load_experiment(tmp_path / "work", "plan")
     write_lines(exp.prepared("dev", "en"), ["d"] * 1000)
     write_lines(exp.prepared("test", "en"), ["t"] * 3000)
     # 0.3 s per sentence on 1 thread, 36 s to load; 2 threads: an iteration is 36 + 1000 * 0.3 / 2 = 186 s,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from table1 import collect, workspace
-from table1_folders import small_experiment
+from table1_folders import load_experiment, small_experiment
 
 
 def test_a_stamped_step_is_skipped_on_rerun_and_timed_once(tmp_path):
@@ -39,7 +39,7 @@ def test_a_failed_step_leaves_no_stamp_and_runs_again(tmp_path):
 def test_a_work_folder_refuses_other_settings(tmp_path):
     small_experiment(tmp_path)
     with pytest.raises(workspace.ExperimentError, match="other settings"):
-        workspace.load_experiment(tmp_path / "work", "full")
+        load_experiment(tmp_path / "work", "full")
 
 
 def test_a_folder_made_before_a_setting_existed_is_kept_when_the_setting_is_off(tmp_path):

@@ -10,6 +10,7 @@ from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline import scoring
 from rescorer.pipeline.scoring import CPU_TOKEN_BUDGET, PairScorer, ScoringOptions, auto_token_budget
+from rescorer.pipeline.scoring_plan import source_groups
 from rescorer.tables.chunks import TokenIds
 
 CONFIG = ModelConfig(src_vocab_size=30, tgt_vocab_size=40, hidden=16, embedding=8, maxout_units=8, output_rank=6)
@@ -119,10 +120,10 @@ def test_mixed_precision_path_stays_close(problem):
 
 
 def test_source_groups_keep_each_source_whole_within_the_budget(problem):
-    model, _, source_of_row, targets = problem
-    scorer = PairScorer(model, torch.device("cpu"), options=ScoringOptions(token_budget=40))
+    """A source's targets are decoded in one group (their shared prefixes once), about 40 tokens a group."""
+    _, _, source_of_row, targets = problem
     tokens = targets.lengths + 1
-    groups = scorer._source_groups(source_of_row, tokens)
+    groups = source_groups(source_of_row, tokens, 40, sort_by_length=True)
     assert sorted(np.concatenate(groups).tolist()) == list(range(len(source_of_row)))
     group_of = {}
     for g, rows in enumerate(groups):

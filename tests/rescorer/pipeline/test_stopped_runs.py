@@ -21,7 +21,7 @@ import pytest
 import torch
 from leftovers import marked_env, marked_processes, wait_until_gone
 
-from moses_integration.processes import process_tag
+from infrastructure.processes import process_tag
 from rescorer.model.checkpoint import save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
@@ -93,7 +93,7 @@ def test_sigkill_of_a_parallel_run_leaves_no_process_and_no_spool(tmp_path, mode
 
 
 def test_a_spool_whose_owner_is_dead_is_removed_by_the_next_run(tmp_path, model_file) -> None:
-    dead = subprocess.run([sys.executable, "-c", "from moses_integration.processes import process_tag; "
+    dead = subprocess.run([sys.executable, "-c", "from infrastructure.processes import process_tag; "
                            "print(process_tag())"], capture_output=True, text=True, check=True).stdout.strip()
     base = next(b for b in SPOOL_BASES if b.is_dir() and os.access(b, os.W_OK))
     abandoned = Path(tempfile.mkdtemp(prefix=f"rescore-spool-{dead}-", dir=base))

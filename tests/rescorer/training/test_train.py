@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from held_output import held_by_another_process
-from moses_integration.files import InUseError
+from infrastructure.files import InUseError
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
 from rescorer.training.train import train_on_phrase_table

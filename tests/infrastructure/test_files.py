@@ -16,8 +16,8 @@ import pytest
 
 import unwritable
 from held_output import held_by_another_process
-from moses_integration import files
-from moses_integration.files import (
+from infrastructure import files
+from infrastructure.files import (
     InUseError,
     OutputPlaceError,
     atomic_output,
@@ -117,7 +117,7 @@ def test_atomic_output_plain_and_stdout(tmp_path: Path, capfdbinary: pytest.Capt
 
 
 def test_input_position_counts_compressed_bytes(tmp_path):
-    from moses_integration.files import input_position
+    from infrastructure.files import input_position
 
     data = b"".join(b"w%d ||| v%d ||| 0.5 0.5\n" % (i, i) for i in range(20000))
     gz = tmp_path / "t.gz"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from moses_integration.errors import FileLineError
-from moses_integration.lines import iter_text_lines, read_text_lines, strip_line_end, text_lines
+from infrastructure.errors import FileLineError
+from infrastructure.lines import iter_text_lines, read_text_lines, strip_line_end, text_lines
 
 
 def test_strip_line_end() -> None:

@@ -24,7 +24,7 @@ def prefer_passive_waits() -> None:
     2048² matmul peak, a few long regions, hardly moved. On an idle machine sleeping costs a
     wake-up per region (microseconds); ``OMP_WAIT_POLICY=ACTIVE`` in the environment restores
     spinning. The variable is read when OpenMP starts, i.e. when torch is imported: this is
-    called before that (``moses_integration.cli_options`` on import, the benchmarks first).
+    called before that (``infrastructure.cli_options`` on import, the benchmarks first).
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -47,13 +47,17 @@ def resolve_threads(threads: int | None) -> int:
 
 
 def limit_threads(threads: int | None) -> int:
-    """Use ``threads`` threads (default: the available CPUs) for torch's intra-op pool, if loaded.
+    """Use ``threads`` threads (default: the available CPUs) for torch's intra-op pool, now or when it loads.
 
-    Returns the number chosen so callers size their worker pools from the same figure. torch is
-    only configured when the caller has already imported it: this package never imports torch.
+    Returns the number chosen so callers size their worker pools from the same figure. This package
+    never imports torch: a command that has loaded it gets ``torch.set_num_threads``; one that loads it
+    later (``mert tune`` or ``mert evaluate`` scoring n-best lists with the CSLM) gets ``OMP_NUM_THREADS``,
+    which torch reads for its pool when it starts, so ``--threads`` holds there too.
     """
     n = resolve_threads(threads)
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(n)
+    else:
+        os.environ["OMP_NUM_THREADS"] = str(n)
     return n

@@ -9,7 +9,7 @@ holds its output for the whole run (:func:`exclusive_use`), so that a second run
 output stops at once instead of interleaving its progress with the first one's.
 
 Two rules hold for every output of every command, kept here so that each command keeps them the same
-way (``moses_integration.cli_options`` applies them to every output option): a place that cannot be
+way (``infrastructure.cli_options`` applies them to every output option): a place that cannot be
 written is found while the command line is read (:func:`check_output_place`), and a failed run
 leaves nothing it created (:func:`outputs_of_a_run`).
 """

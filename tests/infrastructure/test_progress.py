@@ -16,7 +16,7 @@ from pathlib import Path
 SCRIPT = """
 import sys, time
 from tqdm import tqdm
-from moses_integration.progress import progress_bar
+from infrastructure.progress import progress_bar
 bar = progress_bar(total=40, show={show}, desc="work")
 for i in range(40):
     time.sleep(0.05)

@@ -43,7 +43,7 @@ def die_with_parent(parent_pid: int) -> None:
 def leave_interrupts_to_parent() -> None:
     """Ignore Ctrl-C and SIGTERM in a child: they reach the whole process group (a terminal's Ctrl-C,
     a scheduler's SIGTERM), and the parent, which stops its children itself, says the one line
-    about it (:mod:`moses_integration.interrupts`), not a traceback per child."""
+    about it (:mod:`infrastructure.interrupts`), not a traceback per child."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 

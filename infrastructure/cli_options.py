@@ -4,7 +4,7 @@
 An MT engineer scripts these commands together, so one option means one thing everywhere:
 
 - ``--threads N``: CPU threads (torch's pool, worker processes, the decoder's ``-threads``); the
-  default is the CPUs this process may use, resolved by :func:`moses_integration.threads.limit_threads`
+  default is the CPUs this process may use, resolved by :func:`infrastructure.threads.limit_threads`
   in every command.
 - ``--device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
 - ``-q/--quiet``: no progress bars or progress lines on stderr.
@@ -24,7 +24,7 @@ Every output (a file or a folder) is an :class:`OutputPath`: a place that cannot
 while the command line is read, before any model is loaded or trained; an output that is one of the
 command's inputs (any other :class:`click.Path` parameter) or another of its outputs is refused before
 the command's body runs; and :func:`friendly_errors` runs the command under
-:func:`moses_integration.files.outputs_of_a_run`, so a failed run leaves nothing it created. This
+:func:`infrastructure.files.outputs_of_a_run`, so a failed run leaves nothing it created. This
 module imports click only: no torch.
 """
 
@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 import click
 
-from moses_integration.files import (
+from infrastructure.files import (
     InUseError,
     OutputPlaceError,
     check_output_place,
@@ -49,8 +49,8 @@ from moses_integration.files import (
     display_name,
     outputs_of_a_run,
 )
-from moses_integration.interrupts import stopped_runs_say_so
-from moses_integration.threads import prefer_passive_waits
+from infrastructure.interrupts import stopped_runs_say_so
+from infrastructure.threads import prefer_passive_waits
 
 # Every command imports this module before torch (the commands import it lazily): idle OpenMP
 # threads then sleep instead of spinning against other processes (prefer_passive_waits says why).
@@ -227,7 +227,7 @@ def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = N
     parameters) are written under :func:`outputs_of_a_run`: what a failed run created goes again, except
     the progress a rerun continues from, which a command keeps when it takes ``--resume`` (or
     ``keeps_progress``). Ctrl-C and SIGTERM end it with one line
-    (:func:`~moses_integration.interrupts.stopped_runs_say_so`).
+    (:func:`~infrastructure.interrupts.stopped_runs_say_so`).
     """
     caught = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
               UnicodeDecodeError, InUseError, *known)

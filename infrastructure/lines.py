@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moses_integration.errors import FileLineError
-from moses_integration.files import CORRUPT_GZIP_ERRORS, PathArg, display_name, first_unreadable_line, open_input
+from infrastructure.errors import FileLineError
+from infrastructure.files import CORRUPT_GZIP_ERRORS, PathArg, display_name, first_unreadable_line, open_input
 
 
 def strip_line_end(raw: bytes) -> bytes:

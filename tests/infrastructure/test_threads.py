@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from moses_integration.threads import available_cpus, limit_threads, resolve_threads
+from infrastructure.threads import available_cpus, limit_threads, resolve_threads
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
 
@@ -19,7 +19,7 @@ def test_default_follows_the_affinity_mask_like_a_slurm_job() -> None:
     code = (
         "import os, torch\n"
         f"os.sched_setaffinity(0, {{{one_cpu}}})\n"
-        "from moses_integration.threads import limit_threads\n"
+        "from infrastructure.threads import limit_threads\n"
         "from rescorer.pipeline.rescore import RescoreOptions\n"
         "print(limit_threads(None), torch.get_num_threads(), RescoreOptions().workers)\n"
     )
@@ -41,10 +41,31 @@ def test_explicit_threads_and_bad_values() -> None:
         torch.set_num_threads(before)
 
 
+def test_threads_hold_for_torch_loaded_after_the_command_chose_them() -> None:
+    """``mert tune --threads 1`` chooses 1 before a CSLM feature loads torch: torch must still use 1,
+    not its own default (the machine's cores)."""
+    pytest.importorskip("torch")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    default = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=env,
+                             capture_output=True, text=True, check=True).stdout.strip()
+    if int(default) < 2:
+        pytest.skip("torch starts with one thread here: nothing to limit")
+    wanted = 1
+    code = (
+        "import sys\n"
+        "from infrastructure.threads import limit_threads\n"
+        f"assert 'torch' not in sys.modules and limit_threads({wanted}) == {wanted}\n"
+        "import torch\n"
+        "print(torch.get_num_threads())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(wanted)
+
+
 def test_every_command_runs_with_sleeping_openmp_threads_unless_told_otherwise() -> None:
     """A fresh interpreter that loads the CLI conventions (as every command does before torch) has
     OMP_WAIT_POLICY=PASSIVE; one given another policy keeps it."""
-    code = "import os, moses_integration.cli_options; print(os.environ['OMP_WAIT_POLICY'])"
+    code = "import os, infrastructure.cli_options; print(os.environ['OMP_WAIT_POLICY'])"
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert fresh.stdout.strip() == "PASSIVE"
