@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from infrastructure.processes import process_tag
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.config import ModelConfig
@@ -157,8 +158,9 @@ def test_with_workers_the_main_process_reads_no_line_and_the_spool_goes_with_the
     def read_here(*_a, **_k):
         raise AssertionError("the main process read the table")
 
-    before = {p for p in Path(tempfile.gettempdir()).glob("rescore-spool-*")} | \
-        {p for p in Path("/dev/shm").glob("rescore-spool-*")}
+    # this process's spools only: other runs on the machine (another test session, a Table 1 run) make theirs
+    ours = f"rescore-spool-{process_tag()}-*"
+    before = {p for p in Path(tempfile.gettempdir()).glob(ours)} | {p for p in Path("/dev/shm").glob(ours)}
     monkeypatch.setattr("rescorer.pipeline.reader.iter_line_chunks", read_here)
     monkeypatch.setattr("rescorer.tables.chunks.iter_line_chunks", read_here)
     out = tmp_path / "out.gz"
@@ -168,8 +170,7 @@ def test_with_workers_the_main_process_reads_no_line_and_the_spool_goes_with_the
     bad.write_bytes(b"\n".join([*real_lines[:700], b"no separators here", *real_lines[700:]]) + b"\n")
     with pytest.raises(PhraseTableError, match="bad.txt:701: "):
         run(bad, tmp_path / "bad-out.gz", checkpoint, 2)
-    after = {p for p in Path(tempfile.gettempdir()).glob("rescore-spool-*")} | \
-        {p for p in Path("/dev/shm").glob("rescore-spool-*")}
+    after = {p for p in Path(tempfile.gettempdir()).glob(ours)} | {p for p in Path("/dev/shm").glob(ours)}
     assert after == before
 
 
