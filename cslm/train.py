@@ -42,7 +42,7 @@ from cslm.model import CSLM, CSLMConfig
 from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
-from infrastructure.files import exclusive_use, removed_when_the_disk_fills
+from infrastructure.files import atomic_output, exclusive_use, removed_when_the_disk_fills
 from infrastructure.interrupts import Interrupted
 from infrastructure.progress import progress_bar
 from moses_integration.tokens import split_tokens
@@ -143,8 +143,8 @@ def _write_split(path: str, lines: np.ndarray, lengths: np.ndarray, vocab: Vocab
     tokens.flush()
     del tokens
     positions = sentence_positions(lengths[chosen] + 1, context).astype(np.uint8)
-    np.save(out / "positions.npy.tmp.npy", positions)
-    os.replace(out / "positions.npy.tmp.npy", out / "positions.npy")
+    with atomic_output(out / "positions.npy") as fh:
+        np.save(fh, positions)
     os.replace(out / "tokens.npy.tmp", out / "tokens.npy")
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrastructure.files import atomic_path
 from infrastructure.lines import text_lines
 from moses_integration.decoder import GETTING_MOSES
 from moses_integration.tokens import split_tokens
@@ -197,12 +198,11 @@ def symmetrize(
     output = Path(output)
     feed = output.with_name(output.name + ".symal-in")
     write_text_lines(feed, symal_input(*(text_lines(p) for p in (src, tgt, forward, reverse))))
-    partial = output.with_name(output.name + ".partial")
-    seconds = run_logged(
-        [install.binary("symal"), "-alignment=grow", "-diagonal=yes", "-final=yes", "-both=yes"],
-        log, stdin=feed, stdout=partial,
-    )
-    os.replace(partial, output)
+    with atomic_path(output) as partial:
+        seconds = run_logged(
+            [install.binary("symal"), "-alignment=grow", "-diagonal=yes", "-final=yes", "-both=yes"],
+            log, stdin=feed, stdout=partial,
+        )
     feed.unlink()
     return seconds
 
@@ -222,9 +222,8 @@ def build_language_model(
         [install.binary("lmplz"), "-o", str(order), "--prune", *map(str, prune), "-S", memory, "-T", work],
         log, stdin=text, stdout=arpa,
     )
-    partial = Path(os.fspath(binary_out) + ".partial")
-    seconds += run_logged([install.binary("build_binary"), "trie", arpa, partial], log)
-    os.replace(partial, binary_out)
+    with atomic_path(binary_out) as partial:
+        seconds += run_logged([install.binary("build_binary"), "trie", arpa, partial], log)
     arpa.unlink()
     return seconds
 

@@ -5,9 +5,9 @@ Baseline Moses system (``baseline``), the RNN column (``rnn``), the table the RN
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 
+from infrastructure.files import atomic_path
 from infrastructure.lines import text_lines
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import neural_lm_feature_line
@@ -208,10 +208,9 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
 
         def run_eflomal() -> None:
             align.mkdir(parents=True, exist_ok=True)
-            fwd, rev = align / "fwd.partial", align / "rev.partial"
-            eflomal_align(src_text, tgt_text, fwd, rev, log)
-            os.replace(fwd, align / f"fwd.{exp.src}-{exp.tgt}")
-            os.replace(rev, align / f"rev.{exp.src}-{exp.tgt}")
+            with atomic_path(align / f"fwd.{exp.src}-{exp.tgt}") as fwd, \
+                    atomic_path(align / f"rev.{exp.src}-{exp.tgt}") as rev:
+                eflomal_align(src_text, tgt_text, fwd, rev, log)
 
         exp.step("baseline/eflomal", run_eflomal)
 

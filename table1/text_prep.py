@@ -18,11 +18,10 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 from joblib import Parallel, delayed
 
-from infrastructure.files import atomic_output
+from infrastructure.files import atomic_output, atomic_path
 from infrastructure.lines import text_lines
 from moses_integration.tokens import split_tokens
 
@@ -106,9 +105,8 @@ def train_truecaser(tokenized: PathArg | Sequence[PathArg], model_out: PathArg) 
     truecaser = MosesTruecaser()
     truecaser.train((split_tokens(line) for path in paths for line in text_lines(path)),
                     possibly_use_first_token=False)
-    tmp = Path(os.fspath(model_out) + ".partial")
-    truecaser.save_model(tmp)
-    os.replace(tmp, model_out)
+    with atomic_path(model_out) as partial:
+        truecaser.save_model(partial)
 
 
 _TRUECASERS: dict[str, object] = {}
