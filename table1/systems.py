@@ -210,6 +210,9 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
             align.mkdir(parents=True, exist_ok=True)
             with atomic_path(align / f"fwd.{exp.src}-{exp.tgt}") as fwd, \
                     atomic_path(align / f"rev.{exp.src}-{exp.tgt}") as rev:
+                # eflomal-align refuses to write over a file, even an empty one: it makes them itself
+                fwd.unlink()
+                rev.unlink()
                 eflomal_align(src_text, tgt_text, fwd, rev, log)
 
         exp.step("baseline/eflomal", run_eflomal)
