@@ -38,13 +38,13 @@ demo: install
 # Every benchmark that runs without arguments (benchmarks/cslm_perplexity.py needs two trained
 # models); the decoder one only with MOSES_BIN_DIR. Figures go to README's performance table.
 bench: install
-	$(BIN)/python benchmarks/train_speed.py
-	$(BIN)/python benchmarks/score_speed.py
-	$(BIN)/python benchmarks/precision.py
-	$(BIN)/python benchmarks/pipeline_speed.py
-	$(BIN)/python benchmarks/mert_speed.py
-	$(BIN)/python benchmarks/cslm_speed.py
-	$(if $(MOSES_BIN_DIR),MOSES_BIN_DIR=$(MOSES_BIN_DIR) $(BIN)/python benchmarks/cslm_decoder_speed.py)
+	$(BIN)/python -m benchmarks.train_speed
+	$(BIN)/python -m benchmarks.score_speed
+	$(BIN)/python -m benchmarks.precision
+	$(BIN)/python -m benchmarks.pipeline_speed
+	$(BIN)/python -m benchmarks.mert_speed
+	$(BIN)/python -m benchmarks.cslm_speed
+	$(if $(MOSES_BIN_DIR),MOSES_BIN_DIR=$(MOSES_BIN_DIR) $(BIN)/python -m benchmarks.cslm_decoder_speed)
 
 # The experiment on a real Moses system (needs MOSES_BIN_DIR): append the RNN scores to the
 # system's phrase table (path read from its moses.ini), tune all weights with `mert tune`, then

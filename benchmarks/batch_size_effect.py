@@ -1,6 +1,6 @@
 """What a larger ``--batch-size`` does to validation perplexity per wall-clock second (issue 38).
 
-Usage: python benchmarks/batch_size_effect.py [--batch-sizes 64,128,256] [--max-time 120] [--threads 1]
+Usage: python -m benchmarks.batch_size_effect [--batch-sizes 64,128,256] [--max-time 120] [--threads 1]
        [--table ../shared/fixtures/hansard-enfr/phrase-table.sample.gz] [--size small] [--device cpu]
 
 Trains the same model (``--size``: SCALE=small's RNN, or ``tiny``) on the unique pairs of
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,9 +25,7 @@ prefer_passive_waits()  # as the commands run (infrastructure.cli_options): befo
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from shared_data import shared_path  # noqa: E402
-
+from benchmarks.shared_data import shared_path  # noqa: E402
 from rescorer.model.config import ModelConfig, TrainConfig  # noqa: E402
 from rescorer.training.train import Validation, train_on_phrase_table  # noqa: E402
 from table1.settings import SMALL  # noqa: E402

@@ -1,6 +1,6 @@
 """Decoding speed with the CSLM inside Moses (NeuralLM), against the same system without it.
 
-Usage: MOSES_BIN_DIR=… python benchmarks/cslm_decoder_speed.py [--sentences 50] [--threads 1]
+Usage: MOSES_BIN_DIR=… python -m benchmarks.cslm_decoder_speed [--sentences 50] [--threads 1]
        [--sizes small,paper] [--weight 0.1] [--model cslm.pt]
 
 Decodes the first ``--sentences`` of the fixture's dev set (../shared/fixtures/hansard-enfr) with the
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -29,9 +28,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from shared_data import shared_path  # noqa: E402
-
+from benchmarks.shared_data import shared_path
 from cslm.export import cslm_to_nplm
 from cslm.model import CSLM, CSLMConfig
 from cslm.model_file import load_cslm

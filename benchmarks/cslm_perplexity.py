@@ -1,6 +1,6 @@
 """Perplexity of a CSLM next to a KenLM model on the same tokenized text, counting the same tokens.
 
-Usage: python benchmarks/cslm_perplexity.py CSLM_MODEL KENLM_MODEL TEXT [TEXT ...]
+Usage: python -m benchmarks.cslm_perplexity CSLM_MODEL KENLM_MODEL TEXT [TEXT ...]
 
 Needs the ``kenlm`` Python module (``pip install kenlm``; not a dependency of the project). Each
 line is split the Moses way; every word and the sentence end ``</s>`` is one predicted token on

@@ -1,6 +1,6 @@
 """CSLM speed at paper size: n-best rescoring (hypotheses/s, tokens/s) and training (n-grams/s).
 
-Usage: python benchmarks/cslm_speed.py [--model cslm.pt] [--sentences 200] [--train-steps 20]
+Usage: python -m benchmarks.cslm_speed [--model cslm.pt] [--sentences 200] [--train-steps 20]
        [--device auto] [--threads N] [--embedding 512 --hidden 1536,1024 --vocab 15001]
        [--train-step eager,static,captured] [--precision fp32,bf16]
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,10 +31,8 @@ prefer_passive_waits()  # as the commands run (infrastructure.cli_options): befo
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine_peak import matmul_peaks  # noqa: E402
-from shared_data import shared_path  # noqa: E402
-
+from benchmarks.machine_peak import matmul_peaks  # noqa: E402
+from benchmarks.shared_data import shared_path  # noqa: E402
 from cslm.model import CSLM, CSLMConfig  # noqa: E402
 from cslm.model_file import load_cslm  # noqa: E402
 from cslm.scoring import ScoreStats, sentence_log_probs  # noqa: E402

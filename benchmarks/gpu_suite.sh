@@ -11,7 +11,7 @@
 #   PYTHON=python3   the interpreter that has torch (the device image's), with this project installed
 #   JOBS=N           worker processes of the end-to-end runs [default: the CPUs less 2]
 # What it writes to OUT (one log per step, summary.txt the figures):
-#   precision.log    model-only scoring, fp32 / TF32 / bf16 (benchmarks/precision.py)
+#   precision.log    model-only scoring, fp32 / TF32 / bf16 (python -m benchmarks.precision)
 #   e2e.<p>.log, gpu-util.<p>.csv   end to end on the table, TF32 and fp32, GPU utilisation sampled
 #   startup.log      command start to exit with a paper-size model on 200 lines
 #   train.log        training, paper size, 64 pairs per update: eager against the captured step
@@ -20,10 +20,12 @@
 #                    --resume'd byte-identical too
 set -euo pipefail
 OUT=${1:?usage: benchmarks/gpu_suite.sh OUT [TABLE]}
-HERE=$(cd "$(dirname "$0")" && pwd)
-TABLE=${2:-${SHARED_DATA_DIR:-$HERE/../../shared}/fixtures/hansard-enfr/model/phrase-table.gz}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+TABLE=${2:-${SHARED_DATA_DIR:-$REPO/../shared}/fixtures/hansard-enfr/model/phrase-table.gz}
+TABLE=$(cd "$(dirname "$TABLE")" && pwd)/$(basename "$TABLE")  # absolute: the benchmarks run from $REPO
 DEVICE=${DEVICE:-cuda}
 PYTHON=${PYTHON:-python3}
+case $PYTHON in */*) PYTHON=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON");; esac  # the bench steps cd
 CPUS=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))')
 JOBS=${JOBS:-$(( CPUS > 3 ? CPUS - 2 : 2 ))}
 if [ -n "${TINY:-}" ]; then
@@ -40,6 +42,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 RESCORE=$(dirname "$(command -v "$PYTHON")")/rescore-phrase-table
 [ -x "$RESCORE" ] || RESCORE="$PYTHON -m rescorer.cli rescore"
+bench() { local name=$1; shift; (cd "$REPO" && "$PYTHON" -m "benchmarks.$name" "$@"); }  # as the docs run them
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 since() { "$PYTHON" -c 'import sys, time; print(f"{time.time() - float(sys.argv[1]):.2f}")' "$1"; }
 : > "$OUT/summary.txt"
@@ -56,10 +59,10 @@ with gzip.open(sys.argv[1]) as src, gzip.open(sys.argv[2], "wb") as dst:
     dst.writelines(itertools.islice(src, int(sys.argv[3])))
 EOF
 fi
-"$PYTHON" "$HERE/random_checkpoint.py" "$IN" "$WORK/model.pt" --size "$SIZE" > /dev/null
+bench random_checkpoint "$IN" "$WORK/model.pt" --size "$SIZE" > /dev/null
 
 # 1. Model-only scoring at each precision.
-"$PYTHON" "$HERE/precision.py" --table "$IN" --lines 0 --model "$WORK/model.pt" --device "$DEVICE" \
+bench precision --table "$IN" --lines 0 --model "$WORK/model.pt" --device "$DEVICE" \
   --precisions "$PRECISIONS" --cpu-lines 0 --small-budget 0 --chunk-lines "$CHUNK" > "$OUT/precision.log" 2>&1
 note "precision: $(grep -Ei 'pairs/s' "$OUT/precision.log" | tail -3 | tr '\n' ' ')"
 
@@ -83,7 +86,7 @@ for p in $E2E_PRECISIONS; do
 done
 
 # 3. Start-up: command start to exit, paper-size model (random weights), 200 lines.
-"$PYTHON" "$HERE/random_checkpoint.py" "$IN" "$WORK/paper.pt" --size paper > /dev/null
+bench random_checkpoint "$IN" "$WORK/paper.pt" --size paper > /dev/null
 "$PYTHON" - "$IN" "$WORK/head.gz" <<'EOF'
 import gzip, itertools, sys
 with gzip.open(sys.argv[1]) as src, gzip.open(sys.argv[2], "wb") as dst:
@@ -94,14 +97,14 @@ $RESCORE "$WORK/head.gz" "$WORK/head.out.gz" --model "$WORK/paper.pt" --device "
 note "start-up (paper size, 200 lines, start to exit): $(since "$start") s"
 
 # 4. Training, paper size, 64 pairs per update: eager against the captured step (fp32, then TF32).
-"$PYTHON" "$HERE/train_speed.py" --device "$DEVICE" $TRAIN > "$OUT/train.log" 2>&1
+bench train_speed --device "$DEVICE" $TRAIN > "$OUT/train.log" 2>&1
 if [ -z "${TINY:-}" ]; then
-  "$PYTHON" "$HERE/train_speed.py" --device "$DEVICE" $TRAIN --precision tf32 >> "$OUT/train.log" 2>&1
+  bench train_speed --device "$DEVICE" $TRAIN --precision tf32 >> "$OUT/train.log" 2>&1
 fi
 note "train: $(grep -Ei 'pairs/s' "$OUT/train.log" | tr '\n' ' ')"
 
 # 5. CSLM training and n-best scoring.
-"$PYTHON" "$HERE/cslm_speed.py" --device "$DEVICE" $CSLM > "$OUT/cslm.log" 2>&1
+bench cslm_speed --device "$DEVICE" $CSLM > "$OUT/cslm.log" 2>&1
 note "cslm: $(grep -Ei 'n-grams/s|hypotheses/s' "$OUT/cslm.log" | tr '\n' ' ')"
 
 # 6. Identity: a rerun, and a run killed after two durable chunks then resumed, against the first.

@@ -1,6 +1,6 @@
 """Speed of ``mert optimize`` against Moses' ``extractor`` + ``mert`` on the real n-best list.
 
-Usage: python benchmarks/mert_speed.py [--restarts 20] [--seed 1000] [--repeats 3]
+Usage: python -m benchmarks.mert_speed [--restarts 20] [--seed 1000] [--repeats 3]
 
 Runs ``mert optimize`` on ``fixtures/hansard-enfr/nbest/dev.nbest.gz`` (19,313 hypotheses,
 200 sentences, 14 features) with the README's start point and ranges (``init.opt``) and
@@ -32,8 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from shared_data import shared_dir  # noqa: E402
+from benchmarks.shared_data import shared_dir
 
 REPO = Path(__file__).resolve().parents[1]
 README_MOSES_SECONDS = 0.90 + 10.0
@@ -55,7 +54,6 @@ def run_ours(nbest: Path, ref: Path, init: Path, restarts: int, seed: int) -> tu
 
 def split_in_process(nbest: Path, ref: Path, init: Path, restarts: int, seed: int) -> tuple[float, float, int]:
     """Loading (parse + BLEU statistics) and optimisation times, and the total iterations."""
-    sys.path.insert(0, str(REPO))
     from mert.nbest_set import load_tuning_set, read_init_opt
     from mert.optimizer import optimize_runs
 

@@ -1,6 +1,6 @@
 """The CPU side of ``rescore-phrase-table``: how fast the pipeline around the model can go.
 
-Usage: python benchmarks/pipeline_speed.py [--table T] [--lines N] [--workers 1,2] [--chunk-lines 100000]
+Usage: python -m benchmarks.pipeline_speed [--table T] [--lines N] [--workers 1,2] [--chunk-lines 100000]
 
 A GPU scores hundreds of thousands of pairs per second; then reading, parsing, prefix-tree
 building, formatting and compression bound the run. This runs the real pipeline
@@ -44,10 +44,8 @@ import numpy as np
 
 # Spawned worker processes import this script again as ``__mp_main__``: heavy imports only here.
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from random_checkpoint import shortlists, write_random_checkpoint
-    from score_speed import default_table
-
+    from benchmarks.random_checkpoint import shortlists, write_random_checkpoint
+    from benchmarks.score_speed import default_table
     from infrastructure.files import DEFAULT_MEMBER_LEVEL, compress_member
     from infrastructure.threads import available_cpus
     from rescorer.pipeline.output_chunks import format_chunk

@@ -1,6 +1,6 @@
 """The model's own scoring speed per precision, and what each precision changes in the scores.
 
-Usage: python benchmarks/precision.py [--table T] [--lines N|0] [--model M.pt] [--device cuda]
+Usage: python -m benchmarks.precision [--table T] [--lines N|0] [--model M.pt] [--device cuda]
        [--precisions fp32,tf32,bf16] [--cpu-lines 20000] [--small-budget 8192] [--out scores.npz]
 
 The table's chunks are parsed and planned first (groups and prefix trees, in worker processes,
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import sys
 import time
 from concurrent import futures
 from pathlib import Path
@@ -35,20 +34,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine_peak import matmul_peaks  # noqa: E402
-from score_speed import SIZES, default_table  # noqa: E402
-
-from rescorer.model.checkpoint import Checkpoint, load_checkpoint  # noqa: E402
-from rescorer.model.config import ModelConfig  # noqa: E402
-from rescorer.model.device import autocast_dtype, matmul_precision, select_device  # noqa: E402
-from rescorer.model.flops import count_flops  # noqa: E402
-from rescorer.model.network import RNNEncoderDecoder  # noqa: E402
-from rescorer.model.vocab import Vocab  # noqa: E402
-from rescorer.pipeline.chunk_prep import PrepareTask, init_worker, prepare_chunk  # noqa: E402
-from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget  # noqa: E402
-from rescorer.pipeline.scoring_plan import ScoringPlan  # noqa: E402
-from rescorer.tables.chunks import LineChunk  # noqa: E402
+from benchmarks.machine_peak import matmul_peaks
+from benchmarks.score_speed import SIZES, default_table
+from rescorer.model.checkpoint import Checkpoint, load_checkpoint
+from rescorer.model.config import ModelConfig
+from rescorer.model.device import autocast_dtype, matmul_precision, select_device
+from rescorer.model.flops import count_flops
+from rescorer.model.network import RNNEncoderDecoder
+from rescorer.model.vocab import Vocab
+from rescorer.pipeline.chunk_prep import PrepareTask, init_worker, prepare_chunk
+from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget
+from rescorer.pipeline.scoring_plan import ScoringPlan
+from rescorer.tables.chunks import LineChunk
 
 
 def read_lines(table: Path, limit: int) -> list[bytes]:

@@ -1,6 +1,6 @@
 """Speed of ``rescorer propose``'s batched beam search, in source phrases per second.
 
-Usage: python benchmarks/propose_speed.py [--model MODEL.pt] [--sources 500] [--beam 10]
+Usage: python -m benchmarks.propose_speed [--model MODEL.pt] [--sources 500] [--beam 10]
        [--max-words 8] [--threads 1] [--device cpu] [--single 100] [--precision fp32,bf16]
 
 The sources are the real, randomly drawn source phrases of
@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from shared_data import shared_path  # noqa: E402
+from benchmarks.shared_data import shared_path
 
 FULL_TABLE_SOURCES = 1_468_693  # distinct sources of fixtures/hansard-enfr/model/phrase-table.gz (its README)
 

@@ -1,6 +1,6 @@
 """A checkpoint with random weights for a table: speed does not depend on the weights' values.
 
-Usage: python benchmarks/random_checkpoint.py TABLE OUT.pt [--size paper|small|tiny] [--seed 0]
+Usage: python -m benchmarks.random_checkpoint TABLE OUT.pt [--size paper|small|tiny] [--seed 0]
 
 The shortlists are the 15,000 most frequent words of each side of the table's first 200,000 lines
 (what a model trained on the table would have), so the scorer sees the table's real share of

@@ -1,6 +1,6 @@
 """Scoring throughput of ``rescore-phrase-table`` on the real fixture table.
 
-Usage: python benchmarks/score_speed.py [--lines 20000] [--device auto] [--sizes paper,small] [--repeat 2]
+Usage: python -m benchmarks.score_speed [--lines 20000] [--device auto] [--sizes paper,small] [--repeat 2]
 
 For each model size it prints, end to end (gzip in, parse, score, format, gzip out):
 * pairs/s;
@@ -26,8 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from shared_data import shared_dir  # noqa: E402
+from benchmarks.shared_data import shared_dir
 
 # The output is compressed by spawned worker processes, which import this script again as
 # ``__mp_main__``: the heavy imports are made only in the benchmark's own process, as the real
@@ -35,9 +34,7 @@ from shared_data import shared_dir  # noqa: E402
 if __name__ == "__main__":
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from machine_peak import matmul_peak_flops
-
+    from benchmarks.machine_peak import matmul_peak_flops
     from rescorer.model.checkpoint import Checkpoint
     from rescorer.model.config import ModelConfig
     from rescorer.model.device import select_device

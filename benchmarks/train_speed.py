@@ -1,6 +1,6 @@
 """Training throughput per model size: pairs/s, updates/s, GFLOP/s and the fraction of the matmul peak.
 
-Usage: python benchmarks/train_speed.py [--sizes paper,small] [--steps 10] [--device auto] [--threads N]
+Usage: python -m benchmarks.train_speed [--sizes paper,small] [--steps 10] [--device auto] [--threads N]
        [--train-step eager,static,captured] [--batch-size 64] [--precision fp32,bf16]
 
 Times the step callable of ``rescorer.training.step`` (:func:`make_train_step`), the very updates
@@ -33,9 +33,7 @@ import argparse
 import functools
 import gzip
 import os
-import sys
 import time
-from pathlib import Path
 
 from infrastructure.threads import prefer_passive_waits
 
@@ -44,10 +42,8 @@ prefer_passive_waits()  # as the commands run (infrastructure.cli_options): befo
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine_peak import matmul_peaks  # noqa: E402
-from shared_data import shared_dir  # noqa: E402
-
+from benchmarks.machine_peak import matmul_peaks  # noqa: E402
+from benchmarks.shared_data import shared_dir  # noqa: E402
 from rescorer.model.config import PRECISIONS, ModelConfig, TrainConfig  # noqa: E402
 from rescorer.model.device import autocast_dtype, matmul_precision, select_device, training_precision  # noqa: E402
 from rescorer.model.flops import count_flops_per_pair  # noqa: E402

@@ -3,15 +3,10 @@ is of the CPU's bf16 units, not of its fp32 ones (issue 47: the bf16 peak printe
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 
-from shared_paths import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import machine_peak  # noqa: E402
+from benchmarks import machine_peak
 
 
 def test_each_precision_is_measured_in_its_own_dtype(monkeypatch: pytest.MonkeyPatch) -> None:

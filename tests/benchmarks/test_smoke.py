@@ -1,0 +1,107 @@
+"""Each benchmark whose figures README or docs/ cite runs at a tiny size and prints those figures:
+a benchmark that breaks fails here rather than leaving a stale figure in the docs (issue 49 item 7).
+Sizes are chosen to finish in seconds on 2 busy cores; the figures themselves are not asserted."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shared_paths import REPO_ROOT, has_neural_lm, moses_bin_dir, shared_file
+
+pytestmark = pytest.mark.slow  # each one a process of its own that imports torch: 5-20 s on 2 busy cores
+
+SAMPLE = str(REPO_ROOT / "examples" / "phrase-table.en-fr.gz")  # 366 lines, in the repository
+NUMBER = r"[\d,.]+"
+RunBenchmark = Callable[..., str]  # the fixture of conftest.py: NAME, *ARGS -> its stdout
+
+
+def test_batch_size_effect_prints_each_batch_size_and_its_perplexity_table(run_benchmark: RunBenchmark) -> None:
+    out = run_benchmark("batch_size_effect", "--table", SAMPLE, "--size", "tiny", "--max-time", "1",
+                        "--batch-sizes", "16,32", "--valid-pairs", "32")
+    for batch in (16, 32):
+        assert re.search(rf"^batch {batch}: \d+ updates .* pairs/s .*best validation perplexity {NUMBER}", out,
+                         re.M), out
+        assert re.search(rf"^ +{batch} \| .*\|", out, re.M), out
+    assert "validation perplexity reached by training pairs seen" in out
+
+
+def test_score_speed_prints_pairs_per_second_and_the_share_of_peak(run_benchmark: RunBenchmark) -> None:
+    out = run_benchmark("score_speed", "--table", SAMPLE, "--lines", "300", "--sizes", "small", "--repeat", "1",
+                        "--workers", "0", "--chunk-lines", "100", "--device", "cpu")
+    assert re.search(rf"fp32 matmul peak \(measured\): {NUMBER} GFLOP/s", out), out
+    assert re.search(rf"^\[small\] d=256: {NUMBER} pairs/s end to end .* MFLOP/pair performed .*"
+                     rf"{NUMBER} GFLOP/s = {NUMBER}% of matmul peak", out, re.M), out
+    assert re.search(rf"without source sharing and length sorting: {NUMBER} pairs/s .*speed-up from both: "
+                     rf"{NUMBER}x", out), out
+
+
+def test_pipeline_speed_prints_each_stage_per_core_and_the_start_up(run_benchmark: RunBenchmark) -> None:
+    out = run_benchmark("pipeline_speed", "--table", SAMPLE, "--workers", "1,2", "--chunk-lines", "100")
+    for workers in (1, 2):
+        assert re.search(rf"^-j {workers}: 366 lines in {NUMBER} s = {NUMBER} lines/s end to end", out, re.M), out
+    assert len(re.findall(rf"^  per core, lines/s: .*read {NUMBER}k, .*format {NUMBER}k$", out, re.M)) == 2, out
+    assert re.search(rf"projected for 16 cores .*: {NUMBER}M lines/s", out), out
+    assert re.search(rf"format stage apart, per core: formatting {NUMBER}k lines/s", out), out
+    assert re.search(rf"^start-up: .* on 200 lines, start to exit: {NUMBER} s", out, re.M), out
+
+
+def test_propose_speed_prints_sources_per_second_batched_and_one_at_a_time(run_benchmark: RunBenchmark) -> None:
+    out = run_benchmark("propose_speed", "--table", SAMPLE, "--sources", "6", "--beam", "2", "--max-words", "2",
+                        "--single", "2", "--precision", "fp32,bf16")
+    for precision in ("fp32", "bf16"):
+        assert re.search(rf"^batched, {precision}: {NUMBER} sources/s .* decoder rows per source", out, re.M), out
+    assert re.search(rf"^bf16 / fp32: {NUMBER}× sources/s; the same best target for \d+ of 6 sources", out, re.M)
+    assert re.search(rf"^one source at a time: {NUMBER} sources/s; batching gains {NUMBER}x", out, re.M), out
+    assert re.search(rf"full table \(1,468,693\): {NUMBER} h at this rate", out), out
+
+
+def test_mert_speed_prints_its_time_bleu_and_the_ratio_to_moses(run_benchmark: RunBenchmark) -> None:
+    shared_file("fixtures/hansard-enfr/nbest/dev.nbest.gz")
+    out = run_benchmark("mert_speed", "--restarts", "0", "--repeats", "1")
+    assert re.search(rf"^mert optimize \(0 restarts \+ start point, .*best {NUMBER} s of 1 runs .*BLEU {NUMBER}",
+                     out, re.M), out
+    assert re.search(rf"in process: load \+ BLEU statistics {NUMBER} s, optimisation {NUMBER} s", out), out
+    assert re.search(rf"^time ratio ours/Moses: {NUMBER}; BLEU ours - Moses: [+-]{NUMBER}", out, re.M), out
+
+
+@pytest.mark.moses
+def test_cslm_decoder_speed_prints_the_slowdown_of_the_cslm_in_moses(run_benchmark: RunBenchmark) -> None:
+    bin_dir = moses_bin_dir()
+    if not has_neural_lm(bin_dir):
+        pytest.skip(f"the Moses in {bin_dir} was built without NPLM (NeuralLM)")
+    shared_file("fixtures/hansard-enfr/filtered/moses.ini")
+    out = run_benchmark("cslm_decoder_speed", "--sentences", "1", "--sizes", "small-one-layer", timeout=300,
+                        env={"MOSES_BIN_DIR": str(bin_dir)})
+    assert re.search(rf"^\| plain \| {NUMBER} \({NUMBER}\) \| {NUMBER} \({NUMBER}\) \| {NUMBER} \| 1.0x \|$", out,
+                     re.M), out
+    assert re.search(rf"^\| CSLM small-one-layer \| .* \| {NUMBER}x \|$", out, re.M), out
+
+
+def test_cslm_perplexity_prints_both_models_perplexities(run_benchmark: RunBenchmark, tmp_path: Path) -> None:
+    pytest.importorskip("kenlm", reason="cslm_perplexity needs the kenlm module (pip install kenlm)")
+    kenlm_model = shared_file("fixtures/hansard-enfr/filtered/lm.fr.binary")
+    dev = shared_file("fixtures/hansard-enfr/data/dev.tok.tc.fr")
+    import torch
+
+    from cslm.model import CSLM, CSLMConfig
+    from cslm.model_file import save_cslm
+    from moses_integration.tokens import split_tokens
+    from rescorer.model.vocab import Vocab
+
+    lines = dev.read_text(encoding="utf-8").splitlines()[:5]
+    text = tmp_path / "dev.fr"
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    counts = Counter(w for line in lines for w in split_tokens(line))
+    vocab = Vocab.from_counts(counts, shortlist=len(counts) // 2)  # half the words out of the shortlist
+    torch.manual_seed(0)
+    model = CSLM(CSLMConfig(vocab_size=len(vocab), embedding=8, hidden=[16]))
+    cslm = save_cslm(tmp_path / "cslm.pt", model, vocab)
+    out = run_benchmark("cslm_perplexity", str(cslm), str(kenlm_model), str(text))
+    assert re.search(r": 5 sentences, \d+ tokens \(</s> included\); out of the CSLM shortlist \d+", out), out
+    assert re.search(rf"all tokens: +CSLM +{NUMBER} +KenLM +{NUMBER}", out), out
+    assert re.search(rf"in both vocabularies: +CSLM +{NUMBER} +KenLM +{NUMBER} +\(\d+ tokens\)", out), out
