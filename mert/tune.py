@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, exclusive_use
 from infrastructure.lines import read_text_lines
 from mert.bleu import References, bleu_stats_batch, corpus_bleu, read_references
@@ -82,7 +83,7 @@ _LOG_COLUMNS = (
 )
 
 
-class TuneError(RuntimeError):
+class TuneError(UserError, RuntimeError):
     """A tuning run that cannot start or continue (bad options, a working-directory conflict)."""
 
 
