@@ -344,7 +344,7 @@ class Tuner:
         names: FeatureNames = [(name, len(values)) for name, values in weights.items() if name not in untuneable]
         try:
             held = fixed_mask(names, self.options.fixed)
-        except ValueError as exc:
+        except UserError as exc:
             raise TuneError(f"{self.ini_path}: {exc}") from exc
         start = weights_vector(weights, names, where=f"the start weights of {self.ini_path}")
         weights.update(weights_dict(l1_normalised(start, held), names))
