@@ -24,7 +24,7 @@ from rescorer.model.config import DictConfig, check_positive_int
 from rescorer.model.network import embedding_layer
 
 
-class CSLMError(UserError, ValueError):
+class CSLMError(UserError):
     """A file that is not a usable CSLM model, or input the model cannot score."""
 
 

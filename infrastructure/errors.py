@@ -25,7 +25,10 @@ class UserError(Exception):
 
 
 class FileLineError(UserError, ValueError):
-    """Base of the format errors; ``str()`` is ``"{path}:{line_no}: {reason}"``."""
+    """Base of the format errors; ``str()`` is ``"{path}:{line_no}: {reason}"``.
+
+    Still a ``ValueError`` too, as it was before :class:`UserError`: code and tests that read a bad
+    field catch a format error as one (the other error classes are :class:`UserError` alone)."""
 
     def __init__(self, path: str | os.PathLike[str], line_no: int | None, reason: str) -> None:
         self.path = os.fspath(path)

@@ -347,7 +347,7 @@ def fsync_directory(folder: Path) -> None:
 _NO_LOCKING = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 
-class InUseError(UserError, RuntimeError):
+class InUseError(UserError):
     """Another running process holds the output (or work folder) this command would write."""
 
 
@@ -422,7 +422,7 @@ def _hold_lock_file(lock: Path, target: PathArg) -> int | None:
 # Places that can be written, and nothing left behind by a failed run
 
 
-class OutputPlaceError(UserError, ValueError):
+class OutputPlaceError(UserError):
     """An output's place cannot be written (found before any work starts, as one line)."""
 
 

@@ -48,7 +48,7 @@ _SENTENCE_END = frozenset({".", ":", "?", "!"})
 _DELAYED_START = frozenset({"(", "[", '"', "'", "&quot;", "&apos;", "&#91;", "&#93;"})
 
 
-class EvaluationError(UserError, ValueError):
+class EvaluationError(UserError):
     """Inputs that cannot be evaluated together (e.g. a decoded file for another test set)."""
 
 

@@ -39,7 +39,7 @@ from moses_integration.tokens import split_tokens
 DEFAULT_CHUNK_HYPOTHESES = 2000
 
 
-class FeatureError(UserError, ValueError):
+class FeatureError(UserError):
     """A feature that cannot be loaded or that returned unusable scores."""
 
 

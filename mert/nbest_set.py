@@ -138,7 +138,7 @@ def load_tuning_set(
 # Weights by feature name
 
 
-class WeightsError(UserError, ValueError):
+class WeightsError(UserError):
     """A weights or init file that does not fit the n-best features, with file and line."""
 
     def __init__(self, path: PathArg, line_no: int, reason: str) -> None:

@@ -83,7 +83,7 @@ _LOG_COLUMNS = (
 )
 
 
-class TuneError(UserError, RuntimeError):
+class TuneError(UserError):
     """A tuning run that cannot start or continue (bad options, a working-directory conflict)."""
 
 

@@ -49,7 +49,7 @@ _FALSE = frozenset({"no", "n", "false", "0"})
 _DENSE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 
 
-class MosesIniError(UserError, ValueError):
+class MosesIniError(UserError):
     """A moses.ini that Moses would reject or misread, located by file and (if known) 1-based line."""
 
     def __init__(self, path: PathArg, line_no: int | None, reason: str) -> None:

@@ -33,7 +33,7 @@ PathArg = str | os.PathLike[str]
 STDERR_TAIL_LINES = 25
 
 
-class MosesToolError(UserError, RuntimeError):
+class MosesToolError(UserError):
     """A Moses program or script is missing or failed (the message holds its log tail)."""
 
 

@@ -42,7 +42,7 @@ STATMT = "https://www.statmt.org/"
 LANGS = ("en", "fr")
 
 
-class DataFetchError(UserError, RuntimeError):
+class DataFetchError(UserError):
     """A download or an archive is not what it should be; the message names the file."""
 
 

@@ -33,7 +33,7 @@ STEP_SETTINGS = {"proposals": "proposals"}
 TIMINGS_FILE = "timings.tsv"
 
 
-class ExperimentError(UserError, RuntimeError):
+class ExperimentError(UserError):
     """The pipeline cannot go on (missing input, a previous step not done, settings changed)."""
 
 

@@ -32,7 +32,7 @@ FORMAT_NAME = "moses-rnn-rescorer-checkpoint"
 FORMAT_VERSION = 1
 
 
-class CheckpointError(UserError, ValueError):
+class CheckpointError(UserError):
     """The file is not a (readable) checkpoint of this tool, or cannot be written as one."""
 
 

@@ -6,5 +6,5 @@ from __future__ import annotations
 from infrastructure.errors import UserError
 
 
-class RescoreError(UserError, RuntimeError):
+class RescoreError(UserError):
     """A run that cannot start or continue; the message says what to do."""

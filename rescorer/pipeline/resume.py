@@ -23,7 +23,7 @@ from infrastructure.files import atomic_write_bytes
 PROGRESS_VERSION = 5
 
 
-class ResumeError(UserError, RuntimeError):
+class ResumeError(UserError):
     """A progress record that does not belong to this run, or partial files that lost bytes."""
 
 

@@ -26,7 +26,7 @@ from rescorer.tables.aligned import shard_points
 from rescorer.tables.chunks import LineChunk
 
 
-class ShardError(UserError, ValueError):
+class ShardError(UserError):
     """A malformed ``--shard``."""
 
 

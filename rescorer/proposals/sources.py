@@ -33,7 +33,7 @@ MOSES_COLUMNS = ("p(f|e)", "lex(f|e)", "p(e|f)", "lex(e|f)")
 KINDS = ("missing", "thin", "table")  # a text n-gram the table lacks; one it covers thinly; --all-sources
 
 
-class ProposalInputError(UserError, ValueError):
+class ProposalInputError(UserError):
     """Input ``rescorer propose`` cannot use, found before any search (one line)."""
 
 
