@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from infrastructure.errors import UserError
 from rescorer.model.config import DictConfig, check_positive_int
 from rescorer.model.network import embedding_layer
 
 
-class CSLMError(ValueError):
+class CSLMError(UserError):
     """A file that is not a usable CSLM model, or input the model cannot score."""
 
 

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from cslm.model import CSLM
+from infrastructure.errors import UserError
 from rescorer.model.config import TRAIN_STEPS
 from rescorer.model.cuda_graphs import (
     CudaGraphs,
@@ -42,14 +43,14 @@ IGNORED = -1  # the target of an empty n-gram in a static minibatch
 def resolve_cslm_step(mode: str, device: torch.device, optimizer: str) -> str:
     """What ``mode`` (one of ``TRAIN_STEPS``) means for a CSLM run; a clear error where it cannot run."""
     if mode not in TRAIN_STEPS:
-        raise ValueError(f"--train-step must be one of {', '.join(TRAIN_STEPS)}, got {mode!r}")
+        raise UserError(f"--train-step must be one of {', '.join(TRAIN_STEPS)}, got {mode!r}")
     if mode == "auto":
         return "captured" if device.type == "cuda" and optimizer == "adam" else "eager"
     if mode == "captured" and device.type != "cuda":
-        raise ValueError(f"--train-step captured needs a CUDA device (CUDA graphs), not {device}; "
+        raise UserError(f"--train-step captured needs a CUDA device (CUDA graphs), not {device}; "
                          "--train-step static runs the same static-shape step without them")
     if mode == "captured" and optimizer != "adam":
-        raise ValueError("--train-step captured needs --optimizer adam: SGD's learning rate changes at every "
+        raise UserError("--train-step captured needs --optimizer adam: SGD's learning rate changes at every "
                          "update, and a CUDA graph would keep the first")
     return mode
 

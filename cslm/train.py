@@ -42,6 +42,7 @@ from cslm.model import CSLM, CSLMConfig
 from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, exclusive_use, removed_when_the_disk_fills
 from infrastructure.interrupts import Interrupted
 from infrastructure.progress import progress_bar
@@ -139,7 +140,7 @@ def _write_split(path: str, lines: np.ndarray, lengths: np.ndarray, vocab: Vocab
         at += len(ids)
     bar.close()
     if at != total:
-        raise ValueError(f"{path}: changed while it was being read ({at} tokens, expected {total})")
+        raise UserError(f"{path}: changed while it was being read ({at} tokens, expected {total})")
     tokens.flush()
     del tokens
     positions = sentence_positions(lengths[chosen] + 1, context).astype(np.uint8)
@@ -156,7 +157,7 @@ class NgramSplit:
         self.positions = np.load(folder / "positions.npy", mmap_mode="r")
         self.config = config
         if len(self.tokens) != len(self.positions):
-            raise ValueError(f"{folder}: tokens.npy and positions.npy differ in length; delete the folder")
+            raise UserError(f"{folder}: tokens.npy and positions.npy differ in length; delete the folder")
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -204,7 +205,7 @@ def prepare_corpus(
         counted = count_corpus(corpus, progress)
         n = len(counted.lengths)
         if n == 0:
-            raise ValueError(f"{corpus}: the corpus is empty")
+            raise UserError(f"{corpus}: the corpus is empty")
         if vocab is None:
             vocab = Vocab.from_counts(counted.counts, shortlist)
         if valid:
@@ -213,7 +214,7 @@ def prepare_corpus(
         else:
             n_valid = min(max(500, round(n * 0.001)), max(1, n // 10))
             if n < 2:
-                raise ValueError(f"{corpus}: need at least 2 lines to hold out validation text")
+                raise UserError(f"{corpus}: need at least 2 lines to hold out validation text")
             order_ = np.random.default_rng(seed).permutation(n)
             train_lines = np.sort(order_[n_valid:])
             valid_counts = CorpusCounts(Counter(), counted.lengths)
@@ -407,7 +408,7 @@ class _CSLMTraining:
         loaded = load_cslm(resume_from, dev) if resume and resume_from.exists() else None
         if loaded is not None:
             if loaded.train_state is None or loaded.optimizer_state is None:
-                raise ValueError(f"{resume_from}: the model file holds no training state to resume from")
+                raise UserError(f"{resume_from}: the model file holds no training state to resume from")
             model_config = loaded.model.config
         vocab, train_split, valid_split, fingerprint = prepare_corpus(
             corpus, Path(str(model_out) + ".data"), shortlist=shortlist, order=model_config.order, valid=valid,
@@ -422,7 +423,7 @@ class _CSLMTraining:
         if loaded is not None:
             assert loaded.train_state is not None and loaded.optimizer_state is not None
             if loaded.train_state.get("data") != fingerprint:
-                raise ValueError(f"{resume_from}: trained on other data (or other settings) than {corpus}; "
+                raise UserError(f"{resume_from}: trained on other data (or other settings) than {corpus}; "
                                  "cannot resume")
             model.load_state_dict(loaded.model.state_dict())
             optimizer.load_state_dict(loaded.optimizer_state)

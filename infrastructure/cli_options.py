@@ -14,9 +14,10 @@ An MT engineer scripts these commands together, so one option means one thing ev
 Each command takes those of them that mean something for it (``tests/architecture/test_cli_conventions.py``
 lists which, and why).
 
-A bad value is one line and exit 1 (the project's rule for bad input), not a usage screen, and the
-known input errors (:class:`ValueError` and its file-and-line subclasses, a missing file, bad UTF-8,
-a full disk) print as one line through :func:`friendly_errors`. Every number is an :class:`IntRange` or
+A bad value is one line and exit 1 (the project's rule for bad input), not a usage screen, and what
+the user must fix (a :class:`~infrastructure.errors.UserError`, a file the command cannot open, bad
+UTF-8, a full disk) prints as one line through :func:`friendly_errors`; any other exception is a bug
+and keeps its traceback. Every number is an :class:`IntRange` or
 a :class:`FiniteFloat` (the one validating type, whose range ``--help`` shows) and every input file a
 :class:`OneLinePath`.
 
@@ -40,8 +41,8 @@ from typing import Any, TypeVar
 
 import click
 
+from infrastructure.errors import UserError
 from infrastructure.files import (
-    InUseError,
     OutputPlaceError,
     check_output_place,
     check_outputs_are_not_inputs,
@@ -217,21 +218,32 @@ def _show_warning_in_one_line(message, category, filename, lineno, file=None, li
     print(f"warning: {message}", file=sys.stderr if file is None else file)
 
 
-def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = None) -> Callable[[F], F]:
-    """Every command's body runs through this: one line for known errors, nothing left by a failed run.
+#: The :class:`OSError`\ s of a file the command was told to read or write (a missing or unreadable input,
+#: a folder where a file should be): the user fixes them, so they are one line when they name the file.
+FILE_PROBLEMS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def is_users_to_fix(exc: BaseException) -> bool:
+    """Whether ``exc`` is the user's to fix, so one line, not a traceback: a :class:`UserError`, an
+    :class:`OSError` of a named file (:data:`FILE_PROBLEMS`) or bad UTF-8 in an input. Anything else,
+    a plain ``ValueError`` included, is a bug in the project, and its traceback is what a report needs."""
+    if isinstance(exc, FILE_PROBLEMS):
+        return exc.filename is not None
+    return isinstance(exc, (UserError, UnicodeDecodeError))
+
+
+def friendly_errors(*, keeps_progress: bool | None = None) -> Callable[[F], F]:
+    """Every command's body runs through this: one line for the user's errors, nothing left by a failed run.
 
     Before any work, an output that is one of the command's inputs (or another of its outputs) is
-    refused (:func:`check_outputs_are_not_inputs`). Known input problems, an output another run holds,
-    a full disk (:func:`disk_full_error`) and the ``known`` errors of a command print as one line and
-    exit 1; a warning prints as one ``warning: …`` line. The command's outputs (its :class:`OutputPath`
+    refused (:func:`check_outputs_are_not_inputs`). What the user must fix (:func:`is_users_to_fix`)
+    and a full disk (:func:`disk_full_error`) print as one line and exit 1; anything else keeps its
+    traceback; a warning prints as one ``warning: …`` line. The command's outputs (its :class:`OutputPath`
     parameters) are written under :func:`outputs_of_a_run`: what a failed run created goes again, except
     the progress a rerun continues from, which a command keeps when it takes ``--resume`` (or
     ``keeps_progress``). Ctrl-C and SIGTERM end it with one line
     (:func:`~infrastructure.interrupts.stopped_runs_say_so`).
     """
-    caught = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
-              UnicodeDecodeError, InUseError, *known)
-
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -252,10 +264,10 @@ def friendly_errors(*known: type[BaseException], keeps_progress: bool | None = N
                         warnings.catch_warnings():
                     warnings.showwarning = _show_warning_in_one_line
                     return fn(*args, **kwargs)
-            except caught as exc:
-                raise click.ClickException(one_line(exc)) from exc
-            except (OSError, RuntimeError) as exc:
-                if disk_full_error(exc) is None:
+            except Exception as exc:
+                if is_users_to_fix(exc):
+                    raise click.ClickException(one_line(exc)) from exc
+                if not isinstance(exc, (OSError, RuntimeError)) or disk_full_error(exc) is None:
                     raise
                 rerun = ("run again with --resume to continue" if takes_resume
                          else "run again to continue" if keeps else "run again")

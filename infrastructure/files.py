@@ -34,6 +34,8 @@ from typing import BinaryIO
 
 from isal import igzip, igzip_threaded, isal_zlib
 
+from infrastructure.errors import UserError
+
 GZIP_MAGIC = b"\x1f\x8b"
 STDIO_NAME = "-"
 
@@ -345,7 +347,7 @@ def fsync_directory(folder: Path) -> None:
 _NO_LOCKING = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 
-class InUseError(RuntimeError):
+class InUseError(UserError):
     """Another running process holds the output (or work folder) this command would write."""
 
 
@@ -420,7 +422,7 @@ def _hold_lock_file(lock: Path, target: PathArg) -> int | None:
 # Places that can be written, and nothing left behind by a failed run
 
 
-class OutputPlaceError(ValueError):
+class OutputPlaceError(UserError):
     """An output's place cannot be written (found before any work starts, as one line)."""
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
+from infrastructure.errors import UserError
+
 
 def prefer_passive_waits() -> None:
     """Let torch's idle OpenMP threads sleep rather than spin, unless ``OMP_WAIT_POLICY`` is set.
@@ -42,7 +44,7 @@ def resolve_threads(threads: int | None) -> int:
     if threads is None:
         return available_cpus()
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"--threads must be a whole number >= 1, got {threads!r}")
+        raise UserError(f"--threads must be a whole number >= 1, got {threads!r}")
     return threads
 
 

@@ -26,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from infrastructure.errors import FileLineError
+from infrastructure.errors import FileLineError, UserError
 from infrastructure.files import PathArg, display_name
 from infrastructure.lines import read_text_lines
 
@@ -102,10 +102,10 @@ class References:
     def from_lines(cls, streams: Sequence[Sequence[str]]) -> References:
         """From one list of lines per reference file (all of equal length)."""
         if not streams:
-            raise ValueError("at least one reference stream is needed")
+            raise UserError("at least one reference stream is needed")
         lengths = {len(s) for s in streams}
         if len(lengths) != 1:
-            raise ValueError(f"reference streams differ in length: {sorted(lengths)}")
+            raise UserError(f"reference streams differ in length: {sorted(lengths)}")
         return cls([[stream[i].split() for stream in streams] for i in range(len(streams[0]))])
 
 

@@ -7,13 +7,10 @@ the references and prints optimised weights in ``moses.ini`` ``[weight]`` syntax
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -124,23 +121,6 @@ def optimize_command(
 
 
 
-def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Tuning/evaluation failures (Moses missing or failing, a bad feature) as one clear message."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from mert.tune import TuneError
-        from moses_integration.decoder import DecoderError
-        from moses_integration.moses_ini import MosesIniError
-
-        try:
-            return fn(*args, **kwargs)
-        except (TuneError, DecoderError, MosesIniError) as exc:
-            raise click.ClickException(str(exc)) from exc
-
-    return wrapper
-
-
 @main.command("tune")
 @click.option("--moses-ini", "ini", required=True, type=OneLinePath(exists=True, dir_okay=False, path_type=Path),
               help="the system to tune (its weights are the start point)")
@@ -179,7 +159,6 @@ def _tune_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="Moses' scripts/ folder for --engine moses (default: $MOSES_SCRIPTS_DIR, or BIN/../scripts)")
 @quiet_option("no progress lines on stderr (each iteration's BLEU and weights are still in WORK_DIR)")
 @friendly_errors()
-@_tune_errors
 def tune_command(
     ini: Path,
     source: Path,
@@ -286,7 +265,6 @@ def tune_command(
               help="also write the report as JSON here")
 @quiet_option("no progress lines on stderr")
 @friendly_errors()
-@_tune_errors
 def evaluate_command(
     refs: tuple[Path, ...],
     tok_refs: tuple[Path, ...],

@@ -32,6 +32,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
+from infrastructure.errors import UserError
 from infrastructure.files import PathArg, atomic_output, display_name
 from infrastructure.lines import read_text_lines
 from mert.bleu import ReferenceFileError, read_reference_lines
@@ -47,7 +48,7 @@ _SENTENCE_END = frozenset({".", ":", "?", "!"})
 _DELAYED_START = frozenset({"(", "[", '"', "'", "&quot;", "&apos;", "&#91;", "&#93;"})
 
 
-class EvaluationError(ValueError):
+class EvaluationError(UserError):
     """Inputs that cannot be evaluated together (e.g. a decoded file for another test set)."""
 
 

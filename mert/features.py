@@ -27,6 +27,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from infrastructure.errors import UserError
 from infrastructure.files import PathArg, atomic_output, display_name
 from infrastructure.lines import read_text_lines
 from moses_integration.moses_ini import dense_feature_name_problem
@@ -38,7 +39,7 @@ from moses_integration.tokens import split_tokens
 DEFAULT_CHUNK_HYPOTHESES = 2000
 
 
-class FeatureError(ValueError):
+class FeatureError(UserError):
     """A feature that cannot be loaded or that returned unusable scores."""
 
 

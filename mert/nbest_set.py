@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from infrastructure.errors import UserError
 from infrastructure.files import PathArg, display_name
 from infrastructure.lines import read_text_lines
 from mert.bleu import References, bleu_stats_batch, read_references
@@ -111,7 +112,7 @@ def merge_nbest_lists(paths: Sequence[PathArg], *, expected_sentences: int | Non
 def build_mert_data(nbest: NBestSet, references: References) -> MertData:
     """Features and BLEU statistics of every hypothesis, ready for the line search."""
     if len(references) != nbest.num_sentences:
-        raise ValueError(f"{len(references)} references for {nbest.num_sentences} sentences")
+        raise UserError(f"{len(references)} references for {nbest.num_sentences} sentences")
     stats = bleu_stats_batch([h.split() for h in nbest.hypotheses], nbest.sent_ids, references)
     return MertData(nbest.features, stats, nbest.offsets)
 
@@ -137,7 +138,7 @@ def load_tuning_set(
 # Weights by feature name
 
 
-class WeightsError(ValueError):
+class WeightsError(UserError):
     """A weights or init file that does not fit the n-best features, with file and line."""
 
     def __init__(self, path: PathArg, line_no: int, reason: str) -> None:
@@ -302,5 +303,5 @@ def fixed_mask(names: FeatureNames, fixed: Sequence[str]) -> np.ndarray:
         elif item in columns:
             mask[columns.index(item)] = True
         else:
-            raise ValueError(f"--fixed {item}: no such feature or column (have {' '.join(n for n, _ in names)})")
+            raise UserError(f"--fixed {item}: no such feature or column (have {' '.join(n for n, _ in names)})")
     return mask

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 from sacrebleu.metrics import BLEU
 
+from infrastructure.errors import UserError
+
 DEFAULT_SAMPLES = 1000
 
 
@@ -48,7 +50,7 @@ def _pooled_statistics(runs: Sequence[Sequence[str]], references: Sequence[Seque
     total = None
     for hyps in runs:
         if len(hyps) != len(refs[0]):
-            raise ValueError(f"a run has {len(hyps)} segments but the references {len(refs[0])}")
+            raise UserError(f"a run has {len(hyps)} segments but the references {len(refs[0])}")
         stats = np.asarray(metric._extract_corpus_statistics(list(hyps), refs), dtype=np.float64)
         total = stats if total is None else total + stats
     return total  # type: ignore[return-value]
@@ -89,7 +91,7 @@ def pooled_bootstrap(
 ) -> PooledTest:
     """Paired bootstrap of all runs of a system against the same-numbered runs of the baseline."""
     if len(baseline_runs) != len(system_runs):
-        raise ValueError(f"{len(system_runs)} system runs but {len(baseline_runs)} baseline runs: pair them by run")
+        raise UserError(f"{len(system_runs)} system runs but {len(baseline_runs)} baseline runs: pair them by run")
     if samples < 1:
         raise ValueError("bootstrap needs at least one sample")
     base, system = _pooled_statistics(baseline_runs, references), _pooled_statistics(system_runs, references)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, exclusive_use
 from infrastructure.lines import read_text_lines
 from mert.bleu import References, bleu_stats_batch, corpus_bleu, read_references
@@ -82,7 +83,7 @@ _LOG_COLUMNS = (
 )
 
 
-class TuneError(RuntimeError):
+class TuneError(UserError):
     """A tuning run that cannot start or continue (bad options, a working-directory conflict)."""
 
 
@@ -343,7 +344,7 @@ class Tuner:
         names: FeatureNames = [(name, len(values)) for name, values in weights.items() if name not in untuneable]
         try:
             held = fixed_mask(names, self.options.fixed)
-        except ValueError as exc:
+        except UserError as exc:
             raise TuneError(f"{self.ini_path}: {exc}") from exc
         start = weights_vector(weights, names, where=f"the start weights of {self.ini_path}")
         weights.update(weights_dict(l1_normalised(start, held), names))

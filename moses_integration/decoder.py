@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_path
 
 STDERR_TAIL_LINES = 25
@@ -25,7 +26,7 @@ STDERR_TAIL_LINES = 25
 GETTING_MOSES = "to get Moses, see docs/moses-nplm.md (build it) or docker/README.md (an image with it)"
 
 
-class DecoderError(RuntimeError):
+class DecoderError(UserError):
     """Moses could not be found, or exited with an error (the message holds its stderr tail)."""
 
 

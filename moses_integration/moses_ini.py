@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_output
 
 PathArg = str | os.PathLike[str]
@@ -48,7 +49,7 @@ _FALSE = frozenset({"no", "n", "false", "0"})
 _DENSE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 
 
-class MosesIniError(ValueError):
+class MosesIniError(UserError):
     """A moses.ini that Moses would reject or misread, located by file and (if known) 1-based line."""
 
     def __init__(self, path: PathArg, line_no: int | None, reason: str) -> None:

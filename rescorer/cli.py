@@ -22,7 +22,6 @@ from infrastructure.cli_options import (
 )
 from infrastructure.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
 from rescorer.model.config import PRECISIONS, TRAIN_STEPS, ModelConfig, TrainConfig
-from rescorer.pipeline.errors import RescoreError
 
 DEFAULT_TRAIN_TIME = 1800.0
 
@@ -100,7 +99,7 @@ def main() -> None:
 @resume_option("continue the run saved in MODEL_OUT")
 @_train_step_option
 @_run_options
-@friendly_errors(RescoreError)
+@friendly_errors()
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
                   maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
                   resume, device, precision, train_step, threads, quiet) -> None:
@@ -132,13 +131,10 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
 
 
 def _load(model_path: str, device: str = "cpu"):
-    from rescorer.model.checkpoint import CheckpointError, load_checkpoint
+    from rescorer.model.checkpoint import load_checkpoint
     from rescorer.model.device import select_device
 
-    try:
-        return load_checkpoint(model_path, map_location=select_device(device))
-    except CheckpointError as exc:
-        raise click.ClickException(str(exc)) from exc
+    return load_checkpoint(model_path, map_location=select_device(device))
 
 
 @main.command("sample")
@@ -154,7 +150,7 @@ def _load(model_path: str, device: str = "cpu"):
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a Markdown table")
 @device_option()
 @threads_option()
-@friendly_errors(RescoreError)
+@friendly_errors()
 def sample_command(model_path, source, samples, beam, seed, max_words, as_json, device, threads) -> None:
     """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
     import json
@@ -192,7 +188,7 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 @quiet_option("no progress bar")
 @device_option()
 @threads_option()
-@friendly_errors(RescoreError)
+@friendly_errors()
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
                     as_json, quiet, device, threads) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
@@ -217,7 +213,7 @@ def compare_command(model_path, phrase_table, min_src_words, frequent, sources, 
 @click.argument("out_png", type=OutputPath())
 @click.option("--column", type=IntRange(min=1), default=3, show_default=True,
               help="the table's score column on the x axis (3 = direct φ(e|f) in Moses tables)")
-@friendly_errors(RescoreError)
+@friendly_errors()
 def plot_scores_command(scores_parquet, out_png, column) -> None:
     """RNN log p against the table's log φ(e|f), from rescore-phrase-table --scores-parquet (paper Fig. 3)."""
     from rescorer.analysis.plots import plot_scores, read_scores_parquet
@@ -234,7 +230,7 @@ def plot_scores_command(scores_parquet, out_png, column) -> None:
               help="the most frequent source words to map")
 @click.option("--labels", type=IntRange(min=0), default=150, show_default=True, help="at most this many labels")
 @seed_option()
-@friendly_errors(RescoreError)
+@friendly_errors()
 def map_words_command(model_path, out_png, words, labels, seed) -> None:
     """2-D t-SNE map of the source word embeddings (paper Fig. 4)."""
     from rescorer.analysis.plots import map_words
@@ -256,7 +252,7 @@ def map_words_command(model_path, out_png, words, labels, seed) -> None:
 @seed_option()
 @device_option()
 @threads_option()
-@friendly_errors(RescoreError)
+@friendly_errors()
 def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, labels, seed, device, threads) -> None:
     """2-D t-SNE map of the summaries c of PHRASES (paper Fig. 5).
 
@@ -294,7 +290,7 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 @quiet_option("no progress messages")
 @device_option()
 @threads_option()
-@friendly_errors(RescoreError)
+@friendly_errors()
 def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
                    score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device, threads) -> None:
     """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
@@ -310,10 +306,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
     page = build_report(model_path, phrase_table, out_dir, options)
     click.echo(f"wrote {page}", err=True)
     if screenshot:
-        try:
-            take_screenshot(page, screenshot, browser=browser)
-        except RuntimeError as exc:
-            raise click.ClickException(str(exc)) from exc
+        take_screenshot(page, screenshot, browser=browser)
         click.echo(f"wrote {screenshot}", err=True)
 
 
@@ -371,7 +364,7 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @seed_option("seed of the training without --model (initial weights, batch order)")
 @_train_step_option
 @_run_options
-@friendly_errors(RescoreError)
+@friendly_errors()
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
                                  shortlist, hidden, embedding, maxout_units, output_rank, init_std, moses_ini,
                                  moses_ini_out, table_name, rnn_weight, wp_weight, cslm, cslm_name, cslm_weight,
@@ -488,7 +481,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 @resume_option("continue a killed or failed run from its work folder .OUTPUT_TABLE.propose/ (same inputs and "
                "options)")
 @_run_options
-@friendly_errors(RescoreError)
+@friendly_errors()
 def propose_command(input_table, output_table, model_path, for_text, thin_below, max_source_words, beam, per_source,
                     max_target_words, lex_e2f, lex_f2e, list_path, moses_ini, moses_ini_out, table_name, rnn_weight,
                     wp_weight, proposed_weight, rows_per_step, workers, token_budget, resume, device, precision,

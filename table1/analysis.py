@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-from infrastructure.errors import FileLineError
+from infrastructure.errors import FileLineError, UserError
 from infrastructure.lines import read_text_lines
 from mert.line_search import line_search
 from mert.nbest_set import load_tuning_set
@@ -50,7 +50,7 @@ def read_log_scores(table: Path) -> np.ndarray:
     """ln of every score of a (rescored) phrase table, as Moses reads them: max(ln p, −100)."""
     rows = [entry.scores for entry in read_phrase_table(table)]
     if not rows:
-        raise ValueError(f"{table}: no phrase pairs")
+        raise UserError(f"{table}: no phrase pairs")
     with np.errstate(divide="ignore"):
         return np.maximum(np.log(np.asarray(rows, dtype=np.float64)), LOG_FLOOR)
 

@@ -23,8 +23,7 @@ from infrastructure.cli_options import (
 from infrastructure.threads import resolve_threads
 from table1 import experiment as ex
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
-from table1.system_training import MosesToolError
-from table1.workspace import ExperimentError, new_experiment
+from table1.workspace import new_experiment
 
 
 @click.command("table1")
@@ -54,7 +53,7 @@ from table1.workspace import ExperimentError, new_experiment
               show_default=True, help="where the report step writes table1.{md,json,png}")
 @click.option("--mirror", default="https://www.statmt.org/", show_default=True,
               help="data step: where the WMT'14 training and LM archives that DATA lacks are fetched from")
-@friendly_errors(ExperimentError, MosesToolError, keeps_progress=True)  # finished steps are stamped and kept
+@friendly_errors(keeps_progress=True)  # finished steps are stamped and kept
 def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, moses_bin_dir: Path | None,
          moses_home: Path | None, threads: int | None, device: str, configs: str, runs: int, aligner: str,
          results: Path, mirror: str) -> None:

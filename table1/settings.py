@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass
 
+from infrastructure.errors import UserError
+
 
 @dataclass(frozen=True)
 class TextSlice:
@@ -348,7 +350,7 @@ def select_configurations(keys: str | list[str] | None) -> list[Configuration]:
         return list(CONFIGURATIONS)
     unknown = [k for k in keys if k not in CONFIGURATIONS_BY_KEY]
     if unknown:
-        raise ValueError(f"unknown configuration(s) {', '.join(unknown)} (have {', '.join(CONFIGURATIONS_BY_KEY)})")
+        raise UserError(f"unknown configuration(s) {', '.join(unknown)} (have {', '.join(CONFIGURATIONS_BY_KEY)})")
     return [c for c in ALL_CONFIGURATIONS if c.key in keys]
 
 
@@ -375,7 +377,7 @@ class RunPlan:
         configurations differ only in their columns.
         """
         if not 1 <= self.run <= MAX_RUNS:
-            raise ValueError(f"run {self.run}: runs are numbered 1..{MAX_RUNS}")
+            raise UserError(f"run {self.run}: runs are numbered 1..{MAX_RUNS}")
         return RUN_SEED_BASE + self.run - 1
 
     @property

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_path
 from infrastructure.lines import text_lines
 from moses_integration.decoder import GETTING_MOSES
@@ -33,7 +34,7 @@ PathArg = str | os.PathLike[str]
 STDERR_TAIL_LINES = 25
 
 
-class MosesToolError(RuntimeError):
+class MosesToolError(UserError):
     """A Moses program or script is missing or failed (the message holds its log tail)."""
 
 
@@ -149,7 +150,7 @@ def _links(line: str, where: str) -> list[tuple[int, int]]:
     for item in line.split():
         i, sep, j = item.partition("-")
         if not sep or not i.isdigit() or not j.isdigit():
-            raise ValueError(f"{where}: bad alignment link {item!r} (expected i-j)")
+            raise UserError(f"{where}: bad alignment link {item!r} (expected i-j)")
         pairs.append((int(i), int(j)))
     return pairs
 
@@ -172,12 +173,12 @@ def symal_input(
         to_src = [0] * len(t)
         for i, j in _links(fwd, f"forward alignment line {n}"):
             if i >= len(s) or j >= len(t):
-                raise ValueError(f"forward alignment line {n}: link {i}-{j} outside {len(s)}x{len(t)} words")
+                raise UserError(f"forward alignment line {n}: link {i}-{j} outside {len(s)}x{len(t)} words")
             to_src[j] = i + 1
         to_tgt = [0] * len(s)
         for i, j in _links(rev, f"reverse alignment line {n}"):
             if i >= len(s) or j >= len(t):
-                raise ValueError(f"reverse alignment line {n}: link {i}-{j} outside {len(s)}x{len(t)} words")
+                raise UserError(f"reverse alignment line {n}: link {i}-{j} outside {len(s)}x{len(t)} words")
             to_tgt[i] = j + 1
         yield "1"
         yield f"{len(t)} {' '.join(t)} # {' '.join(map(str, to_src))}"

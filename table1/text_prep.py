@@ -21,6 +21,7 @@ from functools import partial
 
 from joblib import Parallel, delayed
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, atomic_path
 from infrastructure.lines import text_lines
 from moses_integration.tokens import split_tokens
@@ -191,7 +192,7 @@ def clean_corpus_files(
         for f, e in itertools.zip_longest(src_lines, tgt_lines):
             if f is None or e is None:
                 short = src_in if f is None else tgt_in
-                raise ValueError(f"{os.fspath(short)}:{read + 1}: file ends before its parallel file")
+                raise UserError(f"{os.fspath(short)}:{read + 1}: file ends before its parallel file")
             read += 1
             yield f, e
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, fsync_directory
 from infrastructure.lines import strip_line_end
 
@@ -41,7 +42,7 @@ STATMT = "https://www.statmt.org/"
 LANGS = ("en", "fr")
 
 
-class DataFetchError(RuntimeError):
+class DataFetchError(UserError):
     """A download or an archive is not what it should be; the message names the file."""
 
 

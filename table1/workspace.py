@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_output
 from moses_integration.moses_ini import MosesIni
 from table1.settings import SCALES, Configuration, RunPlan, ScaleSettings
@@ -32,7 +33,7 @@ STEP_SETTINGS = {"proposals": "proposals"}
 TIMINGS_FILE = "timings.tsv"
 
 
-class ExperimentError(RuntimeError):
+class ExperimentError(UserError):
     """The pipeline cannot go on (missing input, a previous step not done, settings changed)."""
 
 

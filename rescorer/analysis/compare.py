@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from infrastructure.errors import UserError
 from rescorer.analysis.sampling import encode_phrases
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.pipeline.scoring import PairScorer
@@ -62,7 +63,7 @@ def compare_blocks(
 ) -> list[ComparedSource]:
     """Table 2 rows: each block's ``top`` targets by table column ``column`` and by the RNN."""
     if blocks and column >= blocks[0].scores.shape[1]:
-        raise ValueError(f"the table has {blocks[0].scores.shape[1]} score columns; there is no column {column + 1}")
+        raise UserError(f"the table has {blocks[0].scores.shape[1]} score columns; there is no column {column + 1}")
     if rnn_scores is None:
         rnn_scores = score_blocks(checkpoint, blocks)
     rows = []

@@ -19,6 +19,7 @@ import torch
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, display_name
 from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, iter_lines
 from moses_integration.tokens import split_tokens
@@ -71,22 +72,22 @@ def read_scores_parquet(path: str | os.PathLike[str], column: int = DIRECT_COLUM
     file = pq.ParquetFile(path)
     names = set(file.schema_arrow.names)
     if not {"log_p", "table_scores"} <= names:
-        raise ValueError(f"{display_name(path)}: no log_p/table_scores columns; is it a --scores-parquet file?")
+        raise UserError(f"{display_name(path)}: no log_p/table_scores columns; is it a --scores-parquet file?")
     rnn, table = [], []
     for batch in file.iter_batches(columns=["log_p", "table_scores"], batch_size=1 << 20):
         scores = batch.column("table_scores")
         if scores.null_count == len(scores):
-            raise ValueError(f"{display_name(path)}: the table scores were not stored")
+            raise UserError(f"{display_name(path)}: the table scores were not stored")
         width = scores.type.list_size
         if column >= width:
-            raise ValueError(
+            raise UserError(
                 f"{display_name(path)}: the table has {width} score columns; there is no column {column + 1}"
             )
         values = scores.flatten().to_numpy().reshape(-1, width)[:, column]
         table.append(table_log_p(values).astype(np.float32))
         rnn.append(batch.column("log_p").to_numpy().astype(np.float32))
     if not rnn:
-        raise ValueError(f"{display_name(path)}: no rows")
+        raise UserError(f"{display_name(path)}: no rows")
     return ScorePairs(np.concatenate(table), np.concatenate(rnn))
 
 
@@ -119,7 +120,7 @@ def _tsne(vectors: np.ndarray, seed: int) -> np.ndarray:
 
     n = len(vectors)
     if n < 5:
-        raise ValueError(f"a map needs at least 5 points, got {n}")
+        raise UserError(f"a map needs at least 5 points, got {n}")
     perplexity = min(30.0, (n - 1) / 3)
     tsne = TSNE(n_components=2, perplexity=perplexity, init="pca", learning_rate="auto", random_state=seed)
     return tsne.fit_transform(vectors.astype(np.float64))
@@ -205,7 +206,7 @@ def read_phrases(path: str | os.PathLike[str], *, max_phrases: int = 1000, min_w
         try:
             text = field.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ValueError(f"{display_name(path)}:{line_no}: not valid UTF-8 ({exc.reason})") from exc
+            raise UserError(f"{display_name(path)}:{line_no}: not valid UTF-8 ({exc.reason})") from exc
         tokens = split_tokens(text)
         phrase = " ".join(tokens)
         if len(tokens) < min_words or phrase in seen:
@@ -225,7 +226,7 @@ def read_phrases(path: str | os.PathLike[str], *, max_phrases: int = 1000, min_w
 def plot_training_curve(history: Sequence[dict], out_png) -> str:
     """Validation perplexity per target token against update steps, from the checkpoint."""
     if not history:
-        raise ValueError("the checkpoint holds no validation history")
+        raise UserError("the checkpoint holds no validation history")
     steps = [v["step"] for v in history]
     ppl = [v["perplexity"] for v in history]
     fig, ax = _figure()

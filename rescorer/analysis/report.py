@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, display_name
 from rescorer.analysis.compare import ComparedSource, compare_blocks, score_blocks
 from rescorer.analysis.plots import (
@@ -79,10 +80,10 @@ def build_report(
     scan = scan_table(table_path, min_src_words=opts.min_src_words, n_chosen=opts.compare_sources,
                       n_sampled=opts.score_sources, seed=opts.seed, progress=opts.progress)
     if scan.summary.lines == 0:
-        raise ValueError(f"{display_name(table_path)}: the table holds no phrase-table lines; there is nothing "
+        raise UserError(f"{display_name(table_path)}: the table holds no phrase-table lines; there is nothing "
                          "to report on")
     if scan.summary.score_columns <= DIRECT_COLUMN:
-        raise ValueError(f"{table_path}: {scan.summary.score_columns} score columns; the direct "
+        raise UserError(f"{table_path}: {scan.summary.score_columns} score columns; the direct "
                          f"probability φ(e|f) is column {DIRECT_COLUMN + 1}")
     _say(f"top targets of {len(scan.frequent)} frequent and {len(scan.rare)} rare long sources", opts.progress)
     frequent = compare_blocks(checkpoint, scan.frequent)
@@ -262,11 +263,11 @@ def find_browser() -> str | None:
 
 
 def require_browser() -> str:
-    """:func:`find_browser`'s answer, or :class:`FileNotFoundError` saying what was looked for: asked before
+    """:func:`find_browser`'s answer, or a :class:`UserError` saying what was looked for: asked before
     a report is built, so that a ``--screenshot`` that cannot be taken stops before the work, not after it."""
     found = find_browser()
     if found is None:
-        raise FileNotFoundError(f"--screenshot needs Chromium or Chrome on PATH (looked for {', '.join(BROWSERS)}); "
+        raise UserError(f"--screenshot needs Chromium or Chrome on PATH (looked for {', '.join(BROWSERS)}); "
                                 "install one or leave out --screenshot")
     return found
 
@@ -295,7 +296,7 @@ def screenshot(
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         if done.returncode != 0 or not shot.exists():
             tail = (done.stderr or "").strip().splitlines()[-3:]
-            raise RuntimeError(f"{browser} failed (exit {done.returncode}): {' | '.join(tail)}")
+            raise UserError(f"{browser} failed (exit {done.returncode}): {' | '.join(tail)}")
         with atomic_output(dest) as fh:
             fh.write(shot.read_bytes())
     return dest

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from infrastructure.errors import UserError
 from moses_integration.tokens import split_tokens
 from rescorer.model.generation import next_word_log_probs, start_decoding
 from rescorer.model.network import RNNEncoderDecoder
@@ -131,7 +132,7 @@ def sample_and_search(
     targets with their sample counts and beam ranks, sorted by log p(Y | X)."""
     tokens = split_tokens(source)
     if not tokens:
-        raise ValueError("the source phrase is empty")
+        raise UserError("the source phrase is empty")
     source_ids = src_vocab.encode(tokens)
     model.eval()
     c = summary_of(model, source_ids)

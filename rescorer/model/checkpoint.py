@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_path
 from rescorer.model.config import ModelConfig, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
@@ -31,7 +32,7 @@ FORMAT_NAME = "moses-rnn-rescorer-checkpoint"
 FORMAT_VERSION = 1
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """The file is not a (readable) checkpoint of this tool, or cannot be written as one."""
 
 
@@ -153,7 +154,7 @@ def refuse_to_overwrite(model_out: Path, resume: bool) -> None:
         return
     for path in (model_out, last_checkpoint_path(model_out)):
         if path.exists():
-            raise ValueError(f"{path} already exists: pass --resume to continue that training, "
+            raise UserError(f"{path} already exists: pass --resume to continue that training, "
                              "or remove it to train from scratch")
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from infrastructure.errors import UserError
+
 
 def select_device(name: str = "auto") -> torch.device:
     """``auto`` picks CUDA when present; an explicit ``cuda`` without a GPU is a clear error."""
@@ -20,7 +22,7 @@ def select_device(name: str = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda was requested but torch sees no CUDA device")
+        raise UserError("--device cuda was requested but torch sees no CUDA device")
     return device
 
 

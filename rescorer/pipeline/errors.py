@@ -1,8 +1,10 @@
-"""The rescoring pipeline's own error, in a module without torch, so that the command line can catch
-it by name without loading the pipeline (``rescore-phrase-table --help`` stays instant)."""
+"""The rescoring pipeline's own error, in a module without torch, so that code which only checks a run
+can raise it without loading the pipeline (``rescore-phrase-table --help`` stays instant)."""
 
 from __future__ import annotations
 
+from infrastructure.errors import UserError
 
-class RescoreError(RuntimeError):
+
+class RescoreError(UserError):
     """A run that cannot start or continue; the message says what to do."""

@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_write_bytes
 
 # 3: the options hold the scorer's device type, precision and token budget; 4: chunks cut at
@@ -22,7 +23,7 @@ from infrastructure.files import atomic_write_bytes
 PROGRESS_VERSION = 5
 
 
-class ResumeError(RuntimeError):
+class ResumeError(UserError):
     """A progress record that does not belong to this run, or partial files that lost bytes."""
 
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from infrastructure.errors import UserError
 from rescorer.tables.aligned import shard_points
 from rescorer.tables.chunks import LineChunk
 
 
-class ShardError(ValueError):
+class ShardError(UserError):
     """A malformed ``--shard``."""
 
 

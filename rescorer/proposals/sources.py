@@ -22,6 +22,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from infrastructure.errors import UserError
 from infrastructure.files import PathArg, display_name
 from infrastructure.lines import iter_text_lines
 from moses_integration.phrase_table import PhraseTableError, read_phrase_table, score_tokens
@@ -32,7 +33,7 @@ MOSES_COLUMNS = ("p(f|e)", "lex(f|e)", "p(e|f)", "lex(e|f)")
 KINDS = ("missing", "thin", "table")  # a text n-gram the table lacks; one it covers thinly; --all-sources
 
 
-class ProposalInputError(ValueError):
+class ProposalInputError(UserError):
     """Input ``rescorer propose`` cannot use, found before any search (one line)."""
 
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from infrastructure.errors import UserError
 from infrastructure.files import atomic_path, open_input
 from infrastructure.progress import progress_bar
 from moses_integration.tokens import split_tokens_arrow
@@ -178,7 +179,7 @@ class PairData:
         self.tgt_offsets, self.tgt_ids = _ragged(table.column("tgt"))
         n = len(self.src_offsets) - 1
         if n < 2:
-            raise ValueError(f"{source or path}: need at least 2 unique phrase pairs to train, found {n}")
+            raise UserError(f"{source or path}: need at least 2 unique phrase pairs to train, found {n}")
         n_valid = min(max(min_valid, round(n * valid_fraction)), n // 10 if n >= 20 else 1)
         order = np.random.default_rng(seed).permutation(n)
         self.valid_idx = np.sort(order[:n_valid])

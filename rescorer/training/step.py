@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import Tensor
 
+from infrastructure.errors import UserError
 from rescorer.model.config import TRAIN_STEPS, TrainConfig
 from rescorer.model.cuda_graphs import (
     CudaGraphs,
@@ -48,14 +49,14 @@ TrainStep = Callable[[Batch], Tensor]
 def resolve_train_step(mode: str, device: torch.device, amp_dtype: torch.dtype | None) -> str:
     """The step ``mode`` (one of :data:`TRAIN_STEPS`) means on ``device``; a clear error where it cannot run."""
     if mode not in TRAIN_STEPS:
-        raise ValueError(f"--train-step must be one of {', '.join(TRAIN_STEPS)}, got {mode!r}")
+        raise UserError(f"--train-step must be one of {', '.join(TRAIN_STEPS)}, got {mode!r}")
     if mode == "auto":
         return "captured" if device.type == "cuda" and amp_dtype != torch.float16 else "eager"
     if mode == "captured" and device.type != "cuda":
-        raise ValueError(f"--train-step captured needs a CUDA device (CUDA graphs), not {device}; "
+        raise UserError(f"--train-step captured needs a CUDA device (CUDA graphs), not {device}; "
                          "--train-step static runs the same static-shape step without them")
     if mode != "eager" and amp_dtype == torch.float16:
-        raise ValueError(f"--train-step {mode} does not scale losses, which fp16 needs: use --precision bf16, "
+        raise UserError(f"--train-step {mode} does not scale losses, which fp16 needs: use --precision bf16, "
                          "or --train-step eager")
     return mode
 

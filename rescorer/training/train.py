@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from infrastructure.errors import UserError
 from infrastructure.files import exclusive_use, removed_when_the_disk_fills
 from infrastructure.interrupts import Interrupted
 from infrastructure.progress import progress_bar
@@ -119,11 +120,11 @@ def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: to
     checking that it continues this very run (same data, same model configuration)."""
     ck = load_checkpoint(path, map_location=next(model.parameters()).device)
     if ck.train_state is None or ck.optimizer_state is None:
-        raise ValueError(f"{path}: checkpoint holds no training state to resume from")
+        raise UserError(f"{path}: checkpoint holds no training state to resume from")
     if ck.train_state.get("data") != fingerprint:
-        raise ValueError(f"{path}: checkpoint was trained on other data than {data.path}; cannot resume")
+        raise UserError(f"{path}: checkpoint was trained on other data than {data.path}; cannot resume")
     if ck.config != model.config:
-        raise ValueError(f"{path}: checkpoint config {ck.config} differs from the requested {model.config}")
+        raise UserError(f"{path}: checkpoint config {ck.config} differs from the requested {model.config}")
     model.load_state_dict(ck.model.state_dict())
     optimizer.load_state_dict(ck.optimizer_state)
     return dict(ck.train_state)
@@ -368,7 +369,7 @@ def train_on_phrase_table(
                     vocabs=vocabs, progress=progress,
                 )
                 data = PairData(ids_path, seed=train_config.seed, source=table)
-            except (ValueError, OSError):
+            except (UserError, ValueError, OSError):
                 if made_workdir:  # nothing of it is worth keeping: an empty or unreadable table
                     shutil.rmtree(workdir, ignore_errors=True)
                 raise

@@ -4,8 +4,11 @@ mean something for it, and every output is checked while the command line is rea
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import re
+import traceback
 from pathlib import Path
 
 import click
@@ -24,6 +27,7 @@ from infrastructure.cli_options import (
     is_input,
     parameter_label,
 )
+from infrastructure.errors import UserError
 from mert.cli import main as mert_main
 from rescorer.cli import main as rescorer_main
 from rescorer.cli import rescore_phrase_table_command
@@ -429,6 +433,43 @@ def test_a_missing_file_found_by_a_command_is_one_line():
 
     res = CliRunner().invoke(opens, [])
     assert res.exit_code == 1 and res.output == "Error: no-such-file: No such file or directory\n"
+
+
+def test_a_bug_raising_value_error_shows_its_traceback_not_one_line():
+    """``friendly_errors`` turned any ``ValueError`` into ``Error: …``, so a bug looked like bad input and lost
+    its traceback. Only a :class:`UserError` (and a named file's ``OSError``) is the user's to fix now."""
+
+    @click.command()
+    @friendly_errors()
+    def buggy() -> None:
+        int("not a number")  # a bug in the project, not the user's input
+
+    res = CliRunner().invoke(buggy, [])
+    assert res.exit_code == 1 and isinstance(res.exception, ValueError), (res.output, res.exception)
+    assert "Error:" not in res.output
+    assert "int(\"not a number\")" in "".join(traceback.format_exception(res.exception))
+
+    @click.command()
+    @friendly_errors()
+    def users_mistake() -> None:
+        raise UserError("corpus.txt: the corpus is empty")
+
+    res = CliRunner().invoke(users_mistake, [])
+    assert res.exit_code == 1 and res.output == "Error: corpus.txt: the corpus is empty\n"
+
+
+def test_every_error_class_of_the_project_is_a_user_error():
+    """One base for what a user must fix: an error class outside it would be a traceback at the command line."""
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for package in ("infrastructure", "moses_integration", "mert", "cslm", "rescorer", "table1"):
+        for path in sorted((root / package).rglob("*.py")):
+            module = ".".join(path.relative_to(root).with_suffix("").parts)
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+                if isinstance(node, ast.ClassDef) and node.name.endswith("Error"):
+                    found.append(getattr(importlib.import_module(module), node.name))
+    assert len(found) >= 24
+    assert [cls.__qualname__ for cls in found if not issubclass(cls, UserError)] == []
 
 
 def test_every_argument_that_names_a_file_is_typed_as_one():

@@ -15,6 +15,7 @@ from cslm.model import CSLM, CSLMConfig
 from cslm.model_file import load_cslm
 from cslm.step import make_cslm_step, resolve_cslm_step
 from cslm.train import CSLMTrainConfig, train_cslm
+from infrastructure.errors import UserError
 from shared_paths import shared_file
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -78,9 +79,9 @@ def test_the_step_each_choice_means():
     assert resolve_cslm_step("auto", cpu, "adam") == "eager"
     assert resolve_cslm_step("auto", cuda, "adam") == "captured"
     assert resolve_cslm_step("auto", cuda, "sgd") == "eager"
-    with pytest.raises(ValueError, match="needs --optimizer adam"):
+    with pytest.raises(UserError, match="needs --optimizer adam"):
         resolve_cslm_step("captured", cuda, "sgd")
-    with pytest.raises(ValueError, match="needs a CUDA device"):
+    with pytest.raises(UserError, match="needs a CUDA device"):
         resolve_cslm_step("captured", cpu, "adam")
 
 

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from infrastructure.errors import UserError
 from infrastructure.threads import available_cpus, limit_threads, resolve_threads
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
@@ -31,7 +32,7 @@ def test_explicit_threads_and_bad_values() -> None:
     assert resolve_threads(None) == available_cpus() >= 1
     assert resolve_threads(3) == 3
     for bad in (0, -2, True, 1.5):
-        with pytest.raises(ValueError, match="--threads"):
+        with pytest.raises(UserError, match="--threads"):
             resolve_threads(bad)  # type: ignore[arg-type]
     torch = pytest.importorskip("torch")
     before = torch.get_num_threads()

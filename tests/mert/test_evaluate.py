@@ -230,7 +230,7 @@ def test_decode_with_extra_feature_rescores_the_nbest_list(fake_system: dict[str
     # The rescored list is kept, with the feature; a list feature without a weight is an error.
     rescored = tmp_path / "out.tok.nbest.gz"
     assert "WordCount= " in gzip.decompress(rescored.read_bytes()).decode()
-    with pytest.raises(ValueError, match="no 6 weight.*LexicalReordering0"):
+    with pytest.raises(EvaluationError, match="no 6 weight.*LexicalReordering0"):
         rescore_one_best(rescored, {"LM0": [1.0]}, 4)
 
 

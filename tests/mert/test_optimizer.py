@@ -14,6 +14,7 @@ from mert.bleu import ReferenceFileError
 from mert.cli import main
 from mert.line_search import MertData
 from mert.nbest_set import (
+    WeightsError,
     fixed_mask,
     format_weights,
     load_tuning_set,
@@ -223,10 +224,10 @@ def test_weight_files_by_name_and_init_opt(tmp_path: Path) -> None:
     assert lines[0] == "LexicalReordering0= 0.3 0.3 0.3 0.3 0.3 0.3" and lines[3] == "WordPenalty0= -1"
     assert fixed_mask(names, ["LM0", "TranslationModel0_2"]).nonzero()[0].tolist() == [7, 12]
     bad = _write(tmp_path / "w.ini", [ln for ln in lines if not ln.startswith("LM0")])
-    with pytest.raises(ValueError, match=r"w.ini:\d+: no weights for n-best feature LM0"):
+    with pytest.raises(WeightsError, match=r"w.ini:\d+: no weights for n-best feature LM0"):
         read_weights(bad, names)
     short = _write(tmp_path / "init.opt", ["0.1 0.2"])
-    with pytest.raises(ValueError, match=r"init.opt:1: expected 14 values, found 2"):
+    with pytest.raises(WeightsError, match=r"init.opt:1: expected 14 values, found 2"):
         read_init_opt(short, 14)
 
 

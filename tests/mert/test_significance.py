@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from infrastructure.errors import UserError
 from mert.evaluate import paired_bootstrap
 from mert.significance import detectable_delta, pooled_bootstrap
 
@@ -75,5 +76,5 @@ def test_more_sentences_detect_smaller_differences():
 
 
 def test_runs_must_pair_up():
-    with pytest.raises(ValueError, match="pair them by run"):
+    with pytest.raises(UserError, match="pair them by run"):
         pooled_bootstrap([REFS], [REFS, REFS], [REFS])

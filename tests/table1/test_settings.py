@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from infrastructure.errors import UserError
 from infrastructure.lines import text_lines
 from mert.tune import DEFAULT_MAX_ITERATIONS, SEED_STRIDE
 from shared_paths import shared_file
@@ -55,7 +56,7 @@ def test_select_configurations_keeps_table_order_and_rejects_unknown_names():
     assert [c.key for c in select_configurations("rnn-proposals baseline rnn")] == ["baseline", "rnn", "rnn-proposals"]
     assert [c.key for c in select_configurations("cslm-nbest-rnn-wp rnn-wp rnn baseline")] == [
         "baseline", "rnn", "rnn-wp", "cslm-nbest-rnn-wp"]
-    with pytest.raises(ValueError, match="unknown configuration"):
+    with pytest.raises(UserError, match="unknown configuration"):
         select_configurations("baseline cslm")
 
 
@@ -74,7 +75,7 @@ def test_no_two_runs_share_an_iterations_restart_points():
              for k in range(1, MAX_RUNS + 1) for n in range(1, DEFAULT_MAX_ITERATIONS + 1)]
     assert len(set(seeds)) == len(seeds)
     assert RunPlan(config, 1).seed == 1000 and RunPlan(CONFIGURATIONS_BY_KEY["rnn"], 2).seed == 1001
-    with pytest.raises(ValueError, match="1..999"):
+    with pytest.raises(UserError, match="1..999"):
         RunPlan(config, MAX_RUNS + 1).seed  # noqa: B018
 
 

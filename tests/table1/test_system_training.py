@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from infrastructure.errors import UserError
 from shared_paths import moses_bin_dir
 from table1.system_training import (
     MosesInstall,
@@ -31,9 +32,9 @@ def test_symal_input_is_what_giza2bal_writes():
 
 
 def test_symal_input_names_the_bad_line():
-    with pytest.raises(ValueError, match="forward alignment line 2: link 5-0 outside 1x1"):
+    with pytest.raises(UserError, match="forward alignment line 2: link 5-0 outside 1x1"):
         list(symal_input(["a", "a"], ["x", "x"], ["0-0", "5-0"], ["0-0", "0-0"]))
-    with pytest.raises(ValueError, match="reverse alignment line 1: bad alignment link"):
+    with pytest.raises(UserError, match="reverse alignment line 1: bad alignment link"):
         list(symal_input(["a"], ["x"], ["0-0"], ["0:0"]))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from infrastructure.errors import UserError
 from infrastructure.lines import text_lines
 from shared_paths import shared_file
 from table1.text_prep import (
@@ -44,7 +45,7 @@ def test_clean_corpus_files_reports_counts_and_a_short_file(tmp_path):
     assert (tmp_path / "o.en").read_text() == "a b\nc\n"
     assert (tmp_path / "o.fr").read_text() == "x\nz w\n"
     write_text_lines(tmp_path / "short.fr", ["x"])
-    with pytest.raises(ValueError, match=r"short\.fr:2: file ends before"):
+    with pytest.raises(UserError, match=r"short\.fr:2: file ends before"):
         clean_corpus_files(tmp_path / "c.en", tmp_path / "short.fr", tmp_path / "p.en", tmp_path / "p.fr")
 
 

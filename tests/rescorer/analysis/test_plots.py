@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 import rescorer.analysis.plots as plots
 from analysis_checkpoint import EXAMPLE_TABLE, png_size, write_random_checkpoint
+from infrastructure.errors import UserError
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
@@ -37,7 +38,7 @@ def test_scores_parquet_gives_the_table_and_rnn_log_probabilities(scores_parquet
     assert len(pairs.rnn_log_p) == len(table["log_p"]) == 366
     np.testing.assert_allclose(pairs.rnn_log_p, table["log_p"], rtol=1e-6)
     np.testing.assert_allclose(pairs.table_log_p, [math.log(s[2]) for s in table["table_scores"]], rtol=1e-6)
-    with pytest.raises(ValueError, match="no column 7"):
+    with pytest.raises(UserError, match="no column 7"):
         plots.read_scores_parquet(scores_parquet, column=6)
 
 

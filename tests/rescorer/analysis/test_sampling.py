@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
+from infrastructure.errors import UserError
 from rescorer.analysis.sampling import beam_search, sample_and_search, sample_targets, summary_of
 from rescorer.model.config import ModelConfig
 from rescorer.model.generation import next_word_log_probs, start_decoding
@@ -122,7 +123,7 @@ def test_sample_and_search_merges_distinct_targets_sorted_by_score() -> None:
     assert sorted(g.beam_rank for g in result.candidates if g.beam_rank) == [1, 2, 3]
     scores = [g.log_p for g in result.candidates]
     assert scores == sorted(scores, reverse=True)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(UserError, match="empty"):
         sample_and_search(model, src_vocab, "  ", n=5, beam=1)
 
 

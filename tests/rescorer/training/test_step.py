@@ -18,6 +18,7 @@ import torch
 from click.testing import CliRunner
 from replaying_graphs import LosesTheOptimiserStep, ReplayByRunning
 
+from infrastructure.errors import UserError
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
@@ -129,9 +130,9 @@ def test_the_step_each_choice_means():
     assert resolve_train_step("auto", cuda, torch.bfloat16) == "captured"
     assert resolve_train_step("auto", cuda, torch.float16) == "eager"  # fp16 needs the eager step's loss scaling
     assert resolve_train_step("static", cpu, None) == "static"
-    with pytest.raises(ValueError, match="needs a CUDA device"):
+    with pytest.raises(UserError, match="needs a CUDA device"):
         resolve_train_step("captured", cpu, None)
-    with pytest.raises(ValueError, match="fp16"):
+    with pytest.raises(UserError, match="fp16"):
         resolve_train_step("static", cuda, torch.float16)
 
 

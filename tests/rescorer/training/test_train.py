@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from held_output import held_by_another_process
+from infrastructure.errors import UserError
 from infrastructure.files import InUseError
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
@@ -55,7 +56,7 @@ def test_resume_refuses_other_data(tmp_path):
     other = tmp_path / "other.txt"
     other.write_text("a ||| b ||| 1 1 1 1\n" * 3 + "c d ||| e ||| 1 1 1 1\n" * 30 + "".join(
         f"w{i} ||| v{i} ||| 1 1 1 1\n" for i in range(40)))
-    with pytest.raises(ValueError, match="other data"):
+    with pytest.raises(UserError, match="other data"):
         run(str(other), tmp_path / "m.pt", 4, resume=True)
 
 
@@ -130,7 +131,7 @@ def test_training_again_without_resume_keeps_the_trained_model(tmp_path):
     table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
     run(table, tmp_path / "m.pt", 2)
     before = (tmp_path / "m.pt").read_bytes()
-    with pytest.raises(ValueError, match=r"m\.pt already exists: pass --resume to continue that training"):
+    with pytest.raises(UserError, match=r"m\.pt already exists: pass --resume to continue that training"):
         run(table, tmp_path / "m.pt", 4)
     assert (tmp_path / "m.pt").read_bytes() == before
     assert load_checkpoint(tmp_path / "m.pt.last").train_state["step"] == 2
