@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import contextlib
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -39,7 +40,6 @@ import pyarrow as pa
 
 from infrastructure.files import (
     DEFAULT_MEMBER_LEVEL,
-    MEMBER_LEVELS,
     display_name,
     exclusive_use,
     open_input,
@@ -89,7 +89,8 @@ class RescoreOptions:
     shard: tuple[int, int] | None = None  # (K, N), K in 1..N
     resume: bool = False
     scores_parquet: str | None = None
-    compresslevel: int = DEFAULT_MEMBER_LEVEL  # ISA-L igzip level of each chunk's gzip member (0..3)
+    # ISA-L igzip level of each chunk's gzip member (MEMBER_LEVELS, 0..3; not zlib's 0..9)
+    compress_level: int = DEFAULT_MEMBER_LEVEL
     progress: bool = True
     device: str = "auto"
     precision: str = "auto"
@@ -105,9 +106,10 @@ class RescoreOptions:
         ``skip_bad_lines`` is not one: up to the first bad line the output is the same either way,
         so a run stopped by a malformed line can continue with ``--skip-bad-lines --resume``.
         """
+        # "compresslevel" is the key progress records already on disk carry for compress_level.
         identity = {
             "chunk_lines": self.chunk_lines, "wp_side": self.wp_side,
-            "shard": list(self.shard) if self.shard else None, "compresslevel": self.compresslevel,
+            "shard": list(self.shard) if self.shard else None, "compresslevel": self.compress_level,
             "scores_parquet": self.scores_parquet, "num_scores": self.num_scores,
         }
         if self.flag_lines is not None:  # only then: progress records of runs without it stay valid
@@ -335,7 +337,8 @@ class _Run:
         self.to_stdout = output_path == "-"
         self.files = OutputFiles.beside(output_path)
         self.parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
-        self.compress = None if not output_path.endswith(".gz") else opts.compresslevel
+        # The gzip member level of a .gz output; None: plain text.
+        self.compress_level = opts.compress_level if output_path.endswith(".gz") else None
         identity = {
             "version": PROGRESS_VERSION, "input": file_identity(input_path),
             "model": file_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
@@ -419,8 +422,10 @@ class _Run:
                 source, target, scores = source.filter(pa.array(kept)), target.filter(pa.array(kept)), scores[kept]
             score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), source, target,
                                      scores, log_p, n_unk)
-        args = (format_lines, *pending.format_args(prep), log_p, n_unk, self.compress, self._flags(pending, prep))
-        job = self.pool.submit(timed, *args) if self.pool else timed(*args)
+        lines, good_rows = pending.format_args(prep)
+        formatting = functools.partial(format_lines, lines, good_rows, log_p, n_unk,
+                                       compress_level=self.compress_level, flags=self._flags(pending, prep))
+        job = self.pool.submit(timed, formatting) if self.pool else timed(formatting)
         self.chunks_done += 1
         marker = {
             "lines_done": pending.last_line_no, "chunks_done": self.chunks_done, "summary": asdict(summary),
@@ -450,7 +455,7 @@ class _Run:
     def finish(self) -> None:
         # An empty table is still a valid gzip file; an empty shard writes no byte, so that the
         # shards concatenate to the whole run's output.
-        self.writer.finish(self.compress is not None and self.opts.shard is None)
+        self.writer.finish(self.compress_level is not None and self.opts.shard is None)
         if self.parts_dir:
             score_parquet.merge_parts(self.parts_dir, Path(self.opts.scores_parquet))  # type: ignore[arg-type]
 
@@ -722,9 +727,6 @@ def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> No
         raise RescoreError(f"--chunk-lines must be a whole number >= 1, got {opts.chunk_lines!r}")
     if not _whole_number_at_least(opts.workers, 0):
         raise RescoreError(f"-j/--workers must be a whole number >= 0, got {opts.workers!r}")
-    if opts.compresslevel not in MEMBER_LEVELS:
-        raise RescoreError(f"--compress-level must be {MEMBER_LEVELS[0]}..{MEMBER_LEVELS[-1]} (ISA-L's igzip levels), "
-                           f"got {opts.compresslevel!r}")
     budget = opts.scoring.token_budget
     if budget is not None and not _whole_number_at_least(budget, 1):
         raise RescoreError(f"--token-budget must be a whole number >= 1, got {budget!r}")
