@@ -373,7 +373,7 @@ class _Run:
         self.process_stop = multiprocessing.get_context("spawn").Event()  # the reader process' stop flag
         self.reader: multiprocessing.process.BaseProcess | None = None
         num_scores = opts.num_scores if opts.num_scores is not None else self.done.get("num_scores")
-        self.known = _InOrder(num_scores, self.done.get("prev_source"))
+        self.carried = _CarriedAcrossChunks(num_scores, self.done.get("prev_source"))
         self.in_flight: list[tuple[futures.Future | tuple, bytes, dict]] = []
         self.chunks_done = self.done["chunks_done"]
         self.warned = False
@@ -381,7 +381,7 @@ class _Run:
     def start_reader(self) -> None:
         """The reading stage: a reader process and a thread that hands its chunks to the workers, or
         (-j 1, stdin) one thread that reads and hands on (or prepares) each chunk itself."""
-        stage = _Stage(self.input_path, self.opts, self.scorer, self.known, self.pool, self.vocab, self.spool,
+        stage = _Stage(self.input_path, self.opts, self.scorer, self.carried, self.pool, self.vocab, self.spool,
                        self.prepared_q, self.stop, self.summary)
         if not self.reader_process:
             target, args = _read_stage, (stage, self.fh, self.done, self.shard_filter)
@@ -407,7 +407,7 @@ class _Run:
     def score_and_format(self, pending: _Pending) -> None:
         """Score one chunk here, report its rejected lines, and send it off to be formatted."""
         summary = self.summary
-        prep = _settle(pending, self.known, self.vocab, summary)
+        prep = _prepared_in_table_order(pending, self.carried, self.vocab, summary)
         kept = pending.kept(prep) if prep is not None else None
         log_p, n_unk = _score_prepared(prep, self.scorer, self.opts.wp_side, summary, kept)
         if not self.warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
@@ -429,8 +429,8 @@ class _Run:
         self.chunks_done += 1
         marker = {
             "lines_done": pending.last_line_no, "chunks_done": self.chunks_done, "summary": asdict(summary),
-            "shard_state": pending.shard_state, "prev_source": self.known.prev_source,
-            "num_scores": self.known.num_scores,
+            "shard_state": pending.shard_state, "prev_source": self.carried.prev_source,
+            "num_scores": self.carried.num_scores,
         }
         self.in_flight.append((job, rejects, marker))
         if pending.position is not None:
@@ -449,7 +449,7 @@ class _Run:
 
     def write_finished(self, window: int) -> None:
         """Append formatted chunks in order: those done, and any beyond ``window`` in flight."""
-        while self.in_flight and (len(self.in_flight) > window or _ready(self.in_flight[0][0])):
+        while self.in_flight and (len(self.in_flight) > window or _is_formatted(self.in_flight[0][0])):
             self.writer.write(*_result(self.in_flight.pop(0), self.summary))
 
     def finish(self) -> None:
@@ -490,7 +490,7 @@ class _Run:
 
 
 @dataclass
-class _InOrder:
+class _CarriedAcrossChunks:
     """What carries from one chunk to the next, as known in chunk order.
 
     The reader sends each chunk with the column count known when it is sent; the main thread,
@@ -505,8 +505,10 @@ def _arrow_vocab(src_words: list[str], tgt_words: list[str]) -> tuple[pa.Array, 
     return pa.array(src_words, pa.string()), pa.array(tgt_words, pa.string())
 
 
-def _settle(pending: _Pending, known: _InOrder, vocab, summary: RescoreSummary) -> PreparedChunk | None:
-    """The chunk's preparation, exactly as a serial run would have made it (or its error).
+def _prepared_in_table_order(pending: _Pending, carried: _CarriedAcrossChunks, vocab,
+                              summary: RescoreSummary) -> PreparedChunk | None:
+    """The chunk's preparation, exactly as a serial run would have made it (or its error), taken in
+    table order: it waits for the worker, and updates what ``carried`` holds and the summary's counts.
 
     A chunk sent before the table's column count was known was parsed with the count of its own
     first good line; if that differs from the count fixed by earlier chunks, or any line was
@@ -521,29 +523,29 @@ def _settle(pending: _Pending, known: _InOrder, vocab, summary: RescoreSummary) 
             raise job
         prep = prepared(job.result()) if isinstance(job, futures.Future) else job
     except PhraseTableError:
-        if pending.task.num_scores is not None or known.num_scores is None:
+        if pending.task.num_scores is not None or carried.num_scores is None:
             raise
         prep = None
-    if pending.task.num_scores is None and known.num_scores is not None and (
-        prep is None or prep.bad_rows or prep.num_scores not in (None, known.num_scores)
+    if pending.task.num_scores is None and carried.num_scores is not None and (
+        prep is None or prep.bad_rows or prep.num_scores not in (None, carried.num_scores)
     ):
-        pending.task.num_scores = known.num_scores
+        pending.task.num_scores = carried.num_scores
         prep = prepare_chunk(pending.task, vocab)
     if prep.num_scores is not None:
-        known.num_scores = prep.num_scores
+        carried.num_scores = prep.num_scores
     summary.add_stage("parse", prep.parse_seconds)
     summary.add_stage("trees", prep.tree_seconds)
     kept = pending.kept(prep)
     if prep.plan is not None and kept is not None:  # a chunk holding an end of the shard: its rows only
         sources = prep.plan.source_of_row[kept]
         # From a shard point on, the first row starts a source; from the chunk's start, as above.
-        first_new = pending.keep[0] > 0 or known.prev_source is None or prep.first_source != known.prev_source
+        first_new = pending.keep[0] > 0 or carried.prev_source is None or prep.first_source != carried.prev_source
         summary.distinct_sources += int(np.count_nonzero(np.diff(sources))) + int(first_new) if len(sources) else 0
-        known.prev_source = prep.last_source
+        carried.prev_source = prep.last_source
     elif prep.plan is not None:
-        new = prep.source_changes + (known.prev_source is None or prep.first_source != known.prev_source)
+        new = prep.source_changes + (carried.prev_source is None or prep.first_source != carried.prev_source)
         summary.distinct_sources += int(new)
-        known.prev_source = prep.last_source
+        carried.prev_source = prep.last_source
     return prep
 
 
@@ -561,7 +563,8 @@ def _result(entry: tuple[futures.Future | tuple, bytes, dict], summary: RescoreS
     return data, rejects, marker
 
 
-def _ready(job: futures.Future | tuple) -> bool:
+def _is_formatted(job: futures.Future | tuple) -> bool:
+    """Whether a chunk's formatting (a worker's future, or its result when formatted here) is done."""
     return not isinstance(job, futures.Future) or job.done()
 
 
@@ -580,7 +583,7 @@ class _Stage:
     path: str
     opts: RescoreOptions
     scorer: ChunkScorer
-    known: _InOrder
+    carried: _CarriedAcrossChunks
     pool: futures.ProcessPoolExecutor | None
     vocab: tuple[pa.Array, pa.Array]
     spool: Spool | None
@@ -596,10 +599,10 @@ class _Stage:
     def submit(self, lines: SpooledChunk, shard_state: dict | None, position: int | None,
                keep: tuple[int, int] | None) -> None:
         """Send a spooled chunk to a worker to be prepared, and on to the scorer."""
-        task = self.task(lines, self.known.num_scores)
+        task = self.task(lines, self.carried.num_scores)
         job = self.pool.submit(prepare_spooled, task)
-        _put(self.out_q, _Pending(lines.first_line_no, lines.last_line_no, task, job, shard_state, position, keep),
-             self.stop)
+        pending = _Pending(lines.first_line_no, lines.last_line_no, task, job, shard_state, position, keep)
+        _put_unless_stopped(self.out_q, pending, self.stop)
 
 
 def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None) -> None:
@@ -608,7 +611,7 @@ def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None)
     With ``-j 1`` the chunk is prepared here; with a pool its lines go to the spool and a worker
     prepares it. Errors travel to the main thread, after the chunks before them.
     """
-    num_scores = stage.known.num_scores  # with -j 1: the count fixed so far, exactly as a serial run
+    num_scores = stage.carried.num_scores  # with -j 1: the count fixed so far, exactly as a serial run
     busy = 0.0  # CPU seconds of preparing chunks here (-j 1), which are not reading
     started = time.thread_time()
     try:
@@ -618,8 +621,9 @@ def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None)
                 return
             chunk = item.chunk
             if not item.in_run:
-                _put(stage.out_q, _Pending(chunk.first_line_no, chunk.last_line_no, None, None, item.shard_state,
-                                           item.position), stage.stop)
+                skipped = _Pending(chunk.first_line_no, chunk.last_line_no, None, None, item.shard_state,
+                                   item.position)
+                _put_unless_stopped(stage.out_q, skipped, stage.stop)
                 continue
             if stage.pool is not None:
                 stage.submit(stage.spool.put(index, chunk), item.shard_state, item.position, item.keep)
@@ -632,13 +636,14 @@ def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None)
             except PhraseTableError as exc:
                 job = exc
             busy += time.thread_time() - before
-            _put(stage.out_q, _Pending(chunk.first_line_no, chunk.last_line_no, task, job, item.shard_state,
-                                       item.position, item.keep), stage.stop)
+            pending = _Pending(chunk.first_line_no, chunk.last_line_no, task, job, item.shard_state, item.position,
+                               item.keep)
+            _put_unless_stopped(stage.out_q, pending, stage.stop)
             if isinstance(job, BaseException):
                 break
-        _put(stage.out_q, None, stage.stop)
+        _put_unless_stopped(stage.out_q, None, stage.stop)
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
-        _put(stage.out_q, exc, stage.stop)
+        _put_unless_stopped(stage.out_q, exc, stage.stop)
     finally:
         stage.summary.add_stage("read", time.thread_time() - started - busy)
 
@@ -659,20 +664,20 @@ def _feed_stage(stage: _Stage, read_q) -> None:
             if kind == "chunk":
                 _, ref, shard_state, position, keep = message
                 if isinstance(ref, SkippedChunk):
-                    _put(stage.out_q, _Pending(ref.first_line_no, ref.last_line_no, None, None, shard_state,
-                                               position), stage.stop)
+                    skipped = _Pending(ref.first_line_no, ref.last_line_no, None, None, shard_state, position)
+                    _put_unless_stopped(stage.out_q, skipped, stage.stop)
                 else:
                     stage.submit(ref, shard_state, position, keep)
                 continue
             for name, seconds in message[-1].items():
                 stage.summary.add_stage(name, seconds)
-            _put(stage.out_q, message[1] if kind == "error" else None, stage.stop)
+            _put_unless_stopped(stage.out_q, message[1] if kind == "error" else None, stage.stop)
             return
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
-        _put(stage.out_q, exc, stage.stop)
+        _put_unless_stopped(stage.out_q, exc, stage.stop)
 
 
-def _put(q: queue.Queue, item, stop: threading.Event) -> None:
+def _put_unless_stopped(q: queue.Queue, item, stop: threading.Event) -> None:
     """Put ``item`` on the bounded queue, giving up when the run stops (nobody would take it)."""
     while not stop.is_set():
         with contextlib.suppress(queue.Full):
