@@ -62,7 +62,13 @@ from rescorer.pipeline.chunk_prep import (
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
 from rescorer.pipeline.partial_output import DurableWriter, OutputFiles, stop_error
-from rescorer.pipeline.reader import ReaderSettings, SkippedChunk, read_to_spool, table_chunks
+from rescorer.pipeline.reader import (
+    ReaderSettings,
+    SkippedChunk,
+    put_unless_stopped,
+    read_to_spool,
+    table_chunks,
+)
 from rescorer.pipeline.resume import (
     PROGRESS_VERSION,
     ResumeError,
@@ -602,7 +608,7 @@ class _Stage:
         task = self.task(lines, self.carried.num_scores)
         job = self.pool.submit(prepare_spooled, task)
         pending = _Pending(lines.first_line_no, lines.last_line_no, task, job, shard_state, position, keep)
-        _put_unless_stopped(self.out_q, pending, self.stop)
+        put_unless_stopped(self.out_q, pending, self.stop)
 
 
 def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None) -> None:
@@ -623,7 +629,7 @@ def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None)
             if not item.in_run:
                 skipped = _Pending(chunk.first_line_no, chunk.last_line_no, None, None, item.shard_state,
                                    item.position)
-                _put_unless_stopped(stage.out_q, skipped, stage.stop)
+                put_unless_stopped(stage.out_q, skipped, stage.stop)
                 continue
             if stage.pool is not None:
                 stage.submit(stage.spool.put(index, chunk), item.shard_state, item.position, item.keep)
@@ -638,12 +644,12 @@ def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None)
             busy += time.thread_time() - before
             pending = _Pending(chunk.first_line_no, chunk.last_line_no, task, job, item.shard_state, item.position,
                                item.keep)
-            _put_unless_stopped(stage.out_q, pending, stage.stop)
+            put_unless_stopped(stage.out_q, pending, stage.stop)
             if isinstance(job, BaseException):
                 break
-        _put_unless_stopped(stage.out_q, None, stage.stop)
+        put_unless_stopped(stage.out_q, None, stage.stop)
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
-        _put_unless_stopped(stage.out_q, exc, stage.stop)
+        put_unless_stopped(stage.out_q, exc, stage.stop)
     finally:
         stage.summary.add_stage("read", time.thread_time() - started - busy)
 
@@ -665,24 +671,16 @@ def _feed_stage(stage: _Stage, read_q) -> None:
                 _, ref, shard_state, position, keep = message
                 if isinstance(ref, SkippedChunk):
                     skipped = _Pending(ref.first_line_no, ref.last_line_no, None, None, shard_state, position)
-                    _put_unless_stopped(stage.out_q, skipped, stage.stop)
+                    put_unless_stopped(stage.out_q, skipped, stage.stop)
                 else:
                     stage.submit(ref, shard_state, position, keep)
                 continue
             for name, seconds in message[-1].items():
                 stage.summary.add_stage(name, seconds)
-            _put_unless_stopped(stage.out_q, message[1] if kind == "error" else None, stage.stop)
+            put_unless_stopped(stage.out_q, message[1] if kind == "error" else None, stage.stop)
             return
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
-        _put_unless_stopped(stage.out_q, exc, stage.stop)
-
-
-def _put_unless_stopped(q: queue.Queue, item, stop: threading.Event) -> None:
-    """Put ``item`` on the bounded queue, giving up when the run stops (nobody would take it)."""
-    while not stop.is_set():
-        with contextlib.suppress(queue.Full):
-            q.put(item, timeout=0.1)
-            return
+        put_unless_stopped(stage.out_q, exc, stage.stop)
 
 
 def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: str, summary: RescoreSummary,
