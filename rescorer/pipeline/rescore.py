@@ -61,7 +61,7 @@ from rescorer.pipeline.chunk_prep import (
 )
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
-from rescorer.pipeline.partial_output import DurableWriter, OutputFiles, stop_error
+from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, stop_error
 from rescorer.pipeline.reader import (
     ReaderSettings,
     SkippedChunk,
@@ -279,17 +279,11 @@ def scorer_identity(scorer: ChunkScorer) -> dict:
             "token_budget": scorer.token_budget}
 
 
-def _fresh_progress() -> dict:
-    """The progress record of a run that has done nothing yet."""
-    return {"lines_done": 0, "output_bytes": 0, "rejects_bytes": 0, "chunks_done": 0,
-            "summary": asdict(RescoreSummary()), "shard_state": None, "prev_source": None, "num_scores": None}
-
-
-def _progress_so_far(files: OutputFiles, identity: dict) -> dict:
+def _progress_so_far(files: OutputFiles, identity: dict) -> ChunkProgress:
     """What an interrupted run recorded as durable (``--resume``), checked against this run."""
     try:
-        partials = {"output_bytes": files.partial, "rejects_bytes": files.rejects_partial}
-        return load_progress(files.progress, partials, identity, _fresh_progress())
+        fresh = asdict(ChunkProgress())
+        return ChunkProgress.from_record(load_progress(files.progress, files.counted_partials(), identity, fresh))
     except ResumeError as exc:
         raise RescoreError(str(exc)) from exc
 
@@ -350,18 +344,18 @@ class _Run:
             "model": file_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
         }
         self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
-            else _fresh_progress()
-        self.summary = RescoreSummary(**self.done["summary"])
+            else ChunkProgress()
+        self.summary = RescoreSummary(**(self.done.summary or {}))
         self.summary.seconds, self.summary.resumed_lines, self.summary.stage_seconds = 0.0, self.summary.lines, {}
         if self.parts_dir:
-            score_parquet.drop_parts_from(self.parts_dir, self.done["chunks_done"])
+            score_parquet.drop_parts_from(self.parts_dir, self.done.chunks_done)
         self.fh = open_input(input_path)  # before any output file exists: an unreadable input leaves none
         # With worker processes, a reader process reads the table (stdin only a thread can read).
         self.reader_process = opts.workers > 1 and input_path != "-"
         if self.reader_process:
             self.fh.close()
         try:
-            self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done["shard_state"])
+            self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done.shard_state)
                                  if opts.shard else None)
             self.writer = DurableWriter(self.files, self.to_stdout, identity, self.done)
         except BaseException:
@@ -378,10 +372,10 @@ class _Run:
         self.stop = threading.Event()
         self.process_stop = multiprocessing.get_context("spawn").Event()  # the reader process' stop flag
         self.reader: multiprocessing.process.BaseProcess | None = None
-        num_scores = opts.num_scores if opts.num_scores is not None else self.done.get("num_scores")
-        self.carried = _CarriedAcrossChunks(num_scores, self.done.get("prev_source"))
-        self.in_flight: list[tuple[futures.Future | tuple, bytes, dict]] = []
-        self.chunks_done = self.done["chunks_done"]
+        num_scores = opts.num_scores if opts.num_scores is not None else self.done.num_scores
+        self.carried = _CarriedAcrossChunks(num_scores, self.done.prev_source)
+        self.in_flight: list[tuple[futures.Future | tuple, bytes, ChunkProgress]] = []
+        self.chunks_done = self.done.chunks_done
         self.warned = False
 
     def start_reader(self) -> None:
@@ -394,8 +388,8 @@ class _Run:
         else:
             context = multiprocessing.get_context("spawn")
             read_q = context.Queue(maxsize=2 * self.opts.workers)
-            settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done["lines_done"],
-                                      self.opts.shard, self.done["shard_state"], str(self.spool.folder),
+            settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done.lines_done,
+                                      self.opts.shard, self.done.shard_state, str(self.spool.folder),
                                       os.getpid())
             self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
                                           daemon=True, name="rescore-reader")
@@ -433,12 +427,12 @@ class _Run:
                                        compress_level=self.compress_level, flags=self._flags(pending, prep))
         job = self.pool.submit(timed, formatting) if self.pool else timed(formatting)
         self.chunks_done += 1
-        marker = {
-            "lines_done": pending.last_line_no, "chunks_done": self.chunks_done, "summary": asdict(summary),
-            "shard_state": pending.shard_state, "prev_source": self.carried.prev_source,
-            "num_scores": self.carried.num_scores,
-        }
-        self.in_flight.append((job, rejects, marker))
+        progress = ChunkProgress(
+            lines_done=pending.last_line_no, chunks_done=self.chunks_done, summary=asdict(summary),
+            shard_state=pending.shard_state, prev_source=self.carried.prev_source,
+            num_scores=self.carried.num_scores,
+        )
+        self.in_flight.append((job, rejects, progress))
         if pending.position is not None:
             self.bar.update(pending.position - self.bar.n)
         rate = summary.lines / (time.monotonic() - self.started)
@@ -562,11 +556,12 @@ def _drain(q: queue.Queue) -> None:
             q.get_nowait()
 
 
-def _result(entry: tuple[futures.Future | tuple, bytes, dict], summary: RescoreSummary) -> tuple[bytes, bytes, dict]:
-    job, rejects, marker = entry
+def _result(entry: tuple[futures.Future | tuple, bytes, ChunkProgress],
+            summary: RescoreSummary) -> tuple[bytes, bytes, ChunkProgress]:
+    job, rejects, progress = entry
     data, seconds = job.result() if isinstance(job, futures.Future) else job
     summary.add_stage("format", seconds)
-    return data, rejects, marker
+    return data, rejects, progress
 
 
 def _is_formatted(job: futures.Future | tuple) -> bool:
@@ -611,7 +606,7 @@ class _Stage:
         put_unless_stopped(self.out_q, pending, self.stop)
 
 
-def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None) -> None:
+def _read_stage(stage: _Stage, fh, done: ChunkProgress, shard_filter: ShardFilter | None) -> None:
     """Reader thread (-j 1, or stdin): chunks of whole lines, each prepared here or sent off, in order.
 
     With ``-j 1`` the chunk is prepared here; with a pool its lines go to the spool and a worker
@@ -621,7 +616,7 @@ def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None)
     busy = 0.0  # CPU seconds of preparing chunks here (-j 1), which are not reading
     started = time.thread_time()
     try:
-        for index, item in enumerate(table_chunks(fh, stage.path, stage.opts.chunk_lines, done["lines_done"],
+        for index, item in enumerate(table_chunks(fh, stage.path, stage.opts.chunk_lines, done.lines_done,
                                                   shard_filter)):
             if stage.stop.is_set():
                 return
