@@ -176,6 +176,24 @@ class ChunkScorer(Protocol):
 
 
 @dataclass
+class _Preparation:
+    """A chunk's preparation: in a worker (``future``), or made in the reader thread (-j 1): the
+    prepared chunk (``done``) or the malformed line that stopped it (``error``)."""
+
+    future: futures.Future | None = None
+    done: PreparedChunk | None = None
+    error: PhraseTableError | None = None
+
+    def result(self) -> PreparedChunk:
+        """The prepared chunk, waiting for the worker; the preparation's error is raised."""
+        if self.error is not None:
+            raise self.error
+        if self.future is not None:
+            return prepared(self.future.result())
+        return self.done  # type: ignore[return-value]
+
+
+@dataclass
 class _Pending:
     """A chunk between the reader and the writer, with its preparation (done or in a worker).
 
@@ -185,7 +203,7 @@ class _Pending:
     first_line_no: int
     last_line_no: int
     task: PrepareTask | None  # None when no line belongs to this run (outside the shard)
-    job: futures.Future | PreparedChunk | BaseException | None
+    preparation: _Preparation | None  # None with task None
     shard_state: dict | None = None
     position: int | None = None  # file bytes read when the reader sent it (progress bar)
     # Rows [a, b) of this run's shard in a chunk that holds an end of it (None: all): the chunk is
@@ -517,11 +535,8 @@ def _prepared_in_table_order(pending: _Pending, carried: _CarriedAcrossChunks, v
     """
     if pending.task is None:
         return None
-    job = pending.job
     try:
-        if isinstance(job, BaseException):
-            raise job
-        prep = prepared(job.result()) if isinstance(job, futures.Future) else job
+        prep = pending.preparation.result()  # type: ignore[union-attr]
     except PhraseTableError:
         if pending.task.num_scores is not None or carried.num_scores is None:
             raise
@@ -601,8 +616,8 @@ class _Stage:
                keep: tuple[int, int] | None) -> None:
         """Send a spooled chunk to a worker to be prepared, and on to the scorer."""
         task = self.task(lines, self.carried.num_scores)
-        job = self.pool.submit(prepare_spooled, task)
-        pending = _Pending(lines.first_line_no, lines.last_line_no, task, job, shard_state, position, keep)
+        preparation = _Preparation(future=self.pool.submit(prepare_spooled, task))
+        pending = _Pending(lines.first_line_no, lines.last_line_no, task, preparation, shard_state, position, keep)
         put_unless_stopped(self.out_q, pending, self.stop)
 
 
@@ -632,15 +647,16 @@ def _read_stage(stage: _Stage, fh, done: ChunkProgress, shard_filter: ShardFilte
             task = stage.task(chunk, num_scores)
             before = time.thread_time()
             try:
-                job = prepare_chunk(task, stage.vocab)
-                num_scores = job.num_scores if job.num_scores is not None else num_scores
+                prep = prepare_chunk(task, stage.vocab)
+                num_scores = prep.num_scores if prep.num_scores is not None else num_scores
+                preparation = _Preparation(done=prep)
             except PhraseTableError as exc:
-                job = exc
+                preparation = _Preparation(error=exc)
             busy += time.thread_time() - before
-            pending = _Pending(chunk.first_line_no, chunk.last_line_no, task, job, item.shard_state, item.position,
-                               item.keep)
+            pending = _Pending(chunk.first_line_no, chunk.last_line_no, task, preparation, item.shard_state,
+                               item.position, item.keep)
             put_unless_stopped(stage.out_q, pending, stage.stop)
-            if isinstance(job, BaseException):
+            if preparation.error is not None:
                 break
         put_unless_stopped(stage.out_q, None, stage.stop)
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
