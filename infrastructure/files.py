@@ -238,16 +238,16 @@ def _wrap_unseekable(inner: BinaryIO, *, owns: bool) -> BinaryIO:
     return _OwningGzipFile(stream) if prefix == GZIP_MAGIC else stream  # type: ignore[return-value]
 
 
-def compress_member(data: bytes | bytearray | memoryview, level: int = DEFAULT_MEMBER_LEVEL) -> bytes:
+def compress_member(data: bytes | bytearray | memoryview, compress_level: int = DEFAULT_MEMBER_LEVEL) -> bytes:
     """``data`` as one complete gzip member, the same bytes for the same data and level on every run
     (no time stamp, no name). Members concatenate into a valid gzip file, which is how the scored
-    table is written chunk by chunk in parallel; ISA-L compresses it ~11 times faster than zlib -6."""
-    if level not in MEMBER_LEVELS:
-        raise ValueError(f"gzip member level must be in 0..{MEMBER_LEVELS[-1]}, got {level!r}")
-    return igzip.compress(data, level, mtime=0)
+    table is written chunk by chunk in parallel; ISA-L compresses it ~11 times faster than zlib -6.
+    ``compress_level`` is one of :data:`MEMBER_LEVELS` (ISA-L's, not zlib's 0..9): ``--compress-level``
+    checks it where the user gives it."""
+    return igzip.compress(data, compress_level, mtime=0)
 
 
-def open_output(path: PathArg, compresslevel: int = 6) -> BinaryIO:
+def open_output(path: PathArg, zlib_level: int = 6) -> BinaryIO:
     """Open a table for binary writing: ``"-"`` is stdout, a ``.gz`` suffix means gzip.
 
     Here the suffix decides (there is no content yet). Level 6 (gzip's own default) gives up a
@@ -257,7 +257,7 @@ def open_output(path: PathArg, compresslevel: int = 6) -> BinaryIO:
     if name == STDIO_NAME:
         return io.BufferedWriter(_NonClosingWriter(sys.stdout.buffer), _READ_BUFFER)  # type: ignore[return-value]
     if name.endswith(".gz"):
-        return gzip.open(name, "wb", compresslevel=compresslevel)  # type: ignore[return-value]
+        return gzip.open(name, "wb", compresslevel=zlib_level)  # type: ignore[return-value]
     return open(name, "wb", buffering=_READ_BUFFER)
 
 
@@ -295,12 +295,13 @@ def atomic_path(path: PathArg) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_output(path: PathArg, compresslevel: int = 6) -> Iterator[BinaryIO]:
+def atomic_output(path: PathArg, zlib_level: int = 6) -> Iterator[BinaryIO]:
     """Write ``path`` all-or-nothing through :func:`atomic_path`, as an open binary stream.
 
     A rescoring run over a huge table can die hours in; a half-written table that Moses then
     loads (or that a rerun mistakes for finished output) is worse than none. Compression follows
-    the destination's suffix. ``"-"`` passes stdout through unchanged.
+    the destination's suffix (``zlib_level``: zlib's 0..9, as in :func:`open_output`). ``"-"`` passes
+    stdout through unchanged.
     """
     name = os.fspath(path)
     if name == STDIO_NAME:
@@ -313,7 +314,7 @@ def atomic_output(path: PathArg, compresslevel: int = 6) -> Iterator[BinaryIO]:
     with atomic_path(name) as tmp, open(tmp, "wb", buffering=_READ_BUFFER) as raw:
         if name.endswith(".gz"):
             # filename="" keeps the temp name out of the gzip header (and stays reproducible).
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0) as gz:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=zlib_level, mtime=0) as gz:
                 yield gz  # type: ignore[misc]
         else:
             yield raw

@@ -401,7 +401,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
                                  table_name=table_name, cslm=cslm, cslm_name=cslm_name,
                                  cslm_weight=cslm_weight) if moses_ini else None
     options = RescoreOptions(
-        chunk_lines=chunk_lines, compresslevel=compress_level, wp_side=wp_side, skip_bad_lines=skip_bad_lines,
+        chunk_lines=chunk_lines, compress_level=compress_level, wp_side=wp_side, skip_bad_lines=skip_bad_lines,
         shard=parse_shard(shard) if shard else None, resume=resume, scores_parquet=scores_parquet,
         progress=not quiet, device=device, precision=precision, scoring=ScoringOptions(token_budget=token_budget),
         num_scores=num_scores, workers=workers if workers is not None else threads,

@@ -55,7 +55,7 @@ def format_chunk(
     lines: LineChunk,
     log_probs: np.ndarray,
     n_unknown: np.ndarray,
-    compresslevel: int | None,
+    compress_level: int | None,
     flags: np.ndarray | None = None,
     members: np.ndarray | None = None,
 ) -> bytes:
@@ -63,7 +63,7 @@ def format_chunk(
 
     Column 1 is exp(log p) floored at exp(-100); column 2 is exp(-n_unk), which Moses reads back
     as -n_unk; with ``flags``, column 3 is the flag (:func:`score_columns`).
-    ``compresslevel=None`` returns plain text; else one gzip member, or with ``members`` (the
+    ``compress_level=None`` returns plain text; else one gzip member, or with ``members`` (the
     increasing rows, after the first, where a new member starts) one member per stretch.
     """
     if len(lines) != len(log_probs) or (flags is not None and len(flags) != len(lines)):
@@ -71,14 +71,14 @@ def format_chunk(
     if not len(lines):  # no member for no lines: a shard's skipped chunks add no bytes to the output
         return b""
     data = _append_columns(lines, score_columns(log_probs, n_unknown, flags))
-    if compresslevel is None:
+    if compress_level is None:
         return bytes(data)
     if members is None or not len(members):
-        return compress_member(data, compresslevel)
+        return compress_member(data, compress_level)
     line_ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == NEWLINE) + 1
     cuts = [0, *line_ends[np.asarray(members) - 1].tolist(), len(data)]
     view = memoryview(data)
-    return b"".join(compress_member(view[a:b], compresslevel) for a, b in zip(cuts, cuts[1:], strict=False))
+    return b"".join(compress_member(view[a:b], compress_level) for a, b in zip(cuts, cuts[1:], strict=False))
 
 
 def _append_columns(lines: LineChunk, columns: pa.Array) -> bytes | memoryview:
@@ -129,7 +129,7 @@ def format_lines(
     good_rows: np.ndarray | None,
     log_probs: np.ndarray,
     n_unknown: np.ndarray,
-    compresslevel: int | None,
+    compress_level: int | None,
     flags: np.ndarray | None = None,
 ) -> bytes:
     """:func:`format_chunk` of the scored rows (``good_rows``, None: all) of lines in memory or in the
@@ -144,9 +144,9 @@ def format_lines(
     if isinstance(lines, SpooledChunk):
         lines.drop()
     members = None
-    if compresslevel is not None and len(chunk):
+    if compress_level is not None and len(chunk):
         points = np.cumsum(shard_points(chunk, None)[0])  # points at or before each row
         at = points[good_rows] if good_rows is not None else points
         members = np.flatnonzero(np.diff(at)) + 1
     return format_chunk(chunk.take(good_rows) if good_rows is not None else chunk, log_probs, n_unknown,
-                        compresslevel, flags, members)
+                        compress_level, flags, members)

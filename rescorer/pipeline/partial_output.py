@@ -13,7 +13,7 @@ import contextlib
 import errno
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -24,6 +24,30 @@ from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.resume import save_progress
 from rescorer.pipeline.shards import ShardError
 from rescorer.tables.chunks import UnreadableInputError
+
+
+@dataclass
+class ChunkProgress:
+    """The progress record after a chunk: what a killed run had made durable, and what the next chunk
+    needs from the ones before. Its fields are the record's keys (beside the run's identity).
+
+    ``output_bytes`` and ``rejects_bytes`` are filled in by :meth:`DurableWriter.write` as it makes
+    the chunk's bytes durable; :meth:`OutputFiles.counted_partials` says which file each counts.
+    """
+
+    lines_done: int = 0  # input lines done
+    chunks_done: int = 0
+    summary: dict | None = None  # the RescoreSummary so far, as a dict (None: an empty one)
+    shard_state: dict | None = None  # rescorer.pipeline.shards.ShardFilter's state (--shard)
+    prev_source: str | None = None  # the last source phrase written (distinct sources across chunks)
+    num_scores: int | None = None  # score columns every line must have, once fixed
+    output_bytes: int = 0
+    rejects_bytes: int = 0
+
+    @classmethod
+    def from_record(cls, record: dict) -> ChunkProgress:
+        """The progress held in a saved record (its identity keys left out)."""
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
 
 
 @dataclass
@@ -42,6 +66,10 @@ class OutputFiles:
         name = Path(output_path).name
         return cls(output_path, folder / f".{name}.partial", folder / f"{name}.rejects",
                    folder / f".{name}.rejects.partial", folder / f".{name}.progress.json")
+
+    def counted_partials(self) -> dict[str, Path]:
+        """The partial files :class:`ChunkProgress` counts, by its counter's name (the main one first)."""
+        return {"output_bytes": self.partial, "rejects_bytes": self.rejects_partial}
 
     def discard(self) -> None:
         for path in (self.partial, self.rejects_partial, self.progress):
@@ -96,11 +124,11 @@ class DurableWriter:
     The rejects file is created by the first rejected line, so a run without one never has it.
     """
 
-    def __init__(self, files: OutputFiles, to_stdout: bool, identity: dict, done: dict) -> None:
+    def __init__(self, files: OutputFiles, to_stdout: bool, identity: dict, done: ChunkProgress) -> None:
         self.files, self.to_stdout, self.identity = files, to_stdout, identity
-        self.durable = done["output_bytes"]
-        self.durable_rejects = done["rejects_bytes"]
-        resuming = done["output_bytes"] > 0 or done["chunks_done"] > 0
+        self.durable = done.output_bytes
+        self.durable_rejects = done.rejects_bytes
+        resuming = done.output_bytes > 0 or done.chunks_done > 0
         self.rejects: BinaryIO | None = None
         if to_stdout:
             self.out: BinaryIO = sys.stdout.buffer
@@ -114,7 +142,7 @@ class DurableWriter:
     def _streams(self) -> list[BinaryIO]:
         return [self.out] if self.rejects is None else [self.out, self.rejects]
 
-    def write(self, data: bytes, rejects: bytes, marker: dict) -> None:
+    def write(self, data: bytes, rejects: bytes, progress: ChunkProgress) -> None:
         self.out.write(data)
         if self.to_stdout:
             return
@@ -129,13 +157,13 @@ class DurableWriter:
         # The bytes are on disk: count them before the record says so. Ctrl-C or SIGTERM between the
         # two (the record's rename is done, its folder's fsync is not) then leaves the partial files
         # as long as the record or longer, which --resume cuts back; never shorter, which it refuses.
-        save_progress(self.files.progress, {**self.identity, **marker, "output_bytes": self.durable,
-                                            "rejects_bytes": self.durable_rejects})
+        durable = replace(progress, output_bytes=self.durable, rejects_bytes=self.durable_rejects)
+        save_progress(self.files.progress, {**self.identity, **asdict(durable)})
 
     def finish(self, gzip_output: bool) -> None:
         """Complete the run: rename the partial files into place, drop the progress record."""
         if self.durable == 0 and gzip_output:
-            self.write(compress_member(b""), b"", {})  # an empty table is still a valid gzip file
+            self.write(compress_member(b""), b"", ChunkProgress())  # an empty table is still a valid gzip file
         self.out.flush()
         if self.to_stdout:
             return

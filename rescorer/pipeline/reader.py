@@ -82,11 +82,11 @@ class Prefetched:
             started = time.thread_time()
             try:
                 for item in items:
-                    if not _put(q, (item, None), done):
+                    if not put_unless_stopped(q, (item, None), done):
                         return
-                _put(q, (end, None), done)
+                put_unless_stopped(q, (end, None), done)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer, in order
-                _put(q, (end, exc), done)
+                put_unless_stopped(q, (end, exc), done)
             finally:
                 self.cpu_seconds = time.thread_time() - started
 
@@ -155,15 +155,16 @@ def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
                                                       shard_filter, prefetch)):
                 ref: SpooledChunk | SkippedChunk = (spool.put(index, item.chunk) if item.in_run else
                                                     SkippedChunk(item.chunk.first_line_no, item.chunk.last_line_no))
-                if not _put(out_q, ("chunk", ref, item.shard_state, item.position, item.keep), stop):
+                if not put_unless_stopped(out_q, ("chunk", ref, item.shard_state, item.position, item.keep), stop):
                     return
-        _put(out_q, ("end", cpu()), stop)
+        put_unless_stopped(out_q, ("end", cpu()), stop)
     except BaseException as exc:  # noqa: BLE001 - handed to the main process, which re-raises it
-        _put(out_q, ("error", exc, cpu()), stop)
+        put_unless_stopped(out_q, ("error", exc, cpu()), stop)
 
 
-def _put(q, item, stop) -> bool:
-    """Put ``item`` on the bounded queue unless the run stops first; whether it was put."""
+def put_unless_stopped(q, item, stop) -> bool:
+    """Put ``item`` on the bounded queue unless the run stops first (nobody would take it); whether it
+    was put. The pipeline's one way to hand a chunk on, in the reader process and the main process."""
     while not stop.is_set():
         with contextlib.suppress(queue.Full):
             q.put(item, timeout=0.1)

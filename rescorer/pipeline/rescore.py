@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import contextlib
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -39,7 +40,6 @@ import pyarrow as pa
 
 from infrastructure.files import (
     DEFAULT_MEMBER_LEVEL,
-    MEMBER_LEVELS,
     display_name,
     exclusive_use,
     open_input,
@@ -61,8 +61,14 @@ from rescorer.pipeline.chunk_prep import (
 )
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
-from rescorer.pipeline.partial_output import DurableWriter, OutputFiles, stop_error
-from rescorer.pipeline.reader import ReaderSettings, SkippedChunk, read_to_spool, table_chunks
+from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, stop_error
+from rescorer.pipeline.reader import (
+    ReaderSettings,
+    SkippedChunk,
+    put_unless_stopped,
+    read_to_spool,
+    table_chunks,
+)
 from rescorer.pipeline.resume import (
     PROGRESS_VERSION,
     ResumeError,
@@ -89,7 +95,8 @@ class RescoreOptions:
     shard: tuple[int, int] | None = None  # (K, N), K in 1..N
     resume: bool = False
     scores_parquet: str | None = None
-    compresslevel: int = DEFAULT_MEMBER_LEVEL  # ISA-L igzip level of each chunk's gzip member (0..3)
+    # ISA-L igzip level of each chunk's gzip member (MEMBER_LEVELS, 0..3; not zlib's 0..9)
+    compress_level: int = DEFAULT_MEMBER_LEVEL
     progress: bool = True
     device: str = "auto"
     precision: str = "auto"
@@ -105,9 +112,10 @@ class RescoreOptions:
         ``skip_bad_lines`` is not one: up to the first bad line the output is the same either way,
         so a run stopped by a malformed line can continue with ``--skip-bad-lines --resume``.
         """
+        # "compresslevel" is the key progress records already on disk carry for compress_level.
         identity = {
             "chunk_lines": self.chunk_lines, "wp_side": self.wp_side,
-            "shard": list(self.shard) if self.shard else None, "compresslevel": self.compresslevel,
+            "shard": list(self.shard) if self.shard else None, "compresslevel": self.compress_level,
             "scores_parquet": self.scores_parquet, "num_scores": self.num_scores,
         }
         if self.flag_lines is not None:  # only then: progress records of runs without it stay valid
@@ -168,6 +176,24 @@ class ChunkScorer(Protocol):
 
 
 @dataclass
+class _Preparation:
+    """A chunk's preparation: in a worker (``future``), or made in the reader thread (-j 1): the
+    prepared chunk (``done``) or the malformed line that stopped it (``error``)."""
+
+    future: futures.Future | None = None
+    done: PreparedChunk | None = None
+    error: PhraseTableError | None = None
+
+    def result(self) -> PreparedChunk:
+        """The prepared chunk, waiting for the worker; the preparation's error is raised."""
+        if self.error is not None:
+            raise self.error
+        if self.future is not None:
+            return prepared(self.future.result())
+        return self.done  # type: ignore[return-value]
+
+
+@dataclass
 class _Pending:
     """A chunk between the reader and the writer, with its preparation (done or in a worker).
 
@@ -177,7 +203,7 @@ class _Pending:
     first_line_no: int
     last_line_no: int
     task: PrepareTask | None  # None when no line belongs to this run (outside the shard)
-    job: futures.Future | PreparedChunk | BaseException | None
+    preparation: _Preparation | None  # None with task None
     shard_state: dict | None = None
     position: int | None = None  # file bytes read when the reader sent it (progress bar)
     # Rows [a, b) of this run's shard in a chunk that holds an end of it (None: all): the chunk is
@@ -271,17 +297,11 @@ def scorer_identity(scorer: ChunkScorer) -> dict:
             "token_budget": scorer.token_budget}
 
 
-def _fresh_progress() -> dict:
-    """The progress record of a run that has done nothing yet."""
-    return {"lines_done": 0, "output_bytes": 0, "rejects_bytes": 0, "chunks_done": 0,
-            "summary": asdict(RescoreSummary()), "shard_state": None, "prev_source": None, "num_scores": None}
-
-
-def _progress_so_far(files: OutputFiles, identity: dict) -> dict:
+def _progress_so_far(files: OutputFiles, identity: dict) -> ChunkProgress:
     """What an interrupted run recorded as durable (``--resume``), checked against this run."""
     try:
-        partials = {"output_bytes": files.partial, "rejects_bytes": files.rejects_partial}
-        return load_progress(files.progress, partials, identity, _fresh_progress())
+        fresh = asdict(ChunkProgress())
+        return ChunkProgress.from_record(load_progress(files.progress, files.counted_partials(), identity, fresh))
     except ResumeError as exc:
         raise RescoreError(str(exc)) from exc
 
@@ -335,24 +355,25 @@ class _Run:
         self.to_stdout = output_path == "-"
         self.files = OutputFiles.beside(output_path)
         self.parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
-        self.compress = None if not output_path.endswith(".gz") else opts.compresslevel
+        # The gzip member level of a .gz output; None: plain text.
+        self.compress_level = opts.compress_level if output_path.endswith(".gz") else None
         identity = {
             "version": PROGRESS_VERSION, "input": file_identity(input_path),
             "model": file_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
         }
         self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
-            else _fresh_progress()
-        self.summary = RescoreSummary(**self.done["summary"])
+            else ChunkProgress()
+        self.summary = RescoreSummary(**(self.done.summary or {}))
         self.summary.seconds, self.summary.resumed_lines, self.summary.stage_seconds = 0.0, self.summary.lines, {}
         if self.parts_dir:
-            score_parquet.drop_parts_from(self.parts_dir, self.done["chunks_done"])
+            score_parquet.drop_parts_from(self.parts_dir, self.done.chunks_done)
         self.fh = open_input(input_path)  # before any output file exists: an unreadable input leaves none
         # With worker processes, a reader process reads the table (stdin only a thread can read).
         self.reader_process = opts.workers > 1 and input_path != "-"
         if self.reader_process:
             self.fh.close()
         try:
-            self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done["shard_state"])
+            self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done.shard_state)
                                  if opts.shard else None)
             self.writer = DurableWriter(self.files, self.to_stdout, identity, self.done)
         except BaseException:
@@ -369,24 +390,24 @@ class _Run:
         self.stop = threading.Event()
         self.process_stop = multiprocessing.get_context("spawn").Event()  # the reader process' stop flag
         self.reader: multiprocessing.process.BaseProcess | None = None
-        num_scores = opts.num_scores if opts.num_scores is not None else self.done.get("num_scores")
-        self.known = _InOrder(num_scores, self.done.get("prev_source"))
-        self.in_flight: list[tuple[futures.Future | tuple, bytes, dict]] = []
-        self.chunks_done = self.done["chunks_done"]
+        num_scores = opts.num_scores if opts.num_scores is not None else self.done.num_scores
+        self.carried = _CarriedAcrossChunks(num_scores, self.done.prev_source)
+        self.in_flight: list[tuple[futures.Future | tuple, bytes, ChunkProgress]] = []
+        self.chunks_done = self.done.chunks_done
         self.warned = False
 
     def start_reader(self) -> None:
         """The reading stage: a reader process and a thread that hands its chunks to the workers, or
         (-j 1, stdin) one thread that reads and hands on (or prepares) each chunk itself."""
-        stage = _Stage(self.input_path, self.opts, self.scorer, self.known, self.pool, self.vocab, self.spool,
+        stage = _Stage(self.input_path, self.opts, self.scorer, self.carried, self.pool, self.vocab, self.spool,
                        self.prepared_q, self.stop, self.summary)
         if not self.reader_process:
             target, args = _read_stage, (stage, self.fh, self.done, self.shard_filter)
         else:
             context = multiprocessing.get_context("spawn")
             read_q = context.Queue(maxsize=2 * self.opts.workers)
-            settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done["lines_done"],
-                                      self.opts.shard, self.done["shard_state"], str(self.spool.folder),
+            settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done.lines_done,
+                                      self.opts.shard, self.done.shard_state, str(self.spool.folder),
                                       os.getpid())
             self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
                                           daemon=True, name="rescore-reader")
@@ -404,7 +425,7 @@ class _Run:
     def score_and_format(self, pending: _Pending) -> None:
         """Score one chunk here, report its rejected lines, and send it off to be formatted."""
         summary = self.summary
-        prep = _settle(pending, self.known, self.vocab, summary)
+        prep = _prepared_in_table_order(pending, self.carried, self.vocab, summary)
         kept = pending.kept(prep) if prep is not None else None
         log_p, n_unk = _score_prepared(prep, self.scorer, self.opts.wp_side, summary, kept)
         if not self.warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
@@ -419,15 +440,17 @@ class _Run:
                 source, target, scores = source.filter(pa.array(kept)), target.filter(pa.array(kept)), scores[kept]
             score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), source, target,
                                      scores, log_p, n_unk)
-        args = (format_lines, *pending.format_args(prep), log_p, n_unk, self.compress, self._flags(pending, prep))
-        job = self.pool.submit(timed, *args) if self.pool else timed(*args)
+        lines, good_rows = pending.format_args(prep)
+        formatting = functools.partial(format_lines, lines, good_rows, log_p, n_unk,
+                                       compress_level=self.compress_level, flags=self._flags(pending, prep))
+        job = self.pool.submit(timed, formatting) if self.pool else timed(formatting)
         self.chunks_done += 1
-        marker = {
-            "lines_done": pending.last_line_no, "chunks_done": self.chunks_done, "summary": asdict(summary),
-            "shard_state": pending.shard_state, "prev_source": self.known.prev_source,
-            "num_scores": self.known.num_scores,
-        }
-        self.in_flight.append((job, rejects, marker))
+        progress = ChunkProgress(
+            lines_done=pending.last_line_no, chunks_done=self.chunks_done, summary=asdict(summary),
+            shard_state=pending.shard_state, prev_source=self.carried.prev_source,
+            num_scores=self.carried.num_scores,
+        )
+        self.in_flight.append((job, rejects, progress))
         if pending.position is not None:
             self.bar.update(pending.position - self.bar.n)
         rate = summary.lines / (time.monotonic() - self.started)
@@ -444,13 +467,13 @@ class _Run:
 
     def write_finished(self, window: int) -> None:
         """Append formatted chunks in order: those done, and any beyond ``window`` in flight."""
-        while self.in_flight and (len(self.in_flight) > window or _ready(self.in_flight[0][0])):
+        while self.in_flight and (len(self.in_flight) > window or _is_formatted(self.in_flight[0][0])):
             self.writer.write(*_result(self.in_flight.pop(0), self.summary))
 
     def finish(self) -> None:
         # An empty table is still a valid gzip file; an empty shard writes no byte, so that the
         # shards concatenate to the whole run's output.
-        self.writer.finish(self.compress is not None and self.opts.shard is None)
+        self.writer.finish(self.compress_level is not None and self.opts.shard is None)
         if self.parts_dir:
             score_parquet.merge_parts(self.parts_dir, Path(self.opts.scores_parquet))  # type: ignore[arg-type]
 
@@ -485,7 +508,7 @@ class _Run:
 
 
 @dataclass
-class _InOrder:
+class _CarriedAcrossChunks:
     """What carries from one chunk to the next, as known in chunk order.
 
     The reader sends each chunk with the column count known when it is sent; the main thread,
@@ -500,8 +523,10 @@ def _arrow_vocab(src_words: list[str], tgt_words: list[str]) -> tuple[pa.Array, 
     return pa.array(src_words, pa.string()), pa.array(tgt_words, pa.string())
 
 
-def _settle(pending: _Pending, known: _InOrder, vocab, summary: RescoreSummary) -> PreparedChunk | None:
-    """The chunk's preparation, exactly as a serial run would have made it (or its error).
+def _prepared_in_table_order(pending: _Pending, carried: _CarriedAcrossChunks, vocab,
+                              summary: RescoreSummary) -> PreparedChunk | None:
+    """The chunk's preparation, exactly as a serial run would have made it (or its error), taken in
+    table order: it waits for the worker, and updates what ``carried`` holds and the summary's counts.
 
     A chunk sent before the table's column count was known was parsed with the count of its own
     first good line; if that differs from the count fixed by earlier chunks, or any line was
@@ -510,35 +535,32 @@ def _settle(pending: _Pending, known: _InOrder, vocab, summary: RescoreSummary) 
     """
     if pending.task is None:
         return None
-    job = pending.job
     try:
-        if isinstance(job, BaseException):
-            raise job
-        prep = prepared(job.result()) if isinstance(job, futures.Future) else job
+        prep = pending.preparation.result()  # type: ignore[union-attr]
     except PhraseTableError:
-        if pending.task.num_scores is not None or known.num_scores is None:
+        if pending.task.num_scores is not None or carried.num_scores is None:
             raise
         prep = None
-    if pending.task.num_scores is None and known.num_scores is not None and (
-        prep is None or prep.bad_rows or prep.num_scores not in (None, known.num_scores)
+    if pending.task.num_scores is None and carried.num_scores is not None and (
+        prep is None or prep.bad_rows or prep.num_scores not in (None, carried.num_scores)
     ):
-        pending.task.num_scores = known.num_scores
+        pending.task.num_scores = carried.num_scores
         prep = prepare_chunk(pending.task, vocab)
     if prep.num_scores is not None:
-        known.num_scores = prep.num_scores
+        carried.num_scores = prep.num_scores
     summary.add_stage("parse", prep.parse_seconds)
     summary.add_stage("trees", prep.tree_seconds)
     kept = pending.kept(prep)
     if prep.plan is not None and kept is not None:  # a chunk holding an end of the shard: its rows only
         sources = prep.plan.source_of_row[kept]
         # From a shard point on, the first row starts a source; from the chunk's start, as above.
-        first_new = pending.keep[0] > 0 or known.prev_source is None or prep.first_source != known.prev_source
+        first_new = pending.keep[0] > 0 or carried.prev_source is None or prep.first_source != carried.prev_source
         summary.distinct_sources += int(np.count_nonzero(np.diff(sources))) + int(first_new) if len(sources) else 0
-        known.prev_source = prep.last_source
+        carried.prev_source = prep.last_source
     elif prep.plan is not None:
-        new = prep.source_changes + (known.prev_source is None or prep.first_source != known.prev_source)
+        new = prep.source_changes + (carried.prev_source is None or prep.first_source != carried.prev_source)
         summary.distinct_sources += int(new)
-        known.prev_source = prep.last_source
+        carried.prev_source = prep.last_source
     return prep
 
 
@@ -549,14 +571,16 @@ def _drain(q: queue.Queue) -> None:
             q.get_nowait()
 
 
-def _result(entry: tuple[futures.Future | tuple, bytes, dict], summary: RescoreSummary) -> tuple[bytes, bytes, dict]:
-    job, rejects, marker = entry
+def _result(entry: tuple[futures.Future | tuple, bytes, ChunkProgress],
+            summary: RescoreSummary) -> tuple[bytes, bytes, ChunkProgress]:
+    job, rejects, progress = entry
     data, seconds = job.result() if isinstance(job, futures.Future) else job
     summary.add_stage("format", seconds)
-    return data, rejects, marker
+    return data, rejects, progress
 
 
-def _ready(job: futures.Future | tuple) -> bool:
+def _is_formatted(job: futures.Future | tuple) -> bool:
+    """Whether a chunk's formatting (a worker's future, or its result when formatted here) is done."""
     return not isinstance(job, futures.Future) or job.done()
 
 
@@ -575,7 +599,7 @@ class _Stage:
     path: str
     opts: RescoreOptions
     scorer: ChunkScorer
-    known: _InOrder
+    carried: _CarriedAcrossChunks
     pool: futures.ProcessPoolExecutor | None
     vocab: tuple[pa.Array, pa.Array]
     spool: Spool | None
@@ -591,30 +615,31 @@ class _Stage:
     def submit(self, lines: SpooledChunk, shard_state: dict | None, position: int | None,
                keep: tuple[int, int] | None) -> None:
         """Send a spooled chunk to a worker to be prepared, and on to the scorer."""
-        task = self.task(lines, self.known.num_scores)
-        job = self.pool.submit(prepare_spooled, task)
-        _put(self.out_q, _Pending(lines.first_line_no, lines.last_line_no, task, job, shard_state, position, keep),
-             self.stop)
+        task = self.task(lines, self.carried.num_scores)
+        preparation = _Preparation(future=self.pool.submit(prepare_spooled, task))
+        pending = _Pending(lines.first_line_no, lines.last_line_no, task, preparation, shard_state, position, keep)
+        put_unless_stopped(self.out_q, pending, self.stop)
 
 
-def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None) -> None:
+def _read_stage(stage: _Stage, fh, done: ChunkProgress, shard_filter: ShardFilter | None) -> None:
     """Reader thread (-j 1, or stdin): chunks of whole lines, each prepared here or sent off, in order.
 
     With ``-j 1`` the chunk is prepared here; with a pool its lines go to the spool and a worker
     prepares it. Errors travel to the main thread, after the chunks before them.
     """
-    num_scores = stage.known.num_scores  # with -j 1: the count fixed so far, exactly as a serial run
+    num_scores = stage.carried.num_scores  # with -j 1: the count fixed so far, exactly as a serial run
     busy = 0.0  # CPU seconds of preparing chunks here (-j 1), which are not reading
     started = time.thread_time()
     try:
-        for index, item in enumerate(table_chunks(fh, stage.path, stage.opts.chunk_lines, done["lines_done"],
+        for index, item in enumerate(table_chunks(fh, stage.path, stage.opts.chunk_lines, done.lines_done,
                                                   shard_filter)):
             if stage.stop.is_set():
                 return
             chunk = item.chunk
             if not item.in_run:
-                _put(stage.out_q, _Pending(chunk.first_line_no, chunk.last_line_no, None, None, item.shard_state,
-                                           item.position), stage.stop)
+                skipped = _Pending(chunk.first_line_no, chunk.last_line_no, None, None, item.shard_state,
+                                   item.position)
+                put_unless_stopped(stage.out_q, skipped, stage.stop)
                 continue
             if stage.pool is not None:
                 stage.submit(stage.spool.put(index, chunk), item.shard_state, item.position, item.keep)
@@ -622,18 +647,20 @@ def _read_stage(stage: _Stage, fh, done: dict, shard_filter: ShardFilter | None)
             task = stage.task(chunk, num_scores)
             before = time.thread_time()
             try:
-                job = prepare_chunk(task, stage.vocab)
-                num_scores = job.num_scores if job.num_scores is not None else num_scores
+                prep = prepare_chunk(task, stage.vocab)
+                num_scores = prep.num_scores if prep.num_scores is not None else num_scores
+                preparation = _Preparation(done=prep)
             except PhraseTableError as exc:
-                job = exc
+                preparation = _Preparation(error=exc)
             busy += time.thread_time() - before
-            _put(stage.out_q, _Pending(chunk.first_line_no, chunk.last_line_no, task, job, item.shard_state,
-                                       item.position, item.keep), stage.stop)
-            if isinstance(job, BaseException):
+            pending = _Pending(chunk.first_line_no, chunk.last_line_no, task, preparation, item.shard_state,
+                               item.position, item.keep)
+            put_unless_stopped(stage.out_q, pending, stage.stop)
+            if preparation.error is not None:
                 break
-        _put(stage.out_q, None, stage.stop)
+        put_unless_stopped(stage.out_q, None, stage.stop)
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
-        _put(stage.out_q, exc, stage.stop)
+        put_unless_stopped(stage.out_q, exc, stage.stop)
     finally:
         stage.summary.add_stage("read", time.thread_time() - started - busy)
 
@@ -654,25 +681,17 @@ def _feed_stage(stage: _Stage, read_q) -> None:
             if kind == "chunk":
                 _, ref, shard_state, position, keep = message
                 if isinstance(ref, SkippedChunk):
-                    _put(stage.out_q, _Pending(ref.first_line_no, ref.last_line_no, None, None, shard_state,
-                                               position), stage.stop)
+                    skipped = _Pending(ref.first_line_no, ref.last_line_no, None, None, shard_state, position)
+                    put_unless_stopped(stage.out_q, skipped, stage.stop)
                 else:
                     stage.submit(ref, shard_state, position, keep)
                 continue
             for name, seconds in message[-1].items():
                 stage.summary.add_stage(name, seconds)
-            _put(stage.out_q, message[1] if kind == "error" else None, stage.stop)
+            put_unless_stopped(stage.out_q, message[1] if kind == "error" else None, stage.stop)
             return
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
-        _put(stage.out_q, exc, stage.stop)
-
-
-def _put(q: queue.Queue, item, stop: threading.Event) -> None:
-    """Put ``item`` on the bounded queue, giving up when the run stops (nobody would take it)."""
-    while not stop.is_set():
-        with contextlib.suppress(queue.Full):
-            q.put(item, timeout=0.1)
-            return
+        put_unless_stopped(stage.out_q, exc, stage.stop)
 
 
 def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: str, summary: RescoreSummary,
@@ -722,9 +741,6 @@ def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> No
         raise RescoreError(f"--chunk-lines must be a whole number >= 1, got {opts.chunk_lines!r}")
     if not _whole_number_at_least(opts.workers, 0):
         raise RescoreError(f"-j/--workers must be a whole number >= 0, got {opts.workers!r}")
-    if opts.compresslevel not in MEMBER_LEVELS:
-        raise RescoreError(f"--compress-level must be {MEMBER_LEVELS[0]}..{MEMBER_LEVELS[-1]} (ISA-L's igzip levels), "
-                           f"got {opts.compresslevel!r}")
     budget = opts.scoring.token_budget
     if budget is not None and not _whole_number_at_least(budget, 1):
         raise RescoreError(f"--token-budget must be a whole number >= 1, got {budget!r}")

@@ -352,7 +352,7 @@ def _merge(table: str, work: ProposeWork, phrase_probabilities: tuple[float, flo
            tables: tuple[WordTable, WordTable]) -> None:
     """The table and the listing's proposals in sorted order into ``work.merged``, their line numbers into
     ``work.flagged``; each written atomically, so a kill here leaves the search's result as it was."""
-    with atomic_output(work.merged, compresslevel=1) as out:
+    with atomic_output(work.merged, zlib_level=1) as out:
         flagged = merge_proposals(table, proposed_lines(work.listing, phrase_probabilities, tables), out)
     with atomic_path(work.flagged) as tmp, open(tmp, "wb") as fh:
         np.save(fh, flagged)

@@ -10,6 +10,7 @@ import gzip
 import json
 import math
 import random
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from rescorer.model.vocab import EOS, UNK, Vocab
 from rescorer.pipeline import partial_output
 from rescorer.pipeline import rescore as rescore_module
 from rescorer.pipeline.errors import RescoreError
+from rescorer.pipeline.partial_output import ChunkProgress
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.pipeline.scoring import ScoringOptions
 
@@ -618,5 +620,8 @@ def test_ctrl_c_just_after_a_progress_record_is_renamed_still_resumes(tmp_path: 
         run(table, tmp_path / "out.gz", ck, chunk_lines=100)
     monkeypatch.undo()
     assert (tmp_path / ".out.gz.partial").stat().st_size == saved[1]["output_bytes"]
+    # The record holds the run's identity and exactly the fields of the one typed progress record.
+    assert set(saved[1]) - {"version", "input", "model", "options"} == {f.name for f in fields(ChunkProgress)}
+    assert ChunkProgress.from_record(saved[1]).chunks_done == 2
     run(table, tmp_path / "out.gz", ck, chunk_lines=100, resume=True)
     assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
