@@ -60,9 +60,16 @@ def spools_of(pid: int) -> list[Path]:
     return [p for base in SPOOL_BASES if base.is_dir() for p in base.glob(f"rescore-spool-{pid}-*")]
 
 
+def as_from_a_terminal() -> None:
+    """The command's Ctrl-C as a terminal gives it: a test suite started as a background job of a
+    non-interactive shell (``make test &``) ignores SIGINT, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_and_wait_for_workers(cmd: list[str], out: Path, env: dict, mark: str) -> subprocess.Popen:
     """Start ``cmd``; return once a chunk is durable and the reader and two workers run."""
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=as_from_a_terminal)
     progress = out.parent / f".{out.name}.progress.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -159,7 +166,7 @@ def stop_when_said(cmd: list[str], said: str, how: str, tmp_path: Path) -> tuple
     its exit status and stderr."""
     log = tmp_path / "stderr.txt"
     with log.open("w") as err:
-        proc = subprocess.Popen(cmd, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(cmd, stderr=err, start_new_session=True, preexec_fn=as_from_a_terminal)
         deadline = time.monotonic() + 180
         while said not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
