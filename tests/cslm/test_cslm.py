@@ -22,6 +22,7 @@ from cslm.nbest import add_cslm_to_nbest
 from cslm.scoring import ScoreStats, sentence_log_probs
 from cslm.train import CSLMTrainConfig, train_cslm
 from held_output import held_by_another_process
+from infrastructure.interrupts import Interrupted
 from moses_integration.nbest import read_nbest
 from moses_integration.tokens import split_tokens
 from rescorer.model.vocab import Vocab
@@ -170,6 +171,46 @@ def test_a_resumed_training_ends_with_the_model_of_an_uninterrupted_one(tmp_path
     run(tmp_path / "split.pt", 1)
     resumed = run(tmp_path / "split.pt", 2, resume=True)
     assert resumed.examples == straight.examples == 2 * 2048 and resumed.stopped_by == "max_epochs"
+    a = load_cslm(tmp_path / "straight.pt.last").model.state_dict()
+    b = load_cslm(tmp_path / "split.pt.last").model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [v.perplexity for v in resumed.history] == [v.perplexity for v in straight.history]
+
+
+def test_ctrl_c_mid_epoch_keeps_the_state_and_resume_ends_with_the_uninterrupted_model(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    """Ctrl-C in the middle of an epoch saves MODEL.last and says where; --resume picks up at that
+    n-gram and ends with the weights and the validations of a run never stopped."""
+    from cslm import train as cslm_train
+
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(800)), encoding="utf-8")
+    cfg = CSLMConfig(vocab_size=2, order=4, embedding=16, hidden=[32])
+
+    def run(out: Path, resume: bool = False):
+        return train_cslm(str(corpus), out, model_config=cfg, shortlist=500, progress=False, resume=resume,
+                          train_config=CSLMTrainConfig(max_epochs=2, batch_size=64, epoch_size=1024))
+
+    straight = run(tmp_path / "straight.pt")
+    step = cslm_train._CSLMTraining.step
+    calls = itertools.count(1)
+
+    def interrupted_at_the_21st(self, rows):
+        if next(calls) == 21:  # the 5th minibatch of epoch 2
+            raise KeyboardInterrupt
+        return step(self, rows)
+
+    monkeypatch.setattr(cslm_train._CSLMTraining, "step", interrupted_at_the_21st)
+    with pytest.raises(Interrupted) as caught:
+        run(tmp_path / "split.pt")
+    assert caught.value.kept == (f"training state at 1280 n-grams (epoch 2) kept in {tmp_path / 'split.pt.last'}, "
+                                 f"the best model so far in {tmp_path / 'split.pt'} (run again with --resume to "
+                                 "continue)")
+    kept = load_cslm(tmp_path / "split.pt.last").train_state
+    assert kept is not None and (kept["epoch"], kept["position"], kept["examples"]) == (1, 256, 1280)
+    monkeypatch.setattr(cslm_train._CSLMTraining, "step", step)
+    resumed = run(tmp_path / "split.pt", resume=True)
+    assert resumed.examples == straight.examples == 2 * 1024 and resumed.stopped_by == "max_epochs"
     a = load_cslm(tmp_path / "straight.pt.last").model.state_dict()
     b = load_cslm(tmp_path / "split.pt.last").model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
