@@ -217,6 +217,28 @@ def test_ctrl_c_mid_epoch_keeps_the_state_and_resume_ends_with_the_uninterrupted
     assert [v.perplexity for v in resumed.history] == [v.perplexity for v in straight.history]
 
 
+def test_the_cslm_stops_for_time_in_mid_epoch_and_for_patience_after_an_epoch(tmp_path: Path, capsys) -> None:
+    """``max_time`` ends a run inside its epoch, validated there and saying how far it got;
+    patience ends it after an epoch that did not improve (an update too small to change a weight)."""
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(800)), encoding="utf-8")
+    cfg = CSLMConfig(vocab_size=2, order=4, embedding=16, hidden=[32])
+
+    def run(out: Path, **train):
+        return train_cslm(str(corpus), out, model_config=cfg, shortlist=500, progress=False,
+                          train_config=CSLMTrainConfig(batch_size=64, **train))
+
+    timed = run(tmp_path / "timed.pt", max_time=0.05)
+    assert timed.stopped_by == "max_time" and timed.epochs == 0 and timed.examples > 0
+    assert f"(stopped {timed.examples} n-grams into epoch 1)" in capsys.readouterr().err
+    kept = load_cslm(tmp_path / "timed.pt.last").train_state
+    assert kept is not None and kept["position"] == timed.examples
+    stuck = run(tmp_path / "stuck.pt", lr=1e-30, patience=1, epoch_size=512, max_epochs=5)
+    assert stuck.stopped_by == "early_stopping" and stuck.epochs == 1 and len(stuck.history) == 2
+    err = capsys.readouterr().err
+    assert "epoch 1: valid perplexity" in err and "into epoch" not in err
+
+
 def test_cli_train_score_and_nbest(tmp_path: Path) -> None:
     corpus = tmp_path / "fr.txt"
     corpus.write_text("".join(_french_lines(700)), encoding="utf-8")
