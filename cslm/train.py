@@ -44,8 +44,8 @@ from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, exclusive_use, removed_when_the_disk_fills
-from infrastructure.interrupts import Interrupted
 from infrastructure.progress import progress_bar
+from infrastructure.training_loop import run_training
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import last_checkpoint_path, refuse_to_overwrite
 from rescorer.model.config import TRAIN_STEPS, DictConfig, check_positive_int
@@ -329,42 +329,9 @@ def train_cslm(
             run = _CSLMTraining.start(corpus, Path(model_out), model_config, train_config, shortlist=shortlist,
                                       valid=valid, device=device, precision=precision, resume=resume,
                                       progress=progress)
-            return _train_loop(run, train_config, progress)
-
-
-def _train_loop(run: _CSLMTraining, cfg: CSLMTrainConfig, progress: bool) -> CSLMTrainResult:
-    """Epochs, validations and saves until the epochs, the time budget or patience stop the run."""
-    state = run.state
-    if not run.history:
-        run.save(run.validate())
-    run.model.train()
-    run.started = time.monotonic() - state["elapsed"]
-    stopped_by = "max_epochs"
-    bar = progress_bar(total=run.epoch_len, initial=state["position"], desc=f"epoch {state['epoch'] + 1}",
-                       unit=" ngram", unit_scale=True, show=progress, dynamic_ncols=True, mininterval=1.0)
-    try:
-        while cfg.max_epochs is None or state["epoch"] < cfg.max_epochs:
-            out_of_time = run.train_epoch(bar)
-            if not out_of_time:
-                state["epoch"] += 1
-                state["position"] = 0
-            run.save(run.validate())
-            if out_of_time:
-                stopped_by = "max_time"
-                break
-            if cfg.patience is not None and state["bad_epochs"] >= cfg.patience:
-                stopped_by = "early_stopping"
-                break
-            bar.reset(total=run.epoch_len)
-            bar.set_description(f"epoch {state['epoch'] + 1}")
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the state for --resume, and say so
-        run.save(False)
-        raise Interrupted(f"training state at {state['examples']} n-grams (epoch {state['epoch'] + 1}) kept in "
-                          f"{last_checkpoint_path(run.model_out)}, the best model so far in {run.model_out} "
-                          f"(run again with --resume to continue)") from exc
-    finally:
-        bar.close()
-    return CSLMTrainResult(state["epoch"], state["examples"], state["elapsed"], stopped_by, run.history)
+            stopped_by = run_training(run, progress=progress)
+            state = run.state
+            return CSLMTrainResult(state["epoch"], state["examples"], state["elapsed"], stopped_by, run.history)
 
 
 @dataclass
@@ -379,7 +346,12 @@ class _IntervalSums:
 
 @dataclass
 class _CSLMTraining:
-    """One CSLM training run: model, optimizer, data splits, the resumable ``state`` and history."""
+    """One CSLM training run: model, optimizer, data splits, the resumable ``state`` and history.
+
+    :func:`infrastructure.training_loop.run_training` drives it: a validation at the end of each
+    epoch and when time runs out, a save of ``MODEL.last`` every ``checkpoint_every`` seconds in
+    between, stop reasons ``max_time``, ``early_stopping`` and ``max_epochs``.
+    """
 
     model_out: Path
     cfg: CSLMTrainConfig
@@ -396,6 +368,9 @@ class _CSLMTraining:
     started: float = 0.0  # monotonic time the run would have started had it never stopped
     last_save: float = 0.0
     since_save: _IntervalSums = field(default_factory=_IntervalSums)
+    out_of_time: bool = False  # max_time ran out at the last update
+    trained: bool = False  # an update (or an epoch's end) happened in this process
+    order: tuple[int, np.ndarray] | None = None  # (epoch, its n-gram order): drawn once per epoch
 
     @classmethod
     def start(cls, corpus: str, model_out: Path, model_config: CSLMConfig, cfg: CSLMTrainConfig, *, shortlist: int,
@@ -467,28 +442,79 @@ class _CSLMTraining:
         state["bad_epochs"] += 1
         return False
 
-    def train_epoch(self, bar: tqdm) -> bool:
-        """Train on the rest of the current epoch, saving now and then; True if time ran out in it."""
+    @property
+    def last_path(self) -> Path:
+        return last_checkpoint_path(self.model_out)
+
+    def first_validation(self) -> None:
+        """Recorded and saved: the model file exists from the start of a CSLM run."""
+        self.save(self.validate())
+
+    def progress_bar(self, show: bool) -> tqdm:
+        return progress_bar(total=self.epoch_len, initial=self.state["position"],
+                            desc=f"epoch {self.state['epoch'] + 1}", unit=" ngram", unit_scale=True, show=show,
+                            dynamic_ncols=True, mininterval=1.0)
+
+    def epoch_order(self) -> np.ndarray:
+        """The training n-grams of the current epoch, in their order (:func:`_epoch_order`, kept for the epoch)."""
+        epoch = self.state["epoch"]
+        if self.order is None or self.order[0] != epoch:
+            self.order = (epoch, _epoch_order(len(self.train_split), self.cfg, epoch))
+        return self.order[1]
+
+    def update(self, bar: tqdm) -> None:
+        """One update of the epoch (a bar of its own, from its first update on), saving now and then;
+        at the epoch's end, the next epoch. A run out of time stays where it stopped in its epoch."""
         cfg, state = self.cfg, self.state
-        order = _epoch_order(len(self.train_split), cfg, state["epoch"])
-        while state["position"] < len(order):
+        order = self.epoch_order()
+        self.trained = True
+        if state["position"] < len(order):
+            if state["position"] == 0 and bar.n:  # the epoch before was validated: a new bar for this one
+                bar.reset(total=self.epoch_len)
+                bar.set_description(f"epoch {state['epoch'] + 1}")
             rows = order[state["position"] : state["position"] + cfg.batch_size]
             loss = self.step(rows)
             bar.update(len(rows))
             if state["position"] % (cfg.batch_size * 50) < cfg.batch_size:
                 bar.set_postfix(loss=f"{loss.item():.3f}", ngram_s=f"{bar.format_dict['rate'] or 0:.0f}")
             if cfg.max_time is not None and state["elapsed"] >= cfg.max_time:
-                return True
+                self.out_of_time = True
+                return
             if time.monotonic() - self.last_save >= cfg.checkpoint_every:
-                progress_since = self.training_figures()
-                self.save(False)
-                # An epoch of a large corpus outlasts a session: this line is the run's heartbeat in
-                # a --quiet log (table1's), and says how far a --resume will pick up.
-                tqdm.write(f"saved {last_checkpoint_path(self.model_out)}: epoch {state['epoch'] + 1}, "
-                           f"{state['position']:,} of {len(order):,} n-grams, {state['examples']:,} in "
-                           f"{state['elapsed']:.0f} s ({state['examples'] / max(state['elapsed'], 1e-9):.0f} "
-                           f"n-grams/s), {progress_since}", file=sys.stderr)
-        return False
+                self.heartbeat(len(order))
+        if state["position"] >= len(order):
+            state["epoch"] += 1
+            state["position"] = 0
+
+    def heartbeat(self, epoch_len: int) -> None:
+        """A save of ``MODEL.last`` in mid-epoch, and a line saying so."""
+        state = self.state
+        progress_since = self.training_figures()
+        self.save(False)
+        # An epoch of a large corpus outlasts a session: this line is the run's heartbeat in
+        # a --quiet log (table1's), and says how far a --resume will pick up.
+        tqdm.write(f"saved {last_checkpoint_path(self.model_out)}: epoch {state['epoch'] + 1}, "
+                   f"{state['position']:,} of {epoch_len:,} n-grams, {state['examples']:,} in "
+                   f"{state['elapsed']:.0f} s ({state['examples'] / max(state['elapsed'], 1e-9):.0f} "
+                   f"n-grams/s), {progress_since}", file=sys.stderr)
+
+    def validation_due(self) -> bool:
+        """At the end of each epoch, and when time runs out."""
+        return self.out_of_time or self.state["position"] == 0
+
+    def reason_to_stop(self) -> str | None:
+        """Time first, then patience (only after an epoch trained here), then the epochs."""
+        cfg, state = self.cfg, self.state
+        if self.out_of_time:
+            return "max_time"
+        if self.trained and cfg.patience is not None and state["bad_epochs"] >= cfg.patience:
+            return "early_stopping"
+        if cfg.max_epochs is not None and state["epoch"] >= cfg.max_epochs:
+            return "max_epochs"
+        return None
+
+    def position(self) -> str:
+        return f"{self.state['examples']} n-grams (epoch {self.state['epoch'] + 1})"
 
     def training_figures(self) -> str:
         """The training perplexity and mean (log Z)² over the n-grams since the last save.

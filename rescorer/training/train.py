@@ -24,8 +24,8 @@ from tqdm import tqdm
 
 from infrastructure.errors import UserError
 from infrastructure.files import exclusive_use, removed_when_the_disk_fills
-from infrastructure.interrupts import Interrupted
 from infrastructure.progress import progress_bar
+from infrastructure.training_loop import run_training
 from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
 from rescorer.model.device import (
@@ -151,46 +151,17 @@ def train(
     with matmul_precision(precision):
         run = _Training.start(data, Path(model_out), model_config, train_config, src_vocab, tgt_vocab, device,
                               precision, resume)
-        return _train_loop(run, train_config, progress)
-
-
-def _train_loop(run: _Training, train_config: TrainConfig, progress: bool) -> TrainResult:
-    """Steps, validations and checkpoints until a budget or patience stops the run."""
-    if not run.history:
-        run.validate()
-    run.model.train()
-    run.started = time.monotonic() - run.state["elapsed"]
-    bar = progress_bar(total=train_config.max_steps, initial=run.state["step"], desc="training", unit=" step",
-                       show=progress, dynamic_ncols=True)
-    pairs_done, t_rate = 0, time.monotonic()
-    try:
-        # A resumed run whose budget is already spent takes no step: --resume after a finished
-        # training (rescore-phrase-table --resume) reuses the model as it is.
-        while (stopped_by := run.reason_to_stop()) is None:
-            rows = run.next_rows()
-            loss = run.step(rows)
-            pairs_done += len(rows)
-            bar.update(1)
-            if run.state["step"] % 10 == 0:
-                rate = pairs_done / max(1e-9, time.monotonic() - t_rate)
-                bar.set_postfix(loss=f"{loss.item():.3f}", pairs_s=f"{rate:.0f}")
-            if run.validation_due():
-                run.checkpoint(improved=run.validate())
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the state for --resume, and say so
-        run.checkpoint()
-        raise Interrupted(f"training state at step {run.state['step']} kept in "
-                          f"{last_checkpoint_path(run.model_out)}, the best model so far in {run.model_out} "
-                          f"(run again with --resume to continue)") from exc
-    finally:
-        bar.close()
-    if not run.model_out.exists():
-        run.checkpoint()
-    return TrainResult(run.state["step"], run.state["elapsed"], stopped_by, run.history)
+        stopped_by = run_training(run, progress=progress)
+        return TrainResult(run.state["step"], run.state["elapsed"], stopped_by, run.history)
 
 
 @dataclass
 class _Training:
-    """One training run: the model and optimizer, the resumable ``state``, the validation history."""
+    """One training run: the model and optimizer, the resumable ``state``, the validation history.
+
+    :func:`infrastructure.training_loop.run_training` drives it: a validation every ``valid_every``
+    updates and at the last one, stop reasons ``early_stopping``, ``max_time`` and ``max_steps``.
+    """
 
     data: PairData
     model_out: Path
@@ -207,6 +178,8 @@ class _Training:
     history: list[Validation]
     started: float = 0.0  # monotonic time the run would have started had it never stopped
     batches_in_group: int = 0  # minibatches of the current length group (set by next_rows)
+    pairs_done: int = 0  # pairs trained on since the bar started, and when: the pairs/s it shows
+    rate_since: float = 0.0
 
     @classmethod
     def start(cls, data: PairData, model_out: Path, model_config: ModelConfig, cfg: TrainConfig, src_vocab: Vocab,
@@ -235,7 +208,33 @@ class _Training:
         return cls(data, model_out, model_config, cfg, src_vocab, tgt_vocab, dev, amp_dtype, model, optimizer,
                    train_step, state, history)
 
-    def checkpoint(self, improved: bool = False) -> None:
+    @property
+    def last_path(self) -> Path:
+        return last_checkpoint_path(self.model_out)
+
+    def first_validation(self) -> None:
+        """Recorded, not saved: the model file appears at the first validation after an update."""
+        self.validate()
+
+    def progress_bar(self, show: bool) -> tqdm:
+        self.pairs_done, self.rate_since = 0, time.monotonic()
+        return progress_bar(total=self.cfg.max_steps, initial=self.state["step"], desc="training", unit=" step",
+                            show=show, dynamic_ncols=True)
+
+    def update(self, bar: tqdm) -> None:
+        """One update, counted on the bar, with the loss and the pairs/s every 10 updates."""
+        rows = self.next_rows()
+        loss = self.step(rows)
+        self.pairs_done += len(rows)
+        bar.update(1)
+        if self.state["step"] % 10 == 0:
+            rate = self.pairs_done / max(1e-9, time.monotonic() - self.rate_since)
+            bar.set_postfix(loss=f"{loss.item():.3f}", pairs_s=f"{rate:.0f}")
+
+    def position(self) -> str:
+        return f"step {self.state['step']}"
+
+    def save(self, improved: bool = False) -> None:
         """The latest state always goes to MODEL.last (for --resume); MODEL is the best so far."""
         self.state["history"] = [v.__dict__ for v in self.history]
         last = last_checkpoint_path(self.model_out)

@@ -22,6 +22,7 @@ from cslm.nbest import add_cslm_to_nbest
 from cslm.scoring import ScoreStats, sentence_log_probs
 from cslm.train import CSLMTrainConfig, train_cslm
 from held_output import held_by_another_process
+from infrastructure.interrupts import Interrupted
 from moses_integration.nbest import read_nbest
 from moses_integration.tokens import split_tokens
 from rescorer.model.vocab import Vocab
@@ -174,6 +175,68 @@ def test_a_resumed_training_ends_with_the_model_of_an_uninterrupted_one(tmp_path
     b = load_cslm(tmp_path / "split.pt.last").model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [v.perplexity for v in resumed.history] == [v.perplexity for v in straight.history]
+
+
+def test_ctrl_c_mid_epoch_keeps_the_state_and_resume_ends_with_the_uninterrupted_model(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    """Ctrl-C in the middle of an epoch saves MODEL.last and says where; --resume picks up at that
+    n-gram and ends with the weights and the validations of a run never stopped."""
+    from cslm import train as cslm_train
+
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(800)), encoding="utf-8")
+    cfg = CSLMConfig(vocab_size=2, order=4, embedding=16, hidden=[32])
+
+    def run(out: Path, resume: bool = False):
+        return train_cslm(str(corpus), out, model_config=cfg, shortlist=500, progress=False, resume=resume,
+                          train_config=CSLMTrainConfig(max_epochs=2, batch_size=64, epoch_size=1024))
+
+    straight = run(tmp_path / "straight.pt")
+    step = cslm_train._CSLMTraining.step
+    calls = itertools.count(1)
+
+    def interrupted_at_the_21st(self, rows):
+        if next(calls) == 21:  # the 5th minibatch of epoch 2
+            raise KeyboardInterrupt
+        return step(self, rows)
+
+    monkeypatch.setattr(cslm_train._CSLMTraining, "step", interrupted_at_the_21st)
+    with pytest.raises(Interrupted) as caught:
+        run(tmp_path / "split.pt")
+    assert caught.value.kept == (f"training state at 1280 n-grams (epoch 2) kept in {tmp_path / 'split.pt.last'}, "
+                                 f"the best model so far in {tmp_path / 'split.pt'} (run again with --resume to "
+                                 "continue)")
+    kept = load_cslm(tmp_path / "split.pt.last").train_state
+    assert kept is not None and (kept["epoch"], kept["position"], kept["examples"]) == (1, 256, 1280)
+    monkeypatch.setattr(cslm_train._CSLMTraining, "step", step)
+    resumed = run(tmp_path / "split.pt", resume=True)
+    assert resumed.examples == straight.examples == 2 * 1024 and resumed.stopped_by == "max_epochs"
+    a = load_cslm(tmp_path / "straight.pt.last").model.state_dict()
+    b = load_cslm(tmp_path / "split.pt.last").model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [v.perplexity for v in resumed.history] == [v.perplexity for v in straight.history]
+
+
+def test_the_cslm_stops_for_time_in_mid_epoch_and_for_patience_after_an_epoch(tmp_path: Path, capsys) -> None:
+    """``max_time`` ends a run inside its epoch, validated there and saying how far it got;
+    patience ends it after an epoch that did not improve (an update too small to change a weight)."""
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(800)), encoding="utf-8")
+    cfg = CSLMConfig(vocab_size=2, order=4, embedding=16, hidden=[32])
+
+    def run(out: Path, **train):
+        return train_cslm(str(corpus), out, model_config=cfg, shortlist=500, progress=False,
+                          train_config=CSLMTrainConfig(batch_size=64, **train))
+
+    timed = run(tmp_path / "timed.pt", max_time=0.05)
+    assert timed.stopped_by == "max_time" and timed.epochs == 0 and timed.examples > 0
+    assert f"(stopped {timed.examples} n-grams into epoch 1)" in capsys.readouterr().err
+    kept = load_cslm(tmp_path / "timed.pt.last").train_state
+    assert kept is not None and kept["position"] == timed.examples
+    stuck = run(tmp_path / "stuck.pt", lr=1e-30, patience=1, epoch_size=512, max_epochs=5)
+    assert stuck.stopped_by == "early_stopping" and stuck.epochs == 1 and len(stuck.history) == 2
+    err = capsys.readouterr().err
+    assert "epoch 1: valid perplexity" in err and "into epoch" not in err
 
 
 def test_cli_train_score_and_nbest(tmp_path: Path) -> None:
