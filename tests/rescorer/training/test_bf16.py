@@ -16,10 +16,8 @@ from rescorer.model.network import RNNEncoderDecoder
 from rescorer.training.step import EagerStep
 from rescorer.training.train import make_optimizer, train_on_phrase_table
 from shared_paths import shared_file
+from small_training import BATCH, CONFIG, losses
 
-CONFIG = ModelConfig(src_vocab_size=40, tgt_vocab_size=50, hidden=16, embedding=8, maxout_units=8, output_rank=6,
-                     init_std=0.3)
-BATCH = 8
 # The stated tolerance. bf16 keeps 8 bits of mantissa (relative rounding 2^-9 = 0.2%); with fp32
 # states, softmax, gradients and optimiser, each of 50 updates' losses stays within 1% of fp32's
 # (measured: 0.22% at most), and every parameter moves the way fp32 moves it: the cosine between
@@ -40,18 +38,10 @@ def _batches(count: int, seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
     return out
 
 
-def _train(amp: torch.dtype | None, batches: list) -> tuple[list[float], RNNEncoderDecoder]:
-    torch.manual_seed(3)
-    model = RNNEncoderDecoder(CONFIG)
-    cfg = TrainConfig(batch_size=BATCH)
-    step = EagerStep(model, make_optimizer(model, cfg), cfg, torch.device("cpu"), amp)
-    return [float(step(b)) for b in batches], model
-
-
 def test_bf16_updates_agree_with_fp32_over_50_updates(one_torch_thread):
     batches = _batches(50)
-    exact, exact_model = _train(None, batches)
-    mixed, mixed_model = _train(torch.bfloat16, batches)
+    exact, exact_model = losses(EagerStep, batches)
+    mixed, mixed_model = losses(EagerStep, batches, torch.bfloat16)
     np.testing.assert_allclose(mixed, exact, rtol=LOSS_RTOL)
     assert exact[-1] < 0.95 * exact[0] and mixed[-1] < 0.95 * mixed[0]  # both learned
     assert mixed != exact  # the bf16 run did run in bf16

@@ -9,7 +9,6 @@ the host (which a capture cannot hold) raises.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,11 +25,7 @@ from rescorer.model.network import RNNEncoderDecoder
 from rescorer.training.step import EagerStep, StaticStep, bucket_width, resolve_train_step
 from rescorer.training.train import make_optimizer, train_on_phrase_table
 from shared_paths import shared_file
-
-# Weights far from the paper's N(0, 0.01²), so that every parameter gets gradients that move it in 50 updates.
-CONFIG = ModelConfig(src_vocab_size=40, tgt_vocab_size=50, hidden=16, embedding=8, maxout_units=8, output_rank=6,
-                     init_std=0.3)
-BATCH = 8
+from small_training import BATCH, CONFIG, losses
 
 
 def _batches(count: int, seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
@@ -47,18 +42,10 @@ def _batches(count: int, seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
     return out
 
 
-def _losses(make_step: Callable, batches: list) -> tuple[list[float], RNNEncoderDecoder]:
-    torch.manual_seed(3)
-    model = RNNEncoderDecoder(CONFIG)
-    cfg = TrainConfig(batch_size=BATCH)
-    step = make_step(model, make_optimizer(model, cfg), cfg, torch.device("cpu"), None)
-    return [float(step(b)) for b in batches], model
-
-
 def test_static_step_gives_the_eager_losses_over_50_updates(one_torch_thread):
     batches = _batches(50)
-    eager, eager_model = _losses(EagerStep, batches)
-    static, static_model = _losses(StaticStep, batches)
+    eager, eager_model = losses(EagerStep, batches)
+    static, static_model = losses(StaticStep, batches)
     np.testing.assert_allclose(static, eager, rtol=1e-5)
     # Both end at the same model: each parameter moved the same way, to a thousandth of how far it moved.
     torch.manual_seed(3)
@@ -73,9 +60,9 @@ def test_captured_step_replays_the_eager_updates(one_torch_thread):
     """The captured step's bookkeeping (a warm-up per shape, the check against the eager update, a
     graph's input buffer refilled before each replay), with replays that rerun the update."""
     batches = _batches(50)
-    eager, _ = _losses(EagerStep, batches)
+    eager, _ = losses(EagerStep, batches)
     graphs = ReplayByRunning()
-    captured, _ = _losses(lambda *args: StaticStep(*args, graphs=graphs), batches)
+    captured, _ = losses(lambda *args: StaticStep(*args, graphs=graphs), batches)
     np.testing.assert_allclose(captured, eager, rtol=1e-5)
     shapes = Counter((bucket_width(b[0].shape[1]), bucket_width(b[2].shape[1])) for b in batches)
     # A shape's first batch is its warm-up, the second is captured (and replayed to check it), and
@@ -86,8 +73,8 @@ def test_captured_step_replays_the_eager_updates(one_torch_thread):
 
 def test_a_graph_that_differs_from_the_eager_update_is_dropped(one_torch_thread, capsys):
     batches = _batches(20)
-    eager, _ = _losses(EagerStep, batches)
-    kept, _ = _losses(lambda *args: StaticStep(*args, graphs=LosesTheOptimiserStep()), batches)
+    eager, _ = losses(EagerStep, batches)
+    kept, _ = losses(lambda *args: StaticStep(*args, graphs=LosesTheOptimiserStep()), batches)
     np.testing.assert_allclose(kept, eager, rtol=1e-5)
     assert "training goes on without CUDA graphs" in capsys.readouterr().err
 
