@@ -44,6 +44,8 @@ RESCORE=$(dirname "$(command -v "$PYTHON")")/rescore-phrase-table
 [ -x "$RESCORE" ] || RESCORE="$PYTHON -m rescorer.cli rescore"
 bench() { local name=$1; shift; (cd "$REPO" && "$PYTHON" -m "benchmarks.$name" "$@"); }  # as the docs run them
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+failures=0
+failed() { local status=$?; failures=$((failures + 1)); note "$1: FAILED (exit status $status); the suite goes on, see $1.log"; }
 since() { "$PYTHON" -c 'import sys, time; print(f"{time.time() - float(sys.argv[1]):.2f}")' "$1"; }
 : > "$OUT/summary.txt"
 note "gpu_suite: $(date -u +%FT%TZ) device=$DEVICE table=$TABLE lines=${LINES/#0/all} size=$SIZE jobs=$JOBS"
@@ -63,7 +65,8 @@ bench random_checkpoint "$IN" "$WORK/model.pt" --size "$SIZE" > /dev/null
 
 # 1. Model-only scoring at each precision.
 bench precision --table "$IN" --lines 0 --model "$WORK/model.pt" --device "$DEVICE" \
-  --precisions "$PRECISIONS" --cpu-lines 0 --small-budget 0 --chunk-lines "$CHUNK" > "$OUT/precision.log" 2>&1
+  --precisions "$PRECISIONS" --cpu-lines 0 --small-budget 0 --chunk-lines "$CHUNK" > "$OUT/precision.log" 2>&1 \
+  || failed precision
 note "precision: $(grep -Ei 'pairs/s' "$OUT/precision.log" | tail -3 | tr '\n' ' ')"
 
 # 2. End to end, GPU utilisation sampled every 0.5 s.
@@ -97,14 +100,14 @@ $RESCORE "$WORK/head.gz" "$WORK/head.out.gz" --model "$WORK/paper.pt" --device "
 note "start-up (paper size, 200 lines, start to exit): $(since "$start") s"
 
 # 4. Training, paper size, 64 pairs per update: eager against the captured step (fp32, then TF32).
-bench train_speed --device "$DEVICE" $TRAIN > "$OUT/train.log" 2>&1
+bench train_speed --device "$DEVICE" $TRAIN > "$OUT/train.log" 2>&1 || failed train
 if [ -z "${TINY:-}" ]; then
-  bench train_speed --device "$DEVICE" $TRAIN --precision tf32 >> "$OUT/train.log" 2>&1
+  bench train_speed --device "$DEVICE" $TRAIN --precision tf32 >> "$OUT/train.log" 2>&1 || failed train
 fi
 note "train: $(grep -Ei 'pairs/s' "$OUT/train.log" | tr '\n' ' ')"
 
 # 5. CSLM training and n-best scoring.
-bench cslm_speed --device "$DEVICE" $CSLM > "$OUT/cslm.log" 2>&1
+bench cslm_speed --device "$DEVICE" $CSLM > "$OUT/cslm.log" 2>&1 || failed cslm
 note "cslm: $(grep -Ei 'n-grams/s|hypotheses/s' "$OUT/cslm.log" | tr '\n' ' ')"
 
 # 6. Identity: a rerun, and a run killed after two durable chunks then resumed, against the first.
@@ -143,4 +146,5 @@ first=$(echo "$E2E_PRECISIONS" | awk '{print $NF}')
   same "$WORK/e2e.$first.gz" "$WORK/killed.gz" "kill + --resume"
 } > "$OUT/identity.log" 2>&1
 note "identity ($first): $(grep -c 'byte-identical' "$OUT/identity.log") of 2 byte-identical"
-note "gpu_suite: done $(date -u +%FT%TZ)"
+note "gpu_suite: done $(date -u +%FT%TZ), $failures failed step(s)"
+[ "$failures" = 0 ]

@@ -17,10 +17,15 @@ class ReplayByRunning:
 
     def __init__(self) -> None:
         self.captures, self.replays = 0, 0
+        self.on_side_stream = self.replaying = False
 
     @contextlib.contextmanager
     def side_stream(self) -> Iterator[None]:
-        yield
+        self.on_side_stream = True
+        try:
+            yield
+        finally:
+            self.on_side_stream = False
 
     def load(self, buffer: torch.Tensor, host: torch.Tensor) -> None:
         buffer.copy_(host)
@@ -31,7 +36,11 @@ class ReplayByRunning:
 
         def replay() -> None:
             self.replays += 1
-            result = fn()
+            self.replaying = True
+            try:
+                result = fn()
+            finally:
+                self.replaying = False
             out.resize_(result.shape).copy_(result)
 
         return replay, out

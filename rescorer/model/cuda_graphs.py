@@ -17,7 +17,11 @@ What a caller provides (``rescorer.training.step`` for the RNN, ``cslm.train`` f
 * ``state()``: the tensors an update changes (parameters and optimiser state).
 
 The first batch of each shape runs eagerly (the warm-up CUDA graphs need: lazily created
-optimiser state, library handles). The second also runs eagerly, on the capture stream, as the
+optimiser state, library handles), on the capture stream as torch's CUDA-graph notes prescribe:
+autograd's gradient-accumulation node of each parameter remembers the stream it was made on and
+lives on from update to update, and one made on the default stream makes a capture on the side
+stream synchronise with it, which breaks the capture (torch 2.11 on an H100: "operation failed
+due to a previous error during capture" at the first shape). The second also runs eagerly, on the capture stream, as the
 reference; then the same update is captured from the state before it, replayed, and compared
 with the eager result: a graph is trusted only once it has reproduced its eager update
 (loss and every state tensor). If it does not, or the capture fails, the eager result is kept and
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Iterator
 
 import torch
@@ -110,10 +115,24 @@ class CudaGraphs:
         buffer.copy_(host.pin_memory(), non_blocking=True)
 
     def capture(self, fn: Callable[[], Tensor]) -> tuple[Callable[[], None], Tensor]:
-        """Capture ``fn`` (nothing runs) and return the graph's replay and ``fn``'s output tensor."""
+        """Capture ``fn`` (nothing runs) and return the graph's replay and ``fn``'s output tensor.
+
+        A capture that fails leaves torch's CUDA random generator marked as capturing, and its next
+        draw outside a graph raises ("Offset increment outside graph capture", seen on an H100 with
+        torch 2.11): an empty capture that succeeds closes that, so that eager training, and
+        anything else drawing random numbers, goes on.
+        """
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            out = fn()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+                out = fn()
+        except RuntimeError:
+            # (The capture's own error is the one to report; torch warns that the graph is empty.)
+            with contextlib.suppress(RuntimeError), warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=self.stream):
+                    pass
+            raise
         return graph.replay, out
 
 
@@ -140,7 +159,10 @@ class GraphedUpdates:
             if self.enabled and key in self.warmed_up:
                 return self._capture(key, inputs)
             self.warmed_up.add(key)
-            return self.update(inputs, key)
+            if not self.enabled:
+                return self.update(inputs, key)
+            with self.backend.side_stream():  # warm up where the capture runs (module doc)
+                return self.update(inputs, key)
         self.backend.load(graph.inputs, host_inputs)
         graph.replay()
         return graph.loss.clone()

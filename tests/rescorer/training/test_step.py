@@ -62,8 +62,25 @@ def test_captured_step_replays_the_eager_updates(one_torch_thread):
     batches = _batches(50)
     eager, _ = losses(EagerStep, batches)
     graphs = ReplayByRunning()
-    captured, _ = losses(lambda *args: StaticStep(*args, graphs=graphs), batches)
+    eager_updates_on_side_stream = []
+
+    def make_step(*args) -> StaticStep:
+        step = StaticStep(*args, graphs=graphs)
+        update = step.graphs.update
+
+        def recorded(*inputs):
+            if not graphs.replaying:
+                eager_updates_on_side_stream.append(graphs.on_side_stream)
+            return update(*inputs)
+
+        step.graphs.update = recorded
+        return step
+
+    captured, _ = losses(make_step, batches)
     np.testing.assert_allclose(captured, eager, rtol=1e-5)
+    # Every update not replayed (warm-ups, the eager references) ran on the capture stream: autograd
+    # nodes made on another stream break the capture on a GPU (rescorer.model.cuda_graphs).
+    assert eager_updates_on_side_stream and all(eager_updates_on_side_stream)
     shapes = Counter((bucket_width(b[0].shape[1]), bucket_width(b[2].shape[1])) for b in batches)
     # A shape's first batch is its warm-up, the second is captured (and replayed to check it), and
     # every later one replayed: each batch after a shape's first is a replay.
