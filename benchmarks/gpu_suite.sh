@@ -4,7 +4,8 @@
 #   benchmarks/gpu_suite.sh OUT [TABLE]
 #
 # On one H100 it is sized to finish in under 8 minutes (GPU time is lent by the quarter hour: plan
-# one run of it). TABLE defaults to the fixture table ($SHARED_DATA_DIR or ../shared). Settings:
+# one run of it). TABLE defaults to the fixture table ($SHARED_DATA_DIR or ../shared); the CSLM step
+# reads the fixture n-best list there too (fixtures/hansard-enfr/nbest/dev.nbest.gz: carry it). Settings:
 #   DEVICE=cuda      the device measured (the CPU check runs DEVICE=cpu TINY=1)
 #   TINY=1           tiny sizes and a few thousand lines: the suite's own check on the CPU
 #                    (tests/benchmarks/test_gpu_suite.py), so it is known to work before GPU time is spent
