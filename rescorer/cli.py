@@ -110,10 +110,7 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
                   maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
                   resume, device, precision, train_step, threads, quiet) -> None:
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
-    from infrastructure.threads import limit_threads
     from rescorer.training.train import train_on_phrase_table
-
-    limit_threads(threads)
 
     if max_steps is None and max_time is None and patience is None:
         raise click.UsageError("give --max-steps, --max-time or --patience, or training never stops")
@@ -161,10 +158,8 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
     """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
     import json
 
-    from infrastructure.threads import limit_threads
     from rescorer.analysis.sampling import format_sample_result, sample_and_search
 
-    limit_threads(threads)
     checkpoint = _load(model_path, device)
     result = sample_and_search(checkpoint.model, checkpoint.src_vocab, source, n=samples, beam=beam, seed=seed,
                                max_words=max_words)
@@ -198,11 +193,9 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
                     as_json, quiet, device, threads) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
-    from infrastructure.threads import limit_threads
     from rescorer.analysis.compare import compare_blocks, format_json, format_markdown
     from rescorer.tables.scan import scan_table
 
-    limit_threads(threads)
     checkpoint = _load(model_path, device)
     scan = scan_table(phrase_table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets,
                       seed=seed, progress=not quiet)
@@ -264,10 +257,8 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 
     PHRASES is a text file with one phrase per line, or a Moses phrase table (its source phrases).
     """
-    from infrastructure.threads import limit_threads
     from rescorer.analysis.plots import map_phrases, read_phrases
 
-    limit_threads(threads)
     checkpoint = _load(model_path, device)
     chosen = read_phrases(phrases, max_phrases=max_phrases, min_words=min_words, seed=seed)
     click.echo(f"t-SNE of {len(chosen)} phrase summaries", err=True)
@@ -300,11 +291,9 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
                    score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device, threads) -> None:
     """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
-    from infrastructure.threads import limit_threads
     from rescorer.analysis.report import ReportOptions, build_report, require_browser
     from rescorer.analysis.report import screenshot as take_screenshot
 
-    limit_threads(threads)
     browser = require_browser() if screenshot else None  # before the work, not after it
     options = ReportOptions(compare_sources=sources, min_src_words=min_src_words, sample_sources=sample_sources,
                             samples=samples, beam=beam, score_sources=score_sources, map_words=map_words_,
@@ -381,7 +370,6 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
     """
-    from infrastructure.threads import limit_threads
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
     from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions
@@ -396,7 +384,6 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         raise click.UsageError("--cslm adds a feature to the written moses.ini: it needs --moses-ini, --moses-ini-out")
     if model_path is None and input_table == "-":
         raise click.UsageError("training without --model needs INPUT_TABLE as a file, not stdin")
-    threads = limit_threads(threads)
     # Everything Moses will check is checked now, before hours of training and scoring.
     num_scores = check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out,
                                  table_name=table_name, cslm=cslm, cslm_name=cslm_name,
@@ -477,7 +464,6 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
     p_RNN, exp(-#unknown words) and an indicator column (2.71828 for a proposed pair, 1 otherwise)
     appended. docs/proposals.md says how a proposed line's columns are filled.
     """
-    from infrastructure.threads import limit_threads
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
     from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions
@@ -485,7 +471,6 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
 
     if bool(moses_ini) != bool(moses_ini_out):
         raise click.UsageError("--moses-ini and --moses-ini-out go together")
-    threads = limit_threads(threads)
     options = ProposeOptions(
         for_text=for_text, thin_below=thin_below, max_source_words=max_source_words, beam=beam,
         per_source=per_source, max_target_words=max_target_words, lex_e2f=lex_e2f, lex_f2e=lex_f2e,

@@ -20,7 +20,6 @@ from infrastructure.cli_options import (
     friendly_errors,
     threads_option,
 )
-from infrastructure.threads import resolve_threads
 from table1 import experiment as ex
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
 from table1.workspace import new_experiment
@@ -55,7 +54,7 @@ from table1.workspace import new_experiment
               help="data step: where the WMT'14 training and LM archives that DATA lacks are fetched from")
 @friendly_errors(keeps_progress=True)  # finished steps are stamped and kept
 def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, moses_bin_dir: Path | None,
-         moses_home: Path | None, threads: int | None, device: str, configs: str, runs: int, aligner: str,
+         moses_home: Path | None, threads: int, device: str, configs: str, runs: int, aligner: str,
          results: Path, mirror: str) -> None:
     """Run STEPS of the Table 1 experiment in WORK (``all``: every step in order); finished steps are
     skipped, so rerun freely.
@@ -66,7 +65,7 @@ def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, mose
                + (f" RESULTS={results}" if results != Path("results") else ""))
     options = ex.StepOptions(select_configurations(configs), runs, aligner, mirror, results, command)
     exp = new_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
-                         jobs=resolve_threads(threads), device=device)
+                         jobs=threads, device=device)
     for path in ex.run_steps(exp, ex.STEPS if "all" in steps else steps, options):
         click.echo(f"wrote {path}", err=True)
 

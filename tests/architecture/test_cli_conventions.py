@@ -26,6 +26,7 @@ from infrastructure.cli_options import (
     friendly_errors,
     is_input,
     parameter_label,
+    use_threads,
 )
 from infrastructure.errors import UserError
 from mert.cli import main as mert_main
@@ -62,8 +63,8 @@ def _option(command: click.Command, name: str) -> click.Option | None:
 @pytest.mark.parametrize(("name", "command"), COMMANDS, ids=[n for n, _ in COMMANDS])
 def test_common_options_mean_the_same_everywhere(name, command):
     threads = _option(command, "threads")
-    if threads is not None:  # absent means all CPUs, resolved by limit_threads in the command
-        assert threads.opts == ["--threads"] and threads.default is None, name
+    if threads is not None:  # absent means all CPUs; the option applies it (use_threads), not the command body
+        assert threads.opts == ["--threads"] and threads.default is None and threads.callback is use_threads, name
     device = _option(command, "device")
     if device is not None:
         assert device.opts == ["--device"] and device.default == "auto", name
