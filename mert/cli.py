@@ -258,7 +258,7 @@ def tune_command(
               help="n-best size when extra features rescore the output")
 @click.option("--bootstrap-samples", type=IntRange(min=1), default=1000, show_default=True)
 @click.option("--detokenized", is_flag=True, help="the hypotheses are already detokenized: no post-processing")
-@click.option("--report", "--json", "json_path", type=OutputPath(path_type=Path),
+@click.option("--report", "json_path", type=OutputPath(path_type=Path),
               help="also write the report as JSON here")
 @quiet_option("no progress lines on stderr")
 @friendly_errors()
