@@ -110,6 +110,10 @@ MOSES_HOME ?=
 DEVICE ?= auto
 RUNS ?= 3
 CONFIGS ?=
+comma := ,
+# table1 takes one --config per configuration: CONFIGS='baseline rnn' (or baseline,rnn) becomes
+# --config baseline --config rnn.
+CONFIG_OPTIONS = $(foreach config,$(subst $(comma), ,$(CONFIGS)),--config $(config))
 ALIGNER ?= auto
 RESULTS ?= results
 STEPS ?= all
@@ -121,7 +125,7 @@ $(VENV)/.installed-experiment: $(STAMP)
 table1: $(VENV)/.installed-experiment
 	$(BIN)/table1 $(STEPS) --work $(WORK) --scale $(SCALE) --data $(DATA) \
 		$(if $(MOSES_BIN_DIR),--moses-bin-dir $(MOSES_BIN_DIR)) $(if $(MOSES_HOME),--moses-home $(MOSES_HOME)) \
-		--threads $(THREADS) --device $(DEVICE) --runs $(RUNS) --configs '$(CONFIGS)' --aligner $(ALIGNER) \
+		--threads $(THREADS) --device $(DEVICE) --runs $(RUNS) $(CONFIG_OPTIONS) --aligner $(ALIGNER) \
 		--results $(RESULTS) $(if $(MIRROR),--mirror $(MIRROR))
 
 # The Docker image (docker/README.md), with podman or docker: IMAGE_ARGS passes docker/build-local.sh's

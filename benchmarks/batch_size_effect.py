@@ -26,7 +26,7 @@ prefer_passive_waits()  # as the commands run (infrastructure.cli_options): befo
 import torch  # noqa: E402
 
 from benchmarks.shared_data import shared_path  # noqa: E402
-from rescorer.model.config import ModelConfig, TrainConfig  # noqa: E402
+from rescorer.model.config import ModelSizes, TrainConfig  # noqa: E402
 from rescorer.training.train import Validation, train_on_phrase_table  # noqa: E402
 from table1.settings import SMALL  # noqa: E402
 
@@ -62,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     table = args.table or str(shared_path("fixtures/hansard-enfr/phrase-table.sample.gz", "the fixture's sample table"))
-    config = ModelConfig(src_vocab_size=1, tgt_vocab_size=1, **SIZES[args.size])
+    config = ModelSizes(**SIZES[args.size])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{table}; model {args.size} {SIZES[args.size]}; {args.threads} thread(s) on {args.device}; "
           f"{args.max_time:.0f} s per batch size; load average at start {load:.1f}")
@@ -73,7 +73,7 @@ def main() -> None:
             cfg = TrainConfig(batch_size=batch, max_time=args.max_time, patience=None, seed=args.seed,
                               valid_every=max(1, args.valid_pairs // batch))
             t0 = time.monotonic()
-            result = train_on_phrase_table(table, Path(tmp) / f"b{batch}.pt", model_config=config, train_config=cfg,
+            result = train_on_phrase_table(table, Path(tmp) / f"b{batch}.pt", model_sizes=config, train_config=cfg,
                                            device=args.device, progress=False)
             wall = time.monotonic() - t0
             best = result.best

@@ -23,7 +23,6 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from infrastructure.threads import limit_threads
 from rescorer.model.config import PRECISIONS, TRAIN_STEPS
 
 
@@ -79,7 +78,6 @@ def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hi
     from cslm.model import CSLMConfig
     from cslm.train import CSLMTrainConfig, train_cslm
 
-    limit_threads(threads)
     result = train_cslm(
         corpus, model_out,
         model_config=CSLMConfig(vocab_size=2, order=order, embedding=embedding, hidden=hidden),
@@ -109,7 +107,6 @@ def cslm_score_command(model, text, raw, device, threads, quiet):
     from cslm.scoring import ScoreStats, score_lines
     from infrastructure.lines import text_lines
 
-    limit_threads(threads)
     loaded = load_cslm(model, device)
     stats = ScoreStats()
     out = sys.stdout
@@ -140,7 +137,6 @@ def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads, q
     from cslm.nbest import add_cslm_to_nbest, dense_feature_name
     from cslm.scoring import ScoreStats
 
-    limit_threads(threads)
     loaded = load_cslm(model, device)
     stats = ScoreStats()
     lines = add_cslm_to_nbest(loaded.model, loaded.vocab, nbest_in, nbest_out, name=dense_feature_name(name),

@@ -4,8 +4,8 @@
 An MT engineer scripts these commands together, so one option means one thing everywhere:
 
 - ``--threads N``: CPU threads (torch's pool, worker processes, the decoder's ``-threads``); the
-  default is the CPUs this process may use, resolved by :func:`infrastructure.threads.limit_threads`
-  in every command.
+  default is the CPUs this process may use. :func:`threads_option` applies it while the command line is
+  read (:func:`infrastructure.threads.limit_threads`), for every command alike.
 - ``--device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
 - ``-q/--quiet``: no progress bars or progress lines on stderr.
 - ``--seed``: default 1234, so that two runs of a command give the same result.
@@ -51,7 +51,7 @@ from infrastructure.files import (
     outputs_of_a_run,
 )
 from infrastructure.interrupts import stopped_runs_say_so
-from infrastructure.threads import prefer_passive_waits
+from infrastructure.threads import limit_threads, prefer_passive_waits
 
 # Every command imports this module before torch (the commands import it lazily): idle OpenMP
 # threads then sleep instead of spinning against other processes (prefer_passive_waits says why).
@@ -151,9 +151,17 @@ class OutputPath(OneLinePath):
         return path
 
 
+def use_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int:  # noqa: ARG001
+    """``--threads`` applied while the command line is read (:func:`limit_threads`), so that no command body
+    has to remember it; the command gets the number chosen, to size its worker pools and decoders from."""
+    return limit_threads(value)
+
+
 def threads_option(help: str = THREADS_HELP) -> Callable[[F], F]:
-    """``--threads N`` (N >= 1); ``None`` when absent, which ``limit_threads`` turns into the available CPUs."""
-    return click.option("--threads", type=IntRange(min=1), default=None, help=help)
+    """``--threads N`` (N >= 1), absent: the CPUs this process may use. The option itself applies it
+    (:func:`infrastructure.threads.limit_threads`: torch's pool, now or when torch loads), and the command
+    receives the number as an ``int``."""
+    return click.option("--threads", type=IntRange(min=1), default=None, callback=use_threads, help=help)
 
 
 def device_option(help: str = DEVICE_HELP) -> Callable[[F], F]:

@@ -51,7 +51,9 @@ def resolve_threads(threads: int | None) -> int:
 def limit_threads(threads: int | None) -> int:
     """Use ``threads`` threads (default: the available CPUs) for torch's intra-op pool, now or when it loads.
 
-    Returns the number chosen so callers size their worker pools from the same figure. This package
+    Every command's ``--threads`` option calls it while the command line is read
+    (:func:`infrastructure.cli_options.use_threads`). Returns the number chosen so callers size their
+    worker pools from the same figure. This package
     never imports torch: a command that has loaded it gets ``torch.set_num_threads``; one that loads it
     later (``mert tune`` or ``mert evaluate`` scoring n-best lists with the CSLM) gets ``OMP_NUM_THREADS``,
     which torch reads for its pool when it starts, so ``--threads`` holds there too.

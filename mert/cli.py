@@ -27,7 +27,6 @@ from infrastructure.cli_options import (
     threads_option,
 )
 from infrastructure.files import check_output_place
-from infrastructure.threads import limit_threads
 
 
 @click.group()
@@ -166,7 +165,7 @@ def tune_command(
     work_dir: Path,
     output_ini: Path | None,
     moses_bin_dir: Path | None,
-    threads: int | None,
+    threads: int,
     nbest_size: int,
     max_iterations: int,
     restarts: int,
@@ -195,8 +194,6 @@ def tune_command(
     from mert.features import absolute_spec_path
     from mert.mert_moses import tune_with_mert_moses
     from mert.tune import TuneOptions, format_weight_lines, log_to_stderr, tune
-
-    threads = limit_threads(threads)
 
     options = TuneOptions(
         ini=ini,
@@ -261,7 +258,7 @@ def tune_command(
               help="n-best size when extra features rescore the output")
 @click.option("--bootstrap-samples", type=IntRange(min=1), default=1000, show_default=True)
 @click.option("--detokenized", is_flag=True, help="the hypotheses are already detokenized: no post-processing")
-@click.option("--report", "--json", "json_path", type=OutputPath(path_type=Path),
+@click.option("--report", "json_path", type=OutputPath(path_type=Path),
               help="also write the report as JSON here")
 @quiet_option("no progress lines on stderr")
 @friendly_errors()
@@ -276,7 +273,7 @@ def evaluate_command(
     source: Path | None,
     output_dir: Path | None,
     moses_bin_dir: Path | None,
-    threads: int | None,
+    threads: int,
     decoder_cwd: Path | None,
     nbest_size: int,
     bootstrap_samples: int,
@@ -296,7 +293,6 @@ def evaluate_command(
     from infrastructure.files import atomic_write_bytes
     from mert.evaluate import decode_test_set, evaluate
 
-    threads = limit_threads(threads)
     if not hyps and not inis:
         raise click.UsageError("give --hyp FILE or --moses-ini INI --src SRC")
     if (inis or baseline_inis) and source is None:

@@ -21,14 +21,19 @@ from infrastructure.cli_options import (
     threads_option,
 )
 from infrastructure.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
-from rescorer.model.config import PRECISIONS, TRAIN_STEPS, ModelConfig, TrainConfig
-
-DEFAULT_TRAIN_TIME = 1800.0
+from rescorer.model.config import (
+    DEFAULT_SHORTLIST,
+    DEFAULT_TRAIN_TIME,
+    PRECISIONS,
+    TRAIN_STEPS,
+    ModelSizes,
+    TrainConfig,
+)
 
 
 def _model_size_options(fn: Callable) -> Callable:
     """Model sizes (paper defaults), shared by every command that may build a model."""
-    defaults = ModelConfig(src_vocab_size=1, tgt_vocab_size=1)
+    defaults = ModelSizes()
     for name, default, help_ in reversed([
         ("hidden", defaults.hidden, "GRU units d"),
         ("embedding", defaults.embedding, "word embedding size (rank of the input matrices)"),
@@ -36,7 +41,7 @@ def _model_size_options(fn: Callable) -> Callable:
         ("output-rank", defaults.output_rank, "rank of the output matrix G = G_l G_r"),
     ]):
         fn = click.option(f"--{name}", type=IntRange(min=1), default=default, show_default=True, help=help_)(fn)
-    fn = click.option("--shortlist", type=IntRange(min=1), default=15000, show_default=True,
+    fn = click.option("--shortlist", type=IntRange(min=1), default=DEFAULT_SHORTLIST, show_default=True,
                       help="words per language kept in the model vocabulary ([UNK] included)")(fn)
     fn = click.option("--init-std", type=FiniteFloat(min=0, min_open=True), default=defaults.init_std,
                       show_default=True,
@@ -71,9 +76,9 @@ def _train_step_option(fn: Callable) -> Callable:
         "eager (the capture failed on an H100: docs/training-speed.md). The same updates to ~1e-6")(fn)
 
 
-def _model_config(hidden: int, embedding: int, maxout_units: int, output_rank: int, init_std: float) -> ModelConfig:
-    return ModelConfig(src_vocab_size=1, tgt_vocab_size=1, hidden=hidden, embedding=embedding,
-                       maxout_units=maxout_units, output_rank=output_rank, init_std=init_std)
+def _model_sizes(hidden: int, embedding: int, maxout_units: int, output_rank: int, init_std: float) -> ModelSizes:
+    return ModelSizes(hidden=hidden, embedding=embedding, maxout_units=maxout_units, output_rank=output_rank,
+                      init_std=init_std)
 
 
 @click.group()
@@ -91,10 +96,11 @@ def main() -> None:
 @_model_size_options
 @click.option("--max-steps", type=IntRange(min=1), help="stop after this many updates")
 @click.option("--max-time", type=FiniteFloat(min=0, min_open=True), help="stop after this many seconds of training")
-@click.option("--patience", type=IntRange(min=1), default=10, show_default=True,
+@click.option("--patience", type=IntRange(min=1), default=TrainConfig.patience, show_default=True,
               help="stop after this many validations without improvement")
-@click.option("--valid-every", type=IntRange(min=1), default=500, show_default=True, help="updates between validations")
-@click.option("--batch-size", type=IntRange(min=1), default=64, show_default=True)
+@click.option("--valid-every", type=IntRange(min=1), default=TrainConfig.valid_every, show_default=True,
+              help="updates between validations")
+@click.option("--batch-size", type=IntRange(min=1), default=TrainConfig.batch_size, show_default=True)
 @seed_option()
 @resume_option("continue the run saved in MODEL_OUT")
 @_train_step_option
@@ -104,17 +110,14 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
                   maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
                   resume, device, precision, train_step, threads, quiet) -> None:
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
-    from infrastructure.threads import limit_threads
     from rescorer.training.train import train_on_phrase_table
-
-    limit_threads(threads)
 
     if max_steps is None and max_time is None and patience is None:
         raise click.UsageError("give --max-steps, --max-time or --patience, or training never stops")
     train_config = TrainConfig(batch_size=batch_size, seed=seed, valid_every=valid_every, max_steps=max_steps,
                                max_time=max_time, patience=patience, train_step=train_step)
     result = train_on_phrase_table(
-        phrase_table, model_out, model_config=_model_config(hidden, embedding, maxout_units, output_rank, init_std),
+        phrase_table, model_out, model_sizes=_model_sizes(hidden, embedding, maxout_units, output_rank, init_std),
         train_config=train_config, src_corpus=vocab_corpus_src, tgt_corpus=vocab_corpus_tgt, shortlist=shortlist,
         device=device, precision=precision, resume=resume, progress=not quiet,
     )
@@ -155,10 +158,8 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
     """Targets the model generates for SOURCE: samples and beam search, by score (paper Table 3)."""
     import json
 
-    from infrastructure.threads import limit_threads
     from rescorer.analysis.sampling import format_sample_result, sample_and_search
 
-    limit_threads(threads)
     checkpoint = _load(model_path, device)
     result = sample_and_search(checkpoint.model, checkpoint.src_vocab, source, n=samples, beam=beam, seed=seed,
                                max_words=max_words)
@@ -192,11 +193,9 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
                     as_json, quiet, device, threads) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
-    from infrastructure.threads import limit_threads
     from rescorer.analysis.compare import compare_blocks, format_json, format_markdown
     from rescorer.tables.scan import scan_table
 
-    limit_threads(threads)
     checkpoint = _load(model_path, device)
     scan = scan_table(phrase_table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets,
                       seed=seed, progress=not quiet)
@@ -258,10 +257,8 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 
     PHRASES is a text file with one phrase per line, or a Moses phrase table (its source phrases).
     """
-    from infrastructure.threads import limit_threads
     from rescorer.analysis.plots import map_phrases, read_phrases
 
-    limit_threads(threads)
     checkpoint = _load(model_path, device)
     chosen = read_phrases(phrases, max_phrases=max_phrases, min_words=min_words, seed=seed)
     click.echo(f"t-SNE of {len(chosen)} phrase summaries", err=True)
@@ -294,11 +291,9 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sample_sources, samples, beam,
                    score_sources, map_words_, map_phrases_, seed, screenshot, quiet, device, threads) -> None:
     """One self-contained HTML page (OUT_DIR/report.html) to judge MODEL on PHRASE_TABLE."""
-    from infrastructure.threads import limit_threads
     from rescorer.analysis.report import ReportOptions, build_report, require_browser
     from rescorer.analysis.report import screenshot as take_screenshot
 
-    limit_threads(threads)
     browser = require_browser() if screenshot else None  # before the work, not after it
     options = ReportOptions(compare_sources=sources, min_src_words=min_src_words, sample_sources=sample_sources,
                             samples=samples, beam=beam, score_sources=score_sources, map_words=map_words_,
@@ -375,19 +370,11 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
     """
-    from infrastructure.threads import limit_threads
-    from rescorer.model.checkpoint import load_checkpoint
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
-    from rescorer.pipeline.rescore import (
-        RescoreOptions,
-        check_options,
-        default_model_path,
-        finished_training_of,
-        rescore_phrase_table,
-    )
+    from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions
     from rescorer.pipeline.shards import parse_shard
-    from rescorer.training.train import train_on_phrase_table
+    from rescorer.pipeline.train_or_load import TrainingWithoutModel, rescore_with_model_or_training
 
     if bool(moses_ini) != bool(moses_ini_out):
         raise click.UsageError("--moses-ini and --moses-ini-out go together")
@@ -395,7 +382,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         raise click.UsageError("--table names a phrase table of --moses-ini")
     if cslm and not moses_ini:
         raise click.UsageError("--cslm adds a feature to the written moses.ini: it needs --moses-ini, --moses-ini-out")
-    threads = limit_threads(threads)
+    if model_path is None and input_table == "-":
+        raise click.UsageError("training without --model needs INPUT_TABLE as a file, not stdin")
     # Everything Moses will check is checked now, before hours of training and scoring.
     num_scores = check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out,
                                  table_name=table_name, cslm=cslm, cslm_name=cslm_name,
@@ -406,27 +394,11 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         progress=not quiet, device=device, precision=precision, scoring=ScoringOptions(token_budget=token_budget),
         num_scores=num_scores, workers=workers if workers is not None else threads,
     )
-    check_options(input_table, output_table, options)
-    if model_path is None and resume and finished_training_of(output_table, save_model):
-        model_path = finished_training_of(output_table, save_model)
-        click.echo(f"--resume: scoring had started, so the model {model_path} is reused as it is", err=True)
-    if model_path is None:
-        if input_table == "-":
-            raise click.UsageError("training without --model needs INPUT_TABLE as a file, not stdin")
-        model_path = default_model_path(output_table, save_model)
-        if train_time is None and train_steps is None:
-            train_time = DEFAULT_TRAIN_TIME
-        click.echo(f"no --model: training on the unique pairs of {input_table} into {model_path}", err=True)
-        train_on_phrase_table(
-            input_table, Path(model_path),
-            model_config=_model_config(hidden, embedding, maxout_units, output_rank, init_std),
-            train_config=TrainConfig(max_steps=train_steps, max_time=train_time, patience=None, seed=seed,
-                                     valid_every=max(50, min(500, (train_steps or 500) // 4)),
-                                     train_step=train_step),
-            shortlist=shortlist, device=device, precision=precision, resume=resume, progress=not quiet,
-        )
-    checkpoint = load_checkpoint(model_path)
-    summary = rescore_phrase_table(input_table, output_table, checkpoint, options)
+    training = TrainingWithoutModel(
+        save_model=save_model, max_steps=train_steps, max_time=train_time, shortlist=shortlist, seed=seed,
+        sizes=_model_sizes(hidden, embedding, maxout_units, output_rank, init_std), train_step=train_step,
+    )
+    summary = rescore_with_model_or_training(input_table, output_table, model_path, training, options)
     click.echo(summary.report(), err=True)
     if summary.lines == 0 and shard:
         click.echo(f"warning: shard {shard} holds no line of {input_table} (fewer shard points than shards: "
@@ -492,7 +464,6 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
     p_RNN, exp(-#unknown words) and an indicator column (2.71828 for a proposed pair, 1 otherwise)
     appended. docs/proposals.md says how a proposed line's columns are filled.
     """
-    from infrastructure.threads import limit_threads
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
     from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions
@@ -500,7 +471,6 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
 
     if bool(moses_ini) != bool(moses_ini_out):
         raise click.UsageError("--moses-ini and --moses-ini-out go together")
-    threads = limit_threads(threads)
     options = ProposeOptions(
         for_text=for_text, thin_below=thin_below, max_source_words=max_source_words, beam=beam,
         per_source=per_source, max_target_words=max_target_words, lex_e2f=lex_e2f, lex_f2e=lex_f2e,

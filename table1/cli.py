@@ -20,7 +20,6 @@ from infrastructure.cli_options import (
     friendly_errors,
     threads_option,
 )
-from infrastructure.threads import resolve_threads
 from table1 import experiment as ex
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
 from table1.workspace import new_experiment
@@ -40,9 +39,9 @@ from table1.workspace import new_experiment
               help="Moses tree with scripts/ (default: $MOSES_HOME, else BIN/../scripts)")
 @threads_option("processes and decoder threads [default: the CPUs this process may use]")
 @device_option("auto, cpu, cuda or cuda:N (model training)")
-@click.option("--configs", default="",
-              help="configurations to run, e.g. 'baseline rnn' (default: the paper's four; rnn-wp tunes the "
-                   "unknown-word column beside the RNN; cslm-nbest-rnn and "
+@click.option("--config", "configs", multiple=True,
+              help="a configuration to run; repeatable: --config baseline --config rnn (default: the paper's four; "
+                   "rnn-wp tunes the unknown-word column beside the RNN; cslm-nbest-rnn and "
                    "cslm-nbest-rnn-wp rescore n-best lists with the CSLM instead; rnn-proposals decodes with "
                    "the table the RNN completed)")
 @click.option("--runs", type=IntRange(1, MAX_RUNS), default=3, show_default=True,
@@ -55,18 +54,18 @@ from table1.workspace import new_experiment
               help="data step: where the WMT'14 training and LM archives that DATA lacks are fetched from")
 @friendly_errors(keeps_progress=True)  # finished steps are stamped and kept
 def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, moses_bin_dir: Path | None,
-         moses_home: Path | None, threads: int | None, device: str, configs: str, runs: int, aligner: str,
+         moses_home: Path | None, threads: int, device: str, configs: tuple[str, ...], runs: int, aligner: str,
          results: Path, mirror: str) -> None:
     """Run STEPS of the Table 1 experiment in WORK (``all``: every step in order); finished steps are
     skipped, so rerun freely.
 
     data, prepare, baseline, rnn, proposals, cslm, speed, tune, eval, report (see docs/table1.md).
     """
-    command = (f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{configs}'" if configs else "")
+    command = (f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{' '.join(configs)}'" if configs else "")
                + (f" RESULTS={results}" if results != Path("results") else ""))
-    options = ex.StepOptions(select_configurations(configs), runs, aligner, mirror, results, command)
+    options = ex.StepOptions(select_configurations(list(configs)), runs, aligner, mirror, results, command)
     exp = new_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
-                         jobs=resolve_threads(threads), device=device)
+                         jobs=threads, device=device)
     for path in ex.run_steps(exp, ex.STEPS if "all" in steps else steps, options):
         click.echo(f"wrote {path}", err=True)
 

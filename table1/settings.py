@@ -343,14 +343,17 @@ OPTIONAL_ROWS = ("rnn-wp", "cslm-nbest-rnn-wp")
 
 
 def select_configurations(keys: str | list[str] | None) -> list[Configuration]:
-    """The configurations named (space or comma separated; the paper's four when empty), in table order."""
+    """The configurations named, in table order (the paper's four when none): a list of names (``table1
+    --config``, one name each), or one string of them separated by spaces or commas (``CONFIGS=``)."""
     if isinstance(keys, str):
         keys = keys.replace(",", " ").split()
     if not keys:
         return list(CONFIGURATIONS)
     unknown = [k for k in keys if k not in CONFIGURATIONS_BY_KEY]
     if unknown:
-        raise UserError(f"unknown configuration(s) {', '.join(unknown)} (have {', '.join(CONFIGURATIONS_BY_KEY)})")
+        several = any(" " in k or "," in k for k in unknown)
+        raise UserError(f"unknown configuration(s) {', '.join(unknown)} (have {', '.join(CONFIGURATIONS_BY_KEY)})"
+                        + ("; give one name per --config" if several else ""))
     return [c for c in ALL_CONFIGURATIONS if c.key in keys]
 
 

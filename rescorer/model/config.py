@@ -69,9 +69,50 @@ def check_positive_int(owner: str, name: str, value: object, minimum: int = 1) -
         raise ValueError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
 
 
+def _check_sizes(owner: str, config: ModelSizes | ModelConfig) -> None:
+    """The checks of the sizes a user chooses (``--hidden`` …), shared by :class:`ModelSizes` and
+    :class:`ModelConfig`: a bad size otherwise fails deep inside torch."""
+    for name in ("hidden", "embedding", "maxout_units", "output_rank"):
+        check_positive_int(owner, name, getattr(config, name))
+    init_std = config.init_std
+    if isinstance(init_std, bool) or not isinstance(init_std, (int, float)):
+        raise ValueError(f"{owner}.init_std must be a number, got {init_std!r}")
+    if not (math.isfinite(init_std) and init_std > 0):
+        raise ValueError(f"{owner}.init_std must be finite and > 0, got {init_std!r}")
+
+
+#: Words per language kept in the vocabulary ([UNK] included): the paper's shortlist.
+DEFAULT_SHORTLIST = 15000
+
+
+@dataclass(frozen=True)
+class ModelSizes:
+    """What a user chooses of a :class:`ModelConfig` (``--hidden``, ``--embedding``, …): every field
+    but the vocabulary sizes, which only the shortlists built from the data give.
+
+    The defaults, the paper's experiment, are defined here once; :class:`ModelConfig` and the command
+    line take them from here. A training builds its :class:`ModelConfig` with :meth:`config` once the
+    shortlists exist, so no config ever holds a made-up vocabulary size.
+    """
+
+    hidden: int = 1000
+    embedding: int = 100
+    maxout_units: int = 500
+    output_rank: int = 100
+    init_std: float = 0.01
+
+    def __post_init__(self) -> None:
+        _check_sizes("ModelSizes", self)
+
+    def config(self, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
+        """The model of these sizes over vocabularies of ``src_vocab_size`` and ``tgt_vocab_size`` ids."""
+        return ModelConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
+                           **dataclasses.asdict(self))
+
+
 @dataclass
 class ModelConfig(DictConfig):
-    """Sizes of the RNN Encoder–Decoder (SPEC §1); the defaults are the paper's experiment.
+    """Sizes of the RNN Encoder–Decoder (SPEC §1); the defaults are the paper's experiment (:class:`ModelSizes`).
 
     ``src_vocab_size``/``tgt_vocab_size`` count *ids*, i.e. the shortlist words plus ``[UNK]``
     plus ``</s>``: the paper's 15,000-word shortlist (14,999 words + ``[UNK]``) gives 15,001.
@@ -82,25 +123,22 @@ class ModelConfig(DictConfig):
 
     src_vocab_size: int
     tgt_vocab_size: int
-    hidden: int = 1000
-    embedding: int = 100
-    maxout_units: int = 500
-    output_rank: int = 100
-    init_std: float = 0.01
+    hidden: int = ModelSizes.hidden
+    embedding: int = ModelSizes.embedding
+    maxout_units: int = ModelSizes.maxout_units
+    output_rank: int = ModelSizes.output_rank
+    init_std: float = ModelSizes.init_std
 
     def __post_init__(self) -> None:
-        # A real vocabulary has at least the two reserved ids (</s>=0, [UNK]=1); 1 is allowed too
-        # because callers build a placeholder config before the shortlists exist and then replace
-        # the sizes with len(vocab).
-        sizes = ("src_vocab_size", "tgt_vocab_size", "hidden", "embedding", "maxout_units", "output_rank")
-        for name in sizes:
-            check_positive_int("ModelConfig", name, getattr(self, name))
-        if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)):
-            raise ValueError(f"ModelConfig.init_std must be a number, got {self.init_std!r}")
-        if not (math.isfinite(self.init_std) and self.init_std > 0):
-            raise ValueError(f"ModelConfig.init_std must be finite and > 0, got {self.init_std!r}")
+        # A real vocabulary has at least the two reserved ids (</s>=0, [UNK]=1).
+        check_positive_int("ModelConfig", "src_vocab_size", self.src_vocab_size, minimum=2)
+        check_positive_int("ModelConfig", "tgt_vocab_size", self.tgt_vocab_size, minimum=2)
+        _check_sizes("ModelConfig", self)
         self.init_std = float(self.init_std)
 
+
+#: ``rescore-phrase-table``'s training budget in seconds, given no ``--model``, ``--train-time`` or ``--train-steps``.
+DEFAULT_TRAIN_TIME = 1800.0
 
 
 @dataclass
@@ -114,6 +152,9 @@ class TrainConfig(DictConfig):
     wall time, or ``patience`` validations in a row without improvement; ``None`` disables that
     rule. ``train_step`` says how an update runs (one of :data:`TRAIN_STEPS`; the same updates
     to 1e-5, see :mod:`rescorer.training.step`), so a resumed run may choose another.
+
+    Each default is the command line's (``rescorer train`` reads them from here);
+    :meth:`for_budget` is the recipe of a training that ``rescore-phrase-table`` runs on a budget.
     """
 
     batch_size: int = 64
@@ -122,7 +163,7 @@ class TrainConfig(DictConfig):
     clip_norm: float | None = 1.0
     length_group: int = 10
     seed: int = 1234
-    valid_every: int = 1000
+    valid_every: int = 500
     max_steps: int | None = None
     max_time: float | None = None
     patience: int | None = 10
@@ -155,3 +196,19 @@ class TrainConfig(DictConfig):
                 raise ValueError(f"TrainConfig.max_time must be > 0 seconds or None, got {self.max_time!r}")
             self.max_time = float(self.max_time)
 
+    @classmethod
+    def for_budget(cls, *, max_steps: int | None, max_time: float | None, seed: int = 1234,
+                   train_step: str = "auto") -> TrainConfig:
+        """The training of ``rescore-phrase-table`` without ``--model``: it runs to its budget, never stops early.
+
+        The budget is ``max_steps`` updates or ``max_time`` seconds, :data:`DEFAULT_TRAIN_TIME` when
+        neither is given. With no patience, validation only picks the best model, so it follows the
+        budget: every quarter of ``max_steps`` (every 125 updates on a time budget), but never more
+        often than every 50 updates nor less often than every 500 (the default of ``rescorer train``),
+        so that a short budget still keeps the best of about four models.
+        """
+        if max_steps is None and max_time is None:
+            max_time = DEFAULT_TRAIN_TIME
+        valid_every = max(50, min(cls.valid_every, (max_steps or cls.valid_every) // 4))
+        return cls(max_steps=max_steps, max_time=max_time, patience=None, seed=seed, valid_every=valid_every,
+                   train_step=train_step)

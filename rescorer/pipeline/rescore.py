@@ -272,6 +272,12 @@ def rescore_phrase_table(
     """Stream ``input_path`` to ``output_path`` with two more score columns. See module doc."""
     opts = options or RescoreOptions()
     check_options(input_path, output_path, opts)
+    return rescore_checked(input_path, output_path, checkpoint, opts)
+
+
+def rescore_checked(input_path: str, output_path: str, checkpoint: Checkpoint, opts: RescoreOptions) -> RescoreSummary:
+    """:func:`rescore_phrase_table` with options that :func:`check_options` has passed: for a caller that
+    checks them before long work of its own (``rescore-phrase-table`` trains first), so each is checked once."""
     device = select_device(opts.device)
     precision = scoring_precision(opts.precision)
     scoring = opts.scoring
@@ -282,8 +288,8 @@ def rescore_phrase_table(
         scoring = replace(scoring, token_budget=recorded.get("token_budget"))
     scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, precision), scoring, precision)
     with matmul_precision(precision):
-        return rescore_with_scorer(input_path, output_path, scorer, checkpoint.src_vocab.words,
-                                   checkpoint.tgt_vocab.words, getattr(checkpoint, "path", None), opts)
+        return _run_pipeline(input_path, output_path, scorer, checkpoint.src_vocab.words, checkpoint.tgt_vocab.words,
+                             getattr(checkpoint, "path", None), opts)
 
 
 def scorer_identity(scorer: ChunkScorer) -> dict:
@@ -321,6 +327,12 @@ def rescore_with_scorer(
     ``output_path`` (:func:`exclusive_use`): a second run writing it would share its partial output.
     """
     check_options(input_path, output_path, opts)
+    return _run_pipeline(input_path, output_path, scorer, src_words, tgt_words, model_path, opts)
+
+
+def _run_pipeline(input_path: str, output_path: str, scorer: ChunkScorer, src_words: list[str], tgt_words: list[str],
+                  model_path: str | os.PathLike | None, opts: RescoreOptions) -> RescoreSummary:
+    """The pipeline itself, for checked options (:func:`rescore_with_scorer` says what it does)."""
     with exclusive_use(output_path):
         run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts)
         try:

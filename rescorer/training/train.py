@@ -27,7 +27,7 @@ from infrastructure.files import exclusive_use, removed_when_the_disk_fills
 from infrastructure.progress import progress_bar
 from infrastructure.training_loop import run_training
 from rescorer.model.checkpoint import last_checkpoint_path, load_checkpoint, refuse_to_overwrite, save_checkpoint
-from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.model.config import DEFAULT_SHORTLIST, ModelConfig, ModelSizes, TrainConfig
 from rescorer.model.device import (
     autocast_dtype,
     describe_precision,
@@ -329,11 +329,11 @@ def train_on_phrase_table(
     table: str,
     model_out: Path,
     *,
-    model_config: ModelConfig,
+    model_sizes: ModelSizes,
     train_config: TrainConfig,
     src_corpus: str | None = None,
     tgt_corpus: str | None = None,
-    shortlist: int = 15000,
+    shortlist: int = DEFAULT_SHORTLIST,
     device: str = "auto",
     precision: str = "auto",
     resume: bool = False,
@@ -341,9 +341,9 @@ def train_on_phrase_table(
 ) -> TrainResult:
     """What ``rescorer train`` does: unique pairs → shortlists → model file.
 
-    Vocabulary sizes in ``model_config`` are replaced by those of the shortlists actually built
-    (a small table may have fewer than 15,000 distinct words). The run holds ``model_out``
-    (:func:`exclusive_use`): a second training into it stops before touching the model, its
+    The model's config is built once the shortlists are: ``model_sizes`` over their vocabularies (a
+    small table may have fewer than 15,000 distinct words); a resumed run keeps its checkpoint's.
+    The run holds ``model_out`` (:func:`exclusive_use`): a second training into it stops before touching the model, its
     ``.last`` state or its ``.data`` folder.
     """
     model_out = Path(model_out)
@@ -352,6 +352,7 @@ def train_on_phrase_table(
     with exclusive_use(model_out):
         refuse_to_overwrite(model_out, resume)
         vocabs = None
+        model_config: ModelConfig | None = None  # built once the shortlists exist (or the checkpoint's)
         resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
         if resume and resume_from.exists():
             ck = load_checkpoint(resume_from)
@@ -372,7 +373,8 @@ def train_on_phrase_table(
                 if made_workdir:  # nothing of it is worth keeping: an empty or unreadable table
                     shutil.rmtree(workdir, ignore_errors=True)
                 raise
-            model_config = replace(model_config, src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab))
+            if model_config is None:
+                model_config = model_sizes.config(len(src_vocab), len(tgt_vocab))
             return train(
                 data, model_out, model_config=model_config, train_config=train_config, src_vocab=src_vocab,
                 tgt_vocab=tgt_vocab, device=device, precision=precision, resume=resume, progress=progress,

@@ -26,6 +26,7 @@ from infrastructure.cli_options import (
     friendly_errors,
     is_input,
     parameter_label,
+    use_threads,
 )
 from infrastructure.errors import UserError
 from mert.cli import main as mert_main
@@ -62,8 +63,8 @@ def _option(command: click.Command, name: str) -> click.Option | None:
 @pytest.mark.parametrize(("name", "command"), COMMANDS, ids=[n for n, _ in COMMANDS])
 def test_common_options_mean_the_same_everywhere(name, command):
     threads = _option(command, "threads")
-    if threads is not None:  # absent means all CPUs, resolved by limit_threads in the command
-        assert threads.opts == ["--threads"] and threads.default is None, name
+    if threads is not None:  # absent means all CPUs; the option applies it (use_threads), not the command body
+        assert threads.opts == ["--threads"] and threads.default is None and threads.callback is use_threads, name
     device = _option(command, "device")
     if device is not None:
         assert device.opts == ["--device"] and device.default == "auto", name
@@ -89,11 +90,20 @@ def test_short_options_are_not_reused_with_another_meaning():
     assert all(len(names) == 1 for names in meaning.values()), meaning
 
 
+def test_an_option_has_one_shape_in_every_command():
+    """``--json`` means "print JSON instead of text" wherever it is (``mert evaluate`` writes its JSON file with
+    ``--report PATH``), and a list of names is a repeated option (``table1 --config``, ``mert evaluate --ref``),
+    not one string of them."""
+    json_options = [(name, p) for name, command in COMMANDS for p in command.params if "--json" in p.opts]
+    assert json_options and all(isinstance(p, click.Option) and p.is_flag for _, p in json_options), \
+        [name for name, p in json_options if not getattr(p, "is_flag", False)]
+    assert _option(dict(COMMANDS)["table1"], "configs").multiple
+
+
 def test_old_spellings_still_work(tmp_path):
-    """``mert tune --continue`` (now ``--resume``) and ``mert evaluate --json`` (now ``--report``) keep working."""
+    """``mert tune --continue`` (now ``--resume``) keeps working."""
     tune = dict(COMMANDS)["mert tune"]
     assert "--continue" in _option(tune, "resume").opts
-    assert "--json" in _option(dict(COMMANDS)["mert evaluate"], "json_path").opts
     assert "--output-ini" in _option(tune, "output_ini").opts
 
 

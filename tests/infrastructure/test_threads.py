@@ -73,3 +73,48 @@ def test_every_command_runs_with_sleeping_openmp_threads_unless_told_otherwise()
     told = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
                           capture_output=True, text=True, check=True)
     assert told.stdout.strip() == "ACTIVE"
+
+
+def _torch_default_threads() -> int:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    return int(out)
+
+
+@pytest.mark.parametrize("torch_loaded", ["before the command", "by the command body"])
+def test_the_threads_option_applies_itself_whenever_torch_loads(torch_loaded: str) -> None:
+    """A command that only declares ``--threads`` (no call in its body) runs torch on that many threads,
+    whether torch was loaded before the command line is read or only in the body; and gets the number."""
+    pytest.importorskip("torch")
+    if _torch_default_threads() < 2:
+        pytest.skip("torch starts with one thread here: nothing to limit")
+    code = (
+        ("import torch\n" if torch_loaded == "before the command" else "")
+        + "import click\n"
+        "from infrastructure.cli_options import threads_option\n"
+        "@click.command()\n"
+        "@threads_option()\n"
+        "def command(threads):\n"
+        "    import torch\n"
+        "    print(threads, torch.get_num_threads())\n"
+        "command(['--threads', '1'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "1"]
+
+
+def test_without_threads_a_command_gets_the_cpus_it_may_use() -> None:
+    code = (
+        "import click\n"
+        "from infrastructure.cli_options import threads_option\n"
+        "from infrastructure.threads import available_cpus\n"
+        "@click.command()\n"
+        "@threads_option()\n"
+        "def command(threads):\n"
+        "    print(threads, available_cpus())\n"
+        "command([])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == out[1] and int(out[0]) >= 1

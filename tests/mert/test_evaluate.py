@@ -111,7 +111,7 @@ def test_cli_evaluate_hyp_files(tmp_path: Path) -> None:
     out_json = tmp_path / "report.json"
     args = ["evaluate", "--hyp", str(shared_file(TUNED)), "--ref", str(shared_file(REF)), "--tok-ref",
             str(shared_file(TOK_REF)), "--baseline", str(shared_file(DEFAULT)), "--bootstrap-samples", "200",
-            "--json", str(out_json)]
+            "--report", str(out_json)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert f"signature: {SIGNATURE}" in result.output

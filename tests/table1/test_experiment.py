@@ -6,6 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from held_output import held_by_another_process
@@ -29,6 +30,30 @@ def test_make_table1_full_runs_every_step_in_order():
     assert "--moses-bin-dir /m/bin" in command and "--data /w/wmt14" in command
     assert experiment.STEPS == ("data", "prepare", "baseline", "rnn", "proposals", "cslm", "speed", "tune", "eval",
                                 "report")
+
+
+@pytest.mark.parametrize("configs", ["baseline rnn", "baseline,rnn"])
+def test_make_configs_becomes_one_config_option_each(configs: str) -> None:
+    """``make table1 CONFIGS='baseline rnn'`` (what long runs are started with) keeps working: table1 takes
+    one --config per configuration, as mert takes one --ref per reference."""
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL"}}
+    out = subprocess.run(["make", "-n", "table1", f"CONFIGS={configs}", "WORK=/w"], cwd=REPO,
+                         capture_output=True, text=True, check=True, env=env).stdout
+    command = " ".join(line.strip(" \\") for line in out.splitlines() if line.strip())
+    assert " --config baseline --config rnn --aligner " in command
+
+
+def test_config_takes_one_name_and_is_repeated(tmp_path: Path, monkeypatch) -> None:
+    _no_moses(monkeypatch)
+    chosen = []
+    monkeypatch.setattr(experiment, "run_steps", lambda exp, steps, options: chosen.append(options) or [])
+    args = ["report", "--work", str(tmp_path / "work"), "--data", str(tmp_path)]
+    result = CliRunner().invoke(main, [*args, "--config", "rnn", "--config", "baseline"])
+    assert result.exit_code == 0, result.output
+    assert [c.key for c in chosen[0].configs] == ["baseline", "rnn"]
+    assert "CONFIGS='rnn baseline'" in chosen[0].command
+    result = CliRunner().invoke(main, [*args, "--config", "baseline rnn"])
+    assert result.exit_code == 1 and "give one name per --config" in result.output, result.output
 
 
 def test_a_second_run_on_a_held_work_folder_stops_before_any_step(tmp_path: Path) -> None:
@@ -89,7 +114,7 @@ def test_steps_that_need_no_moses_run_without_it(tmp_path: Path, monkeypatch) ->
     ran = []
     monkeypatch.setattr(experiment, "run_step", lambda exp, step, options: ran.append(step) or [])
     result = CliRunner().invoke(main, ["data", "rnn", "proposals", "cslm", "report", "--work", str(tmp_path / "work"),
-                                       "--data", str(tmp_path), "--configs", "rnn rnn-proposals"])
+                                       "--data", str(tmp_path), "--config", "rnn", "--config", "rnn-proposals"])
     assert result.exit_code == 0, result.output
     assert ran == ["data", "rnn", "proposals", "cslm", "report"]
 

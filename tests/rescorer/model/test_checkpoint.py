@@ -9,7 +9,7 @@ import torch
 
 from rescorer.model import checkpoint as checkpoint_module
 from rescorer.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.model.config import DEFAULT_TRAIN_TIME, ModelConfig, ModelSizes, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.vocab import EOS, UNK, Vocab
 
@@ -175,6 +175,46 @@ def test_train_config_defaults_are_the_papers_and_round_trip() -> None:
     assert TrainConfig.from_dict(config.to_dict()) == config
     custom = TrainConfig(max_steps=5, max_time=1.5, patience=None, clip_norm=None)
     assert TrainConfig.from_dict(custom.to_dict()) == custom
+
+
+def test_a_model_config_holds_real_vocabulary_sizes_and_sizes_alone_are_checked_early() -> None:
+    """No placeholder vocabulary: a vocabulary has at least </s> and [UNK]. What a user chooses (ModelSizes)
+    is checked when given, before any shortlist exists, and becomes a config once they do."""
+    for size in (0, 1):
+        with pytest.raises(ValueError, match="src_vocab_size must be an integer >= 2"):
+            ModelConfig(src_vocab_size=size, tgt_vocab_size=5)
+    with pytest.raises(ValueError, match="ModelSizes.hidden must be an integer >= 1"):
+        ModelSizes(hidden=0)
+    with pytest.raises(ValueError, match="ModelSizes.init_std must be finite"):
+        ModelSizes(init_std=float("nan"))
+    sizes = ModelSizes(hidden=8, embedding=4, maxout_units=3, output_rank=2)
+    assert sizes.config(6, 5) == CONFIG
+    assert ModelSizes().config(15001, 15001) == ModelConfig(src_vocab_size=15001, tgt_vocab_size=15001)
+
+
+def test_one_default_per_setting_the_configs_and_the_command_line_agree() -> None:
+    """``rescorer train``'s defaults are the configs' (``--valid-every`` was 500 there and 1000 in TrainConfig)."""
+    from rescorer.cli import train_command
+
+    defaults = {p.name: p.default for p in train_command.params}
+    train, sizes = TrainConfig(), ModelSizes()
+    assert (defaults["valid_every"], defaults["patience"], defaults["batch_size"], defaults["seed"]) == (
+        train.valid_every, train.patience, train.batch_size, train.seed)
+    assert [defaults[name] for name in ("hidden", "embedding", "maxout_units", "output_rank", "init_std")] == [
+        sizes.hidden, sizes.embedding, sizes.maxout_units, sizes.output_rank, sizes.init_std]
+
+
+@pytest.mark.parametrize(("steps", "seconds", "valid_every", "max_time"), [
+    (100, None, 50, None),  # a quarter would be 25: never more often than every 50 updates
+    (1000, None, 250, None),  # a quarter of the budget
+    (10_000, None, 500, None),  # never less often than rescorer train's default
+    (None, 60.0, 125, 60.0),  # a time budget: every 125 updates
+    (None, None, 125, DEFAULT_TRAIN_TIME),  # no budget given: 1800 s
+])
+def test_the_budgeted_training_of_rescore_validates_about_four_times(steps, seconds, valid_every, max_time) -> None:
+    config = TrainConfig.for_budget(max_steps=steps, max_time=seconds, seed=7, train_step="eager")
+    assert (config.valid_every, config.max_steps, config.max_time) == (valid_every, steps, max_time)
+    assert config.patience is None and config.seed == 7 and config.train_step == "eager"
 
 
 def test_from_dict_rejects_unknown_and_missing_keys() -> None:

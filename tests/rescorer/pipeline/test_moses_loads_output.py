@@ -14,7 +14,7 @@ import pytest
 from moses_integration.decoder import decode
 from moses_integration.nbest import read_nbest
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.moses_config import write_moses_ini
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.training.train import train_on_phrase_table
@@ -31,8 +31,8 @@ def test_moses_decodes_with_the_rescored_table(tmp_path, with_bad_line):
     table, sentences = system.table, system.sentences
 
     model = tmp_path / "model.pt"
-    config = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=32, embedding=16, maxout_units=16, output_rank=16)
-    train_on_phrase_table(str(table), model, model_config=config,
+    config = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
+    train_on_phrase_table(str(table), model, model_sizes=config,
                           train_config=TrainConfig(max_steps=10, valid_every=10, patience=None),
                           device="cpu", progress=False)
     if with_bad_line:  # one non-numeric score: with --skip-bad-lines Moses must still load the output

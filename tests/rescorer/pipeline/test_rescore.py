@@ -24,14 +24,14 @@ from click.testing import CliRunner
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.pipeline.scoring import ScoringOptions
 from rescorer.training.train import train_on_phrase_table
 from shared_paths import shared_file
 
-SMALL = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=32, embedding=16, maxout_units=16, output_rank=16)
+SMALL = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def sample() -> Path:
 @pytest.fixture(scope="module")
 def model_path(sample, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("model") / "small.pt"
-    train_on_phrase_table(str(sample), out, model_config=SMALL, train_config=TrainConfig(max_steps=30, valid_every=30,
+    train_on_phrase_table(str(sample), out, model_sizes=SMALL, train_config=TrainConfig(max_steps=30, valid_every=30,
                           patience=None), shortlist=3000, device="cpu", progress=False)
     return out
 

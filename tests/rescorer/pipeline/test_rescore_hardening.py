@@ -265,11 +265,34 @@ def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypat
     model = tmp_path / "out.txt.model.pt"
     trained = {p.name: p.read_bytes() for p in (model, tmp_path / "out.txt.model.pt.last")}
     monkeypatch.undo()
+    checks, lookups = counted(monkeypatch, "check_options"), counted(monkeypatch, "finished_training_of")
     res = cli(*args, "--resume")
     assert res.exit_code == 0, res.output
     assert "reused as it is" in res.output
     assert {p.name: p.read_bytes() for p in (model, tmp_path / "out.txt.model.pt.last")} == trained
     assert len(out.read_bytes().splitlines()) == 400
+    assert (len(checks), len(lookups)) == (1, 1), "each option is checked once, the trained model looked up once"
+
+
+def counted(monkeypatch, name: str) -> list[tuple]:
+    """The calls to ``rescorer.pipeline.rescore``'s function ``name``, wherever the run calls it from."""
+    calls: list[tuple] = []
+    real = getattr(rescore_module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rescore_module, name, counting)
+    monkeypatch.setattr(f"rescorer.pipeline.train_or_load.{name}", counting)
+    return calls
+
+
+def test_training_without_model_refuses_stdin_before_any_work(tmp_path: Path, no_work) -> None:
+    res = CliRunner().invoke(rescore_phrase_table_command, ["-", str(tmp_path / "out.gz"), "--train-steps", "5"],
+                             input="a ||| b ||| 0.5\n")
+    assert res.exit_code == 2 and "training without --model needs INPUT_TABLE as a file, not stdin" in res.output
+    assert not (tmp_path / "out.gz").exists()
 
 
 @pytest.mark.parametrize("name", ["pt.txt", "pt.gz"])
@@ -405,8 +428,8 @@ def no_work(monkeypatch) -> None:
     def started(*_a, **_k):
         raise AssertionError("work started before the bad value was refused")
 
-    monkeypatch.setattr("rescorer.training.train.train_on_phrase_table", started)
-    monkeypatch.setattr(rescore_module, "rescore_phrase_table", started)
+    monkeypatch.setattr("rescorer.pipeline.train_or_load.train_on_phrase_table", started)
+    monkeypatch.setattr("rescorer.pipeline.train_or_load.rescore_checked", started)
     monkeypatch.setattr("rescorer.pipeline.reader.iter_line_chunks", started)
 
 

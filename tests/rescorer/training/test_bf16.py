@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from rescorer.model import device as device_module
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.model.device import training_precision
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.training.step import EagerStep
@@ -122,9 +122,9 @@ def test_cpu_units_come_from_torch_or_the_cpu_flags(monkeypatch):
 
 def _train_table(out, precision: str):
     table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
-    small = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=48, embedding=24, maxout_units=24, output_rank=24)
+    small = ModelSizes(hidden=48, embedding=24, maxout_units=24, output_rank=24)
     cfg = TrainConfig(max_steps=4, valid_every=4, patience=None, seed=7)
-    return train_on_phrase_table(table, out, model_config=small, train_config=cfg, shortlist=300, device="cpu",
+    return train_on_phrase_table(table, out, model_sizes=small, train_config=cfg, shortlist=300, device="cpu",
                                  precision=precision, progress=False)
 
 

@@ -20,7 +20,7 @@ from replaying_graphs import LosesTheOptimiserStep, ReplayByRunning
 from infrastructure.errors import UserError
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.training.step import EagerStep, StaticStep, bucket_width, resolve_train_step
 from rescorer.training.train import make_optimizer, train_on_phrase_table
@@ -140,13 +140,13 @@ def test_the_step_each_choice_means():
         resolve_train_step("static", cuda, torch.float16)
 
 
-SMALL = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=32, embedding=16, maxout_units=16, output_rank=16)
+SMALL = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
 
 
 def _train(out: Path, steps: int, train_step: str, resume: bool = False):
     table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
     cfg = TrainConfig(max_steps=steps, valid_every=10, patience=None, seed=5, batch_size=16, train_step=train_step)
-    return train_on_phrase_table(table, out, model_config=SMALL, train_config=cfg, shortlist=300, device="cpu",
+    return train_on_phrase_table(table, out, model_sizes=SMALL, train_config=cfg, shortlist=300, device="cpu",
                                  resume=resume, progress=False)
 
 

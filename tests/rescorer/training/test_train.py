@@ -12,16 +12,16 @@ from held_output import held_by_another_process
 from infrastructure.errors import UserError
 from infrastructure.files import InUseError
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.model.config import ModelConfig, ModelSizes, TrainConfig
 from rescorer.training.train import train_on_phrase_table
 from shared_paths import shared_file
 
-SMALL = ModelConfig(src_vocab_size=2, tgt_vocab_size=2, hidden=48, embedding=24, maxout_units=24, output_rank=24)
+SMALL = ModelSizes(hidden=48, embedding=24, maxout_units=24, output_rank=24)
 
 
 def run(table: str, out: Path, steps: int, resume: bool = False, **kw):
     cfg = TrainConfig(max_steps=steps, valid_every=kw.pop("valid_every", 4), patience=None, seed=7)
-    return train_on_phrase_table(table, out, model_config=SMALL, train_config=cfg, shortlist=kw.pop("shortlist", 300),
+    return train_on_phrase_table(table, out, model_sizes=SMALL, train_config=cfg, shortlist=kw.pop("shortlist", 300),
                                  device="cpu", resume=resume, progress=False, **kw)
 
 
@@ -63,7 +63,7 @@ def test_resume_refuses_other_data(tmp_path):
 def test_resume_of_a_finished_timed_run_trains_no_more(tmp_path):
     table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
     cfg = TrainConfig(max_time=0.2, valid_every=1000, patience=None, seed=7)
-    kw = dict(model_config=SMALL, train_config=cfg, shortlist=300, device="cpu", progress=False)
+    kw = dict(model_sizes=SMALL, train_config=cfg, shortlist=300, device="cpu", progress=False)
     first = train_on_phrase_table(table, tmp_path / "m.pt", **kw)
     saved = {p.name: p.read_bytes() for p in (tmp_path / "m.pt", tmp_path / "m.pt.last")}
     again = train_on_phrase_table(table, tmp_path / "m.pt", resume=True, **kw)
@@ -74,7 +74,7 @@ def test_resume_of_a_finished_timed_run_trains_no_more(tmp_path):
 def test_training_without_gradient_clipping(tmp_path):
     table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
     cfg = TrainConfig(max_steps=3, valid_every=3, patience=None, seed=7, clip_norm=None)
-    result = train_on_phrase_table(table, tmp_path / "m.pt", model_config=SMALL, train_config=cfg, shortlist=300,
+    result = train_on_phrase_table(table, tmp_path / "m.pt", model_sizes=SMALL, train_config=cfg, shortlist=300,
                                    device="cpu", progress=False)
     assert result.steps == 3 and load_checkpoint(tmp_path / "m.pt").train_config.clip_norm is None
 
