@@ -112,8 +112,6 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
     from rescorer.training.train import train_on_phrase_table
 
-    if max_steps is None and max_time is None and patience is None:
-        raise click.UsageError("give --max-steps, --max-time or --patience, or training never stops")
     train_config = TrainConfig(batch_size=batch_size, seed=seed, valid_every=valid_every, max_steps=max_steps,
                                max_time=max_time, patience=patience, train_step=train_step)
     result = train_on_phrase_table(
