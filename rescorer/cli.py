@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -89,6 +90,9 @@ def main() -> None:
 @click.option("--vocab-corpus-tgt", type=OneLinePath(exists=True, dir_okay=False),
               help="text (plain or .gz) whose words make the target shortlist")
 @_model_size_options
+@click.option("--reverse", is_flag=True,
+              help="learn p(f|e): the table's targets are the model's sources and the other way round "
+              "(shortlists too), for rescore-phrase-table --reverse-model; saved with the model")
 @click.option("--max-steps", type=IntRange(min=1), help="stop after this many updates")
 @click.option("--max-time", type=FiniteFloat(min=0, min_open=True), help="stop after this many seconds of training")
 @click.option("--patience", type=IntRange(min=1), default=10, show_default=True,
@@ -102,7 +106,7 @@ def main() -> None:
 @friendly_errors()
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
                   maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
-                  resume, device, precision, train_step, threads, quiet) -> None:
+                  resume, device, precision, train_step, threads, quiet, reverse) -> None:
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
     from infrastructure.threads import limit_threads
     from rescorer.training.train import train_on_phrase_table
@@ -113,8 +117,11 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
         raise click.UsageError("give --max-steps, --max-time or --patience, or training never stops")
     train_config = TrainConfig(batch_size=batch_size, seed=seed, valid_every=valid_every, max_steps=max_steps,
                                max_time=max_time, patience=patience, train_step=train_step)
+    model_config = _model_config(hidden, embedding, maxout_units, output_rank, init_std)
+    if reverse:
+        model_config = replace(model_config, direction="reverse")
     result = train_on_phrase_table(
-        phrase_table, model_out, model_config=_model_config(hidden, embedding, maxout_units, output_rank, init_std),
+        phrase_table, model_out, model_config=model_config,
         train_config=train_config, src_corpus=vocab_corpus_src, tgt_corpus=vocab_corpus_tgt, shortlist=shortlist,
         device=device, precision=precision, resume=resume, progress=not quiet,
     )
