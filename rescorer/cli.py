@@ -324,6 +324,9 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.argument("output_table", type=OutputPath(allow_dash=True))
 @click.option("--model", "model_path", type=OneLinePath(exists=True, dir_okay=False),
               help="trained model; without it a model is trained on INPUT_TABLE's unique pairs first")
+@click.option("--reverse-model", type=OneLinePath(exists=True, dir_okay=False),
+              help="a model of p(f|e) (rescorer train --reverse): its probability is one more column, after the "
+              "unknown-word column, and one more feature in the written moses.ini")
 @click.option("--save-model", type=OutputPath(also_writes=("{}.last",)),
               help="where the model trained without --model goes [default: OUTPUT_TABLE.model.pt]")
 @click.option("--train-time", type=FiniteFloat(min=0, min_open=True),
@@ -333,7 +336,8 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @_model_size_options
 @click.option("--moses-ini", type=OneLinePath(exists=True, dir_okay=False), help="moses.ini of the system")
 @click.option("--moses-ini-out", type=OutputPath(),
-              help="write a moses.ini that uses OUTPUT_TABLE, with 2 more features and weights")
+              help="write a moses.ini that uses OUTPUT_TABLE, with 2 more features and weights "
+              "(3 with --reverse-model)")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini (its name=, e.g. TranslationModel0) "
               "INPUT_TABLE is; needed when the ini has several")
 # Start weights 0: the untuned system then decodes exactly as before (a weight of 0.2 on log p_RNN,
@@ -343,6 +347,8 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
               help="initial weight of the RNN column (0: the untuned system is the original one)")
 @click.option("--wp-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the unknown-word column (0: the untuned system is the original one)")
+@click.option("--reverse-weight", type=FiniteFloat(), default=0.0, show_default=True,
+              help="initial weight of the --reverse-model column (0: the untuned system is the original one)")
 @click.option("--cslm", type=OneLinePath(exists=True, dir_okay=False),
               help="NPLM model (from `cslm export-nplm`) to add to the written moses.ini as Moses' "
               "in-decoder NeuralLM feature")
@@ -377,8 +383,10 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
                                  moses_ini_out, table_name, rnn_weight, wp_weight, cslm, cslm_name, cslm_weight,
                                  wp_side, workers, chunk_lines, compress_level, token_budget, skip_bad_lines, shard,
                                  resume,
-                                 scores_parquet, seed, device, precision, train_step, threads, quiet) -> None:
-    """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table.
+                                 scores_parquet, seed, device, precision, train_step, threads, quiet, reverse_model,
+                                 reverse_weight) -> None:
+    """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table
+    (and p_RNN(source|target) with --reverse-model).
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
     """
@@ -387,6 +395,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
     from rescorer.pipeline.rescore import (
         RescoreOptions,
+        check_directions,
         check_options,
         default_model_path,
         finished_training_of,
@@ -403,9 +412,13 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     if cslm and not moses_ini:
         raise click.UsageError("--cslm adds a feature to the written moses.ini: it needs --moses-ini, --moses-ini-out")
     threads = limit_threads(threads)
+    # The models' directions too: a model given in the other's place is refused before any work.
+    reverse = load_checkpoint(reverse_model) if reverse_model else None
+    check_directions(load_checkpoint(model_path) if model_path else None, reverse, model_path, reverse_model)
     # Everything Moses will check is checked now, before hours of training and scoring.
+    weights = (rnn_weight, wp_weight, reverse_weight) if reverse else (rnn_weight, wp_weight)
     num_scores = check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out,
-                                 table_name=table_name, cslm=cslm, cslm_name=cslm_name,
+                                 table_name=table_name, new_columns=len(weights), cslm=cslm, cslm_name=cslm_name,
                                  cslm_weight=cslm_weight) if moses_ini else None
     options = RescoreOptions(
         chunk_lines=chunk_lines, compress_level=compress_level, wp_side=wp_side, skip_bad_lines=skip_bad_lines,
@@ -433,7 +446,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
             shortlist=shortlist, device=device, precision=precision, resume=resume, progress=not quiet,
         )
     checkpoint = load_checkpoint(model_path)
-    summary = rescore_phrase_table(input_table, output_table, checkpoint, options)
+    summary = rescore_phrase_table(input_table, output_table, checkpoint, options, reverse)
     click.echo(summary.report(), err=True)
     if summary.lines == 0 and shard:
         click.echo(f"warning: shard {shard} holds no line of {input_table} (fewer shard points than shards: "
@@ -441,10 +454,11 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     elif summary.lines == 0:
         click.echo(f"warning: {input_table} holds no phrase-table lines, so {output_table} is empty too", err=True)
     if moses_ini:
-        neural_lm = write_moses_ini(moses_ini, moses_ini_out, output_table, (rnn_weight, wp_weight), table_name,
+        neural_lm = write_moses_ini(moses_ini, moses_ini_out, output_table, weights, table_name,
                                     cslm=cslm, cslm_name=cslm_name, cslm_weight=cslm_weight)
         extra = f", NeuralLM {neural_lm.name} (order {neural_lm.args['order']})" if neural_lm else ""
-        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, 2 more features{extra}", err=True)
+        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, {len(weights)} more features{extra}",
+                   err=True)
 
 
 @main.command("propose")
