@@ -482,7 +482,9 @@ class _Run:
         reverse_log_p = _score_reverse(prep, self.reverse, summary, kept)
         if not self.warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
             self.warned = True
-            _warn_low_overlap(prep)
+            _warn_low_overlap(prep.plan)
+            if prep.reverse_plan is not None:
+                _warn_low_overlap(prep.reverse_plan, "reverse ")
         rejected = pending.rejected_lines(prep)
         rejects = _report_rejects(rejected, self.input_path)
         summary.rejected += len(rejected)
@@ -785,13 +787,18 @@ def _score_reverse(prep: PreparedChunk | None, reverse: ReverseScoring | None, s
     return log_p
 
 
-def _warn_low_overlap(prep: PreparedChunk) -> None:
-    src_known = 100.0 * (1 - prep.sources.n_unk.sum() / max(1, len(prep.sources.ids)))
-    tgt_known = 100.0 * (1 - prep.targets.n_unk.sum() / max(1, len(prep.targets.ids)))
+def _warn_low_overlap(plan: ScoringPlan, which: str = "") -> None:
+    """Warn when the first chunk's words are mostly outside a model's shortlists (``which``: "reverse "
+    for the reverse model, whose sources are the table's targets: the message names the table's sides)."""
+    src_known = 100.0 * (1 - plan.sources.n_unk.sum() / max(1, len(plan.sources.ids)))
+    tgt_known = 100.0 * (1 - plan.targets.n_unk.sum() / max(1, len(plan.targets.ids)))
+    if which:
+        src_known, tgt_known = tgt_known, src_known
     if min(src_known, tgt_known) < LOW_OVERLAP_PERCENT:
         warnings.warn(
             f"only {src_known:.1f}% of source words and {tgt_known:.1f}% of target words in the first chunk "
-            f"are in the model's shortlists; is this model trained for this table's languages and tokenisation?",
+            f"are in the {which}model's shortlists; is this model trained for this table's languages and "
+            "tokenisation?",
             stacklevel=2,
         )
 

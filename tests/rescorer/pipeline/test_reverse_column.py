@@ -182,3 +182,19 @@ def test_moses_ini_gets_a_feature_and_a_weight_for_the_reverse_column(sample, mo
     weights = next(line for line in text.splitlines() if line.startswith("TranslationModel0="))
     assert weights.split()[1:] == ["0.2"] * 4 + ["0", "0", "0.05"]
     assert all(len(line.split(b" ||| ")[2].split()) == 7 for line in lines_of(tmp_path / "o.gz"))
+
+
+def test_a_reverse_model_of_other_languages_is_warned_about(sample, models, tmp_path):
+    """The forward model knows the table's words; a reverse model whose shortlists hold none of them
+    gets the low-overlap warning too, naming it."""
+    from rescorer.model.checkpoint import Checkpoint
+    from rescorer.model.network import RNNEncoderDecoder
+    from rescorer.model.vocab import EOS, UNK, Vocab
+
+    config = replace(SMALL, src_vocab_size=3, tgt_vocab_size=3, direction="reverse")
+    foreign = Vocab([EOS, UNK, "wort"])
+    reverse = Checkpoint(RNNEncoderDecoder(config).eval(), config, foreign, foreign)
+    opts = RescoreOptions(progress=False, device="cpu", workers=0, scoring=ScoringOptions(token_budget=4096))
+    with pytest.warns(UserWarning, match=r"0\.0% of source words and 0\.0% of target words in the first chunk are "
+                      r"in the reverse model's shortlists"):
+        rescore_phrase_table(str(sample), str(tmp_path / "o.gz"), load_checkpoint(models[0]), opts, reverse)
