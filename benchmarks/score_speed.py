@@ -1,13 +1,17 @@
 """Scoring throughput of ``rescore-phrase-table`` on the real fixture table.
 
-Usage: python -m benchmarks.score_speed [--lines 20000] [--device auto] [--sizes paper,small] [--repeat 2]
+Usage: python -m benchmarks.score_speed [--lines 20000] [--device auto] [--sizes paper,small] [--repeat 2] [--reverse]
 
 For each model size it prints, end to end (gzip in, parse, score, format, gzip out):
 * pairs/s;
 * the FLOPs per pair the scorer performs (matmuls only: each distinct source prefix encoded and
   each distinct target prefix of a source decoded once per chunk) next to those of scoring each pair on its own,
   and the achieved fraction of this machine's fp32 matmul peak (performed FLOPs), measured here;
-* the same run with source sharing and length sorting switched off, and the speed-up.
+* the same run with source sharing and length sorting switched off, and the speed-up;
+* with ``--reverse``, the same run with a reverse model's column too (``--reverse-model``), and what the
+  reverse column costs on its own (the difference), against the forward column's cost; then the model
+  time alone of the two columns, chunk by chunk from the same prepared plans, forward and reverse in
+  turns (on a shared machine the steadier comparison).
 
 Weights are random: the cost of scoring does not depend on their values. The first --lines lines of
 ``../shared/fixtures/hansard-enfr/model/phrase-table.gz`` (or --table) are used, so phrase lengths
@@ -24,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.shared_data import shared_dir
@@ -54,12 +59,13 @@ def default_table() -> Path:
     return shared_dir() / "fixtures/hansard-enfr/model/phrase-table.gz"
 
 
-def model_flops(config: ModelConfig, lines: list[bytes], chunk_lines: int) -> tuple[float, float]:
+def model_flops(config: ModelConfig, lines: list[bytes], chunk_lines: int,
+                reverse: bool = False) -> tuple[float, float]:
     """Matmul FLOPs of the scorer and of scoring every pair on its own, padding-free.
 
     The scorer runs the encoder once per distinct source prefix of a chunk (``</s>`` included),
     computes what depends on c once per distinct source, and runs the decoder once per distinct
-    (source, target prefix) node of the chunk.
+    (source, target prefix) node of the chunk. With ``reverse``, of a reverse model: the roles swapped.
     """
     performed = 0.0
     for start in range(0, len(lines), chunk_lines):
@@ -67,7 +73,7 @@ def model_flops(config: ModelConfig, lines: list[bytes], chunk_lines: int) -> tu
         source_prefixes: set[tuple[bytes, ...]] = set()
         nodes: set[tuple[bytes, tuple[bytes, ...]]] = set()
         for line in lines[start : start + chunk_lines]:
-            src, tgt = line.split(b" ||| ")[:2]
+            src, tgt = line.split(b" ||| ")[:2][:: -1 if reverse else 1]
             if src not in sources:
                 sources.add(src)
                 read = (*src.split(), b"</s>")
@@ -84,13 +90,39 @@ def model_flops(config: ModelConfig, lines: list[bytes], chunk_lines: int) -> tu
     return performed, per_pair
 
 
-def run(table: Path, ck: Checkpoint, device: str, workers: int, chunk_lines: int, scoring: ScoringOptions) -> float:
+def run(table: Path, ck: Checkpoint, device: str, workers: int, chunk_lines: int, scoring: ScoringOptions,
+        reverse: Checkpoint | None = None) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.gz"
         opts = RescoreOptions(chunk_lines=chunk_lines, workers=workers, progress=False, device=device, scoring=scoring)
         t0 = time.perf_counter()
-        rescore_phrase_table(str(table), str(out), ck, opts)
+        rescore_phrase_table(str(table), str(out), ck, opts, reverse)
         return time.perf_counter() - t0
+
+
+def model_seconds(lines: list[bytes], ck: Checkpoint, rev: Checkpoint, device: torch.device, chunk_lines: int,
+                  token_budget: int | None, repeat: int) -> tuple[float, float]:
+    """Seconds of the model alone for the forward and the reverse column of ``lines``, each the
+    fastest of ``repeat`` passes over the same plans (prepared once, as the workers prepare them),
+    the two directions timed in turns so that the machine's drift hits both alike."""
+    from rescorer.pipeline.chunk_prep import PrepareTask, arrow_vocab, prepare_chunk
+    from rescorer.pipeline.scoring import PairScorer
+    from rescorer.tables.chunks import LineChunk
+
+    forward = PairScorer(ck.model, device, options=ScoringOptions(token_budget=token_budget))
+    reverse = PairScorer(rev.model, device, options=ScoringOptions(token_budget=forward.token_budget))
+    vocab = arrow_vocab(ck.src_vocab.words, ck.tgt_vocab.words, (rev.src_vocab.words, rev.tgt_vocab.words))
+    plans = [prepare_chunk(PrepareTask(LineChunk.from_lines(start + 1, lines[start : start + chunk_lines]), "table",
+                                       None, False, False, forward.token_budget, reverse=True), vocab)
+             for start in range(0, len(lines), chunk_lines)]
+    best = [float("inf"), float("inf")]
+    for _ in range(max(1, repeat)):
+        for i, (scorer, which) in enumerate(((forward, "plan"), (reverse, "reverse_plan"))):
+            t0 = time.perf_counter()
+            for prepared in plans:
+                scorer.score_plan(getattr(prepared, which))
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best[0], best[1]
 
 
 def main() -> None:
@@ -103,6 +135,8 @@ def main() -> None:
     parser.add_argument("--chunk-lines", type=int, default=100_000)
     parser.add_argument("--token-budget", type=int, default=None, help="default: automatic")
     parser.add_argument("--skip-baseline", action="store_true", help="no run without sharing/sorting")
+    parser.add_argument("--reverse", action="store_true",
+                        help="also time a run with a reverse model's column (--reverse-model)")
     parser.add_argument("--repeat", type=int, default=2,
                         help="runs of each variant, alternated; the fastest counts (default: 2)")
     args = parser.parse_args()
@@ -134,6 +168,9 @@ def main() -> None:
             config = ModelConfig(src_vocab_size=15001, tgt_vocab_size=15001, **SIZES[size])
             torch.manual_seed(0)
             ck = Checkpoint(RNNEncoderDecoder(config).eval(), config, src_vocab, tgt_vocab)
+            reverse_config = replace(config, direction="reverse")
+            rev = Checkpoint(RNNEncoderDecoder(reverse_config).eval(), reverse_config, tgt_vocab, src_vocab) \
+                if args.reverse else None
             fast = ScoringOptions(token_budget=args.token_budget)
             run_warm = Path(tmp) / "warm.gz"
             with gzip.open(run_warm, "wb") as fh:
@@ -142,11 +179,13 @@ def main() -> None:
             naive = ScoringOptions(token_budget=args.token_budget, share_sources=False, sort_by_length=False)
             # Alternating the variants and keeping each one's fastest run makes the comparison
             # fair on a shared machine, whose speed drifts by tens of percent from minute to minute.
-            seconds, slow = float("inf"), float("inf")
+            seconds, slow, both = float("inf"), float("inf"), float("inf")
             for _ in range(max(1, args.repeat)):
                 seconds = min(seconds, run(table, ck, str(device), args.workers, args.chunk_lines, fast))
                 if not args.skip_baseline:
                     slow = min(slow, run(table, ck, str(device), args.workers, args.chunk_lines, naive))
+                if rev is not None:
+                    both = min(both, run(table, ck, str(device), args.workers, args.chunk_lines, fast, rev))
                 peak = max(peak, matmul_peak_flops(device, seconds=1.0))
             flops, per_pair = model_flops(config, lines, args.chunk_lines)
             print(f"[{size}] d={config.hidden}: {len(lines) / seconds:.0f} pairs/s end to end "
@@ -157,6 +196,19 @@ def main() -> None:
             if not args.skip_baseline:
                 print(f"[{size}] without source sharing and length sorting: {len(lines) / slow:.0f} pairs/s "
                       f"({slow:.1f} s); speed-up from both: {slow / seconds:.2f}x")
+            if rev is not None:
+                rev_flops, _ = model_flops(reverse_config, lines, args.chunk_lines, reverse=True)
+                print(f"[{size}] with the reverse column too: {len(lines) / both:.0f} pairs/s end to end "
+                      f"({both:.1f} s); "
+                      f"the reverse column alone {both - seconds:.1f} s ({(both - seconds) / seconds:.2f}x the "
+                      f"forward run), {rev_flops / len(lines) / 1e6:.1f} MFLOP/pair performed (forward: "
+                      f"{flops / len(lines) / 1e6:.1f}), {len({line.split(b' ||| ')[1] for line in lines})} "
+                      f"distinct targets")
+                fwd_model, rev_model = model_seconds(lines, ck, rev, device, args.chunk_lines, args.token_budget,
+                                                     args.repeat)
+                print(f"[{size}] the model alone: forward column {len(lines) / fwd_model:.0f} pairs/s "
+                      f"({fwd_model:.1f} s), reverse column {len(lines) / rev_model:.0f} pairs/s ({rev_model:.1f} s): "
+                      f"the reverse costs {rev_model / fwd_model:.2f}x the forward")
 
 
 if __name__ == "__main__":

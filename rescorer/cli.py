@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -94,6 +95,9 @@ def main() -> None:
 @click.option("--vocab-corpus-tgt", type=OneLinePath(exists=True, dir_okay=False),
               help="text (plain or .gz) whose words make the target shortlist")
 @_model_size_options
+@click.option("--reverse", is_flag=True,
+              help="learn p(f|e): the table's targets are the model's sources and the other way round "
+              "(shortlists too), for rescore-phrase-table --reverse-model; saved with the model")
 @click.option("--max-steps", type=IntRange(min=1), help="stop after this many updates")
 @click.option("--max-time", type=FiniteFloat(min=0, min_open=True), help="stop after this many seconds of training")
 @click.option("--patience", type=IntRange(min=1), default=TrainConfig.patience, show_default=True,
@@ -108,14 +112,15 @@ def main() -> None:
 @friendly_errors()
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
                   maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
-                  resume, device, precision, train_step, threads, quiet) -> None:
+                  resume, device, precision, train_step, threads, quiet, reverse) -> None:
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
     from rescorer.training.train import train_on_phrase_table
 
     train_config = TrainConfig(batch_size=batch_size, seed=seed, valid_every=valid_every, max_steps=max_steps,
                                max_time=max_time, patience=patience, train_step=train_step)
+    sizes = _model_sizes(hidden, embedding, maxout_units, output_rank, init_std)
     result = train_on_phrase_table(
-        phrase_table, model_out, model_sizes=_model_sizes(hidden, embedding, maxout_units, output_rank, init_std),
+        phrase_table, model_out, model_sizes=replace(sizes, direction="reverse") if reverse else sizes,
         train_config=train_config, src_corpus=vocab_corpus_src, tgt_corpus=vocab_corpus_tgt, shortlist=shortlist,
         device=device, precision=precision, resume=resume, progress=not quiet,
     )
@@ -310,6 +315,9 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @click.argument("output_table", type=OutputPath(allow_dash=True))
 @click.option("--model", "model_path", type=OneLinePath(exists=True, dir_okay=False),
               help="trained model; without it a model is trained on INPUT_TABLE's unique pairs first")
+@click.option("--reverse-model", type=OneLinePath(exists=True, dir_okay=False),
+              help="a model of p(f|e) (rescorer train --reverse): its probability is one more column, after the "
+              "unknown-word column, and one more feature in the written moses.ini")
 @click.option("--save-model", type=OutputPath(also_writes=("{}.last",)),
               help="where the model trained without --model goes [default: OUTPUT_TABLE.model.pt]")
 @click.option("--train-time", type=FiniteFloat(min=0, min_open=True),
@@ -319,7 +327,8 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 @_model_size_options
 @click.option("--moses-ini", type=OneLinePath(exists=True, dir_okay=False), help="moses.ini of the system")
 @click.option("--moses-ini-out", type=OutputPath(),
-              help="write a moses.ini that uses OUTPUT_TABLE, with 2 more features and weights")
+              help="write a moses.ini that uses OUTPUT_TABLE, with 2 more features and weights "
+              "(3 with --reverse-model)")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini (its name=, e.g. TranslationModel0) "
               "INPUT_TABLE is; needed when the ini has several")
 # Start weights 0: the untuned system then decodes exactly as before (a weight of 0.2 on log p_RNN,
@@ -329,6 +338,8 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
               help="initial weight of the RNN column (0: the untuned system is the original one)")
 @click.option("--wp-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the unknown-word column (0: the untuned system is the original one)")
+@click.option("--reverse-weight", type=FiniteFloat(), default=0.0, show_default=True,
+              help="initial weight of the --reverse-model column (0: the untuned system is the original one)")
 @click.option("--cslm", type=OneLinePath(exists=True, dir_okay=False),
               help="NPLM model (from `cslm export-nplm`) to add to the written moses.ini as Moses' "
               "in-decoder NeuralLM feature")
@@ -363,13 +374,16 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
                                  moses_ini_out, table_name, rnn_weight, wp_weight, cslm, cslm_name, cslm_weight,
                                  wp_side, workers, chunk_lines, compress_level, token_budget, skip_bad_lines, shard,
                                  resume,
-                                 scores_parquet, seed, device, precision, train_step, threads, quiet) -> None:
-    """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table.
+                                 scores_parquet, seed, device, precision, train_step, threads, quiet, reverse_model,
+                                 reverse_weight) -> None:
+    """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table
+    (and p_RNN(source|target) with --reverse-model).
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
     """
+    from rescorer.model.checkpoint import load_checkpoint
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
-    from rescorer.pipeline.rescore import RescoreOptions
+    from rescorer.pipeline.rescore import RescoreOptions, check_directions
     from rescorer.pipeline.scoring import ScoringOptions
     from rescorer.pipeline.shards import parse_shard
     from rescorer.pipeline.train_or_load import TrainingWithoutModel, rescore_with_model_or_training
@@ -382,9 +396,13 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         raise click.UsageError("--cslm adds a feature to the written moses.ini: it needs --moses-ini, --moses-ini-out")
     if model_path is None and input_table == "-":
         raise click.UsageError("training without --model needs INPUT_TABLE as a file, not stdin")
+    # The models' directions too: a model given in the other's place is refused before any work.
+    reverse = load_checkpoint(reverse_model) if reverse_model else None
+    check_directions(load_checkpoint(model_path) if model_path else None, reverse, model_path, reverse_model)
     # Everything Moses will check is checked now, before hours of training and scoring.
+    weights = (rnn_weight, wp_weight, reverse_weight) if reverse else (rnn_weight, wp_weight)
     num_scores = check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out,
-                                 table_name=table_name, cslm=cslm, cslm_name=cslm_name,
+                                 table_name=table_name, new_columns=len(weights), cslm=cslm, cslm_name=cslm_name,
                                  cslm_weight=cslm_weight) if moses_ini else None
     options = RescoreOptions(
         chunk_lines=chunk_lines, compress_level=compress_level, wp_side=wp_side, skip_bad_lines=skip_bad_lines,
@@ -396,7 +414,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         save_model=save_model, max_steps=train_steps, max_time=train_time, shortlist=shortlist, seed=seed,
         sizes=_model_sizes(hidden, embedding, maxout_units, output_rank, init_std), train_step=train_step,
     )
-    summary = rescore_with_model_or_training(input_table, output_table, model_path, training, options)
+    summary = rescore_with_model_or_training(input_table, output_table, model_path, training, options,
+                                             reverse)
     click.echo(summary.report(), err=True)
     if summary.lines == 0 and shard:
         click.echo(f"warning: shard {shard} holds no line of {input_table} (fewer shard points than shards: "
@@ -404,10 +423,11 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     elif summary.lines == 0:
         click.echo(f"warning: {input_table} holds no phrase-table lines, so {output_table} is empty too", err=True)
     if moses_ini:
-        neural_lm = write_moses_ini(moses_ini, moses_ini_out, output_table, (rnn_weight, wp_weight), table_name,
+        neural_lm = write_moses_ini(moses_ini, moses_ini_out, output_table, weights, table_name,
                                     cslm=cslm, cslm_name=cslm_name, cslm_weight=cslm_weight)
         extra = f", NeuralLM {neural_lm.name} (order {neural_lm.args['order']})" if neural_lm else ""
-        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, 2 more features{extra}", err=True)
+        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, {len(weights)} more features{extra}",
+                   err=True)
 
 
 @main.command("propose")

@@ -146,8 +146,9 @@ def format_leverage(runs: Mapping[str, Sequence[Mapping[str, object]]], labels: 
         for r in found:
             test = r.get("test") or {}
             test_columns = {c["column"]: c for c in test.get("columns", [])}
+            row_labels = {**labels, **r.get("column_labels", {})}  # a row's own names win (its 7th column)
             for c in r["columns"]:
-                name = _escaped(labels.get(c["column"], c["column"]))
+                name = _escaped(row_labels.get(c["column"], c["column"]))
                 t = test_columns.get(c["column"])
                 test_cells = f"{test['pool_bleu']:.2f} | {t['bleu_without']:.2f}" if t else "– | –"
                 out.append(f"| {label} | {r['run']} | {name} | {c['weight']:.4g} | {r['pool_bleu']:.2f} | "

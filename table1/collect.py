@@ -49,6 +49,7 @@ def training_notes(exp: Experiment) -> list[str]:
     states it beside the BLEU scores: a weak model explains a small gain)."""
     wanted = {
         "rnn": ("RNN training", (r"trained \d+ steps ", r"step \d+: valid ")),
+        "rnn-both": ("Reverse RNN training", (r"trained \d+ steps ", r"step \d+: valid ")),
         "cslm": ("CSLM training", (r"stopped by ", r"epoch \d+: valid perplexity ")),
     }
     notes = []
@@ -79,10 +80,13 @@ def leverage_document(exp: Experiment, collected: list, table_feature: str, ini:
     keys = list(labels)
     indicator = f"{table_feature}_{num_scores}"  # rescorer propose's column, after p_RNN and WP
     labels[indicator] = "proposed (indicator)"
+    # In a reverse row's table the 7th column is p_RNN(f|e), after p_RNN and WP (rescore-phrase-table
+    # --reverse-model); its runs name it so (their "column_labels").
+    reverse = {indicator: "p_RNN(f|e)"}
     runs: dict[str, list[dict[str, object]]] = {}
     for config, found in collected:
         chosen = ([keys[0]] * config.rnn + [keys[1]] * config.wp + [keys[2]] * config.cslm
-                  + [indicator] * config.proposals + keys[3:])
+                  + [indicator] * (config.proposals or config.reverse) + keys[3:])
         for tuned in found:
             lists = sorted(exp.tune_dir(RunPlan(config, tuned.run)).glob("run*.nbest.gz"),
                            key=lambda p: int(p.name[3:].split(".", 1)[0]))
@@ -90,6 +94,8 @@ def leverage_document(exp: Experiment, collected: list, table_feature: str, ini:
                 continue
             pool, columns = column_leverage(lists, [exp.prepared("dev", exp.tgt)], tuned.weights, chosen)
             entry: dict[str, object] = {"run": tuned.run, "pool_bleu": pool, "columns": [c.__dict__ for c in columns]}
+            if config.reverse and not config.proposals:
+                entry["column_labels"] = reverse
             test_nbest = tuned.test_output.with_name(tuned.test_output.name + ".nbest.gz")
             if test_nbest.exists():  # the same on the test set's n-best list, decoded with the tuned weights
                 test_pool, test_columns = column_leverage([test_nbest], [exp.prepared("test", exp.tgt)],
@@ -156,7 +162,8 @@ def step_report(
         f"rows marked (n-best) rescore {exp.settings.nbest_size}-best lists with it as an extra MERT feature instead.",
         "Columns outside a configuration are fixed at weight 0 during MERT (same 6-column table for every row; "
         "a proposals row's table is the same one completed by the RNN's proposals, with a 7th column, the indicator "
-        "of a proposed pair, which it tunes: docs/proposals.md).",
+        "of a proposed pair, which it tunes: docs/proposals.md; a both-directions row's table has the reverse "
+        "model's p_RNN(f|e) as its 7th column, which it tunes: docs/rescore.md).",
         *training_notes(exp),
         *budget_notes(exp, configs, runs),
     ]

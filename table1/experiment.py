@@ -22,7 +22,7 @@ from table1 import wmt14
 from table1.collect import step_report
 from table1.settings import Configuration, RunPlan
 from table1.system_training import MosesToolError
-from table1.systems import step_baseline, step_cslm, step_data, step_prepare, step_proposals, step_rnn
+from table1.systems import step_baseline, step_cslm, step_data, step_prepare, step_proposals, step_rnn, step_rnn_both
 from table1.tuning import step_eval, step_speed, step_tune
 from table1.workspace import STAMPS, Experiment, ExperimentError, open_work, say
 
@@ -70,7 +70,10 @@ def step_stamps(exp: Experiment, step: str, options: StepOptions) -> list[str]:
     plans = [RunPlan(config, k) for config in options.configs for k in range(1, options.runs + 1)]
     if step == "speed":
         return ["speed/rnn"] + (["speed/cslm"] if any(c.cslm_in_search for c in options.configs) else []) + (
-            ["speed/proposals"] if any(c.proposals for c in options.configs) else [])
+            ["speed/proposals"] if any(c.proposals for c in options.configs) else []) + (
+            ["speed/rnn-both"] if any(c.reverse for c in options.configs) else [])
+    if step == "rnn":
+        return ["rnn"] + (["rnn-both"] if any(c.reverse for c in options.configs) else [])
     if step == "proposals":
         return ["proposals"] if any(c.proposals for c in options.configs) else []
     if step == "tune":
@@ -118,6 +121,8 @@ def run_step(exp: Experiment, step: str, options: StepOptions) -> list[Path]:
         step_baseline(exp, options.aligner)
     elif step == "rnn":
         step_rnn(exp)
+        if any(c.reverse for c in options.configs):
+            step_rnn_both(exp)
     elif step == "proposals":
         if any(c.proposals for c in options.configs):
             step_proposals(exp)

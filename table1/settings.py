@@ -276,16 +276,21 @@ class Configuration:
     # whose 7th column is the indicator of a proposed pair; its weight is tuned.
     proposals: bool = False
     compare_with: tuple[str, ...] = ()  # keys of other rows its Δ is also reported against
+    # True: the row's table carries p_RNN(f|e) too (``rescore-phrase-table --reverse-model``), the
+    # 7th column, after U; its weight is tuned.
+    reverse: bool = False
 
     def appended_columns(self) -> int:
-        """How many columns the row's table has after Moses' four: p_RNN and U, and P with proposals."""
-        return 3 if self.proposals else 2
+        """How many columns the row's table has after Moses' four: p_RNN and U, then the reverse
+        p_RNN(f|e) where the row has it, and P with proposals."""
+        return 2 + int(self.reverse) + int(self.proposals)
 
     def fixed_columns(self, table_feature: str, num_scores: int) -> list[str]:
         """The n-best columns held at weight 0: the RNN column and/or the unknown-word column.
 
-        The appended columns follow Moses' four in ``rescore-phrase-table``'s order (p_RNN, U), then
-        ``rescorer propose``'s indicator, which a proposals row always tunes.
+        The appended columns follow Moses' four in ``rescore-phrase-table``'s order (p_RNN, U, and
+        p_RNN(f|e) with a reverse model), then ``rescorer propose``'s indicator: a row always tunes
+        the reverse column and the indicator where its table has them.
         """
         first = num_scores - self.appended_columns()
         rnn_col, wp_col = f"{table_feature}_{first}", f"{table_feature}_{first + 1}"
@@ -332,9 +337,15 @@ WP_CONFIGURATIONS: list[Configuration] = [
     Configuration("rnn-wp", "+ RNN + WP", rnn=True, cslm=False, wp=True, paper_dev=None, paper_test=None,
                   compare_with=("rnn",)),
 ]
+#: Issue 48's row, not in the paper: + RNN with the RNN in both directions, p(e|f) and p(f|e) (a
+#: reverse model's column), as the table carries its own two phrase probabilities; both tuned.
+REVERSE_CONFIGURATIONS: list[Configuration] = [
+    Configuration("rnn-both", "+ RNN both directions", rnn=True, cslm=False, wp=False, paper_dev=None,
+                  paper_test=None, reverse=True, compare_with=("rnn",)),
+]
 #: Every row, in table order: a row's columns only grow down the table.
 ALL_CONFIGURATIONS = (CONFIGURATIONS[:2] + WP_CONFIGURATIONS + CONFIGURATIONS[2:] + NBEST_CONFIGURATIONS
-                      + PROPOSAL_CONFIGURATIONS)
+                      + PROPOSAL_CONFIGURATIONS + REVERSE_CONFIGURATIONS)
 CONFIGURATIONS_BY_KEY = {c.key: c for c in ALL_CONFIGURATIONS}
 
 

@@ -1,6 +1,7 @@
 """The steps that build the systems: raw text (``data``), Moses' preprocessing (``prepare``), the
-Baseline Moses system (``baseline``), the RNN column (``rnn``), the table the RNN completes
-(``proposals``) and the CSLM (``cslm``)."""
+Baseline Moses system (``baseline``), the RNN column (``rnn``; with a ``reverse`` row, the reverse
+model and the table with both RNN columns too), the table the RNN completes (``proposals``) and the
+CSLM (``cslm``)."""
 
 from __future__ import annotations
 
@@ -258,28 +259,38 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
 # rnn: train on the full table, score the filtered one
 
 
+def rnn_train_command(exp: Experiment, model: Path, reverse: bool = False) -> list[object]:
+    """``rescorer train`` on the baseline's full table with the scale's sizes and budget; with
+    ``reverse``, the reverse model p(f|e) (``--reverse``), trained alike."""
+    r = exp.settings.rnn
+    full_table = exp.path("baseline", "model", "phrase-table.gz")
+    sizes = ["--hidden", str(r.hidden), "--embedding", str(r.embedding), "--maxout-units", str(r.maxout_units),
+             "--output-rank", str(r.output_rank), "--shortlist", str(r.shortlist), "--init-std", str(r.init_std)]
+    return [exp.console("rescorer"), "train", full_table, model, *sizes, "--max-time", str(r.max_time),
+            # shortlists: the most frequent words of the training text, as in the paper
+            "--vocab-corpus-src", f"{exp.train_corpus}.{exp.src}",
+            "--vocab-corpus-tgt", f"{exp.train_corpus}.{exp.tgt}", *(["--reverse"] if reverse else []),
+            "--patience", str(r.patience), "--device", exp.device, "--threads", str(exp.jobs), "--resume", "--quiet"]
+
+
+def filtered_table(exp: Experiment) -> tuple[Path, str]:
+    """The baseline's system filtered for dev+test, and the path of its phrase table."""
+    filtered_ini = exp.path("baseline", "filtered", "moses.ini")
+    _, table, _ = single_phrase_table(filtered_ini)
+    return filtered_ini, str(filtered_ini.parent / table)  # an absolute path= stays as it is
+
+
 def step_rnn(exp: Experiment) -> None:
     """``rescorer train`` on the baseline's full table, then ``rescore-phrase-table`` on the filtered one."""
     exp.require("baseline")
-    r = exp.settings.rnn
     out = exp.path("rnn")
     out.mkdir(parents=True, exist_ok=True)
     log = exp.log_file("rnn")
     model = out / "model.pt"
     full_table = exp.path("baseline", "model", "phrase-table.gz")
-    sizes = ["--hidden", str(r.hidden), "--embedding", str(r.embedding), "--maxout-units", str(r.maxout_units),
-             "--output-rank", str(r.output_rank), "--shortlist", str(r.shortlist), "--init-std", str(r.init_std)]
-    exp.step("rnn/train", lambda: run_tool(
-        [exp.console("rescorer"), "train", full_table, model, *sizes, "--max-time", str(r.max_time),
-         # shortlists: the most frequent words of the training text, as in the paper
-         "--vocab-corpus-src", f"{exp.train_corpus}.{exp.src}",
-         "--vocab-corpus-tgt", f"{exp.train_corpus}.{exp.tgt}",
-         "--patience", str(r.patience), "--device", exp.device, "--threads", str(exp.jobs), "--resume", "--quiet"],
-        log))
+    exp.step("rnn/train", lambda: run_tool(rnn_train_command(exp, model), log))
 
-    filtered_ini = exp.path("baseline", "filtered", "moses.ini")
-    _, table, _ = single_phrase_table(filtered_ini)
-    table = str(filtered_ini.parent / table)  # an absolute path= stays as it is
+    filtered_ini, table = filtered_table(exp)
     exp.step("rnn/rescore", lambda: run_tool(
         [exp.console("rescore-phrase-table"), table, out / "phrase-table.rnn.gz", "--model", model,
          "--moses-ini", filtered_ini, "--moses-ini-out", exp.rnn_ini, "--device", exp.device, "--resume",
@@ -289,6 +300,24 @@ def step_rnn(exp: Experiment) -> None:
             [exp.console("rescorer"), "compare", model, full_table, f"--{k}", "--device", exp.device, "--quiet"],
             log, exp.table2_path(k)))
     exp.step("rnn", lambda: None)
+
+
+def step_rnn_both(exp: Experiment) -> None:
+    """The ``reverse`` rows' system: a reverse model (``rescorer train --reverse``) trained beside the
+    forward one with the same sizes and budget, then the filtered table scored with both
+    (``--reverse-model``): the 7-column system, p_RNN(f|e) after U, all new weights starting at 0."""
+    exp.require("rnn")
+    out = exp.rnn_both_ini.parent
+    out.mkdir(parents=True, exist_ok=True)
+    log = exp.log_file("rnn-both")
+    model = out / "model.reverse.pt"
+    exp.step("rnn-both/train", lambda: run_tool(rnn_train_command(exp, model, reverse=True), log))
+    filtered_ini, table = filtered_table(exp)
+    exp.step("rnn-both/rescore", lambda: run_tool(
+        [exp.console("rescore-phrase-table"), table, out / "phrase-table.rnn-both.gz", "--model",
+         exp.path("rnn", "model.pt"), "--reverse-model", model, "--moses-ini", filtered_ini, "--moses-ini-out",
+         exp.rnn_both_ini, "--device", exp.device, "--resume", "--workers", str(exp.jobs), "--quiet"], log))
+    exp.step("rnn-both", lambda: None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -41,6 +41,9 @@ def step_speed(exp: Experiment, configs: list[Configuration]) -> None:
     if any(c.proposals for c in configs):
         exp.require("proposals")
         systems["proposals"] = exp.proposals_ini
+    if any(c.reverse for c in configs):
+        exp.require("rnn-both")
+        systems["rnn-both"] = exp.rnn_both_ini
     for name, ini in systems.items():
         exp.step(f"speed/{name}", lambda n=name, i=ini: measure_decoding(exp, n, i))
 
@@ -66,6 +69,8 @@ def speed_system(config: Configuration) -> str:
     """Which measured system (``speed/NAME``) a row decodes with."""
     if config.proposals:
         return "proposals"
+    if config.reverse:
+        return "rnn-both"
     return "cslm" if config.cslm_in_search else "rnn"
 
 
@@ -268,6 +273,8 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
             cslm_system(exp)
         if config.proposals:
             exp.require("proposals")
+        if config.reverse:
+            exp.require("rnn-both")
         for k in range(1, runs + 1):
             plan = RunPlan(config, k)
             check_run_current(exp, plan)

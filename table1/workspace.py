@@ -117,15 +117,24 @@ class Experiment:
         """``rescorer propose --list``: every proposal as kind, source, target, log p."""
         return self.path("proposals", "proposals.tsv")
 
+    @property
+    def rnn_both_ini(self) -> Path:
+        """The 7-column system whose table has the reverse RNN column too: the ``reverse`` rows tune it."""
+        return self.path("rnn-both", "moses.ini")
+
     def table_system(self, config: Configuration) -> Path:
         """The system whose phrase table a row decodes with (its columns; the CSLM rows add a feature)."""
-        return self.proposals_ini if config.proposals else self.rnn_ini
+        if config.proposals:
+            return self.proposals_ini
+        return self.rnn_both_ini if config.reverse else self.rnn_ini
 
     def tuned_system(self, plan: RunPlan) -> Path:
         """The moses.ini a run tunes: with the CSLM in the decoder where its row has it, with the
         completed table where it has proposals."""
         if plan.config.proposals:
             return self.proposals_ini
+        if plan.config.reverse:
+            return self.rnn_both_ini
         return self.cslm_ini if plan.config.cslm_in_search else self.rnn_ini
 
     def table2_path(self, kind: str) -> Path:

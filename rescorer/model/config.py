@@ -19,6 +19,9 @@ from typing import Any, TypeVar
 PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
 # --train-step choices (rescorer.training.step gives their meaning), torch-free for the CLI too.
 TRAIN_STEPS = ("auto", "eager", "static", "captured")
+# What a model scores: "forward" p(e|f), the table's target given its source (the paper's model), or
+# "reverse" p(f|e), trained on the same pairs with sources and targets swapped (`rescorer train --reverse`).
+DIRECTIONS = ("forward", "reverse")
 
 _C = TypeVar("_C")
 
@@ -74,6 +77,8 @@ def _check_sizes(owner: str, config: ModelSizes | ModelConfig) -> None:
     :class:`ModelConfig`: a bad size otherwise fails deep inside torch."""
     for name in ("hidden", "embedding", "maxout_units", "output_rank"):
         check_positive_int(owner, name, getattr(config, name))
+    if config.direction not in DIRECTIONS:
+        raise ValueError(f"{owner}.direction must be one of {', '.join(DIRECTIONS)}, got {config.direction!r}")
     init_std = config.init_std
     if isinstance(init_std, bool) or not isinstance(init_std, (int, float)):
         raise ValueError(f"{owner}.init_std must be a number, got {init_std!r}")
@@ -100,6 +105,7 @@ class ModelSizes:
     maxout_units: int = 500
     output_rank: int = 100
     init_std: float = 0.01
+    direction: str = "forward"
 
     def __post_init__(self) -> None:
         _check_sizes("ModelSizes", self)
@@ -119,6 +125,11 @@ class ModelConfig(DictConfig):
     ``embedding`` is the rank of the factorised input matrices (Sec. 4.1.1 uses 100; Appendix A
     says 500). ``maxout_units`` is the size of s⟨t⟩ after maxout, so the deep-output layer s'
     has ``2 * maxout_units`` units. ``output_rank`` is the rank of G = G_l G_r.
+
+    ``direction`` (one of :data:`DIRECTIONS`) says which way the model reads the phrase table: a
+    ``reverse`` model's source vocabulary is the table's target side and it scores p(f|e). It is
+    stored with the model so that a model cannot be given where the other direction is wanted;
+    model files written before the field existed are ``forward``, as they were all trained so.
     """
 
     src_vocab_size: int
@@ -128,6 +139,7 @@ class ModelConfig(DictConfig):
     maxout_units: int = ModelSizes.maxout_units
     output_rank: int = ModelSizes.output_rank
     init_std: float = ModelSizes.init_std
+    direction: str = ModelSizes.direction
 
     def __post_init__(self) -> None:
         # A real vocabulary has at least the two reserved ids (</s>=0, [UNK]=1).

@@ -28,22 +28,33 @@ from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
 from rescorer.pipeline.spool import SpooledChunk, SpooledObject, lines_of
 from rescorer.tables.chunks import LineChunk, TokenIds, parse_chunk, phrases_to_ids
 
-_VOCAB: tuple[pa.Array, pa.Array] | None = None  # (source words, target words) of this worker
+# (source words, target words) of this worker's forward model, then, with a reverse model, that
+# model's (source words, target words): the table's target language first.
+_VOCAB: tuple[pa.Array, ...] | None = None
+
+
+def arrow_vocab(src_words: list[str], tgt_words: list[str],
+                reverse_words: tuple[list[str], list[str]] | None = None) -> tuple[pa.Array, ...]:
+    """The shortlists as Arrow arrays, the forward model's and then, if any, the reverse model's."""
+    words = (src_words, tgt_words, *(reverse_words or ()))
+    return tuple(pa.array(w, pa.string()) for w in words)
 
 
 def init_worker(src_words: list[str], tgt_words: list[str], parent_pid: int | None = None,
-                all_started: multiprocessing.synchronize.Barrier | None = None) -> None:
+                all_started: multiprocessing.synchronize.Barrier | None = None,
+                reverse_words: tuple[list[str], list[str]] | None = None) -> None:
     """Pool initializer: the shortlists, sent once per worker rather than with every chunk.
 
     With ``parent_pid``, the worker ends with that process (:func:`die_with_parent`) and leaves
     Ctrl-C and SIGTERM to it (:func:`leave_interrupts_to_parent`). With
     ``all_started``, it waits until every worker of the pool has started (:func:`worker_pool`).
+    ``reverse_words`` are the reverse model's shortlists (``--reverse-model``).
     """
     global _VOCAB
     if parent_pid is not None:
         die_with_parent(parent_pid)
         leave_interrupts_to_parent()
-    _VOCAB = (pa.array(src_words, pa.string()), pa.array(tgt_words, pa.string()))
+    _VOCAB = arrow_vocab(src_words, tgt_words, reverse_words)
     if all_started is not None:
         all_started.wait(timeout=_START_SECONDS)
 
@@ -51,7 +62,8 @@ def init_worker(src_words: list[str], tgt_words: list[str], parent_pid: int | No
 _START_SECONDS = 600.0  # a worker still not started by then will not be (a loaded machine takes seconds)
 
 
-def worker_pool(workers: int, src_words: list[str], tgt_words: list[str]) -> futures.ProcessPoolExecutor:
+def worker_pool(workers: int, src_words: list[str], tgt_words: list[str],
+                reverse_words: tuple[list[str], list[str]] | None = None) -> futures.ProcessPoolExecutor:
     """``workers`` processes that prepare and format chunks, all started now, by this thread.
 
     Each ends with this process, SIGKILL included (:func:`die_with_parent`), which the kernel ties
@@ -63,7 +75,7 @@ def worker_pool(workers: int, src_words: list[str], tgt_words: list[str]) -> fut
     context = multiprocessing.get_context("spawn")
     all_started = context.Barrier(workers)
     pool = futures.ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker,
-                                       initargs=(src_words, tgt_words, os.getpid(), all_started))
+                                       initargs=(src_words, tgt_words, os.getpid(), all_started, reverse_words))
     for _ in range(workers):
         pool.submit(os.getpid)
     return pool
@@ -81,6 +93,7 @@ class PrepareTask:
     token_budget: int
     share_sources: bool = True
     sort_by_length: bool = True
+    reverse: bool = False  # plan the reverse model's scoring too (--reverse-model)
 
 
 @dataclass
@@ -91,6 +104,8 @@ class PreparedChunk:
     bad_rows: list[tuple[int, str]]  # (line number, reason) set aside by --skip-bad-lines
     num_scores: int | None
     plan: ScoringPlan | None  # None when no line is good
+    # With a reverse model, the same rows with the roles swapped: grouped by target (reverse_plan).
+    reverse_plan: ScoringPlan | None = None
     source_changes: int = 0  # rows whose source differs from the row before, within the chunk
     first_source: str | None = None
     last_source: str | None = None
@@ -109,13 +124,15 @@ class PreparedChunk:
         return self.plan.targets if self.plan else None
 
 
-def prepare_chunk(task: PrepareTask, vocab: tuple[pa.Array, pa.Array] | None = None) -> PreparedChunk:
+def prepare_chunk(task: PrepareTask, vocab: tuple[pa.Array, ...] | None = None) -> PreparedChunk:
     """Validate and parse the lines, map words to ids, and plan the scoring (groups and trees).
 
     A malformed line raises :class:`moses_integration.phrase_table.PhraseTableError` naming it,
-    unless ``skip_bad_lines``. ``vocab`` defaults to the worker's (:func:`init_worker`).
+    unless ``skip_bad_lines``. ``vocab`` defaults to the worker's (:func:`init_worker`); with
+    ``task.reverse`` it holds the reverse model's shortlists too (:func:`arrow_vocab`).
     """
-    src_words, tgt_words = vocab if vocab is not None else _VOCAB
+    vocab = vocab if vocab is not None else _VOCAB
+    src_words, tgt_words = vocab[:2]
     started = time.thread_time()
     parsed = parse_chunk(lines_of(task.lines), task.path, num_scores=task.num_scores,
                          skip_bad_lines=task.skip_bad_lines, want_scores=task.keep_phrases)
@@ -134,10 +151,34 @@ def prepare_chunk(task: PrepareTask, vocab: tuple[pa.Array, pa.Array] | None = N
         out.parse_seconds = parsed_at - started
         out.plan = plan_scoring(sources, source_of_row, targets, task.token_budget,
                                 share_sources=task.share_sources, sort_by_length=task.sort_by_length)
+        if task.reverse:
+            out.reverse_plan = plan_reverse(parsed.source, parsed.target, vocab[2], vocab[3], task)
         out.tree_seconds = time.thread_time() - parsed_at
     else:
         out.parse_seconds = time.thread_time() - started
     return out
+
+
+def plan_reverse(source: pa.Array, target: pa.Array, rev_src_words: pa.Array, rev_tgt_words: pa.Array,
+                 task: PrepareTask) -> ScoringPlan:
+    """The reverse model's plan of a chunk: its rows grouped by target phrase, roles swapped.
+
+    The table is sorted by source, so a target recurs across the chunk ("de" under hundreds of
+    sources). Its distinct targets are the reverse model's sources, each encoded once; sorted by
+    their bytes, a phrase and its extensions fall in the same encoder group, as sources do in the
+    table. Each row's source phrase is the reverse model's target, decoded in the trees of
+    :func:`rescorer.pipeline.scoring_plan.plan_scoring`, whose rows are the chunk's rows: the
+    scores come back in line order.
+    """
+    encoded = pc.dictionary_encode(target)
+    order = pc.array_sort_indices(encoded.dictionary).to_numpy(zero_copy_only=False)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    rev_sources = phrases_to_ids(encoded.dictionary.take(pa.array(order)), rev_src_words)
+    target_of_row = rank[encoded.indices.to_numpy(zero_copy_only=False)]
+    rev_targets = phrases_to_ids(source, rev_tgt_words)
+    return plan_scoring(rev_sources, target_of_row, rev_targets, task.token_budget,
+                        share_sources=task.share_sources, sort_by_length=task.sort_by_length)
 
 
 def prepare_spooled(task: PrepareTask) -> SpooledObject:

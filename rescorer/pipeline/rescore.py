@@ -1,5 +1,9 @@
 """``rescore-phrase-table``: stream a Moses table, append the RNN and unknown-word columns.
 
+With ``--reverse-model``, a reverse model's p(f|e) is one more column, computed in the same run from
+the same chunks: each chunk gets a second plan with its rows grouped by target phrase
+(:func:`rescorer.pipeline.chunk_prep.plan_reverse`), scored by a second scorer.
+
 The run is a pipeline of overlapping stages, so that no stage waits on another:
 
 * a reader thread decompresses the table and cuts it into chunks of whole lines (vectorised);
@@ -53,6 +57,7 @@ from rescorer.pipeline import score_parquet
 from rescorer.pipeline.chunk_prep import (
     PreparedChunk,
     PrepareTask,
+    arrow_vocab,
     prepare_chunk,
     prepare_spooled,
     prepared,
@@ -76,7 +81,7 @@ from rescorer.pipeline.resume import (
     load_progress,
     recorded_options,
 )
-from rescorer.pipeline.scoring import PairScorer, ScoringOptions
+from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget
 from rescorer.pipeline.scoring_plan import ScoringPlan
 from rescorer.pipeline.shards import ShardFilter
 from rescorer.pipeline.spool import Spool, SpooledChunk, lines_of
@@ -133,6 +138,7 @@ class RescoreSummary:
     target_tokens: int = 0
     target_unknown: int = 0
     seconds: float = 0.0
+    sum_reverse_log_prob: float | None = None  # with --reverse-model: the sum of log p(f|e)
     rejects_path: str | None = None
     resumed_lines: int = 0  # lines an interrupted run had done (not part of this run's speed)
     # CPU seconds of this run's stages, wherever they ran (threads or worker processes): "read"
@@ -156,10 +162,12 @@ class RescoreSummary:
     def report(self) -> str:
         rate = (self.lines - self.resumed_lines) / self.seconds if self.seconds > 0 else 0.0
         rejected = f", {self.rejected} malformed lines rejected to {self.rejects_path}" if self.rejected else ""
+        reverse = f", mean log p(f|e) {self.sum_reverse_log_prob / self.lines:.4f}" \
+            if self.sum_reverse_log_prob is not None and self.lines else ""
         return (
             f"rescored {self.lines} lines{rejected}, "
             f"{self.distinct_sources} distinct sources; "
-            f"mean log p {f'{self.mean_log_prob:.4f}' if self.lines else 'n/a (no lines)'}; "
+            f"mean log p {f'{self.mean_log_prob:.4f}' if self.lines else 'n/a (no lines)'}{reverse}; "
             f"target words outside the shortlist {100 * self.unknown_share:.2f}%; "
             f"{self.seconds:.1f} s ({rate:.0f} pairs/s)"
         )
@@ -245,6 +253,30 @@ class _Pending:
         return [(n, why, lines.line(n - lines.first_line_no)) for n, why in prep.bad_rows if first <= n < last]
 
 
+@dataclass
+class ReverseScoring:
+    """A reverse model's part of a run (``--reverse-model``): its scorer and its shortlists, whose
+    source words are the table's target language."""
+
+    scorer: ChunkScorer
+    src_words: list[str]
+    tgt_words: list[str]
+    model_path: str | os.PathLike | None  # identifies the model for --resume (None: none to check)
+
+
+def check_directions(model: Checkpoint | None, reverse: Checkpoint | None, model_name: str | None = None,
+                     reverse_name: str | None = None) -> None:
+    """A forward model (p(e|f)) for ``--model`` and a reverse one (p(f|e), ``rescorer train --reverse``)
+    for ``--reverse-model``: either one in the other's place would give a column that means the
+    opposite of its name, which nothing downstream could notice."""
+    if model is not None and model.config.direction != "forward":
+        raise RescoreError(f"{model_name or model.path}: a reverse model (it scores p(f|e), from rescorer train "
+                           "--reverse): give it to --reverse-model, not --model")
+    if reverse is not None and reverse.config.direction != "reverse":
+        raise RescoreError(f"{reverse_name or reverse.path}: a forward model (it scores p(e|f)): --reverse-model "
+                           "needs one trained with rescorer train --reverse")
+
+
 def default_model_path(output_path: str, save_model: str | None = None) -> str:
     """Where a model trained by ``rescore-phrase-table`` without ``--model`` is saved."""
     return save_model or (output_path + ".model.pt" if output_path != "-" else "rescorer.model.pt")
@@ -268,16 +300,20 @@ def rescore_phrase_table(
     output_path: str,
     checkpoint: Checkpoint,
     options: RescoreOptions | None = None,
+    reverse: Checkpoint | None = None,
 ) -> RescoreSummary:
-    """Stream ``input_path`` to ``output_path`` with two more score columns. See module doc."""
+    """Stream ``input_path`` to ``output_path`` with two more score columns (three with a ``reverse``
+    model's p(f|e)). See module doc."""
     opts = options or RescoreOptions()
     check_options(input_path, output_path, opts)
-    return rescore_checked(input_path, output_path, checkpoint, opts)
+    return rescore_checked(input_path, output_path, checkpoint, opts, reverse)
 
 
-def rescore_checked(input_path: str, output_path: str, checkpoint: Checkpoint, opts: RescoreOptions) -> RescoreSummary:
+def rescore_checked(input_path: str, output_path: str, checkpoint: Checkpoint, opts: RescoreOptions,
+                    reverse: Checkpoint | None = None) -> RescoreSummary:
     """:func:`rescore_phrase_table` with options that :func:`check_options` has passed: for a caller that
     checks them before long work of its own (``rescore-phrase-table`` trains first), so each is checked once."""
+    check_directions(checkpoint, reverse)
     device = select_device(opts.device)
     precision = scoring_precision(opts.precision)
     scoring = opts.scoring
@@ -286,10 +322,17 @@ def rescore_checked(input_path: str, output_path: str, checkpoint: Checkpoint, o
         # its groups, and hence its bytes, are those of the interrupted run.
         recorded = recorded_options(OutputFiles.beside(output_path).progress)
         scoring = replace(scoring, token_budget=recorded.get("token_budget"))
+    if reverse is not None and scoring.token_budget is None:
+        # One budget for both plans of a chunk: the smaller, as the larger output layer needs.
+        scoring = replace(scoring, token_budget=min(auto_token_budget(device, checkpoint.config),
+                                                    auto_token_budget(device, reverse.config)))
     scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, precision), scoring, precision)
+    reverse_scoring = None if reverse is None else ReverseScoring(
+        PairScorer(reverse.model, device, autocast_dtype(device, precision), scoring, precision),
+        reverse.src_vocab.words, reverse.tgt_vocab.words, getattr(reverse, "path", None))
     with matmul_precision(precision):
         return _run_pipeline(input_path, output_path, scorer, checkpoint.src_vocab.words, checkpoint.tgt_vocab.words,
-                             getattr(checkpoint, "path", None), opts)
+                             getattr(checkpoint, "path", None), opts, reverse_scoring)
 
 
 def scorer_identity(scorer: ChunkScorer) -> dict:
@@ -320,21 +363,25 @@ def rescore_with_scorer(
     tgt_words: list[str],
     model_path: str | os.PathLike | None,
     opts: RescoreOptions,
+    *,
+    reverse: ReverseScoring | None = None,
 ) -> RescoreSummary:
     """The pipeline of :func:`rescore_phrase_table` around any scorer of the model's shortlists.
 
     ``model_path`` identifies the model for ``--resume`` (None: none to check). The run holds
     ``output_path`` (:func:`exclusive_use`): a second run writing it would share its partial output.
+    With ``reverse``, its scorer's p(f|e) is a third new column (before ``opts.flag_lines``' flag).
     """
     check_options(input_path, output_path, opts)
-    return _run_pipeline(input_path, output_path, scorer, src_words, tgt_words, model_path, opts)
+    return _run_pipeline(input_path, output_path, scorer, src_words, tgt_words, model_path, opts, reverse)
 
 
 def _run_pipeline(input_path: str, output_path: str, scorer: ChunkScorer, src_words: list[str], tgt_words: list[str],
-                  model_path: str | os.PathLike | None, opts: RescoreOptions) -> RescoreSummary:
+                  model_path: str | os.PathLike | None, opts: RescoreOptions,
+                  reverse: ReverseScoring | None = None) -> RescoreSummary:
     """The pipeline itself, for checked options (:func:`rescore_with_scorer` says what it does)."""
     with exclusive_use(output_path):
-        run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts)
+        run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts, reverse)
         try:
             run.start_reader()
             while (pending := run.next_chunk()) is not None:
@@ -361,8 +408,9 @@ class _Run:
     """
 
     def __init__(self, input_path: str, output_path: str, scorer: ChunkScorer, src_words: list[str],
-                 tgt_words: list[str], model_path: str | os.PathLike | None, opts: RescoreOptions) -> None:
-        self.input_path, self.scorer, self.opts = input_path, scorer, opts
+                 tgt_words: list[str], model_path: str | os.PathLike | None, opts: RescoreOptions,
+                 reverse: ReverseScoring | None = None) -> None:
+        self.input_path, self.scorer, self.opts, self.reverse = input_path, scorer, opts, reverse
         self.started = time.monotonic()
         self.to_stdout = output_path == "-"
         self.files = OutputFiles.beside(output_path)
@@ -373,6 +421,9 @@ class _Run:
             "version": PROGRESS_VERSION, "input": file_identity(input_path),
             "model": file_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
         }
+        if reverse is not None:  # only then: progress records of runs without it stay valid
+            identity["options"]["reverse_model"] = file_identity(reverse.model_path)
+            identity["options"]["reverse_scorer"] = scorer_identity(reverse.scorer)
         self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
             else ChunkProgress()
         self.summary = RescoreSummary(**(self.done.summary or {}))
@@ -396,8 +447,9 @@ class _Run:
         self.bar = progress_bar(total=in_size, unit="B", unit_scale=True, desc="rescoring", show=opts.progress,
                                 dynamic_ncols=True)
         # Parsing and formatting share one pool; with -j 1 both run in this process.
-        self.pool = worker_pool(opts.workers, src_words, tgt_words) if opts.workers > 1 else None
-        self.vocab = _arrow_vocab(src_words, tgt_words)  # for chunks prepared in this process
+        reverse_words = (reverse.src_words, reverse.tgt_words) if reverse is not None else None
+        self.pool = worker_pool(opts.workers, src_words, tgt_words, reverse_words) if opts.workers > 1 else None
+        self.vocab = arrow_vocab(src_words, tgt_words, reverse_words)  # for chunks prepared in this process
         self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
         self.stop = threading.Event()
         self.process_stop = multiprocessing.get_context("spawn").Event()  # the reader process' stop flag
@@ -412,7 +464,7 @@ class _Run:
         """The reading stage: a reader process and a thread that hands its chunks to the workers, or
         (-j 1, stdin) one thread that reads and hands on (or prepares) each chunk itself."""
         stage = _Stage(self.input_path, self.opts, self.scorer, self.carried, self.pool, self.vocab, self.spool,
-                       self.prepared_q, self.stop, self.summary)
+                       self.prepared_q, self.stop, self.summary, self.reverse is not None)
         if not self.reader_process:
             target, args = _read_stage, (stage, self.fh, self.done, self.shard_filter)
         else:
@@ -440,9 +492,12 @@ class _Run:
         prep = _prepared_in_table_order(pending, self.carried, self.vocab, summary)
         kept = pending.kept(prep) if prep is not None else None
         log_p, n_unk = _score_prepared(prep, self.scorer, self.opts.wp_side, summary, kept)
+        reverse_log_p = _score_reverse(prep, self.reverse, summary, kept)
         if not self.warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
             self.warned = True
-            _warn_low_overlap(prep)
+            _warn_low_overlap(prep.plan)
+            if prep.reverse_plan is not None:
+                _warn_low_overlap(prep.reverse_plan, "reverse ")
         rejected = pending.rejected_lines(prep)
         rejects = _report_rejects(rejected, self.input_path)
         summary.rejected += len(rejected)
@@ -451,10 +506,11 @@ class _Run:
             if kept is not None:
                 source, target, scores = source.filter(pa.array(kept)), target.filter(pa.array(kept)), scores[kept]
             score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), source, target,
-                                     scores, log_p, n_unk)
+                                     scores, log_p, n_unk, reverse_log_p)
         lines, good_rows = pending.format_args(prep)
         formatting = functools.partial(format_lines, lines, good_rows, log_p, n_unk,
-                                       compress_level=self.compress_level, flags=self._flags(pending, prep))
+                                       compress_level=self.compress_level, flags=self._flags(pending, prep),
+                                       reverse_log_probs=reverse_log_p)
         job = self.pool.submit(timed, formatting) if self.pool else timed(formatting)
         self.chunks_done += 1
         progress = ChunkProgress(
@@ -529,10 +585,6 @@ class _CarriedAcrossChunks:
 
     num_scores: int | None
     prev_source: str | None
-
-
-def _arrow_vocab(src_words: list[str], tgt_words: list[str]) -> tuple[pa.Array, pa.Array]:
-    return pa.array(src_words, pa.string()), pa.array(tgt_words, pa.string())
 
 
 def _prepared_in_table_order(pending: _Pending, carried: _CarriedAcrossChunks, vocab,
@@ -618,11 +670,13 @@ class _Stage:
     out_q: queue.Queue
     stop: threading.Event
     summary: RescoreSummary
+    reverse: bool = False  # plan the reverse model's scoring too
 
     def task(self, lines: LineChunk | SpooledChunk, num_scores: int | None) -> PrepareTask:
         scorer, opts = self.scorer, self.opts
         return PrepareTask(lines, self.path, num_scores, opts.skip_bad_lines, bool(opts.scores_parquet),
-                           scorer.token_budget, scorer.options.share_sources, scorer.options.sort_by_length)
+                           scorer.token_budget, scorer.options.share_sources, scorer.options.sort_by_length,
+                           self.reverse)
 
     def submit(self, lines: SpooledChunk, shard_state: dict | None, position: int | None,
                keep: tuple[int, int] | None) -> None:
@@ -729,13 +783,35 @@ def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: st
     return log_p, n_unk
 
 
-def _warn_low_overlap(prep: PreparedChunk) -> None:
-    src_known = 100.0 * (1 - prep.sources.n_unk.sum() / max(1, len(prep.sources.ids)))
-    tgt_known = 100.0 * (1 - prep.targets.n_unk.sum() / max(1, len(prep.targets.ids)))
+def _score_reverse(prep: PreparedChunk | None, reverse: ReverseScoring | None, summary: RescoreSummary,
+                   kept: np.ndarray | None = None) -> np.ndarray | None:
+    """The reverse model's log p(f|e) of the chunk's good lines, in order (None without one); as
+    :func:`_score_prepared`, all are scored and ``kept`` are returned."""
+    if reverse is None:
+        return None
+    if prep is None or prep.reverse_plan is None:
+        return np.zeros(0)
+    started = time.thread_time()
+    log_p = reverse.scorer.score_plan(prep.reverse_plan)
+    summary.add_stage("score", time.thread_time() - started)
+    if kept is not None:
+        log_p = log_p[kept]
+    summary.sum_reverse_log_prob = (summary.sum_reverse_log_prob or 0.0) + float(log_p.sum())
+    return log_p
+
+
+def _warn_low_overlap(plan: ScoringPlan, which: str = "") -> None:
+    """Warn when the first chunk's words are mostly outside a model's shortlists (``which``: "reverse "
+    for the reverse model, whose sources are the table's targets: the message names the table's sides)."""
+    src_known = 100.0 * (1 - plan.sources.n_unk.sum() / max(1, len(plan.sources.ids)))
+    tgt_known = 100.0 * (1 - plan.targets.n_unk.sum() / max(1, len(plan.targets.ids)))
+    if which:
+        src_known, tgt_known = tgt_known, src_known
     if min(src_known, tgt_known) < LOW_OVERLAP_PERCENT:
         warnings.warn(
             f"only {src_known:.1f}% of source words and {tgt_known:.1f}% of target words in the first chunk "
-            f"are in the model's shortlists; is this model trained for this table's languages and tokenisation?",
+            f"are in the {which}model's shortlists; is this model trained for this table's languages and "
+            "tokenisation?",
             stacklevel=2,
         )
 

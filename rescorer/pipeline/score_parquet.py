@@ -3,7 +3,8 @@
 One part file per chunk (written atomically, so ``--resume`` can drop the parts after the last
 durable chunk), merged into the destination when the run completes. Columns: ``source``,
 ``target``, ``log_p`` (the RNN's log-probability), ``n_unk`` (the penalty's count) and
-``table_scores`` (the line's original scores, fixed-size list).
+``table_scores`` (the line's original scores, fixed-size list); with ``--reverse-model``,
+``reverse_log_p`` too (the reverse model's log p(f|e)).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def drop_parts_from(parts_dir: Path, first_chunk: int) -> None:
 
 
 def write_part(
-    path: Path, source: pa.Array, target: pa.Array, scores: np.ndarray | None, log_p: np.ndarray, n_unk: np.ndarray
+    path: Path, source: pa.Array, target: pa.Array, scores: np.ndarray | None, log_p: np.ndarray, n_unk: np.ndarray,
+    reverse_log_p: np.ndarray | None = None,
 ) -> None:
     """One chunk's rows."""
     scores = scores if scores is not None else np.zeros((len(log_p), 0))
@@ -41,6 +43,8 @@ def write_part(
         "n_unk": pa.array(n_unk, pa.int32()),
         "table_scores": pa.FixedSizeListArray.from_arrays(flat, width) if width else pa.nulls(len(log_p)),
     })
+    if reverse_log_p is not None:
+        table = table.append_column("reverse_log_p", pa.array(reverse_log_p, pa.float64()))
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
 

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rescorer.model.checkpoint import load_checkpoint
+from rescorer.model.checkpoint import Checkpoint, load_checkpoint
 from rescorer.model.config import DEFAULT_SHORTLIST, ModelSizes, TrainConfig
 from rescorer.pipeline.rescore import (
     RescoreOptions,
@@ -48,9 +48,11 @@ class TrainingWithoutModel:
 
 
 def rescore_with_model_or_training(input_table: str, output_table: str, model_path: str | None,
-                                   training: TrainingWithoutModel, options: RescoreOptions) -> RescoreSummary:
+                                   training: TrainingWithoutModel, options: RescoreOptions,
+                                   reverse: Checkpoint | None = None) -> RescoreSummary:
     """Score ``input_table`` into ``output_table`` with ``model_path``, or with a model trained first.
 
+    With ``reverse`` (a model of p(f|e)), its column follows.
     The options are checked once, before any training. Training reads ``input_table`` as a file: the
     caller refuses ``-`` (stdin) without a model.
     """
@@ -67,4 +69,4 @@ def rescore_with_model_or_training(input_table: str, output_table: str, model_pa
             shortlist=training.shortlist, device=options.device, precision=options.precision, resume=options.resume,
             progress=options.progress,
         )
-    return rescore_checked(input_table, output_table, load_checkpoint(model_path), options)
+    return rescore_checked(input_table, output_table, load_checkpoint(model_path), options, reverse)

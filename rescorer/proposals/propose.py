@@ -50,7 +50,13 @@ from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.device import autocast_dtype, scoring_precision, select_device
 from rescorer.model.vocab import UNK_ID
 from rescorer.pipeline.errors import RescoreError
-from rescorer.pipeline.rescore import LOW_OVERLAP_PERCENT, RescoreOptions, RescoreSummary, rescore_phrase_table
+from rescorer.pipeline.rescore import (
+    LOW_OVERLAP_PERCENT,
+    RescoreOptions,
+    RescoreSummary,
+    check_directions,
+    rescore_phrase_table,
+)
 from rescorer.pipeline.resume import file_identity
 from rescorer.proposals.beam import default_rows_per_step, search_sources
 from rescorer.proposals.lexical import WordTable, lexical_scores, read_word_table
@@ -179,6 +185,7 @@ def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOption
     """
     started = time.monotonic()
     check_propose_paths(table, output, opts)
+    check_directions(checkpoint, None)  # a reverse model would propose sources for targets
     device = select_device(opts.rescore.device)
     rows = opts.rows_per_step or default_rows_per_step(device)
     work = ProposeWork(output)

@@ -123,8 +123,13 @@ def _count_words(phrases: pa.Array, counts: Counter) -> None:
     counts.update(dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True)))
 
 
-def encode_pairs(pairs_path: Path, out_path: Path, src_vocab: Vocab, tgt_vocab: Vocab) -> int:
-    """Map the string pairs to shortlist ids and write the memory-mappable training file."""
+def encode_pairs(pairs_path: Path, out_path: Path, src_vocab: Vocab, tgt_vocab: Vocab, *, swap: bool = False) -> int:
+    """Map the string pairs to shortlist ids and write the memory-mappable training file.
+
+    With ``swap`` the table's targets are the model's sources (a reverse model, p(f|e)):
+    ``src_vocab`` then encodes the table's target phrases and ``tgt_vocab`` its sources.
+    """
+    first, second = (1, 0) if swap else (0, 1)
     src_words = pa.array(src_vocab.words, pa.string())
     tgt_words = pa.array(tgt_vocab.words, pa.string())
     rows = 0
@@ -134,8 +139,8 @@ def encode_pairs(pairs_path: Path, out_path: Path, src_vocab: Vocab, tgt_vocab: 
         for batch in reader:
             if batch.num_rows == 0:
                 continue
-            s = phrases_to_ids(batch.column(0), src_words)
-            t = phrases_to_ids(batch.column(1), tgt_words)
+            s = phrases_to_ids(batch.column(first), src_words)
+            t = phrases_to_ids(batch.column(second), tgt_words)
             writer.write_batch(pa.record_batch([_as_list(s.offsets, s.ids), _as_list(t.offsets, t.ids)], ID_SCHEMA))
             rows += batch.num_rows
     return rows

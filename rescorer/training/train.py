@@ -306,12 +306,17 @@ def prepare_data(
     src_corpus: str | None = None,
     tgt_corpus: str | None = None,
     vocabs: tuple[Vocab, Vocab] | None = None,
+    reverse: bool = False,
     progress: bool = True,
 ) -> tuple[Path, Vocab, Vocab]:
     """Unique pairs of ``table`` as an id file in ``workdir``, reusing one left by an earlier run.
 
     ``vocabs`` (from a checkpoint being resumed) wins over building new shortlists, so a resumed
-    run always encodes with the vocabularies its model was trained on.
+    run always encodes with the vocabularies its model was trained on. With ``reverse`` the model's
+    source is the table's target and the other way round: pairs, shortlists and the corpora they
+    are counted in are swapped (``src_corpus`` stays the text of the table's source language), so
+    a reverse model's shortlists are the forward model's, exchanged. The returned vocabularies are
+    the model's (source first).
     """
     from rescorer.training.data import build_vocabularies, encode_pairs, extract_unique_pairs
 
@@ -319,8 +324,11 @@ def prepare_data(
     ids_path = workdir / "pairs.ids.arrow"
     pairs_path = workdir / "pairs.text.arrow"
     corpus = extract_unique_pairs(table, pairs_path, progress=progress)
-    src_vocab, tgt_vocab = vocabs or build_vocabularies(corpus, shortlist, src_corpus, tgt_corpus)
-    encode_pairs(pairs_path, ids_path, src_vocab, tgt_vocab)
+    if vocabs is None:
+        table_src, table_tgt = build_vocabularies(corpus, shortlist, src_corpus, tgt_corpus)
+        vocabs = (table_tgt, table_src) if reverse else (table_src, table_tgt)
+    src_vocab, tgt_vocab = vocabs
+    encode_pairs(pairs_path, ids_path, src_vocab, tgt_vocab, swap=reverse)
     pairs_path.unlink()
     return ids_path, src_vocab, tgt_vocab
 
@@ -343,6 +351,8 @@ def train_on_phrase_table(
 
     The model's config is built once the shortlists are: ``model_sizes`` over their vocabularies (a
     small table may have fewer than 15,000 distinct words); a resumed run keeps its checkpoint's.
+    ``model_sizes.direction`` says which way: ``reverse`` trains p(f|e) on the same pairs, sources
+    and targets swapped (:func:`prepare_data`).
     The run holds ``model_out`` (:func:`exclusive_use`): a second training into it stops before touching the model, its
     ``.last`` state or its ``.data`` folder.
     """
@@ -356,6 +366,9 @@ def train_on_phrase_table(
         resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
         if resume and resume_from.exists():
             ck = load_checkpoint(resume_from)
+            if ck.config.direction != model_sizes.direction:
+                hint = "with --reverse" if ck.config.direction == "reverse" else "without --reverse"
+                raise UserError(f"{resume_from}: that run trains a {ck.config.direction} model; resume it {hint}")
             vocabs, model_config = (ck.src_vocab, ck.tgt_vocab), ck.config
             # The budget and how updates run are this run's choice; the recipe is the checkpoint's.
             train_config = replace(ck.train_config, max_steps=train_config.max_steps, max_time=train_config.max_time,
@@ -366,7 +379,7 @@ def train_on_phrase_table(
             try:
                 ids_path, src_vocab, tgt_vocab = prepare_data(
                     table, workdir, shortlist=shortlist, src_corpus=src_corpus, tgt_corpus=tgt_corpus,
-                    vocabs=vocabs, progress=progress,
+                    vocabs=vocabs, reverse=model_sizes.direction == "reverse", progress=progress,
                 )
                 data = PairData(ids_path, seed=train_config.seed, source=table)
             except (UserError, ValueError, OSError):

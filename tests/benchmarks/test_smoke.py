@@ -32,12 +32,16 @@ def test_batch_size_effect_prints_each_batch_size_and_its_perplexity_table(run_b
 
 def test_score_speed_prints_pairs_per_second_and_the_share_of_peak(run_benchmark: RunBenchmark) -> None:
     out = run_benchmark("score_speed", "--table", SAMPLE, "--lines", "300", "--sizes", "small", "--repeat", "1",
-                        "--workers", "0", "--chunk-lines", "100", "--device", "cpu")
+                        "--workers", "0", "--chunk-lines", "100", "--device", "cpu", "--reverse")
     assert re.search(rf"fp32 matmul peak \(measured\): {NUMBER} GFLOP/s", out), out
     assert re.search(rf"^\[small\] d=256: {NUMBER} pairs/s end to end .* MFLOP/pair performed .*"
                      rf"{NUMBER} GFLOP/s = {NUMBER}% of matmul peak", out, re.M), out
     assert re.search(rf"without source sharing and length sorting: {NUMBER} pairs/s .*speed-up from both: "
                      rf"{NUMBER}x", out), out
+    assert re.search(rf"with the reverse column too: {NUMBER} pairs/s end to end .*the reverse column alone "
+                     rf"-?{NUMBER} s .* MFLOP/pair performed \(forward: {NUMBER}\), \d+ distinct targets", out), out
+    assert re.search(rf"the model alone: forward column {NUMBER} pairs/s .* reverse column {NUMBER} pairs/s .*"
+                     rf"the reverse costs {NUMBER}x the forward", out), out
 
 
 def test_pipeline_speed_prints_each_stage_per_core_and_the_start_up(run_benchmark: RunBenchmark) -> None:

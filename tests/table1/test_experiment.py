@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from held_output import held_by_another_process
 from table1 import experiment
 from table1.cli import main
-from table1.settings import select_configurations
+from table1.settings import RunPlan, select_configurations
 from table1.workspace import new_experiment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,6 +127,17 @@ def test_the_proposals_step_is_stamped_only_for_a_proposals_row(tmp_path: Path) 
     assert experiment.step_stamps(exp, "proposals", with_proposals) == ["proposals"]
     assert experiment.step_stamps(exp, "speed", with_proposals) == ["speed/rnn", "speed/proposals"]
     assert "tune/rnn-proposals/run3" in experiment.step_stamps(exp, "tune", with_proposals)
+
+
+def test_the_both_directions_system_is_built_in_the_rnn_step_only_for_its_row(tmp_path: Path) -> None:
+    exp = new_experiment(tmp_path / "work", "small")
+    plain = experiment.StepOptions(select_configurations("baseline rnn"), 3)
+    both = experiment.StepOptions(select_configurations("baseline rnn rnn-both"), 3)
+    assert experiment.step_stamps(exp, "rnn", plain) == ["rnn"]
+    assert experiment.step_stamps(exp, "rnn", both) == ["rnn", "rnn-both"]
+    assert experiment.step_stamps(exp, "speed", both) == ["speed/rnn", "speed/rnn-both"]
+    config = select_configurations("rnn-both")[0]
+    assert exp.table_system(config) == exp.tuned_system(RunPlan(config, 1)) == exp.rnn_both_ini
 
 
 def test_make_tune_without_moses_says_where_to_get_it_before_installing_anything(tmp_path: Path) -> None:

@@ -49,6 +49,15 @@ def test_the_proposals_row_tunes_the_indicator_and_fixes_the_unknown_word_column
     assert config.compare_with == ("rnn",) and config.paper_test is None
 
 
+def test_the_both_directions_row_tunes_both_rnn_columns_and_fixes_the_unknown_word_column():
+    """Issue 48: its table has 7 columns (Moses' 4, p_RNN, U, then the reverse model's p_RNN(f|e))."""
+    config = CONFIGURATIONS_BY_KEY["rnn-both"]
+    assert config.appended_columns() == 3 and config.reverse and config.rnn and not config.proposals
+    assert config.fixed_columns("TranslationModel0", 7) == ["TranslationModel0_5"]
+    assert config.compare_with == ("rnn",) and config.paper_test is None
+    assert [c.key for c in select_configurations("rnn-both baseline rnn")] == ["baseline", "rnn", "rnn-both"]
+
+
 def test_select_configurations_keeps_table_order_and_rejects_unknown_names():
     assert [c.key for c in select_configurations("rnn, baseline")] == ["baseline", "rnn"]
     assert [c.key for c in select_configurations("")] == ["baseline", "rnn", "cslm-rnn", "cslm-rnn-wp"]

@@ -122,3 +122,29 @@ def test_news_domain_scales_select_hansard_against_dev_and_news_then_add_the_new
     assert len(exp.lm_text.read_text().splitlines()) == 13
     # the truecaser counted "fr" in the 10 Hansard and the 3 news lines (first words do not count)
     assert (exp.work / "prepared" / "truecase-model.fr").read_text().split() == ["fr", "(13/13)"]
+
+
+def test_the_both_directions_system_trains_a_reverse_model_as_the_forward_one_and_scores_with_both(
+        tmp_path, monkeypatch):
+    """Issue 48: the reverse model gets the forward one's sizes, shortlists, budget and patience, plus
+    --reverse; the filtered table is scored with both models into the 7-column system."""
+    exp = small_experiment(tmp_path)
+    filtered = exp.path("baseline", "filtered", "moses.ini")
+    filtered.parent.mkdir(parents=True)
+    write_rnn_system(exp)
+    filtered.write_text(exp.rnn_ini.read_text())
+    exp.step("baseline", lambda: None)
+    commands: list[list[str]] = []
+    monkeypatch.setattr(systems, "run_tool", lambda command, *args: commands.append([str(c) for c in command]))
+    systems.step_rnn(exp)
+    systems.step_rnn_both(exp)
+    train, reverse_train = (c for c in commands if c[1] == "train")
+    forward_model, reverse_model = exp.path("rnn", "model.pt"), exp.path("rnn-both", "model.reverse.pt")
+    assert reverse_train.count("--reverse") == 1
+    assert [part for part in reverse_train if part != "--reverse"] == [
+        str(reverse_model) if part == str(forward_model) else part for part in train]
+    both = next(c for c in commands if "--reverse-model" in c)
+    assert both[both.index("--model") + 1] == str(forward_model)
+    assert both[both.index("--reverse-model") + 1] == str(reverse_model)
+    assert both[both.index("--moses-ini-out") + 1] == str(exp.rnn_both_ini)
+    assert all(exp.done(stamp) for stamp in ("rnn-both/train", "rnn-both/rescore", "rnn-both"))

@@ -167,6 +167,22 @@ def test_model_config_defaults_are_the_papers_and_round_trip() -> None:
     assert ModelConfig.from_dict(config.to_dict()) == config
 
 
+def test_direction_is_saved_and_a_file_without_it_is_a_forward_model(tmp_path: Path) -> None:
+    """A reverse model says so when loaded; model files written before the field are p(e|f) models."""
+    from dataclasses import replace
+
+    reverse = replace(CONFIG, direction="reverse")
+    path = save_checkpoint(tmp_path / "rev.pt", model=RNNEncoderDecoder(reverse), config=reverse,
+                           src_vocab=SRC_VOCAB, tgt_vocab=TGT_VOCAB)
+    assert load_checkpoint(path).config.direction == "reverse"
+    payload = torch.load(path, weights_only=True)
+    del payload["model_config"]["direction"]  # as every model file written before the option
+    torch.save(payload, tmp_path / "old.pt")
+    assert load_checkpoint(tmp_path / "old.pt").config.direction == "forward"
+    with pytest.raises(ValueError, match="direction must be one of forward, reverse"):
+        replace(CONFIG, direction="backward")
+
+
 def test_train_config_defaults_are_the_papers_and_round_trip() -> None:
     config = TrainConfig()
     assert (config.batch_size, config.rho, config.eps, config.clip_norm, config.length_group) == (

@@ -415,3 +415,16 @@ def test_the_beam_search_runs_in_the_precision_scoring_reads():
     assert search_dtype(ProposeOptions(rescore=RescoreOptions(precision="auto"))) is None
     assert search_dtype(ProposeOptions(rescore=RescoreOptions(precision="fp32"))) is None
     assert search_dtype(ProposeOptions(rescore=RescoreOptions(precision="bf16"))) is torch.bfloat16
+
+
+def test_a_reverse_model_is_refused_before_the_search(system, tmp_path):
+    """A model of p(f|e) (rescorer train --reverse) would propose sources for targets: refused at once,
+    leaving nothing behind (issue 48)."""
+    from dataclasses import replace
+
+    ck = load_checkpoint(system / "model.pt")
+    reverse = replace(ck.config, direction="reverse")
+    ck.config = ck.model.config = reverse
+    with pytest.raises(RescoreError, match="a reverse model"):
+        propose(str(system / "phrase-table.gz"), str(tmp_path / "out.gz"), ck, _options())
+    assert list(tmp_path.iterdir()) == []

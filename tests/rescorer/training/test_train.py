@@ -135,3 +135,42 @@ def test_training_again_without_resume_keeps_the_trained_model(tmp_path):
         run(table, tmp_path / "m.pt", 4)
     assert (tmp_path / "m.pt").read_bytes() == before
     assert load_checkpoint(tmp_path / "m.pt.last").train_state["step"] == 2
+
+
+def test_reverse_model_trains_on_the_swapped_pairs_with_swapped_shortlists(tmp_path):
+    """`rescorer train --reverse` reads every unique pair target-first: its data are the forward
+    model's, sides exchanged, id for id, and its shortlists are the forward ones exchanged."""
+    from dataclasses import replace
+
+    from rescorer.training.data import PairData
+
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    run(table, tmp_path / "fwd.pt", 2)
+    cfg = TrainConfig(max_steps=2, valid_every=4, patience=None, seed=7)
+    train_on_phrase_table(table, tmp_path / "rev.pt", model_sizes=replace(SMALL, direction="reverse"),
+                          train_config=cfg, shortlist=300, device="cpu", progress=False)
+    fwd, rev = load_checkpoint(tmp_path / "fwd.pt"), load_checkpoint(tmp_path / "rev.pt")
+    assert (fwd.config.direction, rev.config.direction) == ("forward", "reverse")
+    assert rev.src_vocab.words == fwd.tgt_vocab.words and rev.tgt_vocab.words == fwd.src_vocab.words
+    assert (rev.config.src_vocab_size, rev.config.tgt_vocab_size) == (fwd.config.tgt_vocab_size,
+                                                                       fwd.config.src_vocab_size)
+    f = PairData(tmp_path / "fwd.pt.data" / "pairs.ids.arrow")
+    r = PairData(tmp_path / "rev.pt.data" / "pairs.ids.arrow")
+    assert f.num_pairs == r.num_pairs > 1000
+    assert np.array_equal(r.src_offsets, f.tgt_offsets) and np.array_equal(r.src_ids, f.tgt_ids)
+    assert np.array_equal(r.tgt_offsets, f.src_offsets) and np.array_equal(r.tgt_ids, f.src_ids)
+    with pytest.raises(UserError, match="trains a reverse model; resume it with --reverse"):
+        run(table, tmp_path / "rev.pt", 4, resume=True)
+
+
+def test_rescorer_train_reverse_saves_the_direction_with_the_model(tmp_path):
+    from click.testing import CliRunner
+
+    from rescorer.cli import main
+
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    res = CliRunner().invoke(main, ["train", table, str(tmp_path / "rev.pt"), "--reverse", "--max-steps", "1",
+                                    "--valid-every", "1", "--hidden", "16", "--embedding", "8", "--maxout-units", "8",
+                                    "--output-rank", "8", "--shortlist", "200", "--device", "cpu", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert load_checkpoint(tmp_path / "rev.pt").config.direction == "reverse"

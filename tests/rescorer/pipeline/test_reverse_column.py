@@ -1,0 +1,200 @@
+"""``rescore-phrase-table --reverse-model``: p_RNN(f|e) as one more column, on the real fixture sample.
+
+What a Moses user would notice: the column is the reverse model's own probability of the swapped
+pair, the forward columns are unchanged, the output is byte-identical whatever the workers, shards or
+interruption, a model of the wrong direction is refused before any work, and the moses.ini gets one
+more feature.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from rescorer.cli import rescore_phrase_table_command
+from rescorer.model.checkpoint import load_checkpoint
+from rescorer.model.config import ModelSizes, TrainConfig
+from rescorer.pipeline.errors import RescoreError
+from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.scoring import ScoringOptions
+from rescorer.training.train import train_on_phrase_table
+from shared_paths import shared_file
+
+SMALL = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
+LINES = 5166
+
+
+@pytest.fixture(scope="module")
+def sample() -> Path:
+    return shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")
+
+
+def _train(sample: Path, out: Path, direction: str) -> Path:
+    train_on_phrase_table(str(sample), out, model_sizes=replace(SMALL, direction=direction),
+                          train_config=TrainConfig(max_steps=30, valid_every=30, patience=None),
+                          shortlist=3000, device="cpu", progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def models(sample, tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("models")
+    return _train(sample, folder / "fwd.pt", "forward"), _train(sample, folder / "rev.pt", "reverse")
+
+
+def rescore(inp, out, models, reverse=True, **kw):
+    scoring = ScoringOptions(token_budget=kw.pop("token_budget", 4096))
+    opts = RescoreOptions(progress=False, device="cpu", workers=kw.pop("workers", 0), scoring=scoring, **kw)
+    return rescore_phrase_table(str(inp), str(out), load_checkpoint(models[0]), opts,
+                                load_checkpoint(models[1]) if reverse else None)
+
+
+def lines_of(path: Path) -> list[bytes]:
+    with gzip.open(path) as fh:
+        return fh.read().splitlines()
+
+
+def last_columns(path: Path, n: int) -> np.ndarray:
+    return np.array([[float(x) for x in line.split(b" ||| ")[2].split()[-n:]] for line in lines_of(path)])
+
+
+@pytest.fixture(scope="module")
+def both(sample, models, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("both") / "out.gz"
+    rescore(sample, out, models, chunk_lines=1000)
+    return out
+
+
+def test_reverse_column_is_the_reverse_models_probability_of_the_swapped_pair(sample, models, both, tmp_path):
+    forward_only = tmp_path / "fwd.gz"
+    rescore(sample, forward_only, models, reverse=False, chunk_lines=1000)
+    before, one, two = lines_of(sample), lines_of(forward_only), lines_of(both)
+    assert len(before) == len(two) == LINES
+    rev = load_checkpoint(models[1])
+    model, sv, tv = rev.model, rev.src_vocab, rev.tgt_vocab
+    for i, (a, b) in enumerate(zip(one, two, strict=True)):
+        fa, fb = a.split(b" ||| "), b.split(b" ||| ")
+        # the forward columns and every other field are those of the run without a reverse model
+        assert fb[:2] == fa[:2] and fb[3:] == fa[3:] and fb[2].rsplit(b" ", 1)[0] == fa[2], i
+    for i in np.random.default_rng(0).choice(LINES, 30, replace=False):
+        src, tgt, scores = two[i].decode().split(" ||| ")[:3]
+        # the reverse model reads the target and scores the source
+        s = torch.tensor([[*sv.encode(tgt.split()), 0]])
+        t = torch.tensor([[*tv.encode(src.split()), 0]])
+        with torch.no_grad():
+            logp = model(s, torch.tensor([s.shape[1]]), t, torch.tensor([t.shape[1]])).item()
+        assert math.log(float(scores.split()[-1])) == pytest.approx(max(logp, -100), abs=1e-4)
+
+
+def test_reverse_column_does_not_depend_on_batching_workers_or_shards(sample, models, both, tmp_path):
+    ref = last_columns(both, 3)
+    out = tmp_path / "o.gz"
+    rescore(sample, out, models, token_budget=64, chunk_lines=777)
+    assert np.abs(np.log(last_columns(out, 3)) - np.log(ref)).max() < 1e-4
+    rescore(sample, out, models, chunk_lines=1000, workers=2)
+    assert out.read_bytes() == both.read_bytes()
+    whole = tmp_path / "whole.gz"
+    rescore(sample, whole, models, chunk_lines=200, token_budget=256)
+    parts = []
+    for k in (1, 2, 3):
+        part = tmp_path / f"out.{k}.gz"
+        rescore(sample, part, models, chunk_lines=200, token_budget=256, shard=(k, 3))
+        parts.append(part.read_bytes())
+    assert b"".join(parts) == whole.read_bytes()
+
+
+def test_scores_parquet_holds_the_reverse_log_probability(sample, models, both, tmp_path):
+    import pyarrow.parquet as pq
+
+    parquet = tmp_path / "scores.parquet"
+    rescore(sample, tmp_path / "o.gz", models, chunk_lines=1000, scores_parquet=str(parquet))
+    table = pq.read_table(parquet)
+    written = np.log(last_columns(both, 1)[:, 0])
+    assert np.abs(np.maximum(table.column("reverse_log_p").to_numpy(), -100) - written).max() < 1e-4
+
+
+def test_resume_after_sigkill_is_byte_identical_and_keeps_the_reverse_model(sample, models, both, tmp_path):
+    out = tmp_path / "out.gz"
+    progress = tmp_path / ".out.gz.progress.json"
+    cmd = [str(Path(sys.executable).parent / "rescore-phrase-table"), str(sample), str(out), "--model",
+           str(models[0]), "--reverse-model", str(models[1]), "--chunk-lines", "100", "-j", "0",
+           "--token-budget", "4096", "--device", "cpu", "--quiet"]
+    expected = tmp_path / "expected.gz"
+    subprocess.run([*cmd[:2], str(expected), *cmd[3:]], check=True)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.exists() and json.loads(progress.read_text())["chunks_done"] >= 2:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # continuing without the reverse model would splice lines of two layouts: refused
+    without = subprocess.run([*cmd[:5], *cmd[7:], "--resume"], capture_output=True, text=True)
+    assert without.returncode != 0 and without.stderr.startswith("Error:"), without.stderr
+    subprocess.run([*cmd, "--resume"], check=True)
+    assert out.read_bytes() == expected.read_bytes()
+
+
+def test_a_model_of_the_wrong_direction_is_refused_before_any_work(sample, models, tmp_path):
+    fwd, rev = (str(m) for m in models)
+    out = tmp_path / "o.gz"
+    base = [str(sample), str(out), "--quiet", "-j", "0", "--device", "cpu"]
+    res = CliRunner().invoke(rescore_phrase_table_command, [*base, "--model", rev])
+    assert res.exit_code == 1
+    assert res.output == (f"Error: {rev}: a reverse model (it scores p(f|e), from rescorer train --reverse): "
+                          "give it to --reverse-model, not --model\n")
+    # without --model a forward model would be trained first: the wrong --reverse-model stops that too
+    res = CliRunner().invoke(rescore_phrase_table_command, [*base, "--reverse-model", fwd, "--train-steps", "5"])
+    assert res.exit_code == 1
+    assert res.output == (f"Error: {fwd}: a forward model (it scores p(e|f)): --reverse-model needs one trained "
+                          "with rescorer train --reverse\n")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RescoreError, match="a reverse model"):
+        rescore(sample, out, (models[1], models[1]))
+
+
+def test_moses_ini_gets_a_feature_and_a_weight_for_the_reverse_column(sample, models, tmp_path):
+    ini = shared_file("fixtures/hansard-enfr/filtered/moses.ini")
+    out_ini = tmp_path / "moses.ini"
+    res = CliRunner().invoke(rescore_phrase_table_command, [
+        str(sample), str(tmp_path / "o.gz"), "--model", str(models[0]), "--reverse-model", str(models[1]),
+        "--moses-ini", str(ini), "--moses-ini-out", str(out_ini), "--reverse-weight", "0.05", "--quiet", "-j", "0",
+        "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    assert "3 more features" in res.output
+    text = out_ini.read_text()
+    feature = next(line for line in text.splitlines() if line.startswith("PhraseDictionaryMemory"))
+    assert "num-features=7" in feature
+    weights = next(line for line in text.splitlines() if line.startswith("TranslationModel0="))
+    assert weights.split()[1:] == ["0.2"] * 4 + ["0", "0", "0.05"]
+    assert all(len(line.split(b" ||| ")[2].split()) == 7 for line in lines_of(tmp_path / "o.gz"))
+
+
+def test_a_reverse_model_of_other_languages_is_warned_about(sample, models, tmp_path):
+    """The forward model knows the table's words; a reverse model whose shortlists hold none of them
+    gets the low-overlap warning too, naming it."""
+    from rescorer.model.checkpoint import Checkpoint
+    from rescorer.model.network import RNNEncoderDecoder
+    from rescorer.model.vocab import EOS, UNK, Vocab
+
+    config = replace(SMALL, direction="reverse").config(3, 3)
+    foreign = Vocab([EOS, UNK, "wort"])
+    reverse = Checkpoint(RNNEncoderDecoder(config).eval(), config, foreign, foreign)
+    opts = RescoreOptions(progress=False, device="cpu", workers=0, scoring=ScoringOptions(token_budget=4096))
+    with pytest.warns(UserWarning, match=r"0\.0% of source words and 0\.0% of target words in the first chunk are "
+                      r"in the reverse model's shortlists"):
+        rescore_phrase_table(str(sample), str(tmp_path / "o.gz"), load_checkpoint(models[0]), opts, reverse)
