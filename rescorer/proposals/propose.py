@@ -55,6 +55,7 @@ from rescorer.model.vocab import UNK_ID
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import LOW_OVERLAP_PERCENT, RescoreOptions, RescoreSummary, rescore_phrase_table
 from rescorer.pipeline.resume import file_identity
+from rescorer.pipeline.scoring import PairScorer
 from rescorer.proposals.beam import default_rows_per_step, search_sources
 from rescorer.proposals.lexical import WordTable, lexical_scores, read_word_table
 from rescorer.proposals.rerank import (
@@ -342,7 +343,7 @@ class _Rerank:
     """What reranking needs during the search: the reverse model, its scorer, the prior and the weights."""
 
     reverse: Checkpoint
-    scorer: object  # rescorer.pipeline.scoring.PairScorer
+    scorer: PairScorer
     prior: LengthPrior
     weights: RerankWeights
 
@@ -386,7 +387,7 @@ def _search_batch(batch: list[SourceToFill], models: tuple[Checkpoint, _Rerank |
     ids = [src_vocab.encode(split_tokens(s.source)) for s in batch]
     results = list(search_sources(model, ids, opts.beam, max_words=max_words, rows_per_step=rows,
                                   amp_dtype=search_dtype(opts)))
-    per_source = [_linked_candidates(to_fill, hypotheses, tgt_vocab, tables, summary.kinds[to_fill.kind],
+    per_source = [linked_candidates(to_fill, hypotheses, tgt_vocab, tables, summary.kinds[to_fill.kind],
                                      None if rerank else opts.per_source)
                   for to_fill, hypotheses in zip(batch, results, strict=True)]
     if rerank is not None:
@@ -401,7 +402,7 @@ def _search_batch(batch: list[SourceToFill], models: tuple[Checkpoint, _Rerank |
     return lines
 
 
-def _linked_candidates(to_fill: SourceToFill, hypotheses: list, tgt_vocab, tables: tuple[WordTable, WordTable],
+def linked_candidates(to_fill: SourceToFill, hypotheses: list, tgt_vocab, tables: tuple[WordTable, WordTable],
                        counts: KindCounts, keep: int | None) -> list[Candidate]:
     """The beam's targets that may be proposed, in the beam's order: finished, without ``[UNK]``, new to
     the table and linked by the word tables; at most ``keep`` of them (None: all).
@@ -434,16 +435,19 @@ def _linked_candidates(to_fill: SourceToFill, hypotheses: list, tgt_vocab, table
 
 def _reranked(batch: list[SourceToFill], candidates: list[list[Candidate]], rerank: _Rerank,
               per_source: int) -> list[list[Candidate]]:
-    """Each source's best ``per_source`` candidates by both directions and the length prior: the
-    reverse model scores every candidate of the batch in one call of the pipeline's scorer."""
+    """Each source's best ``per_source`` candidates by both directions and the length prior."""
+    scored = with_reverse_scores(batch, candidates, rerank.reverse, rerank.scorer)
+    return [best_candidates(found, len(split_tokens(to_fill.source)), rerank.prior, rerank.weights, per_source)
+            for to_fill, found in zip(batch, scored, strict=True)]
+
+
+def with_reverse_scores(batch: list[SourceToFill], candidates: list[list[Candidate]], reverse: Checkpoint,
+                        scorer: PairScorer) -> list[list[Candidate]]:
+    """The candidates with log p(f|e) filled in: the reverse model scores every candidate of the batch
+    in one call of the pipeline's scorer."""
     pairs = [(to_fill.source, c.target) for to_fill, found in zip(batch, candidates, strict=True) for c in found]
-    scores = iter(reverse_log_probs(rerank.scorer, rerank.reverse, pairs).tolist())
-    chosen = []
-    for to_fill, found in zip(batch, candidates, strict=True):
-        scored = [replace(c, log_p_reverse=next(scores)) for c in found]
-        chosen.append(best_candidates(scored, len(split_tokens(to_fill.source)), rerank.prior, rerank.weights,
-                                      per_source))
-    return chosen
+    scores = iter(reverse_log_probs(scorer, reverse, pairs).tolist())
+    return [[replace(c, log_p_reverse=next(scores)) for c in found] for found in candidates]
 
 
 def _listing_line(to_fill: SourceToFill, c: Candidate, *, reranked: bool) -> str:
