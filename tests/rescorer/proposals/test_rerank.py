@@ -195,3 +195,36 @@ def test_the_cli_reranks_with_a_reverse_model_and_refuses_a_forward_one_given_as
 
     result = _cli(system, tmp_path / "third.gz", "--length-weight", "2")
     assert result.exit_code == 2 and "needs --reverse-model" in result.output
+
+
+def test_a_reranked_run_stopped_mid_search_resumes_byte_identical_and_other_weights_are_refused(
+        system, tmp_path, monkeypatch) -> None:
+    import rescorer.proposals.propose as module
+    from rescorer.pipeline.errors import RescoreError
+
+    table, forward, reverse = str(system / "phrase-table.gz"), load_checkpoint(system / "model.pt"), \
+        load_checkpoint(system / "reverse.pt")
+    options = {"beam": 4, "per_source": 2, "rows_per_step": 40}  # 10 sources a batch
+    (tmp_path / "reference").mkdir()
+    propose(table, str(tmp_path / "reference" / "out.gz"), forward,
+            _options(list_path=str(tmp_path / "reference" / "list.tsv"), **options), reverse)
+    out, listing = tmp_path / "out.gz", tmp_path / "list.tsv"
+    real, calls = module.reverse_log_probs, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise OSError("disk full")
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "reverse_log_probs", failing)
+        with pytest.raises(OSError, match="disk full"):
+            propose(table, str(out), forward, _options(list_path=str(listing), **options), reverse)
+    with pytest.raises(RescoreError, match=r"cannot --resume: the options differs .*rerank"):
+        propose(table, str(out), forward, _options(list_path=str(listing), resume=True,
+                                                   rerank=RerankWeights(0.25, 1.0), **options), reverse)
+    propose(table, str(out), forward, _options(list_path=str(listing), resume=True, **options), reverse)
+    assert out.read_bytes() == (tmp_path / "reference" / "out.gz").read_bytes()
+    assert listing.read_bytes() == (tmp_path / "reference" / "list.tsv").read_bytes()
+    assert len(listing.read_text().splitlines()[0].split("\t")) == 6  # log p(e|f), log p(f|e), ln of the p(e|f) column
