@@ -75,7 +75,14 @@ def main() -> None:
     from rescorer.proposals.beam import default_rows_per_step, search_sources
     from rescorer.proposals.lexical import read_word_table
     from rescorer.proposals.propose import KindCounts, linked_candidates, with_reverse_scores
-    from rescorer.proposals.rerank import RERANK_BEAM, LengthPrior, RerankWeights, best_candidates, reverse_scorer
+    from rescorer.proposals.rerank import (
+        RERANK_BEAM,
+        LengthPrior,
+        RerankWeights,
+        best_candidates,
+        preselect,
+        reverse_scorer,
+    )
     from rescorer.proposals.sources import choose_for_text, scan_table, text_ngrams
     from table1.proposal_evidence import Lengths, Proposal, reference_overlap, table_targets
 
@@ -104,25 +111,33 @@ def main() -> None:
         max_words = scan.max_target_words
         kinds = {"missing": KindCounts(), "thin": KindCounts(), "table": KindCounts()}
 
-        def search(width: int) -> tuple[list, float]:
+        def search(width: int, collect: bool) -> tuple[list, float]:
             started = time.perf_counter()
             ids = [forward.src_vocab.encode(split_tokens(s.source)) for s in sources]
-            found = list(search_sources(forward.model, ids, width, max_words=max_words, rows_per_step=rows))
+            found = list(search_sources(forward.model, ids, width, max_words=max_words, rows_per_step=rows,
+                                        collect=collect))
             seconds = time.perf_counter() - started
             return [linked_candidates(s, hyps, forward.tgt_vocab, tables, kinds[s.kind], None)
                     for s, hyps in zip(sources, found, strict=True)], seconds
 
+        counts = scan.length_counts()
+        mean_target = (counts * range(counts.shape[1])).sum(axis=1) / counts.sum(axis=1).clip(min=1)
+
         def figures(chosen: list) -> tuple[str, float, float]:
             proposals: dict[str, list] = {}
             lengths = Lengths()
+            matched = 0.0  # the table's mean target length for each proposal's source length
             for s, picked in zip(sources, chosen, strict=True):
                 for c in picked:
                     proposals.setdefault(s.source, []).append(Proposal(s.kind, c.target, c.log_p))
                     lengths.add(s.source, c.target)
+                    matched += mean_target[min(len(split_tokens(s.source)), len(mean_target) - 1)]
             overlap = reference_overlap(proposals, own, text, reference)
             ratio = lengths.target_words / max(1, lengths.source_words)
+            same = matched / max(1, lengths.source_words)
             parts = [f"{lengths.pairs} proposals, {ratio:.3f} target/source words ({ratio / table_ratio:.0%} of "
-                     f"the table's)"]
+                     f"the table's; the table's pairs of the same source lengths: {same:.3f}, "
+                     f"{ratio / max(same, 1e-9):.0%})"]
             for kind in ("missing", "thin"):
                 o = overlap.get(kind)
                 if o is not None and o.proposed:
@@ -130,37 +145,51 @@ def main() -> None:
                                  f"({100 * o.proposed_in_ref / o.proposed:.1f}%)")
             missing = overlap.get("missing")
             share = missing.proposed_in_ref / missing.proposed if missing and missing.proposed else 0.0
-            return "; ".join(parts), ratio, share
+            return "; ".join(parts), ratio / max(same, 1e-9), share
 
-        plain, seconds = search(args.plain_beam)
+        plain, seconds = search(args.plain_beam, False)
         line, _, _ = figures([found[: args.per_source] for found in plain])
         print(f"plain beam {args.plain_beam} (no reverse model): {len(sources) / seconds:.1f} sources/s; {line}")
 
-        wide, seconds = search(beam)
+        wide, seconds = search(beam, True)
+        prior = LengthPrior(scan.length_counts(), max_words)
+        lambdas, mus = _floats(args.reverse), _floats(args.length)
+        # What propose scores in reverse for each μ (preselect), once for the union over the grid's μ.
+        union = []
+        for s, found in zip(sources, wide, strict=True):
+            keep = {c.target: c for mu in mus
+                    for c in preselect(found, len(split_tokens(s.source)), prior, RerankWeights(0.0, mu), beam)}
+            union.append(list(keep.values()))
         started = time.perf_counter()
         scorer = reverse_scorer(reverse, device, None, "fp32")
-        scored = with_reverse_scores(sources, wide, reverse, scorer)
+        scored = with_reverse_scores(sources, union, reverse, scorer)
         reverse_seconds = time.perf_counter() - started
         pairs = sum(len(found) for found in scored)
-        print(f"beam {beam}: {len(sources) / seconds:.1f} sources/s; reverse model: {pairs} candidates in "
-              f"{reverse_seconds:.1f} s ({pairs / max(reverse_seconds, 1e-9):.0f} pairs/s); with both "
+        found_per_source = sum(len(found) for found in wide) / max(1, len(wide))
+        print(f"collecting beam {beam}: {len(sources) / seconds:.1f} sources/s, {found_per_source:.0f} candidates "
+              f"per source; reverse model: {pairs} candidates in {reverse_seconds:.1f} s "
+              f"({pairs / max(reverse_seconds, 1e-9):.0f} pairs/s); with both "
               f"{len(sources) / (seconds + reverse_seconds):.1f} sources/s")
-        prior = LengthPrior(scan.length_counts(), max_words)
         points = []
-        for lam in _floats(args.reverse):
-            for mu in _floats(args.length):
+        for lam in lambdas:
+            for mu in mus:
                 weights = RerankWeights(lam, mu)
-                chosen = [best_candidates(found, len(split_tokens(s.source)), prior, weights, args.per_source)
-                          for s, found in zip(sources, scored, strict=True)]
-                line, ratio, share = figures(chosen)
+                chosen = []
+                for s, found in zip(sources, scored, strict=True):
+                    n = len(split_tokens(s.source))
+                    top = {c.target for c in preselect(found, n, prior, weights, beam)}
+                    chosen.append(best_candidates([c for c in found if c.target in top], n, prior, weights,
+                                                  args.per_source))
+                line, matched, share = figures(chosen)
                 print(f"  λ {lam:g}, μ {mu:g}: {line}")
-                points.append((abs(ratio / table_ratio - 1) <= 0.2, share, -lam - mu, lam, mu, ratio))
+                points.append((abs(matched - 1) <= 0.2, share, -lam - mu, lam, mu, matched))
         if len(points) > 1:
             within = [p for p in points if p[0]]
             best = max(within or points, key=lambda p: (p[1], p[2]))
-            how = "within 20% of the table's length ratio" if within else "none within 20% of the table's length ratio"
-            print(f"chosen: λ {best[3]:g}, μ {best[4]:g} ({how}; {100 * best[1]:.1f}% of missing sources' proposed "
-                  f"targets in the reference, {best[5]:.3f} target/source words)")
+            how = "within" if within else "none within"
+            print(f"chosen: λ {best[3]:g}, μ {best[4]:g} ({how} 20% of the length ratio of the table's pairs of the "
+                  f"same source lengths; {100 * best[1]:.1f}% of missing sources' proposed targets in the reference, "
+                  f"length ratio {best[5]:.0%} of the table's same-length pairs)")
 
 
 def _reference_copy(path: Path, count: int | None, folder: Path) -> Path:

@@ -65,6 +65,7 @@ from rescorer.proposals.rerank import (
     RerankWeights,
     best_candidates,
     forward_shares,
+    preselect,
     proposed_phrase_probabilities,
     reverse_log_probs,
     reverse_scorer,
@@ -386,12 +387,12 @@ def _search_batch(batch: list[SourceToFill], models: tuple[Checkpoint, _Rerank |
     model, src_vocab, tgt_vocab = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
     ids = [src_vocab.encode(split_tokens(s.source)) for s in batch]
     results = list(search_sources(model, ids, opts.beam, max_words=max_words, rows_per_step=rows,
-                                  amp_dtype=search_dtype(opts)))
+                                  amp_dtype=search_dtype(opts), collect=rerank is not None))
     per_source = [linked_candidates(to_fill, hypotheses, tgt_vocab, tables, summary.kinds[to_fill.kind],
                                      None if rerank else opts.per_source)
                   for to_fill, hypotheses in zip(batch, results, strict=True)]
     if rerank is not None:
-        per_source = _reranked(batch, per_source, rerank, opts.per_source)
+        per_source = _reranked(batch, per_source, rerank, opts.beam, opts.per_source)
     lines: list[str] = []
     for to_fill, chosen in zip(batch, per_source, strict=True):
         counts = summary.kinds[to_fill.kind]
@@ -433,10 +434,13 @@ def linked_candidates(to_fill: SourceToFill, hypotheses: list, tgt_vocab, tables
     return linked
 
 
-def _reranked(batch: list[SourceToFill], candidates: list[list[Candidate]], rerank: _Rerank,
+def _reranked(batch: list[SourceToFill], candidates: list[list[Candidate]], rerank: _Rerank, width: int,
               per_source: int) -> list[list[Candidate]]:
-    """Each source's best ``per_source`` candidates by both directions and the length prior."""
-    scored = with_reverse_scores(batch, candidates, rerank.reverse, rerank.scorer)
+    """Each source's best ``per_source`` candidates by both directions and the length prior, among the
+    ``width`` best by the forward model and the prior (:func:`rescorer.proposals.rerank.preselect`)."""
+    chosen = [preselect(found, len(split_tokens(to_fill.source)), rerank.prior, rerank.weights, width)
+              for to_fill, found in zip(batch, candidates, strict=True)]
+    scored = with_reverse_scores(batch, chosen, rerank.reverse, rerank.scorer)
     return [best_candidates(found, len(split_tokens(to_fill.source)), rerank.prior, rerank.weights, per_source)
             for to_fill, found in zip(batch, scored, strict=True)]
 

@@ -8,6 +8,11 @@ words and a candidate e of m words:
 
     score(e) = log p(e|f) + λ · log p(f|e) + μ · log P(m | n)
 
+The candidates come from a wider, *collecting* beam under p(e|f) (``beam_search_batch(collect=True)``):
+width W live hypotheses up to the longest target, every finished one kept, so that targets of every
+length are there to choose from; the W best by log p(e|f) + μ log P(m | n) (:func:`preselect`) are
+scored by the reverse model and reranked by the whole score.
+
 * log p(e|f): the forward model's score, the beam's own (float64 sum of its steps);
 * log p(f|e): a *reverse* model's score of the source given the candidate: a checkpoint of this
   project's RNN Encoder–Decoder whose source side is the table's target language, scored with
@@ -40,8 +45,8 @@ from rescorer.model.vocab import UNK_ID, Vocab
 from rescorer.pipeline.scoring import PairScorer
 from rescorer.tables.chunks import TokenIds
 
-# The beam width when reranking (--beam's default with --reverse-model): the candidates the two
-# directions choose among. Issue 39's beam of 10 held few candidates that are not short and generic.
+# The beam width when reranking (--beam's default with --reverse-model): the live hypotheses of the
+# collecting search, and how many of its finished targets the reverse model scores (preselect).
 RERANK_BEAM = 40
 LOG_FLOOR = -100.0  # Moses' floor for ln of a column (SPEC §3): what exp(LOG_FLOOR) is read back as
 
@@ -106,6 +111,21 @@ def rerank_score(candidate: Candidate, source_words: int, prior: LengthPrior, we
     """The module doc's score(e)."""
     length = len(split_tokens(candidate.target))
     return candidate.log_p + weights.reverse * candidate.log_p_reverse + weights.length * prior(source_words, length)
+
+
+def preselect(candidates: Sequence[Candidate], source_words: int, prior: LengthPrior, weights: RerankWeights,
+              k: int) -> list[Candidate]:
+    """The ``k`` best candidates by log p(e|f) + μ log P(m | n): those the reverse model scores.
+
+    The collecting search (:func:`rescorer.proposals.beam.beam_search_batch`) finds up to
+    width × (max words + 1) finished targets per source; scoring all of them in reverse would
+    cost several times the search, and a candidate far down both the forward score and the
+    length prior is not one the reverse model can lift to the top.
+    """
+    def key(c: Candidate) -> tuple[float, bytes]:
+        return -(c.log_p + weights.length * prior(source_words, len(split_tokens(c.target)))), c.target.encode()
+
+    return sorted(candidates, key=key)[:k]
 
 
 def best_candidates(candidates: Sequence[Candidate], source_words: int, prior: LengthPrior, weights: RerankWeights,

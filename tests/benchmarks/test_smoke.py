@@ -130,6 +130,7 @@ def test_propose_weights_prints_each_points_fit_and_the_choice(run_benchmark: Ru
                         "--threads", "1")
     assert re.search(rf"^plain beam 2 \(no reverse model\): {NUMBER} sources/s; \d+ proposals, {NUMBER} target/source",
                      out, re.M), out
-    assert re.search(rf"^beam 4: {NUMBER} sources/s; reverse model: \d+ candidates", out, re.M), out
+    assert re.search(rf"^collecting beam 4: {NUMBER} sources/s, \d+ candidates per source; reverse model", out,
+                     re.M), out
     assert len(re.findall(r"^  λ [01], μ [01]: \d+ proposals", out, re.M)) == 4, out
     assert re.search(r"^chosen: λ [01], μ [01] \(", out, re.M), out

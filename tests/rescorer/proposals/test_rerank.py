@@ -24,7 +24,7 @@ from rescorer.pipeline.rescore import RescoreOptions
 from rescorer.proposals.beam import search_sources
 from rescorer.proposals.lexical import lexical_scores, read_word_table
 from rescorer.proposals.propose import ProposeOptions, propose
-from rescorer.proposals.rerank import Candidate, LengthPrior, RerankWeights, best_candidates
+from rescorer.proposals.rerank import Candidate, LengthPrior, RerankWeights, best_candidates, preselect
 from rescorer.proposals.sources import scan_table
 from rescorer.training.train import train_on_phrase_table
 
@@ -108,6 +108,12 @@ def test_the_rerank_order_on_a_hand_computed_example() -> None:
     # Without the prior: de -7, par dessus -5.5, sauter par dessus -6.
     assert [c.target for c in best_candidates([de, over, jump], 2, prior, RerankWeights(0.5, 0.0), 3)] == [
         "par dessus", "sauter par dessus", "de"]
+    # What the reverse model gets to score: the 2 best by log p(e|f) + μ log P(m | n), μ = 1 (de
+    # -2.705, par dessus -4.299, sauter par dessus -5.106); with μ = 3: de -1 + 3 ln(2/11) = -6.114, par
+    # dessus -3 + 3 ln(3/11) = -6.898, sauter par dessus -4.5 + 3 ln(6/11) = -6.318.
+    assert [c.target for c in preselect([jump, over, de], 2, prior, weights, 2)] == ["de", "par dessus"]
+    assert [c.target for c in preselect([jump, over, de], 2, prior, RerankWeights(0.5, 3.0), 2)] == [
+        "de", "sauter par dessus"]
 
 
 def _log_p(checkpoint, source: str, target: str) -> float:
@@ -124,7 +130,7 @@ def test_reranked_proposals_are_the_best_by_both_directions_and_their_columns_th
     forward, reverse = load_checkpoint(system / "model.pt"), load_checkpoint(system / "reverse.pt")
     weights = RerankWeights(reverse=0.7, length=0.4)
     summary = propose(str(table), str(out), forward,
-                      _options(beam=8, per_source=2, list_path=str(listing), rerank=weights), reverse)
+                      _options(beam=4, per_source=2, list_path=str(listing), rerank=weights), reverse)
     assert summary.reranked == weights and summary.proposals > 10
 
     # What the reranking must give, computed here from the models and the table, pair by pair.
@@ -141,23 +147,30 @@ def test_reranked_proposals_are_the_best_by_both_directions_and_their_columns_th
     f2e, e2f = read_word_table(system / "lex.f2e"), read_word_table(system / "lex.e2f")
     sources = sorted(targets, key=lambda s: s.encode() + b" ||| ")
     expected: dict[tuple[str, str], tuple[float, float]] = {}
-    found = search_sources(forward.model, [forward.src_vocab.encode(split_tokens(s)) for s in sources], 8,
-                           max_words=longest)
+    # The collecting search: 4 live hypotheses to the longest target, every finished one a candidate.
+    found = search_sources(forward.model, [forward.src_vocab.encode(split_tokens(s)) for s in sources], 4,
+                           max_words=longest, collect=True)
+    several = 0
     for source, hypotheses in zip(sources, found, strict=True):
-        finished = [h for h in hypotheses if h.finished]
-        log_z = math.log(sum(math.exp(h.log_p) for h in finished))
-        scored = []
-        for h in finished:
+        assert all(h.finished for h in hypotheses)
+        log_z = math.log(sum(math.exp(h.log_p) for h in hypotheses))
+        candidates = []
+        for h in hypotheses:
             target = " ".join(forward.tgt_vocab.decode(h.ids))
             if (not h.ids or UNK_ID in h.ids or target in targets[source]
                     or not lexical_scores(split_tokens(source), target.split(), f2e, e2f).alignment):
                 continue
             n, m = len(source.split()), len(target.split())
+            log_prior = math.log((lengths[n, m] + 1) / (per_n[n] + longest))
+            candidates.append((-(h.log_p + 0.4 * log_prior), target, h.log_p, log_prior, h.log_p - log_z))
+        several += len(candidates) > 4
+        scored = []
+        for _, target, log_p, log_prior, log_share in sorted(candidates)[:4]:  # the 4 the reverse model scores
             log_reverse = _log_p(reverse, target, source)
-            score = h.log_p + 0.7 * log_reverse + 0.4 * math.log((lengths[n, m] + 1) / (per_n[n] + longest))
-            scored.append((-score, target, log_reverse, h.log_p - log_z))
+            scored.append((-(log_p + 0.7 * log_reverse + 0.4 * log_prior), target, log_reverse, log_share))
         for _, target, log_reverse, log_share in sorted(scored)[:2]:
             expected[source, target] = (math.exp(log_reverse), math.exp(log_share))
+    assert several >= 3  # the collecting search finds more candidates than its width
 
     with open(listing, encoding="utf-8", newline="") as fh:
         rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
