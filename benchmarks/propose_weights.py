@@ -26,8 +26,8 @@ It also prints today's proposals (no reverse model: the best ``--per-source`` of
 search), and the search's speed at both beams. **The choice**: among the points whose length ratio
 is within 20% of the same-length table ratio, the one with most missing-source targets in the
 reference (ties: the smaller weights); when none is within 20%, the most in the reference over
-all, said so. Run it on dev text only: with one point (``--reverse 1 --length 1``) it measures a
-choice on other text without choosing.
+all, said so. Run it on dev text only: ``--measure`` prints the points' figures on other text
+(test) without choosing.
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ def main() -> None:
     parser.add_argument("--thin-below", type=int, default=3)
     parser.add_argument("--reverse", default="0,0.25,0.5,1,1.5,2", help="λ values")
     parser.add_argument("--length", default="0,0.5,1,2", help="μ values")
+    parser.add_argument("--measure", action="store_true",
+                        help="print each point's figures and choose nothing (text other than dev: test)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -189,7 +191,7 @@ def main() -> None:
                 line, matched, share = figures(chosen)
                 print(f"  λ {lam:g}, μ {mu:g}: {line}")
                 points.append((abs(matched - 1) <= 0.2, share, -lam - mu, lam, mu, matched))
-        if len(points) > 1:
+        if len(points) > 1 and not args.measure:
             within = [p for p in points if p[0]]
             best = max(within or points, key=lambda p: (p[1], p[2]))
             how = "within" if within else "none within"

@@ -461,10 +461,10 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               "rerank the beam's candidates by both directions and a length prior, and fill the proposed lines' "
               "phrase probabilities from the two models [default: the beam's best, constant phrase probabilities]")
 @click.option("--reverse-weight", type=FiniteFloat(), default=None,
-              help="with --reverse-model: the weight of log p(source|target) in the reranking [default: 1]")
+              help="with --reverse-model: the weight of log p(source|target) in the reranking [default: 0.5]")
 @click.option("--length-weight", type=FiniteFloat(), default=None,
               help="with --reverse-model: the weight of the table's log P(target length | source length) "
-              "[default: 1]")
+              "[default: 0]")
 @click.option("--max-target-words", type=IntRange(min=1),
               help="longest proposed target [default: the table's longest target]")
 @click.option("--lex-e2f", type=OneLinePath(dir_okay=False),
