@@ -442,9 +442,19 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               help="with --for-text: an n-gram with fewer targets than this in the table is thin")
 @click.option("--max-source-words", type=IntRange(min=1),
               help="with --for-text: the longest n-gram [default: the table's longest source]")
-@click.option("--beam", type=IntRange(min=1), default=10, show_default=True, help="beam width per source")
+@click.option("--beam", type=IntRange(min=1), help="beam width per source [default: 10, 40 with --reverse-model]")
 @click.option("--per-source", type=IntRange(min=1), default=5, show_default=True,
-              help="proposals kept per source: the beam's best targets the table does not hold")
+              help="proposals kept per source: the beam's best targets the table does not hold (with "
+              "--reverse-model: the best by the reranking)")
+@click.option("--reverse-model", "reverse_path", type=OneLinePath(exists=True, dir_okay=False),
+              help="an RNN Encoder-Decoder of p(source|target) on this table (sources and targets swapped): "
+              "rerank the beam's candidates by both directions and a length prior, and fill the proposed lines' "
+              "phrase probabilities from the two models [default: the beam's best, constant phrase probabilities]")
+@click.option("--reverse-weight", type=FiniteFloat(), default=None,
+              help="with --reverse-model: the weight of log p(source|target) in the reranking [default: 0.5]")
+@click.option("--length-weight", type=FiniteFloat(), default=None,
+              help="with --reverse-model: the weight of the table's log P(target length | source length) "
+              "[default: 0]")
 @click.option("--max-target-words", type=IntRange(min=1),
               help="longest proposed target [default: the table's longest target]")
 @click.option("--lex-e2f", type=OneLinePath(dir_okay=False),
@@ -473,7 +483,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 @_run_options
 @friendly_errors()
 def propose_command(input_table, output_table, model_path, for_text, thin_below, max_source_words, beam, per_source,
-                    max_target_words, lex_e2f, lex_f2e, list_path, moses_ini, moses_ini_out, table_name, rnn_weight,
+                    reverse_path, reverse_weight, length_weight, max_target_words, lex_e2f, lex_f2e, list_path,
+                    moses_ini, moses_ini_out, table_name, rnn_weight,
                     wp_weight, proposed_weight, rows_per_step, workers, token_budget, resume, device, precision,
                     threads, quiet) -> None:
     """Complete a Moses phrase table with the targets the RNN proposes (the paper's future work).
@@ -486,13 +497,20 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
     from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions
     from rescorer.proposals.propose import NEW_COLUMNS, ProposeOptions, check_propose_paths, propose
+    from rescorer.proposals.rerank import DEFAULT_WEIGHTS, RERANK_BEAM, RerankWeights
 
     if bool(moses_ini) != bool(moses_ini_out):
         raise click.UsageError("--moses-ini and --moses-ini-out go together")
+    if reverse_path is None and (reverse_weight is not None or length_weight is not None):
+        raise click.UsageError("--reverse-weight and --length-weight weigh the reranking, which needs --reverse-model")
+    rerank = RerankWeights(DEFAULT_WEIGHTS.reverse if reverse_weight is None else reverse_weight,
+                           DEFAULT_WEIGHTS.length if length_weight is None else length_weight)
+    if beam is None:
+        beam = 10 if reverse_path is None else RERANK_BEAM
     options = ProposeOptions(
         for_text=for_text, thin_below=thin_below, max_source_words=max_source_words, beam=beam,
         per_source=per_source, max_target_words=max_target_words, lex_e2f=lex_e2f, lex_f2e=lex_f2e,
-        list_path=list_path, rows_per_step=rows_per_step, resume=resume,
+        list_path=list_path, rows_per_step=rows_per_step, resume=resume, rerank=rerank,
         rescore=RescoreOptions(progress=not quiet, device=device, precision=precision,
                                scoring=ScoringOptions(token_budget=token_budget),
                                workers=workers if workers is not None else threads),
@@ -501,7 +519,8 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
     if moses_ini:
         check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out, table_name=table_name,
                         new_columns=NEW_COLUMNS)
-    summary = propose(input_table, output_table, _load(model_path), options)
+    reverse = _load(reverse_path) if reverse_path is not None else None
+    summary = propose(input_table, output_table, _load(model_path), options, reverse)
     click.echo(summary.report(), err=True)
     if moses_ini:
         write_moses_ini(moses_ini, moses_ini_out, output_table, (rnn_weight, wp_weight, proposed_weight), table_name)

@@ -32,10 +32,13 @@ class Proposal:
 
 
 def read_proposals(listing: Path) -> dict[str, list[Proposal]]:
-    """``rescorer propose --list``'s TSV, by source, in the listing's order (the table's: by target)."""
+    """``rescorer propose --list``'s TSV, by source, in the listing's order (the table's: by target).
+
+    A reranked run's listing has two more columns (log p(f|e) and the p(e|f) column's ln), not read here.
+    """
     found: dict[str, list[Proposal]] = {}
     for _, line in iter_text_lines(listing):
-        kind, source, target, log_p = line.split("\t")
+        kind, source, target, log_p = line.split("\t")[:4]
         found.setdefault(source, []).append(Proposal(kind, target, float(log_p)))
     return found
 

@@ -14,6 +14,13 @@ so a source stops with ``width`` finished targets, or when ``max_words`` words a
 live hypotheses then come back unfinished). Each source's best ``width`` extensions are found
 exactly from each hypothesis' best ``width`` words: no other word of a hypothesis can be among them.
 
+``collect=True`` is the candidate search of the reranking (:mod:`rescorer.proposals.rerank`): a
+finished hypothesis does not take a slot, so every source keeps ``width`` live hypotheses up to
+``max_words`` words and every one chosen with ``</s>`` on the way is returned. The plain search's
+slots fill with the short targets that finish first (the likeliest are short), so its candidates
+cannot be as long as a source needs; the collecting one has finished targets of every length the
+beam reaches, for the reranking to choose among.
+
 A finished hypothesis carries log p(Y | X) of its words and ``</s>``: the float64 sum of the
 step's log-probabilities, the very terms :meth:`RNNEncoderDecoder.score_targets` adds (the tests
 check one against the other).
@@ -73,12 +80,13 @@ def _check_search(width: int, max_words: int) -> None:
 
 @torch.inference_mode()
 def beam_search_batch(
-    model: RNNEncoderDecoder, c: Tensor, width: int, *, max_words: int = DEFAULT_MAX_WORDS
+    model: RNNEncoderDecoder, c: Tensor, width: int, *, max_words: int = DEFAULT_MAX_WORDS, collect: bool = False
 ) -> list[list[Hypothesis]]:
     """For each of the ``S`` summaries ``c`` [S, d], its best ``width`` targets, best first.
 
     Finished targets come first, in score order; unfinished ones (``max_words`` words and no
-    ``</s>`` yet) follow, best first, when fewer than ``width`` finished. See the module docstring.
+    ``</s>`` yet) follow, best first, when fewer than ``width`` finished. With ``collect`` every
+    finished target the search met, best first, and no unfinished one. See the module docstring.
     """
     _check_search(width, max_words)
     sources = c.shape[0]
@@ -115,8 +123,11 @@ def beam_search_batch(
         score = chosen[keep_source, keep_rank]
         ends = word == EOS_ID
         _record(finished, keep_source[ends], words[parent[ends]], score[ends], True)
-        room -= torch.bincount(keep_source[ends], minlength=sources)
+        if not collect:
+            room -= torch.bincount(keep_source[ends], minlength=sources)
         if step == max_words:
+            if collect:
+                break
             # A target has at most max_words words: the hypotheses whose best extensions go on
             # come back unfinished, with their words so far (each once).
             cut = torch.zeros(len(src), dtype=torch.bool, device=device)
@@ -131,6 +142,8 @@ def beam_search_batch(
         slot = torch.arange(len(src), device=device) - torch.searchsorted(src, src)
         h, prev, scores = h_next[parent], word, score
         words = torch.cat([words[parent], word.unsqueeze(1)], dim=1)
+    if collect:
+        return [sorted(found, key=lambda g: -g.log_p) for found in finished]
     return [sorted(found, key=lambda g: (not g.finished, -g.log_p))[:width] for found in finished]
 
 
@@ -158,13 +171,14 @@ def search_sources(
     max_words: int = DEFAULT_MAX_WORDS,
     rows_per_step: int | None = None,
     amp_dtype: torch.dtype | None = None,
+    collect: bool = False,
 ) -> Iterator[list[Hypothesis]]:
     """Each source's best ``width`` targets (:func:`beam_search_batch`), in the sources' order.
 
     Sources are encoded and searched in batches of ``rows_per_step // width``, so one decoder step
     never holds more than ``rows_per_step`` hypotheses (default: :data:`CPU_ROWS_PER_STEP` on the
     CPU, :data:`GPU_ROWS_PER_STEP` on a GPU). ``amp_dtype``: the matmuls' dtype under autocast
-    (module doc), None for fp32.
+    (module doc), None for fp32. ``collect``: every finished target (:func:`beam_search_batch`).
     """
     _check_search(width, max_words)
     device = next(model.parameters()).device
@@ -175,5 +189,6 @@ def search_sources(
     for lo in range(0, len(sources), per_batch):
         batch = sources[lo : lo + per_batch]
         with autocast(device, amp_dtype):  # one cast of each weight per batch of sources
-            found = beam_search_batch(model, encode_sources(model, batch, device), width, max_words=max_words)
+            found = beam_search_batch(model, encode_sources(model, batch, device), width, max_words=max_words,
+                                      collect=collect)
         yield from found

@@ -8,8 +8,10 @@ letting the RNN Encoder–Decoder propose target phrases". A run goes:
    search;
 2. the batched beam search (:mod:`rescorer.proposals.beam`) proposes targets for those sources,
    batch by batch, streamed in the table's sort order; a proposal the table already holds, one
-   with ``[UNK]``, one cut before ``</s>`` and one the word tables cannot link are dropped; each
-   batch's proposals are appended to the listing and made durable before the next batch;
+   with ``[UNK]``, one cut before ``</s>`` and one the word tables cannot link are dropped; with a
+   reverse model the remaining candidates are reranked by both directions and the table's length
+   prior (:mod:`rescorer.proposals.rerank`), otherwise the beam's order stands; each batch's
+   proposals are appended to the listing and made durable before the next batch;
 3. the table's lines, byte for byte, and the listing's proposed lines are merged into sorted order
    (what ``LC_ALL=C sort`` gives and Moses' training writes);
 4. that table goes through ``rescore-phrase-table``'s own pipeline
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import array
 import itertools
+import math
 import os
 import shutil
 import time
@@ -58,8 +61,21 @@ from rescorer.pipeline.rescore import (
     rescore_phrase_table,
 )
 from rescorer.pipeline.resume import file_identity
+from rescorer.pipeline.scoring import PairScorer
 from rescorer.proposals.beam import default_rows_per_step, search_sources
 from rescorer.proposals.lexical import WordTable, lexical_scores, read_word_table
+from rescorer.proposals.rerank import (
+    DEFAULT_WEIGHTS,
+    Candidate,
+    LengthPrior,
+    RerankWeights,
+    best_candidates,
+    forward_shares,
+    preselect,
+    proposed_phrase_probabilities,
+    reverse_log_probs,
+    reverse_scorer,
+)
 from rescorer.proposals.sources import (
     KINDS,
     MOSES_COLUMNS,
@@ -90,7 +106,8 @@ class ProposeOptions:
     max_target_words: int | None = None  # [the table's longest target]
     lex_e2f: str | None = None  # [lex.e2f beside the table]
     lex_f2e: str | None = None
-    list_path: str | None = None  # TSV of the proposals: kind, source, target, log p
+    list_path: str | None = None  # TSV of the proposals: kind, source, target, log p (+ 2 columns when reranked)
+    rerank: RerankWeights = DEFAULT_WEIGHTS  # with a reverse model: λ and μ (rescorer.proposals.rerank)
     rows_per_step: int | None = None  # hypotheses per decoder step [CPU 4096, GPU 16384]
     resume: bool = False  # continue the run kept in .OUTPUT.propose/ (rescorer.proposals.work)
     # The rescoring pipeline's options; its device and progress bar serve the search too.
@@ -113,6 +130,7 @@ class KindCounts:
 class ProposeSummary:
     scan: TableScan
     phrase_probabilities: tuple[float, float]
+    reranked: RerankWeights | None = None  # None: the beam's order and the constant columns (no reverse model)
     kinds: dict[str, KindCounts] = field(default_factory=lambda: {k: KindCounts() for k in KINDS})
     choice: Choice | None = None
     skipped: Skipped = field(default_factory=Skipped)  # sources with a word outside the source shortlist
@@ -131,9 +149,14 @@ class ProposeSummary:
     def report(self) -> str:
         p_fe, p_ef = self.phrase_probabilities
         rate = self.searched / self.search_seconds if self.search_seconds > 0 else 0.0
-        lines = [f"table: {self.scan.lines} lines, {self.scan.sources} sources (longest {self.scan.max_source_words} "
-                 f"words); proposed lines get p(f|e) {p_fe:.6g}, p(e|f) {p_ef:.6g} (geometric means over "
-                 f"{self.scan.singletons or self.scan.lines} {'singleton ' if self.scan.singletons else ''}pairs)"]
+        scan = self.scan
+        table = f"table: {scan.lines} lines, {scan.sources} sources (longest {scan.max_source_words} words)"
+        if self.reranked is None:
+            lines = [f"{table}; proposed lines get p(f|e) {p_fe:.6g}, p(e|f) {p_ef:.6g} (geometric means over "
+                     f"{self.scan.singletons or self.scan.lines} {'singleton ' if self.scan.singletons else ''}pairs)"]
+        else:
+            lines = [f"{table}; candidates reranked by {self.reranked.describe()}; proposed lines get p(f|e) from the "
+                     f"reverse model, p(e|f) from the forward model normalised over each source's candidates"]
         if self.choice is not None:
             c = self.choice
             lines.append(f"text: {c.ngrams} distinct n-grams, {c.covered} covered, {c.count('thin')} thin, "
@@ -177,23 +200,28 @@ def check_propose_paths(table: str, output: str, opts: ProposeOptions) -> None:
         raise RescoreError(f"--per-source {opts.per_source} is more than the beam keeps (--beam {opts.beam})")
 
 
-def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOptions) -> ProposeSummary:
+def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOptions,
+            reverse: Checkpoint | None = None) -> ProposeSummary:
     """Write ``output``: ``table`` completed with proposals and its three new columns (module doc).
+
+    ``reverse``: a model of p(f|e) (its source side reads the table's targets); with it the beam's
+    candidates are reranked and the phrase probabilities come from the two models
+    (:mod:`rescorer.proposals.rerank`), without it the beam's best are proposed with constant ones.
 
     The run works in ``.OUTPUT.propose/`` beside the output (:mod:`rescorer.proposals.work`): kept when
     it fails or is killed, continued by ``opts.resume``, removed once the output is in place.
     """
     started = time.monotonic()
     check_propose_paths(table, output, opts)
-    check_directions(checkpoint, None)  # a reverse model would propose sources for targets
+    check_directions(checkpoint, reverse)  # a reverse model in the other's place would propose sources for targets
     device = select_device(opts.rescore.device)
     rows = opts.rows_per_step or default_rows_per_step(device)
     work = ProposeWork(output)
-    identity = _run_identity(table, checkpoint, opts, device, rows)
+    identity = _run_identity(table, checkpoint, opts, device, rows, reverse)
     with exclusive_use(output):
         state = work.start(identity, opts.resume)  # before any input is read: a refusal costs nothing
         try:
-            summary = _run(table, output, checkpoint, opts, device, rows, work, identity, state)
+            summary = _run(table, output, (checkpoint, reverse), opts, device, rows, work, identity, state)
         except BaseException:
             work.discard_if_empty()
             raise
@@ -202,7 +230,8 @@ def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOption
     return summary
 
 
-def _run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, device: torch.device, rows: int) -> dict:
+def _run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, device: torch.device, rows: int,
+                  reverse: Checkpoint | None) -> dict:
     """What decides the output's bytes: the input files and the options. A resume must have the same.
 
     The device type and ``rows`` decide the search's batches, hence the shapes of its matmuls and
@@ -215,6 +244,9 @@ def _run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, devi
                "precision": scoring_precision(opts.rescore.precision)}
     if opts.for_text is not None:
         options.update(thin_below=opts.thin_below, max_source_words=opts.max_source_words)
+    if reverse is not None:
+        options.update(reverse_model=_identity_if_present(getattr(reverse, "path", None)),
+                       rerank=asdict(opts.rerank))
     return {"version": WORK_VERSION, "input": file_identity(table),
             "model": _identity_if_present(getattr(checkpoint, "path", None)), "options": options}
 
@@ -230,26 +262,35 @@ def _lex_paths(table: str, opts: ProposeOptions) -> tuple[str, str]:
     return opts.lex_e2f or e2f, opts.lex_f2e or f2e
 
 
-def _run(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOptions, device: torch.device, rows: int,
-         work: ProposeWork, identity: dict, state: dict) -> ProposeSummary:
+def _run(table: str, output: str, models: tuple[Checkpoint, Checkpoint | None], opts: ProposeOptions,
+         device: torch.device, rows: int, work: ProposeWork, identity: dict, state: dict) -> ProposeSummary:
     """The phases from ``state`` on: search (batch by batch), merge, rescoring, and the renames into place."""
+    checkpoint, reverse = models
     e2f, f2e = _lex_paths(table, opts)
     word_tables = (read_word_table(f2e), read_word_table(e2f))
-    summary, sources, total = _choose_sources(table, checkpoint, opts)
+    summary, sources, total = _choose_sources(table, checkpoint, opts, reverse)
     checkpoint.model.to(device).eval()
+    rerank = None
+    if reverse is not None:
+        max_words = opts.max_target_words or summary.scan.max_target_words
+        prior = LengthPrior(summary.scan.length_counts(), max(max_words, summary.scan.max_target_words))
+        scorer = reverse_scorer(reverse, device, search_dtype(opts), scoring_precision(opts.rescore.precision))
+        rerank = _Rerank(reverse, scorer, prior, opts.rerank)
+        summary.reranked = opts.rerank
     summary.kinds.update({kind: KindCounts(**counts) for kind, counts in state["kinds"].items()})
     summary.search_seconds = state["search_seconds"]
     if state["phase"] == "search":
         max_words = opts.max_target_words or summary.scan.max_target_words
         with progress_bar(total=total, initial=state["sources_done"], unit="src", desc="proposing",
                           show=opts.rescore.progress, dynamic_ncols=True) as bar:
-            _search(sources, checkpoint, opts, rows, max_words, word_tables, summary, work, identity, state, bar)
+            _search(sources, (checkpoint, rerank), opts, rows, max_words, word_tables, summary, work, identity, state,
+                    bar)
         state.update(phase="searched", skipped=asdict(summary.skipped))
         work.record(identity, state)
     elif state["skipped"] is not None:
         summary.skipped = Skipped(**state["skipped"])  # counted while the search streamed the sources
     if state["phase"] != "merged" or not (work.merged.exists() and work.flagged.exists()):
-        _merge(table, work, summary.phrase_probabilities, word_tables)
+        _merge(table, work, summary.phrase_probabilities, word_tables, reranked=rerank is not None)
         state["phase"] = "merged"
         work.record(identity, state)
     rescore_opts = replace(opts.rescore, flag_lines=np.load(work.flagged), num_scores=len(MOSES_COLUMNS), resume=True)
@@ -262,7 +303,7 @@ def _run(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOptions, 
     return summary
 
 
-def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions,
+def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions, reverse: Checkpoint | None = None,
                     ) -> tuple[ProposeSummary, Iterable[SourceToFill], int]:
     """The table scan and the sources to fill, in sort order, with how many there will be."""
     ngrams: dict[str, int] = {}
@@ -270,8 +311,9 @@ def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions,
         # The n-gram length is the table's longest source, which only the scan knows: read the
         # text with a generous bound first (phrase tables rarely go beyond 7 words) and cut after.
         ngrams = text_ngrams(opts.for_text, opts.max_source_words or 20)
-    scan = scan_table(table, checkpoint.src_vocab, checkpoint.tgt_vocab, frozenset(ngrams))
-    _check_overlap(table, scan, checkpoint)
+    reverse_vocabs = (reverse.src_vocab, reverse.tgt_vocab) if reverse is not None else None
+    scan = scan_table(table, checkpoint.src_vocab, checkpoint.tgt_vocab, frozenset(ngrams), reverse_vocabs)
+    _check_overlap(table, scan, checkpoint, reverse)
     summary = ProposeSummary(scan, scan.phrase_probabilities())
     if opts.for_text is None:
         return summary, table_sources(table, checkpoint.src_vocab, summary.skipped), scan.sources
@@ -282,19 +324,41 @@ def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions,
     return summary, summary.choice.to_fill, len(summary.choice.to_fill)
 
 
-def _check_overlap(table: str, scan: TableScan, checkpoint: Checkpoint) -> None:
-    """Stop when the model's shortlists miss most of the table's words (a model for another table)."""
-    for side, share in (("source", scan.known_source_share), ("target", scan.known_target_share)):
+def _check_overlap(table: str, scan: TableScan, checkpoint: Checkpoint, reverse: Checkpoint | None = None) -> None:
+    """Stop when the model's shortlists miss most of the table's words (a model for another table).
+
+    A reverse model's source shortlist must hold the table's target words and its target shortlist
+    the source words: a forward model given as the reverse one stops here.
+    """
+    checks = [(checkpoint, "source", "source", scan.source_known, scan.source_tokens, "the model trained"),
+              (checkpoint, "target", "target", scan.target_known, scan.target_tokens, "the model trained")]
+    if reverse is not None:
+        checks += [(reverse, "source", "target", scan.reverse_target_known, scan.target_tokens,
+                    "--reverse-model trained with sources and targets swapped"),
+                   (reverse, "target", "source", scan.reverse_source_known, scan.source_tokens,
+                    "--reverse-model trained with sources and targets swapped")]
+    for model, side, table_side, known, tokens, needed in checks:
+        share = known / tokens if tokens else 0.0
         if scan.lines and 100 * share < LOW_OVERLAP_PERCENT:
-            where = getattr(checkpoint, "path", None) or "the model"
+            where = getattr(model, "path", None) or "the model"
             raise ProposalInputError(
-                f"{where}: its {side} shortlist holds only {100 * share:.1f}% of the {side} words of "
-                f"{display_name(table)}; proposals need the model trained for this table")
+                f"{where}: its {side} shortlist holds only {100 * share:.1f}% of the {table_side} words of "
+                f"{display_name(table)}; proposals need {needed} for this table")
 
 
-def _search(sources: Iterable[SourceToFill], checkpoint: Checkpoint, opts: ProposeOptions, rows: int, max_words: int,
-            tables: tuple[WordTable, WordTable], summary: ProposeSummary, work: ProposeWork, identity: dict,
-            state: dict, bar: tqdm) -> None:
+@dataclass(frozen=True)
+class _Rerank:
+    """What reranking needs during the search: the reverse model, its scorer, the prior and the weights."""
+
+    reverse: Checkpoint
+    scorer: PairScorer
+    prior: LengthPrior
+    weights: RerankWeights
+
+
+def _search(sources: Iterable[SourceToFill], models: tuple[Checkpoint, _Rerank | None], opts: ProposeOptions,
+            rows: int, max_words: int, tables: tuple[WordTable, WordTable], summary: ProposeSummary,
+            work: ProposeWork, identity: dict, state: dict, bar: tqdm) -> None:
     """Search the sources not searched yet, one batch at a time, each made durable before the next.
 
     The sources already searched are skipped: they come first, in the same order, and each batch
@@ -306,7 +370,7 @@ def _search(sources: Iterable[SourceToFill], checkpoint: Checkpoint, opts: Propo
     with work.open_listing(state["listing_bytes"]) as listing:
         while batch := list(itertools.islice(pending, per_batch)):
             started = time.monotonic()
-            lines = _search_batch(batch, checkpoint, opts, rows, max_words, tables, summary)
+            lines = _search_batch(batch, models, opts, rows, max_words, tables, summary)
             summary.search_seconds += time.monotonic() - started
             state.update(sources_done=state["sources_done"] + len(batch), search_seconds=summary.search_seconds)
             work.commit_batch(listing, "".join(lines).encode("utf-8"), identity, state, summary.kinds)
@@ -319,64 +383,120 @@ def search_dtype(opts: ProposeOptions) -> torch.dtype | None:
     return autocast_dtype(torch.device("cpu"), scoring_precision(opts.rescore.precision))
 
 
-def _search_batch(batch: list[SourceToFill], checkpoint: Checkpoint, opts: ProposeOptions, rows: int, max_words: int,
-                  tables: tuple[WordTable, WordTable], summary: ProposeSummary) -> list[str]:
-    """The listing lines of one batch's proposals, sorted as the merge needs them; the counts go to ``summary``."""
+def _search_batch(batch: list[SourceToFill], models: tuple[Checkpoint, _Rerank | None], opts: ProposeOptions,
+                  rows: int, max_words: int, tables: tuple[WordTable, WordTable], summary: ProposeSummary) -> list[str]:
+    """The listing lines of one batch's proposals, sorted as the merge needs them; the counts go to ``summary``.
+
+    A line is kind, source, target, log p(e|f); when reranked, also log p(f|e) and the ln of the
+    p(e|f) column (the candidate's share of its source's finished candidates).
+    """
+    checkpoint, rerank = models
     model, src_vocab, tgt_vocab = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
     ids = [src_vocab.encode(split_tokens(s.source)) for s in batch]
     results = list(search_sources(model, ids, opts.beam, max_words=max_words, rows_per_step=rows,
-                                  amp_dtype=search_dtype(opts)))
+                                  amp_dtype=search_dtype(opts), collect=rerank is not None))
+    per_source = [linked_candidates(to_fill, hypotheses, tgt_vocab, tables, summary.kinds[to_fill.kind],
+                                     None if rerank else opts.per_source)
+                  for to_fill, hypotheses in zip(batch, results, strict=True)]
+    if rerank is not None:
+        per_source = _reranked(batch, per_source, rerank, opts.beam, opts.per_source)
     lines: list[str] = []
-    for to_fill, hypotheses in zip(batch, results, strict=True):
+    for to_fill, chosen in zip(batch, per_source, strict=True):
         counts = summary.kinds[to_fill.kind]
-        counts.sources += 1
-        source_words = split_tokens(to_fill.source)
-        linked: list[tuple[str, float]] = []
-        for h in hypotheses:
-            if not h.finished or not h.ids or UNK_ID in h.ids:
-                counts.dropped += 1
-                continue
-            target = " ".join(tgt_vocab.decode(h.ids))
-            if target in to_fill.targets:
-                counts.found_in_table += 1
-                continue
-            if len(linked) == opts.per_source:
-                continue
-            # Moses' extraction never makes a pair without a word link (and its compact tables
-            # refuse an empty alignment): a target the word tables cannot link to the source goes.
-            if lexical_scores(source_words, target.split(" "), *tables).alignment:
-                linked.append((target, h.log_p))
-            else:
-                counts.unlinked += 1
-        counts.filled += bool(linked)
-        counts.proposals += len(linked)
-        lines.extend(f"{to_fill.kind}\t{to_fill.source}\t{target}\t{log_p:.6f}\n"
-                     for target, log_p in sorted(linked, key=lambda t: source_key(t[0])))
+        counts.filled += bool(chosen)
+        counts.proposals += len(chosen)
+        lines.extend(_listing_line(to_fill, c, reranked=rerank is not None)
+                     for c in sorted(chosen, key=lambda c: source_key(c.target)))
     return lines
 
 
+def linked_candidates(to_fill: SourceToFill, hypotheses: list, tgt_vocab, tables: tuple[WordTable, WordTable],
+                       counts: KindCounts, keep: int | None) -> list[Candidate]:
+    """The beam's targets that may be proposed, in the beam's order: finished, without ``[UNK]``, new to
+    the table and linked by the word tables; at most ``keep`` of them (None: all).
+
+    Each carries its share of the source's finished candidates (the p(e|f) column when reranked).
+    """
+    counts.sources += 1
+    finished = [h for h in hypotheses if h.finished]
+    shares = dict(zip((id(h) for h in finished), forward_shares([h.log_p for h in finished]), strict=True))
+    source_words = split_tokens(to_fill.source)
+    linked: list[Candidate] = []
+    for h in hypotheses:
+        if not h.finished or not h.ids or UNK_ID in h.ids:
+            counts.dropped += 1
+            continue
+        target = " ".join(tgt_vocab.decode(h.ids))
+        if target in to_fill.targets:
+            counts.found_in_table += 1
+            continue
+        if keep is not None and len(linked) == keep:
+            continue
+        # Moses' extraction never makes a pair without a word link (and its compact tables
+        # refuse an empty alignment): a target the word tables cannot link to the source goes.
+        if lexical_scores(source_words, target.split(" "), *tables).alignment:
+            linked.append(Candidate(target, h.log_p, math.nan, shares[id(h)]))
+        else:
+            counts.unlinked += 1
+    return linked
+
+
+def _reranked(batch: list[SourceToFill], candidates: list[list[Candidate]], rerank: _Rerank, width: int,
+              per_source: int) -> list[list[Candidate]]:
+    """Each source's best ``per_source`` candidates by both directions and the length prior, among the
+    ``width`` best by the forward model and the prior (:func:`rescorer.proposals.rerank.preselect`)."""
+    chosen = [preselect(found, len(split_tokens(to_fill.source)), rerank.prior, rerank.weights, width)
+              for to_fill, found in zip(batch, candidates, strict=True)]
+    scored = with_reverse_scores(batch, chosen, rerank.reverse, rerank.scorer)
+    return [best_candidates(found, len(split_tokens(to_fill.source)), rerank.prior, rerank.weights, per_source)
+            for to_fill, found in zip(batch, scored, strict=True)]
+
+
+def with_reverse_scores(batch: list[SourceToFill], candidates: list[list[Candidate]], reverse: Checkpoint,
+                        scorer: PairScorer) -> list[list[Candidate]]:
+    """The candidates with log p(f|e) filled in: the reverse model scores every candidate of the batch
+    in one call of the pipeline's scorer."""
+    pairs = [(to_fill.source, c.target) for to_fill, found in zip(batch, candidates, strict=True) for c in found]
+    scores = iter(reverse_log_probs(scorer, reverse, pairs).tolist())
+    return [[replace(c, log_p_reverse=next(scores)) for c in found] for found in candidates]
+
+
+def _listing_line(to_fill: SourceToFill, c: Candidate, *, reranked: bool) -> str:
+    if not reranked:
+        return f"{to_fill.kind}\t{to_fill.source}\t{c.target}\t{c.log_p:.6f}\n"
+    return f"{to_fill.kind}\t{to_fill.source}\t{c.target}\t{c.log_p:.6f}\t{c.log_p_reverse:.6f}\t{c.log_share:.6f}\n"
+
+
 def _merge(table: str, work: ProposeWork, phrase_probabilities: tuple[float, float],
-           tables: tuple[WordTable, WordTable]) -> None:
+           tables: tuple[WordTable, WordTable], *, reranked: bool) -> None:
     """The table and the listing's proposals in sorted order into ``work.merged``, their line numbers into
     ``work.flagged``; each written atomically, so a kill here leaves the search's result as it was."""
     with atomic_output(work.merged, zlib_level=1) as out:
-        flagged = merge_proposals(table, proposed_lines(work.listing, phrase_probabilities, tables), out)
+        lines = proposed_lines(work.listing, phrase_probabilities, tables, reranked=reranked)
+        flagged = merge_proposals(table, lines, out)
     with atomic_path(work.flagged) as tmp, open(tmp, "wb") as fh:
         np.save(fh, flagged)
 
 
 def proposed_lines(listing: Path, phrase_probabilities: tuple[float, float],
-                   tables: tuple[WordTable, WordTable]) -> Iterator[bytes]:
-    """The Moses line of each proposal of the listing (kind, source, target, log p), in its order.
+                   tables: tuple[WordTable, WordTable], *, reranked: bool = False) -> Iterator[bytes]:
+    """The Moses line of each proposal of the listing (kind, source, target, log p, ...), in its order.
 
     The listing is the search's record; a line's columns follow from its pair: the phrase
-    probabilities are the run's constants, the lexical weights and the alignment the word tables'
-    (docs/proposals.md). The source may hold a tab (Moses splits phrases on it), the target never
-    does (it is the shortlist's words joined by spaces), so the fields are cut from the right.
+    probabilities are the run's constants, or when ``reranked`` the two models' (the listing's
+    log p(f|e) and share, :func:`rescorer.proposals.rerank.proposed_phrase_probabilities`), the lexical
+    weights and the alignment the word tables' (docs/proposals.md). The source may hold a tab
+    (Moses splits phrases on it), the target never does (it is the shortlist's words joined by
+    spaces), so the fields are cut from the right.
     """
     p_fe, p_ef = phrase_probabilities
     for _, line in iter_text_lines(listing):
-        kind_and_source, target, _ = line.rsplit("\t", 2)
+        if reranked:
+            kind_and_source, target, log_p, log_reverse, log_share = line.rsplit("\t", 4)
+            scores = Candidate(target, float(log_p), float(log_reverse), float(log_share))
+            p_fe, p_ef = proposed_phrase_probabilities(scores)
+        else:
+            kind_and_source, target, _ = line.rsplit("\t", 2)
         source = kind_and_source.split("\t", 1)[1]
         lex = lexical_scores(split_tokens(source), target.split(" "), *tables)
         yield (f"{source} ||| {target} ||| {p_fe:.6g} {lex.source_given_target:.6g} {p_ef:.6g} "

@@ -8,6 +8,7 @@ gathers what the choice and the proposed lines need, before any search:
 * its longest source phrase (the n-gram length of ``--for-text``), its distinct sources;
 * how many of its words the model's shortlists hold (a model made for another table stops here);
 * the geometric mean of each phrase-probability column over its singleton pairs (docs/proposals.md);
+* how many of its pairs have an n-word source and an m-word target (the reranking's length prior);
 * for ``--for-text``, the targets the table already has for each n-gram of the text.
 
 A text n-gram the table lacks is *missing*; one it has with fewer than ``thin_below`` targets is
@@ -19,8 +20,11 @@ translate a word it never saw.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from infrastructure.errors import UserError
 from infrastructure.files import PathArg, display_name
@@ -74,6 +78,17 @@ class TableScan:
     log_sums: list[float] = field(default_factory=lambda: [0.0, 0.0])  # Σ ln p(f|e), Σ ln p(e|f) over them
     all_log_sums: list[float] = field(default_factory=lambda: [0.0, 0.0])  # the same over every line
     wanted_targets: dict[str, list[str]] = field(default_factory=dict)  # --for-text: the table's targets
+    lengths: Counter[tuple[int, int]] = field(default_factory=Counter)  # (source words, target words): lines
+    # With a reverse model (its source side reads the table's targets): the table's words it knows.
+    reverse_target_known: int = 0  # target tokens in the reverse model's source shortlist
+    reverse_source_known: int = 0  # source tokens in the reverse model's target shortlist
+
+    def length_counts(self) -> np.ndarray:
+        """``counts[n, m]``: the lines with an n-word source and an m-word target."""
+        counts = np.zeros((self.max_source_words + 1, self.max_target_words + 1), dtype=np.int64)
+        for (n, m), lines in self.lengths.items():
+            counts[n, m] = lines
+        return counts
 
     def phrase_probabilities(self) -> tuple[float, float]:
         """(p(f|e), p(e|f)) for a proposal: the geometric means over the table's singleton pairs.
@@ -93,13 +108,17 @@ class TableScan:
 
 
 def scan_table(path: PathArg, src_vocab: Vocab, tgt_vocab: Vocab, wanted: set[str] | frozenset[str] = frozenset(),
-               ) -> TableScan:
-    """One streaming pass over a table (module doc); a line out of order is an error at that line."""
+               reverse: tuple[Vocab, Vocab] | None = None) -> TableScan:
+    """One streaming pass over a table (module doc); a line out of order is an error at that line.
+
+    ``reverse``: a reverse model's (source, target) shortlists, whose words are counted too.
+    """
     name = display_name(path)
     scan = TableScan()
     previous = b""
     current_source: bytes | None = None
     keep: list[str] | None = None
+    source_words = 0
     for entry in read_phrase_table(path):
         raw = entry.raw
         if raw < previous:
@@ -119,11 +138,17 @@ def scan_table(path: PathArg, src_vocab: Vocab, tgt_vocab: Vocab, wanted: set[st
             scan.max_source_words = max(scan.max_source_words, len(words))
             scan.source_tokens += len(words)
             scan.source_known += sum(src_vocab.is_known(w) for w in words)
+            source_words = len(words)
+            if reverse is not None:
+                scan.reverse_source_known += sum(reverse[1].is_known(w) for w in words)
             keep = scan.wanted_targets.setdefault(entry.source, []) if entry.source in wanted else None
         target_words = split_tokens(entry.target)
         scan.max_target_words = max(scan.max_target_words, len(target_words))
         scan.target_tokens += len(target_words)
         scan.target_known += sum(tgt_vocab.is_known(w) for w in target_words)
+        scan.lengths[source_words, len(target_words)] += 1
+        if reverse is not None:
+            scan.reverse_target_known += sum(reverse[0].is_known(w) for w in target_words)
         if keep is not None:
             keep.append(entry.target)
         _add_probabilities(scan, entry.fields, scores)

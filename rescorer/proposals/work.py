@@ -3,8 +3,9 @@
 Proposing for every source of a real table takes hours on a CPU, so a run keeps what it has done in
 a hidden folder beside its output, ``.OUTPUT.propose/``, and ``--resume`` goes on from there:
 
-* ``proposals.tsv``: the listing (kind, source, target, log p), appended one batch of sources at a
-  time and flushed to disk (fsync) before ``progress.json`` says so;
+* ``proposals.tsv``: the listing (kind, source, target, log p; reranked, log p(f|e) and the p(e|f)
+  column's ln too), appended one batch of sources at a time and flushed to disk (fsync) before
+  ``progress.json`` says so;
 * ``progress.json``: replaced atomically after each batch with what is durable (sources searched,
   the listing's bytes, the counts of the report) and what identifies the run: the table, the model,
   the text, the word tables and every option that decides the output's bytes. A resume with other

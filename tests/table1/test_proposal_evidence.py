@@ -52,6 +52,12 @@ def test_reference_overlap_counts_each_source_once_per_sentence(tmp_path):
     assert (thin.occurrences, thin.proposed_in_ref, thin.table, thin.table_in_ref) == (2, 1, 2, 1)
 
 
+def test_a_reranked_listing_reads_as_its_first_four_columns(tmp_path):
+    """rescorer propose --reverse-model lists log p(f|e) and the p(e|f) column's ln after log p."""
+    listing = _write(tmp_path / "proposals.tsv", ["missing\tred house\tla maison rouge\t-2.000000\t-3.5\t-0.25"])
+    assert read_proposals(listing) == {"red house": [Proposal("missing", "la maison rouge", -2.0)]}
+
+
 def test_usage_reads_each_sentences_first_hypothesis(tmp_path):
     nbest = _write(tmp_path / "test.nbest", [
         "0 ||| a b ||| LM0= -3 PhrasePenalty0= 2 TranslationModel0= -1 -1 -1 -1 -2 0 0.999999 ||| -4",

@@ -132,3 +132,22 @@ def test_a_bf16_search_finds_the_fp32_targets_with_log_p_close_to_them() -> None
             assert abs(x.log_p - y.log_p) <= 0.02 * (len(x.ids) + 1), (x, y)
             differs |= x.log_p != y.log_p
     assert differs  # it did run in bf16
+
+
+def test_the_collecting_search_keeps_every_finished_target_of_a_full_beam_at_every_length() -> None:
+    """collect=True (the reranking's candidates): finished targets do not take a slot, so each source
+    keeps `width` live hypotheses to max_words and returns every target ended on the way, exact log p."""
+    model = _model(eos_bias=1.5, vocab=5)  # few words: </s> is often among a step's best extensions
+    c = encode_sources(model, SOURCES, torch.device("cpu"))
+    plain = beam_search_batch(model, c, 3, max_words=6)
+    collected = beam_search_batch(model, c, 3, max_words=6, collect=True)
+    for i, (few, many) in enumerate(zip(plain, collected, strict=True)):
+        assert all(h.finished for h in many) and len({h.ids for h in many}) == len(many)
+        assert [h.log_p for h in many] == sorted((h.log_p for h in many), reverse=True)
+        if many:
+            expected = _scores(model, c[i : i + 1], [h.ids for h in many])
+            assert [h.log_p for h in many] == pytest.approx(expected, abs=1e-10)
+        assert len(few) <= 3  # the plain search stops at `width` finished targets
+    assert sum(len(many) > 3 for many in collected) >= 3
+    assert max(len(h.ids) for many in collected for h in many) > max(len(h.ids) for few in plain for h in few
+                                                                     if h.finished)
