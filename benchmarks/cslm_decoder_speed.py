@@ -37,7 +37,7 @@ from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import neural_lm_feature_line, write_nplm
 from moses_integration.phrase_table import read_phrase_table
 from moses_integration.tokens import split_tokens
-from rescorer.model.vocab import Vocab
+from neural.vocab import Vocab
 
 # name: (embedding, hidden layers). The one-layer shapes keep the first layer, which NPLM
 # premultiplies into the embeddings at load time, and drop the second, whose matrix-vector product

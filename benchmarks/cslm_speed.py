@@ -39,9 +39,9 @@ from cslm.scoring import ScoreStats, sentence_log_probs  # noqa: E402
 from cslm.step import make_cslm_step  # noqa: E402
 from moses_integration.nbest import read_nbest  # noqa: E402
 from moses_integration.tokens import split_tokens  # noqa: E402
-from rescorer.model.config import PRECISIONS  # noqa: E402
-from rescorer.model.device import autocast_dtype, select_device, training_precision  # noqa: E402
-from rescorer.model.vocab import Vocab  # noqa: E402
+from neural.config import PRECISIONS  # noqa: E402
+from neural.device import autocast_dtype, select_device, training_precision  # noqa: E402
+from neural.vocab import Vocab  # noqa: E402
 
 
 def nbest_path() -> Path:

@@ -36,12 +36,12 @@ import torch
 
 from benchmarks.machine_peak import matmul_peaks
 from benchmarks.score_speed import SIZES, default_table
+from neural.device import autocast_dtype, matmul_precision, select_device
+from neural.vocab import Vocab
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint
 from rescorer.model.config import ModelConfig
-from rescorer.model.device import autocast_dtype, matmul_precision, select_device
 from rescorer.model.flops import count_flops
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import Vocab
 from rescorer.pipeline.chunk_prep import PrepareTask, init_worker, prepare_chunk
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget
 from rescorer.pipeline.scoring_plan import ScoringPlan

@@ -61,11 +61,11 @@ def main() -> None:
     import torch
 
     from moses_integration.tokens import split_tokens
+    from neural.device import select_device
+    from neural.vocab import Vocab
     from rescorer.model.checkpoint import load_checkpoint
     from rescorer.model.config import ModelConfig
-    from rescorer.model.device import select_device
     from rescorer.model.network import RNNEncoderDecoder
-    from rescorer.model.vocab import Vocab
     from rescorer.proposals import beam as beam_module
 
     torch.set_num_threads(args.threads)

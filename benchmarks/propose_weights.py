@@ -78,8 +78,8 @@ def main() -> None:
     import torch
 
     from moses_integration.tokens import split_tokens
+    from neural.device import select_device
     from rescorer.model.checkpoint import load_checkpoint
-    from rescorer.model.device import select_device
     from rescorer.proposals.beam import default_rows_per_step, search_sources
     from rescorer.proposals.lexical import read_word_table
     from rescorer.proposals.propose import KindCounts, linked_candidates, with_reverse_scores

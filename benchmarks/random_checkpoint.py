@@ -24,7 +24,7 @@ SIZES = {
 
 def shortlists(table: Path, lines: int = 200_000, size: int = 15000) -> tuple[list[str], list[str]]:
     """The ``size`` most frequent words of each side of the table's first ``lines`` lines, as Vocab words."""
-    from rescorer.model.vocab import Vocab
+    from neural.vocab import Vocab
 
     src, tgt = Counter(), Counter()
     with gzip.open(table) as fh:
@@ -38,10 +38,10 @@ def shortlists(table: Path, lines: int = 200_000, size: int = 15000) -> tuple[li
 def write_random_checkpoint(table: Path, out: Path, size: str = "paper", seed: int = 0) -> Path:
     import torch
 
+    from neural.vocab import Vocab
     from rescorer.model.checkpoint import save_checkpoint
     from rescorer.model.config import ModelConfig
     from rescorer.model.network import RNNEncoderDecoder
-    from rescorer.model.vocab import Vocab
 
     src, tgt = (Vocab(words) for words in shortlists(table))
     config = ModelConfig(src_vocab_size=len(src), tgt_vocab_size=len(tgt), **SIZES[size])

@@ -40,12 +40,12 @@ if __name__ == "__main__":
     import torch
 
     from benchmarks.machine_peak import matmul_peak_flops
+    from neural.device import select_device
+    from neural.vocab import Vocab
     from rescorer.model.checkpoint import Checkpoint
     from rescorer.model.config import ModelConfig
-    from rescorer.model.device import select_device
     from rescorer.model.flops import count_flops, count_flops_per_pair
     from rescorer.model.network import RNNEncoderDecoder
-    from rescorer.model.vocab import Vocab
     from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
     from rescorer.pipeline.scoring import ScoringOptions
 

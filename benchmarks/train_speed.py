@@ -44,8 +44,9 @@ import torch  # noqa: E402
 
 from benchmarks.machine_peak import matmul_peaks  # noqa: E402
 from benchmarks.shared_data import shared_dir  # noqa: E402
-from rescorer.model.config import PRECISIONS, ModelConfig, TrainConfig  # noqa: E402
-from rescorer.model.device import autocast_dtype, matmul_precision, select_device, training_precision  # noqa: E402
+from neural.config import PRECISIONS  # noqa: E402
+from neural.device import autocast_dtype, matmul_precision, select_device, training_precision  # noqa: E402
+from rescorer.model.config import ModelConfig, TrainConfig  # noqa: E402
 from rescorer.model.flops import count_flops_per_pair  # noqa: E402
 from rescorer.model.network import RNNEncoderDecoder  # noqa: E402
 from rescorer.training.step import make_train_step, resolve_train_step  # noqa: E402

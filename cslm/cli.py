@@ -23,7 +23,7 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from rescorer.model.config import PRECISIONS, TRAIN_STEPS
+from neural.config import PRECISIONS, TRAIN_STEPS
 
 
 @click.group("cslm")

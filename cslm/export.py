@@ -25,7 +25,7 @@ from cslm.model import CSLM
 from cslm.model_file import CSLMFile
 from moses_integration.nplm import BOS, NULL, UNK, NPLMConfig, NPLMError, NPLMModel
 from moses_integration.phrase_table import LOG_FLOOR
-from rescorer.model.vocab import Vocab
+from neural.vocab import Vocab
 
 
 def nplm_vocabulary(vocab: Vocab) -> list[str]:

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from infrastructure.errors import UserError
-from rescorer.model.config import DictConfig, check_positive_int
-from rescorer.model.network import embedding_layer
+from neural.config import DictConfig, check_positive_int
+from neural.layers import embedding_layer
 
 
 class CSLMError(UserError):

@@ -1,7 +1,7 @@
 """CSLM model files: self-describing (config, vocabulary, weights, optional training state).
 
 They load with ``torch.load(weights_only=True)``, like the RNN's checkpoints, through the same
-envelope reader (:func:`rescorer.model.checkpoint.read_model_file`).
+envelope reader (:func:`neural.model_files.read_model_file`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import torch
 
 from cslm.model import CSLM, CSLMConfig, CSLMError
 from infrastructure.files import PathArg
-from rescorer.model.checkpoint import read_model_file, write_model_file
-from rescorer.model.device import select_device
-from rescorer.model.vocab import Vocab
+from neural.device import select_device
+from neural.model_files import read_model_file, write_model_file
+from neural.vocab import Vocab
 
 FORMAT_NAME = "moses-rnn-rescorer-cslm"
 FORMAT_VERSION = 1

@@ -18,7 +18,7 @@ from infrastructure.files import PathArg
 from moses_integration.moses_ini import dense_feature_name_problem
 from moses_integration.nbest import NBestEntry, append_features
 from moses_integration.tokens import split_tokens
-from rescorer.model.vocab import Vocab
+from neural.vocab import Vocab
 
 DEFAULT_FEATURE_NAME = "CSLM0"
 

@@ -17,8 +17,8 @@ import torch
 from cslm.model import CSLM
 from moses_integration.phrase_table import LOG_FLOOR
 from moses_integration.tokens import split_tokens
-from rescorer.model.device import autocast, autocast_dtype
-from rescorer.model.vocab import Vocab
+from neural.device import autocast, autocast_dtype
+from neural.vocab import Vocab
 
 #: Tokens per scoring batch: large enough that the histories of a whole 100-best list (and of
 #: several sentences) are deduplicated together, small enough to bound the [U, V] softmax.

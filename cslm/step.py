@@ -8,7 +8,7 @@ them costs more than running them.
 * ``static``: every minibatch filled up to the batch size with empty n-grams (target −1, which
   the cross-entropy ignores and the (log Z)² penalty masks), gradients in persistent buffers.
 * ``captured``: ``static`` with the update captured once as a CUDA graph and replayed
-  (``rescorer.model.cuda_graphs``, which checks the graph against its eager update first). Adam
+  (``neural.cuda_graphs``, which checks the graph against its eager update first). Adam
   only: SGD's learning rate changes at every update, and a graph would keep the first.
 * ``auto``: ``captured`` on CUDA with Adam, else ``eager``.
 
@@ -26,15 +26,9 @@ from torch import Tensor
 
 from cslm.model import CSLM
 from infrastructure.errors import UserError
-from rescorer.model.config import TRAIN_STEPS
-from rescorer.model.cuda_graphs import (
-    CudaGraphs,
-    GraphedUpdates,
-    optimizer_tensors,
-    persistent_grads,
-    set_capturable,
-)
-from rescorer.model.device import autocast
+from neural.config import TRAIN_STEPS
+from neural.cuda_graphs import CudaGraphs, GraphedUpdates, optimizer_tensors, persistent_grads, set_capturable
+from neural.device import autocast
 
 CSLMStep = Callable[[Tensor, Tensor], Tensor]
 IGNORED = -1  # the target of an empty n-gram in a static minibatch

@@ -47,10 +47,10 @@ from infrastructure.files import atomic_output, exclusive_use, removed_when_the_
 from infrastructure.progress import progress_bar
 from infrastructure.training_loop import run_training
 from moses_integration.tokens import split_tokens
-from rescorer.model.checkpoint import last_checkpoint_path, refuse_to_overwrite
-from rescorer.model.config import TRAIN_STEPS, DictConfig, check_positive_int
-from rescorer.model.device import autocast_dtype, describe_precision, select_device, training_precision
-from rescorer.model.vocab import Vocab, read_corpus_lines
+from neural.config import TRAIN_STEPS, DictConfig, check_positive_int
+from neural.device import autocast_dtype, describe_precision, select_device, training_precision
+from neural.model_files import last_checkpoint_path, refuse_to_overwrite
+from neural.vocab import Vocab, read_corpus_lines
 
 DATA_VERSION = 1
 

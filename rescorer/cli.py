@@ -22,14 +22,8 @@ from infrastructure.cli_options import (
     threads_option,
 )
 from infrastructure.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
-from rescorer.model.config import (
-    DEFAULT_SHORTLIST,
-    DEFAULT_TRAIN_TIME,
-    PRECISIONS,
-    TRAIN_STEPS,
-    ModelSizes,
-    TrainConfig,
-)
+from neural.config import PRECISIONS, TRAIN_STEPS
+from rescorer.model.config import DEFAULT_SHORTLIST, DEFAULT_TRAIN_TIME, ModelSizes, TrainConfig
 
 
 def _model_size_options(fn: Callable) -> Callable:
@@ -137,8 +131,8 @@ def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, s
 
 
 def _load(model_path: str, device: str = "cpu"):
+    from neural.device import select_device
     from rescorer.model.checkpoint import load_checkpoint
-    from rescorer.model.device import select_device
 
     return load_checkpoint(model_path, map_location=select_device(device))
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 from moses_integration.tokens import split_tokens
+from neural.vocab import Vocab
 from rescorer.model.checkpoint import save_checkpoint
 from rescorer.model.config import ModelConfig, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import Vocab
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_TABLE = REPO_ROOT / "examples" / "phrase-table.en-fr.gz"

@@ -10,8 +10,8 @@ import torch
 
 from analysis_checkpoint import write_random_checkpoint
 from moses_integration.tokens import split_tokens
+from neural.vocab import EOS_ID, UNK_ID
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
-from rescorer.model.vocab import EOS_ID, UNK_ID
 
 
 def write_word_tables(table: Path, folder: Path) -> None:

@@ -1,4 +1,4 @@
-"""Stand-ins for rescorer.model.cuda_graphs.CudaGraphs, to test the captured steps' bookkeeping on a CPU."""
+"""Stand-ins for neural.cuda_graphs.CudaGraphs, to test the captured steps' bookkeeping on a CPU."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, display_name
+from neural.device import select_device
 from rescorer.analysis.compare import ComparedSource, compare_blocks, score_blocks
 from rescorer.analysis.plots import (
     PIXELS,
@@ -39,7 +40,6 @@ from rescorer.analysis.plots import (
 )
 from rescorer.analysis.sampling import SampleResult, sample_and_search
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint
-from rescorer.model.device import select_device
 from rescorer.tables.scan import DIRECT_COLUMN, TableScan, scan_table
 
 SECTIONS = ("model", "training", "table", "frequent", "rare", "samples", "scores", "words", "phrases")

@@ -16,9 +16,9 @@ import torch
 
 from infrastructure.errors import UserError
 from moses_integration.tokens import split_tokens
+from neural.vocab import EOS_ID, Vocab
 from rescorer.model.generation import next_word_log_probs, start_decoding
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import EOS_ID, Vocab
 from rescorer.proposals.beam import DEFAULT_MAX_WORDS, beam_search_batch
 from rescorer.tables.chunks import TokenIds
 

@@ -11,65 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
-# --precision choices (rescorer.model.device gives their meaning): here, torch-free, for the CLI.
-PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
-# --train-step choices (rescorer.training.step gives their meaning), torch-free for the CLI too.
-TRAIN_STEPS = ("auto", "eager", "static", "captured")
+from neural.config import TRAIN_STEPS, DictConfig, check_positive_int
+
 # What a model scores: "forward" p(e|f), the table's target given its source (the paper's model), or
 # "reverse" p(f|e), trained on the same pairs with sources and targets swapped (`rescorer train --reverse`).
 DIRECTIONS = ("forward", "reverse")
-
-_C = TypeVar("_C")
-
-
-def _strict_from_dict(cls: type[_C], data: Mapping[str, Any]) -> _C:
-    """Build dataclass ``cls`` from ``data``, naming unknown and missing keys in the error."""
-    if not isinstance(data, Mapping):
-        raise TypeError(f"{cls.__name__}.from_dict expects a mapping, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ValueError(
-            f"unknown {cls.__name__} key(s): {', '.join(map(str, unknown))} "
-            f"(known keys: {', '.join(fields)})"
-        )
-    missing = [
-        name
-        for name, f in fields.items()
-        if name not in data
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise ValueError(f"missing {cls.__name__} key(s): {', '.join(missing)}")
-    return cls(**dict(data))
-
-
-class DictConfig:
-    """The one config round-trip of the project: ``to_dict`` and a strict ``from_dict``.
-
-    Mixed into every dataclass config (the RNN's and the CSLM's), so that all of them are stored in
-    model files and read back the same way.
-    """
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict of builtins (safe for ``torch.load(weights_only=True)`` and JSON)."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_dict(cls: type[_C], data: Mapping[str, Any]) -> _C:
-        """Inverse of :meth:`to_dict`; unknown or missing keys raise ``ValueError``."""
-        return _strict_from_dict(cls, data)
-
-
-def check_positive_int(owner: str, name: str, value: object, minimum: int = 1) -> None:
-    """Reject floats/bools/small values early: a bad size otherwise fails deep inside torch."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def _check_sizes(owner: str, config: ModelSizes | ModelConfig) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rescorer.model.device import matmul_dtype, no_autocast
+from neural.device import matmul_dtype, no_autocast
 
 
 def _mm(a: Tensor, b: Tensor, dtype: torch.dtype, out_dtype: torch.dtype) -> Tensor:

@@ -52,11 +52,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from neural.layers import embedding_layer
+from neural.vocab import EOS_ID
 from rescorer.model import normalizer
 from rescorer.model.config import ModelConfig
 from rescorer.model.gru import decoder_recurrence, encoder_recurrence
 from rescorer.model.output_layer import target_log_probs
-from rescorer.model.vocab import EOS_ID
 
 # On CPU the output layer runs in blocks of rows × vocabulary entries: small enough for a block
 # of logits to stay in cache between the matmul and its log-sum-exp, large enough for efficient
@@ -115,14 +116,6 @@ def _check_batch(ids: Tensor, lengths: Tensor, what: str) -> int:
             f"{what}_len must be in [1, {ids.shape[1]}] (it counts the </s>); got [{low}, {high}]"
         )
     return high
-
-
-def embedding_layer(rows: int, dim: int, device: torch.device | str | None) -> nn.Embedding:
-    """An embedding table; on the meta device without its init, whose ``normal_`` has only a Python meta
-    kernel there, and that imports torch._dynamo (2.5 s) for a table a checkpoint then replaces."""
-    if device is not None and torch.device(device).type == "meta":
-        return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim, device=device))
-    return nn.Embedding(rows, dim, device=device)
 
 
 class RNNEncoderDecoder(nn.Module):

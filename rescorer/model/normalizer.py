@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from rescorer.model.device import matmul_dtype, no_autocast
+from neural.device import matmul_dtype, no_autocast
 from rescorer.model.lse_kernel import log_sum_exp, use_kernel
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rescorer.model.device import matmul_dtype, no_autocast
+from neural.device import matmul_dtype, no_autocast
 
 # Vocabulary columns per block on CPU: a [P, block] block of logits for a 64-pair minibatch
 # (a few hundred target positions) stays in L2 between its matmul, its maximum and its exp.

@@ -7,10 +7,10 @@ import math
 import torch
 from torch import Tensor
 
+from neural.vocab import EOS_ID
 from rescorer.model.gru import encoder_recurrence
 from rescorer.model.network import RNNEncoderDecoder, _lengths_mask
 from rescorer.model.output_layer import target_log_probs
-from rescorer.model.vocab import EOS_ID
 
 
 def static_log_likelihood(

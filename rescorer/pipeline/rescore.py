@@ -51,8 +51,8 @@ from infrastructure.files import (
 from infrastructure.progress import progress_bar
 from infrastructure.threads import available_cpus
 from moses_integration.phrase_table import PhraseTableError
+from neural.device import autocast_dtype, matmul_precision, scoring_precision, select_device
 from rescorer.model.checkpoint import Checkpoint
-from rescorer.model.device import autocast_dtype, matmul_precision, scoring_precision, select_device
 from rescorer.pipeline import score_parquet
 from rescorer.pipeline.chunk_prep import (
     PreparedChunk,

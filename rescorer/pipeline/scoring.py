@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rescorer.model.device import autocast, is_out_of_memory
+from neural.device import autocast, is_out_of_memory
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.prefix_tree import TreeArrays, with_end_of_phrase
 from rescorer.model.tree_scoring import encode_prefix_tree, score_prefix_tree
@@ -66,7 +66,7 @@ class PairScorer:
         self.model = model.to(device).eval()
         self.device = device
         self.amp_dtype = amp_dtype
-        self.precision = precision  # as resolved (rescorer.model.device.scoring_precision): for the resume record
+        self.precision = precision  # as resolved (neural.device.scoring_precision): for the resume record
         self.options = options or ScoringOptions()
         self.token_budget = self.options.token_budget or auto_token_budget(device, model.config)
 

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from rescorer.model.device import autocast
+from neural.device import autocast
+from neural.vocab import EOS_ID
 from rescorer.model.generation import next_word_top_k, start_decoding
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import EOS_ID
 
 DEFAULT_MAX_WORDS = 30
 # Live hypotheses per decoder step. On the CPU the logits are handled 128 rows at a time anyway

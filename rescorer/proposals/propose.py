@@ -49,9 +49,9 @@ from infrastructure.lines import iter_text_lines
 from infrastructure.progress import progress_bar
 from moses_integration.phrase_table import SEPARATOR, iter_lines
 from moses_integration.tokens import split_tokens
+from neural.device import autocast_dtype, scoring_precision, select_device
+from neural.vocab import UNK_ID
 from rescorer.model.checkpoint import Checkpoint
-from rescorer.model.device import autocast_dtype, scoring_precision, select_device
-from rescorer.model.vocab import UNK_ID
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import (
     LOW_OVERLAP_PERCENT,

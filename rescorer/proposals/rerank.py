@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from moses_integration.tokens import split_tokens
+from neural.vocab import UNK_ID, Vocab
 from rescorer.model.checkpoint import Checkpoint
-from rescorer.model.vocab import UNK_ID, Vocab
 from rescorer.pipeline.scoring import PairScorer
 from rescorer.tables.chunks import TokenIds
 

@@ -31,7 +31,7 @@ from infrastructure.files import PathArg, display_name
 from infrastructure.lines import iter_text_lines
 from moses_integration.phrase_table import PhraseTableError, read_phrase_table, score_tokens
 from moses_integration.tokens import split_tokens
-from rescorer.model.vocab import Vocab
+from neural.vocab import Vocab
 
 MOSES_COLUMNS = ("p(f|e)", "lex(f|e)", "p(e|f)", "lex(e|f)")
 KINDS = ("missing", "thin", "table")  # a text n-gram the table lacks; one it covers thinly; --all-sources

@@ -24,7 +24,7 @@ from infrastructure.errors import UserError
 from infrastructure.files import atomic_path, open_input
 from infrastructure.progress import progress_bar
 from moses_integration.tokens import split_tokens_arrow
-from rescorer.model.vocab import Vocab, build_vocab_from_corpus
+from neural.vocab import Vocab, build_vocab_from_corpus
 from rescorer.tables.chunks import EOS_ID, FIELD_SEPARATOR, iter_line_chunks, parse_chunk, phrases_to_ids
 
 PAIR_SCHEMA = pa.schema([("source", pa.string()), ("target", pa.string())])

@@ -11,7 +11,7 @@
   than ``eager`` (padding) for no gain, and it is what the tests compare with ``eager``.
 * ``captured``: ``static`` with each bucket's whole update (zeroing, forward, hand-written
   backward, clipping, Adadelta in torch's capturable foreach form) captured once in a CUDA graph
-  and replayed (:mod:`rescorer.model.cuda_graphs`, which checks each graph against the eager
+  and replayed (:mod:`neural.cuda_graphs`, which checks each graph against the eager
   update first). CUDA only.
 * ``auto``: ``eager`` everywhere. (It was ``captured`` on CUDA until the first capture on a real
   GPU, an H100 with torch 2.11, failed at the first shape: results/gpu-h100/README.md, run 8.)
@@ -30,15 +30,10 @@ import torch
 from torch import Tensor
 
 from infrastructure.errors import UserError
-from rescorer.model.config import TRAIN_STEPS, TrainConfig
-from rescorer.model.cuda_graphs import (
-    CudaGraphs,
-    GraphedUpdates,
-    optimizer_tensors,
-    persistent_grads,
-    set_capturable,
-)
-from rescorer.model.device import autocast
+from neural.config import TRAIN_STEPS
+from neural.cuda_graphs import CudaGraphs, GraphedUpdates, optimizer_tensors, persistent_grads, set_capturable
+from neural.device import autocast
+from rescorer.model.config import TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.static_shape import static_log_likelihood
 from rescorer.training.adadelta import ChunkedAdadelta

@@ -15,8 +15,8 @@ from cslm.cli import main as cslm_main
 from full_disk import fill_up_on_write
 from infrastructure import files
 from mert.cli import main as mert_main
+from neural import model_files
 from rescorer.cli import main as rescorer_main
-from rescorer.model import checkpoint
 
 SMALL_RNN = ["--hidden", "8", "--embedding", "4", "--maxout-units", "4", "--output-rank", "4", "--shortlist", "50"]
 
@@ -30,7 +30,7 @@ def _one_line(output: str) -> str:
 
 
 def test_rescorer_train_on_a_full_disk_is_one_line_and_leaves_no_data_folder(tmp_path: Path, monkeypatch) -> None:
-    fill_up_on_write(monkeypatch, checkpoint)  # the first save of the model finds the disk full
+    fill_up_on_write(monkeypatch, model_files)  # the first save of the model finds the disk full
     res = CliRunner().invoke(rescorer_main, ["train", str(EXAMPLE_TABLE), str(tmp_path / "m.pt"), "--max-steps", "2",
                                              "--device", "cpu", "-q", *SMALL_RNN])
     assert res.exit_code == 1, res.output
@@ -42,7 +42,7 @@ def test_cslm_train_on_a_full_disk_is_one_line_and_leaves_no_data_folder(tmp_pat
     corpus = tmp_path / "corpus.txt"
     with gzip.open(EXAMPLE_TABLE, "rt", encoding="utf-8") as table:
         corpus.write_text("".join(line.split(" ||| ")[1] + "\n" for line in table), encoding="utf-8")
-    fill_up_on_write(monkeypatch, checkpoint)
+    fill_up_on_write(monkeypatch, model_files)
     res = CliRunner().invoke(cslm_main, ["train", str(corpus), str(tmp_path / "lm.pt"), "--max-epochs", "1",
                                          "--order", "3", "--embedding", "4", "--hidden", "8", "--shortlist", "50",
                                          "--device", "cpu", "-q"])

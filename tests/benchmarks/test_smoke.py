@@ -95,7 +95,7 @@ def test_cslm_perplexity_prints_both_models_perplexities(run_benchmark: RunBench
     from cslm.model import CSLM, CSLMConfig
     from cslm.model_file import save_cslm
     from moses_integration.tokens import split_tokens
-    from rescorer.model.vocab import Vocab
+    from neural.vocab import Vocab
 
     lines = dev.read_text(encoding="utf-8").splitlines()[:5]
     text = tmp_path / "dev.fr"

@@ -25,7 +25,7 @@ from held_output import held_by_another_process
 from infrastructure.interrupts import Interrupted
 from moses_integration.nbest import read_nbest
 from moses_integration.tokens import split_tokens
-from rescorer.model.vocab import Vocab
+from neural.vocab import Vocab
 from shared_paths import moses_bin_dir, shared_file
 
 NBEST = "fixtures/hansard-enfr/nbest/dev.nbest.gz"
@@ -434,7 +434,7 @@ def test_auto_trains_the_cslm_in_bf16_only_on_a_cpu_with_amx(tmp_path: Path, cap
                                                               precision) -> None:
     """Issue 47: as the RNN's training, ``auto`` means the CPU's bf16 units where AMX makes them pay;
     the run says so, records it, and computes exactly what the named precision computes."""
-    from rescorer.model import device as device_module
+    from neural import device as device_module
 
     monkeypatch.setattr(device_module, "cpu_bf16_units", lambda: units)
     corpus = tmp_path / "fr.txt"

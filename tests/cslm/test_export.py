@@ -23,7 +23,7 @@ from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import sentence_log_probs, token_scores
 from cslm.train import CSLMTrainConfig, Validation, train_cslm
 from moses_integration.nplm import NPLMError, read_nplm_header
-from rescorer.model.vocab import Vocab
+from neural.vocab import Vocab
 from shared_paths import shared_file
 
 WORDS = ["le", "la", "les", "de", "du", "des", "et", "à", "un", "une", "chat", "chien", "maison", "rouge"]

@@ -27,7 +27,7 @@ from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
 from moses_integration.nplm import write_nplm
 from moses_integration.tokens import split_tokens
-from rescorer.model.vocab import Vocab
+from neural.vocab import Vocab
 from shared_paths import has_neural_lm, moses_bin_dir, shared_file
 
 FIXTURE = "fixtures/hansard-enfr"

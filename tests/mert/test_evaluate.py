@@ -242,7 +242,7 @@ def test_decode_with_the_cslm_feature_picks_its_best_hypothesis(fake_system: dic
     from cslm.model_file import save_cslm
     from cslm.scoring import sentence_log_probs
     from moses_integration.tokens import split_tokens
-    from rescorer.model.vocab import Vocab
+    from neural.vocab import Vocab
 
     by_sentence: dict[str, list[str]] = {}
     for line in fake_system["pool"].read_text(encoding="utf-8").splitlines():

@@ -228,7 +228,7 @@ def test_cslm_feature_is_tuned_on_the_fake_decoder(dev: dict[str, Path], tmp_pat
     from cslm.model_file import save_cslm
     from cslm.scoring import sentence_log_probs
     from moses_integration.tokens import split_tokens
-    from rescorer.model.vocab import Vocab
+    from neural.vocab import Vocab
 
     vocab = Vocab.from_counts(Vocab.count_tokens(dev["ref"].read_text(encoding="utf-8").splitlines()), 200)
     torch.manual_seed(0)

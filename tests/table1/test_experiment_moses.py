@@ -21,7 +21,7 @@ from cslm.model_file import load_cslm
 from mert.features import read_sidecar
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
-from rescorer.model.checkpoint import last_checkpoint_path
+from neural.model_files import last_checkpoint_path
 from shared_paths import has_neural_lm, moses_bin_dir, shared_file
 from table1 import collect, systems, tuning, workspace
 from table1.settings import SCALES, CslmSettings, RnnSettings, RunPlan, TextSlice, select_configurations

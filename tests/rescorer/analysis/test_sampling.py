@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from infrastructure.errors import UserError
+from neural.vocab import EOS_ID, Vocab
 from rescorer.analysis.sampling import beam_search, sample_and_search, sample_targets, summary_of
 from rescorer.model.config import ModelConfig
 from rescorer.model.generation import next_word_log_probs, start_decoding
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import EOS_ID, Vocab
 
 TGT_WORDS = ["la", "maison", "bleue", "rouge"]
 

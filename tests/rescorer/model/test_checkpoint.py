@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from neural.model_files import ModelFileError
+from neural.vocab import EOS, UNK, Vocab
 from rescorer.model import checkpoint as checkpoint_module
 from rescorer.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rescorer.model.config import DEFAULT_TRAIN_TIME, ModelConfig, ModelSizes, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import EOS, UNK, Vocab
 
 CONFIG = ModelConfig(src_vocab_size=6, tgt_vocab_size=5, hidden=8, embedding=4, maxout_units=3, output_rank=2)
 SRC_VOCAB = Vocab([EOS, UNK, "the", "house", "&amp;", "é"])
@@ -116,7 +117,7 @@ def test_unstorable_train_state_fails_at_save_time(
     tmp_path: Path, trained: tuple[RNNEncoderDecoder, torch.optim.Optimizer]
 ) -> None:
     model, _ = trained
-    with pytest.raises(CheckpointError, match=r"train_state\['rng'\] is a object"):
+    with pytest.raises(ModelFileError, match=r"train_state\['rng'\] is a object"):
         _save(tmp_path / "model.pt", model, train_state={"rng": object()})
     assert not any(tmp_path.iterdir())
 

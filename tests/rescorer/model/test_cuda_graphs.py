@@ -1,17 +1,11 @@
-"""The check a CUDA graph passes before training trusts it (rescorer.model.cuda_graphs), on the CPU."""
+"""The check a CUDA graph passes before training trusts it (neural.cuda_graphs), on the CPU."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from rescorer.model.cuda_graphs import (
-    CudaGraphs,
-    optimizer_tensors,
-    persistent_grads,
-    set_capturable,
-    update_difference,
-)
+from neural.cuda_graphs import CudaGraphs, optimizer_tensors, persistent_grads, set_capturable, update_difference
 
 
 def _setup():
@@ -108,7 +102,7 @@ def test_a_real_capture_of_the_training_step_is_trusted(capsys):
 def test_a_failed_capture_leaves_random_numbers_working(capsys):
     """An update that reads a value on the host cannot be captured: training goes on eagerly with a
     warning, and the CUDA generator still draws (it raised "Offset increment outside graph capture")."""
-    from rescorer.model.cuda_graphs import GraphedUpdates
+    from neural.cuda_graphs import GraphedUpdates
 
     device = torch.device("cuda")
     weight = torch.zeros(3, device=device, requires_grad=True)

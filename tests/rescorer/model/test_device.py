@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rescorer.model.device import autocast_dtype, matmul_precision, scoring_precision
+from neural.device import autocast_dtype, matmul_precision, scoring_precision
 
 
 def test_scores_are_fp32_unless_a_precision_is_named():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rescorer.model.vocab import EOS, UNK, Vocab, build_vocab_from_corpus, count_tokens, split_tokens
+from neural.vocab import EOS, UNK, Vocab, build_vocab_from_corpus, count_tokens, split_tokens
 
 
 def test_shortlist_keeps_k_minus_one_most_frequent_words() -> None:

@@ -21,10 +21,10 @@ import torch
 
 from infrastructure.processes import process_tag
 from moses_integration.phrase_table import PhraseTableError
+from neural.vocab import Vocab
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import Vocab
 from rescorer.pipeline.chunk_prep import PrepareTask, prepare_chunk
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions

@@ -21,11 +21,11 @@ from click.testing import CliRunner
 
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import NPLMConfig, NPLMModel, write_nplm
+from neural.vocab import Vocab
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import Vocab
 from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
 from shared_paths import REPO_ROOT
 

@@ -20,11 +20,11 @@ from click.testing import CliRunner
 from full_disk import FullDisk
 from held_output import held_by_another_process
 from moses_integration.phrase_table import PhraseTableError
+from neural.vocab import EOS, UNK, Vocab
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import EOS, UNK, Vocab
 from rescorer.pipeline import partial_output
 from rescorer.pipeline import rescore as rescore_module
 from rescorer.pipeline.errors import RescoreError

@@ -187,9 +187,9 @@ def test_moses_ini_gets_a_feature_and_a_weight_for_the_reverse_column(sample, mo
 def test_a_reverse_model_of_other_languages_is_warned_about(sample, models, tmp_path):
     """The forward model knows the table's words; a reverse model whose shortlists hold none of them
     gets the low-overlap warning too, naming it."""
+    from neural.vocab import EOS, UNK, Vocab
     from rescorer.model.checkpoint import Checkpoint
     from rescorer.model.network import RNNEncoderDecoder
-    from rescorer.model.vocab import EOS, UNK, Vocab
 
     config = replace(SMALL, direction="reverse").config(3, 3)
     foreign = Vocab([EOS, UNK, "wort"])

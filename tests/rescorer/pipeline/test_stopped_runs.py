@@ -22,10 +22,10 @@ import torch
 from leftovers import marked_env, marked_processes, wait_until_gone
 
 from infrastructure.processes import process_tag
+from neural.vocab import EOS, UNK, Vocab
 from rescorer.model.checkpoint import save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import EOS, UNK, Vocab
 from shared_paths import shared_file
 
 WORDS = ["la", "maison", "the", "house", "a", "b", "c"]

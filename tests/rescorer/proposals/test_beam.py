@@ -7,10 +7,10 @@ import itertools
 import pytest
 import torch
 
+from neural.vocab import EOS_ID
 from rescorer.model.config import ModelConfig
 from rescorer.model.generation import next_word_log_probs, next_word_top_k, start_decoding
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.vocab import EOS_ID
 from rescorer.proposals.beam import beam_search_batch, encode_sources, search_sources
 
 SOURCES = [[2], [3, 4], [4, 2, 5], [5, 5], [2, 3, 4, 5, 6], [6]]

@@ -26,10 +26,10 @@ import rescorer
 from analysis_checkpoint import EXAMPLE_TABLE
 from moses_integration.moses_ini import MosesIni
 from moses_integration.tokens import split_tokens
+from neural.vocab import Vocab
 from proposal_system import write_model, write_word_tables
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
-from rescorer.model.vocab import Vocab
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.proposals.lexical import lexical_scores, read_word_table

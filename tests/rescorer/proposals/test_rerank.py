@@ -16,11 +16,11 @@ from click.testing import CliRunner
 
 from analysis_checkpoint import EXAMPLE_TABLE
 from moses_integration.tokens import split_tokens
+from neural.vocab import UNK_ID
 from proposal_system import write_model, write_word_tables
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
-from rescorer.model.vocab import UNK_ID
 from rescorer.pipeline.rescore import RescoreOptions
 from rescorer.proposals.beam import search_sources
 from rescorer.proposals.lexical import lexical_scores, read_word_table

@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rescorer.model import device as device_module
+from neural import device as device_module
+from neural.device import training_precision
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
-from rescorer.model.device import training_precision
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.training.step import EagerStep
 from rescorer.training.train import make_optimizer, train_on_phrase_table

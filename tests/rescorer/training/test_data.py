@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from moses_integration.phrase_table import PhraseTableError
-from rescorer.model.vocab import Vocab
+from neural.vocab import Vocab
 from rescorer.training.data import PairData, encode_pairs, extract_unique_pairs, pad_with_eos
 from shared_paths import shared_file
 

@@ -1,7 +1,7 @@
 """The static-shape training step (what CUDA graphs capture) makes the eager step's updates.
 
 The GPU's captured step replays exactly the static step's operations, checked against its eager
-run on the GPU itself (rescorer.model.cuda_graphs); here, without a GPU, the static step is run
+run on the GPU itself (neural.cuda_graphs); here, without a GPU, the static step is run
 on the CPU against the eager one, and on the meta device, where any read of a tensor's values on
 the host (which a capture cannot hold) raises.
 """
@@ -79,7 +79,7 @@ def test_captured_step_replays_the_eager_updates(one_torch_thread):
     captured, _ = losses(make_step, batches)
     np.testing.assert_allclose(captured, eager, rtol=1e-5)
     # Every update not replayed (warm-ups, the eager references) ran on the capture stream: autograd
-    # nodes made on another stream break the capture on a GPU (rescorer.model.cuda_graphs).
+    # nodes made on another stream break the capture on a GPU (neural.cuda_graphs).
     assert eager_updates_on_side_stream and all(eager_updates_on_side_stream)
     shapes = Counter((bucket_width(b[0].shape[1]), bucket_width(b[2].shape[1])) for b in batches)
     # A shape's first batch is its warm-up, the second is captured (and replayed to check it), and

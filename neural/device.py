@@ -93,7 +93,7 @@ def describe_precision(precision: str) -> str:
 def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype | None:
     """Reduced precision only on CUDA: bf16 where supported (no loss scaling needed), else fp16.
 
-    ``precision`` is one of :data:`rescorer.model.config.PRECISIONS`. ``auto`` means bf16 autocast on CUDA for training
+    ``precision`` is one of :data:`neural.config.PRECISIONS`. ``auto`` means bf16 autocast on CUDA for training
     (scoring resolves it with :func:`scoring_precision` first, training with
     :func:`training_precision`, which picks bf16 on a CPU with AMX); left unresolved on a CPU it
     keeps fp32. ``tf32`` autocasts nothing: its fp32
