@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import gzip
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import torch
 
-from analysis_checkpoint import write_random_checkpoint
+from analysis_checkpoint import EXAMPLE_TABLE, write_random_checkpoint
 from moses_integration.tokens import split_tokens
 from neural.vocab import EOS_ID, UNK_ID
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
+from rescorer.pipeline.rescore import RescoreOptions
+from rescorer.proposals.propose import ProposeOptions
 
 
 def write_word_tables(table: Path, folder: Path) -> None:
@@ -41,3 +44,16 @@ def write_model(table: Path, out: Path) -> Path:
         checkpoint.model.out_vocab.bias[UNK_ID] -= 20.0
     return save_checkpoint(out, model=checkpoint.model, config=checkpoint.config, src_vocab=checkpoint.src_vocab,
                            tgt_vocab=checkpoint.tgt_vocab)
+
+
+def example_system(folder: Path) -> Path:
+    """``folder`` with the example table, its word tables and a forward model (``model.pt``) beside it."""
+    shutil.copy(EXAMPLE_TABLE, folder / "phrase-table.gz")
+    write_word_tables(folder / "phrase-table.gz", folder)
+    write_model(folder / "phrase-table.gz", folder / "model.pt")
+    return folder
+
+
+def propose_options(**kwargs) -> ProposeOptions:
+    """The tests' options: on the CPU, in this process, quiet."""
+    return ProposeOptions(rescore=RescoreOptions(progress=False, device="cpu", workers=0), **kwargs)

@@ -27,7 +27,7 @@ from analysis_checkpoint import EXAMPLE_TABLE
 from moses_integration.moses_ini import MosesIni
 from moses_integration.tokens import split_tokens
 from neural.vocab import Vocab
-from proposal_system import write_model, write_word_tables
+from proposal_system import example_system, propose_options
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.pipeline.errors import RescoreError
@@ -42,14 +42,8 @@ EXAMPLE_INI = EXAMPLE_TABLE.parent / "moses.ini"
 @pytest.fixture(scope="module")
 def system(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("system")
-    shutil.copy(EXAMPLE_TABLE, folder / "phrase-table.gz")
-    write_word_tables(folder / "phrase-table.gz", folder)
-    write_model(folder / "phrase-table.gz", folder / "model.pt")
+    example_system(folder)
     return folder
-
-
-def _options(**kwargs) -> ProposeOptions:
-    return ProposeOptions(rescore=RescoreOptions(progress=False, device="cpu", workers=0), **kwargs)
 
 
 def _lines(path: Path) -> list[bytes]:
@@ -78,7 +72,7 @@ def _log_p(checkpoint, source: str, target: str) -> float:
 def test_every_source_the_table_lines_byte_for_byte_and_the_proposals_in_sorted_order(system, tmp_path) -> None:
     table, out, listing = system / "phrase-table.gz", tmp_path / "completed.gz", tmp_path / "proposals.tsv"
     checkpoint = load_checkpoint(system / "model.pt")
-    summary = propose(str(table), str(out), checkpoint, _options(beam=6, per_source=3, list_path=str(listing)))
+    summary = propose(str(table), str(out), checkpoint, propose_options(beam=6, per_source=3, list_path=str(listing)))
     given, written = _lines(table), _lines(out)
     assert written == sorted(written), "the output is in LC_ALL=C byte order"
     assert len(written) == len(given) + summary.proposals and summary.proposals > 10
@@ -124,7 +118,7 @@ def test_for_a_text_only_its_missing_and_thin_ngrams_whose_words_the_model_knows
     text.write_text("all canadians must support the budget\nthe zzyzx minister\n")
     checkpoint = load_checkpoint(system / "model.pt")
     summary = propose(str(table), str(out), checkpoint,
-                      _options(for_text=str(text), thin_below=3, beam=6, per_source=2, list_path=str(listing)))
+                      propose_options(for_text=str(text), thin_below=3, beam=6, per_source=2, list_path=str(listing)))
     targets = defaultdict(set)
     for line in _lines(table):
         fields = line.decode().split(" ||| ")
@@ -276,14 +270,14 @@ def test_a_failed_run_keeps_its_work_and_resume_ends_byte_identical(system, tmp_
     reference.mkdir()
     options = {"beam": 4, "per_source": 2, "rows_per_step": 40}  # 10 sources a batch: 15 batches
     expected = propose(table, str(reference / "out.gz"), checkpoint,
-                       _options(list_path=str(reference / "list.tsv"), **options))
+                       propose_options(list_path=str(reference / "list.tsv"), **options))
     run = tmp_path / "run"
     run.mkdir()
     out, listing, work = run / "out.gz", run / "list.tsv", run / ".out.gz.propose"
     with monkeypatch.context() as patch:
         _failing(patch, where, on_call)
         with pytest.raises(OSError, match="disk full"):
-            propose(table, str(out), checkpoint, _options(list_path=str(listing), **options))
+            propose(table, str(out), checkpoint, propose_options(list_path=str(listing), **options))
     assert [p.name for p in run.iterdir()] == [work.name]  # no output, no list: only the work to go on from
     record = json.loads((work / "progress.json").read_text())
     searched = (on_call - 1) * 10 if where == "search_sources" else 147
@@ -294,8 +288,8 @@ def test_a_failed_run_keeps_its_work_and_resume_ends_byte_identical(system, tmp_
         half_written.write(b"table\tthe house\tla mai")
 
     with pytest.raises(RescoreError, match=r"holds an interrupted run .* pass --resume to continue it"):
-        propose(table, str(out), checkpoint, _options(list_path=str(listing), **options))
-    summary = propose(table, str(out), checkpoint, _options(list_path=str(listing), resume=True, **options))
+        propose(table, str(out), checkpoint, propose_options(list_path=str(listing), **options))
+    summary = propose(table, str(out), checkpoint, propose_options(list_path=str(listing), resume=True, **options))
     assert out.read_bytes() == (reference / "out.gz").read_bytes()
     assert listing.read_bytes() == (reference / "list.tsv").read_bytes()
     assert sorted(p.name for p in run.iterdir()) == ["list.tsv", "out.gz"]  # the work folder is gone
@@ -307,14 +301,14 @@ def test_a_run_that_fails_before_its_first_batch_is_recorded_leaves_nothing(syst
     out = tmp_path / "out.gz"
     with pytest.raises(OSError, match="disk full"):
         propose(str(system / "phrase-table.gz"), str(out), load_checkpoint(system / "model.pt"),
-                _options(beam=3, per_source=1, list_path=str(tmp_path / "list.tsv")))
+                propose_options(beam=3, per_source=1, list_path=str(tmp_path / "list.tsv")))
     assert list(tmp_path.iterdir()) == []  # nothing durable: nothing kept, and a plain rerun may start
 
 
 def _stopped_while_rescoring(system: Path, tmp_path: Path, monkeypatch) -> Path:
     """The work folder of a run with _cli's settings that stopped after its search; returns its output path."""
     out = tmp_path / "out.gz"
-    options = _options(beam=3, per_source=1, lex_e2f=str(system / "lex.e2f"), lex_f2e=str(system / "lex.f2e"))
+    options = propose_options(beam=3, per_source=1, lex_e2f=str(system / "lex.e2f"), lex_f2e=str(system / "lex.f2e"))
     with monkeypatch.context() as patch:
         _failing(patch, "rescore_phrase_table", 1)
         with pytest.raises(OSError, match="disk full"):
@@ -371,7 +365,7 @@ def test_a_run_killed_with_sigkill_mid_search_resumes_byte_identical(system, tmp
             "--lex-e2f", str(system / "lex.e2f"), "--lex-f2e", str(system / "lex.f2e")]
     expected = propose(str(system / "phrase-table.gz"), str(tmp_path / "expected.gz"),
                        load_checkpoint(system / "model.pt"),
-                       _options(for_text=str(text), beam=5, per_source=2, rows_per_step=10,
+                       propose_options(for_text=str(text), beam=5, per_source=2, rows_per_step=10,
                                 list_path=str(tmp_path / "expected.tsv")))
     searched = expected.searched
     assert searched > 150 and expected.proposals > 0
@@ -410,7 +404,7 @@ def test_the_beam_search_runs_in_the_precision_scoring_reads():
     import torch
 
     from rescorer.pipeline.rescore import RescoreOptions
-    from rescorer.proposals.propose import ProposeOptions, search_dtype
+    from rescorer.proposals.propose import search_dtype
 
     assert search_dtype(ProposeOptions(rescore=RescoreOptions(precision="auto"))) is None
     assert search_dtype(ProposeOptions(rescore=RescoreOptions(precision="fp32"))) is None
@@ -426,5 +420,5 @@ def test_a_reverse_model_is_refused_before_the_search(system, tmp_path):
     reverse = replace(ck.config, direction="reverse")
     ck.config = ck.model.config = reverse
     with pytest.raises(RescoreError, match="a reverse model"):
-        propose(str(system / "phrase-table.gz"), str(tmp_path / "out.gz"), ck, _options())
+        propose(str(system / "phrase-table.gz"), str(tmp_path / "out.gz"), ck, propose_options())
     assert list(tmp_path.iterdir()) == []

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import gzip
 import math
-import shutil
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -14,17 +13,15 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from analysis_checkpoint import EXAMPLE_TABLE
 from moses_integration.tokens import split_tokens
 from neural.vocab import UNK_ID
-from proposal_system import write_model, write_word_tables
+from proposal_system import example_system, propose_options, write_model
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
-from rescorer.pipeline.rescore import RescoreOptions
 from rescorer.proposals.beam import search_sources
 from rescorer.proposals.lexical import lexical_scores, read_word_table
-from rescorer.proposals.propose import ProposeOptions, propose
+from rescorer.proposals.propose import propose
 from rescorer.proposals.rerank import Candidate, LengthPrior, RerankWeights, best_candidates, preselect
 from rescorer.proposals.sources import scan_table
 from rescorer.training.train import train_on_phrase_table
@@ -37,18 +34,12 @@ TINY = ModelSizes(hidden=16, embedding=8, maxout_units=8, output_rank=8, init_st
 def system(tmp_path_factory) -> Path:
     """The example table, its word tables, a forward model and a reverse one (``rescorer train --reverse``)."""
     folder = tmp_path_factory.mktemp("rerank")
-    shutil.copy(EXAMPLE_TABLE, folder / "phrase-table.gz")
-    write_word_tables(folder / "phrase-table.gz", folder)
-    write_model(folder / "phrase-table.gz", folder / "model.pt")
+    example_system(folder)
     train_on_phrase_table(str(folder / "phrase-table.gz"), folder / "reverse.pt",
                           model_sizes=replace(TINY, direction="reverse"), shortlist=3000, device="cpu",
                           train_config=TrainConfig(max_steps=20, valid_every=10, patience=None, seed=7),
                           progress=False)
     return folder
-
-
-def _options(**kwargs) -> ProposeOptions:
-    return ProposeOptions(rescore=RescoreOptions(progress=False, device="cpu", workers=0), **kwargs)
 
 
 def _write_table(path: Path, pairs: list[tuple[str, str]]) -> Path:
@@ -117,7 +108,7 @@ def test_reranked_proposals_are_the_best_by_both_directions_and_their_columns_th
     forward, reverse = load_checkpoint(system / "model.pt"), load_checkpoint(system / "reverse.pt")
     weights = RerankWeights(reverse=0.7, length=0.4)
     summary = propose(str(table), str(out), forward,
-                      _options(beam=4, per_source=2, list_path=str(listing), rerank=weights), reverse)
+                      propose_options(beam=4, per_source=2, list_path=str(listing), rerank=weights), reverse)
     assert summary.reranked == weights and summary.proposals > 10
 
     # What the reranking must give, computed here from the models and the table, pair by pair.
@@ -208,7 +199,7 @@ def test_a_reranked_run_stopped_mid_search_resumes_byte_identical_and_other_weig
     options = {"beam": 4, "per_source": 2, "rows_per_step": 40}  # 10 sources a batch
     (tmp_path / "reference").mkdir()
     propose(table, str(tmp_path / "reference" / "out.gz"), forward,
-            _options(list_path=str(tmp_path / "reference" / "list.tsv"), **options), reverse)
+            propose_options(list_path=str(tmp_path / "reference" / "list.tsv"), **options), reverse)
     out, listing = tmp_path / "out.gz", tmp_path / "list.tsv"
     real, calls = module.reverse_log_probs, []
 
@@ -221,11 +212,11 @@ def test_a_reranked_run_stopped_mid_search_resumes_byte_identical_and_other_weig
     with monkeypatch.context() as patch:
         patch.setattr(module, "reverse_log_probs", failing)
         with pytest.raises(OSError, match="disk full"):
-            propose(table, str(out), forward, _options(list_path=str(listing), **options), reverse)
+            propose(table, str(out), forward, propose_options(list_path=str(listing), **options), reverse)
     with pytest.raises(RescoreError, match=r"cannot --resume: the options differs .*rerank"):
-        propose(table, str(out), forward, _options(list_path=str(listing), resume=True,
+        propose(table, str(out), forward, propose_options(list_path=str(listing), resume=True,
                                                    rerank=RerankWeights(0.25, 1.0), **options), reverse)
-    propose(table, str(out), forward, _options(list_path=str(listing), resume=True, **options), reverse)
+    propose(table, str(out), forward, propose_options(list_path=str(listing), resume=True, **options), reverse)
     assert out.read_bytes() == (tmp_path / "reference" / "out.gz").read_bytes()
     assert listing.read_bytes() == (tmp_path / "reference" / "list.tsv").read_bytes()
     assert len(listing.read_text().splitlines()[0].split("\t")) == 6  # log p(e|f), log p(f|e), ln of the p(e|f) column
