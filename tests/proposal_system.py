@@ -57,3 +57,13 @@ def example_system(folder: Path) -> Path:
 def propose_options(**kwargs) -> ProposeOptions:
     """The tests' options: on the CPU, in this process, quiet."""
     return ProposeOptions(rescore=RescoreOptions(progress=False, device="cpu", workers=0), **kwargs)
+
+
+def pair_log_p(checkpoint, source: str, target: str) -> float:  # noqa: ANN001
+    """log p(target | source) by the model's own scoring, one pair at a time: the reference the
+    proposals' scores are checked against."""
+    src = checkpoint.src_vocab.encode(split_tokens(source), add_eos=True)
+    tgt = checkpoint.tgt_vocab.encode(split_tokens(target), add_eos=True)
+    with torch.no_grad():
+        c = checkpoint.model.encode(torch.tensor([src]), torch.tensor([len(src)]))
+        return float(checkpoint.model.score_targets(c, torch.tensor([tgt]), torch.tensor([len(tgt)])))

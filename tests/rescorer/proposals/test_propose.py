@@ -27,7 +27,7 @@ from analysis_checkpoint import EXAMPLE_TABLE
 from moses_integration.moses_ini import MosesIni
 from moses_integration.tokens import split_tokens
 from neural.vocab import Vocab
-from proposal_system import example_system, propose_options
+from proposal_system import example_system, pair_log_p, propose_options
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.pipeline.errors import RescoreError
@@ -59,14 +59,6 @@ def _listing(path: Path) -> list[tuple[str, str, str, float]]:
     with open(path, encoding="utf-8", newline="") as fh:
         return [(k, s, t, float(p)) for k, s, t, p in csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)]
 
-
-def _log_p(checkpoint, source: str, target: str) -> float:
-    """log p(target | source) by the model's scoring path."""
-    src = checkpoint.src_vocab.encode(split_tokens(source), add_eos=True)
-    tgt = checkpoint.tgt_vocab.encode(split_tokens(target), add_eos=True)
-    with torch.no_grad():
-        c = checkpoint.model.encode(torch.tensor([src]), torch.tensor([len(src)]))
-        return float(checkpoint.model.score_targets(c, torch.tensor([tgt]), torch.tensor([len(tgt)])))
 
 
 def test_every_source_the_table_lines_byte_for_byte_and_the_proposals_in_sorted_order(system, tmp_path) -> None:
@@ -104,7 +96,7 @@ def test_every_source_the_table_lines_byte_for_byte_and_the_proposals_in_sorted_
                                                                lex.target_given_source)]
         assert fields[3] == lex.alignment_field().encode() and lex.alignment
         # The beam's log p is the model's, and the pipeline wrote the same value in the RNN column.
-        assert log_p == pytest.approx(_log_p(checkpoint, source, target), abs=1e-4)
+        assert log_p == pytest.approx(pair_log_p(checkpoint, source, target), abs=1e-4)
         assert math.log(float(scores[4])) == pytest.approx(log_p, abs=1e-4)
         assert scores[5] == b"1"  # the proposal's words are all in the shortlist
     # The phrase probabilities: geometric means over the table's pairs (the example has no singleton).
@@ -401,7 +393,6 @@ def test_a_run_killed_with_sigkill_mid_search_resumes_byte_identical(system, tmp
 
 def test_the_beam_search_runs_in_the_precision_scoring_reads():
     """``--precision`` reaches the search: ``auto`` is exact fp32 as in scoring, ``bf16`` autocasts."""
-    import torch
 
     from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.proposals.propose import search_dtype

@@ -10,12 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from moses_integration.tokens import split_tokens
 from neural.vocab import UNK_ID
-from proposal_system import example_system, propose_options, write_model
+from proposal_system import example_system, pair_log_p, propose_options, write_model
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
@@ -94,14 +93,6 @@ def test_the_rerank_order_on_a_hand_computed_example() -> None:
         "de", "sauter par dessus"]
 
 
-def _log_p(checkpoint, source: str, target: str) -> float:
-    """log p(target | source) by the model's own scoring, one pair at a time."""
-    src = checkpoint.src_vocab.encode(split_tokens(source), add_eos=True)
-    tgt = checkpoint.tgt_vocab.encode(split_tokens(target), add_eos=True)
-    with torch.no_grad():
-        c = checkpoint.model.encode(torch.tensor([src]), torch.tensor([len(src)]))
-        return float(checkpoint.model.score_targets(c, torch.tensor([tgt]), torch.tensor([len(tgt)])))
-
 
 def test_reranked_proposals_are_the_best_by_both_directions_and_their_columns_the_two_models(system, tmp_path):
     table, out, listing = system / "phrase-table.gz", tmp_path / "completed.gz", tmp_path / "proposals.tsv"
@@ -144,7 +135,7 @@ def test_reranked_proposals_are_the_best_by_both_directions_and_their_columns_th
         several += len(candidates) > 4
         scored = []
         for _, target, log_p, log_prior, log_share in sorted(candidates)[:4]:  # the 4 the reverse model scores
-            log_reverse = _log_p(reverse, target, source)
+            log_reverse = pair_log_p(reverse, target, source)
             scored.append((-(log_p + 0.7 * log_reverse + 0.4 * log_prior), target, log_reverse, log_share))
         for _, target, log_reverse, log_share in sorted(scored)[:2]:
             expected[source, target] = (math.exp(log_reverse), math.exp(log_share))
