@@ -377,7 +377,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     """
     from rescorer.model.checkpoint import load_checkpoint
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
-    from rescorer.pipeline.rescore import RescoreOptions, check_directions
+    from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions
     from rescorer.pipeline.shards import parse_shard
     from rescorer.pipeline.train_or_load import TrainingWithoutModel, rescore_with_model_or_training
@@ -390,9 +390,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         raise click.UsageError("--cslm adds a feature to the written moses.ini: it needs --moses-ini, --moses-ini-out")
     if model_path is None and input_table == "-":
         raise click.UsageError("training without --model needs INPUT_TABLE as a file, not stdin")
-    # The models' directions too: a model given in the other's place is refused before any work.
     reverse = load_checkpoint(reverse_model) if reverse_model else None
-    check_directions(load_checkpoint(model_path) if model_path else None, reverse, model_path, reverse_model)
     # Everything Moses will check is checked now, before hours of training and scoring.
     weights = (rnn_weight, wp_weight, reverse_weight) if reverse else (rnn_weight, wp_weight)
     num_scores = check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out,

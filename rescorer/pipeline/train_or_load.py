@@ -17,6 +17,7 @@ from rescorer.model.config import DEFAULT_SHORTLIST, ModelSizes, TrainConfig
 from rescorer.pipeline.rescore import (
     RescoreOptions,
     RescoreSummary,
+    check_directions,
     check_options,
     default_model_path,
     finished_training_of,
@@ -57,6 +58,9 @@ def rescore_with_model_or_training(input_table: str, output_table: str, model_pa
     caller refuses ``-`` (stdin) without a model.
     """
     check_options(input_table, output_table, options)
+    # A model given in the other's place is refused before any training (each file read once).
+    given = load_checkpoint(model_path) if model_path is not None else None
+    check_directions(given, reverse)
     if model_path is None and options.resume:
         model_path = finished_training_of(output_table, training.save_model)
         if model_path is not None:
@@ -69,4 +73,4 @@ def rescore_with_model_or_training(input_table: str, output_table: str, model_pa
             shortlist=training.shortlist, device=options.device, precision=options.precision, resume=options.resume,
             progress=options.progress,
         )
-    return rescore_checked(input_table, output_table, load_checkpoint(model_path), options, reverse)
+    return rescore_checked(input_table, output_table, given or load_checkpoint(model_path), options, reverse)
