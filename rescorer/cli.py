@@ -442,11 +442,11 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               help="an RNN Encoder-Decoder of p(source|target) on this table (sources and targets swapped): "
               "rerank the beam's candidates by both directions and a length prior, and fill the proposed lines' "
               "phrase probabilities from the two models [default: the beam's best, constant phrase probabilities]")
-@click.option("--reverse-weight", type=FiniteFloat(), default=None,
+@click.option("--rerank-reverse-weight", type=FiniteFloat(), default=None,
               help="with --reverse-model: the weight of log p(source|target) in the reranking [default: 0.5]")
-@click.option("--length-weight", type=FiniteFloat(), default=None,
-              help="with --reverse-model: the weight of the table's log P(target length | source length) "
-              "[default: 0]")
+@click.option("--rerank-length-weight", type=FiniteFloat(), default=None,
+              help="with --reverse-model: the weight of the table's log P(target length | source length) in the "
+              "reranking [default: 0]")
 @click.option("--max-target-words", type=IntRange(min=1),
               help="longest proposed target [default: the table's longest target]")
 @click.option("--lex-e2f", type=OneLinePath(dir_okay=False),
@@ -457,12 +457,15 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               help="also write the proposals as TSV: kind, source, target, log p(target|source)")
 @click.option("--moses-ini", type=OneLinePath(exists=True, dir_okay=False), help="moses.ini of the system")
 @click.option("--moses-ini-out", type=OutputPath(),
-              help="write a moses.ini that uses OUTPUT_TABLE, with 3 more features and weights")
+              help="write a moses.ini that uses OUTPUT_TABLE, with 3 more features and weights (4 with "
+              "--reverse-model)")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini INPUT_TABLE is (its name=)")
 @click.option("--rnn-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the RNN column")
 @click.option("--wp-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the unknown-word column")
+@click.option("--reverse-weight", type=FiniteFloat(), default=0.0, show_default=True,
+              help="with --reverse-model: initial weight of its p_RNN(source|target) column")
 @click.option("--proposed-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the indicator column (Moses reads 1 per proposed pair used)")
 @click.option("--rows-per-step", type=IntRange(min=1),
@@ -475,28 +478,31 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 @_run_options
 @friendly_errors()
 def propose_command(input_table, output_table, model_path, for_text, thin_below, max_source_words, beam, per_source,
-                    reverse_path, reverse_weight, length_weight, max_target_words, lex_e2f, lex_f2e, list_path,
-                    moses_ini, moses_ini_out, table_name, rnn_weight,
-                    wp_weight, proposed_weight, rows_per_step, workers, token_budget, resume, device, precision,
+                    reverse_path, rerank_reverse_weight, rerank_length_weight, max_target_words, lex_e2f, lex_f2e,
+                    list_path, moses_ini, moses_ini_out, table_name, rnn_weight, wp_weight, reverse_weight,
+                    proposed_weight, rows_per_step, workers, token_budget, resume, device, precision,
                     threads, quiet) -> None:
     """Complete a Moses phrase table with the targets the RNN proposes (the paper's future work).
 
     Writes INPUT_TABLE's lines byte for byte and the proposed pairs, in sorted order, each with
-    p_RNN, exp(-#unknown words) and an indicator column (2.71828 for a proposed pair, 1 otherwise)
-    appended. docs/proposals.md says how a proposed line's columns are filled.
+    p_RNN, exp(-#unknown words), with --reverse-model p_RNN(source|target), and an indicator column
+    (2.71828 for a proposed pair, 1 otherwise) appended. docs/proposals.md says how a proposed
+    line's columns are filled.
     """
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
     from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions
-    from rescorer.proposals.propose import NEW_COLUMNS, ProposeOptions, check_propose_paths, propose
+    from rescorer.proposals.propose import ProposeOptions, check_propose_paths, new_columns, propose
     from rescorer.proposals.rerank import DEFAULT_WEIGHTS, RERANK_BEAM, RerankWeights
 
     if bool(moses_ini) != bool(moses_ini_out):
         raise click.UsageError("--moses-ini and --moses-ini-out go together")
-    if reverse_path is None and (reverse_weight is not None or length_weight is not None):
-        raise click.UsageError("--reverse-weight and --length-weight weigh the reranking, which needs --reverse-model")
-    rerank = RerankWeights(DEFAULT_WEIGHTS.reverse if reverse_weight is None else reverse_weight,
-                           DEFAULT_WEIGHTS.length if length_weight is None else length_weight)
+    if reverse_path is None and (rerank_reverse_weight is not None or rerank_length_weight is not None
+                                 or reverse_weight != 0.0):
+        raise click.UsageError("--rerank-reverse-weight, --rerank-length-weight and --reverse-weight need "
+                               "--reverse-model")
+    rerank = RerankWeights(DEFAULT_WEIGHTS.reverse if rerank_reverse_weight is None else rerank_reverse_weight,
+                           DEFAULT_WEIGHTS.length if rerank_length_weight is None else rerank_length_weight)
     if beam is None:
         beam = 10 if reverse_path is None else RERANK_BEAM
     options = ProposeOptions(
@@ -508,15 +514,17 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
                                workers=workers if workers is not None else threads),
     )
     check_propose_paths(input_table, output_table, options)
+    added = new_columns(reverse=reverse_path is not None)
     if moses_ini:
         check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out, table_name=table_name,
-                        new_columns=NEW_COLUMNS)
+                        new_columns=added)
     reverse = _load(reverse_path) if reverse_path is not None else None
     summary = propose(input_table, output_table, _load(model_path), options, reverse)
     click.echo(summary.report(), err=True)
     if moses_ini:
-        write_moses_ini(moses_ini, moses_ini_out, output_table, (rnn_weight, wp_weight, proposed_weight), table_name)
-        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, {NEW_COLUMNS} more features", err=True)
+        weights = (rnn_weight, wp_weight, *([reverse_weight] if reverse is not None else []), proposed_weight)
+        write_moses_ini(moses_ini, moses_ini_out, output_table, weights, table_name)
+        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, {added} more features", err=True)
 
 
 main.add_command(rescore_phrase_table_command, "rescore")  # `rescorer rescore …` = `rescore-phrase-table …`

@@ -16,6 +16,9 @@ from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.pipeline.rescore import RescoreOptions
 from rescorer.proposals.propose import ProposeOptions
 
+#: The moses.ini beside the example table.
+EXAMPLE_INI = EXAMPLE_TABLE.parent / "moses.ini"
+
 
 def write_word_tables(table: Path, folder: Path) -> None:
     """lex.f2e / lex.e2f as train-model.perl estimates them, here from the table's aligned words."""

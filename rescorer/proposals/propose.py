@@ -16,8 +16,10 @@ letting the RNN Encoder–Decoder propose target phrases". A run goes:
    (what ``LC_ALL=C sort`` gives and Moses' training writes);
 4. that table goes through ``rescore-phrase-table``'s own pipeline
    (:func:`rescorer.pipeline.rescore.rescore_phrase_table`), which appends the RNN and
-   unknown-word columns to every line and, for the proposed lines, an indicator column exp(1)
-   (1 elsewhere), so that Moses' feature counts the proposals a translation uses;
+   unknown-word columns to every line, with a reverse model its p_RNN(f|e) column too (so the
+   table carries the RNN both ways, as ``rescore-phrase-table --reverse-model`` writes it), and,
+   for the proposed lines, an indicator column exp(1) (1 elsewhere), so that Moses' feature counts
+   the proposals a translation uses;
 5. the result is renamed onto the output.
 
 Every step works in ``.OUTPUT.propose/`` beside the output (:mod:`rescorer.proposals.work`): a
@@ -93,7 +95,11 @@ from rescorer.proposals.sources import (
 from rescorer.proposals.work import PROGRESS_VERSION as WORK_VERSION
 from rescorer.proposals.work import ProposeWork
 
-NEW_COLUMNS = 3  # p_RNN, exp(-unknown words), proposed
+
+def new_columns(*, reverse: bool) -> int:
+    """How many columns ``propose`` appends: p_RNN, exp(-unknown words), with a reverse model its
+    p_RNN(f|e) (as ``rescore-phrase-table --reverse-model`` writes it), and the proposed indicator."""
+    return 3 + int(reverse)
 
 
 @dataclass
@@ -202,7 +208,7 @@ def check_propose_paths(table: str, output: str, opts: ProposeOptions) -> None:
 
 def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOptions,
             reverse: Checkpoint | None = None) -> ProposeSummary:
-    """Write ``output``: ``table`` completed with proposals and its three new columns (module doc).
+    """Write ``output``: ``table`` completed with proposals and its new columns (:func:`new_columns`) (module doc).
 
     ``reverse``: a model of p(f|e) (its source side reads the table's targets); with it the beam's
     candidates are reranked and the phrase probabilities come from the two models
@@ -294,7 +300,7 @@ def _run(table: str, output: str, models: tuple[Checkpoint, Checkpoint | None], 
         state["phase"] = "merged"
         work.record(identity, state)
     rescore_opts = replace(opts.rescore, flag_lines=np.load(work.flagged), num_scores=len(MOSES_COLUMNS), resume=True)
-    summary.rescore = rescore_phrase_table(str(work.merged), str(work.table), checkpoint, rescore_opts)
+    summary.rescore = rescore_phrase_table(str(work.merged), str(work.table), checkpoint, rescore_opts, reverse)
     if opts.list_path is not None:
         with atomic_path(opts.list_path) as tmp:
             shutil.copyfile(work.listing, tmp)  # a copy: the folder stays whole until the output is in place

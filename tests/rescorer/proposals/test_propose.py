@@ -27,7 +27,7 @@ from analysis_checkpoint import EXAMPLE_TABLE
 from moses_integration.moses_ini import MosesIni
 from moses_integration.tokens import split_tokens
 from neural.vocab import Vocab
-from proposal_system import example_system, pair_log_p, propose_options
+from proposal_system import EXAMPLE_INI, example_system, pair_log_p, propose_options
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.pipeline.errors import RescoreError
@@ -36,7 +36,6 @@ from rescorer.proposals.lexical import lexical_scores, read_word_table
 from rescorer.proposals.propose import ProposeOptions, propose
 
 SEP = b" ||| "
-EXAMPLE_INI = EXAMPLE_TABLE.parent / "moses.ini"
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from moses_integration.moses_ini import MosesIni
 from moses_integration.tokens import split_tokens
 from neural.vocab import UNK_ID
-from proposal_system import example_system, pair_log_p, propose_options, write_model
+from proposal_system import EXAMPLE_INI, example_system, pair_log_p, propose_options, write_model
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
@@ -166,7 +167,7 @@ def _cli(system: Path, out: Path, *extra: str):
 
 def test_the_cli_reranks_with_a_reverse_model_and_refuses_a_forward_one_given_as_reverse(system, tmp_path) -> None:
     result = _cli(system, tmp_path / "out.gz", "--reverse-model", str(system / "reverse.pt"), "--beam", "4",
-                  "--reverse-weight", "0.5", "--length-weight", "2")
+                  "--rerank-reverse-weight", "0.5", "--rerank-length-weight", "2")
     assert result.exit_code == 0, result.output
     assert "reranked by log p(e|f) + 0.5 log p(f|e) + 2 log P(target length | source length)" in result.output
 
@@ -176,8 +177,39 @@ def test_the_cli_reranks_with_a_reverse_model_and_refuses_a_forward_one_given_as
         "--reverse" in result.output  # the direction saved with the model says so, before any search
     assert not (tmp_path / "other.gz").exists()
 
-    result = _cli(system, tmp_path / "third.gz", "--length-weight", "2")
-    assert result.exit_code == 2 and "needs --reverse-model" in result.output
+    for option in ("--rerank-length-weight", "--rerank-reverse-weight", "--reverse-weight"):
+        result = _cli(system, tmp_path / "third.gz", option, "2")
+        assert result.exit_code == 2 and "need --reverse-model" in result.output, option
+
+
+def test_with_a_reverse_model_the_table_carries_the_rnn_both_ways_and_the_ini_four_more_features(
+        system, tmp_path) -> None:
+    """The + RNN both directions + proposals system: every line, the table's and the proposed ones,
+    gets p_RNN(f|e) after U, as rescore-phrase-table --reverse-model writes it, then the indicator."""
+    ini = tmp_path / "moses.ini"
+    ini.write_bytes(EXAMPLE_INI.read_bytes())
+    out = tmp_path / "out.gz"
+    result = _cli(system, out, "--reverse-model", str(system / "reverse.pt"), "--beam", "4", "--moses-ini", str(ini),
+                  "--moses-ini-out", str(tmp_path / "new.ini"), "--reverse-weight", "0.05", "--proposed-weight", "0.1")
+    assert result.exit_code == 0, result.output
+    assert "4 more features" in result.output
+    new = MosesIni.read(tmp_path / "new.ini")
+    (table,) = new.phrase_tables()
+    assert table.num_features == 8
+    assert new.weights()["TranslationModel0"] == [0.2, 0.2, 0.2, 0.2, 0.0, 0.0, 0.05, 0.1]
+
+    forward, reverse = load_checkpoint(system / "model.pt"), load_checkpoint(system / "reverse.pt")
+    lines = gzip.decompress(out.read_bytes()).decode().splitlines()
+    proposed = [line for line in lines if line.split(SEP)[2].endswith(" 2.71828")]
+    assert proposed and len(lines) > len(proposed)
+    for line in lines[::7] + proposed:
+        source, target, scores = line.split(SEP)[:3]
+        values = [float(v) for v in scores.split()]
+        assert len(values) == 8 and values[7] in (1.0, 2.71828)
+        assert math.log(values[4]) == pytest.approx(pair_log_p(forward, source, target), abs=1e-4)
+        assert math.log(values[6]) == pytest.approx(pair_log_p(reverse, target, source), abs=1e-4)
+        if values[7] != 1.0:  # a proposal's p(f|e) is the same reverse model's probability
+            assert values[0] == pytest.approx(values[6], rel=1e-4)
 
 
 def test_a_reranked_run_stopped_mid_search_resumes_byte_identical_and_other_weights_are_refused(
