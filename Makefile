@@ -101,7 +101,8 @@ tune: tune-moses install
 # table1/settings.py.
 #   make table1 SCALE=small MOSES_BIN_DIR=/path/to/moses/bin MOSES_HOME=/path/to/moses [WORK=…] [RUNS=3]
 # CONFIGS picks configurations (baseline rnn cslm-rnn cslm-rnn-wp; default all; also rnn-wp, cslm-nbest-rnn,
-# cslm-nbest-rnn-wp, rnn-proposals and rnn-both, which are not in the paper: docs/table1.md); ALIGNER=eflomal
+# cslm-nbest-rnn-wp, rnn-proposals, rnn-both and rnn-both-prop, which are not in the paper: docs/table1.md);
+# ALIGNER=eflomal
 # aligns with eflomal where Moses has no GIZA++/mgiza (auto picks).
 SCALE ?= small
 WORK ?= ../table1-work

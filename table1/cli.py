@@ -43,7 +43,8 @@ from table1.workspace import new_experiment
               help="a configuration to run; repeatable: --config baseline --config rnn (default: the paper's four; "
                    "rnn-wp tunes the unknown-word column beside the RNN; cslm-nbest-rnn and "
                    "cslm-nbest-rnn-wp rescore n-best lists with the CSLM instead; rnn-proposals decodes with "
-                   "the table the RNN completed; rnn-both tunes a reverse model's p(f|e) column too)")
+                   "the table the RNN completed; rnn-both tunes a reverse model's p(f|e) column too; rnn-both-prop "
+                   "both, with proposals reranked by both directions)")
 @click.option("--runs", type=IntRange(1, MAX_RUNS), default=3, show_default=True,
               help=f"tuning runs per configuration (run k: mert tune --seed {RUN_SEED_BASE - 1}+k)")
 @click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,

@@ -69,33 +69,37 @@ def training_notes(exp: Experiment) -> list[str]:
     return notes
 
 
+def leverage_columns(config: Configuration, table_feature: str, moses_columns: int, lm: str) -> dict[str, str]:
+    """The n-best columns whose leverage the report shows for a row, with their names, in order: p_RNN
+    and WP where the row tunes them, the CSLM, the row's other appended columns (p_RNN(f|e), the
+    proposals' indicator: a 7th column is either, an 8th the indicator), then p(e|f) and the LM for scale."""
+    own = {f"{table_feature}_{moses_columns + i}": name for i, name in enumerate(config.appended_labels())}
+    keys = list(own)
+    chosen = [keys[0]] * config.rnn + [keys[1]] * config.wp + ["CSLM0_0"] * config.cslm + keys[2:]
+    names = {**own, "CSLM0_0": "CSLM", f"{table_feature}_2": "p(e|f)", f"{lm}_0": "n-gram LM"}
+    return {key: names[key] for key in chosen + [f"{table_feature}_2", f"{lm}_0"]}
+
+
 def leverage_document(exp: Experiment, collected: list, table_feature: str, ini: MosesIni) -> dict[str, object]:
     """Per run: dev BLEU of its n-best pool, and what each of its row's columns (and, for scale,
     p(e|f) and the n-gram LM) moves there (:func:`table1.analysis.column_leverage`)."""
 
-    num_scores = len(ini.weights()[table_feature])
     lm = next((name for name in ini.weights() if name.startswith("LM")), "LM0")
-    labels = {f"{table_feature}_{num_scores - 2}": "p_RNN", f"{table_feature}_{num_scores - 1}": "WP",
-              "CSLM0_0": "CSLM", f"{table_feature}_2": "p(e|f)", f"{lm}_0": "n-gram LM"}
-    keys = list(labels)
-    indicator = f"{table_feature}_{num_scores}"  # rescorer propose's column, after p_RNN and WP
-    labels[indicator] = "proposed (indicator)"
-    # In a reverse row's table the 7th column is p_RNN(f|e), after p_RNN and WP (rescore-phrase-table
-    # --reverse-model); its runs name it so (their "column_labels").
-    reverse = {indicator: "p_RNN(f|e)"}
+    moses = len(ini.weights()[table_feature]) - 2  # Moses' own columns: the 6-column table less p_RNN and WP
+    labels: dict[str, str] = {}
     runs: dict[str, list[dict[str, object]]] = {}
     for config, found in collected:
-        chosen = ([keys[0]] * config.rnn + [keys[1]] * config.wp + [keys[2]] * config.cslm
-                  + [indicator] * (config.proposals or config.reverse) + keys[3:])
+        own = leverage_columns(config, table_feature, moses, lm)
+        labels.update((k, v) for k, v in own.items() if v in ("p_RNN", "WP", "CSLM", "p(e|f)", "n-gram LM"))
+        chosen = list(own)
         for tuned in found:
             lists = sorted(exp.tune_dir(RunPlan(config, tuned.run)).glob("run*.nbest.gz"),
                            key=lambda p: int(p.name[3:].split(".", 1)[0]))
             if not lists:
                 continue
             pool, columns = column_leverage(lists, [exp.prepared("dev", exp.tgt)], tuned.weights, chosen)
-            entry: dict[str, object] = {"run": tuned.run, "pool_bleu": pool, "columns": [c.__dict__ for c in columns]}
-            if config.reverse and not config.proposals:
-                entry["column_labels"] = reverse
+            entry: dict[str, object] = {"run": tuned.run, "pool_bleu": pool, "columns": [c.__dict__ for c in columns],
+                                        "column_labels": own}  # a row's 7th column means what its table holds
             test_nbest = tuned.test_output.with_name(tuned.test_output.name + ".nbest.gz")
             if test_nbest.exists():  # the same on the test set's n-best list, decoded with the tuned weights
                 test_pool, test_columns = column_leverage([test_nbest], [exp.prepared("test", exp.tgt)],
@@ -103,6 +107,21 @@ def leverage_document(exp: Experiment, collected: list, table_feature: str, ini:
                 entry["test"] = {"pool_bleu": test_pool, "columns": [c.__dict__ for c in test_columns]}
             runs.setdefault(config.label, []).append(entry)
     return {"labels": labels, "runs": runs}
+
+
+def proposals_documents(exp: Experiment, collected: list, table_feature: str) -> list[dict[str, object]]:
+    """The evidence of each proposals row (:func:`table1.proposal_evidence.evidence_document`), from its
+    own system's listing and indicator column (the last)."""
+    found_rows = [(config, found) for config, found in collected if config.proposals and found
+                  and exp.proposals_list(config.table_system).exists()]
+    if not found_rows:
+        return []
+    _, filtered, _ = single_phrase_table(exp.path("baseline", "filtered", "moses.ini"))
+    return [{"label": config.label, **evidence_document(
+        exp.proposals_list(config.table_system), exp.path("baseline", "filtered", filtered),
+        exp.prepared("test", exp.src), exp.prepared("test", exp.tgt),
+        [(t.run, t.test_output.with_name(t.test_output.name + ".nbest.gz"), t.weights) for t in found],
+        table_feature, single_phrase_table(exp.table_system(config))[2] - 1)} for config, found in found_rows]
 
 
 def rnn_changes(exp: Experiment, collected: list) -> dict[str, object] | None:
@@ -163,7 +182,8 @@ def step_report(
         "Columns outside a configuration are fixed at weight 0 during MERT (same 6-column table for every row; "
         "a proposals row's table is the same one completed by the RNN's proposals, with a 7th column, the indicator "
         "of a proposed pair, which it tunes: docs/proposals.md; a both-directions row's table has the reverse "
-        "model's p_RNN(f|e) as its 7th column, which it tunes: docs/rescore.md).",
+        "model's p_RNN(f|e) as its 7th column, which it tunes: docs/rescore.md; the both-ways proposals row's "
+        "has both, p_RNN(f|e) 7th and the indicator 8th).",
         *training_notes(exp),
         *budget_notes(exp, configs, runs),
     ]
@@ -183,15 +203,7 @@ def step_report(
     if changes:
         doc["rnn_changes"] = changes
     doc["tuning"] = tuning
-    proposal_rows = [(config, found) for config, found in collected if config.proposals and found]
-    if proposal_rows and exp.proposals_list.exists():
-        config, found = proposal_rows[0]
-        _, table, _ = single_phrase_table(exp.path("baseline", "filtered", "moses.ini"))
-        doc["proposals"] = {"label": config.label, **evidence_document(
-            exp.proposals_list, exp.path("baseline", "filtered", table), exp.prepared("test", exp.src),
-            exp.prepared("test", exp.tgt),
-            [(t.run, t.test_output.with_name(t.test_output.name + ".nbest.gz"), t.weights) for t in found],
-            table_feature, single_phrase_table(exp.proposals_ini)[2] - 1)}
+    doc["proposals"] = proposals_documents(exp, collected, table_feature)
     doc["table2"] = {k: exp.table2_path(k).read_text(encoding="utf-8") for k in TABLE2_KINDS
                      if exp.table2_path(k).exists()}
     paths = write_report(portable(doc, exp.work), out_dir, command)

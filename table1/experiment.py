@@ -23,7 +23,7 @@ from table1.collect import step_report
 from table1.settings import Configuration, RunPlan
 from table1.system_training import MosesToolError
 from table1.systems import step_baseline, step_cslm, step_data, step_prepare, step_proposals, step_rnn, step_rnn_both
-from table1.tuning import step_eval, step_speed, step_tune
+from table1.tuning import speed_systems, step_eval, step_speed, step_tune
 from table1.workspace import STAMPS, Experiment, ExperimentError, open_work, say
 
 #: The steps in order: the one list the CLI, the Makefile (``all``) and the report's command share.
@@ -69,18 +69,21 @@ def step_stamps(exp: Experiment, step: str, options: StepOptions) -> list[str]:
     """The stamps that mark ``step`` done for the chosen configurations and runs."""
     plans = [RunPlan(config, k) for config in options.configs for k in range(1, options.runs + 1)]
     if step == "speed":
-        return ["speed/rnn"] + (["speed/cslm"] if any(c.cslm_in_search for c in options.configs) else []) + (
-            ["speed/proposals"] if any(c.proposals for c in options.configs) else []) + (
-            ["speed/rnn-both"] if any(c.reverse for c in options.configs) else [])
+        return [f"speed/{name}" for name in speed_systems(options.configs)]
     if step == "rnn":
         return ["rnn"] + (["rnn-both"] if any(c.reverse for c in options.configs) else [])
     if step == "proposals":
-        return ["proposals"] if any(c.proposals for c in options.configs) else []
+        return proposal_systems(options.configs)
     if step == "tune":
         return [f"tune/{plan.name}" for plan in plans]
     if step == "eval":
         return [f"eval/{plan.name}/{split}" for plan in plans for split in ("dev", "test")]
     return [step]
+
+
+def proposal_systems(configs: Sequence[Configuration]) -> list[str]:
+    """The completed tables the chosen rows decode with: ``proposals`` and/or ``proposals-both``."""
+    return list(dict.fromkeys(c.table_system for c in configs if c.proposals))
 
 
 def check_tools(exp: Experiment, steps: Sequence[str], options: StepOptions) -> None:
@@ -124,9 +127,9 @@ def run_step(exp: Experiment, step: str, options: StepOptions) -> list[Path]:
         if any(c.reverse for c in options.configs):
             step_rnn_both(exp)
     elif step == "proposals":
-        if any(c.proposals for c in options.configs):
-            step_proposals(exp)
-        else:
+        for system in proposal_systems(options.configs):
+            step_proposals(exp, system)
+        if not proposal_systems(options.configs):
             say("proposals: no chosen configuration has proposals; skipped")
     elif step == "cslm":
         if any(c.cslm for c in options.configs):

@@ -224,8 +224,7 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     if doc.get("rnn_changes"):
         changes: dict = doc["rnn_changes"]  # type: ignore[assignment]
         out += [""] + format_rnn_changes(changes, changes["label"], changes["against"])
-    if doc.get("proposals"):
-        proposals: dict = doc["proposals"]  # type: ignore[assignment]
+    for proposals in doc.get("proposals") or []:  # type: ignore[attr-defined]
         out += [""] + format_evidence(proposals, proposals["label"])
     if doc.get("leverage"):
 

@@ -280,10 +280,29 @@ class Configuration:
     # 7th column, after U; its weight is tuned.
     reverse: bool = False
 
+    def appended_labels(self) -> list[str]:
+        """The report's names of the columns the row's table has after Moses' four, in order: p_RNN
+        and U (WP), then the reverse p_RNN(f|e) where the row has it, and P with proposals."""
+        return ["p_RNN", "WP"] + ["p_RNN(f|e)"] * self.reverse + ["proposed (indicator)"] * self.proposals
+
     def appended_columns(self) -> int:
-        """How many columns the row's table has after Moses' four: p_RNN and U, then the reverse
-        p_RNN(f|e) where the row has it, and P with proposals."""
-        return 2 + int(self.reverse) + int(self.proposals)
+        """How many columns the row's table has after Moses' four."""
+        return len(self.appended_labels())
+
+    @property
+    def table_system(self) -> str:
+        """The system whose phrase table the row decodes with, named as its folder and stamp in the
+        work folder: ``rnn`` (6 columns), ``rnn-both`` (+ p_RNN(f|e)), ``proposals`` (+ the
+        indicator) or ``proposals-both`` (both: proposals reranked by both directions)."""
+        if self.proposals:
+            return "proposals-both" if self.reverse else "proposals"
+        return "rnn-both" if self.reverse else "rnn"
+
+    @property
+    def decoded_system(self) -> str:
+        """The system the row tunes and decodes with (``speed/NAME`` measures it): its table system,
+        or ``cslm``, that system's 6-column table with the CSLM in the search."""
+        return "cslm" if self.cslm_in_search else self.table_system
 
     def fixed_columns(self, table_feature: str, num_scores: int) -> list[str]:
         """The n-best columns held at weight 0: the RNN column and/or the unknown-word column.
@@ -339,9 +358,13 @@ WP_CONFIGURATIONS: list[Configuration] = [
 ]
 #: Issue 48's row, not in the paper: + RNN with the RNN in both directions, p(e|f) and p(f|e) (a
 #: reverse model's column), as the table carries its own two phrase probabilities; both tuned.
+#: With proposals: the table completed by proposals reranked by both directions
+#: (``rescorer propose --reverse-model``), carrying p_RNN(f|e) too.
 REVERSE_CONFIGURATIONS: list[Configuration] = [
     Configuration("rnn-both", "+ RNN both directions", rnn=True, cslm=False, wp=False, paper_dev=None,
                   paper_test=None, reverse=True, compare_with=("rnn",)),
+    Configuration("rnn-both-prop", "+ RNN both directions + proposals", rnn=True, cslm=False, wp=False,
+                  paper_dev=None, paper_test=None, reverse=True, proposals=True, compare_with=("rnn", "rnn-both")),
 ]
 #: Every row, in table order: a row's columns only grow down the table.
 ALL_CONFIGURATIONS = (CONFIGURATIONS[:2] + WP_CONFIGURATIONS + CONFIGURATIONS[2:] + NBEST_CONFIGURATIONS

@@ -310,7 +310,7 @@ def step_rnn_both(exp: Experiment) -> None:
     out = exp.rnn_both_ini.parent
     out.mkdir(parents=True, exist_ok=True)
     log = exp.log_file("rnn-both")
-    model = out / "model.reverse.pt"
+    model = exp.reverse_model
     exp.step("rnn-both/train", lambda: run_tool(rnn_train_command(exp, model, reverse=True), log))
     filtered_ini, table = filtered_table(exp)
     exp.step("rnn-both/rescore", lambda: run_tool(
@@ -329,27 +329,32 @@ def devtest_source(exp: Experiment) -> Path:
     return exp.path("prepared", f"devtest.tok.tc.{exp.src}")
 
 
-def step_proposals(exp: Experiment) -> None:
+def step_proposals(exp: Experiment, system: str = "proposals") -> None:
     """``rescorer propose`` on the filtered table for the dev+test text's missing and thin sources,
     with the RNN of the ``rnn`` step and the training's word tables; writes the 7-column system.
 
     The filtered table is the one the other rows decode with, so a proposals row differs from + RNN
-    only by the proposed lines and their indicator column (docs/proposals.md)."""
+    only by the proposed lines and their indicator column (docs/proposals.md). ``proposals-both``:
+    with the reverse model of the ``rnn-both`` step too, the candidates of rescorer's collecting beam
+    (its default width for a reranked run) are reranked by both directions and the table carries
+    p_RNN(f|e) as well, the 8-column system; sources and targets per source are the same settings."""
     exp.require("rnn")
+    both = system == "proposals-both"
+    if both:
+        exp.require("rnn-both")
     p = exp.settings.proposals
-    out = exp.proposals_ini.parent
-    out.mkdir(parents=True, exist_ok=True)
-    filtered_ini = exp.path("baseline", "filtered", "moses.ini")
-    _, table, _ = single_phrase_table(filtered_ini)
-    table = str(filtered_ini.parent / table)
+    ini = exp.system_ini(system)
+    ini.parent.mkdir(parents=True, exist_ok=True)
+    filtered_ini, table = filtered_table(exp)
     model_dir = exp.path("baseline", "model")
-    exp.step("proposals", lambda: run_tool(
-        [exp.console("rescorer"), "propose", table, out / "phrase-table.proposed.gz", "--model",
+    search = ["--reverse-model", exp.reverse_model] if both else ["--beam", str(p.beam)]
+    exp.step(system, lambda: run_tool(
+        [exp.console("rescorer"), "propose", table, ini.parent / "phrase-table.proposed.gz", "--model",
          exp.path("rnn", "model.pt"), "--for-text", devtest_source(exp), "--thin-below", str(p.thin_below),
-         "--beam", str(p.beam), "--per-source", str(p.per_source), "--lex-e2f", model_dir / "lex.e2f",
-         "--lex-f2e", model_dir / "lex.f2e", "--moses-ini", filtered_ini, "--moses-ini-out", exp.proposals_ini,
-         "--list", exp.proposals_list, "--device", exp.device, "--threads", str(exp.jobs),
-         "--workers", str(exp.jobs), "--resume", "--quiet"], exp.log_file("proposals")))
+         *search, "--per-source", str(p.per_source), "--lex-e2f", model_dir / "lex.e2f",
+         "--lex-f2e", model_dir / "lex.f2e", "--moses-ini", filtered_ini, "--moses-ini-out", ini,
+         "--list", exp.proposals_list(system), "--device", exp.device, "--threads", str(exp.jobs),
+         "--workers", str(exp.jobs), "--resume", "--quiet"], exp.log_file(system)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,22 +30,23 @@ SPEED_SENTENCES = 40
 
 
 def step_speed(exp: Experiment, configs: list[Configuration]) -> None:
-    """Decoding speed of the systems the chosen rows tune: the 6-column system, and with the CSLM
-    in the decoder where a row has it. One thread, the first dev sentences, n-best lists as in
-    tuning; Moses' loading time is measured apart (on an empty input), since every MERT iteration
-    and every evaluation starts the decoder again. The report turns these into the budget."""
-    exp.require("rnn")
-    systems = {"rnn": exp.rnn_ini}
-    if any(c.cslm_in_search for c in configs):
-        systems["cslm"] = cslm_system(exp)
-    if any(c.proposals for c in configs):
-        exp.require("proposals")
-        systems["proposals"] = exp.proposals_ini
-    if any(c.reverse for c in configs):
-        exp.require("rnn-both")
-        systems["rnn-both"] = exp.rnn_both_ini
-    for name, ini in systems.items():
+    """Decoding speed of the systems the chosen rows tune (:func:`speed_systems`). One thread, the
+    first dev sentences, n-best lists as in tuning; Moses' loading time is measured apart (on an
+    empty input), since every MERT iteration and every evaluation starts the decoder again. The
+    report turns these into the budget."""
+    for name in speed_systems(configs):
+        if name == "cslm":
+            ini = cslm_system(exp)
+        else:
+            exp.require(name)  # each other system is its step's stamp
+            ini = exp.system_ini(name)
         exp.step(f"speed/{name}", lambda n=name, i=ini: measure_decoding(exp, n, i))
+
+
+def speed_systems(configs: list[Configuration]) -> list[str]:
+    """The systems the ``speed`` step measures: the 6-column one always (the time plan's reference),
+    then each other system a chosen row decodes with, in table order."""
+    return list(dict.fromkeys(["rnn"] + [c.decoded_system for c in configs]))
 
 
 def measure_decoding(exp: Experiment, name: str, ini: Path) -> dict[str, object]:
@@ -63,15 +64,6 @@ def measure_decoding(exp: Experiment, name: str, ini: Path) -> dict[str, object]
     per_sentence = max(timed["decode"] - timed["load"], 0.0) / sentences
     return {"sentences": sentences, "load_seconds": round(timed["load"], 2),
             "seconds_per_sentence": round(per_sentence, 4)}
-
-
-def speed_system(config: Configuration) -> str:
-    """Which measured system (``speed/NAME``) a row decodes with."""
-    if config.proposals:
-        return "proposals"
-    if config.reverse:
-        return "rnn-both"
-    return "cslm" if config.cslm_in_search else "rnn"
 
 
 @dataclass(frozen=True)
@@ -103,7 +95,7 @@ class RowCost:
 
 def row_cost(exp: Experiment, config: Configuration) -> RowCost | None:
     """The decoding cost of ``config``'s runs (None: its system's speed is not measured)."""
-    system = speed_system(config)
+    system = config.decoded_system
     if not exp.done(f"speed/{system}"):
         return None
     return RowCost(json.loads(exp.stamp_path(f"speed/{system}").read_text(encoding="utf-8")),
@@ -271,10 +263,7 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
             exp.require("cslm", "cslm/export")
         elif config.cslm_in_search:
             cslm_system(exp)
-        if config.proposals:
-            exp.require("proposals")
-        if config.reverse:
-            exp.require("rnn-both")
+        exp.require(config.table_system)
         for k in range(1, runs + 1):
             plan = RunPlan(config, k)
             check_run_current(exp, plan)

@@ -107,35 +107,40 @@ class Experiment:
         """The 6-column system plus the CSLM in the decoder (weight 0 to start): the CSLM rows tune it."""
         return self.path("cslm", "moses.ini")
 
+    def system_ini(self, system: str) -> Path:
+        """A system's moses.ini, by its name (:attr:`Configuration.decoded_system`): each lives in
+        the folder of the step that writes it, ``rnn``, ``rnn-both``, ``proposals``,
+        ``proposals-both`` or ``cslm``."""
+        return self.path(system, "moses.ini")
+
     @property
     def proposals_ini(self) -> Path:
         """The 7-column system whose table ``rescorer propose`` completed: the proposals rows tune it."""
-        return self.path("proposals", "moses.ini")
+        return self.system_ini("proposals")
 
-    @property
-    def proposals_list(self) -> Path:
-        """``rescorer propose --list``: every proposal as kind, source, target, log p."""
-        return self.path("proposals", "proposals.tsv")
+    def proposals_list(self, system: str = "proposals") -> Path:
+        """``rescorer propose --list`` of a proposals system: every proposal as kind, source, target,
+        log p (and, reranked, log p(f|e) and the p(e|f) column's ln)."""
+        return self.path(system, "proposals.tsv")
 
     @property
     def rnn_both_ini(self) -> Path:
         """The 7-column system whose table has the reverse RNN column too: the ``reverse`` rows tune it."""
-        return self.path("rnn-both", "moses.ini")
+        return self.system_ini("rnn-both")
+
+    @property
+    def reverse_model(self) -> Path:
+        """The reverse model, p(f|e) (``rescorer train --reverse``), of the ``rnn-both`` step."""
+        return self.path("rnn-both", "model.reverse.pt")
 
     def table_system(self, config: Configuration) -> Path:
         """The system whose phrase table a row decodes with (its columns; the CSLM rows add a feature)."""
-        if config.proposals:
-            return self.proposals_ini
-        return self.rnn_both_ini if config.reverse else self.rnn_ini
+        return self.system_ini(config.table_system)
 
     def tuned_system(self, plan: RunPlan) -> Path:
         """The moses.ini a run tunes: with the CSLM in the decoder where its row has it, with the
         completed table where it has proposals."""
-        if plan.config.proposals:
-            return self.proposals_ini
-        if plan.config.reverse:
-            return self.rnn_both_ini
-        return self.cslm_ini if plan.config.cslm_in_search else self.rnn_ini
+        return self.system_ini(plan.config.decoded_system)
 
     def table2_path(self, kind: str) -> Path:
         """``rescorer compare``'s Markdown for the ``kind`` (frequent or rare) long source phrases."""

@@ -141,3 +141,19 @@ def test_the_report_names_the_work_folder_WORK(tmp_path):
            "n": 3}
     assert collect.portable(doc, work) == {"notes": ["model: WORK/rnn/model.pt", f"old: {work}-old/x"],
                                            "analysis": {"table": "WORK/rnn/t.gz"}, "n": 3}
+
+
+def test_each_rows_leverage_columns_are_named_as_its_own_table_holds_them() -> None:
+    """A 7th column is p_RNN(f|e) in the both-directions row and the indicator in the proposals row;
+    the both-ways proposals row has both, the indicator 8th. WP shows only where the row tunes it."""
+    names = {key: collect.leverage_columns(select_configurations(key)[0], "TM0", 4, "LM0")
+             for key in ("rnn", "rnn-wp", "rnn-proposals", "rnn-both", "rnn-both-prop", "cslm-nbest-rnn")}
+    scale = {"TM0_2": "p(e|f)", "LM0_0": "n-gram LM"}
+    assert names["rnn"] == {"TM0_4": "p_RNN", **scale}
+    assert names["rnn-wp"] == {"TM0_4": "p_RNN", "TM0_5": "WP", **scale}
+    assert names["rnn-proposals"] == {"TM0_4": "p_RNN", "TM0_6": "proposed (indicator)", **scale}
+    assert names["rnn-both"] == {"TM0_4": "p_RNN", "TM0_6": "p_RNN(f|e)", **scale}
+    assert names["rnn-both-prop"] == {"TM0_4": "p_RNN", "TM0_6": "p_RNN(f|e)", "TM0_7": "proposed (indicator)",
+                                      **scale}
+    assert names["cslm-nbest-rnn"] == {"TM0_4": "p_RNN", "CSLM0_0": "CSLM", **scale}
+    assert all(list(found)[-2:] == list(scale) for found in names.values())  # p(e|f) and the LM last, for scale

@@ -140,6 +140,21 @@ def test_the_both_directions_system_is_built_in_the_rnn_step_only_for_its_row(tm
     assert exp.table_system(config) == exp.tuned_system(RunPlan(config, 1)) == exp.rnn_both_ini
 
 
+def test_the_both_ways_proposals_row_has_its_own_system_beside_the_proposals_row(tmp_path: Path) -> None:
+    """rnn-both-prop needs the reverse model (the rnn step trains it) and a completed table of its own:
+    with rnn-proposals chosen too, the proposals and speed steps make and measure both systems."""
+    exp = new_experiment(tmp_path / "work", "small")
+    both = experiment.StepOptions(select_configurations("baseline rnn rnn-proposals rnn-both-prop"), 3)
+    assert experiment.step_stamps(exp, "rnn", both) == ["rnn", "rnn-both"]
+    assert experiment.step_stamps(exp, "proposals", both) == ["proposals", "proposals-both"]
+    assert experiment.step_stamps(exp, "speed", both) == ["speed/rnn", "speed/proposals", "speed/proposals-both"]
+    config = select_configurations("rnn-both-prop")[0]
+    assert exp.table_system(config) == exp.tuned_system(RunPlan(config, 1)) == exp.system_ini("proposals-both")
+    assert config.appended_labels() == ["p_RNN", "WP", "p_RNN(f|e)", "proposed (indicator)"]
+    # Like + RNN it holds U at 0 and tunes p_RNN; the reverse column and the indicator are tuned too.
+    assert config.fixed_columns("TranslationModel0", 8) == ["TranslationModel0_5"]
+
+
 def test_make_tune_without_moses_says_where_to_get_it_before_installing_anything(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in {"MOSES_BIN_DIR", "MAKEFLAGS", "MAKELEVEL"}}
     for moses in ("", str(tmp_path)):  # none given; a folder without moses

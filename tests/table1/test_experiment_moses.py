@@ -67,7 +67,7 @@ def tiny(request, monkeypatch, tmp_path):
 def test_tiny_table1_end_to_end(tiny, tmp_path):
     exp = tiny
     in_decoder = has_neural_lm(exp.moses().bin_dir)
-    configs = select_configurations("baseline rnn rnn-proposals" + (" cslm-rnn" if in_decoder else ""))
+    configs = select_configurations("baseline rnn rnn-proposals rnn-both-prop" + (" cslm-rnn" if in_decoder else ""))
     by_key = {c.key: c for c in configs}
     systems.step_data(exp)
     systems.step_prepare(exp)
@@ -85,7 +85,11 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     assert len(weights) == 6 and weights[4:] == [0.0, 0.0]
     systems.step_proposals(exp)  # the RNN completes the filtered table: 7 columns, the new ones at weight 0
     assert MosesIni.read(exp.proposals_ini).weights()["TranslationModel0"][4:] == [0.0, 0.0, 0.0]
-    assert exp.proposals_list.read_text().count("\n") > 0
+    assert exp.proposals_list().read_text().count("\n") > 0
+    systems.step_rnn_both(exp)  # issue 48: a reverse model, then proposals reranked by both directions
+    systems.step_proposals(exp, "proposals-both")  # 8 columns: p_RNN(f|e) after U, then the indicator
+    assert MosesIni.read(exp.system_ini("proposals-both")).weights()["TranslationModel0"][4:] == [0.0] * 4
+    assert len(exp.proposals_list("proposals-both").read_text().splitlines()[0].split("\t")) == 6
     if in_decoder:
         systems.step_cslm(exp)
         # validated every epoch_size n-grams, not once per pass over the LM text
@@ -96,7 +100,7 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     speeds = {name: json.loads(exp.stamp_path(f"speed/{name}").read_text()) for name in ("rnn", "cslm")
               if exp.done(f"speed/{name}")}
     assert set(speeds) == ({"rnn", "cslm"} if in_decoder else {"rnn"})
-    assert exp.done("speed/proposals")
+    assert exp.done("speed/proposals") and exp.done("speed/proposals-both")
     assert all(s["sentences"] == 8 and s["seconds_per_sentence"] > 0 for s in speeds.values())
     tuning.step_tune(exp, configs, 1)
     tuning.step_eval(exp, configs, 1)
@@ -113,12 +117,16 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     # The proposals row tuned its 7-column system with the unknown-word column held at 0.
     tuned = collect.run_weights(exp.tune_dir(RunPlan(by_key["rnn-proposals"], 1)) / "moses.ini")
     assert len(tuned["TranslationModel0"]) == 7 and tuned["TranslationModel0"][5] == 0.0
+    # Moses read the 8-column table, and MERT tuned it with U held at 0 (the n-best lists had 8 columns).
+    tuned = collect.run_weights(exp.tune_dir(RunPlan(by_key["rnn-both-prop"], 1)) / "moses.ini")
+    assert len(tuned["TranslationModel0"]) == 8 and tuned["TranslationModel0"][5] == 0.0
     collect.step_report(exp, configs, 1, tmp_path / "results")
     doc = json.loads((tmp_path / "results" / "table1.json").read_text())
     assert [r["runs_finished"] for r in doc["rows"]] == [1] * len(configs)
     assert set(doc["table2"]) == set(workspace.TABLE2_KINDS)
     assert "## Table 2 (rare long source phrases)" in (tmp_path / "results" / "table1.md").read_text()
-    evidence = doc["proposals"]
+    evidence, evidence_both = doc["proposals"]
+    assert evidence_both["label"] == "+ RNN both directions + proposals" and evidence_both["proposals"] > 0
     assert evidence["proposals"] > 0 and [r["run"] for r in evidence["runs"]] == [1]
     assert evidence["runs"][0]["usage"]["sentences"] == 8
     rows = {r["key"]: r for r in doc["rows"]}

@@ -6,11 +6,13 @@ import dataclasses
 import json
 
 import numpy as np
+import pytest
 
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import NPLMConfig, NPLMModel, write_nplm
 from table1 import systems, workspace
 from table1.settings import SCALES, SMALL, TextSlice
+from table1.workspace import ExperimentError
 from table1_folders import load_experiment, small_experiment, write_lines, write_rnn_system
 
 
@@ -148,3 +150,32 @@ def test_the_both_directions_system_trains_a_reverse_model_as_the_forward_one_an
     assert both[both.index("--reverse-model") + 1] == str(reverse_model)
     assert both[both.index("--moses-ini-out") + 1] == str(exp.rnn_both_ini)
     assert all(exp.done(stamp) for stamp in ("rnn-both/train", "rnn-both/rescore", "rnn-both"))
+
+
+def test_the_both_ways_proposals_rerank_with_the_reverse_model_into_a_system_of_their_own(tmp_path, monkeypatch):
+    """Issue 48's + RNN both directions + proposals: the same sources and targets per source as the
+    proposals row, the reverse model of the rnn-both step, rescorer's reranked beam (no --beam), and
+    its own folder, listing and stamp, so both proposals rows can live in one work folder."""
+    exp = small_experiment(tmp_path)
+    filtered = exp.path("baseline", "filtered", "moses.ini")
+    filtered.parent.mkdir(parents=True)
+    write_rnn_system(exp)
+    filtered.write_text(exp.rnn_ini.read_text())
+    for stamp in ("baseline", "rnn"):
+        exp.step(stamp, lambda: None)
+    commands: list[list[str]] = []
+    monkeypatch.setattr(systems, "run_tool", lambda command, *args: commands.append([str(c) for c in command]))
+    with pytest.raises(ExperimentError, match="rnn-both"):  # the reverse model comes first
+        systems.step_proposals(exp, "proposals-both")
+    exp.step("rnn-both", lambda: None)
+    systems.step_proposals(exp, "proposals")
+    systems.step_proposals(exp, "proposals-both")
+    plain, both = commands
+    assert "--reverse-model" not in plain and both[both.index("--reverse-model") + 1] == str(exp.reverse_model)
+    assert "--beam" in plain and "--beam" not in both
+    for option in ("--model", "--for-text", "--thin-below", "--per-source", "--moses-ini"):
+        assert both[both.index(option) + 1] == plain[plain.index(option) + 1], option
+    assert both[both.index("--moses-ini-out") + 1] == str(exp.system_ini("proposals-both"))
+    assert both[both.index("--list") + 1] == str(exp.proposals_list("proposals-both")) != \
+        plain[plain.index("--list") + 1]
+    assert exp.done("proposals") and exp.done("proposals-both")
