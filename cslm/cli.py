@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from infrastructure.cli_options import (
+    MODEL_ALSO_WRITES,
     FiniteFloat,
     IntRange,
     NumberList,
@@ -37,7 +38,7 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
 
 @main.command("train", short_help="train a CSLM on tokenized target text")
 @click.argument("corpus", type=OneLinePath(exists=True, dir_okay=False))
-@click.argument("model_out", type=OutputPath(path_type=Path, also_writes=("{}.last",)))
+@click.argument("model_out", type=OutputPath(path_type=Path, also_writes=MODEL_ALSO_WRITES))
 @click.option("--valid", type=OneLinePath(exists=True, dir_okay=False),
               help="validation text [default: a random 0.1% of CORPUS's lines, at least 500]")
 @click.option("--order", type=IntRange(min=2), default=7, show_default=True, help="n of the n-gram model")

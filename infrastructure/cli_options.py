@@ -36,7 +36,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import click
@@ -125,19 +125,31 @@ class OneLinePath(OneLineValue, click.Path):
     """:class:`click.Path`, failing with one line (:class:`OneLineValue`)."""
 
 
+#: What a training writes beside its model (``MODEL.last``, the state ``--resume`` continues from), as
+#: ``also_writes`` of a model output.
+MODEL_ALSO_WRITES = ("{}.last",)
+
+#: The files a command writes beside an output (``also_writes``) when they depend on its other options
+#: (``rescore-phrase-table`` writes ``OUTPUT_TABLE.model.pt`` only without ``--model``): given the
+#: output's path (``-`` too) and the command's parameters (``ctx.params``), each file as ``(how a
+#: message names it, path)``.
+SideOutputs = Callable[[str, Mapping[str, Any]], Iterable[tuple[str, str]]]
+
+
 class OutputPath(OneLinePath):
     """Where a command writes: a file, or with ``folder`` a folder (made if missing).
 
     The place is tried while the command line is read (:func:`check_output_place` creates and
     removes a file there), so a read-only mount, an immutable folder or a path under a file is one
     line before hours of training, not a traceback after them. ``allow_dash``: ``-`` is stdout.
-    ``also_writes``: the files the command writes beside or inside it, as patterns of its path
-    (``"{}.last"``; ``"{}/moses.ini"`` for a folder), so that they too are refused where they are
-    one of the command's inputs (:func:`check_outputs_are_not_inputs`).
+    ``also_writes``: the files the command writes beside or inside it, so that they too are refused
+    where they are one of the command's inputs (:func:`check_outputs_are_not_inputs`): patterns of its
+    path (``"{}.last"``; ``"{}/moses.ini"`` for a folder), or, for files that depend on the command's
+    other options, :data:`SideOutputs` functions.
     """
 
     def __init__(self, *, folder: bool = False, allow_dash: bool = False, path_type: type | None = None,
-                 also_writes: tuple[str, ...] = ()) -> None:
+                 also_writes: tuple[str | SideOutputs, ...] = ()) -> None:
         super().__init__(file_okay=not folder, dir_okay=folder, allow_dash=allow_dash, path_type=path_type)
         self.folder = folder
         self.also_writes = also_writes
@@ -206,9 +218,15 @@ def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list
         return [(parameter_label(param), v) for v in given if v is not None]
 
     outputs = [pair for p in ctx.command.params if isinstance(p.type, OutputPath) for pair in values(p)]
-    outputs += [(f"written with {label}", pattern.format(os.fspath(path)))
-                for p in ctx.command.params if isinstance(p.type, OutputPath)
-                for label, path in values(p) if os.fspath(path) != "-" for pattern in p.type.also_writes]
+    for p in ctx.command.params:
+        if not isinstance(p.type, OutputPath):
+            continue
+        for label, path in values(p):
+            for also in p.type.also_writes:
+                if callable(also):
+                    outputs += also(os.fspath(path), ctx.params)
+                elif os.fspath(path) != "-":
+                    outputs.append((f"written with {label}", also.format(os.fspath(path))))
     inputs = [pair for p in ctx.command.params if is_input(p) for pair in values(p)]
     return outputs, inputs
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 
 from infrastructure.cli_options import (
+    MODEL_ALSO_WRITES,
     FiniteFloat,
     IntRange,
     OneLinePath,
@@ -83,7 +85,7 @@ def main() -> None:
 
 @main.command("train")
 @click.argument("phrase_table", type=OneLinePath(exists=True, dir_okay=False))
-@click.argument("model_out", type=OutputPath(path_type=Path, also_writes=("{}.last",)))
+@click.argument("model_out", type=OutputPath(path_type=Path, also_writes=MODEL_ALSO_WRITES))
 @click.option("--vocab-corpus-src", type=OneLinePath(exists=True, dir_okay=False),
               help="text (plain or .gz) whose words make the source shortlist")
 @click.option("--vocab-corpus-tgt", type=OneLinePath(exists=True, dir_okay=False),
@@ -302,17 +304,31 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
         click.echo(f"wrote {screenshot}", err=True)
 
 
+def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What ``rescore-phrase-table`` writes besides OUTPUT_TABLE, so that none of it is an input: its
+    partial, rejects and progress files, and without ``--model`` or ``--save-model`` the model it trains."""
+    from rescorer.pipeline.partial_output import OutputFiles, default_model_path
+
+    beside = [] if output_table == "-" else OutputFiles.beside(output_table).written()
+    files = [("written with OUTPUT_TABLE", str(path)) for path in beside]
+    if params.get("model_path") is None and params.get("save_model") is None:
+        model = default_model_path(output_table)
+        files += [("--save-model's default", model)]
+        files += [("written with --save-model's default", pattern.format(model)) for pattern in MODEL_ALSO_WRITES]
+    return files
+
+
 @click.command("rescore-phrase-table")
 # INPUT_TABLE must exist and be readable, OUTPUT_TABLE must not be a folder: both refused while parsing,
 # before any training or scoring, in one line.
 @click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
-@click.argument("output_table", type=OutputPath(allow_dash=True))
+@click.argument("output_table", type=OutputPath(allow_dash=True, also_writes=(_written_beside_the_table,)))
 @click.option("--model", "model_path", type=OneLinePath(exists=True, dir_okay=False),
               help="trained model; without it a model is trained on INPUT_TABLE's unique pairs first")
 @click.option("--reverse-model", type=OneLinePath(exists=True, dir_okay=False),
               help="a model of p(f|e) (rescorer train --reverse): its probability is one more column, after the "
               "unknown-word column, and one more feature in the written moses.ini")
-@click.option("--save-model", type=OutputPath(also_writes=("{}.last",)),
+@click.option("--save-model", type=OutputPath(also_writes=MODEL_ALSO_WRITES),
               help="where the model trained without --model goes [default: OUTPUT_TABLE.model.pt]")
 @click.option("--train-time", type=FiniteFloat(min=0, min_open=True),
               help=f"training budget in seconds without --model [default: {DEFAULT_TRAIN_TIME:.0f} unless "

@@ -6,6 +6,7 @@ CSLM (``cslm``)."""
 from __future__ import annotations
 
 import itertools
+import shutil
 from pathlib import Path
 
 from infrastructure.files import atomic_path
@@ -121,6 +122,7 @@ def step_prepare(exp: Experiment) -> None:
     exp.require("data")
     raw, prep = exp.path("raw"), exp.path("prepared")
     prep.mkdir(parents=True, exist_ok=True)
+    scratch = prep / "tmp"  # joblib's temporary folder: in the work folder, not /dev/shm (text_prep._map_batches)
     parallel = parallel_texts(exp)
     training = [name for name in parallel if name.startswith("train")]
     sets = {exp.src: parallel, exp.tgt: (*parallel, "lm", "lm-valid")}
@@ -128,13 +130,15 @@ def step_prepare(exp: Experiment) -> None:
     for lang, names in sets.items():
         for name in names:
             exp.step(f"prepare/tokenize.{name}.{lang}", lambda n=name, lg=lang: {"lines": write_text_lines(
-                prep / f"{n}.tok.{lg}", tokenize_lines(text_lines(raw / f"{n}.{lg}"), lg, jobs=exp.jobs))})
+                prep / f"{n}.tok.{lg}", tokenize_lines(text_lines(raw / f"{n}.{lg}"), lg, jobs=exp.jobs,
+                                                       temp_folder=scratch))})
         exp.step(f"prepare/truecaser.{lang}", lambda lg=lang: train_truecaser(
             [prep / f"{n}.tok.{lg}" for n in training], prep / f"truecase-model.{lg}"))
         for name in names:
             exp.step(f"prepare/truecase.{name}.{lang}", lambda n=name, lg=lang: {"lines": write_text_lines(
-                exp.prepared(n, lg), truecase_lines(text_lines(prep / f"{n}.tok.{lg}"),
-                                                    prep / f"truecase-model.{lg}", jobs=exp.jobs))})
+                exp.prepared(n, lg), truecase_lines(text_lines(prep / f"{n}.tok.{lg}"), prep / f"truecase-model.{lg}",
+                                                    jobs=exp.jobs, temp_folder=scratch))})
+    shutil.rmtree(scratch, ignore_errors=True)  # whatever a killed run left there
 
     for name in training:  # the stamp of the general text keeps its old name: work folders made before resume
         def clean(n: str = name) -> dict[str, object]:

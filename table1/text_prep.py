@@ -50,7 +50,8 @@ def _batches(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
-def _map_batches(work: Callable[[list[str]], list[str]], lines: Iterable[str], jobs: int) -> Iterator[str]:
+def _map_batches(work: Callable[[list[str]], list[str]], lines: Iterable[str], jobs: int,
+                 temp_folder: PathArg | None) -> Iterator[str]:
     """``work`` over batches of lines, in order, on ``jobs`` joblib (loky) processes, with bounded memory.
 
     A full-scale LM text does not fit in memory, and joblib has no back-pressure: given the whole input,
@@ -58,9 +59,20 @@ def _map_batches(work: Callable[[list[str]], list[str]], lines: Iterable[str], j
     for the reader. So the batches go in windows of :data:`WINDOW_BATCHES` per process, each a
     ``Parallel`` call on the same worker pool (the ``with`` keeps it, and each worker its tokeniser),
     yielded in order as they come.
+
+    Left to itself, joblib makes a ``joblib_memmapping_folder_*`` in ``/dev/shm`` (or the system temp
+    folder) for every ``Parallel``, at once, and removes it only when the process ends normally: a killed
+    run leaves them there. So with ``jobs`` > 1 the caller names ``temp_folder``, a folder of its own
+    (the experiment's work folder), and memmapping is off (``max_nbytes=None``: the batches are lists of
+    strings, never the large arrays it is for), so joblib writes nothing, there or anywhere. The
+    setting also keeps joblib from reusing a worker pool made by a ``Parallel`` with the defaults,
+    whose temporary folder would still be ``/dev/shm``.
     """
+    if jobs != 1 and temp_folder is None:
+        raise ValueError("text preparation on several processes needs a temp_folder of the caller's")
     batches = _batches(lines, BATCH_LINES)
-    with Parallel(n_jobs=jobs, return_as="generator") as parallel:
+    folder = None if temp_folder is None else os.fspath(temp_folder)
+    with Parallel(n_jobs=jobs, return_as="generator", temp_folder=folder, max_nbytes=None) as parallel:
         while window := list(itertools.islice(batches, WINDOW_BATCHES * jobs)):
             for done in parallel(delayed(work)(batch) for batch in window):
                 yield from done
@@ -81,12 +93,14 @@ def _tokenize_batch(lang: str, lines: list[str]) -> list[str]:
     return [tok.tokenize(line, escape=True, return_str=True) for line in lines]  # type: ignore[attr-defined]
 
 
-def tokenize_lines(lines: Iterable[str], lang: str, *, jobs: int = 1) -> Iterator[str]:
+def tokenize_lines(lines: Iterable[str], lang: str, *, jobs: int = 1,
+                   temp_folder: PathArg | None = None) -> Iterator[str]:
     """Moses tokenisation of each line (``tokenizer.perl -l LANG``: escaped, as Moses reads text).
 
-    ``jobs`` > 1 spreads batches over processes; the order of the lines is kept.
+    ``jobs`` > 1 spreads batches over processes; the order of the lines is kept. It needs
+    ``temp_folder``, the caller's folder for joblib's temporary files (:func:`_map_batches`).
     """
-    yield from _map_batches(partial(_tokenize_batch, lang), lines, jobs)
+    yield from _map_batches(partial(_tokenize_batch, lang), lines, jobs, temp_folder)
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,9 +136,11 @@ def _truecase_batch(model: str, lines: list[str]) -> list[str]:
     return [tc.truecase(line, return_str=True) for line in lines]  # type: ignore[attr-defined]
 
 
-def truecase_lines(lines: Iterable[str], model: PathArg, *, jobs: int = 1) -> Iterator[str]:
-    """``truecase.perl --model MODEL`` over ``lines`` (order kept; ``jobs`` processes)."""
-    yield from _map_batches(partial(_truecase_batch, os.fspath(model)), lines, jobs)
+def truecase_lines(lines: Iterable[str], model: PathArg, *, jobs: int = 1,
+                   temp_folder: PathArg | None = None) -> Iterator[str]:
+    """``truecase.perl --model MODEL`` over ``lines`` (order kept; ``jobs`` processes, which need
+    ``temp_folder`` as :func:`tokenize_lines`)."""
+    yield from _map_batches(partial(_truecase_batch, os.fspath(model)), lines, jobs, temp_folder)
 
 
 # --------------------------------------------------------------------------------------------

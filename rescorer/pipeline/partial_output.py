@@ -67,6 +67,12 @@ class OutputFiles:
         return cls(output_path, folder / f".{name}.partial", folder / f"{name}.rejects",
                    folder / f".{name}.rejects.partial", folder / f".{name}.progress.json")
 
+    def written(self) -> list[Path]:
+        """Every file a run writes or removes beside its output: an input there would be lost (the
+        rejects file goes at the end of a run that rejected nothing, as one from an earlier run would
+        mislead)."""
+        return [self.partial, self.rejects, self.rejects_partial, self.progress]
+
     def counted_partials(self) -> dict[str, Path]:
         """The partial files :class:`ChunkProgress` counts, by its counter's name (the main one first)."""
         return {"output_bytes": self.partial, "rejects_bytes": self.rejects_partial}
@@ -74,6 +80,11 @@ class OutputFiles:
     def discard(self) -> None:
         for path in (self.partial, self.rejects_partial, self.progress):
             path.unlink(missing_ok=True)
+
+
+def default_model_path(output_path: str, save_model: str | None = None) -> str:
+    """Where a model trained by ``rescore-phrase-table`` without ``--model`` is saved."""
+    return save_model or (output_path + ".model.pt" if output_path != "-" else "rescorer.model.pt")
 
 
 def stop_error(exc: BaseException, writer: DurableWriter, files: OutputFiles, to_stdout: bool) -> BaseException:

@@ -66,7 +66,7 @@ from rescorer.pipeline.chunk_prep import (
 )
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
-from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, stop_error
+from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, default_model_path, stop_error
 from rescorer.pipeline.reader import (
     ReaderSettings,
     SkippedChunk,
@@ -275,11 +275,6 @@ def check_directions(model: Checkpoint | None, reverse: Checkpoint | None, model
     if reverse is not None and reverse.config.direction != "reverse":
         raise RescoreError(f"{reverse_name or reverse.path}: a forward model (it scores p(e|f)): --reverse-model "
                            "needs one trained with rescorer train --reverse")
-
-
-def default_model_path(output_path: str, save_model: str | None = None) -> str:
-    """Where a model trained by ``rescore-phrase-table`` without ``--model`` is saved."""
-    return save_model or (output_path + ".model.pt" if output_path != "-" else "rescorer.model.pt")
 
 
 def finished_training_of(output_path: str, save_model: str | None = None) -> str | None:

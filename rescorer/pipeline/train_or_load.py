@@ -14,12 +14,12 @@ from pathlib import Path
 
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint
 from rescorer.model.config import DEFAULT_SHORTLIST, ModelSizes, TrainConfig
+from rescorer.pipeline.partial_output import default_model_path
 from rescorer.pipeline.rescore import (
     RescoreOptions,
     RescoreSummary,
     check_directions,
     check_options,
-    default_model_path,
     finished_training_of,
     rescore_checked,
 )
@@ -32,7 +32,7 @@ class TrainingWithoutModel:
 
     ``max_steps`` (``--train-steps``) and ``max_time`` (``--train-time``) are the budget; with neither,
     :data:`~rescorer.model.config.DEFAULT_TRAIN_TIME` seconds. ``save_model``: where the model goes
-    (:func:`~rescorer.pipeline.rescore.default_model_path` when None).
+    (:func:`~rescorer.pipeline.partial_output.default_model_path` when None).
     """
 
     save_model: str | None = None

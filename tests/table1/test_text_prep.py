@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from infrastructure.errors import UserError
@@ -50,10 +54,10 @@ def test_clean_corpus_files_reports_counts_and_a_short_file(tmp_path):
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_tokenize_escapes_as_moses_tokenizer_perl(jobs):
+def test_tokenize_escapes_as_moses_tokenizer_perl(jobs, tmp_path):
     # tokenizer.perl -l fr (default escaping) output for these lines.
     lines = ["L'homme a dit: \"oui\" & <non>.", "C'est 3,5 %."] * 3
-    out = list(tokenize_lines(lines, "fr", jobs=jobs))
+    out = list(tokenize_lines(lines, "fr", jobs=jobs, temp_folder=tmp_path))
     assert out[0] == "L&apos; homme a dit : &quot; oui &quot; &amp; &lt; non &gt; ."
     assert out[1] == "C&apos; est 3,5 % ."
     assert out[2:] == out[:2] * 2
@@ -77,7 +81,7 @@ def test_prepared_text_matches_the_fixture_made_with_moses_perl_scripts(tmp_path
     assert [o.lower() for o in ours] == [t.lower() for t in theirs]
 
 
-def test_processes_read_the_input_a_window_ahead_not_all_of_it(monkeypatch):
+def test_processes_read_the_input_a_window_ahead_not_all_of_it(monkeypatch, tmp_path):
     """A full-scale LM text does not fit in memory: a slow reader of the output holds the input back."""
     import time
 
@@ -92,9 +96,53 @@ def test_processes_read_the_input_a_window_ahead_not_all_of_it(monkeypatch):
             pulled += 1
             yield f"line {i} ."
 
-    out = tokenize_lines(lines(), "en", jobs=2)
+    out = tokenize_lines(lines(), "en", jobs=2, temp_folder=tmp_path)
     assert next(out) == "line 0 ."
     time.sleep(1.0)  # the workers would have taken everything by now
     assert pulled <= text_prep.WINDOW_BATCHES * 2 * 2
     assert [next(out) for _ in range(3)] == ["line 1 .", "line 2 .", "line 3 ."]
     assert list(out)[-1] == "line 399 ." and pulled == 400
+
+
+#: A fresh process, as ``table1`` is (joblib's worker pool and its temporary folder are per process): a
+#: ``Parallel`` with joblib's defaults first (its pool is reused by the next), then the prep on 2
+#: processes; it prints the joblib folders of its own (their names carry its pid) in ``/dev/shm`` and the
+#: system temp folder before, while the workers run (what a kill would leave) and after.
+_PREP_IN_A_FRESH_PROCESS = """
+import glob, json, os, sys, tempfile
+from joblib import Parallel, delayed
+from table1.text_prep import tokenize_lines, truecase_lines
+assert Parallel(n_jobs=2)(delayed(abs)(i) for i in (-1, -2)) == [1, 2]
+def folders():
+    return sorted(f for place in ("/dev/shm", tempfile.gettempdir())
+                  for f in glob.glob(os.path.join(place, f"joblib_memmapping_folder_{os.getpid()}_*")))
+work, model = sys.argv[1:]
+before = folders()
+out = tokenize_lines((f"Line {i}." for i in range(5000)), "en", jobs=2, temp_folder=os.path.join(work, "tmp"))
+first = next(out)
+during = folders()
+last = list(out)[-1]
+cased = list(truecase_lines(["The house ."] * 5000, model, jobs=2, temp_folder=os.path.join(work, "tmp")))
+print(json.dumps({"before": before, "during": during, "after": folders(), "lines": [first, last, cased[0]]}))
+"""
+
+
+def test_processes_leave_nothing_in_dev_shm_or_the_temp_dir(tmp_path):
+    """A killed ``table1`` leaves what joblib made outside the work folder: it must make nothing there,
+    and nothing left in the work folder either."""
+    corpus = tmp_path / "tok.en"
+    write_text_lines(corpus, ["we saw the house .", "The house is big ."])
+    train_truecaser(corpus, tmp_path / "model.en")
+    work = tmp_path / "work"
+    work.mkdir()
+    run = subprocess.run([sys.executable, "-c", _PREP_IN_A_FRESH_PROCESS, work, tmp_path / "model.en"],
+                         capture_output=True, text=True, check=True)
+    seen = json.loads(run.stdout)
+    assert seen["lines"] == ["Line 0 .", "Line 4999 .", "the house ."]
+    assert seen["during"] == seen["before"]
+    assert seen["after"] == seen["before"]
+    assert list(work.iterdir()) == []
+
+def test_processes_need_a_temp_folder_of_the_caller():
+    with pytest.raises(ValueError, match="temp_folder"):
+        list(tokenize_lines(["a ."], "en", jobs=2))

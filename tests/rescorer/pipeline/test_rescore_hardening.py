@@ -648,3 +648,62 @@ def test_ctrl_c_just_after_a_progress_record_is_renamed_still_resumes(tmp_path: 
     assert ChunkProgress.from_record(saved[1]).chunks_done == 2
     run(table, tmp_path / "out.gz", ck, chunk_lines=100, resume=True)
     assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+
+
+# ---- no file written beside the output is one of the inputs ------------------------------------
+
+@pytest.mark.parametrize("skip_bad_lines", [True, False])
+def test_an_input_where_the_rejects_go_is_refused_and_kept(tmp_path: Path, model_file: Path,
+                                                            skip_bad_lines: bool) -> None:
+    """OUTPUT_TABLE.rejects is replaced by a run that rejects lines and removed by one that rejects none
+    (an earlier run's would mislead), with or without --skip-bad-lines: an input of that name was lost."""
+    table = write_table(tmp_path / "out.txt.rejects", table_lines(30))
+    before = table.read_bytes()
+    res = cli(str(table), str(tmp_path / "out.txt"), "--model", str(model_file),
+              *(["--skip-bad-lines"] if skip_bad_lines else []))
+    assert res.exit_code == 1, res.output
+    assert res.output.splitlines() == [f"Error: output {tmp_path.resolve() / 'out.txt.rejects'} (written with "
+                                       f"OUTPUT_TABLE) is the input INPUT_TABLE {table}; write it elsewhere"]
+    assert table.read_bytes() == before
+    assert listing(tmp_path) == ["out.txt.rejects"]
+
+
+@pytest.mark.parametrize(("option", "name"), [
+    ("INPUT_TABLE", "out.gz.model.pt"),
+    ("--moses-ini", "out.gz.model.pt"),
+    ("--reverse-model", "out.gz.model.pt"),
+    ("--moses-ini", "out.gz.model.pt.last"),  # the training state saved beside the model
+])
+def test_an_input_where_the_model_trained_without_model_goes_is_refused_and_kept(tmp_path: Path, no_work,
+                                                                                 option: str, name: str) -> None:
+    """Without --model (and --save-model) the model is trained into OUTPUT_TABLE.model.pt: an input there
+    is refused before any work, as every output that is an input, naming --save-model's default."""
+    given = tmp_path / name
+    given.write_bytes(ini_text([("TranslationModel0", 4, "PhraseDictionaryMemory")]).encode()
+                      if option == "--moses-ini" else b"\n".join(table_lines(30)) + b"\n")
+    before = given.read_bytes()
+    table = given if option == "INPUT_TABLE" else write_table(tmp_path / "pt.txt", table_lines(30))
+    out = tmp_path / "out.gz"
+    args = [str(table), str(out), "--train-steps", "5"]
+    if option != "INPUT_TABLE":
+        args += [option, str(given)]
+    if option == "--moses-ini":
+        args += ["--moses-ini-out", str(tmp_path / "new.ini")]
+    res = cli(*args)
+    assert res.exit_code == 1, res.output
+    what = "--save-model's default" if name.endswith(".pt") else "written with --save-model's default"
+    assert res.output.splitlines() == [f"Error: output {given} ({what}) is the input {option} {given}; "
+                                       "write it elsewhere"]
+    assert given.read_bytes() == before
+    assert listing(tmp_path) == sorted({name, table.name})
+
+
+def test_the_model_a_run_trained_may_be_the_next_runs_model(tmp_path: Path, model_file: Path) -> None:
+    """OUTPUT_TABLE.model.pt is an output only without --model: the rerun given it scores with it."""
+    table = write_table(tmp_path / "pt.txt", table_lines(30))
+    model = tmp_path / "out.gz.model.pt"
+    model.write_bytes(model_file.read_bytes())
+    res = cli(str(table), str(tmp_path / "out.gz"), "--model", str(model))
+    assert res.exit_code == 0, res.output
+    assert model.read_bytes() == model_file.read_bytes()
+    assert len(added_columns(tmp_path / "out.gz")) == 30
