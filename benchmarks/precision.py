@@ -146,6 +146,14 @@ def delta_line(name: str, ref: np.ndarray, other: np.ndarray, keys: np.ndarray) 
             f"({100 * changed / max(multi, 1):.3f}%)")
 
 
+def model_origin(path: str | None, ck: Checkpoint) -> str:
+    """How the log names the model: a file never trained (``random_checkpoint``, as the GPU suite
+    writes) is random weights as much as the built-in one, and accuracy figures mean little for it."""
+    if path is None:
+        return "random weights (built in, V padded to the paper's 15,001)"
+    return f"{'trained' if ck.train_state else 'random weights, never trained'}: {path}"
+
+
 def load_model(args: argparse.Namespace, lines: list[bytes]) -> Checkpoint:
     if args.model:
         return load_checkpoint(args.model)
@@ -192,7 +200,7 @@ def main() -> None:
     plans = plan_chunks(lines, ck, budget, args.chunk_lines, args.workers)
     print(f"device: {device}; {len(lines)} lines of {args.table.name} in {len(plans)} chunks, planned in "
           f"{time.perf_counter() - started:.1f} s (token budget {budget}); model d={config.hidden}, "
-          f"V={config.tgt_vocab_size}, {'trained: ' + args.model if args.model else 'random weights'}")
+          f"V={config.tgt_vocab_size}, {model_origin(args.model, ck)}")
     flops = performed_flops(config, plans)
     keys = source_keys(plans)
     if device.type == "cuda":

@@ -35,3 +35,5 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
     identity = (out / "identity.log").read_text()
     assert "rerun: byte-identical" in identity and "kill + --resume: byte-identical" in identity, identity
     assert "pairs/s" in (out / "e2e.fp32.log").read_text()
+    # the suite's model is random_checkpoint's: the log must not call it trained (run 8's did)
+    assert "random weights, never trained: " in (out / "precision.log").read_text()
