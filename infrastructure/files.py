@@ -268,6 +268,63 @@ def _current_umask() -> int:
     return mask
 
 
+#: mkstemp's random part: 8 characters of this alphabet (no dot), so ``.NAME.XXXXXXXX.tmp`` names
+#: the temp files of ``NAME`` and of no other file.
+_TEMP_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+_TEMP_RANDOM = 8
+#: A temp file younger than this is never taken for a dead run's: its writer may not have locked it yet.
+STALE_TEMP_SECONDS = 10.0
+_swept: set[tuple[str, str]] = set()  # (folder, name): the outputs whose dead temps this process removed
+
+
+def _temp_of(name: str, candidate: str) -> bool:
+    """Whether ``candidate`` is one of :func:`atomic_path`'s temp files for an output named ``name``."""
+    prefix = f".{name}."
+    random_part = candidate[len(prefix):-len(".tmp")]
+    return (candidate.startswith(prefix) and candidate.endswith(".tmp") and len(random_part) == _TEMP_RANDOM
+            and set(random_part) <= _TEMP_CHARACTERS)
+
+
+def remove_dead_temps(dest: Path) -> list[Path]:
+    """Remove the temp files of ``dest`` that no running writer holds; return them.
+
+    A writer holds a lock on its temp file from its first moment to the rename
+    (:func:`atomic_path`), and a process's locks go with it, so a temp file nobody holds is what a
+    killed run (SIGKILL, power loss) left: nothing else could remove it, and a resumed run would
+    add one of its own beside it. Checked once per output and process, at its first atomic write;
+    where the file system has no locks, nothing is removed.
+    """
+    folder = dest.parent
+    key = (os.fspath(folder.absolute()), dest.name)
+    if key in _swept:
+        return []
+    _swept.add(key)
+    removed = []
+    try:
+        entries = [e for e in os.scandir(folder) if _temp_of(dest.name, e.name)]
+    except OSError:
+        return []
+    now = _dt.datetime.now().timestamp()
+    for entry in entries:
+        try:
+            if now - entry.stat(follow_symlinks=False).st_mtime < STALE_TEMP_SECONDS or not entry.is_file(
+                    follow_symlinks=False):
+                continue
+            fd = os.open(entry.path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held by a live writer, or no locks here: not ours to judge
+            continue
+        else:
+            Path(entry.path).unlink(missing_ok=True)
+            removed.append(Path(entry.path))
+        finally:
+            os.close(fd)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_path(path: PathArg) -> Iterator[Path]:
     """The project's one atomic write: a temp file beside ``path``, fsync, then rename over it.
@@ -277,20 +334,26 @@ def atomic_path(path: PathArg) -> Iterator[Path]:
     as it was, so a kill, a full disk or a bug never leaves a half-written file under the final
     name. The temp file lives in the destination folder so the rename is an atomic
     same-filesystem ``os.replace``; the file gets the permissions a plain ``open()`` would give.
+    The temp file is locked while it is written, so that the next write of ``path`` (a rerun)
+    removes what a SIGKILLed writer left (:func:`remove_dead_temps`).
     """
     dest = Path(path)
+    remove_dead_temps(dest)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
     tmp = Path(tmp_name)
     try:
+        with contextlib.suppress(OSError):  # a file system without locks: the temp is only unprotected
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         yield tmp
-        with open(tmp, "rb") as written:
+        with open(tmp, "rb") as written:  # by name: a writer may have put another file there (os.replace)
             os.fsync(written.fileno())
         os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(fd)
     fsync_directory(dest.parent)
 
 

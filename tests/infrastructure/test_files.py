@@ -8,6 +8,7 @@ import fcntl
 import gzip
 import os
 import re
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -114,6 +115,67 @@ def test_atomic_output_plain_and_stdout(tmp_path: Path, capfdbinary: pytest.Capt
         fh.write(b"to stdout\n")
     assert capfdbinary.readouterr().out == b"to stdout\n"
     assert not sys.stdout.closed
+
+
+def _writer_in_another_process(dest: Path) -> subprocess.Popen:
+    """A process inside ``atomic_output(dest)``, its temp file half written, until it is killed."""
+    code = ("import sys, time\nfrom infrastructure.files import atomic_output\n"
+            "with atomic_output(sys.argv[1]) as fh:\n    fh.write(b'half')\n    fh.flush()\n"
+            "    print('writing', flush=True)\n    time.sleep(60)\n")
+    writer = subprocess.Popen([sys.executable, "-c", code, str(dest)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert writer.stdout.readline() == "writing\n"
+    return writer
+
+
+def _temps(dest: Path) -> list[Path]:
+    """``dest``'s temp files: mkstemp's 8 random characters between its name and ``.tmp``."""
+    pattern = rf"\.{re.escape(dest.name)}\.[a-z0-9_]{{8}}\.tmp"
+    return sorted(p for p in dest.parent.iterdir() if re.fullmatch(pattern, p.name))
+
+
+def _age(path: Path, seconds: float) -> None:
+    past = path.stat().st_mtime - seconds
+    os.utime(path, (past, past))
+
+
+def test_the_rerun_removes_what_a_sigkilled_writer_left_and_no_live_writers_file(tmp_path: Path) -> None:
+    """SIGKILL gives a writer no chance to remove its temp file; the next write of the same output
+    does, while a writer still running keeps its own, and another output's temp files stay."""
+    dest, other = tmp_path / "table.gz", tmp_path / "table.gz.more"
+    writer = _writer_in_another_process(dest)
+    (stale,) = _temps(dest)
+    writer.kill()
+    writer.wait()
+    _age(stale, 3600)  # a later session
+    living = _writer_in_another_process(dest)  # the rerun
+    try:
+        (held,) = _temps(dest)
+        assert held != stale and not stale.exists()  # the rerun removed the dead writer's temp
+        _age(held, 3600)
+        other.with_name(f".{other.name}.abcdefgh.tmp").write_bytes(b"not table.gz's")
+        _age(other.with_name(f".{other.name}.abcdefgh.tmp"), 3600)
+        files._swept.clear()  # a new run in this process
+        with atomic_output(dest) as fh:
+            fh.write(b"whole")
+        assert _temps(dest) == [held]  # a live writer's temp is kept, however old
+        assert other.with_name(f".{other.name}.abcdefgh.tmp").exists()
+    finally:
+        living.kill()
+        living.wait()
+    assert dest.read_bytes()[:2] == b"\x1f\x8b"
+
+
+def test_a_young_unlocked_temp_is_not_taken_for_a_dead_writers(tmp_path: Path) -> None:
+    """A writer locks its temp file just after creating it: one seconds old may be that moment."""
+    dest = tmp_path / "out.txt"
+    young = tmp_path / ".out.txt.abcd1234.tmp"
+    young.write_bytes(b"")
+    assert files.remove_dead_temps(dest) == []
+    assert young.exists()
+    _age(young, files.STALE_TEMP_SECONDS + 1)
+    files._swept.clear()
+    assert files.remove_dead_temps(dest) == [young] and not young.exists()
 
 
 def test_input_position_counts_compressed_bytes(tmp_path):
