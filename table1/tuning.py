@@ -67,24 +67,65 @@ def measure_decoding(exp: Experiment, name: str, ini: Path) -> dict[str, object]
 
 
 @dataclass(frozen=True)
+class OptimisationCost:
+    """MERT's own optimisation, measured on the tuning iterations this work folder has finished.
+
+    Each iteration optimises on every n-best list so far, merged, so its time grows with the
+    pool: measured on Table 1's small-news pools (38k to 263k hypotheses, 20 restarts, one
+    core) it was 5.0, 12.3, 19.5 and 25.9 s, near-linear. Over a run at the cap the pool reaches
+    ``cap`` iterations' new hypotheses, so the optimisation grows with cap² while decoding grows
+    with cap: at medium's 25 iterations it is a real share of a run, where at small's 10 it was
+    seconds against minutes.
+    """
+
+    seconds_per_hypothesis: float  # the iterations' optimisation seconds over their merged pools
+    new_per_sentence: float  # the new hypotheses an iteration adds to the pool, per dev sentence
+    iterations: int  # how many iterations it was measured on
+
+    def run_seconds(self, dev: int, cap: int) -> float:
+        """At most, for a run at the cap: iteration k optimises on k iterations' new hypotheses."""
+        return self.seconds_per_hypothesis * self.new_per_sentence * dev * cap * (cap + 1) / 2
+
+
+def measured_optimisation(exp: Experiment) -> OptimisationCost | None:
+    """:class:`OptimisationCost` from every ``tuning-state.json`` of the work folder (None before the
+    first iteration that optimised)."""
+    dev = sum(1 for _ in text_lines(exp.prepared("dev", exp.src)))
+    done = [it for path in sorted(exp.path("tune").glob("*/run*/"))
+            for it in ((read_state(path) or {}).get("iterations") or [])
+            if it.get("optimised_bleu") is not None and it.get("merged_hypotheses")]
+    if not done or not dev:
+        return None
+    return OptimisationCost(sum(it["optimise_seconds"] for it in done) / sum(it["merged_hypotheses"] for it in done),
+                            sum(it["new_hypotheses"] for it in done) / len(done) / dev, len(done))
+
+
+@dataclass(frozen=True)
 class RowCost:
-    """What a row's runs cost in decoding, from the ``speed`` step's measurement of its system.
-    MERT's own optimisation is not counted: seconds per iteration against minutes."""
+    """What a row's runs cost: decoding, from the ``speed`` step's measurement of its system, and
+    MERT's optimisation where tuning iterations of this work folder measured it."""
 
     speed: dict[str, float]  # the speed stamp: sentences, load_seconds, seconds_per_sentence
     dev: int
     test: int
     threads: int
     cap: int  # MERT's iteration cap
+    optimisation: OptimisationCost | None = None
 
     @property
     def iteration_seconds(self) -> float:
+        """One MERT iteration's decoding."""
         return self.speed["load_seconds"] + self.dev * self.speed["seconds_per_sentence"] / self.threads
 
     @property
+    def optimisation_hours(self) -> float:
+        """One tuning run's optimisation at the cap (0 where not measured yet)."""
+        return 0.0 if self.optimisation is None else self.optimisation.run_seconds(self.dev, self.cap) / 3600
+
+    @property
     def tuning_hours(self) -> float:
-        """One tuning run at the cap."""
-        return self.cap * self.iteration_seconds / 3600
+        """One tuning run at the cap: its decoding and its optimisation."""
+        return self.cap * self.iteration_seconds / 3600 + self.optimisation_hours
 
     @property
     def evaluation_hours(self) -> float:
@@ -101,12 +142,22 @@ def row_cost(exp: Experiment, config: Configuration) -> RowCost | None:
     return RowCost(json.loads(exp.stamp_path(f"speed/{system}").read_text(encoding="utf-8")),
                    dev=sum(1 for _ in text_lines(exp.prepared("dev", exp.src))),
                    test=sum(1 for _ in text_lines(exp.prepared("test", exp.src))),
-                   threads=exp.jobs, cap=exp.settings.tune_max_iterations)
+                   threads=exp.jobs, cap=exp.settings.tune_max_iterations, optimisation=measured_optimisation(exp))
+
+
+def optimisation_note(cost: RowCost) -> str:
+    """How the optimisation is counted in a row's hours."""
+    o = cost.optimisation
+    if o is None:
+        return "MERT's optimisation not counted (no tuning iteration of this work folder has measured it yet)"
+    return (f"MERT's optimisation ≤ {cost.optimisation_hours:.1f} h of them ({1000 * o.seconds_per_hypothesis:.3f} ms "
+            f"per merged hypothesis and {o.new_per_sentence:.0f} new hypotheses per sentence an iteration, "
+            f"measured on {o.iterations} iterations)")
 
 
 def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
     """The tuning budget from the measured speeds: decoding time of one MERT iteration and of a row's
-    runs at the iteration cap, with ``jobs`` decoder threads (optimisation time not counted)."""
+    runs at the iteration cap, with ``jobs`` decoder threads, and MERT's optimisation where measured."""
     notes = []
     for config in configs:
         cost = row_cost(exp, config)
@@ -117,8 +168,8 @@ def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> li
             f"Budget, {config.label}: {speed['seconds_per_sentence']:.3f} s per dev sentence on 1 thread and "
             f"{speed['load_seconds']:.0f} s to load (measured on {speed['sentences']:.0f} sentences); one MERT "
             f"iteration decodes {cost.dev} sentences with {cost.threads} threads in ~{cost.iteration_seconds / 60:.1f} "
-            f"min, so {runs} runs at the {cost.cap}-iteration cap take ≤ {runs * cost.tuning_hours:.1f} h of "
-            f"decoding, and their dev + test evaluation ({cost.dev} + {cost.test} sentences) "
+            f"min, so {runs} runs at the {cost.cap}-iteration cap take ≤ {runs * cost.tuning_hours:.1f} h "
+            f"({optimisation_note(cost)}), and their dev + test evaluation ({cost.dev} + {cost.test} sentences) "
             f"{runs * cost.evaluation_hours:.1f} h.")
     return notes
 
@@ -150,8 +201,8 @@ def time_plan(exp: Experiment, configs: list[Configuration], runs: int) -> list[
             cost.evaluation_hours)
         total += row
         lines.append(f"time plan: {config.label}: {cost.tuning_hours:.1f} h per tuning run at the {cost.cap}-iteration "
-                     f"cap, {cost.evaluation_hours:.2f} h per dev + test evaluation; {left} of {runs} runs to go: "
-                     f"{row:.1f} h")
+                     f"cap ({optimisation_note(cost)}), {cost.evaluation_hours:.2f} h per dev + test evaluation; "
+                     f"{left} of {runs} runs to go: {row:.1f} h")
     budget = exp.settings.plan_hours
     planned = f" of the {budget:.0f} h planned" if budget else ""
     lines.append(f"time plan: chosen rows: {total:.1f} h in all{planned}")
