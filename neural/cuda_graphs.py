@@ -19,15 +19,19 @@ What a caller provides (``rescorer.training.step`` for the RNN, ``cslm.train`` f
 The first batch of each shape runs eagerly (the warm-up CUDA graphs need: lazily created
 optimiser state, library handles), on the capture stream as torch's CUDA-graph notes prescribe:
 autograd's gradient-accumulation node of each parameter remembers the stream it was made on and
-lives on from update to update, and one made on the default stream makes a capture on the side
-stream synchronise with it, which breaks the capture (torch 2.11 on an H100: "operation failed
-due to a previous error during capture" at the first shape). The second also runs eagerly, on the capture stream, as the
-reference; then the same update is captured from the state before it, replayed, and compared
-with the eager result: a graph is trusted only once it has reproduced its eager update
-(loss and every state tensor). If it does not, or the capture fails, the eager result is kept and
-training goes on without graphs, with a warning: slower, never different. All graphs share one
-memory pool; that is safe because each is a whole update whose only output, the loss, is copied
-out right after its replay, and graphs never run concurrently.
+lives as long as any autograd history holds it, and one made on the default stream makes a capture
+on the side stream synchronise with it, which breaks the capture (torch 2.11 on an H100: "operation
+failed due to a previous error during capture" at the first shape, after autograd's warning that an
+AccumulateGrad node is on another stream). So nothing here keeps such history: the state snapshots
+of the check below are taken without autograd (clones of the parameters made with grad on were
+exactly such history, made on the default stream, alive through the capture). The second batch
+also runs eagerly, on the capture stream, as the reference; then the same update is captured
+from the state before it, replayed, and compared with the eager result: a graph is trusted only
+once it has reproduced its eager update (loss and every state tensor). If it does not, or the
+capture fails, the eager result is kept and training goes on without graphs, with a warning:
+slower, never different. All graphs share one memory pool; that is safe because each is a whole
+update whose only output, the loss, is copied out right after its replay, and graphs never run
+concurrently.
 """
 
 from __future__ import annotations
@@ -170,10 +174,10 @@ class GraphedUpdates:
     def _capture(self, key: Hashable, inputs: Tensor) -> Tensor:
         """The eager update of this batch, then its graph, kept if it reproduces that update."""
         state = self.state()
-        before = [t.clone() for t in state]
+        before = _snapshot(state)
         with self.backend.side_stream():
             eager_loss = self.update(inputs, key)  # the reference
-            after = [t.clone() for t in state]
+            after = _snapshot(state)
             _copy(state, before)
             try:
                 replay, loss = self.backend.capture(lambda: self.update(inputs, key))
@@ -190,6 +194,14 @@ class GraphedUpdates:
             return eager_loss
         self.graphs[key] = _Graph(replay, inputs, loss)
         return loss.clone()
+
+
+@torch.no_grad()
+def _snapshot(tensors: list[Tensor]) -> list[Tensor]:
+    """Copies of ``tensors`` without autograd history. The parameters are among them, and a clone
+    made with grad on would hold each one's gradient-accumulation node alive, made on the stream the
+    clone ran on; the capture's backward then syncs with that stream and the capture fails (module doc)."""
+    return [t.clone() for t in tensors]
 
 
 @torch.no_grad()

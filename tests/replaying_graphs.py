@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import gc
+import warnings
 from collections.abc import Callable, Iterator
 
 import torch
@@ -18,6 +20,15 @@ class ReplayByRunning:
     def __init__(self) -> None:
         self.captures, self.replays = 0, 0
         self.on_side_stream = self.replaying = False
+        self.graphs_alive_at_capture: list[torch.Tensor] = []
+
+    @staticmethod
+    def tensors_holding_a_graph() -> list[torch.Tensor]:
+        """Every live tensor with an autograd history: each keeps the gradient-accumulation nodes of
+        the parameters it came from alive, with the stream they were made on (neural.cuda_graphs)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # isinstance on torch's deprecated module attributes
+            return [t for t in gc.get_objects() if isinstance(t, torch.Tensor) and t.grad_fn is not None]
 
     @contextlib.contextmanager
     def side_stream(self) -> Iterator[None]:
@@ -32,6 +43,7 @@ class ReplayByRunning:
 
     def capture(self, fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
         self.captures += 1
+        self.graphs_alive_at_capture += self.tensors_holding_a_graph()
         out = torch.empty(0)  # its shape comes with the first replay
 
         def replay() -> None:

@@ -69,13 +69,35 @@ def test_persistent_gradients_and_capturable_optimisers():
         CudaGraphs(torch.device("cpu"))
 
 
+def test_no_autograd_history_is_alive_when_the_capture_starts():
+    """The check's snapshots of the state (the parameters among it) are taken without autograd: a
+    clone made with grad on keeps each parameter's gradient-accumulation node alive, made on the
+    stream the snapshot ran on (the default one), and autograd then syncs the capture with that
+    stream, which breaks it (the H100's "operation failed due to a previous error during capture",
+    after its warning that an AccumulateGrad node is on another stream)."""
+    from replaying_graphs import ReplayByRunning
+
+    from neural.cuda_graphs import GraphedUpdates
+
+    model, optimizer, update, x = _setup()
+    backend = ReplayByRunning()
+    updates = GraphedUpdates(lambda inputs, key: update(inputs), lambda: optimizer_tensors(optimizer), backend)
+    for _ in range(3):
+        updates("k", x)
+    assert backend.captures == 1 and updates.enabled
+    assert backend.graphs_alive_at_capture == []
+
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a lent GPU)")
 
 
 @needs_cuda
-@pytest.mark.xfail(strict=True, reason="open: on an H100 (torch 2.11) the capture fails at the first shape after "
-                   "autograd warns of an AccumulateGrad node on another stream, warm-ups on the capture stream "
-                   "notwithstanding (results/gpu-h100/run8-cuda-tests.log); training goes on eagerly")
+@pytest.mark.xfail(strict=True, reason="open: on an H100 (torch 2.11) the capture failed at the first shape after "
+                   "autograd warned of an AccumulateGrad node on another stream (results/gpu-h100/run8-cuda-tests.log)."
+                   " The likely cause, the check's state snapshots cloned the parameters with autograd on the default "
+                   "stream, is fixed (test_no_autograd_history_is_alive_when_the_capture_starts) but not yet run on "
+                   "a GPU: an XPASS here means it was the cause; then drop this mark and let --train-step auto "
+                   "capture on CUDA again")
 def test_a_real_capture_of_the_training_step_is_trusted(capsys):
     """On a GPU, the static training step's graph is captured and passes its check against the eager
     update."""
