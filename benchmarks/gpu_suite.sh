@@ -17,6 +17,7 @@
 #                    15,001 words, runs 5-7's model; the suite's has the table's 13,122): run 8's TF32 was slower
 #   e2e.<p>.log, gpu-util.<p>.csv   end to end on the table, TF32 and fp32, GPU utilisation sampled
 #   startup.log      command start to exit with a paper-size model on 200 lines
+#   cuda-tests.log   tests/neural/test_cuda_graphs.py, whose GPU tests run only there
 #   train.log        training, paper size, 64 pairs per update: eager against the captured step
 #   cslm.log         CSLM training (and n-best scoring) speed
 #   identity.log     a rerun byte-identical to the first run, and a run killed after two chunks and
@@ -107,7 +108,15 @@ start=$(date +%s.%N)
 $RESCORE "$WORK/head.gz" "$WORK/head.out.gz" --model "$WORK/paper.pt" --device "$DEVICE" -q > "$OUT/startup.log" 2>&1
 note "start-up (paper size, 200 lines, start to exit): $(since "$start") s"
 
-# 4. Training, paper size, 64 pairs per update: eager against the captured step (fp32, then TF32).
+# 4. Training, paper size, 64 pairs per update: eager against the captured step (fp32, then TF32);
+#    first the CUDA-graph tests that only a GPU runs (an XPASS: the capture works now; pytest needed).
+if "$PYTHON" -c 'import pytest' 2> /dev/null; then
+  (cd "$REPO" && "$PYTHON" -m pytest -q -p no:cacheprovider -rxXs tests/neural/test_cuda_graphs.py) \
+    > "$OUT/cuda-tests.log" 2>&1 || failed cuda-tests
+  note "cuda tests: $(tail -1 "$OUT/cuda-tests.log")"
+else
+  note "cuda tests: pytest not installed; skipped"
+fi
 bench train_speed --device "$DEVICE" $TRAIN > "$OUT/train.log" 2>&1 || failed train
 if [ -z "${TINY:-}" ]; then
   bench train_speed --device "$DEVICE" $TRAIN --precision tf32 >> "$OUT/train.log" 2>&1 || failed train

@@ -28,12 +28,13 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
     assert not wait_until_gone(mark, 5), "processes left running by the suite"
     assert not set(abandoned_spools()) - abandoned_before, "spools left by the suite"
     summary = (out / "summary.txt").read_text()
-    for step in ("precision:", "e2e fp32:", "start-up", "train:", "cslm:", "gpu_suite: done"):
+    for step in ("precision:", "e2e fp32:", "start-up", "cuda tests:", "train:", "cslm:", "gpu_suite: done"):
         assert step in summary, summary
     for log in ("precision.log", "e2e.fp32.log", "startup.log", "train.log", "cslm.log", "identity.log"):
         assert (out / log).stat().st_size > 0, log
     identity = (out / "identity.log").read_text()
     assert "rerun: byte-identical" in identity and "kill + --resume: byte-identical" in identity, identity
     assert "pairs/s" in (out / "e2e.fp32.log").read_text()
+    assert "passed" in (out / "cuda-tests.log").read_text()  # the CPU's tests of the file; the GPU's skip
     # the suite's model is random_checkpoint's: the log must not call it trained (run 8's did)
     assert "random weights, never trained: " in (out / "precision.log").read_text()
