@@ -15,7 +15,7 @@ from mert.evaluate import decode_test_set
 from mert.tune import read_state
 from moses_integration.decoder import decode
 from moses_integration.moses_ini import MosesIni
-from table1.settings import CONFIGURATIONS_BY_KEY, OPTIONAL_ROWS, Configuration, RunPlan
+from table1.settings import ALL_CONFIGURATIONS, CONFIGURATIONS_BY_KEY, OPTIONAL_ROWS, Configuration, RunPlan
 from table1.systems import cslm_system
 from table1.text_prep import (
     write_text_lines,
@@ -87,13 +87,18 @@ class OptimisationCost:
         return self.seconds_per_hypothesis * self.new_per_sentence * dev * cap * (cap + 1) / 2
 
 
+def tuning_iterations(exp: Experiment, keys: set[str] | None = None) -> list[dict]:
+    """The finished iterations recorded in the ``tuning-state.json`` of the work folder's runs (of
+    the rows ``keys`` only, where given)."""
+    return [it for path in sorted(exp.path("tune").glob("*/run*/")) if keys is None or path.parent.name in keys
+            for it in ((read_state(path) or {}).get("iterations") or [])]
+
+
 def measured_optimisation(exp: Experiment) -> OptimisationCost | None:
-    """:class:`OptimisationCost` from every ``tuning-state.json`` of the work folder (None before the
-    first iteration that optimised)."""
+    """:class:`OptimisationCost` from every run of the work folder (None before the first iteration
+    that optimised)."""
     dev = sum(1 for _ in text_lines(exp.prepared("dev", exp.src)))
-    done = [it for path in sorted(exp.path("tune").glob("*/run*/"))
-            for it in ((read_state(path) or {}).get("iterations") or [])
-            if it.get("optimised_bleu") is not None and it.get("merged_hypotheses")]
+    done = [it for it in tuning_iterations(exp) if it.get("optimised_bleu") is not None and it.get("merged_hypotheses")]
     if not done or not dev:
         return None
     return OptimisationCost(sum(it["optimise_seconds"] for it in done) / sum(it["merged_hypotheses"] for it in done),
@@ -101,9 +106,26 @@ def measured_optimisation(exp: Experiment) -> OptimisationCost | None:
 
 
 @dataclass(frozen=True)
+class MeasuredDecoding:
+    """A system's MERT iterations as the work folder's runs of it decoded them: under the machine's
+    real load, which the ``speed`` step's 40 sentences in a quiet moment do not see (at small-news
+    its estimate was 2 to 6 times short)."""
+
+    seconds_per_iteration: float  # the mean of the iterations' decode times
+    iterations: int
+
+
+def measured_decoding(exp: Experiment, system: str) -> MeasuredDecoding | None:
+    """:class:`MeasuredDecoding` of ``system`` from the runs of every row that decodes with it."""
+    keys = {c.key for c in ALL_CONFIGURATIONS if c.decoded_system == system}
+    done = [it["decode_seconds"] for it in tuning_iterations(exp, keys) if it.get("decode_seconds")]
+    return MeasuredDecoding(sum(done) / len(done), len(done)) if done else None
+
+
+@dataclass(frozen=True)
 class RowCost:
-    """What a row's runs cost: decoding, from the ``speed`` step's measurement of its system, and
-    MERT's optimisation where tuning iterations of this work folder measured it."""
+    """What a row's runs cost: decoding, from its system's tuning iterations so far or else the
+    ``speed`` step's measurement, and MERT's optimisation where tuning iterations measured it."""
 
     speed: dict[str, float]  # the speed stamp: sentences, load_seconds, seconds_per_sentence
     dev: int
@@ -111,10 +133,13 @@ class RowCost:
     threads: int
     cap: int  # MERT's iteration cap
     optimisation: OptimisationCost | None = None
+    decoding: MeasuredDecoding | None = None
 
     @property
     def iteration_seconds(self) -> float:
         """One MERT iteration's decoding."""
+        if self.decoding is not None:
+            return self.decoding.seconds_per_iteration
         return self.speed["load_seconds"] + self.dev * self.speed["seconds_per_sentence"] / self.threads
 
     @property
@@ -129,20 +154,30 @@ class RowCost:
 
     @property
     def evaluation_hours(self) -> float:
-        """One run's dev + test decodes."""
-        sentences = self.dev + self.test
-        return (2 * self.speed["load_seconds"] + sentences * self.speed["seconds_per_sentence"] / self.threads) / 3600
+        """One run's dev + test decodes, each sentence at an iteration's pace."""
+        load = self.speed["load_seconds"]
+        per_sentence = max(self.iteration_seconds - load, 0.0) / self.dev
+        return (2 * load + (self.dev + self.test) * per_sentence) / 3600
 
 
 def row_cost(exp: Experiment, config: Configuration) -> RowCost | None:
-    """The decoding cost of ``config``'s runs (None: its system's speed is not measured)."""
+    """The cost of ``config``'s runs (None: its system's speed is not measured)."""
     system = config.decoded_system
     if not exp.done(f"speed/{system}"):
         return None
     return RowCost(json.loads(exp.stamp_path(f"speed/{system}").read_text(encoding="utf-8")),
                    dev=sum(1 for _ in text_lines(exp.prepared("dev", exp.src))),
                    test=sum(1 for _ in text_lines(exp.prepared("test", exp.src))),
-                   threads=exp.jobs, cap=exp.settings.tune_max_iterations, optimisation=measured_optimisation(exp))
+                   threads=exp.jobs, cap=exp.settings.tune_max_iterations, optimisation=measured_optimisation(exp),
+                   decoding=measured_decoding(exp, system))
+
+
+def decoding_note(cost: RowCost) -> str:
+    """Where a row's decoding hours come from."""
+    d = cost.decoding
+    if d is None:
+        return "decoding as the speed step measured it"
+    return f"decoding {d.seconds_per_iteration / 60:.1f} min an iteration, as {d.iterations} tuning iterations measured"
 
 
 def optimisation_note(cost: RowCost) -> str:
@@ -168,7 +203,8 @@ def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> li
             f"Budget, {config.label}: {speed['seconds_per_sentence']:.3f} s per dev sentence on 1 thread and "
             f"{speed['load_seconds']:.0f} s to load (measured on {speed['sentences']:.0f} sentences); one MERT "
             f"iteration decodes {cost.dev} sentences with {cost.threads} threads in ~{cost.iteration_seconds / 60:.1f} "
-            f"min, so {runs} runs at the {cost.cap}-iteration cap take ≤ {runs * cost.tuning_hours:.1f} h "
+            f"min ({decoding_note(cost)}), so {runs} runs at the {cost.cap}-iteration cap take "
+            f"≤ {runs * cost.tuning_hours:.1f} h "
             f"({optimisation_note(cost)}), and their dev + test evaluation ({cost.dev} + {cost.test} sentences) "
             f"{runs * cost.evaluation_hours:.1f} h.")
     return notes
@@ -201,7 +237,8 @@ def time_plan(exp: Experiment, configs: list[Configuration], runs: int) -> list[
             cost.evaluation_hours)
         total += row
         lines.append(f"time plan: {config.label}: {cost.tuning_hours:.1f} h per tuning run at the {cost.cap}-iteration "
-                     f"cap ({optimisation_note(cost)}), {cost.evaluation_hours:.2f} h per dev + test evaluation; "
+                     f"cap ({decoding_note(cost)}; {optimisation_note(cost)}), {cost.evaluation_hours:.2f} h per dev "
+                     f"+ test evaluation; "
                      f"{left} of {runs} runs to go: {row:.1f} h")
     budget = exp.settings.plan_hours
     planned = f" of the {budget:.0f} h planned" if budget else ""

@@ -114,8 +114,9 @@ def test_the_time_plan_sums_measured_rows_and_says_which_optional_rows_fit(tmp_p
     done = (3600 + 7200 + 999 + 1) / 3600
     assert lines[0] == f"time plan: {done:.1f} h of steps done so far"
     assert lines[1].endswith(f"2 of 3 runs to go: {2 * row:.1f} h")
-    assert "1.3 h per tuning run at the 25-iteration cap (MERT's optimisation not counted (no tuning iteration " \
-        "of this work folder has measured it yet)), 0.19 h per dev + test evaluation" in lines[1]
+    assert "1.3 h per tuning run at the 25-iteration cap (decoding as the speed step measured it; MERT's " \
+        "optimisation not counted (no tuning iteration of this work folder has measured it yet)), 0.19 h per dev + " \
+        "test evaluation" in lines[1]
     assert lines[2].endswith(f"3 of 3 runs to go: {3 * row:.1f} h")
     chosen = done + 5 * row
     assert lines[3] == f"time plan: chosen rows: {chosen:.1f} h in all of the 18 h planned"
@@ -126,9 +127,9 @@ def test_the_time_plan_sums_measured_rows_and_says_which_optional_rows_fit(tmp_p
     assert lines[5].endswith(f": does not fit ({chosen + 3 * row + cslm:.1f} h)")
 
 
-def test_the_time_plan_counts_merts_optimisation_once_tuning_iterations_have_measured_it(tmp_path, monkeypatch):
-    """Each MERT iteration optimises on the merged pool, so over a run at the cap the optimisation
-    grows with cap²: measured on the finished iterations of the work folder (hand-computed)."""
+def test_the_time_plan_counts_what_tuning_iterations_measured(tmp_path, monkeypatch):
+    """Once runs have tuned, the plan takes their decoding times (under the machine's real load) and
+    MERT's optimisation, which grows with the merged pool, so with cap² over a run (hand-computed)."""
     from mert.tune import STATE_FILE, STATE_FORMAT
 
     exp = load_experiment(tmp_path / "work", "medium")
@@ -138,19 +139,24 @@ def test_the_time_plan_counts_merts_optimisation_once_tuning_iterations_have_mea
     folder = exp.tune_dir(RunPlan(CONFIGURATIONS_BY_KEY["baseline"], 1))
     folder.mkdir(parents=True)
     iterations = [{"iteration": 1, "new_hypotheses": 90_000, "merged_hypotheses": 100_000, "optimised_bleu": 20.0,
-                   "optimise_seconds": 10.0},
+                   "optimise_seconds": 10.0, "decode_seconds": 300.0},
                   {"iteration": 2, "new_hypotheses": 80_000, "merged_hypotheses": 200_000, "optimised_bleu": 21.0,
-                   "optimise_seconds": 20.0},
+                   "optimise_seconds": 20.0, "decode_seconds": 360.0},
                   {"iteration": 3, "new_hypotheses": 0, "merged_hypotheses": 200_000, "optimised_bleu": None,
-                   "optimise_seconds": 0.0}]  # nothing new: MERT did not run, so it measures nothing
+                   "optimise_seconds": 0.0, "decode_seconds": 330.0}]  # nothing new: MERT did not run
     (folder / STATE_FILE).write_text(json.dumps({"format": STATE_FORMAT, "iterations": iterations}))
-    # 30 s over 300,000 merged hypotheses: 0.1 ms each; 85 new hypotheses per sentence an iteration;
-    # iteration k optimises on k × 85,000: 0.1 ms × 85,000 × (1 + … + 25) = 2,762.5 s = 0.767 h
+    # Decoding: 330 s an iteration (the three iterations' mean; the speed step said 186 s).
+    # Optimisation: 30 s over 300,000 merged hypotheses, 0.1 ms each; 85 new hypotheses per sentence an
+    # iteration; iteration k optimises on k × 85,000: 0.1 ms × 85,000 × (1 + … + 25) = 2,762.5 s = 0.767 h.
+    # An evaluation: 2 loads of 36 s and 4,000 sentences at (330 − 36) / 1,000 s each = 1,248 s.
     line = tuning.time_plan(exp, select_configurations("baseline"), 3)[1]
-    hours = 25 * 186 / 3600 + 2762.5 / 3600
-    assert f"{hours:.1f} h per tuning run at the 25-iteration cap (MERT's optimisation ≤ 0.8 h of them (0.100 ms " \
-        "per merged hypothesis and 85 new hypotheses per sentence an iteration, measured on 2 iterations))" in line
-    assert line.endswith(f"3 of 3 runs to go: {3 * (hours + 672 / 3600):.1f} h")
+    hours = 25 * 330 / 3600 + 2762.5 / 3600
+    assert f"{hours:.1f} h per tuning run at the 25-iteration cap (decoding 5.5 min an iteration, as 3 tuning " \
+        "iterations measured; MERT's optimisation ≤ 0.8 h of them (0.100 ms per merged hypothesis and 85 new " \
+        "hypotheses per sentence an iteration, measured on 2 iterations)), 0.35 h per dev + test evaluation" in line
+    assert line.endswith(f"3 of 3 runs to go: {3 * (hours + 1248 / 3600):.1f} h")
+    # + RNN decodes with the same system as Baseline: Baseline's iterations measure its decoding too
+    assert "as 3 tuning iterations measured" in tuning.time_plan(exp, select_configurations("rnn"), 3)[1]
 
 
 def test_test_decodes_keep_the_translation_details_of_moses_own_1best(tmp_path, monkeypatch):
