@@ -109,7 +109,7 @@ def measured_optimisation(exp: Experiment) -> OptimisationCost | None:
 class MeasuredDecoding:
     """A system's MERT iterations as the work folder's runs of it decoded them: under the machine's
     real load, which the ``speed`` step's 40 sentences in a quiet moment do not see (at small-news
-    its estimate was 2 to 6 times short)."""
+    its 1.2 min an iteration against a measured 3.5)."""
 
     seconds_per_iteration: float  # the mean of the iterations' decode times
     iterations: int
