@@ -8,6 +8,7 @@ import itertools
 import json
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from infrastructure.lines import text_lines
@@ -94,10 +95,9 @@ def tuning_iterations(exp: Experiment, keys: set[str] | None = None) -> list[dic
             for it in ((read_state(path) or {}).get("iterations") or [])]
 
 
-def measured_optimisation(exp: Experiment) -> OptimisationCost | None:
-    """:class:`OptimisationCost` from every run of the work folder (None before the first iteration
-    that optimised)."""
-    dev = sum(1 for _ in text_lines(exp.prepared("dev", exp.src)))
+def measured_optimisation(exp: Experiment, dev: int) -> OptimisationCost | None:
+    """:class:`OptimisationCost` from every run of the work folder, ``dev`` sentences a tuning
+    iteration (None before the first iteration that optimised)."""
     done = [it for it in tuning_iterations(exp) if it.get("optimised_bleu") is not None and it.get("merged_hypotheses")]
     if not done or not dev:
         return None
@@ -160,16 +160,35 @@ class RowCost:
         return (2 * load + (self.dev + self.test) * per_sentence) / 3600
 
 
-def row_cost(exp: Experiment, config: Configuration) -> RowCost | None:
+class FolderMeasures:
+    """What every row's cost shares, read from the work folder at most once per plan or report, and
+    only when a row's speed is measured: the dev and test sizes and MERT's optimisation over all the
+    runs so far."""
+
+    def __init__(self, exp: Experiment) -> None:
+        self.exp = exp
+
+    @cached_property
+    def dev(self) -> int:
+        return sum(1 for _ in text_lines(self.exp.prepared("dev", self.exp.src)))
+
+    @cached_property
+    def test(self) -> int:
+        return sum(1 for _ in text_lines(self.exp.prepared("test", self.exp.src)))
+
+    @cached_property
+    def optimisation(self) -> OptimisationCost | None:
+        return measured_optimisation(self.exp, self.dev)
+
+
+def row_cost(exp: Experiment, config: Configuration, measures: FolderMeasures) -> RowCost | None:
     """The cost of ``config``'s runs (None: its system's speed is not measured)."""
     system = config.decoded_system
     if not exp.done(f"speed/{system}"):
         return None
     return RowCost(json.loads(exp.stamp_path(f"speed/{system}").read_text(encoding="utf-8")),
-                   dev=sum(1 for _ in text_lines(exp.prepared("dev", exp.src))),
-                   test=sum(1 for _ in text_lines(exp.prepared("test", exp.src))),
-                   threads=exp.jobs, cap=exp.settings.tune_max_iterations, optimisation=measured_optimisation(exp),
-                   decoding=measured_decoding(exp, system))
+                   dev=measures.dev, test=measures.test, threads=exp.jobs, cap=exp.settings.tune_max_iterations,
+                   optimisation=measures.optimisation, decoding=measured_decoding(exp, system))
 
 
 def decoding_note(cost: RowCost) -> str:
@@ -193,9 +212,9 @@ def optimisation_note(cost: RowCost) -> str:
 def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
     """The tuning budget from the measured speeds: decoding time of one MERT iteration and of a row's
     runs at the iteration cap, with ``jobs`` decoder threads, and MERT's optimisation where measured."""
-    notes = []
+    notes, measures = [], FolderMeasures(exp)
     for config in configs:
-        cost = row_cost(exp, config)
+        cost = row_cost(exp, config, measures)
         if cost is None:
             continue
         speed = cost.speed
@@ -224,10 +243,10 @@ def time_plan(exp: Experiment, configs: list[Configuration], runs: int) -> list[
     """Issue 46's plan, printed before the first tuning run: hours per tuning run (at the cap) and per
     evaluation of each chosen row, their total with what is done, and which optional rows
     (:data:`OPTIONAL_ROWS`) would fit in the scale's ``plan_hours`` after them, in order."""
-    lines, total = [], hours_done(exp)
+    lines, total, measures = [], hours_done(exp), FolderMeasures(exp)
     lines.append(f"time plan: {total:.1f} h of steps done so far")
     for config in configs:
-        cost = row_cost(exp, config)
+        cost = row_cost(exp, config, measures)
         if cost is None:
             lines.append(f"time plan: {config.label}: its system's speed is not measured")
             continue
@@ -248,7 +267,7 @@ def time_plan(exp: Experiment, configs: list[Configuration], runs: int) -> list[
     chosen = {c.key for c in configs}
     for key in (k for k in OPTIONAL_ROWS if k not in chosen):
         config = CONFIGURATIONS_BY_KEY[key]
-        cost = row_cost(exp, config)
+        cost = row_cost(exp, config, measures)
         if cost is None:
             lines.append(f"time plan: optional {config.label}: its system's speed is not measured")
             continue
