@@ -58,7 +58,8 @@ def test_propose_speed_prints_sources_per_second_batched_and_one_at_a_time(run_b
     out = run_benchmark("propose_speed", "--table", SAMPLE, "--sources", "6", "--beam", "2", "--max-words", "2",
                         "--single", "2", "--precision", "fp32,bf16")
     for precision in ("fp32", "bf16"):
-        assert re.search(rf"^batched, {precision}: {NUMBER} sources/s .* decoder rows per source", out, re.M), out
+        assert re.search(rf"^batched, {precision}: {NUMBER} sources/s .* decoder rows per source.*; {NUMBER} GFLOP/s "
+                         rf"performed = {NUMBER}% of the {precision} matmul peak measured in this run", out, re.M), out
     assert re.search(rf"^bf16 / fp32: {NUMBER}× sources/s; the same best target for \d+ of 6 sources", out, re.M)
     assert re.search(rf"^one source at a time: {NUMBER} sources/s; batching gains {NUMBER}x", out, re.M), out
     assert re.search(rf"full table \(1,468,693\): {NUMBER} h at this rate", out), out
