@@ -21,7 +21,7 @@ from table1.systems import cslm_system
 from table1.text_prep import (
     write_text_lines,
 )
-from table1.workspace import STAMPS, Experiment, ExperimentError, run_tool, say, single_phrase_table
+from table1.workspace import RUNNING, STAMPS, Experiment, ExperimentError, run_tool, say, single_phrase_table
 
 # --------------------------------------------------------------------------------------------
 # speed: how fast each system decodes, measured before the tuning runs are sized by it
@@ -339,7 +339,8 @@ def check_run_current(exp: Experiment, plan: RunPlan) -> None:
     name = f"tune/{plan.name}"
     evals = [f"eval/{plan.name}/{split}" for split in ("dev", "test")]
     stamps = ", ".join(exp.stamp_path(n).name for n in (name, *evals))
-    aside = f"move {exp.tune_dir(plan)} and the stamps {stamps} (in {exp.path(STAMPS)}) aside"
+    aside = (f"move {exp.tune_dir(plan)} and the stamps {stamps} (in {exp.path(STAMPS)}; "
+             f"the run's time so far in {RUNNING}/ too) aside")
     seed = tuned_seed(exp, plan)
     if seed is not None and seed != plan.seed:
         raise ExperimentError(f"{exp.tune_dir(plan)}: tuned with seed {seed}, but run {plan.run} is tuned with seed "

@@ -1,18 +1,21 @@
 """A Table 1 work folder: its layout, its settings, and the stamps that make every step restartable.
 
 Each step writes its outputs under the work folder atomically and then a stamp
-``stamps/<step>.json`` with its wall time; a rerun skips every stamped step. Every tool call is
+``stamps/<step>.json`` with its wall time, summed over the step's attempts when it was
+interrupted and resumed; a rerun skips every stamped step. Every tool call is
 appended, command line first, to ``logs/<step>.log``; wall times also go to ``timings.tsv``, which
 the report copies next to the table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +34,10 @@ SETTINGS_FILE = "settings.json"
 #: setting existed takes it on while that step has not run).
 STEP_SETTINGS = {"proposals": "proposals"}
 TIMINGS_FILE = "timings.tsv"
+#: Under ``stamps/``: the running steps' wall time so far (:class:`StepClock`), not stamps themselves.
+RUNNING = "running"
+#: How often a running step's wall time is saved: an attempt killed outright loses at most this.
+HEARTBEAT_SECONDS = 60.0
 
 
 class ExperimentError(UserError):
@@ -186,21 +193,31 @@ class Experiment:
         return self.stamp_path(name).exists()
 
     def step(self, name: str, body: Callable[[], dict[str, object] | None]) -> bool:
-        """Run ``body`` unless ``name`` is stamped; stamp it with its wall time. True if it ran."""
+        """Run ``body`` unless ``name`` is stamped; stamp it with its wall time. True if it ran.
+
+        A long step (a training, a tuning run) is often interrupted and resumed across sessions;
+        its wall time is then the sum of its attempts, which :class:`StepClock` keeps in
+        ``stamps/running/``: the stamp says ``seconds`` over all attempts and how many there were.
+        """
         stamp = self.stamp_path(name)
         if stamp.exists():
             info = json.loads(stamp.read_text(encoding="utf-8"))
             say(f"{name}: done already ({info.get('seconds', 0):.0f} s, {info.get('finished')}); skipped")
             return False
-        say(f"{name}: starting")
-        started = time.perf_counter()
-        details = body() or {}
-        seconds = time.perf_counter() - started
+        clock = StepClock(self.path(STAMPS, RUNNING, stamp.name))
+        say(f"{name}: starting" + (f" (attempt {clock.attempts}; {clock.earlier:.0f} s in the earlier ones)"
+                                    if clock.attempts > 1 else ""))
+        with clock:
+            details = body() or {}
+        seconds = clock.seconds
         finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        write_json(stamp, {"step": name, "seconds": round(seconds, 1), "finished": finished, **details})
+        attempts = {"attempts": clock.attempts, "last_attempt_seconds": round(clock.this_attempt, 1)} \
+            if clock.attempts > 1 else {}
+        write_json(stamp, {"step": name, "seconds": round(seconds, 1), "finished": finished, **attempts, **details})
+        clock.forget()
         with open(self.path(TIMINGS_FILE), "a", encoding="utf-8") as fh:
             fh.write(f"{name}\t{seconds:.1f}\t{finished}\n")
-        say(f"{name}: done in {seconds:.0f} s")
+        say(f"{name}: done in {seconds:.0f} s" + (f" over {clock.attempts} attempts" if clock.attempts > 1 else ""))
         return True
 
     def log_file(self, name: str) -> Path:
@@ -221,6 +238,58 @@ class Experiment:
             raise ExperimentError(f"command {name!r} not found beside {self.python} or on PATH")
         return found
 
+
+
+class StepClock:
+    """The wall time of a step over all its attempts, kept in a small JSON file while it runs.
+
+    While the step runs, a thread rewrites the file every :data:`HEARTBEAT_SECONDS` with the
+    attempts so far and their seconds (the earlier attempts' and this one's until now); a failed
+    attempt writes its final figure as it ends. An attempt killed outright (SIGKILL, the session's
+    end) loses at most the last interval. The next attempt starts from the file's figures; the
+    step's stamp gets their sum, and :meth:`forget` removes the file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        earlier = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        self.earlier = float(earlier.get("seconds", 0.0))
+        self.attempts = int(earlier.get("attempts", 0)) + 1
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._beating, name=f"clock {path.stem}", daemon=True)
+
+    @property
+    def this_attempt(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def seconds(self) -> float:
+        return self.earlier + self.this_attempt
+
+    def write(self) -> None:
+        write_json(self.path, {"attempts": self.attempts, "seconds": round(self.seconds, 1)})
+
+    def _beating(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            self.write()
+
+    def __enter__(self) -> StepClock:
+        self.write()
+        self._beat.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self._stop.set()
+        self._beat.join()
+        if exc_type is not None:
+            self.write()  # a failed attempt's time counts for the next
+
+    def forget(self) -> None:
+        """Remove the file once the step is stamped, and its folder when no other step is running."""
+        self.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.path.parent.rmdir()
 
 
 def run_tool(command: list, log: Path, stdout: Path | None = None) -> dict[str, object]:

@@ -36,6 +36,78 @@ def test_a_failed_step_leaves_no_stamp_and_runs_again(tmp_path):
     assert exp.step("rnn/train", lambda: None)
 
 
+class FakeClock:
+    """``time.monotonic`` under the test's control: a body "takes" the seconds it adds."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_resumed_step_is_timed_over_all_its_attempts(tmp_path, monkeypatch):
+    """A training or tuning run interrupted and resumed across sessions: its stamp (and so the
+    report's step times) says the sum of the attempts, not the last one's seconds (medium's RNN
+    training said 6,518 s of its 4 hours); a single attempt's stamp is as before."""
+    clock = FakeClock()
+    monkeypatch.setattr(workspace.time, "monotonic", clock)
+    exp = small_experiment(tmp_path)
+
+    def fails_after(seconds: float):
+        clock.now += seconds
+        raise RuntimeError("interrupted")
+
+    for seconds in (100.0, 30.0):
+        with pytest.raises(RuntimeError):
+            exp.step("rnn/train", lambda s=seconds: fails_after(s))
+    assert not exp.done("rnn/train")
+    assert exp.step("rnn/train", lambda: setattr(clock, "now", clock.now + 50.0))
+    stamp = json.loads(exp.stamp_path("rnn/train").read_text())
+    assert (stamp["seconds"], stamp["attempts"], stamp["last_attempt_seconds"]) == (180.0, 3, 50.0)
+    assert (exp.work / "timings.tsv").read_text().split("\t")[:2] == ["rnn/train", "180.0"]
+    assert collect.step_timings(exp)["rnn/train"] == 180.0
+    assert not (exp.work / "stamps" / "running").exists()  # nothing left once stamped
+    assert exp.step("rnn/rescore", lambda: setattr(clock, "now", clock.now + 7.0))
+    assert json.loads(exp.stamp_path("rnn/rescore").read_text()).keys() == {"step", "seconds", "finished"}
+
+
+KILLED_STEP = """
+import sys, time
+from table1 import workspace
+from table1_folders import load_experiment
+workspace.HEARTBEAT_SECONDS = 0.05
+exp = load_experiment(__import__("pathlib").Path(sys.argv[1]), "small")
+exp.step("tune/baseline/run1", lambda: (print("running", flush=True), time.sleep(60)))
+"""
+
+
+def test_an_attempt_killed_outright_counts_to_its_last_heartbeat(tmp_path):
+    """SIGKILL (a session's end) gives the step no chance to write: the heartbeat it wrote while
+    running is what the next attempt adds."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    small_experiment(tmp_path)
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, "-c", KILLED_STEP, str(tmp_path / "work")], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "running\n"
+    time.sleep(1.0)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    exp = small_experiment(tmp_path)
+    assert not exp.done("tune/baseline/run1")
+    assert exp.step("tune/baseline/run1", lambda: None)
+    stamp = json.loads(exp.stamp_path("tune/baseline/run1").read_text())
+    assert stamp["attempts"] == 2 and 0.8 <= stamp["seconds"] < 30, stamp
+
+
 def test_a_work_folder_refuses_other_settings(tmp_path):
     small_experiment(tmp_path)
     with pytest.raises(workspace.ExperimentError, match="other settings"):
