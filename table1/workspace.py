@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output
+from infrastructure.files import atomic_output, atomic_path
 from moses_integration.moses_ini import MosesIni
 from table1.settings import SCALES, Configuration, RunPlan, ScaleSettings
 from table1.system_training import MosesInstall, run_logged
@@ -294,11 +294,13 @@ class StepClock:
 
 def run_tool(command: list, log: Path, stdout: Path | None = None) -> dict[str, object]:
     """Run one of the project's commands as a step body; its log is ``log``. With ``stdout``, the
-    command's output is kept there (renamed into place only when the command succeeds)."""
-    partial = None if stdout is None else stdout.with_name(stdout.name + ".partial")
-    seconds = run_logged(command, log, stdout=partial)
-    if partial is not None:
-        partial.replace(stdout)
+    command's output is kept there, through the project's atomic write: only a command that
+    succeeds puts it in place, and a killed one leaves no half-written file beside it."""
+    if stdout is None:
+        seconds = run_logged(command, log)
+    else:
+        with atomic_path(stdout) as partial:
+            seconds = run_logged(command, log, stdout=partial)
     return {"command": " ".join(map(str, command)), "tool_seconds": round(seconds, 1)}
 
 

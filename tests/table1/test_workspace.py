@@ -146,3 +146,20 @@ def test_a_folder_made_before_the_proposals_step_takes_on_its_settings_until_tha
     exp.step("proposals", lambda: None)  # the step ran (its settings unrecorded: an impossible folder)
     with pytest.raises(workspace.ExperimentError, match=r"other settings \(proposals differ"):
         small_experiment(tmp_path)
+
+
+def test_a_tool_whose_output_is_kept_leaves_nothing_when_it_fails(tmp_path):
+    """``run_tool(stdout=...)`` (the Table 2 reports): a tool that fails, or is stopped, halfway
+    leaves neither its output nor a half-written file beside it (it left ``OUT.partial``)."""
+    import sys
+
+    from table1.system_training import MosesToolError
+
+    out = tmp_path / "out" / "table2-frequent.md"
+    out.parent.mkdir()
+    log = tmp_path / "logs" / "rnn.log"
+    with pytest.raises(MosesToolError, match="exited with 3"):
+        workspace.run_tool([sys.executable, "-c", "import sys; print('half'); sys.exit(3)"], log, stdout=out)
+    assert list(out.parent.iterdir()) == []
+    workspace.run_tool([sys.executable, "-c", "print('whole')"], log, stdout=out)
+    assert out.read_text() == "whole\n" and list(out.parent.iterdir()) == [out]
