@@ -209,9 +209,10 @@ class Experiment:
                                     if clock.attempts > 1 else ""))
         with clock:
             details = body() or {}
-        seconds = clock.seconds
+        this_attempt = clock.this_attempt
+        seconds = clock.earlier + this_attempt
         finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        attempts = {"attempts": clock.attempts, "last_attempt_seconds": round(clock.this_attempt, 1)} \
+        attempts = {"attempts": clock.attempts, "last_attempt_seconds": round(this_attempt, 1)} \
             if clock.attempts > 1 else {}
         write_json(stamp, {"step": name, "seconds": round(seconds, 1), "finished": finished, **attempts, **details})
         clock.forget()
@@ -263,12 +264,8 @@ class StepClock:
     def this_attempt(self) -> float:
         return time.monotonic() - self.started
 
-    @property
-    def seconds(self) -> float:
-        return self.earlier + self.this_attempt
-
     def write(self) -> None:
-        write_json(self.path, {"attempts": self.attempts, "seconds": round(self.seconds, 1)})
+        write_json(self.path, {"attempts": self.attempts, "seconds": round(self.earlier + self.this_attempt, 1)})
 
     def _beating(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
