@@ -200,11 +200,13 @@ class Experiment:
         ``stamps/running/``: the stamp says ``seconds`` over all attempts and how many there were.
         """
         stamp = self.stamp_path(name)
+        clock_path = self.path(STAMPS, RUNNING, stamp.name)
         if stamp.exists():
             info = json.loads(stamp.read_text(encoding="utf-8"))
             say(f"{name}: done already ({info.get('seconds', 0):.0f} s, {info.get('finished')}); skipped")
+            StepClock.remove(clock_path)  # left by a run killed between the stamp and its clock's removal
             return False
-        clock = StepClock(self.path(STAMPS, RUNNING, stamp.name))
+        clock = StepClock(clock_path)
         say(f"{name}: starting" + (f" (attempt {clock.attempts}; {clock.earlier:.0f} s in the earlier ones)"
                                     if clock.attempts > 1 else ""))
         with clock:
@@ -284,9 +286,14 @@ class StepClock:
 
     def forget(self) -> None:
         """Remove the file once the step is stamped, and its folder when no other step is running."""
-        self.path.unlink(missing_ok=True)
+        self.remove(self.path)
+
+    @staticmethod
+    def remove(path: Path) -> None:
+        """Remove a step's clock file, if any, and its folder when no other step is running."""
+        path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
-            self.path.parent.rmdir()
+            path.parent.rmdir()
 
 
 def run_tool(command: list, log: Path, stdout: Path | None = None) -> dict[str, object]:

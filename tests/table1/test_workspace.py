@@ -72,6 +72,19 @@ def test_a_resumed_step_is_timed_over_all_its_attempts(tmp_path, monkeypatch):
     assert json.loads(exp.stamp_path("rnn/rescore").read_text()).keys() == {"step", "seconds", "finished"}
 
 
+def test_a_clock_left_beside_a_stamp_goes_on_the_rerun(tmp_path):
+    """Killed in the moment between writing a step's stamp and removing its clock file, a run
+    leaves that file in ``stamps/running/``; the rerun, which skips the stamped step, removes it
+    (and the folder), so the folder no longer says a finished step is running."""
+    exp = small_experiment(tmp_path)
+    assert exp.step("rnn/train", lambda: None)
+    running = exp.work / "stamps" / "running"
+    running.mkdir()
+    (running / "rnn--train.json").write_text('{"attempts": 1, "seconds": 5.0}')
+    assert not exp.step("rnn/train", lambda: None)
+    assert not running.exists()
+
+
 KILLED_STEP = """
 import sys, time
 from table1 import workspace
