@@ -20,14 +20,13 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from rescore_runs import lines_of, rescore, shard_outputs
 
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.errors import RescoreError
-from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
-from rescorer.pipeline.scoring import ScoringOptions
 from rescorer.training.train import train_on_phrase_table
 from shared_paths import shared_file
 
@@ -52,17 +51,6 @@ def checkpoint(model_path):
     ck = load_checkpoint(model_path)
     ck.path = model_path
     return ck
-
-
-def rescore(inp, out, ck, **kw) -> None:
-    scoring = ScoringOptions(token_budget=kw.pop("token_budget", 4096))
-    opts = RescoreOptions(progress=False, device="cpu", workers=kw.pop("workers", 0), scoring=scoring, **kw)
-    return rescore_phrase_table(str(inp), str(out), ck, opts)
-
-
-def lines_of(path: Path) -> list[bytes]:
-    with gzip.open(path) as fh:
-        return fh.read().splitlines()
 
 
 @pytest.fixture(scope="module")
@@ -116,16 +104,11 @@ def test_shards_concatenate_to_the_whole_run_byte_for_byte(sample, checkpoint, t
     """`cat` of the K/3 outputs is the unsharded output, every digit: a shard cuts its chunks, and so
     its batches, where the whole run does (issue 41: 1,288 lines differed when chunks started at the
     shard's first line)."""
-    whole = tmp_path / "whole.gz"
-    rescore(sample, whole, checkpoint, chunk_lines=200, token_budget=256)
-    parts = []
-    for k in (1, 2, 3):
-        out = tmp_path / f"out.{k}.gz"
-        rescore(sample, out, checkpoint, chunk_lines=200, token_budget=256, shard=(k, 3))
-        parts.append(out.read_bytes())
-    assert all(lines_of(tmp_path / f"out.{k}.gz") for k in (1, 2, 3))
-    assert b"".join(parts) == whole.read_bytes()
-    split = [lines_of(tmp_path / f"out.{k}.gz") for k in (1, 2, 3)]
+    whole, parts = shard_outputs(
+        lambda out, shard: rescore(sample, out, checkpoint, chunk_lines=200, token_budget=256, shard=shard), tmp_path)
+    split = [lines_of(part) for part in parts]
+    assert all(split)
+    assert b"".join(part.read_bytes() for part in parts) == whole.read_bytes()
     for a, b in zip(split, split[1:], strict=False):  # cuts fall between source blocks
         assert a[-1].split(b" ||| ")[0] != b[0].split(b" ||| ")[0]
 

@@ -8,7 +8,6 @@ more feature.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import signal
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from rescore_runs import lines_of, rescore, shard_outputs
 
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
@@ -54,16 +54,8 @@ def models(sample, tmp_path_factory) -> tuple[Path, Path]:
     return _train(sample, folder / "fwd.pt", "forward"), _train(sample, folder / "rev.pt", "reverse")
 
 
-def rescore(inp, out, models, reverse=True, **kw):
-    scoring = ScoringOptions(token_budget=kw.pop("token_budget", 4096))
-    opts = RescoreOptions(progress=False, device="cpu", workers=kw.pop("workers", 0), scoring=scoring, **kw)
-    return rescore_phrase_table(str(inp), str(out), load_checkpoint(models[0]), opts,
-                                load_checkpoint(models[1]) if reverse else None)
-
-
-def lines_of(path: Path) -> list[bytes]:
-    with gzip.open(path) as fh:
-        return fh.read().splitlines()
+def rescore_both(inp: Path, out: Path, models: tuple[Path, Path], **kw: object) -> None:
+    rescore(inp, out, load_checkpoint(models[0]), load_checkpoint(models[1]), **kw)
 
 
 def last_columns(path: Path, n: int) -> np.ndarray:
@@ -73,13 +65,13 @@ def last_columns(path: Path, n: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 def both(sample, models, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("both") / "out.gz"
-    rescore(sample, out, models, chunk_lines=1000)
+    rescore_both(sample, out, models, chunk_lines=1000)
     return out
 
 
 def test_reverse_column_is_the_reverse_models_probability_of_the_swapped_pair(sample, models, both, tmp_path):
     forward_only = tmp_path / "fwd.gz"
-    rescore(sample, forward_only, models, reverse=False, chunk_lines=1000)
+    rescore(sample, forward_only, load_checkpoint(models[0]), chunk_lines=1000)
     before, one, two = lines_of(sample), lines_of(forward_only), lines_of(both)
     assert len(before) == len(two) == LINES
     rev = load_checkpoint(models[1])
@@ -101,25 +93,20 @@ def test_reverse_column_is_the_reverse_models_probability_of_the_swapped_pair(sa
 def test_reverse_column_does_not_depend_on_batching_workers_or_shards(sample, models, both, tmp_path):
     ref = last_columns(both, 3)
     out = tmp_path / "o.gz"
-    rescore(sample, out, models, token_budget=64, chunk_lines=777)
+    rescore_both(sample, out, models, token_budget=64, chunk_lines=777)
     assert np.abs(np.log(last_columns(out, 3)) - np.log(ref)).max() < 1e-4
-    rescore(sample, out, models, chunk_lines=1000, workers=2)
+    rescore_both(sample, out, models, chunk_lines=1000, workers=2)
     assert out.read_bytes() == both.read_bytes()
-    whole = tmp_path / "whole.gz"
-    rescore(sample, whole, models, chunk_lines=200, token_budget=256)
-    parts = []
-    for k in (1, 2, 3):
-        part = tmp_path / f"out.{k}.gz"
-        rescore(sample, part, models, chunk_lines=200, token_budget=256, shard=(k, 3))
-        parts.append(part.read_bytes())
-    assert b"".join(parts) == whole.read_bytes()
+    whole, parts = shard_outputs(
+        lambda out, shard: rescore_both(sample, out, models, chunk_lines=200, token_budget=256, shard=shard), tmp_path)
+    assert b"".join(part.read_bytes() for part in parts) == whole.read_bytes()
 
 
 def test_scores_parquet_holds_the_reverse_log_probability(sample, models, both, tmp_path):
     import pyarrow.parquet as pq
 
     parquet = tmp_path / "scores.parquet"
-    rescore(sample, tmp_path / "o.gz", models, chunk_lines=1000, scores_parquet=str(parquet))
+    rescore_both(sample, tmp_path / "o.gz", models, chunk_lines=1000, scores_parquet=str(parquet))
     table = pq.read_table(parquet)
     written = np.log(last_columns(both, 1)[:, 0])
     assert np.abs(np.maximum(table.column("reverse_log_p").to_numpy(), -100) - written).max() < 1e-4
@@ -164,7 +151,7 @@ def test_a_model_of_the_wrong_direction_is_refused_before_any_work(sample, model
                           "with rescorer train --reverse\n")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(RescoreError, match="a reverse model"):
-        rescore(sample, out, (models[1], models[1]))
+        rescore_both(sample, out, (models[1], models[1]))
 
 
 def test_moses_ini_gets_a_feature_and_a_weight_for_the_reverse_column(sample, models, tmp_path):
