@@ -125,7 +125,7 @@ def model_seconds(lines: list[bytes], ck: Checkpoint, rev: Checkpoint, device: t
     return best[0], best[1]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--table", type=Path, default=default_table())
     parser.add_argument("--lines", type=int, default=20000)
@@ -139,22 +139,91 @@ def main() -> None:
                         help="also time a run with a reverse model's column (--reverse-model)")
     parser.add_argument("--repeat", type=int, default=2,
                         help="runs of each variant, alternated; the fastest counts (default: 2)")
-    args = parser.parse_args()
-    if not args.table.exists():
-        sys.exit(f"{args.table} not found: pass --table or set SHARED_DATA_DIR")
-    device = select_device(args.device)
-    with gzip.open(args.table) as fh:
-        lines = [line.rstrip(b"\n") for line in itertools.islice(fh, args.lines)]
+    return parser.parse_args()
+
+
+def shortlist_vocabs(lines: list[bytes]) -> tuple[Vocab, Vocab]:
+    """The slice's source and target words, padded to the paper's 15,000-word shortlists, so that
+    the output layer has the paper's size whatever the slice's vocabulary."""
     src_counts, tgt_counts = Counter(), Counter()
     for line in lines:
         src, tgt = line.split(b" ||| ")[:2]
         src_counts.update(src.decode().split())
         tgt_counts.update(tgt.decode().split())
     src_vocab, tgt_vocab = Vocab.from_counts(src_counts, 15000), Vocab.from_counts(tgt_counts, 15000)
-    # Size the output layer as the paper's 15,000-word shortlist, whatever this slice's vocabulary.
     src_words = src_vocab.words + [f"<pad{i}>" for i in range(15001 - len(src_vocab))]
     tgt_words = tgt_vocab.words + [f"<pad{i}>" for i in range(15001 - len(tgt_vocab))]
-    src_vocab, tgt_vocab = Vocab(src_words), Vocab(tgt_words)
+    return Vocab(src_words), Vocab(tgt_words)
+
+
+def time_variants(args: argparse.Namespace, table: Path, ck: Checkpoint, rev: Checkpoint | None,
+                  device: torch.device, peak: float) -> tuple[float, float, float, float]:
+    """Fastest seconds of the optimised run, of the run without sharing and sorting, and of the run
+    with the reverse column (inf when not run), and the best matmul peak seen meanwhile.
+
+    Alternating the variants and keeping each one's fastest run makes the comparison fair on a
+    shared machine, whose speed drifts by tens of percent from minute to minute."""
+    fast = ScoringOptions(token_budget=args.token_budget)
+    naive = ScoringOptions(token_budget=args.token_budget, share_sources=False, sort_by_length=False)
+    seconds, slow, both = float("inf"), float("inf"), float("inf")
+    for _ in range(max(1, args.repeat)):
+        seconds = min(seconds, run(table, ck, str(device), args.workers, args.chunk_lines, fast))
+        if not args.skip_baseline:
+            slow = min(slow, run(table, ck, str(device), args.workers, args.chunk_lines, naive))
+        if rev is not None:
+            both = min(both, run(table, ck, str(device), args.workers, args.chunk_lines, fast, rev))
+        peak = max(peak, matmul_peak_flops(device, seconds=1.0))
+    return seconds, slow, both, peak
+
+
+def report_size(args: argparse.Namespace, size: str, lines: list[bytes], table: Path, vocabs: tuple[Vocab, Vocab],
+                device: torch.device, peak: float) -> float:
+    """Time one model size's variants and print its figures; the best matmul peak seen so far."""
+    src_vocab, tgt_vocab = vocabs
+    config = ModelConfig(src_vocab_size=15001, tgt_vocab_size=15001, **SIZES[size])
+    torch.manual_seed(0)
+    ck = Checkpoint(RNNEncoderDecoder(config).eval(), config, src_vocab, tgt_vocab)
+    reverse_config = replace(config, direction="reverse")
+    rev = Checkpoint(RNNEncoderDecoder(reverse_config).eval(), reverse_config, tgt_vocab, src_vocab) \
+        if args.reverse else None
+    warm = table.with_name("warm.gz")
+    with gzip.open(warm, "wb") as fh:
+        fh.write(b"\n".join(lines[:2000]) + b"\n")
+    run(warm, ck, str(device), 0, args.chunk_lines, ScoringOptions(token_budget=args.token_budget))
+    seconds, slow, both, peak = time_variants(args, table, ck, rev, device, peak)
+    flops, per_pair = model_flops(config, lines, args.chunk_lines)
+    print(f"[{size}] d={config.hidden}: {len(lines) / seconds:.0f} pairs/s end to end "
+          f"({seconds:.1f} s); {flops / len(lines) / 1e6:.1f} MFLOP/pair performed "
+          f"({per_pair / len(lines) / 1e6:.1f} for each pair on its own); "
+          f"{flops / seconds / 1e9:.1f} GFLOP/s = {100 * flops / seconds / peak:.1f}% of matmul peak "
+          f"(best measured in this run: {peak / 1e9:.1f} GFLOP/s)")
+    if not args.skip_baseline:
+        print(f"[{size}] without source sharing and length sorting: {len(lines) / slow:.0f} pairs/s "
+              f"({slow:.1f} s); speed-up from both: {slow / seconds:.2f}x")
+    if rev is not None:
+        rev_flops, _ = model_flops(reverse_config, lines, args.chunk_lines, reverse=True)
+        print(f"[{size}] with the reverse column too: {len(lines) / both:.0f} pairs/s end to end "
+              f"({both:.1f} s); "
+              f"the reverse column alone {both - seconds:.1f} s ({(both - seconds) / seconds:.2f}x the "
+              f"forward run), {rev_flops / len(lines) / 1e6:.1f} MFLOP/pair performed (forward: "
+              f"{flops / len(lines) / 1e6:.1f}), {len({line.split(b' ||| ')[1] for line in lines})} "
+              f"distinct targets")
+        fwd_model, rev_model = model_seconds(lines, ck, rev, device, args.chunk_lines, args.token_budget,
+                                             args.repeat)
+        print(f"[{size}] the model alone: forward column {len(lines) / fwd_model:.0f} pairs/s "
+              f"({fwd_model:.1f} s), reverse column {len(lines) / rev_model:.0f} pairs/s ({rev_model:.1f} s): "
+              f"the reverse costs {rev_model / fwd_model:.2f}x the forward")
+    return peak
+
+
+def main() -> None:
+    args = parse_args()
+    if not args.table.exists():
+        sys.exit(f"{args.table} not found: pass --table or set SHARED_DATA_DIR")
+    device = select_device(args.device)
+    with gzip.open(args.table) as fh:
+        lines = [line.rstrip(b"\n") for line in itertools.islice(fh, args.lines)]
+    vocabs = shortlist_vocabs(lines)
     peak = matmul_peak_flops(device)
     print(f"device: {device} ({torch.get_num_threads()} threads); "
           f"fp32 matmul peak (measured): {peak / 1e9:.1f} GFLOP/s")
@@ -165,50 +234,7 @@ def main() -> None:
         with gzip.open(table, "wb", compresslevel=1) as fh:
             fh.write(b"\n".join(lines) + b"\n")
         for size in args.sizes.split(","):
-            config = ModelConfig(src_vocab_size=15001, tgt_vocab_size=15001, **SIZES[size])
-            torch.manual_seed(0)
-            ck = Checkpoint(RNNEncoderDecoder(config).eval(), config, src_vocab, tgt_vocab)
-            reverse_config = replace(config, direction="reverse")
-            rev = Checkpoint(RNNEncoderDecoder(reverse_config).eval(), reverse_config, tgt_vocab, src_vocab) \
-                if args.reverse else None
-            fast = ScoringOptions(token_budget=args.token_budget)
-            run_warm = Path(tmp) / "warm.gz"
-            with gzip.open(run_warm, "wb") as fh:
-                fh.write(b"\n".join(lines[:2000]) + b"\n")
-            run(run_warm, ck, str(device), 0, args.chunk_lines, fast)
-            naive = ScoringOptions(token_budget=args.token_budget, share_sources=False, sort_by_length=False)
-            # Alternating the variants and keeping each one's fastest run makes the comparison
-            # fair on a shared machine, whose speed drifts by tens of percent from minute to minute.
-            seconds, slow, both = float("inf"), float("inf"), float("inf")
-            for _ in range(max(1, args.repeat)):
-                seconds = min(seconds, run(table, ck, str(device), args.workers, args.chunk_lines, fast))
-                if not args.skip_baseline:
-                    slow = min(slow, run(table, ck, str(device), args.workers, args.chunk_lines, naive))
-                if rev is not None:
-                    both = min(both, run(table, ck, str(device), args.workers, args.chunk_lines, fast, rev))
-                peak = max(peak, matmul_peak_flops(device, seconds=1.0))
-            flops, per_pair = model_flops(config, lines, args.chunk_lines)
-            print(f"[{size}] d={config.hidden}: {len(lines) / seconds:.0f} pairs/s end to end "
-                  f"({seconds:.1f} s); {flops / len(lines) / 1e6:.1f} MFLOP/pair performed "
-                  f"({per_pair / len(lines) / 1e6:.1f} for each pair on its own); "
-                  f"{flops / seconds / 1e9:.1f} GFLOP/s = {100 * flops / seconds / peak:.1f}% of matmul peak "
-                  f"(best measured in this run: {peak / 1e9:.1f} GFLOP/s)")
-            if not args.skip_baseline:
-                print(f"[{size}] without source sharing and length sorting: {len(lines) / slow:.0f} pairs/s "
-                      f"({slow:.1f} s); speed-up from both: {slow / seconds:.2f}x")
-            if rev is not None:
-                rev_flops, _ = model_flops(reverse_config, lines, args.chunk_lines, reverse=True)
-                print(f"[{size}] with the reverse column too: {len(lines) / both:.0f} pairs/s end to end "
-                      f"({both:.1f} s); "
-                      f"the reverse column alone {both - seconds:.1f} s ({(both - seconds) / seconds:.2f}x the "
-                      f"forward run), {rev_flops / len(lines) / 1e6:.1f} MFLOP/pair performed (forward: "
-                      f"{flops / len(lines) / 1e6:.1f}), {len({line.split(b' ||| ')[1] for line in lines})} "
-                      f"distinct targets")
-                fwd_model, rev_model = model_seconds(lines, ck, rev, device, args.chunk_lines, args.token_budget,
-                                                     args.repeat)
-                print(f"[{size}] the model alone: forward column {len(lines) / fwd_model:.0f} pairs/s "
-                      f"({fwd_model:.1f} s), reverse column {len(lines) / rev_model:.0f} pairs/s ({rev_model:.1f} s): "
-                      f"the reverse costs {rev_model / fwd_model:.2f}x the forward")
+            peak = report_size(args, size, lines, table, vocabs, device, peak)
 
 
 if __name__ == "__main__":
