@@ -117,6 +117,8 @@ comma := ,
 CONFIG_OPTIONS = $(foreach config,$(subst $(comma), ,$(CONFIGS)),--config $(config))
 ALIGNER ?= auto
 RESULTS ?= results
+# Other runs' table1.json to put beside this run's rows in its report: BESIDE='results/table1.json …'.
+BESIDE ?=
 STEPS ?= all
 
 $(VENV)/.installed-experiment: $(STAMP)
@@ -127,7 +129,7 @@ table1: $(VENV)/.installed-experiment
 	$(BIN)/table1 $(STEPS) --work $(WORK) --scale $(SCALE) --data $(DATA) \
 		$(if $(MOSES_BIN_DIR),--moses-bin-dir $(MOSES_BIN_DIR)) $(if $(MOSES_HOME),--moses-home $(MOSES_HOME)) \
 		--threads $(THREADS) --device $(DEVICE) --runs $(RUNS) $(CONFIG_OPTIONS) --aligner $(ALIGNER) \
-		--results $(RESULTS) $(if $(MIRROR),--mirror $(MIRROR))
+		--results $(RESULTS) $(foreach report,$(BESIDE),--beside $(report)) $(if $(MIRROR),--mirror $(MIRROR))
 
 # The Docker image (docker/README.md), with podman or docker: IMAGE_ARGS passes docker/build-local.sh's
 # options (local base and Moses images, --pip-cert, --wheels, --torch-index). image builds and tags

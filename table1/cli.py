@@ -21,8 +21,13 @@ from infrastructure.cli_options import (
     threads_option,
 )
 from table1 import experiment as ex
+from table1.beside import read_beside
+from table1.report import REPORT_FILES
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
-from table1.workspace import new_experiment
+from table1.workspace import TIMINGS_FILE, new_experiment
+
+#: What the report step writes into ``--results``: refused where one is an input (``--beside``).
+RESULTS_FILES = tuple(f"{{}}/{name}" for name in (*REPORT_FILES, TIMINGS_FILE))
 
 
 @click.command("table1")
@@ -49,22 +54,27 @@ from table1.workspace import new_experiment
               help=f"tuning runs per configuration (run k: mert tune --seed {RUN_SEED_BASE - 1}+k)")
 @click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,
               help="auto: GIZA++/mgiza where Moses has them, else eflomal")
-@click.option("--results", type=OutputPath(folder=True, path_type=Path), default=Path("results"),
-              show_default=True, help="where the report step writes table1.{md,json,png}")
+@click.option("--results", type=OutputPath(folder=True, path_type=Path, also_writes=RESULTS_FILES),
+              default=Path("results"), show_default=True, help="where the report step writes table1.{md,json,png}")
+@click.option("--beside", "beside_paths", multiple=True, type=OneLinePath(exists=True, dir_okay=False, path_type=Path),
+              help="another run's table1.json (e.g. results/table1.json of SCALE=small); repeatable: the report "
+                   "puts its rows' test scores beside this run's")
 @click.option("--mirror", default="https://www.statmt.org/", show_default=True,
               help="data step: where the WMT'14 training and LM archives that DATA lacks are fetched from")
 @friendly_errors(keeps_progress=True)  # finished steps are stamped and kept
 def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, moses_bin_dir: Path | None,
          moses_home: Path | None, threads: int, device: str, configs: tuple[str, ...], runs: int, aligner: str,
-         results: Path, mirror: str) -> None:
+         results: Path, beside_paths: tuple[Path, ...], mirror: str) -> None:
     """Run STEPS of the Table 1 experiment in WORK (``all``: every step in order); finished steps are
     skipped, so rerun freely.
 
     data, prepare, baseline, rnn, proposals, cslm, speed, tune, eval, report (see docs/table1.md).
     """
     command = (f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{' '.join(configs)}'" if configs else "")
-               + (f" RESULTS={results}" if results != Path("results") else ""))
-    options = ex.StepOptions(select_configurations(list(configs)), runs, aligner, mirror, results, command)
+               + (f" RESULTS={results}" if results != Path("results") else "")
+               + (f" BESIDE='{' '.join(map(str, beside_paths))}'" if beside_paths else ""))
+    beside = tuple(read_beside(path) for path in beside_paths)  # a bad one is one line before any step
+    options = ex.StepOptions(select_configurations(list(configs)), runs, aligner, mirror, results, command, beside)
     exp = new_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
                          jobs=threads, device=device)
     for path in ex.run_steps(exp, ex.STEPS if "all" in steps else steps, options):

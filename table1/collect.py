@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from mert.features import read_sidecar
 from mert.tune import read_state
 from moses_integration.moses_ini import MosesIni
 from table1.analysis import DecodedRun, analysis_document, column_leverage, rnn_changes_document, tuning_trajectory
+from table1.beside import BesideRun, beside_document
 from table1.proposal_evidence import evidence_document
 from table1.report import TunedRun, build_table, score_runs, write_report
 from table1.settings import Configuration, RunPlan
@@ -149,10 +151,12 @@ def portable(doc: dict[str, object], work: Path) -> dict[str, object]:
 
 
 def step_report(
-    exp: Experiment, configs: list[Configuration], runs: int, out_dir: Path, command: str = ""
+    exp: Experiment, configs: list[Configuration], runs: int, out_dir: Path, command: str = "",
+    beside: Sequence[BesideRun] = (),
 ) -> list[Path]:
     """results/table1.{md,json,png} from every run whose dev and test outputs exist (never stamped:
-    it is cheap and is redone as runs are added). Also copies the step timings beside it."""
+    it is cheap and is redone as runs are added), with ``beside``'s reports beside its rows. Also
+    copies the step timings beside it."""
 
     collected, tuning = [], {}
     for config in configs:
@@ -203,6 +207,8 @@ def step_report(
     if changes:
         doc["rnn_changes"] = changes
     doc["tuning"] = tuning
+    if beside:
+        doc["beside"] = beside_document(doc["rows"], exp.settings.to_json(), beside)
     doc["proposals"] = proposals_documents(exp, collected, table_feature)
     doc["table2"] = {k: exp.table2_path(k).read_text(encoding="utf-8") for k in TABLE2_KINDS
                      if exp.table2_path(k).exists()}

@@ -19,6 +19,7 @@ from pathlib import Path
 from infrastructure.files import exclusive_use
 from moses_integration.decoder import GETTING_MOSES
 from table1 import wmt14
+from table1.beside import BesideRun
 from table1.collect import step_report
 from table1.settings import Configuration, RunPlan
 from table1.system_training import MosesToolError
@@ -40,6 +41,7 @@ class StepOptions:
     mirror: str = wmt14.STATMT
     results: Path = Path("results")
     command: str = ""
+    beside: tuple[BesideRun, ...] = ()  # other runs' reports, put beside this one's (table1.beside)
 
 
 def run_steps(exp: Experiment, steps: Sequence[str], options: StepOptions) -> list[Path]:
@@ -143,7 +145,7 @@ def run_step(exp: Experiment, step: str, options: StepOptions) -> list[Path]:
     elif step == "eval":
         step_eval(exp, options.configs, options.runs)
     elif step == "report":
-        return step_report(exp, options.configs, options.runs, options.results, options.command)
+        return step_report(exp, options.configs, options.runs, options.results, options.command, options.beside)
     else:
         raise ExperimentError(f"unknown step {step!r}: expected one of {', '.join(STEPS)}")
     return []

@@ -29,8 +29,12 @@ from infrastructure.lines import read_text_lines
 from mert.evaluate import check_same_length, mean_std, paired_bootstrap, score_system
 from mert.significance import PooledTest, detectable_delta, pooled_bootstrap
 from table1.analysis import format_analysis, format_leverage, format_rnn_changes, format_trajectories
+from table1.beside import format_beside
 from table1.proposal_evidence import format_evidence
 from table1.settings import Configuration
+
+#: What :func:`write_report` writes into the results folder, in this order.
+REPORT_FILES = ("table1.json", "table1.md", "table1.png")
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,8 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
             f"| {_paper(row['paper']['dev'])} | {_paper(row['paper']['test'])} | {ps} | {pooled_cell} |"
         )
     out += [""] + _versus_lines(rows)
+    if doc.get("beside"):
+        out += format_beside(doc["beside"]) + [""]  # type: ignore[arg-type]
     out += [f"Runs combined: {doc['combination']}. Runs requested per configuration: {doc['runs_requested']}.",
             f"sacreBLEU signature: `{doc['sacrebleu_signature']}`.", ""]
     detectable = doc.get("detectable")
@@ -277,7 +283,7 @@ def draw_png(doc: dict[str, object], path: Path) -> None:
 def write_report(doc: dict[str, object], out_dir: Path, command: str = "") -> list[Path]:
     """Write table1.json, table1.md and table1.png into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "table1.json", out_dir / "table1.md", out_dir / "table1.png"]
+    paths = [out_dir / name for name in REPORT_FILES]
     with atomic_output(paths[0]) as fh:
         fh.write((json.dumps(doc, indent=1) + "\n").encode("utf-8"))
     with atomic_output(paths[1]) as fh:
