@@ -64,6 +64,20 @@ def _run_options(fn: Callable) -> Callable:
     return fn
 
 
+def _column_weight_options(fn: Callable) -> Callable:
+    """The start weights of the columns a command appends, in the moses.ini it writes: shared by
+    ``rescore-phrase-table`` and ``propose``.
+
+    Start weights 0: the untuned system then decodes exactly as before (a weight of 0.2 on log p_RNN,
+    about ten times the table's log-probabilities in size, dropped the fixture's dev BLEU from 24.05
+    to 19.44), and MERT's random restarts explore the new columns from there."""
+    for name, column in reversed([("rnn-weight", "the RNN column"), ("wp-weight", "the unknown-word column"),
+                                  ("reverse-weight", "the --reverse-model column, p_RNN(source|target)")]):
+        fn = click.option(f"--{name}", type=FiniteFloat(), default=0.0, show_default=True,
+                          help=f"initial weight of {column} (0: the untuned system decodes as the original)")(fn)
+    return fn
+
+
 def _train_step_option(fn: Callable) -> Callable:
     """How a training update runs: for the commands that train (``train`` and ``rescore-phrase-table``)."""
     return click.option(
@@ -341,15 +355,7 @@ def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> l
               "(3 with --reverse-model)")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini (its name=, e.g. TranslationModel0) "
               "INPUT_TABLE is; needed when the ini has several")
-# Start weights 0: the untuned system then decodes exactly as before (a weight of 0.2 on log p_RNN,
-# about ten times the table's log-probabilities in size, dropped the fixture's dev BLEU from 24.05
-# to 19.44), and MERT's random restarts explore the new columns from there.
-@click.option("--rnn-weight", type=FiniteFloat(), default=0.0, show_default=True,
-              help="initial weight of the RNN column (0: the untuned system is the original one)")
-@click.option("--wp-weight", type=FiniteFloat(), default=0.0, show_default=True,
-              help="initial weight of the unknown-word column (0: the untuned system is the original one)")
-@click.option("--reverse-weight", type=FiniteFloat(), default=0.0, show_default=True,
-              help="initial weight of the --reverse-model column (0: the untuned system is the original one)")
+@_column_weight_options
 @click.option("--cslm", type=OneLinePath(exists=True, dir_okay=False),
               help="NPLM model (from `cslm export-nplm`) to add to the written moses.ini as Moses' "
               "in-decoder NeuralLM feature")
@@ -476,12 +482,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               help="write a moses.ini that uses OUTPUT_TABLE, with 3 more features and weights (4 with "
               "--reverse-model)")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini INPUT_TABLE is (its name=)")
-@click.option("--rnn-weight", type=FiniteFloat(), default=0.0, show_default=True,
-              help="initial weight of the RNN column")
-@click.option("--wp-weight", type=FiniteFloat(), default=0.0, show_default=True,
-              help="initial weight of the unknown-word column")
-@click.option("--reverse-weight", type=FiniteFloat(), default=0.0, show_default=True,
-              help="with --reverse-model: initial weight of its p_RNN(source|target) column")
+@_column_weight_options
 @click.option("--proposed-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the indicator column (Moses reads 1 per proposed pair used)")
 @click.option("--rows-per-step", type=IntRange(min=1),
