@@ -114,7 +114,7 @@ def cslm_score_command(model, text, raw, device, threads, quiet):
     for value in score_lines(loaded.model, loaded.vocab, text_lines(text), normalize=not raw, stats=stats):
         out.write(f"{value:.6f}\n")
     if not quiet:
-            click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
+        click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
                    f"perplexity {stats.perplexity:.2f}", err=True)
 
 
