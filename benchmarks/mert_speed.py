@@ -1,12 +1,13 @@
 """Speed of ``mert optimize`` against Moses' ``extractor`` + ``mert`` on the real n-best list.
 
-Usage: python -m benchmarks.mert_speed [--restarts 20] [--seed 1000] [--repeats 3]
+Usage: python -m benchmarks.mert_speed [--restarts 20] [--seed 1000] [--repeats 3] [--threads 1]
 
 Runs ``mert optimize`` on ``fixtures/hansard-enfr/nbest/dev.nbest.gz`` (19,313 hypotheses,
-200 sentences, 14 features) with the README's start point and ranges (``init.opt``) and
-``--restarts 20``, as separate processes, end to end (reading the list, BLEU statistics,
-optimisation, printing), and reports the best wall time of ``--repeats`` runs, the BLEU, and an
-in-process split between loading and optimising.
+200 sentences, 14 features) with the README's start point and ranges (``init.opt``),
+``--restarts 20`` and ``--threads`` (default 1, as the Moses ``mert`` it is compared with), as
+separate processes, end to end (reading the list, BLEU statistics, optimisation, printing), and
+reports the best wall time of ``--repeats`` runs, the BLEU, and an in-process split between loading
+and optimising.
 
 If ``$MOSES_BIN_DIR`` holds ``extractor`` and ``mert``, it then runs them the way the fixture
 README (section 7) does, in a temporary directory:
@@ -39,10 +40,10 @@ README_MOSES_SECONDS = 0.90 + 10.0
 README_MOSES_BLEU = 26.62
 
 
-def run_ours(nbest: Path, ref: Path, init: Path, restarts: int, seed: int) -> tuple[float, float, str]:
+def run_ours(nbest: Path, ref: Path, init: Path, restarts: int, seed: int, threads: int) -> tuple[float, float, str]:
     """Wall time and BLEU of one ``mert optimize`` process."""
     cmd = [sys.executable, "-m", "mert.cli", "optimize", str(nbest), "--ref", str(ref), "--init-opt", str(init),
-           "--restarts", str(restarts), "--seed", str(seed)]
+           "--restarts", str(restarts), "--seed", str(seed), "--threads", str(threads)]
     started = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True)
     elapsed = time.perf_counter() - started
@@ -52,7 +53,8 @@ def run_ours(nbest: Path, ref: Path, init: Path, restarts: int, seed: int) -> tu
     return elapsed, float(match.group(1)), proc.stdout
 
 
-def split_in_process(nbest: Path, ref: Path, init: Path, restarts: int, seed: int) -> tuple[float, float, int]:
+def split_in_process(nbest: Path, ref: Path, init: Path, restarts: int, seed: int,
+                     threads: int) -> tuple[float, float, int]:
     """Loading (parse + BLEU statistics) and optimisation times, and the total iterations."""
     from mert.nbest_set import load_tuning_set, read_init_opt
     from mert.optimizer import optimize_runs
@@ -61,7 +63,8 @@ def split_in_process(nbest: Path, ref: Path, init: Path, restarts: int, seed: in
     _, data = load_tuning_set([nbest], [ref])
     t1 = time.perf_counter()
     start, low, high = read_init_opt(init, data.num_features)
-    result = optimize_runs(data, start, restarts=restarts, ranges=(low, high) if low is not None else None, seed=seed)
+    result = optimize_runs(data, start, restarts=restarts, ranges=(low, high) if low is not None else None, seed=seed,
+                           threads=threads)
     t2 = time.perf_counter()
     return t1 - t0, t2 - t1, sum(r.iterations for r in result.runs)
 
@@ -97,6 +100,8 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="mert optimize --threads (default 1, as Moses' mert here; the result is the same)")
     args = parser.parse_args()
     fixture = shared_dir() / "fixtures/hansard-enfr"
     nbest, ref, init = fixture / "nbest/dev.nbest.gz", fixture / "data/dev.tok.tc.fr", fixture / "nbest/init.opt"
@@ -106,11 +111,11 @@ def main() -> None:
     times = []
     bleu = 0.0
     for _ in range(args.repeats):
-        elapsed, bleu, _ = run_ours(nbest, ref, init, args.restarts, args.seed)
+        elapsed, bleu, _ = run_ours(nbest, ref, init, args.restarts, args.seed, args.threads)
         times.append(elapsed)
     ours = min(times)
-    load_s, opt_s, iterations = split_in_process(nbest, ref, init, args.restarts, args.seed)
-    print(f"mert optimize ({args.restarts} restarts + start point, {os.cpu_count()} CPUs): "
+    load_s, opt_s, iterations = split_in_process(nbest, ref, init, args.restarts, args.seed, args.threads)
+    print(f"mert optimize ({args.restarts} restarts + start point, --threads {args.threads}, {os.cpu_count()} CPUs): "
           f"best {ours:.2f} s of {args.repeats} runs ({' '.join(f'{t:.2f}' for t in times)}), BLEU {bleu:.2f}")
     print(f"  in process: load + BLEU statistics {load_s:.2f} s, optimisation {opt_s:.2f} s "
           f"({iterations} coordinate-ascent iterations, {1000 * opt_s / max(iterations, 1):.1f} ms each)")

@@ -71,6 +71,8 @@ class WeightsOrFile(OneLinePath):
 @click.option("--fixed", multiple=True, help="feature or column (LM0_0) to keep fixed (held at 0: absent)")
 @click.option("--epsilon", type=FiniteFloat(min=0), default=0.01, show_default=True, help="stop when BLEU gains ≤ this")
 @click.option("--random-directions", type=IntRange(min=0), default=0, show_default=True, help="extra random directions")
+@threads_option("threads optimising the start points at once (the same result; without --random-directions) "
+                "[default: the CPUs this process may use]")
 @friendly_errors()
 def optimize_command(
     nbest: tuple[str, ...],
@@ -83,6 +85,7 @@ def optimize_command(
     fixed: tuple[str, ...],
     epsilon: float,
     random_directions: int,
+    threads: int,
 ) -> None:
     """Optimise weights on NBEST list(s) (merged, repeats dropped) against --ref.
 
@@ -108,6 +111,7 @@ def optimize_command(
         seed=seed,
         epsilon=epsilon,
         random_directions=random_directions,
+        threads=threads,
     )
     for line in format_weights(result.weights, names):
         click.echo(line)
@@ -134,7 +138,8 @@ def optimize_command(
               help="also write the tuned moses.ini here (besides WORK_DIR/moses.ini)")
 @click.option("--moses-bin-dir", type=OneLinePath(file_okay=False, path_type=Path),
               help="folder with the moses binary (default: $MOSES_BIN_DIR)")
-@threads_option("decoder threads (moses -threads) [default: the CPUs this process may use]")
+@threads_option("decoder threads (moses -threads), and the threads of MERT's optimisation (start points at once; "
+                "the same result) [default: the CPUs this process may use]")
 @click.option("--nbest-size", type=IntRange(min=1), default=100, show_default=True, help="n-best list size (distinct)")
 @click.option("--max-iterations", type=IntRange(min=1), default=25, show_default=True)
 @click.option("--restarts", type=IntRange(min=0), default=20, show_default=True,

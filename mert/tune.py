@@ -523,6 +523,7 @@ class Tuner:
             restarts=opts.restarts,
             fixed=fixed_mask(merged.feature_names, opts.fixed),
             seed=seed,
+            threads=opts.threads,
         )
         return result.weights, result.bleu, time.monotonic() - started
 
