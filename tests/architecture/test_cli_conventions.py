@@ -136,8 +136,8 @@ COMMON_OPTIONS: dict[str, set[str]] = {
     "cslm score": {"threads", "device", "quiet"},
     "cslm nbest": {"threads", "device", "quiet"},
     "cslm export-nplm": set(),  # copies a model's matrices into NPLM's text format
-    # numpy in one process (no pool), prints only its result on stdout
-    "mert optimize": {"seed"},
+    # threads: start points optimised at once (the same result); prints only its result on stdout
+    "mert optimize": {"threads", "seed"},
     # the n-best features it runs decide their own device (CSLM:model.pt loads where it can)
     "mert tune": {"threads", "quiet", "seed", "resume"},
     # its paired bootstrap is sacreBLEU's, seeded as sacreBLEU seeds it ($SACREBLEU_SEED, 12345, printed in
