@@ -239,26 +239,45 @@ def hours_done(exp: Experiment) -> float:
     return sum(t for name, t in seconds.items() if not any(other.startswith(name + "/") for other in seconds)) / 3600
 
 
+def tuning_hours_left(exp: Experiment, plans: list[RunPlan], cost: RowCost) -> tuple[float, float]:
+    """Hours still to go for the tuning runs of ``plans`` at the cap, and the hours the unfinished
+    ones have taken already (a run resumed across sessions: its clock in ``stamps/running/``), which
+    come off their cap's hours."""
+    left, started = 0.0, 0.0
+    for plan in plans:
+        if exp.done(f"tune/{plan.name}"):
+            continue
+        so_far = exp.seconds_so_far(f"tune/{plan.name}") / 3600
+        started += so_far
+        left += max(cost.tuning_hours - so_far, 0.0)
+    return left, started
+
+
 def time_plan(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
     """Issue 46's plan, printed before the first tuning run: hours per tuning run (at the cap) and per
     evaluation of each chosen row, their total with what is done, and which optional rows
     (:data:`OPTIONAL_ROWS`) would fit in the scale's ``plan_hours`` after them, in order."""
     lines, total, measures = [], hours_done(exp), FolderMeasures(exp)
-    lines.append(f"time plan: {total:.1f} h of steps done so far")
+    plans_of = {config.key: [RunPlan(config, k) for k in range(1, runs + 1)] for config in configs}
+    unfinished = sum(exp.seconds_so_far(f"tune/{plan.name}") for plans in plans_of.values() for plan in plans) / 3600
+    total += unfinished
+    lines.append(f"time plan: {total:.1f} h of steps done so far"
+                 + (f" ({unfinished:.1f} h of it in tuning runs not finished)" if unfinished else ""))
     for config in configs:
         cost = row_cost(exp, config, measures)
         if cost is None:
             lines.append(f"time plan: {config.label}: its system's speed is not measured")
             continue
-        plans = [RunPlan(config, k) for k in range(1, runs + 1)]
+        plans = plans_of[config.key]
         left = sum(not exp.done(f"tune/{plan.name}") for plan in plans)
-        row = left * cost.tuning_hours + sum(not exp.done(f"eval/{plan.name}/test") for plan in plans) * (
-            cost.evaluation_hours)
+        tuning_left, started = tuning_hours_left(exp, plans, cost)
+        row = tuning_left + sum(not exp.done(f"eval/{plan.name}/test") for plan in plans) * cost.evaluation_hours
         total += row
         lines.append(f"time plan: {config.label}: {cost.tuning_hours:.1f} h per tuning run at the {cost.cap}-iteration "
                      f"cap ({decoding_note(cost)}; {optimisation_note(cost)}), {cost.evaluation_hours:.2f} h per dev "
                      f"+ test evaluation; "
-                     f"{left} of {runs} runs to go: {row:.1f} h")
+                     f"{left} of {runs} runs to go: {row:.1f} h"
+                     + (f" ({started:.1f} h of their tuning done)" if started else ""))
     budget = exp.settings.plan_hours
     planned = f" of the {budget:.0f} h planned" if budget else ""
     lines.append(f"time plan: chosen rows: {total:.1f} h in all{planned}")

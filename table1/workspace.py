@@ -192,6 +192,15 @@ class Experiment:
     def done(self, name: str) -> bool:
         return self.stamp_path(name).exists()
 
+    def clock_path(self, name: str) -> Path:
+        """Where an unfinished step keeps its wall time so far (:class:`StepClock`)."""
+        return self.path(STAMPS, RUNNING, self.stamp_path(name).name)
+
+    def seconds_so_far(self, name: str) -> float:
+        """The wall seconds an unfinished step's attempts have taken (0: never started, or finished)."""
+        path = self.clock_path(name)
+        return 0.0 if self.done(name) else StepClock.read(path)[1]
+
     def step(self, name: str, body: Callable[[], dict[str, object] | None]) -> bool:
         """Run ``body`` unless ``name`` is stamped; stamp it with its wall time. True if it ran.
 
@@ -200,7 +209,7 @@ class Experiment:
         ``stamps/running/``: the stamp says ``seconds`` over all attempts and how many there were.
         """
         stamp = self.stamp_path(name)
-        clock_path = self.path(STAMPS, RUNNING, stamp.name)
+        clock_path = self.clock_path(name)
         if stamp.exists():
             info = json.loads(stamp.read_text(encoding="utf-8"))
             say(f"{name}: done already ({info.get('seconds', 0):.0f} s, {info.get('finished')}); skipped")
@@ -255,12 +264,17 @@ class StepClock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        earlier = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-        self.earlier = float(earlier.get("seconds", 0.0))
-        self.attempts = int(earlier.get("attempts", 0)) + 1
+        attempts, self.earlier = self.read(path)
+        self.attempts = attempts + 1
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._beating, name=f"clock {path.stem}", daemon=True)
+
+    @staticmethod
+    def read(path: Path) -> tuple[int, float]:
+        """The attempts a clock file counts and their seconds ((0, 0.0) where there is none)."""
+        earlier = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        return int(earlier.get("attempts", 0)), float(earlier.get("seconds", 0.0))
 
     @property
     def this_attempt(self) -> float:

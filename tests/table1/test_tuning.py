@@ -127,6 +127,26 @@ def test_the_time_plan_sums_measured_rows_and_says_which_optional_rows_fit(tmp_p
     assert lines[5].endswith(f": does not fit ({chosen + 3 * row + cslm:.1f} h)")
 
 
+def test_the_time_plan_counts_a_tuning_run_resumed_across_sessions(tmp_path):
+    """A tuning run interrupted by the session's end and resumed: the hours its attempts took are
+    done (its clock in stamps/running/), and come off what is left of it at the cap; the total stays
+    the stamped hours plus every run's cap (hand-computed, the first plan test's speeds)."""
+    exp = load_experiment(tmp_path / "work", "medium")
+    write_lines(exp.prepared("dev", "en"), ["d"] * 1000)
+    write_lines(exp.prepared("test", "en"), ["t"] * 3000)
+    _stamp(exp, "speed/rnn", sentences=40, load_seconds=36.0, seconds_per_sentence=0.3)
+    _stamp(exp, "baseline/lm", seconds=3600.0)
+    exp.clock_path("tune/baseline/run1").parent.mkdir(parents=True)
+    exp.clock_path("tune/baseline/run1").write_text(json.dumps({"attempts": 2, "seconds": 1800.0}))
+    lines = tuning.time_plan(exp, select_configurations("baseline"), 2)
+    run, evaluation = 25 * 186 / 3600, 672 / 3600
+    assert lines[0] == "time plan: 1.5 h of steps done so far (0.5 h of it in tuning runs not finished)"
+    assert lines[1].endswith(f"2 of 2 runs to go: {2 * run - 0.5 + 2 * evaluation:.1f} h (0.5 h of their tuning done)")
+    assert lines[2] == f"time plan: chosen rows: {1 + 2 * run + 2 * evaluation:.1f} h in all of the 15 h planned"
+    _stamp(exp, "tune/baseline/run1", seconds=2000.0)  # finished: its clock no longer counts
+    assert tuning.time_plan(exp, select_configurations("baseline"), 2)[0] == "time plan: 1.6 h of steps done so far"
+
+
 def test_the_time_plan_counts_what_tuning_iterations_measured(tmp_path, monkeypatch):
     """Once runs have tuned, the plan takes their decoding times (under the machine's real load) and
     MERT's optimisation, which grows with the merged pool, so with cap² over a run (hand-computed)."""
