@@ -203,8 +203,6 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
             f"| {_paper(row['paper']['dev'])} | {_paper(row['paper']['test'])} | {ps} | {pooled_cell} |"
         )
     out += [""] + _versus_lines(rows)
-    if doc.get("beside"):
-        out += format_beside(doc["beside"]) + [""]  # type: ignore[arg-type]
     out += [f"Runs combined: {doc['combination']}. Runs requested per configuration: {doc['runs_requested']}.",
             f"sacreBLEU signature: `{doc['sacrebleu_signature']}`.", ""]
     detectable = doc.get("detectable")
@@ -216,6 +214,8 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
                 "noise.", ""]
     for note in doc.get("notes", []):  # type: ignore[union-attr]
         out.append(f"- {note}")
+    if doc.get("beside"):
+        out += [""] + format_beside(doc["beside"])  # type: ignore[arg-type]
     out += ["", "## Tuned weights of every run", ""]
     for row in rows:
         for run in row["runs"]:

@@ -52,6 +52,17 @@ def test_other_reports_rows_stand_beside_this_ones_with_the_papers(tmp_path: Pat
     assert f"- small ({tmp_path / 'small.json'}): test newstest2014 lines 1–1000" in md
 
 
+def test_the_report_shows_the_section_after_its_notes() -> None:
+    from table1.report import format_markdown
+
+    rows = [row("baseline", "Baseline", 25.0, None, 1, None, 33.30)]
+    beside = beside_document(rows, {"name": "medium", "test": MEDIUM_TEST}, [])
+    md = format_markdown({"rows": [], "combination": "mean", "runs_requested": 1, "sacrebleu_signature": "sig",
+                          "notes": ["SCALE=medium"], "settings": {}, "beside": beside})
+    assert md.index("- SCALE=medium") < md.index("## Beside the other runs") < md.index("## Tuned weights")
+    assert "| Baseline | 25.00 (1 run) | 33.30 |" in md
+
+
 def test_a_bad_beside_file_is_one_line_naming_it_before_any_step(tmp_path: Path) -> None:
     work = tmp_path / "work"
     broken = tmp_path / "broken.json"
