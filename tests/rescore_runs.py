@@ -1,5 +1,6 @@
 """Running the rescoring pipeline in tests: one call taking the options the tests vary, its output's
-lines, and the sharded run whose parts must concatenate to the whole."""
+lines, the sharded run whose parts must concatenate to the whole, and the byte-for-byte check of two
+outputs that says which lines differ."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import gzip
 from collections.abc import Callable
 from pathlib import Path
 
+from infrastructure.files import GZIP_MAGIC
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore_phrase_table
 from rescorer.pipeline.scoring import ScoringOptions
@@ -24,6 +26,33 @@ def rescore(inp: Path, out: Path, forward: Checkpoint, reverse: Checkpoint | Non
 def lines_of(path: Path) -> list[bytes]:
     with gzip.open(path) as fh:
         return fh.read().splitlines()
+
+
+def assert_same_output(actual: Path | bytes, expected: Path | bytes) -> None:
+    """The two outputs (files or their bytes; plain or gzip) are the same bytes.
+
+    On a difference the message is one line that says what differs: how many lines and the first
+    of them, or, when every line is the same, the compression. pytest's own diff of two gzip files
+    is pages of compressed bytes that name no line (a CI failure once showed only that).
+    """
+    got = actual.read_bytes() if isinstance(actual, Path) else actual
+    want = expected.read_bytes() if isinstance(expected, Path) else expected
+    if got == want:
+        return
+    got_lines, want_lines = _text(got).splitlines(), _text(want).splitlines()
+    if got_lines == want_lines:
+        raise AssertionError(f"the same {len(want_lines)} lines, compressed differently "
+                             f"({len(got)} bytes against {len(want)})")
+    differ = [i for i, (a, b) in enumerate(zip(got_lines, want_lines, strict=False)) if a != b]
+    first = differ[0] if differ else min(len(got_lines), len(want_lines))
+    shown = [lines[first][:200] if first < len(lines) else b"<no line>" for lines in (got_lines, want_lines)]
+    raise AssertionError(f"{len(got_lines)} lines against {len(want_lines)} expected, {len(differ)} of the shared "
+                         f"ones differ; first at line {first + 1}: {shown[0]!r} != {shown[1]!r}")
+
+
+def _text(data: bytes) -> bytes:
+    """Decompressed ``data`` if gzip (every member), else ``data``."""
+    return gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
 
 
 def shard_outputs(run: Callable[[Path, tuple[int, int] | None], object], folder: Path,

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rescore_runs import assert_same_output
 
 from infrastructure.processes import process_tag
 from moses_integration.phrase_table import PhraseTableError
@@ -165,7 +166,7 @@ def test_with_workers_the_main_process_reads_no_line_and_the_spool_goes_with_the
     monkeypatch.setattr("rescorer.tables.chunks.iter_line_chunks", read_here)
     out = tmp_path / "out.gz"
     run(table, out, checkpoint, 2)
-    assert out.read_bytes() == serial.read_bytes()
+    assert_same_output(out, serial)
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\n".join([*real_lines[:700], b"no separators here", *real_lines[700:]]) + b"\n")
     with pytest.raises(PhraseTableError, match="bad.txt:701: "):

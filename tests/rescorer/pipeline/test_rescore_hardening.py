@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from rescore_runs import assert_same_output
 
 from full_disk import FullDisk
 from held_output import held_by_another_process
@@ -182,7 +183,7 @@ def test_malformed_line_later_continues_with_skip_bad_lines_resume(tmp_path: Pat
     assert "--skip-bad-lines --resume" in err and (tmp_path / ".out.gz.partial").exists()
     run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True)
     run(table, tmp_path / "straight.gz", ck, chunk_lines=100, skip_bad_lines=True)
-    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+    assert_same_output(tmp_path / "out.gz", tmp_path / "straight.gz")
     assert (tmp_path / "out.gz.rejects").read_bytes() == lines[250] + b"\n"
 
 
@@ -224,10 +225,10 @@ def test_disk_full_keeps_the_good_bytes_and_resume_completes(tmp_path: Path, mod
     kept = int(str(err.value).split(": ")[1].split()[0])
     progress = json.loads((tmp_path / ".out.gz.progress.json").read_text())
     assert 0 < kept == progress["output_bytes"] == partial.stat().st_size  # cut back to the good bytes
-    assert partial.read_bytes() == straight[:kept]
+    assert_same_output(partial, straight[:kept])
     monkeypatch.undo()
     run(table, tmp_path / "out.gz", ck, chunk_lines=100, resume=True)
-    assert (tmp_path / "out.gz").read_bytes() == straight
+    assert_same_output(tmp_path / "out.gz", straight)
 
 
 def test_disk_full_before_any_chunk_leaves_nothing(tmp_path: Path, tiny_checkpoint, monkeypatch) -> None:
@@ -397,7 +398,7 @@ def test_resume_keeps_the_recorded_automatic_token_budget(tmp_path: Path, model_
     assert budgets == []  # the recorded budget was used, not a new automatic one
     monkeypatch.undo()
     run(table, tmp_path / "straight.gz", ck, chunk_lines=100, skip_bad_lines=True, scoring=ScoringOptions())
-    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+    assert_same_output(tmp_path / "out.gz", tmp_path / "straight.gz")
 
 
 # ---- 4. bad values and paths: one line, exit 1, before any work, nothing left behind ----------
@@ -556,7 +557,7 @@ def test_rejected_lines_before_a_kill_are_kept_for_resume(tmp_path: Path, model_
     assert (tmp_path / ".out.gz.rejects.partial").read_bytes() == lines[50] + b"\n"
     monkeypatch.undo()
     run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True)
-    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+    assert_same_output(tmp_path / "out.gz", tmp_path / "straight.gz")
     assert (tmp_path / "out.gz.rejects").read_bytes() == lines[50] + b"\n"
     assert listing(tmp_path) == ["out.gz", "out.gz.rejects", "pt.txt", "straight.gz", "straight.gz.rejects"]
 
@@ -602,7 +603,7 @@ def test_shards_hold_equal_shares_at_the_default_chunk_lines(tmp_path: Path, tin
     assert sources == whole.distinct_sources  # each shard counts its own lines only
     sizes = [len(gzip.decompress(p).splitlines()) for p in parts]
     assert all(abs(size / 15_000 - 1) <= 0.15 for size in sizes), sizes
-    assert b"".join(parts) == (tmp_path / "whole.gz").read_bytes()
+    assert_same_output(b"".join(parts), tmp_path / "whole.gz")
     texts = [gzip.decompress(p).splitlines() for p in parts]
     for before, after in zip(texts, texts[1:], strict=False):  # no source block is split between two shards
         assert before[-1].split(b" ||| ")[0] != after[0].split(b" ||| ")[0]
@@ -619,7 +620,7 @@ def test_an_empty_shard_writes_no_byte(tmp_path: Path, tiny_checkpoint) -> None:
         run(table, tmp_path / f"part{k}.gz", tiny_checkpoint, shard=(k, 4))
         parts.append((tmp_path / f"part{k}.gz").read_bytes())
     assert sum(1 for p in parts if not p) >= 2
-    assert b"".join(parts) == (tmp_path / "whole.gz").read_bytes()
+    assert_same_output(b"".join(parts), tmp_path / "whole.gz")
 
 
 def test_ctrl_c_just_after_a_progress_record_is_renamed_still_resumes(tmp_path: Path, model_file: Path,
@@ -647,7 +648,7 @@ def test_ctrl_c_just_after_a_progress_record_is_renamed_still_resumes(tmp_path: 
     assert set(saved[1]) - {"version", "input", "model", "options"} == {f.name for f in fields(ChunkProgress)}
     assert ChunkProgress.from_record(saved[1]).chunks_done == 2
     run(table, tmp_path / "out.gz", ck, chunk_lines=100, resume=True)
-    assert (tmp_path / "out.gz").read_bytes() == (tmp_path / "straight.gz").read_bytes()
+    assert_same_output(tmp_path / "out.gz", tmp_path / "straight.gz")
 
 
 # ---- no file written beside the output is one of the inputs ------------------------------------

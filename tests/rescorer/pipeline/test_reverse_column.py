@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from rescore_runs import lines_of, rescore, shard_outputs
+from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs
 
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
@@ -96,10 +96,10 @@ def test_reverse_column_does_not_depend_on_batching_workers_or_shards(sample, mo
     rescore_both(sample, out, models, token_budget=64, chunk_lines=777)
     assert np.abs(np.log(last_columns(out, 3)) - np.log(ref)).max() < 1e-4
     rescore_both(sample, out, models, chunk_lines=1000, workers=2)
-    assert out.read_bytes() == both.read_bytes()
+    assert_same_output(out, both)
     whole, parts = shard_outputs(
         lambda out, shard: rescore_both(sample, out, models, chunk_lines=200, token_budget=256, shard=shard), tmp_path)
-    assert b"".join(part.read_bytes() for part in parts) == whole.read_bytes()
+    assert_same_output(b"".join(part.read_bytes() for part in parts), whole)
 
 
 def test_scores_parquet_holds_the_reverse_log_probability(sample, models, both, tmp_path):
@@ -133,7 +133,7 @@ def test_resume_after_sigkill_is_byte_identical_and_keeps_the_reverse_model(samp
     without = subprocess.run([*cmd[:5], *cmd[7:], "--resume"], capture_output=True, text=True)
     assert without.returncode != 0 and without.stderr.startswith("Error:"), without.stderr
     subprocess.run([*cmd, "--resume"], check=True)
-    assert out.read_bytes() == expected.read_bytes()
+    assert_same_output(out, expected)
 
 
 def test_a_model_of_the_wrong_direction_is_refused_before_any_work(sample, models, tmp_path):

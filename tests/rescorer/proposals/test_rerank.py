@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rescore_runs import assert_same_output
 
 from moses_integration.moses_ini import MosesIni
 from moses_integration.tokens import split_tokens
@@ -240,6 +241,6 @@ def test_a_reranked_run_stopped_mid_search_resumes_byte_identical_and_other_weig
         propose(table, str(out), forward, propose_options(list_path=str(listing), resume=True,
                                                    rerank=RerankWeights(0.25, 1.0), **options), reverse)
     propose(table, str(out), forward, propose_options(list_path=str(listing), resume=True, **options), reverse)
-    assert out.read_bytes() == (tmp_path / "reference" / "out.gz").read_bytes()
-    assert listing.read_bytes() == (tmp_path / "reference" / "list.tsv").read_bytes()
+    assert_same_output(out, tmp_path / "reference" / "out.gz")
+    assert_same_output(listing, tmp_path / "reference" / "list.tsv")
     assert len(listing.read_text().splitlines()[0].split("\t")) == 6  # log p(e|f), log p(f|e), ln of the p(e|f) column
