@@ -1,10 +1,14 @@
 """Running the rescoring pipeline in tests: one call taking the options the tests vary, its output's
-lines, the sharded run whose parts must concatenate to the whole, and the byte-for-byte check of two
-outputs that says which lines differ."""
+lines, the sharded run whose parts must concatenate to the whole, the command SIGKILLed mid-run, and
+the byte-for-byte check of two outputs that says which lines differ."""
 
 from __future__ import annotations
 
 import gzip
+import json
+import signal
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,3 +68,17 @@ def shard_outputs(run: Callable[[Path, tuple[int, int] | None], object], folder:
     for k, part in enumerate(parts, start=1):
         run(part, (k, shards))
     return whole, parts
+
+
+def sigkill_after_chunks(cmd: list[str], progress: Path, chunks: int = 2) -> None:
+    """Start ``cmd`` (a ``rescore-phrase-table`` command line) and SIGKILL it once its progress record
+    says ``chunks`` chunks are durable: a run killed mid-way, as a scheduler or the OOM killer does."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.exists() and json.loads(progress.read_text())["chunks_done"] >= chunks:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()

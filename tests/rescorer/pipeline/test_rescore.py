@@ -8,19 +8,16 @@ batching, workers, interruption or sharding, and clear errors on bad input.
 from __future__ import annotations
 
 import gzip
-import json
 import math
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs
+from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs, sigkill_after_chunks
 
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.cli import rescore_phrase_table_command
@@ -122,15 +119,7 @@ def test_resume_after_sigkill_is_byte_identical(sample, model_path, tmp_path):
            str(model_path), "--chunk-lines", "100", "-j", "0", "--device", "cpu", "--quiet"]
     expected = tmp_path / "expected.gz"
     subprocess.run([*cmd[:2], str(expected), *cmd[3:]], check=True)
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if progress.exists() and json.loads(progress.read_text())["chunks_done"] >= 2:
-            break  # at least two chunks are durable: kill mid-run
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    sigkill_after_chunks(cmd, progress)
     assert not out.exists() and progress.exists()
     subprocess.run([*cmd, "--resume"], check=True)
     assert_same_output(out, expected)

@@ -8,12 +8,9 @@ more feature.
 
 from __future__ import annotations
 
-import json
 import math
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs
+from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs, sigkill_after_chunks
 
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
@@ -120,15 +117,7 @@ def test_resume_after_sigkill_is_byte_identical_and_keeps_the_reverse_model(samp
            "--token-budget", "4096", "--device", "cpu", "--quiet"]
     expected = tmp_path / "expected.gz"
     subprocess.run([*cmd[:2], str(expected), *cmd[3:]], check=True)
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if progress.exists() and json.loads(progress.read_text())["chunks_done"] >= 2:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    sigkill_after_chunks(cmd, progress)
     # continuing without the reverse model would splice lines of two layouts: refused
     without = subprocess.run([*cmd[:5], *cmd[7:], "--resume"], capture_output=True, text=True)
     assert without.returncode != 0 and without.stderr.startswith("Error:"), without.stderr
