@@ -31,6 +31,17 @@ def fixture_dir() -> Path:
     return shared_file("fixtures/hansard-enfr")
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_restored() -> object:
+    """Every test starts with the threads above: a command run in this process through CliRunner sets
+    torch's pool to its --threads (default: every CPU the process may use), and on a machine with more
+    CPUs than two that would carry into the tests after it, whose in-process references then compute
+    on another thread count than the one they were written against."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def one_torch_thread() -> object:
     """Small matmuls on one thread: on a busy 2-core CI machine, two threads wait on each other."""
