@@ -44,28 +44,59 @@ class ColumnCorrelation:
     column: str
     pearson: float | None  # None where a column is constant (no correlation is defined)
     spearman: float | None
+    # Pearson r among pairs whose targets have the same number of words: each length's mean taken out
+    # of both first. ln p_RNN and lex(e|f) are both sums over the target's words, so both fall with its
+    # length; this is what is left of their agreement once that shared cause is held fixed.
+    pearson_same_length: float | None = None
 
 
-def read_log_scores(table: Path) -> np.ndarray:
-    """ln of every score of a (rescored) phrase table, as Moses reads them: max(ln p, −100)."""
-    rows = [entry.scores for entry in read_phrase_table(table)]
+@dataclass(frozen=True)
+class TableScores:
+    """What the analysis reads of a rescored table: ln of every score and each target's length."""
+
+    log_scores: np.ndarray  # [pairs, columns]: max(ln p, −100), as Moses reads them
+    target_words: np.ndarray  # [pairs]: words of each pair's target phrase
+
+
+def read_table_scores(table: Path) -> TableScores:
+    """The scores of a (rescored) phrase table and its targets' lengths, in one pass over it."""
+    rows, lengths = [], []
+    for entry in read_phrase_table(table):
+        rows.append(entry.scores)
+        lengths.append(len(split_tokens(entry.target)))
     if not rows:
         raise UserError(f"{table}: no phrase pairs")
     with np.errstate(divide="ignore"):
-        return np.maximum(np.log(np.asarray(rows, dtype=np.float64)), LOG_FLOOR)
+        log_scores = np.maximum(np.log(np.asarray(rows, dtype=np.float64)), LOG_FLOOR)
+    return TableScores(log_scores, np.asarray(lengths, dtype=np.int64))
 
 
-def rnn_correlations(log_scores: np.ndarray, rnn_column: int = RNN_COLUMN) -> list[ColumnCorrelation]:
-    """Pearson and Spearman correlation of ln p_RNN with each of the table's own columns."""
-    rnn = log_scores[:, rnn_column]
+def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Pearson r, None where either side is constant."""
+    return None if np.ptp(a) == 0 or np.ptp(b) == 0 else float(np.corrcoef(a, b)[0, 1])
+
+
+def _within_groups(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """``values`` less the mean of their group."""
+    _, index = np.unique(groups, return_inverse=True)
+    means = np.bincount(index, weights=values) / np.bincount(index)
+    return values - means[index]
+
+
+def rnn_correlations(scores: TableScores, rnn_column: int = RNN_COLUMN) -> list[ColumnCorrelation]:
+    """Pearson and Spearman correlation of ln p_RNN with each of the table's own columns, and the
+    Pearson r within target lengths."""
+    rnn = scores.log_scores[:, rnn_column]
+    rnn_within = _within_groups(rnn, scores.target_words)
     found = []
     for i in range(min(4, rnn_column)):
-        column = log_scores[:, i]
-        if np.ptp(column) == 0 or np.ptp(rnn) == 0:
+        column = scores.log_scores[:, i]
+        pearson = _pearson(column, rnn)
+        if pearson is None:
             found.append(ColumnCorrelation(COLUMN_NAMES[i], None, None))
             continue
-        found.append(ColumnCorrelation(COLUMN_NAMES[i], float(np.corrcoef(column, rnn)[0, 1]),
-                                       float(spearmanr(column, rnn).statistic)))
+        found.append(ColumnCorrelation(COLUMN_NAMES[i], pearson, float(spearmanr(column, rnn).statistic),
+                                       _pearson(_within_groups(column, scores.target_words), rnn_within)))
     return found
 
 
@@ -83,13 +114,14 @@ def weight_shares(weights: Mapping[str, Sequence[float]], table_feature: str) ->
 def analysis_document(table: Path, runs: Mapping[str, Sequence[tuple[int, Mapping[str, Sequence[float]]]]],
                       table_feature: str) -> dict[str, object]:
     """The ``analysis`` part of table1.json: correlations on ``table``, weights of each row's runs."""
-    log_scores = read_log_scores(table)
+    scores = read_table_scores(table)
+    log_scores = scores.log_scores
     return {
         "table": str(table),
         "phrase_pairs": int(log_scores.shape[0]),
         "rnn_log_p": {"mean": float(log_scores[:, RNN_COLUMN].mean()), "std": float(log_scores[:, RNN_COLUMN].std())},
         "pairs_with_unknown_words": float((log_scores[:, WP_COLUMN] < 0).mean()),
-        "correlations": [c.__dict__ for c in rnn_correlations(log_scores)],
+        "correlations": [c.__dict__ for c in rnn_correlations(scores)],
         "weights": {label: [{"run": k, **weight_shares(w, table_feature)} for k, w in found]
                     for label, found in runs.items()},
     }
@@ -162,9 +194,12 @@ def format_analysis(doc: Mapping[str, object]) -> list[str]:
            f"On the filtered table the systems decode with ({doc['phrase_pairs']:,} phrase pairs): ln p_RNN has "
            f"mean {doc['rnn_log_p']['mean']:.2f} and std {doc['rnn_log_p']['std']:.2f}; "
            f"{100 * doc['pairs_with_unknown_words']:.1f}% of the pairs hold a word outside the shortlists.", "",
-           "| table column (ln) | Pearson r with ln p_RNN | Spearman ρ |", "|---|---|---|"]
-    out += [f"| {_escaped(c['column'])} | {_number(c['pearson'])} | {_number(c['spearman'])} |"
-            for c in doc["correlations"]]
+           "Within the same target length: Pearson r once each length's mean is taken out of both columns "
+           "(ln p_RNN and the lexical weights are sums over the target's words, so all fall with its length).", "",
+           "| table column (ln) | Pearson r with ln p_RNN | Spearman ρ | Pearson r, same target length |",
+           "|---|---|---|---|"]
+    out += [f"| {_escaped(c['column'])} | {_number(c['pearson'])} | {_number(c['spearman'])} | "
+            f"{_number(c['pearson_same_length'])} |" for c in doc["correlations"]]
     out += ["", "| configuration | run | RNN weight | WP weight | RNN share of the L1 norm |", "|---|---|---|---|---|"]
     for label, runs in doc["weights"].items():
         out += [f"| {label} | {r['run']} | {r['rnn']:.4g} | {r['wp']:.4g} | {100 * r['rnn_l1_share']:.1f}% |"

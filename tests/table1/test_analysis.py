@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from table1.analysis import column_leverage, format_leverage
+from table1.analysis import column_leverage, format_analysis, format_leverage, read_table_scores, rnn_correlations
 
 
 def test_column_leverage_reranks_the_pool_without_the_column_and_along_its_axis(tmp_path):
@@ -39,3 +39,25 @@ def test_column_leverage_reranks_the_pool_without_the_column_and_along_its_axis(
         {"run": 1, "pool_bleu": pool, "columns": [rnn.__dict__], "column_labels": {"TranslationModel0_1": "p_RNN(f|e)"}}
     ]}, {"TranslationModel0_1": "proposed (indicator)"}))
     assert "| + RNN both directions | 1 | p_RNN(f\\|e) | 1 |" in md
+
+
+def test_correlation_within_target_lengths_takes_out_what_length_explains(tmp_path):
+    """ln lex(e|f) and ln p_RNN both fall with the target's length but disagree within each length:
+    r over all pairs is 146/154 (deviations from the mean -7: 6, 5, 4, -4, -5, -6 against 4, 5, 6, -6,
+    -5, -4), and within lengths -1."""
+    lex = [-1, -2, -3, -11, -12, -13]
+    rnn = [-3, -2, -1, -13, -12, -11]
+    targets = ["a", "b", "c", "a b", "b c", "c d"]
+    table = tmp_path / "pt.txt"
+    table.write_text("".join(f"s{i} ||| {t} ||| 0.5 0.5 {0.1 * (i + 1)} {math.exp(x)!r} {math.exp(y)!r} 1\n"
+                             for i, (t, x, y) in enumerate(zip(targets, lex, rnn, strict=True))))
+    scores = read_table_scores(table)
+    assert scores.target_words.tolist() == [1, 1, 1, 2, 2, 2]
+    by_column = {c.column: c for c in rnn_correlations(scores)}
+    assert by_column["lex(e|f)"].pearson == pytest.approx(146 / 154)
+    assert by_column["lex(e|f)"].pearson_same_length == pytest.approx(-1.0)
+    assert by_column["p(f|e)"].pearson is None and by_column["p(f|e)"].pearson_same_length is None  # constant
+    lines = format_analysis({"phrase_pairs": 6, "rnn_log_p": {"mean": -7.0, "std": 4.7},
+                             "pairs_with_unknown_words": 0.0, "weights": {},
+                             "correlations": [c.__dict__ for c in by_column.values()]})
+    assert "| lex(e\\|f) | 0.948 | 0.543 | -1.000 |" in lines
