@@ -195,7 +195,7 @@ def format_analysis(doc: Mapping[str, object]) -> list[str]:
            f"mean {doc['rnn_log_p']['mean']:.2f} and std {doc['rnn_log_p']['std']:.2f}; "
            f"{100 * doc['pairs_with_unknown_words']:.1f}% of the pairs hold a word outside the shortlists.", "",
            "Within the same target length: Pearson r once each length's mean is taken out of both columns "
-           "(ln p_RNN and the lexical weights are sums over the target's words, so all fall with its length).", "",
+           "(ln p_RNN and ln lex(e|f) are sums over the target's words, so both fall with its length).", "",
            "| table column (ln) | Pearson r with ln p_RNN | Spearman ρ | Pearson r, same target length |",
            "|---|---|---|---|"]
     out += [f"| {_escaped(c['column'])} | {_number(c['pearson'])} | {_number(c['spearman'])} | "
