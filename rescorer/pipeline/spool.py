@@ -11,12 +11,15 @@ scores and the compressed output.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import mmap
 import os
 import pickle
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,11 +107,18 @@ class Spool:
     be killed too (power, a whole process group killed), the folder is named with its owner's
     :func:`~infrastructure.processes.process_tag`, and every new spool first removes the spools
     whose owner is gone: RAM held by a dead run is freed by the next run (or ``--resume``).
+
+    The owner also holds ``flock`` on the folder's :data:`OWNER_LOCK` for its whole life. A name's
+    process tag speaks only for this PID namespace: containers that share ``/dev/shm`` (Docker's
+    ``--ipc=host``, a pod's shared memory) but not their PIDs see each other's runs as dead, and
+    would delete a live run's chunks under it. The kernel's lock is the same in every namespace,
+    and it is dropped when the owner dies, however it dies.
     """
 
     def __init__(self, folder: str | None = None) -> None:
         """The spool in ``folder`` (a reader process joining its run's), or a new one for this process."""
         self.janitor: subprocess.Popen | None = None
+        self._owner_fd: int | None = None
         if folder:
             self.folder = Path(folder)
             return
@@ -116,8 +126,12 @@ class Spool:
         remove_abandoned(base)
         self.folder = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{process_tag()}-", dir=base))
         try:
+            self._owner_fd = os.open(self.folder / OWNER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+            with contextlib.suppress(OSError):  # a file system without locks: the tag alone speaks for it
+                fcntl.flock(self._owner_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             self.janitor = remove_when_gone(self.folder)
         except BaseException:
+            self._release()
             shutil.rmtree(self.folder, ignore_errors=True)
             raise
 
@@ -132,11 +146,21 @@ class Spool:
     def close(self) -> None:
         """Remove the spool (by its janitor, which then ends too)."""
         shutil.rmtree(self.folder, ignore_errors=True)
+        self._release()
         if self.janitor is not None:
             removed_now(self.janitor)
 
+    def _release(self) -> None:
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)
+            self._owner_fd = None
+
 
 _PREFIX = "rescore-spool-"
+#: The file in a spool whose ``flock`` its owner holds while it lives.
+OWNER_LOCK = ".owner"
+#: A spool younger than this is never removed as abandoned: its owner may not hold its lock yet.
+YOUNG_SPOOL_SECONDS = 10.0
 
 
 def _spool_base() -> str:
@@ -145,16 +169,38 @@ def _spool_base() -> str:
 
 
 def abandoned_spools(base: Path | None = None) -> list[Path]:
-    """The spools in ``base`` (default: where spools go) whose owner process has ended."""
+    """The spools in ``base`` (default: where spools go) whose owner process has ended: not alive
+    by its tag in this PID namespace, and not holding its lock from another one."""
     found = []
     for folder in Path(base or _spool_base()).glob(f"{_PREFIX}*"):
         tag = "-".join(folder.name[len(_PREFIX) :].split("-")[:2])  # PID-START, then mkdtemp's suffix
-        if folder.is_dir() and not owner_alive(tag):
+        if folder.is_dir() and not owner_alive(tag) and not _owner_lock_held(folder / OWNER_LOCK):
             found.append(folder)
     return found
 
 
+def _owner_lock_held(lock: Path) -> bool:
+    """Whether a live process holds ``lock`` (False where it is missing or locks are refused)."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also drops the lock this check took
+    return False
+
+
 def remove_abandoned(base: Path) -> None:
-    """Remove the spools in ``base`` whose owner process has ended."""
+    """Remove the spools in ``base`` whose owner process has ended (none seconds old: see
+    :data:`YOUNG_SPOOL_SECONDS`)."""
+    now = time.time()
     for folder in abandoned_spools(base):
-        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            if now - folder.stat().st_mtime >= YOUNG_SPOOL_SECONDS:
+                shutil.rmtree(folder, ignore_errors=True)

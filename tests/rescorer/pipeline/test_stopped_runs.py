@@ -99,13 +99,33 @@ def test_sigkill_of_a_parallel_run_leaves_no_process_and_no_spool(tmp_path, mode
     assert not spools_of(proc.pid)
 
 
-def test_a_spool_whose_owner_is_dead_is_removed_by_the_next_run(tmp_path, model_file) -> None:
-    dead = subprocess.run([sys.executable, "-c", "from infrastructure.processes import process_tag; "
+def dead_tag() -> str:
+    """The process tag of a process that has ended."""
+    return subprocess.run([sys.executable, "-c", "from infrastructure.processes import process_tag; "
                            "print(process_tag())"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def old_spool(tag: str) -> Path:
+    """A spool folder named for ``tag``, with a chunk in it, a minute old (past the young-spool grace)."""
     base = next(b for b in SPOOL_BASES if b.is_dir() and os.access(b, os.W_OK))
-    abandoned = Path(tempfile.mkdtemp(prefix=f"rescore-spool-{dead}-", dir=base))
-    (abandoned / "0.chunk").write_bytes(b"x" * 1000)
-    live = Path(tempfile.mkdtemp(prefix=f"rescore-spool-{process_tag()}-", dir=base))  # this test's own: kept
+    folder = Path(tempfile.mkdtemp(prefix=f"rescore-spool-{tag}-", dir=base))
+    (folder / "0.chunk").write_bytes(b"x" * 1000)
+    minute_ago = time.time() - 60
+    os.utime(folder, (minute_ago, minute_ago))
+    return folder
+
+
+def remove_spools(*folders: Path) -> None:
+    for folder in folders:
+        if folder.exists():
+            for f in folder.iterdir():
+                f.unlink()
+            folder.rmdir()
+
+
+def test_a_spool_whose_owner_is_dead_is_removed_by_the_next_run(tmp_path, model_file) -> None:
+    abandoned = old_spool(dead_tag())
+    live = old_spool(process_tag())  # this test's own: kept
     table = tmp_path / "pt.txt"
     table.write_text("the house ||| la maison ||| 0.5 0.5 0.5 0.5\n")
     try:
@@ -113,11 +133,45 @@ def test_a_spool_whose_owner_is_dead_is_removed_by_the_next_run(tmp_path, model_
         assert not abandoned.exists()
         assert live.exists()
     finally:
-        for folder in (abandoned, live):
-            if folder.exists():
-                for f in folder.iterdir():
-                    f.unlink()
-                folder.rmdir()
+        remove_spools(abandoned, live)
+
+
+def test_a_spool_locked_by_an_owner_in_another_pid_namespace_is_kept(tmp_path, model_file) -> None:
+    """Containers sharing /dev/shm but not their PIDs: the tag names a process this namespace does not
+    have, but the owner's lock is held (here by a helper standing in for it), so the run is alive."""
+    shared = old_spool(dead_tag())
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               f"fd = os.open({str(shared / '.owner')!r}, os.O_RDWR | os.O_CREAT)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True)
+    table = tmp_path / "pt.txt"
+    table.write_text("the house ||| la maison ||| 0.5 0.5 0.5 0.5\n")
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        os.utime(shared, (time.time() - 60, time.time() - 60))  # old: only the lock keeps it
+        subprocess.run(rescore_cmd(table, tmp_path / "out.gz", model_file), check=True)
+        assert (shared / "0.chunk").exists(), "a live run's spool was removed"
+        holder.kill()
+        holder.wait()
+        subprocess.run(rescore_cmd(table, tmp_path / "out2.gz", model_file), check=True)
+        assert not shared.exists()  # its owner gone, the next run frees it
+    finally:
+        holder.kill()
+        holder.wait()
+        remove_spools(shared)
+
+
+def test_a_young_spool_is_kept_even_when_its_owner_looks_dead(tmp_path, model_file) -> None:
+    """Seconds old, a spool's owner may not hold its lock yet: never removed then."""
+    young = old_spool(dead_tag())
+    os.utime(young, None)  # now
+    table = tmp_path / "pt.txt"
+    table.write_text("the house ||| la maison ||| 0.5 0.5 0.5 0.5\n")
+    try:
+        subprocess.run(rescore_cmd(table, tmp_path / "out.gz", model_file), check=True)
+        assert young.exists()
+    finally:
+        remove_spools(young)
 
 
 # ---- Ctrl-C and SIGTERM: one line that says what was kept, and the shell's exit status ----------
