@@ -158,7 +158,7 @@ def _paper(value: float | None) -> str:
 
 def _pooled_cell(pooled: dict | None) -> str:
     return ("–" if not pooled else f"{pooled['delta']:+.2f} (p {pooled['p_value']:.3f}, {pooled['runs']} "
-            f"runs; significant from ±{pooled['significant_from']:.2f})")
+            f"run{'s' if pooled['runs'] != 1 else ''}; significant from ±{pooled['significant_from']:.2f})")
 
 
 def _versus_lines(rows: list[dict]) -> list[str]:

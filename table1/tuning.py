@@ -221,8 +221,9 @@ def budget_notes(exp: Experiment, configs: list[Configuration], runs: int) -> li
         notes.append(
             f"Budget, {config.label}: {speed['seconds_per_sentence']:.3f} s per dev sentence on 1 thread and "
             f"{speed['load_seconds']:.0f} s to load (measured on {speed['sentences']:.0f} sentences); one MERT "
-            f"iteration decodes {cost.dev} sentences with {cost.threads} threads in ~{cost.iteration_seconds / 60:.1f} "
-            f"min ({decoding_note(cost)}), so {runs} runs at the {cost.cap}-iteration cap take "
+            f"iteration decodes {cost.dev} sentences with {cost.threads} thread{'s' if cost.threads != 1 else ''} "
+            f"in ~{cost.iteration_seconds / 60:.1f} min ({decoding_note(cost)}), so {runs} "
+            f"run{'s' if runs != 1 else ''} at the {cost.cap}-iteration cap take "
             f"≤ {runs * cost.tuning_hours:.1f} h "
             f"({optimisation_note(cost)}), and their dev + test evaluation ({cost.dev} + {cost.test} sentences) "
             f"{runs * cost.evaluation_hours:.1f} h.")
