@@ -48,27 +48,37 @@ class ColumnCorrelation:
     # of both first. ln p_RNN and lex(e|f) are both sums over the target's words, so both fall with its
     # length; this is what is left of their agreement once that shared cause is held fixed.
     pearson_same_length: float | None = None
+    # Pearson r among the targets of one source: each source's mean taken out of both. The decoder
+    # chooses among a source's targets, so this is the agreement that decides whether the RNN can
+    # change a choice that lex(e|f) would have made anyway.
+    pearson_same_source: float | None = None
+    # ... and among the targets of one source that have the same number of words: both causes held fixed.
+    pearson_same_source_length: float | None = None
 
 
 @dataclass(frozen=True)
 class TableScores:
-    """What the analysis reads of a rescored table: ln of every score and each target's length."""
+    """What the analysis reads of a rescored table: ln of every score, each target's length and
+    which source it translates."""
 
     log_scores: np.ndarray  # [pairs, columns]: max(ln p, −100), as Moses reads them
     target_words: np.ndarray  # [pairs]: words of each pair's target phrase
+    source_ids: np.ndarray  # [pairs]: the same number for the pairs of the same source phrase
 
 
 def read_table_scores(table: Path) -> TableScores:
-    """The scores of a (rescored) phrase table and its targets' lengths, in one pass over it."""
-    rows, lengths = [], []
+    """The scores of a (rescored) phrase table, its targets' lengths and sources, in one pass over it."""
+    rows, lengths, sources = [], [], []
+    source_ids: dict[str, int] = {}  # by value, not by run: a table need not be sorted for this
     for entry in read_phrase_table(table):
         rows.append(entry.scores)
         lengths.append(len(split_tokens(entry.target)))
+        sources.append(source_ids.setdefault(entry.source, len(source_ids)))
     if not rows:
         raise UserError(f"{table}: no phrase pairs")
     with np.errstate(divide="ignore"):
         log_scores = np.maximum(np.log(np.asarray(rows, dtype=np.float64)), LOG_FLOOR)
-    return TableScores(log_scores, np.asarray(lengths, dtype=np.int64))
+    return TableScores(log_scores, np.asarray(lengths, dtype=np.int64), np.asarray(sources, dtype=np.int64))
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -85,9 +95,11 @@ def _within_groups(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 def rnn_correlations(scores: TableScores, rnn_column: int = RNN_COLUMN) -> list[ColumnCorrelation]:
     """Pearson and Spearman correlation of ln p_RNN with each of the table's own columns, and the
-    Pearson r within target lengths."""
+    Pearson r within target lengths, within sources, and within both."""
     rnn = scores.log_scores[:, rnn_column]
-    rnn_within = _within_groups(rnn, scores.target_words)
+    groups = {"length": scores.target_words, "source": scores.source_ids,
+              "source_length": scores.source_ids * (int(scores.target_words.max()) + 1) + scores.target_words}
+    rnn_within = {name: _within_groups(rnn, g) for name, g in groups.items()}
     found = []
     for i in range(min(4, rnn_column)):
         column = scores.log_scores[:, i]
@@ -95,8 +107,9 @@ def rnn_correlations(scores: TableScores, rnn_column: int = RNN_COLUMN) -> list[
         if pearson is None:
             found.append(ColumnCorrelation(COLUMN_NAMES[i], None, None))
             continue
+        within = {name: _pearson(_within_groups(column, g), rnn_within[name]) for name, g in groups.items()}
         found.append(ColumnCorrelation(COLUMN_NAMES[i], pearson, float(spearmanr(column, rnn).statistic),
-                                       _pearson(_within_groups(column, scores.target_words), rnn_within)))
+                                       within["length"], within["source"], within["source_length"]))
     return found
 
 
@@ -195,11 +208,16 @@ def format_analysis(doc: Mapping[str, object]) -> list[str]:
            f"mean {doc['rnn_log_p']['mean']:.2f} and std {doc['rnn_log_p']['std']:.2f}; "
            f"{100 * doc['pairs_with_unknown_words']:.1f}% of the pairs hold a word outside the shortlists.", "",
            "Within the same target length: Pearson r once each length's mean is taken out of both columns "
-           "(ln p_RNN and ln lex(e|f) are sums over the target's words, so both fall with its length).", "",
-           "| table column (ln) | Pearson r with ln p_RNN | Spearman ρ | Pearson r, same target length |",
-           "|---|---|---|---|"]
+           "(ln p_RNN and ln lex(e|f) are sums over the target's words, so both fall with its length). "
+           "Within the same source: once each source phrase's mean is taken out of both, the agreement "
+           "among the targets the decoder chooses from; and within a source's targets of the same length.", "",
+           "| table column (ln) | Pearson r with ln p_RNN | Spearman ρ | Pearson r, same target length | "
+           "Pearson r, same source | Pearson r, same source and target length |",
+           "|---|---|---|---|---|---|"]
     out += [f"| {_escaped(c['column'])} | {_number(c['pearson'])} | {_number(c['spearman'])} | "
-            f"{_number(c['pearson_same_length'])} |" for c in doc["correlations"]]
+            f"{_number(c['pearson_same_length'])} | {_number(c['pearson_same_source'])} | "
+            f"{_number(c['pearson_same_source_length'])} |" for c in doc["correlations"]]
+    out += ["", "–: no correlation is defined (a constant column, or no group with two pairs)."]
     out += ["", "| configuration | run | RNN weight | WP weight | RNN share of the L1 norm |", "|---|---|---|---|---|"]
     for label, runs in doc["weights"].items():
         out += [f"| {label} | {r['run']} | {r['rnn']:.4g} | {r['wp']:.4g} | {100 * r['rnn_l1_share']:.1f}% |"
@@ -235,7 +253,7 @@ def format_trajectories(runs: Mapping[str, Sequence[Mapping[str, object]]]) -> l
 
 
 def _number(value: float | None) -> str:
-    return "– (constant column)" if value is None else f"{value:.3f}"
+    return "–" if value is None else f"{value:.3f}"
 
 
 def _escaped(text: str) -> str:

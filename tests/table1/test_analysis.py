@@ -41,23 +41,48 @@ def test_column_leverage_reranks_the_pool_without_the_column_and_along_its_axis(
     assert "| + RNN both directions | 1 | p_RNN(f\\|e) | 1 |" in md
 
 
-def test_correlation_within_target_lengths_takes_out_what_length_explains(tmp_path):
+def test_correlation_within_target_lengths_and_within_sources_takes_out_what_each_explains(tmp_path):
     """ln lex(e|f) and ln p_RNN both fall with the target's length but disagree within each length:
     r over all pairs is 146/154 (deviations from the mean -7: 6, 5, 4, -4, -5, -6 against 4, 5, 6, -6,
-    -5, -4), and within lengths -1."""
+    -5, -4), and within lengths -1. Each source has one target of each length, and within a source
+    the two agree: (-1, -11) against (-3, -13) less their means is (5, -5) on both sides, r = 1."""
     lex = [-1, -2, -3, -11, -12, -13]
     rnn = [-3, -2, -1, -13, -12, -11]
     targets = ["a", "b", "c", "a b", "b c", "c d"]
+    sources = ["s0", "s1", "s2", "s0", "s1", "s2"]  # not sorted: the analysis groups by value
     table = tmp_path / "pt.txt"
-    table.write_text("".join(f"s{i} ||| {t} ||| 0.5 0.5 {0.1 * (i + 1)} {math.exp(x)!r} {math.exp(y)!r} 1\n"
-                             for i, (t, x, y) in enumerate(zip(targets, lex, rnn, strict=True))))
+    table.write_text("".join(f"{s} ||| {t} ||| 0.5 0.5 {0.1 * (i + 1)} {math.exp(x)!r} {math.exp(y)!r} 1\n"
+                             for i, (s, t, x, y) in enumerate(zip(sources, targets, lex, rnn, strict=True))))
     scores = read_table_scores(table)
     assert scores.target_words.tolist() == [1, 1, 1, 2, 2, 2]
+    assert scores.source_ids.tolist() == [0, 1, 2, 0, 1, 2]
     by_column = {c.column: c for c in rnn_correlations(scores)}
     assert by_column["lex(e|f)"].pearson == pytest.approx(146 / 154)
     assert by_column["lex(e|f)"].pearson_same_length == pytest.approx(-1.0)
+    assert by_column["lex(e|f)"].pearson_same_source == pytest.approx(1.0)
     assert by_column["p(f|e)"].pearson is None and by_column["p(f|e)"].pearson_same_length is None  # constant
+    assert by_column["p(f|e)"].pearson_same_source is None
+    assert by_column["lex(e|f)"].pearson_same_source_length is None  # each source has one target of each length
     lines = format_analysis({"phrase_pairs": 6, "rnn_log_p": {"mean": -7.0, "std": 4.7},
                              "pairs_with_unknown_words": 0.0, "weights": {},
                              "correlations": [c.__dict__ for c in by_column.values()]})
-    assert "| lex(e\\|f) | 0.948 | 0.543 | -1.000 |" in lines
+    assert "| lex(e\\|f) | 0.948 | 0.543 | -1.000 | 1.000 | – |" in lines
+
+
+def test_correlation_within_a_sources_targets_of_one_length(tmp_path):
+    """One source, two one-word and two two-word targets: less their (source, length) means, ln lex(e|f)
+    is (0.5, -0.5, 1, -1) and ln p_RNN (-0.5, 0.5, 1, -1), so r = (-0.25 - 0.25 + 1 + 1) / 2.5 = 0.6."""
+    lex, rnn = [-1, -2, -11, -13], [-2, -1, -12, -14]
+    table = tmp_path / "pt.txt"
+    table.write_text("".join(f"s ||| {t} ||| 0.5 0.5 0.5 {math.exp(x)!r} {math.exp(y)!r} 1\n"
+                             for t, x, y in zip(["a", "b", "a b", "b c"], lex, rnn, strict=True)))
+    lex_ef = {c.column: c for c in rnn_correlations(read_table_scores(table))}["lex(e|f)"]
+    assert lex_ef.pearson_same_source_length == pytest.approx(0.6)
+
+
+def test_correlation_within_sources_is_undefined_when_every_source_has_one_target(tmp_path):
+    """Taking each source's mean out of its only target leaves nothing to correlate."""
+    table = tmp_path / "pt.txt"
+    table.write_text("".join(f"s{i} ||| t ||| 0.5 {math.exp(-i)!r} 0.5 0.5 {math.exp(i - 3)!r} 1\n" for i in range(3)))
+    lex_fe = {c.column: c for c in rnn_correlations(read_table_scores(table))}["lex(f|e)"]
+    assert lex_fe.pearson == pytest.approx(-1.0) and lex_fe.pearson_same_source is None

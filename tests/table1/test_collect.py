@@ -77,7 +77,8 @@ def test_report_from_finished_runs(tmp_path):
     assert by_column["p(e|f)"]["pearson"] == pytest.approx(1.0)
     assert by_column["p(e|f)"]["spearman"] == pytest.approx(1.0)
     assert by_column["p(f|e)"] == {"column": "p(f|e)", "pearson": None, "spearman": None,
-                                 "pearson_same_length": None}  # constant column
+                                 "pearson_same_length": None, "pearson_same_source": None,
+                                 "pearson_same_source_length": None}  # constant column
     assert by_column["lex(f|e)"]["spearman"] == pytest.approx(-1.0)  # 0.1 … 0.5 against a falling p_RNN
     rnn_runs = analysis["weights"]["+ RNN"]
     # L1 of the tuned weights: |−1| + 0.2 + 4 × 0.2 + 0.05 + 0 + 0.3 + 0.5 = 2.85
