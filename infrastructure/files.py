@@ -310,19 +310,36 @@ def remove_dead_temps(dest: Path) -> list[Path]:
             if now - entry.stat(follow_symlinks=False).st_mtime < STALE_TEMP_SECONDS or not entry.is_file(
                     follow_symlinks=False):
                 continue
-            fd = os.open(entry.path, os.O_RDONLY)
         except OSError:
             continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held by a live writer, or no locks here: not ours to judge
-            continue
-        else:
+        if lock_held(entry.path) is False:  # held by a live writer, or no locks here: not ours to judge
             Path(entry.path).unlink(missing_ok=True)
             removed.append(Path(entry.path))
-        finally:
-            os.close(fd)
     return removed
+
+
+def lock_held(path: PathArg) -> bool | None:
+    """Whether a live process holds ``flock`` on ``path``; None where that cannot be told (the file
+    is gone, or its file system refuses locks).
+
+    The project marks what a running process owns with a held lock (:func:`atomic_path`'s temps, the
+    RAM spool's owner file) because the kernel drops it however the process dies, and, unlike a PID,
+    it means the same in every PID namespace that shares the file. The probe takes the lock and
+    drops it at once; nobody else locks an abandoned file, so what it saw stays true.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # also drops the lock this probe took
+    return False
 
 
 @contextlib.contextmanager

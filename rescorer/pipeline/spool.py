@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from infrastructure.files import lock_held
 from infrastructure.processes import owner_alive, process_tag, remove_when_gone, removed_now
 from rescorer.tables.chunks import LineChunk
 
@@ -174,26 +175,9 @@ def abandoned_spools(base: Path | None = None) -> list[Path]:
     found = []
     for folder in Path(base or _spool_base()).glob(f"{_PREFIX}*"):
         tag = "-".join(folder.name[len(_PREFIX) :].split("-")[:2])  # PID-START, then mkdtemp's suffix
-        if folder.is_dir() and not owner_alive(tag) and not _owner_lock_held(folder / OWNER_LOCK):
+        if folder.is_dir() and not owner_alive(tag) and lock_held(folder / OWNER_LOCK) is not True:
             found.append(folder)
     return found
-
-
-def _owner_lock_held(lock: Path) -> bool:
-    """Whether a live process holds ``lock`` (False where it is missing or locks are refused)."""
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # also drops the lock this check took
-    return False
 
 
 def remove_abandoned(base: Path) -> None:
