@@ -312,7 +312,7 @@ def remove_dead_temps(dest: Path) -> list[Path]:
                 continue
         except OSError:
             continue
-        if lock_held(entry.path) is False:  # held by a live writer, or no locks here: not ours to judge
+        if lock_held(entry.path) is False:  # free: its writer is gone (held, or no locks here: not ours to judge)
             Path(entry.path).unlink(missing_ok=True)
             removed.append(Path(entry.path))
     return removed
