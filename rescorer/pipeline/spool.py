@@ -107,7 +107,8 @@ class Spool:
     the moment the run ends (:func:`~infrastructure.processes.remove_when_gone`). Should that one
     be killed too (power, a whole process group killed), the folder is named with its owner's
     :func:`~infrastructure.processes.process_tag`, and every new spool first removes the spools
-    whose owner is gone: RAM held by a dead run is freed by the next run (or ``--resume``).
+    whose owner is gone, and its run's end does again: RAM held by a dead run is freed by the next
+    run (or ``--resume``).
 
     The owner also holds ``flock`` on the folder's :data:`OWNER_LOCK` for its whole life. A name's
     process tag speaks only for this PID namespace: containers that share ``/dev/shm`` (Docker's
@@ -145,11 +146,14 @@ class Spool:
         return SpooledChunk(str(path), chunk.first_line_no, len(chunk), chunk.end_offset)
 
     def close(self) -> None:
-        """Remove the spool (by its janitor, which then ends too)."""
+        """Remove the spool (by its janitor, which then ends too), then the dead runs' spools that were
+        too young to judge when this run began: a run resumed the moment after a kill of the whole
+        process group (janitor included) would otherwise leave that spool in RAM for the next run."""
         shutil.rmtree(self.folder, ignore_errors=True)
         self._release()
-        if self.janitor is not None:
+        if self.janitor is not None:  # the owner's spool, not a reader's view of it
             removed_now(self.janitor)
+            remove_abandoned(self.folder.parent)
 
     def _release(self) -> None:
         if self._owner_fd is not None:

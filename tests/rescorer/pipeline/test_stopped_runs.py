@@ -26,6 +26,7 @@ from neural.vocab import EOS, UNK, Vocab
 from rescorer.model.checkpoint import save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
+from rescorer.pipeline.spool import Spool
 from shared_paths import shared_file
 
 WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
@@ -164,7 +165,8 @@ def test_a_spool_locked_by_an_owner_in_another_pid_namespace_is_kept(tmp_path, m
 def test_a_young_spool_is_kept_even_when_its_owner_looks_dead(tmp_path, model_file) -> None:
     """Seconds old, a spool's owner may not hold its lock yet: never removed then."""
     young = old_spool(dead_tag())
-    os.utime(young, None)  # now
+    in_an_hour = time.time() + 3600
+    os.utime(young, (in_an_hour, in_an_hour))  # young at the run's start and at its end, however slow the machine
     table = tmp_path / "pt.txt"
     table.write_text("the house ||| la maison ||| 0.5 0.5 0.5 0.5\n")
     try:
@@ -172,6 +174,23 @@ def test_a_young_spool_is_kept_even_when_its_owner_looks_dead(tmp_path, model_fi
         assert young.exists()
     finally:
         remove_spools(young)
+
+
+def test_a_spool_too_young_to_judge_when_a_run_starts_is_removed_when_it_ends() -> None:
+    """A whole process group killed (janitor too) and the run resumed at once: the dead run's spool is
+    seconds old then, so it is kept; by the time the resumed run ends it is not, and it goes."""
+    dead = old_spool(dead_tag())
+    os.utime(dead, None)  # written up to the kill, a moment ago
+    spool = Spool()
+    try:
+        assert dead.exists()
+        minute_ago = time.time() - 60
+        os.utime(dead, (minute_ago, minute_ago))
+        spool.close()
+        assert not dead.exists() and not spool.folder.exists()
+    finally:
+        spool.close()
+        remove_spools(dead)
 
 
 # ---- Ctrl-C and SIGTERM: one line that says what was kept, and the shell's exit status ----------
