@@ -84,7 +84,7 @@ def _train_step_option(fn: Callable) -> Callable:
         "--train-step", type=click.Choice(TRAIN_STEPS), default="auto", show_default=True,
         help="how a training update runs: eager (ragged batches, least arithmetic), static (fixed shapes per "
         "length bucket), captured (static, each bucket's update one CUDA graph, checked against eager); auto: "
-        "eager (the capture failed on an H100: docs/training-speed.md). The same updates to ~1e-6")(fn)
+        "captured on CUDA (eager with fp16), eager elsewhere (docs/training-speed.md). The same updates to ~1e-6")(fn)
 
 
 def _model_sizes(hidden: int, embedding: int, maxout_units: int, output_rank: int, init_std: float) -> ModelSizes:

@@ -92,15 +92,10 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 @needs_cuda
-@pytest.mark.xfail(strict=True, reason="open: on an H100 (torch 2.11) the capture failed at the first shape after "
-                   "autograd warned of an AccumulateGrad node on another stream (results/gpu-h100/run8-cuda-tests.log)."
-                   " The likely cause, the check's state snapshots cloned the parameters with autograd on the default "
-                   "stream, is fixed (test_no_autograd_history_is_alive_when_the_capture_starts) but not yet run on "
-                   "a GPU: an XPASS here means it was the cause; then drop this mark and let --train-step auto "
-                   "capture on CUDA again")
 def test_a_real_capture_of_the_training_step_is_trusted(capsys):
     """On a GPU, the static training step's graph is captured and passes its check against the eager
-    update."""
+    update. (On an H100 it failed at the first shape until the check's state snapshots stopped keeping
+    default-stream autograd history alive: results/gpu-h100/README.md, runs 8 and 9.)"""
     from rescorer.model.config import ModelConfig, TrainConfig
     from rescorer.model.network import RNNEncoderDecoder
     from rescorer.training.step import StaticStep

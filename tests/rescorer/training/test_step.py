@@ -131,7 +131,8 @@ def test_static_update_never_reads_a_value_on_the_host():
 def test_the_step_each_choice_means():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_train_step("auto", cpu, None) == "eager"
-    assert resolve_train_step("auto", cuda, torch.bfloat16) == "eager"  # captured failed on an H100 (run 8)
+    assert resolve_train_step("auto", cuda, torch.bfloat16) == "captured"  # 6.5x eager on an H100 (run 9)
+    assert resolve_train_step("auto", cuda, None) == "captured"
     assert resolve_train_step("auto", cuda, torch.float16) == "eager"
     assert resolve_train_step("static", cpu, None) == "static"
     with pytest.raises(UserError, match="needs a CUDA device"):
