@@ -126,7 +126,7 @@ def main() -> None:
             report(summary, workers, wall, cpu, child, load, args.cores)
         fmt, gz = format_and_gzip_apart(table, args.chunk_lines)
         print(f"format stage apart, per core: formatting {fmt / 1e3:,.0f}k lines/s, "
-              f"gzip member (ISA-L level {DEFAULT_MEMBER_LEVEL}) {gz / 1e3:,.0f}k lines/s")
+              f"gzip member (zlib level {DEFAULT_MEMBER_LEVEL}) {gz / 1e3:,.0f}k lines/s")
         startup(table)
 
 

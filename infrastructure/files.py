@@ -46,9 +46,10 @@ PathArg = str | os.PathLike[str]
 
 #: What reading a truncated or corrupt gzip raises, from zlib's reader or ISA-L's.
 CORRUPT_GZIP_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, isal_zlib.error, OSError)
-#: Levels of :func:`compress_member` (ISA-L's igzip: 0 fastest .. 3 smallest) and the default: level 1
-#: compresses a scored table at about 11 times zlib -6's speed, 25% larger (docs/rescore.md has the figures).
-MEMBER_LEVELS = range(0, 4)
+#: Levels of :func:`compress_member` (zlib's, gzip's -1 .. -9; 0 stores) and the default: level 1 writes a
+#: scored table 4% larger than ISA-L's level 1 did, at a third of its speed, which the workers never
+#: notice; zlib gives the same bytes for the same data on every run, ISA-L did not (docs/rescore.md).
+MEMBER_LEVELS = range(0, 10)
 DEFAULT_MEMBER_LEVEL = 1
 
 
@@ -241,10 +242,14 @@ def _wrap_unseekable(inner: BinaryIO, *, owns: bool) -> BinaryIO:
 def compress_member(data: bytes | bytearray | memoryview, compress_level: int = DEFAULT_MEMBER_LEVEL) -> bytes:
     """``data`` as one complete gzip member, the same bytes for the same data and level on every run
     (no time stamp, no name). Members concatenate into a valid gzip file, which is how the scored
-    table is written chunk by chunk in parallel; ISA-L compresses it ~11 times faster than zlib -6.
-    ``compress_level`` is one of :data:`MEMBER_LEVELS` (ISA-L's, not zlib's 0..9): ``--compress-level``
-    checks it where the user gives it."""
-    return igzip.compress(data, compress_level, mtime=0)
+    table is written chunk by chunk in parallel, and the same bytes are what makes a resumed run's or
+    a sharded run's output the uninterrupted run's, byte for byte.
+
+    zlib, not ISA-L: ISA-L's level-1 igzip (three times faster) now and then encoded the same bytes
+    differently within one run (docs/rescore.md, "Compressed bytes"). ``compress_level`` is one of
+    :data:`MEMBER_LEVELS`; ``--compress-level`` checks it where the user gives it.
+    """
+    return zlib.compress(data, compress_level, wbits=16 + zlib.MAX_WBITS)
 
 
 def open_output(path: PathArg, zlib_level: int = 6) -> BinaryIO:

@@ -372,8 +372,7 @@ def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> l
               help="lines per chunk read, scored and written at a time (what --resume continues from)")
 @click.option("--compress-level", type=IntRange(min=MEMBER_LEVELS[0], max=MEMBER_LEVELS[-1]),
               default=DEFAULT_MEMBER_LEVEL, show_default=True,
-              help="gzip level of a .gz OUTPUT_TABLE: ISA-L's igzip levels, 0 fastest .. 3 smallest "
-              "(1 is ~11 times zlib -6's speed, 25% larger)")
+              help="gzip level of a .gz OUTPUT_TABLE, as gzip's -1 .. -9 (0 stores uncompressed)")
 @click.option("--token-budget", type=IntRange(min=1),
               help="padded tokens per batch [default: 8192 on CPU, from free memory on GPU; halved on OOM]")
 @click.option("--skip-bad-lines", is_flag=True,

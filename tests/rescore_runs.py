@@ -34,16 +34,13 @@ def lines_of(path: Path) -> list[bytes]:
 
 
 def assert_same_output(actual: Path | bytes, expected: Path | bytes) -> None:
-    """The two outputs (files or their bytes; plain or gzip) hold the same lines in the same gzip
-    members: the same bytes, but for how ISA-L encoded a member.
+    """The two outputs (files or their bytes; plain or gzip) are the same bytes: the same lines in the
+    same gzip members, each compressed the same way.
 
-    ISA-L's level-1 igzip, given a member's same bytes, now and then encodes them differently in
-    one run (seen 2026-11-27: one member of 74, 4,377 bytes against 4,376, about one run in six on a
-    loaded machine; the cause is not found yet, docs/rescore.md). What a reader of the output sees,
-    its lines, and what makes shards concatenate to the whole, where members start, are checked
-    exactly. On a difference the message is one line that says what differs: how many lines and
-    the first of them, or the members. pytest's own diff of two gzip files is pages of compressed
-    bytes that name no line (a CI failure once showed only that).
+    On a difference the message is one line that says what differs: how many lines and the first of
+    them, the members, or, with both the same, the compressed bytes (what ISA-L's level 1 did now and
+    then before members went to zlib: docs/rescore.md, "Compressed bytes"). pytest's own diff of two
+    gzip files is pages of compressed bytes that name no line (a CI failure once showed only that).
     """
     got = actual.read_bytes() if isinstance(actual, Path) else actual
     want = expected.read_bytes() if isinstance(expected, Path) else expected
@@ -52,10 +49,11 @@ def assert_same_output(actual: Path | bytes, expected: Path | bytes) -> None:
     got_lines, want_lines = _text(got).splitlines(), _text(want).splitlines()
     if got_lines == want_lines:
         got_members, want_members = _members(got), _members(want)
-        if got_members == want_members:
-            return
-        raise AssertionError(f"the same {len(want_lines)} lines in {len(got_members)} gzip members against "
-                             f"{len(want_members)} expected, or cut at other lines")
+        if got_members != want_members:
+            raise AssertionError(f"the same {len(want_lines)} lines in {len(got_members)} gzip members against "
+                                 f"{len(want_members)} expected, or cut at other lines")
+        raise AssertionError(f"the same {len(want_lines)} lines in the same {len(want_members)} gzip members, "
+                             f"compressed differently ({len(got)} bytes against {len(want)})")
     differ = [i for i, (a, b) in enumerate(zip(got_lines, want_lines, strict=False)) if a != b]
     first = differ[0] if differ else min(len(got_lines), len(want_lines))
     shown = [lines[first][:200] if first < len(lines) else b"<no line>" for lines in (got_lines, want_lines)]

@@ -100,7 +100,7 @@ class RescoreOptions:
     shard: tuple[int, int] | None = None  # (K, N), K in 1..N
     resume: bool = False
     scores_parquet: str | None = None
-    # ISA-L igzip level of each chunk's gzip member (MEMBER_LEVELS, 0..3; not zlib's 0..9)
+    # zlib level of each chunk's gzip member (MEMBER_LEVELS, 0..9)
     compress_level: int = DEFAULT_MEMBER_LEVEL
     progress: bool = True
     device: str = "auto"

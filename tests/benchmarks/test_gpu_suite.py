@@ -33,8 +33,7 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
     for log in ("precision.log", "e2e.fp32.log", "startup.log", "train.log", "cslm.log", "identity.log"):
         assert (out / log).stat().st_size > 0, log
     identity = (out / "identity.log").read_text()
-    assert "rerun: same lines, same members" in identity, identity
-    assert "kill + --resume: same lines, same members" in identity, identity
+    assert "rerun: byte-identical" in identity and "kill + --resume: byte-identical" in identity, identity
     assert "pairs/s" in (out / "e2e.fp32.log").read_text()
     assert "passed" in (out / "cuda-tests.log").read_text()  # the CPU's tests of the file; the GPU's skip
     # the suite's model is random_checkpoint's: the log must not call it trained (run 8's did)
@@ -52,9 +51,10 @@ def _suite_same(first: Path, other: Path) -> str:
 
 
 def test_the_identity_check_tells_lines_members_and_bytes_apart(tmp_path: Path) -> None:
-    """Same lines in the same members pass, whether or not a member's bytes differ; other member
-    boundaries or other lines do not. Members larger than the reader's block, and many of them, as
-    in a whole table (the first version copied the rest of the file per member: minutes on a GPU)."""
+    """The same bytes pass; the same lines in the same members compressed otherwise, other member
+    boundaries, or other lines do not, and the verdict says which. Members larger than the reader's
+    block, and many of them, as in a whole table (the first version copied the rest of the file per
+    member: minutes on a GPU)."""
     import zlib
 
     rows = [f"src {i} ||| tgt {i * 7919 % 100003} ||| 0.5 0.25 0.125 0.0625 ||| 0-0 ||| 1 1 1\n".encode()
@@ -62,23 +62,20 @@ def test_the_identity_check_tells_lines_members_and_bytes_apart(tmp_path: Path) 
     stretches = [b"".join(rows[a:a + 150]) for a in range(0, 3000, 150)] + [b"".join(rows[3000:])]
 
     def gz(parts: list[bytes], level: int = 6) -> Path:
-        data = b""
-        for part in parts:
-            packer = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-            data += packer.compress(part) + packer.flush()
         path = tmp_path / f"{len(list(tmp_path.iterdir()))}.gz"
-        path.write_bytes(data)
+        path.write_bytes(b"".join(zlib.compress(part, level, wbits=31) for part in parts))
         return path
 
     first = gz(stretches)
     assert len(stretches[-1]) > 1 << 20  # a member far larger than one 64 KB block
-    assert _suite_same(first, gz(stretches)) == \
-        "check: same lines, same members; byte-identical (0 of 21 members encoded differently)"
-    recoded = gz(stretches[:3]).read_bytes() + b"".join(  # member 3 at another level: same text, other bytes
-        p.read_bytes() for p in [gz([stretches[3]], 1), gz(stretches[4:])])
-    (tmp_path / "recoded.gz").write_bytes(recoded)
-    assert _suite_same(first, tmp_path / "recoded.gz").startswith(
-        "check: same lines, same members; compressed bytes differ (1 of 21 members encoded differently: [(3, ")
+    assert _suite_same(first, gz(stretches)) == "check: byte-identical"
+    recoded = gz(stretches[:3]).read_bytes() + gz([stretches[3]], 1).read_bytes() + gz(stretches[4:]).read_bytes()
+    (tmp_path / "recoded.gz").write_bytes(recoded)  # member 3 at another level: the same text, other bytes
+    verdict = _suite_same(first, tmp_path / "recoded.gz")
+    assert verdict.startswith("check: NOT the same output: the same 60000 lines in the same 21 gzip members, "
+                              "compressed differently"), verdict
+    assert "; 1 of 21 members encoded differently: [(3, " in verdict, verdict
     assert "NOT the same output: the same 60000 lines in 20 gzip members against 21" in \
         _suite_same(first, gz([stretches[0] + stretches[1], *stretches[2:]]))
-    assert "NOT the same output" in _suite_same(first, gz([*stretches[:-1], stretches[-1].replace(b"tgt 1", b"tgt 2")]))
+    assert "NOT the same output: 60000 lines against 60000 expected, 1 of the shared ones differ" in \
+        _suite_same(first, gz([*stretches[:-1], stretches[-1].replace(b"tgt 1 ", b"tgt 2 ")]))

@@ -234,21 +234,22 @@ def test_empty_table_gives_a_valid_empty_gzip(tmp_path, checkpoint):
 
 
 def test_compress_level_reaches_every_gzip_member(sample, checkpoint, reference_output, tmp_path):
-    """``compress_level`` goes from the options to ISA-L unchanged: level 3 writes a smaller file
-    than level 0, and both hold the default level's lines."""
+    """``compress_level`` goes from the options to zlib unchanged: level 9 writes a smaller file
+    than level 1, level 0 stores, and all hold the default level's lines."""
     sizes = {}
-    for level in (0, 3):
+    for level in (0, 1, 9):
         out = tmp_path / f"level{level}.gz"
         rescore(sample, out, checkpoint, chunk_lines=1000, compress_level=level)
         assert lines_of(out) == lines_of(reference_output)
         sizes[level] = out.stat().st_size
-    assert sizes[3] < sizes[0]
+    assert sizes[9] < sizes[1] < sizes[0]
+    assert sizes[0] > len(b"\n".join(lines_of(reference_output)))  # stored: larger than the text
 
 
-def test_cli_refuses_a_zlib_compress_level_before_any_work(sample, tmp_path):
-    """ISA-L's levels are 0..3: a zlib level like 6 is refused on the command line, where it is given."""
+def test_cli_refuses_a_level_gzip_lacks_before_any_work(sample, tmp_path):
+    """gzip's levels are 0..9: 10 is refused on the command line, where it is given."""
     out = tmp_path / "o.gz"
-    res = CliRunner().invoke(rescore_phrase_table_command, [str(sample), str(out), "--compress-level", "6", "-q"])
+    res = CliRunner().invoke(rescore_phrase_table_command, [str(sample), str(out), "--compress-level", "10", "-q"])
     assert res.exit_code != 0
-    assert res.output == "Error: Invalid value for '--compress-level': 6 is not in the range 0<=x<=3.\n"
+    assert res.output == "Error: Invalid value for '--compress-level': 10 is not in the range 0<=x<=9.\n"
     assert list(tmp_path.iterdir()) == []
