@@ -15,6 +15,7 @@ from moses_integration.moses_ini import MosesIni
 from table1.analysis import DecodedRun, analysis_document, column_leverage, rnn_changes_document, tuning_trajectory
 from table1.beside import BesideRun, beside_document
 from table1.proposal_evidence import evidence_document
+from table1.reference_choice import reference_choice
 from table1.report import TunedRun, build_table, score_runs, write_report
 from table1.settings import Configuration, RunPlan
 from table1.tuning import budget_notes, check_run_current, details_output, state_seed
@@ -142,6 +143,20 @@ def rnn_changes(exp: Experiment, collected: list) -> dict[str, object] | None:
         *decodes, exp.prepared("test", exp.src), exp.prepared("test", exp.tgt))}
 
 
+def reference_choice_document(exp: Experiment, collected: list, table: Path, table_feature: str) -> list[dict]:
+    """:func:`table1.reference_choice.reference_choice` for each run number both Baseline and + RNN
+    have evaluated, on ``table`` (the 6-column table both decode with); empty without such a run."""
+
+    rows = {config.key: found for config, found in collected}
+    base = {t.run: t.weights[table_feature] for t in rows.get("baseline", [])}
+    rnn = {t.run: t.weights[table_feature] for t in rows.get("rnn", [])}
+    runs = {k: (base[k], rnn[k]) for k in sorted(base.keys() & rnn.keys())}
+    if not runs:
+        return []
+    found = reference_choice(table, exp.prepared("test", exp.src), exp.prepared("test", exp.tgt), runs)
+    return [c.__dict__ for c in found]
+
+
 def portable(doc: dict[str, object], work: Path) -> dict[str, object]:
     """The report with the work folder's path written ``WORK``: a committed report names no machine's folders."""
     text = json.dumps(doc)
@@ -200,6 +215,7 @@ def step_report(
             Path(table_path), {config.label: [(t.run, t.weights) for t in found] for config, found in collected},
             table_feature,
         )
+        doc["reference_choice"] = reference_choice_document(exp, collected, Path(table_path), table_feature)
     else:
         doc["notes"].append(f"No analysis of the RNN column: {table_path} (the 6-column table) is missing.")
     doc["leverage"] = leverage_document(exp, collected, table_feature, MosesIni.read(exp.rnn_ini))

@@ -31,6 +31,7 @@ from mert.significance import PooledTest, detectable_delta, pooled_bootstrap
 from table1.analysis import format_analysis, format_leverage, format_rnn_changes, format_trajectories
 from table1.beside import format_beside
 from table1.proposal_evidence import format_evidence
+from table1.reference_choice import format_reference_choice
 from table1.settings import Configuration
 
 #: What :func:`write_report` writes into the results folder, in this order.
@@ -227,6 +228,8 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     if doc.get("analysis"):
 
         out += [""] + format_analysis(doc["analysis"])  # type: ignore[arg-type]
+    if doc.get("reference_choice"):
+        out += [""] + format_reference_choice(doc["reference_choice"])  # type: ignore[arg-type]
     if doc.get("rnn_changes"):
         changes: dict = doc["rnn_changes"]  # type: ignore[assignment]
         out += [""] + format_rnn_changes(changes, changes["label"], changes["against"])

@@ -125,6 +125,10 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     assert [r["runs_finished"] for r in doc["rows"]] == [1] * len(configs)
     assert set(doc["table2"]) == set(workspace.TABLE2_KINDS)
     assert "## Table 2 (rare long source phrases)" in (tmp_path / "results" / "table1.md").read_text()
+    # Baseline's and + RNN's run 1 against the test reference: each share a fraction, on real pairs
+    [choice] = doc["reference_choice"]
+    assert choice["run"] == 1 and choice["pairs"] > 0 and all(0 <= a <= 1 for a in choice["accuracy"].values())
+    assert "## Which target the reference uses" in (tmp_path / "results" / "table1.md").read_text()
     evidence, evidence_both = doc["proposals"]
     assert evidence_both["label"] == "+ RNN both directions + proposals" and evidence_both["proposals"] > 0
     assert evidence["proposals"] > 0 and [r["run"] for r in evidence["runs"]] == [1]

@@ -1,0 +1,139 @@
+"""Which of a source phrase's targets the test reference uses, and which score ranks it first.
+
+BLEU says whether + RNN translates better, not whether its column knows which phrase is right.
+This asks the column directly. For every occurrence of a table source phrase in the test source
+text, the targets the decoder can choose from (the best ``limit`` of the table's targets under each
+compared run's tuned phrase-table weights: Moses keeps ``table-limit`` = 20 by default) are split
+into those that occur in the sentence's reference and those that do not. For each pair of one of
+each, with targets of the same number of words, a score is right if it ranks the one the reference
+uses higher (ties count half). Same length only: a short target occurs in a reference more often
+whatever it means, and every column here prefers short targets to a different degree; the
+decoder's word penalty and LM, not the phrase table, weigh lengths.
+
+The scores compared: each of the table's columns alone, p_RNN alone, and each compared run's
+tuned phrase-table score (its weights on the table's columns), + RNN's also without its p_RNN
+term. That last pair says how much the column adds to the choice MERT made with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from infrastructure.lines import read_text_lines
+from moses_integration.phrase_table import LOG_FLOOR, read_phrase_table
+from moses_integration.tokens import split_tokens
+
+#: Moses' default ``table-limit``: the targets of a source the decoder considers.
+DEFAULT_LIMIT = 20
+#: The longest source phrase a Moses table holds by default (``train-model.perl -max-phrase-length``).
+MAX_SOURCE_WORDS = 7
+#: The scores compared, in the report's order: five table columns, then the runs' tuned scores.
+COLUMN_NAMES = ("p(f|e)", "lex(f|e)", "p(e|f)", "lex(e|f)", "p_RNN")
+SCORE_NAMES = (*COLUMN_NAMES, "Baseline's tuned score", "+ RNN's tuned score", "+ RNN's tuned score less p_RNN")
+
+
+@dataclass(frozen=True)
+class ChoiceAccuracy:
+    run: int
+    occurrences: int  # source occurrences with a target the reference uses and one it does not
+    pairs: int  # (used, unused) target pairs of the same length
+    accuracy: dict[str, float]  # by SCORE_NAMES: the share of pairs the score ranks right
+
+
+@dataclass(frozen=True)
+class _Targets:
+    words: list[tuple[str, ...]]
+    log_scores: np.ndarray  # [targets, 5]: ln of the table's four columns and p_RNN, floored as Moses reads them
+
+
+def _source_phrases(sentences: Sequence[list[str]]) -> set[str]:
+    return {" ".join(words[i:i + n]) for words in sentences for n in range(1, MAX_SOURCE_WORDS + 1)
+            for i in range(len(words) - n + 1)}
+
+
+def _read_targets(table: Path, wanted: set[str]) -> dict[str, _Targets]:
+    """The targets and scores of the sources in ``wanted``, in one pass over the table."""
+    words: dict[str, list[tuple[str, ...]]] = {}
+    scores: dict[str, list[list[float]]] = {}
+    for entry in read_phrase_table(table):
+        if entry.source in wanted:
+            words.setdefault(entry.source, []).append(tuple(split_tokens(entry.target)))
+            scores.setdefault(entry.source, []).append(list(entry.scores[:len(COLUMN_NAMES)]))
+    found = {}
+    for source, targets in words.items():
+        with np.errstate(divide="ignore"):
+            log_scores = np.maximum(np.log(np.asarray(scores[source], dtype=np.float64)), LOG_FLOOR)
+        found[source] = _Targets(targets, log_scores)
+    return found
+
+
+def _candidates(targets: _Targets, weights: Sequence[np.ndarray], limit: int) -> np.ndarray:
+    """The targets the decoder considers under any of ``weights``: each one's best ``limit``."""
+    best = [np.argsort(-(targets.log_scores @ w), kind="stable")[:limit] for w in weights]
+    return np.unique(np.concatenate(best))
+
+
+def reference_choice(table: Path, source: Path, reference: Path,
+                     runs: Mapping[int, tuple[Sequence[float], Sequence[float]]],
+                     limit: int = DEFAULT_LIMIT) -> list[ChoiceAccuracy]:
+    """For each run number in ``runs`` (Baseline's and + RNN's tuned phrase-table weights, the
+    table's columns in order), the share of same-length (used, unused) target pairs each score ranks
+    right (module doc). ``source`` and ``reference`` are the tokenised test text the table was
+    filtered for, one sentence a line."""
+    sentences = [split_tokens(line) for line in read_text_lines(source)]
+    references = [split_tokens(line) for line in read_text_lines(reference)]
+    targets = _read_targets(table, _source_phrases(sentences))
+    longest = max((len(w) for t in targets.values() for w in t.words), default=1)
+    used = [{tuple(words[i:i + n]) for n in range(1, longest + 1) for i in range(len(words) - n + 1)}
+            for words in references]
+    found = []
+    for run, (baseline, rnn) in sorted(runs.items()):
+        wb, wr = (np.asarray(w[:len(COLUMN_NAMES)], dtype=np.float64) for w in (baseline, rnn))
+        wr_less = wr.copy()
+        wr_less[COLUMN_NAMES.index("p_RNN")] = 0.0
+        combos = np.column_stack([np.eye(len(COLUMN_NAMES)), wb, wr, wr_less])  # [columns, scores]
+        right, pairs, occurrences = np.zeros(len(SCORE_NAMES)), 0, 0
+        kept: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for words, in_reference in zip(sentences, used, strict=True):
+            for phrase in (" ".join(words[i:i + n]) for n in range(1, MAX_SOURCE_WORDS + 1)
+                           for i in range(len(words) - n + 1)):
+                if phrase not in targets:
+                    continue
+                if phrase not in kept:
+                    t = targets[phrase]
+                    index = _candidates(t, (wb, wr), limit)
+                    kept[phrase] = (t.log_scores[index] @ combos, np.array([len(t.words[i]) for i in index]), index)
+                scored, lengths, index = kept[phrase]
+                is_used = np.array([targets[phrase].words[i] in in_reference for i in index])
+                same = lengths[is_used][:, None] == lengths[~is_used][None, :]
+                if not same.any():
+                    continue
+                occurrences += 1
+                pairs += int(same.sum())
+                diff = (scored[is_used][:, None, :] - scored[~is_used][None, :, :])[same]  # [pairs, scores]
+                right += (diff > 0).sum(0) + 0.5 * (diff == 0).sum(0)
+        found.append(ChoiceAccuracy(run, occurrences, pairs,
+                                    {name: float(r / pairs) if pairs else float("nan")
+                                     for name, r in zip(SCORE_NAMES, right, strict=True)}))
+    return found
+
+
+def format_reference_choice(found: Sequence[Mapping[str, object]]) -> list[str]:
+    """Markdown lines of the report's section (``found``: :class:`ChoiceAccuracy` as dicts)."""
+    if not found:
+        return []
+    out = ["## Which target the reference uses: how often each score ranks it first", "",
+           "Each test source phrase's targets that the decoder considers (the best 20 under Baseline's or + RNN's "
+           "tuned phrase-table weights of the same run), split into those the sentence's reference uses and the "
+           "others; for each pair of one of each with the same number of words, the share of pairs a score ranks "
+           "right (ties half; docs/table1.md).", "",
+           "| score | " + " | ".join(f"run {r['run']}" for r in found) + " |", "|---|" + "---|" * len(found)]
+    out += [f"| {name} | " + " | ".join(f"{100 * r['accuracy'][name]:.1f}%" for r in found) + " |"  # type: ignore[index]
+            for name in SCORE_NAMES]
+    counts = " | ".join(f"{r['occurrences']:,}; {r['pairs']:,}" for r in found)
+    out += [f"| (source occurrences; pairs) | {counts} |"]
+    return out + [""]
