@@ -26,14 +26,16 @@ import numpy as np
 from infrastructure.lines import read_text_lines
 from moses_integration.phrase_table import LOG_FLOOR, read_phrase_table
 from moses_integration.tokens import split_tokens
+from table1.analysis import COLUMN_NAMES, RNN_COLUMN
 
 #: Moses' default ``table-limit``: the targets of a source the decoder considers.
 DEFAULT_LIMIT = 20
 #: The longest source phrase a Moses table holds by default (``train-model.perl -max-phrase-length``).
 MAX_SOURCE_WORDS = 7
-#: The scores compared, in the report's order: five table columns, then the runs' tuned scores.
-COLUMN_NAMES = ("p(f|e)", "lex(f|e)", "p(e|f)", "lex(e|f)", "p_RNN")
-SCORE_NAMES = (*COLUMN_NAMES, "Baseline's tuned score", "+ RNN's tuned score", "+ RNN's tuned score less p_RNN")
+#: The columns compared alone: the table's four and p_RNN (not WP, a count of unknown words).
+COLUMNS = COLUMN_NAMES[:RNN_COLUMN + 1]
+#: The scores compared, in the report's order: those columns, then the runs' tuned phrase-table scores.
+SCORE_NAMES = (*COLUMNS, "Baseline's tuned score", "+ RNN's tuned score", "+ RNN's tuned score less p_RNN")
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class ChoiceAccuracy:
     run: int
     occurrences: int  # source occurrences with a target the reference uses and one it does not
     pairs: int  # (used, unused) target pairs of the same length
-    accuracy: dict[str, float]  # by SCORE_NAMES: the share of pairs the score ranks right
+    accuracy: dict[str, float | None]  # by SCORE_NAMES: the share of pairs the score ranks right (None: no pair)
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ def _read_targets(table: Path, wanted: set[str]) -> dict[str, _Targets]:
     for entry in read_phrase_table(table):
         if entry.source in wanted:
             words.setdefault(entry.source, []).append(tuple(split_tokens(entry.target)))
-            scores.setdefault(entry.source, []).append(list(entry.scores[:len(COLUMN_NAMES)]))
+            scores.setdefault(entry.source, []).append(list(entry.scores[:len(COLUMNS)]))
     found = {}
     for source, targets in words.items():
         with np.errstate(divide="ignore"):
@@ -92,10 +94,10 @@ def reference_choice(table: Path, source: Path, reference: Path,
             for words in references]
     found = []
     for run, (baseline, rnn) in sorted(runs.items()):
-        wb, wr = (np.asarray(w[:len(COLUMN_NAMES)], dtype=np.float64) for w in (baseline, rnn))
+        wb, wr = (np.asarray(w[:len(COLUMNS)], dtype=np.float64) for w in (baseline, rnn))
         wr_less = wr.copy()
-        wr_less[COLUMN_NAMES.index("p_RNN")] = 0.0
-        combos = np.column_stack([np.eye(len(COLUMN_NAMES)), wb, wr, wr_less])  # [columns, scores]
+        wr_less[RNN_COLUMN] = 0.0
+        combos = np.column_stack([np.eye(len(COLUMNS)), wb, wr, wr_less])  # [columns, scores]
         right, pairs, occurrences = np.zeros(len(SCORE_NAMES)), 0, 0
         kept: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for words, in_reference in zip(sentences, used, strict=True):
@@ -117,7 +119,7 @@ def reference_choice(table: Path, source: Path, reference: Path,
                 diff = (scored[is_used][:, None, :] - scored[~is_used][None, :, :])[same]  # [pairs, scores]
                 right += (diff > 0).sum(0) + 0.5 * (diff == 0).sum(0)
         found.append(ChoiceAccuracy(run, occurrences, pairs,
-                                    {name: float(r / pairs) if pairs else float("nan")
+                                    {name: float(r / pairs) if pairs else None
                                      for name, r in zip(SCORE_NAMES, right, strict=True)}))
     return found
 
@@ -132,8 +134,9 @@ def format_reference_choice(found: Sequence[Mapping[str, object]]) -> list[str]:
            "others; for each pair of one of each with the same number of words, the share of pairs a score ranks "
            "right (ties half; docs/table1.md).", "",
            "| score | " + " | ".join(f"run {r['run']}" for r in found) + " |", "|---|" + "---|" * len(found)]
-    out += [f"| {name} | " + " | ".join(f"{100 * r['accuracy'][name]:.1f}%" for r in found) + " |"  # type: ignore[index]
-            for name in SCORE_NAMES]
+    for name in SCORE_NAMES:
+        shares = [r["accuracy"][name] for r in found]  # type: ignore[index]
+        out += [f"| {name} | " + " | ".join("–" if a is None else f"{100 * a:.1f}%" for a in shares) + " |"]
     counts = " | ".join(f"{r['occurrences']:,}; {r['pairs']:,}" for r in found)
     out += [f"| (source occurrences; pairs) | {counts} |"]
     return out + [""]

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from table1.reference_choice import format_reference_choice, reference_choice
@@ -54,7 +52,8 @@ def test_only_the_targets_the_decoder_considers_and_each_sentences_own_reference
 
 def test_no_pair_gives_no_share_and_the_report_shows_each_run(tmp_path):
     [found] = reference_choice(*_files(tmp_path, "b\n", "q\n"), {2: (BASELINE, RNN)})
-    assert found.pairs == 0 and math.isnan(found.accuracy["p_RNN"])
+    assert found.pairs == 0 and found.accuracy["p_RNN"] is None
+    assert "| p_RNN | – |" in format_reference_choice([found.__dict__])
     [one] = reference_choice(*_files(tmp_path, "a b\n", "x y z\n"), {1: (BASELINE, RNN)})
     lines = format_reference_choice([one.__dict__, {**one.__dict__, "run": 2}])
     assert "| score | run 1 | run 2 |" in lines
