@@ -1,6 +1,6 @@
 """Running the rescoring pipeline in tests: one call taking the options the tests vary, its output's
 lines, the sharded run whose parts must concatenate to the whole, the command SIGKILLed mid-run, and
-the check that two outputs hold the same lines in the same gzip members, which says which lines differ."""
+the check that two outputs are the same bytes, which says what differs: lines, members or compressed bytes."""
 
 from __future__ import annotations
 
