@@ -52,9 +52,18 @@ class _Targets:
     log_scores: np.ndarray  # [targets, 5]: ln of the table's four columns and p_RNN, floored as Moses reads them
 
 
-def _source_phrases(sentences: Sequence[list[str]]) -> set[str]:
-    return {" ".join(words[i:i + n]) for words in sentences for n in range(1, MAX_SOURCE_WORDS + 1)
-            for i in range(len(words) - n + 1)}
+def _ngrams(words: Sequence[str], longest: int) -> list[tuple[str, ...]]:
+    """Every n-gram of ``words`` of 1 to ``longest`` words (per sentence: a reference's matter only
+    to its own sentence, so :func:`rescorer.proposals.sources.text_ngrams`' counts over a whole
+    file do not serve)."""
+    return [tuple(words[i:i + n]) for n in range(1, longest + 1) for i in range(len(words) - n + 1)]
+
+
+def _right_and_pairs(scored: np.ndarray, lengths: np.ndarray, is_used: np.ndarray) -> tuple[np.ndarray, int]:
+    """Per score, how many same-length (used, unused) pairs it ranks right (ties half), and the pairs."""
+    same = lengths[is_used][:, None] == lengths[~is_used][None, :]
+    diff = (scored[is_used][:, None, :] - scored[~is_used][None, :, :])[same]  # [pairs, scores]
+    return (diff > 0).sum(0) + 0.5 * (diff == 0).sum(0), int(same.sum())
 
 
 def _read_targets(table: Path, wanted: set[str]) -> dict[str, _Targets]:
@@ -86,12 +95,11 @@ def reference_choice(table: Path, source: Path, reference: Path,
     table's columns in order), the share of same-length (used, unused) target pairs each score ranks
     right (module doc). ``source`` and ``reference`` are the tokenised test text the table was
     filtered for, one sentence a line."""
-    sentences = [split_tokens(line) for line in read_text_lines(source)]
-    references = [split_tokens(line) for line in read_text_lines(reference)]
-    targets = _read_targets(table, _source_phrases(sentences))
+    sentences = [[" ".join(g) for g in _ngrams(split_tokens(line), MAX_SOURCE_WORDS)]
+                 for line in read_text_lines(source)]
+    targets = _read_targets(table, {phrase for phrases in sentences for phrase in phrases})
     longest = max((len(w) for t in targets.values() for w in t.words), default=1)
-    used = [{tuple(words[i:i + n]) for n in range(1, longest + 1) for i in range(len(words) - n + 1)}
-            for words in references]
+    used = [set(_ngrams(split_tokens(line), longest)) for line in read_text_lines(reference)]
     found = []
     for run, (baseline, rnn) in sorted(runs.items()):
         wb, wr = (np.asarray(w[:len(COLUMNS)], dtype=np.float64) for w in (baseline, rnn))
@@ -99,25 +107,19 @@ def reference_choice(table: Path, source: Path, reference: Path,
         wr_less[RNN_COLUMN] = 0.0
         combos = np.column_stack([np.eye(len(COLUMNS)), wb, wr, wr_less])  # [columns, scores]
         right, pairs, occurrences = np.zeros(len(SCORE_NAMES)), 0, 0
-        kept: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        for words, in_reference in zip(sentences, used, strict=True):
-            for phrase in (" ".join(words[i:i + n]) for n in range(1, MAX_SOURCE_WORDS + 1)
-                           for i in range(len(words) - n + 1)):
-                if phrase not in targets:
-                    continue
-                if phrase not in kept:
+        kept: dict[str, tuple[np.ndarray, np.ndarray, list[tuple[str, ...]]]] = {}  # per source, its candidates
+        for phrases, in_reference in zip(sentences, used, strict=True):
+            for phrase in phrases:
+                if phrase in targets and phrase not in kept:
                     t = targets[phrase]
                     index = _candidates(t, (wb, wr), limit)
-                    kept[phrase] = (t.log_scores[index] @ combos, np.array([len(t.words[i]) for i in index]), index)
-                scored, lengths, index = kept[phrase]
-                is_used = np.array([targets[phrase].words[i] in in_reference for i in index])
-                same = lengths[is_used][:, None] == lengths[~is_used][None, :]
-                if not same.any():
-                    continue
-                occurrences += 1
-                pairs += int(same.sum())
-                diff = (scored[is_used][:, None, :] - scored[~is_used][None, :, :])[same]  # [pairs, scores]
-                right += (diff > 0).sum(0) + 0.5 * (diff == 0).sum(0)
+                    words = [t.words[i] for i in index]
+                    kept[phrase] = (t.log_scores[index] @ combos, np.array([len(w) for w in words]), words)
+                if phrase in kept:
+                    scored, lengths, words = kept[phrase]
+                    is_used = np.array([w in in_reference for w in words])
+                    here, n = _right_and_pairs(scored, lengths, is_used)
+                    right, pairs, occurrences = right + here, pairs + n, occurrences + (n > 0)
         found.append(ChoiceAccuracy(run, occurrences, pairs,
                                     {name: float(r / pairs) if pairs else None
                                      for name, r in zip(SCORE_NAMES, right, strict=True)}))
