@@ -13,9 +13,6 @@
 #   JOBS=N           worker processes of the end-to-end runs [default: the CPUs less 2]
 # What it writes to OUT (one log per step, summary.txt the figures):
 #   precision.log    model-only scoring, fp32 / TF32 / bf16 (python -m benchmarks.precision)
-#   precision-v15001.log  the same, fp32 / TF32, with precision.py's own random weights (output layer of
-#                    15,001 words, runs 5-7's model; the suite's has the table's 13,122): run 8's TF32 was slower
-#   precision-budget.log  the suite's model in TF32 at the V=15,001 model's token budget (131,072)
 #   e2e.<p>.log, gpu-util.<p>.csv   end to end on the table, TF32 and fp32, GPU utilisation sampled
 #   startup.log      command start to exit with a paper-size model on 200 lines
 #   cuda-tests.log   tests/neural/test_cuda_graphs.py, whose GPU tests run only there
@@ -73,17 +70,6 @@ bench precision --table "$IN" --lines 0 --model "$WORK/model.pt" --device "$DEVI
   --precisions "$PRECISIONS" --cpu-lines 0 --small-budget 0 --chunk-lines "$CHUNK" > "$OUT/precision.log" 2>&1 \
   || failed precision
 note "precision: $(grep -Ei 'pairs/s' "$OUT/precision.log" | tail -3 | tr '\n' ' ')"
-if [ -z "${TINY:-}" ]; then  # runs 5-7's model: precision.py's own weights, the output layer padded to 15,001 words
-  bench precision --table "$IN" --lines 0 --device "$DEVICE" --precisions fp32,tf32 --cpu-lines 0 --small-budget 0 \
-    --chunk-lines "$CHUNK" > "$OUT/precision-v15001.log" 2>&1 || failed precision-v15001
-  note "precision, V=15,001: $(grep -Ei 'pairs/s' "$OUT/precision-v15001.log" | tail -2 | tr '\n' ' ')"
-  # run 9: the suite's model (V 13,122, automatic budget 262,144) was 0.90M pairs/s in TF32 against 1.23M for
-  # the V=15,001 one (budget 131,072): the suite's model at that budget tells which of the two costs the speed
-  bench precision --table "$IN" --lines 0 --model "$WORK/model.pt" --device "$DEVICE" --precisions tf32 \
-    --token-budget 131072 --cpu-lines 0 --small-budget 0 --chunk-lines "$CHUNK" > "$OUT/precision-budget.log" 2>&1 \
-    || failed precision-budget
-  note "precision, budget 131,072: $(grep -Ei 'pairs/s' "$OUT/precision-budget.log" | tail -1)"
-fi
 
 # 2. End to end, GPU utilisation sampled every 0.5 s.
 e2e() {  # e2e PRECISION OUTPUT [extra options]; exec: run in the background, its pid is the command's
