@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from infrastructure.errors import FileLineError
 from infrastructure.lines import read_text_lines
 from moses_integration.phrase_table import LOG_FLOOR, read_phrase_table
 from moses_integration.tokens import split_tokens
@@ -100,6 +101,9 @@ def reference_choice(table: Path, source: Path, reference: Path,
     targets = _read_targets(table, {phrase for phrases in sentences for phrase in phrases})
     longest = max((len(w) for t in targets.values() for w in t.words), default=1)
     used = [set(_ngrams(split_tokens(line), longest)) for line in read_text_lines(reference)]
+    if len(used) != len(sentences):  # one line short: the classic wrong test set, named before any counting
+        raise FileLineError(reference, min(len(used), len(sentences)) + 1,
+                            f"the reference has {len(used)} lines but its source {source} has {len(sentences)}")
     found = []
     for run, (baseline, rnn) in sorted(runs.items()):
         wb, wr = (np.asarray(w[:len(COLUMNS)], dtype=np.float64) for w in (baseline, rnn))

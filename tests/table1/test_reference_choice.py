@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from infrastructure.errors import UserError
 from table1.reference_choice import format_reference_choice, reference_choice
 
 # Columns: p(f|e) lex(f|e) p(e|f) lex(e|f) p_RNN WP. "x" is what the reference of "a b" uses, "w" not:
@@ -59,3 +60,10 @@ def test_no_pair_gives_no_share_and_the_report_shows_each_run(tmp_path):
     assert "| score | run 1 | run 2 |" in lines
     assert "| p_RNN | 75.0% | 75.0% |" in lines
     assert "| (source occurrences; pairs) | 1; 2 | 1; 2 |" in lines
+
+
+def test_a_reference_of_another_length_is_one_error_naming_it_and_the_line(tmp_path):
+    table, src, ref = _files(tmp_path, "a b\na\n", "x y z\n")
+    with pytest.raises(UserError) as raised:
+        reference_choice(table, src, ref, {1: (BASELINE, RNN)})
+    assert str(raised.value) == f"{ref}:2: the reference has 1 lines but its source {src} has 2"
