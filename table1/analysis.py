@@ -14,6 +14,7 @@ phrase choice differs, read from Moses' translation details.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -297,27 +298,39 @@ def rnn_changes_document(baseline: Sequence[DecodedRun], system: Sequence[Decode
         other = theirs.get(mine.run)
         if other is None:
             continue
-        before, after = _test_output(other.output, len(sources)), _test_output(mine.output, len(sources))
-        entry: dict[str, object] = {"run": mine.run, "seeds": [other.seed, mine.seed], "sentences": len(sources),
-                                    "changed_1best": sum(a != b for a, b in zip(before, after, strict=True)),
-                                    "changed_phrase_choice": None}
-        absent = [str(d.details) for d in (other, mine) if not d.details.exists()]
-        if absent:
-            missing += absent
-        else:
-            phrases = [_checked_details(d.details, sources) for d in (other, mine)]
+        counts, phrases, (before, after) = _compared(other, mine, sources)
+        entry = {"run": mine.run, "seeds": [other.seed, mine.seed], **counts}
+        missing += [str(d.details) for d in (other, mine) if not d.details.exists()]
+        if phrases is not None and shown is None:
             changed = [i for i, (a, b) in enumerate(zip(*phrases, strict=True)) if a.choices() != b.choices()]
-            entry["changed_phrase_choice"] = len(changed)
-            if shown is None:
-                picked = changed if len(changed) <= examples else [changed[j * len(changed) // examples]
-                                                                   for j in range(examples)]
-                shown = {"run": mine.run, "changed": len(changed), "selection": (
-                    f"of the N sentences whose phrase choice changed, in test order, those at positions "
-                    f"floor(j N / {examples}) + 1 for j = 0..{examples - 1} (all when N <= {examples})"), "sentences": [
-                    _example(i, sources[i], references[i], (before[i], phrases[0][i]), (after[i], phrases[1][i]))
-                    for i in picked]}
+            picked = changed if len(changed) <= examples else [changed[j * len(changed) // examples]
+                                                               for j in range(examples)]
+            shown = {"run": mine.run, "changed": len(changed), "selection": (
+                f"of the N sentences whose phrase choice changed, in test order, those at positions "
+                f"floor(j N / {examples}) + 1 for j = 0..{examples - 1} (all when N <= {examples})"), "sentences": [
+                _example(i, sources[i], references[i], (before[i], phrases[0][i]), (after[i], phrases[1][i]))
+                for i in picked]}
         runs.append(entry)
-    return {"runs": runs, "overall": _overall(runs), "missing_details": missing, "examples": shown}
+    between = [{"row": row, "runs": [first.run, second.run], "seeds": [first.seed, second.seed],
+                **_compared(first, second, sources)[0]}
+               for row, decoded in (("baseline", baseline), ("system", system))
+               for first, second in itertools.combinations(sorted(decoded, key=lambda d: d.run), 2)]
+    return {"runs": runs, "overall": _overall(runs), "missing_details": missing, "examples": shown,
+            "between_runs": between}
+
+
+def _compared(first: DecodedRun, second: DecodedRun, sources: Sequence[str]) -> tuple[
+        dict[str, int | None], tuple[list[DetailedTranslation], list[DetailedTranslation]] | None,
+        tuple[list[str], list[str]]]:
+    """In how many test sentences two decodes differ: their 1-bests, and where both kept their
+    translation details, their phrase choices (None otherwise); then the details and 1-bests read."""
+    outputs = (_test_output(first.output, len(sources)), _test_output(second.output, len(sources)))
+    phrases = None
+    if first.details.exists() and second.details.exists():
+        phrases = (_checked_details(first.details, sources), _checked_details(second.details, sources))
+    return {"sentences": len(sources), "changed_1best": sum(a != b for a, b in zip(*outputs, strict=True)),
+            "changed_phrase_choice": None if phrases is None else sum(
+                a.choices() != b.choices() for a, b in zip(*phrases, strict=True))}, phrases, outputs
 
 
 def _test_output(path: Path, sentences: int) -> list[str]:
@@ -379,6 +392,17 @@ def format_rnn_changes(doc: Mapping[str, object], label: str, against: str) -> l
     out.append(f"| all | | {total['sentences']:,} | {_share(total['changed_1best'], total['sentences'])} | "
                f"{_share(phrase_total, total['sentences_with_details'])} |")
     out.append("")
+    between: Sequence[Mapping[str, object]] = doc.get("between_runs", [])  # type: ignore[assignment]
+    if between:
+        out += ["For scale, each row against itself tuned with other MERT seeds: the share of test sentences "
+                "that two tunings of the same system translate otherwise.", "",
+                "| row | runs | seeds | 1-best changed | phrase choice changed |", "|---|---|---|---|---|"]
+        for b in between:
+            runs, seeds = (" / ".join("–" if v is None else str(v) for v in b[k]) for k in ("runs", "seeds"))  # type: ignore[attr-defined]
+            out.append(f"| {against if b['row'] == 'baseline' else label} | {runs} | {seeds} | "
+                       f"{_share(b['changed_1best'], b['sentences'])} | "
+                       f"{_share(b['changed_phrase_choice'], b['sentences'])} |")
+        out.append("")
     missing: list[str] = doc["missing_details"]  # type: ignore[assignment]
     if missing:
         out += [f"No translation details for {len(missing)} decode(s), decoded before the eval step kept them "

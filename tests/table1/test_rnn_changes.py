@@ -100,6 +100,30 @@ def test_shares_per_run_and_overall_and_the_changed_phrase_pairs(tmp_path):
             "+ RNN     : E F\n  *0-1: e f → E F\n```") in md
 
 
+def test_each_row_against_itself_tuned_with_other_seeds(tmp_path):
+    """The scale for the shares above: Baseline's two runs translate alike (0 of 6); + RNN's run 2
+    differs from runs 1 and 3 on sentences 2, 4, 5 and 6 (1-based), runs 1 and 3 on none. Only
+    + RNN's runs 1 and 2 both kept details; they differ in phrase choice on sentences 3-6."""
+    base, rnn, source, reference = decodes(tmp_path)
+    doc = rnn_changes_document(base, rnn, source, reference)
+    assert doc["between_runs"] == [
+        {"row": "baseline", "runs": [1, 2], "seeds": [1000, 1001], "sentences": 6, "changed_1best": 0,
+         "changed_phrase_choice": None},
+        {"row": "system", "runs": [1, 2], "seeds": [1000, 1001], "sentences": 6, "changed_1best": 4,
+         "changed_phrase_choice": None},
+        {"row": "system", "runs": [1, 3], "seeds": [1000, 1002], "sentences": 6, "changed_1best": 0,
+         "changed_phrase_choice": None},
+        {"row": "system", "runs": [2, 3], "seeds": [1001, 1002], "sentences": 6, "changed_1best": 4,
+         "changed_phrase_choice": None}]
+    write_details(tmp_path / "rnn2.tok.details", BASELINE[:5] + [[(0, 1, "k l", "Z")]])
+    doc = rnn_changes_document(base, rnn, source, reference)
+    assert doc["between_runs"][1]["changed_phrase_choice"] == 4  # sentences 3, 4, 5 and 6
+    md = "\n".join(format_rnn_changes(doc, "+ RNN", "Baseline"))
+    assert "| Baseline | 1 / 2 | 1000 / 1001 | 0 (0.0%) | – |" in md
+    assert "| + RNN | 1 / 2 | 1000 / 1001 | 4 (66.7%) | 4 (66.7%) |" in md
+    assert "| + RNN | 2 / 3 | 1001 / 1002 | 4 (66.7%) | – |" in md
+
+
 def test_ten_examples_evenly_spaced_through_the_changed_sentences(tmp_path):
     """30 sentences, the phrase choice changed on the 15 even ones (0-based): positions ⌊15 j / 10⌋ =
     0, 1, 3, 4, 6, 7, 9, 10, 12, 13 of them, i.e. sentences 0, 2, 6, 8, 12, 14, 18, 20, 24, 26."""
