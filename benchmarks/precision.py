@@ -6,7 +6,8 @@ Usage: python -m benchmarks.precision [--table T] [--lines N|0] [--model M.pt] [
 The table's chunks are parsed and planned first (groups and prefix trees, in worker processes,
 exactly as ``rescore-phrase-table`` plans them), so the timed part is the scorer alone:
 :meth:`rescorer.pipeline.scoring.PairScorer.score_plan` over every chunk, i.e. the model's pairs/s without
-reading, parsing or writing. For each precision it prints:
+reading, parsing or writing. On a GPU an untimed pass over every chunk comes first (Triton compiles the
+fused output kernel there; its time is printed too). For each precision it prints:
 
 * pairs/s of the model, the matmul FLOPs it performs (each distinct source prefix and target
   prefix once) per second, and that as a fraction of the matmul peak measured in the same run
