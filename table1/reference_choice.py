@@ -98,12 +98,13 @@ def reference_choice(table: Path, source: Path, reference: Path,
     filtered for, one sentence a line."""
     sentences = [[" ".join(g) for g in _ngrams(split_tokens(line), MAX_SOURCE_WORDS)]
                  for line in read_text_lines(source)]
+    references = read_text_lines(reference)
+    if len(references) != len(sentences):  # one line short: the classic wrong test set, named before the table is read
+        raise FileLineError(reference, min(len(references), len(sentences)) + 1,
+                            f"the reference has {len(references)} lines but its source {source} has {len(sentences)}")
     targets = _read_targets(table, {phrase for phrases in sentences for phrase in phrases})
     longest = max((len(w) for t in targets.values() for w in t.words), default=1)
-    used = [set(_ngrams(split_tokens(line), longest)) for line in read_text_lines(reference)]
-    if len(used) != len(sentences):  # one line short: the classic wrong test set, named before any counting
-        raise FileLineError(reference, min(len(used), len(sentences)) + 1,
-                            f"the reference has {len(used)} lines but its source {source} has {len(sentences)}")
+    used = [set(_ngrams(split_tokens(line), longest)) for line in references]
     found = []
     for run, (baseline, rnn) in sorted(runs.items()):
         wb, wr = (np.asarray(w[:len(COLUMNS)], dtype=np.float64) for w in (baseline, rnn))

@@ -64,6 +64,7 @@ def test_no_pair_gives_no_share_and_the_report_shows_each_run(tmp_path):
 
 def test_a_reference_of_another_length_is_one_error_naming_it_and_the_line(tmp_path):
     table, src, ref = _files(tmp_path, "a b\na\n", "x y z\n")
+    table.write_text("a ||| x ||| not a number\n")  # never read: the lengths are checked first
     with pytest.raises(UserError) as raised:
         reference_choice(table, src, ref, {1: (BASELINE, RNN)})
     assert str(raised.value) == f"{ref}:2: the reference has 1 lines but its source {src} has 2"
