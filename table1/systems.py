@@ -263,9 +263,11 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
 # rnn: train on the full table, score the filtered one
 
 
-def rnn_train_command(exp: Experiment, model: Path, reverse: bool = False) -> list[object]:
+def rnn_train_command(exp: Experiment, model: Path, reverse: bool = False,
+                      max_steps: int | None = None) -> list[object]:
     """``rescorer train`` on the baseline's full table with the scale's sizes and budget; with
-    ``reverse``, the reverse model p(f|e) (``--reverse``), trained alike."""
+    ``reverse``, the reverse model p(f|e) (``--reverse``), trained alike; ``max_steps`` caps its
+    updates as well as its time."""
     r = exp.settings.rnn
     full_table = exp.path("baseline", "model", "phrase-table.gz")
     sizes = ["--hidden", str(r.hidden), "--embedding", str(r.embedding), "--maxout-units", str(r.maxout_units),
@@ -274,7 +276,20 @@ def rnn_train_command(exp: Experiment, model: Path, reverse: bool = False) -> li
             # shortlists: the most frequent words of the training text, as in the paper
             "--vocab-corpus-src", f"{exp.train_corpus}.{exp.src}",
             "--vocab-corpus-tgt", f"{exp.train_corpus}.{exp.tgt}", *(["--reverse"] if reverse else []),
+            *(["--max-steps", str(max_steps)] if max_steps else []),
             "--patience", str(r.patience), "--device", exp.device, "--threads", str(exp.jobs), "--resume", "--quiet"]
+
+
+def trained_updates(model: Path) -> int:
+    """How many updates a finished training made: the step of its last state (``MODEL.last``, else the model)."""
+    from neural.model_files import last_checkpoint_path
+    from rescorer.model.checkpoint import load_checkpoint
+
+    last = last_checkpoint_path(model)
+    state = load_checkpoint(last if last.exists() else model).train_state or {}
+    if "step" not in state:
+        raise ExperimentError(f"{model} holds no training state: its number of updates is unknown")
+    return int(state["step"])
 
 
 def filtered_table(exp: Experiment) -> tuple[Path, str]:
@@ -309,13 +324,19 @@ def step_rnn(exp: Experiment) -> None:
 def step_rnn_both(exp: Experiment) -> None:
     """The ``reverse`` rows' system: a reverse model (``rescorer train --reverse``) trained beside the
     forward one with the same sizes and budget, then the filtered table scored with both
-    (``--reverse-model``): the 7-column system, p_RNN(f|e) after U, all new weights starting at 0."""
+    (``--reverse-model``): the 7-column system, p_RNN(f|e) after U, all new weights starting at 0.
+
+    The budget is time, and the updates the forward model made in it: a time budget alone gives the
+    direction trained on a quieter machine more updates (small-news: the forward model made 8,737 in
+    its hour beside other work, the reverse one 8.5 a second alone), and the rows would then compare
+    two directions trained unequally, not the directions."""
     exp.require("rnn")
     out = exp.rnn_both_ini.parent
     out.mkdir(parents=True, exist_ok=True)
     log = exp.log_file("rnn-both")
     model = exp.reverse_model
-    exp.step("rnn-both/train", lambda: run_tool(rnn_train_command(exp, model, reverse=True), log))
+    exp.step("rnn-both/train", lambda: run_tool(rnn_train_command(
+        exp, model, reverse=True, max_steps=trained_updates(exp.path("rnn", "model.pt"))), log))
     filtered_ini, table = filtered_table(exp)
     exp.step("rnn-both/rescore", lambda: run_tool(
         [exp.console("rescore-phrase-table"), table, out / "phrase-table.rnn-both.gz", "--model",

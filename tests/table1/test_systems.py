@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from analysis_checkpoint import write_random_checkpoint
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import NPLMConfig, NPLMModel, write_nplm
+from shared_paths import REPO_ROOT
 from table1 import systems, workspace
 from table1.settings import SCALES, SMALL, TextSlice
 from table1.workspace import ExperimentError
 from table1_folders import load_experiment, small_experiment, write_lines, write_rnn_system
+
+SAMPLE_TABLE = REPO_ROOT / "examples" / "phrase-table.en-fr.gz"
 
 
 def test_full_scale_selects_the_training_and_lm_text_against_the_dev_set(tmp_path, monkeypatch):
@@ -129,13 +134,17 @@ def test_news_domain_scales_select_hansard_against_dev_and_news_then_add_the_new
 def test_the_both_directions_system_trains_a_reverse_model_as_the_forward_one_and_scores_with_both(
         tmp_path, monkeypatch):
     """Issue 48: the reverse model gets the forward one's sizes, shortlists, budget and patience, plus
-    --reverse; the filtered table is scored with both models into the 7-column system."""
+    --reverse and at most as many updates as the forward training made (its last state's step, not
+    its best model's); the filtered table is scored with both models into the 7-column system."""
     exp = small_experiment(tmp_path)
     filtered = exp.path("baseline", "filtered", "moses.ini")
     filtered.parent.mkdir(parents=True)
     write_rnn_system(exp)
     filtered.write_text(exp.rnn_ini.read_text())
     exp.step("baseline", lambda: None)
+    forward = exp.path("rnn", "model.pt")
+    write_random_checkpoint(SAMPLE_TABLE, forward, history=[{"step": 8500}])  # the best validation
+    write_random_checkpoint(SAMPLE_TABLE, Path(f"{forward}.last"), history=[{"step": 8737}])  # where it stopped
     commands: list[list[str]] = []
     monkeypatch.setattr(systems, "run_tool", lambda command, *args: commands.append([str(c) for c in command]))
     systems.step_rnn(exp)
@@ -143,13 +152,18 @@ def test_the_both_directions_system_trains_a_reverse_model_as_the_forward_one_an
     train, reverse_train = (c for c in commands if c[1] == "train")
     forward_model, reverse_model = exp.path("rnn", "model.pt"), exp.path("rnn-both", "model.reverse.pt")
     assert reverse_train.count("--reverse") == 1
-    assert [part for part in reverse_train if part != "--reverse"] == [
+    steps = reverse_train.index("--max-steps")
+    assert reverse_train[steps + 1] == "8737" and "--max-steps" not in train
+    assert [part for i, part in enumerate(reverse_train) if part != "--reverse" and i not in (steps, steps + 1)] == [
         str(reverse_model) if part == str(forward_model) else part for part in train]
     both = next(c for c in commands if "--reverse-model" in c)
     assert both[both.index("--model") + 1] == str(forward_model)
     assert both[both.index("--reverse-model") + 1] == str(reverse_model)
     assert both[both.index("--moses-ini-out") + 1] == str(exp.rnn_both_ini)
     assert all(exp.done(stamp) for stamp in ("rnn-both/train", "rnn-both/rescore", "rnn-both"))
+    untrained = write_random_checkpoint(SAMPLE_TABLE, tmp_path / "untrained.pt")
+    with pytest.raises(ExperimentError, match="untrained.pt holds no training state"):
+        systems.trained_updates(untrained)
 
 
 def test_the_both_ways_proposals_rerank_with_the_reverse_model_into_a_system_of_their_own(tmp_path, monkeypatch):
