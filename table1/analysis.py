@@ -14,6 +14,7 @@ phrase choice differs, read from Moses' translation details.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Mapping, Sequence
@@ -293,12 +294,25 @@ def rnn_changes_document(baseline: Sequence[DecodedRun], system: Sequence[Decode
     """
     sources, references = read_text_lines(source), read_text_lines(reference)
     theirs = {d.run: d for d in baseline}
+
+    @functools.cache  # each decode is compared with up to three others: read it once
+    def output(d: DecodedRun) -> list[str]:
+        return _test_output(d.output, len(sources))
+
+    @functools.cache
+    def details(d: DecodedRun) -> list[DetailedTranslation] | None:
+        return _checked_details(d.details, sources) if d.details.exists() else None
+
+    def compared(a: DecodedRun, b: DecodedRun) -> tuple:  # both 1-bests are checked before any details are read
+        outputs = (output(a), output(b))
+        return _compared(outputs, (details(a), details(b)), len(sources))
+
     runs, missing, shown = [], [], None
     for mine in sorted(system, key=lambda d: d.run):
         other = theirs.get(mine.run)
         if other is None:
             continue
-        counts, phrases, (before, after) = _compared(other, mine, sources)
+        counts, phrases, (before, after) = compared(other, mine)
         entry = {"run": mine.run, "seeds": [other.seed, mine.seed], **counts}
         missing += [str(d.details) for d in (other, mine) if not d.details.exists()]
         if phrases is not None and shown is None:
@@ -312,23 +326,23 @@ def rnn_changes_document(baseline: Sequence[DecodedRun], system: Sequence[Decode
                 for i in picked]}
         runs.append(entry)
     between = [{"row": row, "runs": [first.run, second.run], "seeds": [first.seed, second.seed],
-                **_compared(first, second, sources)[0]}
+                **compared(first, second)[0]}
                for row, decoded in (("baseline", baseline), ("system", system))
                for first, second in itertools.combinations(sorted(decoded, key=lambda d: d.run), 2)]
     return {"runs": runs, "overall": _overall(runs), "missing_details": missing, "examples": shown,
             "between_runs": between}
 
 
-def _compared(first: DecodedRun, second: DecodedRun, sources: Sequence[str]) -> tuple[
-        dict[str, int | None], tuple[list[DetailedTranslation], list[DetailedTranslation]] | None,
-        tuple[list[str], list[str]]]:
+def _compared(outputs: tuple[list[str], list[str]],
+              details: tuple[list[DetailedTranslation] | None, list[DetailedTranslation] | None],
+              sentences: int) -> tuple[dict[str, int | None],
+                                       tuple[list[DetailedTranslation], list[DetailedTranslation]] | None,
+                                       tuple[list[str], list[str]]]:
     """In how many test sentences two decodes differ: their 1-bests, and where both kept their
-    translation details, their phrase choices (None otherwise); then the details and 1-bests read."""
-    outputs = (_test_output(first.output, len(sources)), _test_output(second.output, len(sources)))
-    phrases = None
-    if first.details.exists() and second.details.exists():
-        phrases = (_checked_details(first.details, sources), _checked_details(second.details, sources))
-    return {"sentences": len(sources), "changed_1best": sum(a != b for a, b in zip(*outputs, strict=True)),
+    translation details, their phrase choices (None otherwise); then the details (None unless both
+    have them) and the 1-bests."""
+    phrases = None if details[0] is None or details[1] is None else (details[0], details[1])
+    return {"sentences": sentences, "changed_1best": sum(a != b for a, b in zip(*outputs, strict=True)),
             "changed_phrase_choice": None if phrases is None else sum(
                 a.choices() != b.choices() for a, b in zip(*phrases, strict=True))}, phrases, outputs
 

@@ -146,7 +146,6 @@ def rnn_changes(exp: Experiment, collected: list) -> dict[str, object] | None:
 def reference_choice_document(exp: Experiment, collected: list, table: Path, table_feature: str) -> list[dict]:
     """:func:`table1.reference_choice.reference_choice` for each run number both Baseline and + RNN
     have evaluated, on ``table`` (the 6-column table both decode with); empty without such a run."""
-
     rows = {config.key: found for config, found in collected}
     base = {t.run: t.weights[table_feature] for t in rows.get("baseline", [])}
     rnn = {t.run: t.weights[table_feature] for t in rows.get("rnn", [])}
