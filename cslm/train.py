@@ -377,7 +377,7 @@ class _CSLMTraining:
               valid: str | None, device: str, precision: str, resume: bool, progress: bool) -> _CSLMTraining:
         """A fresh run on ``corpus``, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
         dev = select_device(device)
-        precision = training_precision(dev, precision)  # auto: bf16 on a GPU and on a CPU with AMX
+        precision = training_precision(dev, precision)  # auto: bf16 on a GPU, fp32 on a CPU
         amp_dtype = autocast_dtype(dev, precision)
         resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
         loaded = load_cslm(resume_from, dev) if resume and resume_from.exists() else None

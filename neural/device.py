@@ -7,9 +7,7 @@ on CPU and CUDA, so CPU tests exercise the logic that runs on the GPU.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch
 
@@ -40,46 +38,23 @@ def scoring_precision(precision: str) -> str:
     return "fp32" if precision == "auto" else precision
 
 
-# The CPU's bf16 matrix units, by their /proc/cpuinfo flag names, fastest first.
-CPU_BF16_UNITS = ("amx_bf16", "avx512_bf16")
-
-
-@functools.cache
-def cpu_bf16_units() -> tuple[str, ...]:
-    """The bf16 matrix units this CPU lets a process use (names of :data:`CPU_BF16_UNITS`), best first.
-
-    torch's own checks come first where this torch has them: they also ask the kernel, which must
-    grant a process the AMX tiles (a CPU can list ``amx_bf16`` and still refuse them, e.g. in a
-    VM); else the CPU's flags in /proc/cpuinfo; else none.
-    """
-    checks = {"amx_bf16": getattr(torch.cpu, "_is_amx_tile_supported", None),
-              "avx512_bf16": getattr(torch.cpu, "_is_avx512_bf16_supported", None)}
-    if all(checks.values()):
-        return tuple(unit for unit in CPU_BF16_UNITS if checks[unit]())
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return ()
-    return tuple(unit for unit in CPU_BF16_UNITS if unit in flags)
-
-
 def training_precision(device: torch.device, precision: str) -> str:
-    """The precision a training run uses: ``auto`` is bf16 on a CPU with AMX, fp32 on other CPUs.
+    """The precision a training run uses: ``auto`` is fp32 on every CPU, bf16 autocast on CUDA.
 
-    Why AMX only: bf16 pays where its matmuls beat fp32's. AMX tiles multiply bf16 several times
-    faster than fp32 FMA (issue 47: 2.4–7.6× at this model's shapes). AVX512-BF16 alone does not:
-    on a Xeon with ``avx512_bf16`` and no usable AMX, oneDNN's bf16 kernels gave 0.55× the fp32
-    matmul throughput per CPU-second and training ran at 0.64–0.84× of fp32's pairs/s
-    (docs/training-speed.md), so ``auto``
-    keeps fp32 there; ``--precision bf16`` still runs it. On CUDA ``auto`` is what
-    :func:`autocast_dtype` picks (bf16 where supported, else fp16). Any other choice is kept as
-    given; the result is always a concrete name, the one a run prints and records.
+    Why fp32 on a CPU, AMX or not: bf16 pays only where a whole update gets faster, not where its
+    matmuls alone do. Measured on a Xeon with AMX (docs/training-speed.md, 2026-11-28): 2048² bf16
+    matmuls 3.3× fp32's, yet training updates at 0.52× fp32's pairs/s at paper size and 0.70× at
+    d = 256 (the many small, ragged matmuls of a recurrence, one per time step and batch width; the
+    casts; the fp32 optimiser), the CSLM at 0.95×; and on a Xeon with AVX512-BF16 and no AMX at
+    0.64–0.84×. ``--precision bf16`` still runs it. On CUDA ``auto`` is what :func:`autocast_dtype`
+    picks (bf16 where supported, else fp16). Any other choice is kept as given; the result is always
+    a concrete name, the one a run prints and records.
     """
     if precision != "auto":
         return precision
     if device.type == "cuda":
         return "bf16" if autocast_dtype(device, "auto") == torch.bfloat16 else "fp16"
-    return "bf16" if device.type == "cpu" and "amx_bf16" in cpu_bf16_units() else "fp32"
+    return "fp32"
 
 
 def describe_precision(precision: str) -> str:
@@ -95,9 +70,8 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
 
     ``precision`` is one of :data:`neural.config.PRECISIONS`. ``auto`` means bf16 autocast on CUDA for training
     (scoring resolves it with :func:`scoring_precision` first, training with
-    :func:`training_precision`, which picks bf16 on a CPU with AMX); left unresolved on a CPU it
-    keeps fp32. ``tf32`` autocasts nothing: its fp32
-    matmuls use TF32 through :func:`matmul_precision`.
+    :func:`training_precision`, which keeps fp32 on a CPU); left unresolved on a CPU it keeps fp32.
+    ``tf32`` autocasts nothing: its fp32 matmuls use TF32 through :func:`matmul_precision`.
     """
     if precision in ("fp32", "tf32"):
         return None

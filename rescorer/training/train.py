@@ -181,7 +181,7 @@ class _Training:
               tgt_vocab: Vocab, device: str, precision: str, resume: bool) -> _Training:
         """A fresh run, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
         dev = select_device(device)
-        precision = training_precision(dev, precision)  # auto: bf16 on a CPU with AMX, on a GPU
+        precision = training_precision(dev, precision)  # auto: bf16 on a GPU, fp32 on a CPU
         amp_dtype = autocast_dtype(dev, precision)
         torch.manual_seed(cfg.seed)
         step_mode = resolve_train_step(cfg.train_step, dev, amp_dtype)  # a bad choice fails before any work
