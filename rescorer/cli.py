@@ -53,8 +53,8 @@ def _run_options(fn: Callable) -> Callable:
     options = [
         device_option(),
         click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
-                     help="auto: fp32 scores (exact) on every device; bf16 matmuls for training on a GPU, fp32 on a CPU "
-                     "(the precision used is printed and saved with the model). "
+                     help="auto: fp32 scores (exact) on every device; bf16 matmuls for training on a GPU, fp32 on "
+                     "a CPU (the precision used is printed and saved with the model). "
                      "tf32: TF32 matmuls on a GPU (faster; docs/gpu.md says by how much and what it changes)"),
         threads_option(),
         quiet_option("no progress bar"),
