@@ -43,7 +43,7 @@ def training_precision(device: torch.device, precision: str) -> str:
 
     Why fp32 on a CPU, AMX or not: bf16 pays only where a whole update gets faster, not where its
     matmuls alone do. Measured on a Xeon with AMX (docs/training-speed.md, 2026-11-28): 2048² bf16
-    matmuls 3.3× fp32's, yet training updates at 0.52× fp32's pairs/s at paper size and 0.70× at
+    matmuls 3.3× fp32's, yet training runs at 0.85× fp32's pairs/s at paper size and 0.70× at
     d = 256 (the many small, ragged matmuls of a recurrence, one per time step and batch width; the
     casts; the fp32 optimiser), the CSLM at 0.95×; and on a Xeon with AVX512-BF16 and no AMX at
     0.64–0.84×. ``--precision bf16`` still runs it. On CUDA ``auto`` is what :func:`autocast_dtype`
