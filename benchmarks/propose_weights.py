@@ -14,7 +14,6 @@ dev text only: ``--measure`` prints the points' figures on other text (test) wit
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
 
@@ -48,30 +47,15 @@ def _arguments() -> argparse.Namespace:
 def main() -> None:
     args = _arguments()
 
-    import torch
+    from table1.rerank_choice import ChoiceInputs, RerankGrid, choose_point, grid_figures
 
-    from neural.device import select_device
-    from rescorer.model.checkpoint import load_checkpoint
-    from rescorer.proposals.rerank import RERANK_BEAM
-    from table1.rerank_choice import Search, choose_point, grid_points, read_grid_text, scored_candidates
-
-    torch.set_num_threads(args.threads)
-    device = select_device(args.device)
-    beam = args.beam or RERANK_BEAM
-    forward, reverse = load_checkpoint(args.model), load_checkpoint(args.reverse_model)
-    forward.model.to(device).eval()
-    with tempfile.TemporaryDirectory() as tmp:
-        text, scan = read_grid_text(Path(args.table), forward, args.text, args.reference, args.sentences,
-                                    args.thin_below, Path(tmp), print)
-        search = Search(text, forward, scan, device, Path(args.lex_e2f), Path(args.lex_f2e))
-        plain, seconds = search.search(args.plain_beam, False)
-        line, _, _ = search.figures([found[: args.per_source] for found in plain])
-        print(f"plain beam {args.plain_beam} (no reverse model): {len(text.sources) / seconds:.1f} sources/s; {line}")
-        mus = _floats(args.length)
-        scored, prior = scored_candidates(search, reverse, scan, beam, mus, print)
-        points = grid_points(search, scored, prior, beam, args.per_source, _floats(args.reverse), mus, print)
-        if len(points) > 1 and not args.measure:
-            print(choose_point(points)[1])
+    inputs = ChoiceInputs(args.table, Path(args.model), Path(args.reverse_model), Path(args.lex_e2f),
+                          Path(args.lex_f2e), args.per_source, args.thin_below)
+    grid = RerankGrid(args.sentences, tuple(_floats(args.reverse)), tuple(_floats(args.length)))
+    points = grid_figures(inputs, args.text, args.reference, grid, args.device, args.threads, print, args.beam,
+                          args.plain_beam)
+    if len(points) > 1 and not args.measure:
+        print(choose_point(points)[1])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,15 @@ from table1.reference_choice import reference_choice
 from table1.report import TunedRun, build_table, score_runs, write_report
 from table1.settings import Configuration, RunPlan
 from table1.tuning import budget_notes, check_run_current, details_output, state_seed
-from table1.workspace import STAMPS, TABLE2_KINDS, TIMINGS_FILE, Experiment, ExperimentError, single_phrase_table
+from table1.workspace import (
+    RERANK_STEP,
+    STAMPS,
+    TABLE2_KINDS,
+    TIMINGS_FILE,
+    Experiment,
+    ExperimentError,
+    single_phrase_table,
+)
 
 # --------------------------------------------------------------------------------------------
 # table1: the report
@@ -70,6 +78,17 @@ def training_notes(exp: Experiment) -> list[str]:
         if found:
             notes.append(f"{label}: " + "; last validation: ".join(found) + ".")
     return notes
+
+
+def rerank_notes(exp: Experiment) -> list[str]:
+    """The rerank weights the both-ways proposals were made with and why (table1.rerank_choice's last
+    line, on dev), where the ``proposals-both/weights`` step chose them."""
+    if not (exp.done(RERANK_STEP) and exp.rerank_report.exists()):
+        return []
+    said = exp.rerank_report.read_text(encoding="utf-8").splitlines()[-1].removeprefix("chosen: ")
+    return [f"Rerank weights of the both-ways proposals, chosen on dev's first {exp.settings.rerank.sentences} "
+            f"sentences for this system's two RNNs ({exp.rerank_report.parent.name}/{exp.rerank_report.name}): "
+            f"{said}."]
 
 
 def leverage_columns(config: Configuration, table_feature: str, moses_columns: int, lm: str) -> dict[str, str]:
@@ -203,6 +222,7 @@ def step_report(
         "model's p_RNN(f|e) as its 7th column, which it tunes: docs/rescore.md; the both-ways proposals row's "
         "has both, p_RNN(f|e) 7th and the indicator 8th).",
         *training_notes(exp),
+        *rerank_notes(exp),
         *budget_notes(exp, configs, runs),
     ]
     doc = build_table(scored, settings={"scale": exp.settings.to_json(), "runs": runs}, signature=signature,

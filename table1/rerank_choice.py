@@ -27,13 +27,17 @@ The model code (torch) is imported where it is used: table1's other steps do not
 
 from __future__ import annotations
 
+import itertools
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrastructure.files import atomic_write_bytes
 from moses_integration.tokens import split_tokens
 from table1.proposal_evidence import Lengths, Proposal, reference_overlap, table_targets
+from table1.settings import RerankGrid
 
 #: How far (a share) a point's length ratio may be from the table's same-length ratio and be chosen.
 LENGTH_BAND = 0.2
@@ -42,11 +46,11 @@ LONGEST_NGRAM = 20
 
 
 def first_lines(path: Path, count: int | None, folder: Path) -> Path:
-    """The first ``count`` lines of ``path`` (all with None) as a file in ``folder``."""
+    """The first ``count`` lines of ``path`` (all with None; all too where it has fewer) as a file in ``folder``."""
     if count is None:
         return path
     with open(path, encoding="utf-8", newline="\n") as fh:
-        lines = [next(fh) for _ in range(count)]
+        lines = list(itertools.islice(fh, count))
     out = folder / path.name
     out.write_text("".join(lines), encoding="utf-8")
     return out
@@ -208,7 +212,7 @@ def grid_points(search: Search, scored: list, prior, beam: int, per_source: int,
                 chosen.append(best_candidates([c for c in found if c.target in top], n, prior, weights, per_source))
             line, ratio, share = search.figures(chosen)
             say(f"  λ {lam:g}, μ {mu:g}: {line}")
-            points.append(GridPoint(lam, mu, ratio, share))
+            points.append(GridPoint(lam, mu, float(ratio), float(share)))
     return points
 
 
@@ -220,3 +224,55 @@ def choose_point(points: Sequence[GridPoint]) -> tuple[GridPoint, str]:
     return best, (f"chosen: λ {best.reverse:g}, μ {best.length:g} ({how} {LENGTH_BAND:.0%} of the length ratio of "
                   f"the table's pairs of the same source lengths; {100 * best.share:.1f}% of missing sources' "
                   f"proposed targets in the reference, length ratio {best.ratio:.0%} of the table's same-length pairs)")
+
+
+@dataclass(frozen=True)
+class ChoiceInputs:
+    """What :func:`choose_weights` searches with: a system's filtered table, word tables, the two RNNs."""
+
+    table: Path
+    model: Path  # the forward RNN, p(e|f)
+    reverse_model: Path  # p(f|e)
+    lex_e2f: Path
+    lex_f2e: Path
+    per_source: int
+    thin_below: int
+
+
+def grid_figures(inputs: ChoiceInputs, text: Path, reference: Path, grid: RerankGrid, device: str, threads: int,
+                 say: Callable[[str], None], beam: int | None = None, plain_beam: int | None = None) -> list[GridPoint]:
+    """Every point's figures on ``text`` and its reference, with the collecting beam ``rescorer propose
+    --reverse-model`` searches with (``beam``: another width); each line is said as it comes.
+    ``plain_beam``: first today's proposals without a reverse model, a plain beam of that width."""
+    import torch
+
+    from neural.device import select_device
+    from rescorer.model.checkpoint import load_checkpoint
+    from rescorer.proposals.rerank import RERANK_BEAM
+
+    torch.set_num_threads(threads)
+    beam = beam or RERANK_BEAM
+    forward, reverse = load_checkpoint(inputs.model), load_checkpoint(inputs.reverse_model)
+    on = select_device(device)
+    forward.model.to(on).eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        found, scan = read_grid_text(inputs.table, forward, text, reference, grid.sentences, inputs.thin_below,
+                                     Path(tmp), say)
+        search = Search(found, forward, scan, on, inputs.lex_e2f, inputs.lex_f2e)
+        if plain_beam:
+            plain, seconds = search.search(plain_beam, False)
+            line, _, _ = search.figures([hyps[: inputs.per_source] for hyps in plain])
+            say(f"plain beam {plain_beam} (no reverse model): {len(found.sources) / seconds:.1f} sources/s; {line}")
+        scored, prior = scored_candidates(search, reverse, scan, beam, grid.length, say)
+        return grid_points(search, scored, prior, beam, inputs.per_source, grid.reverse, grid.length, say)
+
+
+def choose_weights(inputs: ChoiceInputs, text: Path, reference: Path, grid: RerankGrid, device: str,
+                   threads: int, report: Path) -> GridPoint:
+    """The (λ, μ) :func:`choose_point` picks on ``text`` (dev): every point's figures and the choice
+    go to ``report`` (written whole or not at all)."""
+    lines: list[str] = []
+    best, said = choose_point(grid_figures(inputs, text, reference, grid, device, threads, lines.append))
+    lines.append(said)
+    atomic_write_bytes(report, "".join(f"{line}\n" for line in lines).encode("utf-8"))
+    return best

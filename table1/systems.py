@@ -6,6 +6,7 @@ CSLM (``cslm``)."""
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from table1.text_prep import (
     truecase_lines,
     write_text_lines,
 )
-from table1.workspace import TABLE2_KINDS, Experiment, ExperimentError, run_tool, say, single_phrase_table
+from table1.workspace import RERANK_STEP, TABLE2_KINDS, Experiment, ExperimentError, run_tool, say, single_phrase_table
 
 # --------------------------------------------------------------------------------------------
 # data: the raw text slices
@@ -363,7 +364,8 @@ def step_proposals(exp: Experiment, system: str = "proposals") -> None:
     only by the proposed lines and their indicator column (docs/proposals.md). ``proposals-both``:
     with the reverse model of the ``rnn-both`` step too, the candidates of rescorer's collecting beam
     (its default width for a reranked run) are reranked by both directions and the table carries
-    p_RNN(f|e) as well, the 8-column system; sources and targets per source are the same settings."""
+    p_RNN(f|e) as well, the 8-column system; sources and targets per source are the same settings,
+    the rerank weights those chosen on dev for these models (:func:`rerank_weights`)."""
     exp.require("rnn")
     both = system == "proposals-both"
     if both:
@@ -374,6 +376,9 @@ def step_proposals(exp: Experiment, system: str = "proposals") -> None:
     filtered_ini, table = filtered_table(exp)
     model_dir = exp.path("baseline", "model")
     search = ["--reverse-model", exp.reverse_model] if both else ["--beam", str(p.beam)]
+    if both and not exp.done(system):  # chosen before the first proposal; a finished table needs none
+        reverse, length = rerank_weights(exp)
+        search += ["--rerank-reverse-weight", str(reverse), "--rerank-length-weight", str(length)]
     exp.step(system, lambda: run_tool(
         [exp.console("rescorer"), "propose", table, ini.parent / "phrase-table.proposed.gz", "--model",
          exp.path("rnn", "model.pt"), "--for-text", devtest_source(exp), "--thin-below", str(p.thin_below),
@@ -381,6 +386,32 @@ def step_proposals(exp: Experiment, system: str = "proposals") -> None:
          "--lex-f2e", model_dir / "lex.f2e", "--moses-ini", filtered_ini, "--moses-ini-out", ini,
          "--list", exp.proposals_list(system), "--device", exp.device, "--threads", str(exp.jobs),
          "--workers", str(exp.jobs), "--resume", "--quiet"], exp.log_file(system)))
+
+
+def rerank_weights(exp: Experiment) -> tuple[float, float]:
+    """The rerank weights (λ, μ) ``proposals-both`` proposes with: chosen by table1.rerank_choice's
+    rule on dev's first sentences, with the rows' own two RNNs and the filtered table the rows decode
+    with, before any proposal is made. Dev only, so no test figure can steer them; a new system's
+    models get their own choice rather than the defaults chosen on another's. Stamped with the
+    choice and its figures; every point's are in ``proposals-both/rerank-weights.txt``."""
+    from table1.rerank_choice import ChoiceInputs, choose_weights
+
+    p = exp.settings.proposals
+    model_dir = exp.path("baseline", "model")
+    inputs = ChoiceInputs(Path(filtered_table(exp)[1]), exp.path("rnn", "model.pt"), exp.reverse_model,
+                          model_dir / "lex.e2f", model_dir / "lex.f2e", p.per_source, p.thin_below)
+
+    def choose() -> dict[str, object]:
+        exp.rerank_report.parent.mkdir(parents=True, exist_ok=True)
+        best = choose_weights(inputs, exp.prepared("dev", exp.src), exp.prepared("dev", exp.tgt), exp.settings.rerank,
+                              exp.device, exp.jobs, exp.rerank_report)
+        say(f"{RERANK_STEP}: λ {best.reverse:g}, μ {best.length:g} chosen on dev (see {exp.rerank_report})")
+        return {"reverse": best.reverse, "length": best.length, "length_ratio": round(best.ratio, 4),
+                "in_reference": round(best.share, 4), "within_band": best.within}
+
+    exp.step(RERANK_STEP, choose)
+    stamp = json.loads(exp.stamp_path(RERANK_STEP).read_text(encoding="utf-8"))
+    return stamp["reverse"], stamp["length"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,9 +30,11 @@ from table1.system_training import MosesInstall, run_logged
 STAMPS = "stamps"
 TABLE2_KINDS = ("frequent", "rare")
 SETTINGS_FILE = "settings.json"
+#: The step that chooses ``proposals-both``'s rerank weights on dev (table1.systems.rerank_weights).
+RERANK_STEP = "proposals-both/weights"
 #: Settings that one step alone reads, by the step that reads them (a folder made before such a
 #: setting existed takes it on while that step has not run).
-STEP_SETTINGS = {"proposals": "proposals"}
+STEP_SETTINGS = {"proposals": "proposals", "rerank": RERANK_STEP}
 TIMINGS_FILE = "timings.tsv"
 #: Under ``stamps/``: the running steps' wall time so far (:class:`StepClock`), not stamps themselves.
 RUNNING = "running"
@@ -139,6 +141,11 @@ class Experiment:
     def reverse_model(self) -> Path:
         """The reverse model, p(f|e) (``rescorer train --reverse``), of the ``rnn-both`` step."""
         return self.path("rnn-both", "model.reverse.pt")
+
+    @property
+    def rerank_report(self) -> Path:
+        """Every (λ, μ)'s figures on dev and the weights chosen for ``proposals-both`` (table1.rerank_choice)."""
+        return self.path("proposals-both", "rerank-weights.txt")
 
     def table_system(self, config: Configuration) -> Path:
         """The system whose phrase table a row decodes with (its columns; the CSLM rows add a feature)."""

@@ -15,7 +15,7 @@ from moses_integration.nplm import NPLMConfig, NPLMModel, write_nplm
 from shared_paths import REPO_ROOT
 from table1 import systems, workspace
 from table1.settings import SCALES, SMALL, TextSlice
-from table1.workspace import ExperimentError
+from table1.workspace import RERANK_STEP, ExperimentError
 from table1_folders import load_experiment, small_experiment, write_lines, write_rnn_system
 
 SAMPLE_TABLE = REPO_ROOT / "examples" / "phrase-table.en-fr.gz"
@@ -182,9 +182,12 @@ def test_the_both_ways_proposals_rerank_with_the_reverse_model_into_a_system_of_
     with pytest.raises(ExperimentError, match="rnn-both"):  # the reverse model comes first
         systems.step_proposals(exp, "proposals-both")
     exp.step("rnn-both", lambda: None)
+    exp.step(RERANK_STEP, lambda: {"reverse": 0.25, "length": 1.0})  # as chosen on dev (test_rerank_choice)
     systems.step_proposals(exp, "proposals")
     systems.step_proposals(exp, "proposals-both")
     plain, both = commands
+    assert both[both.index("--rerank-reverse-weight") + 1:both.index("--rerank-length-weight") + 2] == \
+        ["0.25", "--rerank-length-weight", "1.0"]
     assert "--reverse-model" not in plain and both[both.index("--reverse-model") + 1] == str(exp.reverse_model)
     assert "--beam" in plain and "--beam" not in both
     for option in ("--model", "--for-text", "--thin-below", "--per-source", "--moses-ini"):
