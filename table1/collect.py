@@ -80,15 +80,11 @@ def training_notes(exp: Experiment) -> list[str]:
     return notes
 
 
-def rerank_notes(exp: Experiment) -> list[str]:
-    """The rerank weights the both-ways proposals were made with and why (table1.rerank_choice's last
-    line, on dev), where the ``proposals-both/weights`` step chose them."""
-    if not (exp.done(RERANK_STEP) and exp.rerank_report.exists()):
-        return []
-    said = exp.rerank_report.read_text(encoding="utf-8").splitlines()[-1].removeprefix("chosen: ")
-    return [f"Rerank weights of the both-ways proposals, chosen on dev's first {exp.settings.rerank.sentences} "
-            f"sentences for this system's two RNNs ({exp.rerank_report.parent.name}/{exp.rerank_report.name}): "
-            f"{said}."]
+def rerank_grid(exp: Experiment) -> str | None:
+    """Every (λ, μ)'s figures on dev and the choice the both-ways proposals were made with, where the
+    ``proposals-both/weights`` step chose them (table1.rerank_choice)."""
+    return exp.rerank_report.read_text(encoding="utf-8") if exp.done(RERANK_STEP) and exp.rerank_report.exists() \
+        else None
 
 
 def leverage_columns(config: Configuration, table_feature: str, moses_columns: int, lm: str) -> dict[str, str]:
@@ -222,7 +218,6 @@ def step_report(
         "model's p_RNN(f|e) as its 7th column, which it tunes: docs/rescore.md; the both-ways proposals row's "
         "has both, p_RNN(f|e) 7th and the indicator 8th).",
         *training_notes(exp),
-        *rerank_notes(exp),
         *budget_notes(exp, configs, runs),
     ]
     doc = build_table(scored, settings={"scale": exp.settings.to_json(), "runs": runs}, signature=signature,
@@ -245,6 +240,7 @@ def step_report(
     if beside:
         doc["beside"] = beside_document(doc["rows"], exp.settings.to_json(), beside)
     doc["proposals"] = proposals_documents(exp, collected, table_feature)
+    doc["rerank_weights"] = rerank_grid(exp)
     doc["table2"] = {k: exp.table2_path(k).read_text(encoding="utf-8") for k in TABLE2_KINDS
                      if exp.table2_path(k).exists()}
     paths = write_report(portable(doc, exp.work), out_dir, command)

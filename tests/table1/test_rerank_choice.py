@@ -12,7 +12,7 @@ from analysis_checkpoint import EXAMPLE_TABLE
 from proposal_system import EXAMPLE_INI, write_model, write_word_tables
 from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.training.train import train_on_phrase_table
-from table1 import collect, systems
+from table1 import collect, report, systems
 from table1.rerank_choice import LENGTH_BAND, GridPoint, choose_point
 from table1.settings import ProposalSettings
 from table1.workspace import RERANK_STEP
@@ -73,11 +73,11 @@ def test_the_weights_step_chooses_by_the_rule_from_the_figures_it_prints_on_dev_
     exp.settings = dataclasses.replace(exp.settings, proposals=ProposalSettings(per_source=1))
     _dev_system(exp)
     reverse, length = systems.rerank_weights(exp)
-    report = exp.rerank_report.read_text(encoding="utf-8").splitlines()
-    assert report[0].startswith("dev.tok.tc.en: 50 sentences; ") and " sources to fill (" in report[0]
+    report_lines = exp.rerank_report.read_text(encoding="utf-8").splitlines()
+    assert report_lines[0].startswith("dev.tok.tc.en: 50 sentences; ") and " sources to fill (" in report_lines[0]
     grid = exp.settings.rerank
     printed = {}
-    for line in report:
+    for line in report_lines:
         found = re.match(r"  λ (\S+), μ (\S+): \d+ proposals, .*, (\d+)%\); missing: (\d+) of (\d+) in", line)
         if found:
             lam, mu, pct, hit, of = found.groups()
@@ -87,12 +87,12 @@ def test_the_weights_step_chooses_by_the_rule_from_the_figures_it_prints_on_dev_
     within = {k: v for k, v in printed.items() if 80 <= v[0] <= 120} or printed
     best = max(within, key=lambda k: (within[k][1], -k[0] - k[1]))
     assert (reverse, length) == best
-    assert report[-1].startswith(f"chosen: λ {reverse:g}, μ {length:g} (")
+    assert report_lines[-1].startswith(f"chosen: λ {reverse:g}, μ {length:g} (")
     stamp = json.loads(exp.stamp_path(RERANK_STEP).read_text())
     assert (stamp["reverse"], stamp["length"]) == best and stamp["within_band"] == (within is not printed)
-    note, = collect.rerank_notes(exp)  # the report says what the proposals were made with
-    assert note.startswith("Rerank weights of the both-ways proposals, chosen on dev's first 50 sentences for ")
-    assert f"rerank-weights.txt): λ {reverse:g}, μ {length:g} (" in note
+    section = report.format_rerank_grid(collect.rerank_grid(exp))  # the report shows them all, and the choice
+    assert section[0] == "## The both-ways proposals' rerank weights, chosen on dev"
+    assert section[-len(report_lines) - 1:] == [*report_lines, "```"]
     exp.reverse_model.unlink()
     exp.path("rnn", "model.pt").unlink()
     assert systems.rerank_weights(exp) == (reverse, length)
