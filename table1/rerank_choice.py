@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infrastructure.files import atomic_write_bytes
+from moses_integration.phrase_coverage import Lengths, Proposal, reference_overlap, table_targets
 from moses_integration.tokens import split_tokens
-from table1.proposal_evidence import Lengths, Proposal, reference_overlap, table_targets
 from table1.settings import RerankGrid
 
 #: How far (a share) a point's length ratio may be from the table's same-length ratio and be chosen.
