@@ -14,6 +14,7 @@ from infrastructure.cli_options import (
     MODEL_ALSO_WRITES,
     FiniteFloat,
     IntRange,
+    NumberList,
     OneLinePath,
     OutputPath,
     device_option,
@@ -541,6 +542,66 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
         weights = (rnn_weight, wp_weight, *([reverse_weight] if reverse is not None else []), proposed_weight)
         write_moses_ini(moses_ini, moses_ini_out, output_table, weights, table_name)
         click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, {added} more features", err=True)
+
+
+@main.command("rerank-weights")
+@click.argument("phrase_table", type=OneLinePath(exists=True, dir_okay=False))
+@click.option("--model", "model_path", required=True, type=OneLinePath(exists=True, dir_okay=False),
+              help="the trained RNN Encoder-Decoder of this table, p(target|source)")
+@click.option("--reverse-model", "reverse_path", required=True, type=OneLinePath(exists=True, dir_okay=False),
+              help="the RNN of p(source|target) on this table (rescorer train --reverse)")
+@click.option("--text", required=True, type=OneLinePath(exists=True, dir_okay=False),
+              help="tokenised source text to propose for, as propose --for-text (dev: the weights are chosen on it)")
+@click.option("--reference", required=True, type=OneLinePath(exists=True, dir_okay=False),
+              help="its tokenised reference translation, one line per line of --text")
+@click.option("--sentences", type=IntRange(min=1), default=None, help="only the texts' first N lines [all]")
+@click.option("--reverse-grid", type=NumberList(FiniteFloat()),
+              help="the values of λ, the weight of log p(source|target) [default: 0,0.25,0.5,1,1.5]")
+@click.option("--length-grid", type=NumberList(FiniteFloat()),
+              help="the values of μ, the weight of the table's log P(target length | source length) "
+              "[default: 0,0.5,1,2]")
+@click.option("--thin-below", type=IntRange(min=1), default=3, show_default=True,
+              help="an n-gram with fewer targets than this in the table is thin (as propose --thin-below)")
+@click.option("--per-source", type=IntRange(min=1), default=5, show_default=True,
+              help="proposals kept per source (as propose --per-source)")
+@click.option("--beam", type=IntRange(min=1), help="the collecting beam's width [default: propose's with "
+              "--reverse-model, 40]")
+@click.option("--plain-beam", type=IntRange(min=1),
+              help="also measure the proposals of a plain beam this wide without the reverse model")
+@click.option("--measure", is_flag=True, help="print the figures and choose nothing (text other than dev, e.g. test)")
+@click.option("--lex-e2f", type=OneLinePath(dir_okay=False), help="Moses' word table lex.e2f [default: beside "
+              "PHRASE_TABLE]")
+@click.option("--lex-f2e", type=OneLinePath(dir_okay=False), help="Moses' word table lex.f2e [default: beside "
+              "PHRASE_TABLE]")
+@device_option()
+@threads_option()
+@friendly_errors()
+def rerank_weights_command(phrase_table, model_path, reverse_path, text, reference, sentences, reverse_grid,
+                           length_grid, thin_below, per_source, beam, plain_beam, measure, lex_e2f, lex_f2e, device,
+                           threads) -> None:  # noqa: ARG001 (threads: applied by its option)
+    """Choose propose --reverse-model's rerank weights on dev text, for a system's own two RNNs.
+
+    For the n-grams of --text that propose --for-text fills, the search and the reverse model run
+    once; for each (λ, μ) of the grid the proposals' length against the table's pairs of the same
+    source lengths and the share of missing sources' targets found in the reference are printed on
+    stdout, then the choice: the most in the reference within 20% of that length
+    (docs/proposals.md). Give the weights to propose as --rerank-reverse-weight and
+    --rerank-length-weight.
+    """
+    from rescorer.pipeline.rescore import check_directions
+    from rescorer.proposals.propose import default_lex_paths
+    from rescorer.proposals.weights import ChoiceInputs, RerankGrid, check_parallel, choose_point, grid_figures
+
+    check_parallel(text, reference)
+    e2f, f2e = default_lex_paths(phrase_table)
+    forward, reverse = _load(model_path, device), _load(reverse_path, device)
+    check_directions(forward, reverse)
+    inputs = ChoiceInputs(Path(phrase_table), Path(lex_e2f or e2f), Path(lex_f2e or f2e), per_source, thin_below)
+    grid = replace(RerankGrid(sentences), **{name: tuple(values) for name, values in
+                                             (("reverse", reverse_grid), ("length", length_grid)) if values})
+    points = grid_figures(forward, reverse, inputs, Path(text), Path(reference), grid, click.echo, beam, plain_beam)
+    if not measure:
+        click.echo(choose_point(points)[1])
 
 
 main.add_command(rescore_phrase_table_command, "rescore")  # `rescorer rescore …` = `rescore-phrase-table …`

@@ -82,7 +82,7 @@ def training_notes(exp: Experiment) -> list[str]:
 
 def rerank_grid(exp: Experiment) -> str | None:
     """Every (λ, μ)'s figures on dev and the choice the both-ways proposals were made with, where the
-    ``proposals-both/weights`` step chose them (table1.rerank_choice)."""
+    ``proposals-both/weights`` step chose them (``rescorer rerank-weights``)."""
     return exp.rerank_report.read_text(encoding="utf-8") if exp.done(RERANK_STEP) and exp.rerank_report.exists() \
         else None
 

@@ -32,7 +32,6 @@ from table1.analysis import format_analysis, format_leverage, format_rnn_changes
 from table1.beside import format_beside
 from table1.proposal_evidence import format_evidence
 from table1.reference_choice import format_reference_choice
-from table1.rerank_choice import LENGTH_BAND
 from table1.settings import Configuration
 
 #: What :func:`write_report` writes into the results folder, in this order.
@@ -290,11 +289,10 @@ def format_rerank_grid(grid: str) -> list[str]:
     """The both-ways proposals' rerank weights as chosen on dev: every point of the grid, then the choice."""
     return ["## The both-ways proposals' rerank weights, chosen on dev", "",
             "`rescorer propose --reverse-model` keeps each source's best candidates by log p(e|f) + λ log p(f|e) + "
-            "μ log P(m | n). Each (λ, μ) of the grid on dev's first sentences, for this system's two RNNs: the "
-            "proposals' length against the table's pairs of the same source lengths, and the share of missing "
-            f"sources' targets in the reference; the rule takes the most in the reference within {LENGTH_BAND:.0%} of "
-            "the length (table1.rerank_choice, docs/proposals.md). No test text is read.", "", "```",
-            *grid.splitlines(), "```"]
+            "μ log P(m | n). `rescorer rerank-weights` on dev's first sentences, for this system's two RNNs: for "
+            "each (λ, μ) the proposals' length against the table's pairs of the same source lengths and the share "
+            "of missing sources' targets in the reference, then the choice by its rule (docs/proposals.md). No "
+            "test text is read.", "", "```", *grid.splitlines(), "```"]
 
 
 def write_report(doc: dict[str, object], out_dir: Path, command: str = "") -> list[Path]:

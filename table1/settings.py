@@ -86,11 +86,10 @@ class ProposalSettings:
 
 
 @dataclass(frozen=True)
-class RerankGrid:
-    """The dev text and the (λ, μ) grid ``proposals-both``'s rerank weights are chosen on
-    (table1.rerank_choice): the grid the defaults (rescorer.proposals.rerank.DEFAULT_WEIGHTS) were
-    chosen on (docs/proposals.md); 50 sentences of dev are about 3,000 sources to fill, a few
-    minutes on 2 cores."""
+class RerankChoiceSettings:
+    """``rescorer rerank-weights`` for the ``proposals-both`` row: the dev text and the (λ, μ) grid its
+    rerank weights are chosen on, the grid ``rescorer propose``'s defaults were chosen on
+    (docs/proposals.md); 50 sentences of dev are about 3,000 sources to fill, a few minutes on 2 cores."""
 
     sentences: int | None = 50  # dev's first sentences (None: all)
     reverse: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 1.5)  # λ
@@ -139,7 +138,7 @@ class ScaleSettings:
     # also part of the in-domain text the selection scores against. Never tuned or tested on.
     train_in_domain: tuple[TextSlice, ...] = ()
     proposals: ProposalSettings = ProposalSettings()
-    rerank: RerankGrid = RerankGrid()  # the proposals-both row's rerank weights, chosen on dev
+    rerank: RerankChoiceSettings = RerankChoiceSettings()  # the proposals-both row's rerank weights, chosen on dev
 
     def __post_init__(self) -> None:
         if self.train_in_domain and self.selection is None:

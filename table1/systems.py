@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -389,29 +390,41 @@ def step_proposals(exp: Experiment, system: str = "proposals") -> None:
 
 
 def rerank_weights(exp: Experiment) -> tuple[float, float]:
-    """The rerank weights (λ, μ) ``proposals-both`` proposes with: chosen by table1.rerank_choice's
-    rule on dev's first sentences, with the rows' own two RNNs and the filtered table the rows decode
-    with, before any proposal is made. Dev only, so no test figure can steer them; a new system's
-    models get their own choice rather than the defaults chosen on another's. Stamped with the
-    choice and its figures; every point's are in ``proposals-both/rerank-weights.txt``."""
-    from table1.rerank_choice import ChoiceInputs, choose_weights
-
-    p = exp.settings.proposals
+    """The rerank weights (λ, μ) ``proposals-both`` proposes with: ``rescorer rerank-weights`` on dev's
+    first sentences, with the rows' own two RNNs and the filtered table the rows decode with, before
+    any proposal is made. Dev only, so no test figure can steer them; a new system's models get their
+    own choice rather than the defaults chosen on another's. Every point's figures are kept in
+    ``proposals-both/rerank-weights.txt``, the choice in the stamp."""
+    p, grid = exp.settings.proposals, exp.settings.rerank
     model_dir = exp.path("baseline", "model")
-    inputs = ChoiceInputs(Path(filtered_table(exp)[1]), exp.path("rnn", "model.pt"), exp.reverse_model,
-                          model_dir / "lex.e2f", model_dir / "lex.f2e", p.per_source, p.thin_below)
 
     def choose() -> dict[str, object]:
         exp.rerank_report.parent.mkdir(parents=True, exist_ok=True)
-        best = choose_weights(inputs, exp.prepared("dev", exp.src), exp.prepared("dev", exp.tgt), exp.settings.rerank,
-                              exp.device, exp.jobs, exp.rerank_report)
-        say(f"{RERANK_STEP}: λ {best.reverse:g}, μ {best.length:g} chosen on dev (see {exp.rerank_report})")
-        return {"reverse": best.reverse, "length": best.length, "length_ratio": round(best.ratio, 4),
-                "in_reference": round(best.share, 4), "within_band": best.within}
+        ran = run_tool(
+            [exp.console("rescorer"), "rerank-weights", filtered_table(exp)[1], "--model", exp.path("rnn", "model.pt"),
+             "--reverse-model", exp.reverse_model, "--text", exp.prepared("dev", exp.src),
+             "--reference", exp.prepared("dev", exp.tgt),
+             *(["--sentences", str(grid.sentences)] if grid.sentences else []),
+             "--reverse-grid", ",".join(map(str, grid.reverse)), "--length-grid", ",".join(map(str, grid.length)),
+             "--thin-below", str(p.thin_below), "--per-source", str(p.per_source), "--lex-e2f", model_dir / "lex.e2f",
+             "--lex-f2e", model_dir / "lex.f2e", "--device", exp.device, "--threads", str(exp.jobs)],
+            exp.log_file("proposals-both"), stdout=exp.rerank_report)
+        reverse, length = chosen_weights(exp.rerank_report)
+        say(f"{RERANK_STEP}: λ {reverse:g}, μ {length:g} chosen on dev (see {exp.rerank_report})")
+        return {**ran, "reverse": reverse, "length": length}
 
     exp.step(RERANK_STEP, choose)
     stamp = json.loads(exp.stamp_path(RERANK_STEP).read_text(encoding="utf-8"))
     return stamp["reverse"], stamp["length"]
+
+
+def chosen_weights(report: Path) -> tuple[float, float]:
+    """(λ, μ) from the last line of ``rescorer rerank-weights``' output: ``chosen: λ 0.5, μ 0 (…)``."""
+    lines = report.read_text(encoding="utf-8").splitlines()
+    found = re.match(r"chosen: λ (\S+), μ (\S+) \(", lines[-1]) if lines else None
+    if not found:
+        raise ExperimentError(f"{report}: rescorer rerank-weights chose no weights (its last line is not 'chosen: …')")
+    return float(found[1]), float(found[2])
 
 
 # --------------------------------------------------------------------------------------------

@@ -144,7 +144,7 @@ class Experiment:
 
     @property
     def rerank_report(self) -> Path:
-        """Every (λ, μ)'s figures on dev and the weights chosen for ``proposals-both`` (table1.rerank_choice)."""
+        """Every (λ, μ)'s figures on dev and the weights chosen for ``proposals-both`` (``rescorer rerank-weights``)."""
         return self.path("proposals-both", "rerank-weights.txt")
 
     def table_system(self, config: Configuration) -> Path:

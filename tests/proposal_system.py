@@ -13,8 +13,10 @@ from analysis_checkpoint import EXAMPLE_TABLE, write_random_checkpoint
 from moses_integration.tokens import split_tokens
 from neural.vocab import EOS_ID, UNK_ID
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
+from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.rescore import RescoreOptions
 from rescorer.proposals.propose import ProposeOptions
+from rescorer.training.train import train_on_phrase_table
 
 #: The moses.ini beside the example table.
 EXAMPLE_INI = EXAMPLE_TABLE.parent / "moses.ini"
@@ -70,3 +72,12 @@ def pair_log_p(checkpoint, source: str, target: str) -> float:  # noqa: ANN001
     with torch.no_grad():
         c = checkpoint.model.encode(torch.tensor([src]), torch.tensor([len(src)]))
         return float(checkpoint.model.score_targets(c, torch.tensor([tgt]), torch.tensor([len(tgt)])))
+
+
+def write_reverse_model(table: Path, out: Path) -> Path:
+    """A tiny reverse model (p(source|target), ``rescorer train --reverse``) trained 20 updates on the
+    table: enough that its scores differ between targets, which a random one's hardly do."""
+    sizes = ModelSizes(hidden=16, embedding=8, maxout_units=8, output_rank=8, init_std=0.3, direction="reverse")
+    train_on_phrase_table(str(table), out, model_sizes=sizes, shortlist=3000, device="cpu", progress=False,
+                          train_config=TrainConfig(max_steps=20, valid_every=10, patience=None, seed=7))
+    return out

@@ -20,9 +20,10 @@ scored by the reverse model and reranked by the whole score.
 * log P(m | n): the table's own length distribution (:class:`LengthPrior`), which pulls a
   candidate towards the lengths the table's pairs of an n-word source have.
 
-λ and μ (:data:`DEFAULT_WEIGHTS`) were chosen on dev text only (``benchmarks/propose_weights.py``,
-docs/proposals.md says how). Ties go to the smaller target in byte order, so the choice does not
-depend on the beam's order.
+λ and μ (:data:`DEFAULT_WEIGHTS`) were chosen on dev text only (``rescorer rerank-weights``,
+:mod:`rescorer.proposals.weights`; docs/proposals.md says how): a system's own dev set may choose
+others. Ties go to the smaller target in byte order, so the choice does not depend on the beam's
+order.
 
 The proposed lines' two phrase-probability columns come from the same scores (:func:`forward_shares`,
 :func:`proposed_phrase_probabilities`): p(e|f) is the forward probability of the candidate
@@ -64,7 +65,7 @@ class RerankWeights:
 
 # Chosen on dev text (newstest2012's first 10 sentences) with Table 1's small-news forward RNN and a
 # reverse one trained 50 minutes (the same choice after 30):
-# benchmarks/propose_weights.py, docs/proposals.md ("The weights").
+# rescorer rerank-weights, docs/proposals.md ("The weights").
 DEFAULT_WEIGHTS = RerankWeights(reverse=0.5, length=0.0)
 
 

@@ -110,32 +110,3 @@ def test_cslm_perplexity_prints_both_models_perplexities(run_benchmark: RunBench
     assert re.search(r": 5 sentences, \d+ tokens \(</s> included\); out of the CSLM shortlist \d+", out), out
     assert re.search(rf"all tokens: +CSLM +{NUMBER} +KenLM +{NUMBER}", out), out
     assert re.search(rf"in both vocabularies: +CSLM +{NUMBER} +KenLM +{NUMBER} +\(\d+ tokens\)", out), out
-
-
-def test_propose_weights_prints_each_points_fit_and_the_choice(run_benchmark: RunBenchmark, tmp_path: Path) -> None:
-    import gzip
-
-    from analysis_checkpoint import write_random_checkpoint
-    from proposal_system import write_model
-
-    table = Path(SAMPLE)
-    lines = gzip.decompress(table.read_bytes()).decode().splitlines()
-    swapped = sorted(" ||| ".join([f[1], f[0], f[2]]) for f in (line.split(" ||| ") for line in lines))
-    (tmp_path / "reverse.gz").write_bytes(gzip.compress("".join(f"{line}\n" for line in swapped).encode()))
-    write_model(table, tmp_path / "model.pt")
-    write_random_checkpoint(tmp_path / "reverse.gz", tmp_path / "reverse.pt")
-    pairs = [line.split(" ||| ")[:2] for line in lines[::40]]
-    (tmp_path / "dev.en").write_text("".join(f"{s} the budget\n" for s, _ in pairs))
-    (tmp_path / "dev.fr").write_text("".join(f"{t} le budget\n" for _, t in pairs))
-    out = run_benchmark("propose_weights", "--table", SAMPLE, "--model", str(tmp_path / "model.pt"),
-                        "--reverse-model", str(tmp_path / "reverse.pt"), "--lex-e2f", "examples/lex.e2f",
-                        "--lex-f2e", "examples/lex.f2e", "--text", str(tmp_path / "dev.en"),
-                        "--reference", str(tmp_path / "dev.fr"), "--sentences", "5", "--beam", "4",
-                        "--plain-beam", "2", "--per-source", "2", "--reverse", "0,1", "--length", "0,1",
-                        "--threads", "1")
-    assert re.search(rf"^plain beam 2 \(no reverse model\): {NUMBER} sources/s; \d+ proposals, {NUMBER} target/source",
-                     out, re.M), out
-    assert re.search(rf"^collecting beam 4: {NUMBER} sources/s, \d+ candidates per source; reverse model", out,
-                     re.M), out
-    assert len(re.findall(r"^  λ [01], μ [01]: \d+ proposals", out, re.M)) == 4, out
-    assert re.search(r"^chosen: λ [01], μ [01] \(", out, re.M), out

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from analysis_checkpoint import write_random_checkpoint
+from analysis_checkpoint import EXAMPLE_TABLE, write_random_checkpoint
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import NPLMConfig, NPLMModel, write_nplm
+from proposal_system import EXAMPLE_INI, write_model, write_reverse_model, write_word_tables
 from shared_paths import REPO_ROOT
-from table1 import systems, workspace
-from table1.settings import SCALES, SMALL, TextSlice
+from table1 import collect, report, systems, workspace
+from table1.settings import SCALES, SMALL, ProposalSettings, TextSlice
 from table1.workspace import RERANK_STEP, ExperimentError
 from table1_folders import load_experiment, small_experiment, write_lines, write_rnn_system
 
@@ -196,3 +200,58 @@ def test_the_both_ways_proposals_rerank_with_the_reverse_model_into_a_system_of_
     assert both[both.index("--list") + 1] == str(exp.proposals_list("proposals-both")) != \
         plain[plain.index("--list") + 1]
     assert exp.done("proposals") and exp.done("proposals-both")
+
+
+def _dev_system(exp: workspace.Experiment) -> None:
+    """What the weights step reads: the filtered table and word tables of the baseline, the two RNNs
+    (the reverse one trained briefly, so that its weight matters), and dev's tokenised text (10
+    sentences, each a table source and two more words)."""
+    filtered = exp.path("baseline", "filtered")
+    filtered.mkdir(parents=True)
+    shutil.copy(EXAMPLE_TABLE, filtered / EXAMPLE_TABLE.name)
+    shutil.copy(EXAMPLE_INI, filtered / "moses.ini")
+    exp.path("baseline", "model").mkdir(parents=True)
+    write_word_tables(EXAMPLE_TABLE, exp.path("baseline", "model"))
+    exp.path("rnn").mkdir()
+    write_model(EXAMPLE_TABLE, exp.path("rnn", "model.pt"))
+    exp.reverse_model.parent.mkdir()
+    write_reverse_model(EXAMPLE_TABLE, exp.reverse_model)
+    lines = gzip.decompress(EXAMPLE_TABLE.read_bytes()).decode().splitlines()
+    pairs = [line.split(" ||| ")[:2] for line in lines[::40]]
+    exp.path("prepared").mkdir()
+    exp.prepared("dev", "en").write_text("".join(f"{s} the budget\n" for s, _ in pairs))
+    exp.prepared("dev", "fr").write_text("".join(f"{t} le budget\n" for _, t in pairs))
+
+
+def test_the_weights_step_runs_rerank_weights_on_dev_and_proposes_with_its_choice(tmp_path) -> None:
+    """``proposals-both/weights`` runs ``rescorer rerank-weights`` on dev (the whole of it: it has fewer
+    sentences than the setting asks for) with the scale's grid and the rows' own models, keeps its
+    figures for the report, and stamps the choice its last line states; a rerun reads the stamp, even
+    with the models gone, so the proposals keep the weights they were chosen with."""
+    exp = small_experiment(tmp_path)
+    exp.settings = dataclasses.replace(exp.settings, proposals=ProposalSettings(per_source=1))
+    _dev_system(exp)
+    reverse, length = systems.rerank_weights(exp)
+    said = exp.rerank_report.read_text(encoding="utf-8").splitlines()
+    assert said[0].startswith("dev.tok.tc.en: 50 sentences; ") and " sources to fill (" in said[0]
+    grid = exp.settings.rerank
+    points = [re.match(r"  λ (\S+), μ (\S+): ", line) for line in said]
+    assert [(float(m[1]), float(m[2])) for m in points if m] == \
+        [(lam, mu) for lam in grid.reverse for mu in grid.length]
+    assert said[-1].startswith(f"chosen: λ {reverse:g}, μ {length:g} (")
+    assert "--per-source 1" in json.loads(exp.stamp_path(RERANK_STEP).read_text())["command"]
+    section = report.format_rerank_grid(collect.rerank_grid(exp))  # the report shows them all, and the choice
+    assert section[0] == "## The both-ways proposals' rerank weights, chosen on dev"
+    assert section[-len(said) - 1:] == [*said, "```"]
+    exp.reverse_model.unlink()
+    exp.path("rnn", "model.pt").unlink()
+    assert systems.rerank_weights(exp) == (reverse, length)
+
+
+def test_a_rerank_report_without_a_choice_is_an_error(tmp_path) -> None:
+    report_path = tmp_path / "rerank-weights.txt"
+    report_path.write_text("  λ 0, μ 0: 3 proposals\n")
+    with pytest.raises(ExperimentError, match="chose no weights"):
+        systems.chosen_weights(report_path)
+    report_path.write_text("  λ 0, μ 0: 3 proposals\nchosen: λ 0.25, μ 1 (within 20% …)\n")
+    assert systems.chosen_weights(report_path) == (0.25, 1.0)

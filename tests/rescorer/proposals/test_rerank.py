@@ -6,7 +6,6 @@ import csv
 import gzip
 import math
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,19 +15,23 @@ from rescore_runs import assert_same_output
 from moses_integration.moses_ini import MosesIni
 from moses_integration.tokens import split_tokens
 from neural.vocab import UNK_ID
-from proposal_system import EXAMPLE_INI, example_system, pair_log_p, propose_options, write_model
+from proposal_system import (
+    EXAMPLE_INI,
+    example_system,
+    pair_log_p,
+    propose_options,
+    write_model,
+    write_reverse_model,
+)
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.proposals.beam import search_sources
 from rescorer.proposals.lexical import lexical_scores, read_word_table
 from rescorer.proposals.propose import propose
 from rescorer.proposals.rerank import Candidate, LengthPrior, RerankWeights, best_candidates, preselect
 from rescorer.proposals.sources import scan_table
-from rescorer.training.train import train_on_phrase_table
 
 SEP = " ||| "
-TINY = ModelSizes(hidden=16, embedding=8, maxout_units=8, output_rank=8, init_std=0.3)
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +39,7 @@ def system(tmp_path_factory) -> Path:
     """The example table, its word tables, a forward model and a reverse one (``rescorer train --reverse``)."""
     folder = tmp_path_factory.mktemp("rerank")
     example_system(folder)
-    train_on_phrase_table(str(folder / "phrase-table.gz"), folder / "reverse.pt",
-                          model_sizes=replace(TINY, direction="reverse"), shortlist=3000, device="cpu",
-                          train_config=TrainConfig(max_steps=20, valid_every=10, patience=None, seed=7),
-                          progress=False)
+    write_reverse_model(folder / "phrase-table.gz", folder / "reverse.pt")
     return folder
 
 

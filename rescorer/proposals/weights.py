@@ -22,7 +22,8 @@ word per source word.
 the reference (ties: the smaller weights); when none is within it, the most in the reference over
 all, said so. Dev text only: on other text (test) the figures are measured, never chosen from.
 
-The model code (torch) is imported where it is used: table1's other steps do not need it loaded.
+``rescorer rerank-weights`` prints every point and the choice; Table 1's ``proposals-both/weights``
+step runs it on dev before its proposals.
 """
 
 from __future__ import annotations
@@ -34,10 +35,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from infrastructure.files import atomic_write_bytes
+import torch
+
+from infrastructure.errors import FileLineError
+from infrastructure.files import display_name
+from infrastructure.lines import iter_text_lines
 from moses_integration.phrase_coverage import Lengths, Proposal, reference_overlap, table_targets
 from moses_integration.tokens import split_tokens
-from table1.settings import RerankGrid
+from rescorer.model.checkpoint import Checkpoint
+from rescorer.proposals.beam import default_rows_per_step, search_sources
+from rescorer.proposals.lexical import read_word_table
+from rescorer.proposals.propose import KindCounts, linked_candidates, with_reverse_scores
+from rescorer.proposals.rerank import (
+    RERANK_BEAM,
+    LengthPrior,
+    RerankWeights,
+    best_candidates,
+    preselect,
+    reverse_scorer,
+)
+from rescorer.proposals.sources import TableScan, choose_for_text, scan_table, text_ngrams
 
 #: How far (a share) a point's length ratio may be from the table's same-length ratio and be chosen.
 LENGTH_BAND = 0.2
@@ -54,6 +71,15 @@ def first_lines(path: Path, count: int | None, folder: Path) -> Path:
     out = folder / path.name
     out.write_text("".join(lines), encoding="utf-8")
     return out
+
+
+def check_parallel(text: Path, reference: Path) -> None:
+    """The reference has a line for each line of the text: a reference of another text, or one a line
+    short, would count targets against the wrong sentences without any sign of it."""
+    counts = [sum(1 for _ in iter_text_lines(path)) for path in (text, reference)]
+    if counts[0] != counts[1]:
+        raise FileLineError(display_name(reference), min(counts) + 1,
+                            f"the reference has {counts[1]} lines but the text {display_name(text)} has {counts[0]}")
 
 
 def reference_copy(path: Path, count: int | None, folder: Path) -> Path:
@@ -75,11 +101,9 @@ class GridText:
     mean_target: object  # numpy: the table's mean target length by source length
 
 
-def read_grid_text(table: Path, forward, text: Path, reference: Path, sentences: int | None, thin_below: int,
-                   folder: Path, say: Callable[[str], None]) -> tuple[GridText, object]:
+def read_grid_text(table: Path, forward: Checkpoint, text: Path, reference: Path, sentences: int | None,
+                   thin_below: int, folder: Path, say: Callable[[str], None]) -> tuple[GridText, TableScan]:
     """The text's first sentences, the sources ``propose --for-text`` would fill, and the table's scan."""
-    from rescorer.proposals.sources import choose_for_text, scan_table, text_ngrams
-
     text = first_lines(text, sentences, folder)
     reference = reference_copy(reference, sentences, folder)
     ngrams = text_ngrams(text, LONGEST_NGRAM)
@@ -101,22 +125,16 @@ def read_grid_text(table: Path, forward, text: Path, reference: Path, sentences:
 class Search:
     """The forward model's searches over the text's sources, and the figures of a choice of candidates."""
 
-    def __init__(self, text: GridText, forward, scan, device, lex_e2f: Path, lex_f2e: Path) -> None:
-        from rescorer.proposals.beam import default_rows_per_step
-        from rescorer.proposals.lexical import read_word_table
-        from rescorer.proposals.propose import KindCounts
-
+    def __init__(self, text: GridText, forward: Checkpoint, scan: TableScan, device: torch.device,
+                 tables: tuple) -> None:
         self.text, self.forward, self.device = text, forward, device
         self.rows, self.max_words = default_rows_per_step(device), scan.max_target_words
-        self.tables = (read_word_table(lex_f2e), read_word_table(lex_e2f))
+        self.tables = tables  # (lex.f2e, lex.e2f), as propose links a target's words to its source's
         self.kinds = {"missing": KindCounts(), "thin": KindCounts(), "table": KindCounts()}
 
     def search(self, width: int, collect: bool) -> tuple[list, float]:
         """Each source's linked candidates of a beam of ``width`` (``collect``: every finished one), and
         the seconds the search took."""
-        from rescorer.proposals.beam import search_sources
-        from rescorer.proposals.propose import linked_candidates
-
         started = time.perf_counter()
         sources, vocab = self.text.sources, self.forward.src_vocab
         ids = [vocab.encode(split_tokens(s.source)) for s in sources]
@@ -154,13 +172,10 @@ class Search:
         return "; ".join(parts), ratio / max(same, 1e-9), share
 
 
-def scored_candidates(search: Search, reverse, scan, beam: int, mus: Sequence[float],
+def scored_candidates(search: Search, reverse: Checkpoint, scan: TableScan, beam: int, mus: Sequence[float],
                       say: Callable[[str], None]) -> tuple[list, object]:
     """The collecting beam's candidates, those the reranking could keep for any μ of the grid scored by
     the reverse model (as propose's preselect chooses them), and the length prior; says the speeds."""
-    from rescorer.proposals.propose import with_reverse_scores
-    from rescorer.proposals.rerank import LengthPrior, RerankWeights, preselect, reverse_scorer
-
     sources = search.text.sources
     wide, seconds = search.search(beam, True)
     prior = LengthPrior(scan.length_counts(), search.max_words)
@@ -199,8 +214,6 @@ class GridPoint:
 def grid_points(search: Search, scored: list, prior, beam: int, per_source: int, lambdas: Sequence[float],
                 mus: Sequence[float], say: Callable[[str], None]) -> list[GridPoint]:
     """Each (λ, μ)'s figures, said as they come."""
-    from rescorer.proposals.rerank import RerankWeights, best_candidates, preselect
-
     points = []
     for lam in lambdas:
         for mu in mus:
@@ -226,53 +239,50 @@ def choose_point(points: Sequence[GridPoint]) -> tuple[GridPoint, str]:
                   f"proposed targets in the reference, length ratio {best.ratio:.0%} of the table's same-length pairs)")
 
 
+#: The grid ``rescorer propose``'s defaults (rerank.DEFAULT_WEIGHTS) were chosen on (docs/proposals.md).
+DEFAULT_REVERSE_GRID = (0.0, 0.25, 0.5, 1.0, 1.5)  # λ
+DEFAULT_LENGTH_GRID = (0.0, 0.5, 1.0, 2.0)  # μ
+
+
+@dataclass(frozen=True)
+class RerankGrid:
+    """The text's first ``sentences`` (None: all) and the (λ, μ) grid the weights are measured on."""
+
+    sentences: int | None = 50
+    reverse: tuple[float, ...] = DEFAULT_REVERSE_GRID  # λ
+    length: tuple[float, ...] = DEFAULT_LENGTH_GRID  # μ
+
+
 @dataclass(frozen=True)
 class ChoiceInputs:
-    """What :func:`choose_weights` searches with: a system's filtered table, word tables, the two RNNs."""
+    """What the search reads beside the two RNNs: the system's (filtered) table and its word tables,
+    and ``rescorer propose``'s choice of sources and proposals per source."""
 
     table: Path
-    model: Path  # the forward RNN, p(e|f)
-    reverse_model: Path  # p(f|e)
     lex_e2f: Path
     lex_f2e: Path
     per_source: int
     thin_below: int
 
 
-def grid_figures(inputs: ChoiceInputs, text: Path, reference: Path, grid: RerankGrid, device: str, threads: int,
-                 say: Callable[[str], None], beam: int | None = None, plain_beam: int | None = None) -> list[GridPoint]:
+def grid_figures(forward: Checkpoint, reverse: Checkpoint, inputs: ChoiceInputs, text: Path, reference: Path,
+                 grid: RerankGrid, say: Callable[[str], None], beam: int | None = None,
+                 plain_beam: int | None = None) -> list[GridPoint]:
     """Every point's figures on ``text`` and its reference, with the collecting beam ``rescorer propose
-    --reverse-model`` searches with (``beam``: another width); each line is said as it comes.
-    ``plain_beam``: first today's proposals without a reverse model, a plain beam of that width."""
-    import torch
-
-    from neural.device import select_device
-    from rescorer.model.checkpoint import load_checkpoint
-    from rescorer.proposals.rerank import RERANK_BEAM
-
-    torch.set_num_threads(threads)
+    --reverse-model`` searches with (``beam``: another width), on the forward model's device; each
+    line is said as it comes. ``plain_beam``: first the proposals of a plain beam of that width
+    without a reverse model, as ``propose`` makes them without one."""
     beam = beam or RERANK_BEAM
-    forward, reverse = load_checkpoint(inputs.model), load_checkpoint(inputs.reverse_model)
-    on = select_device(device)
-    forward.model.to(on).eval()
+    forward.model.eval()
+    device = next(forward.model.parameters()).device
+    tables = (read_word_table(inputs.lex_f2e), read_word_table(inputs.lex_e2f))  # a bad one stops before the search
     with tempfile.TemporaryDirectory() as tmp:
         found, scan = read_grid_text(inputs.table, forward, text, reference, grid.sentences, inputs.thin_below,
                                      Path(tmp), say)
-        search = Search(found, forward, scan, on, inputs.lex_e2f, inputs.lex_f2e)
+        search = Search(found, forward, scan, device, tables)
         if plain_beam:
             plain, seconds = search.search(plain_beam, False)
             line, _, _ = search.figures([hyps[: inputs.per_source] for hyps in plain])
             say(f"plain beam {plain_beam} (no reverse model): {len(found.sources) / seconds:.1f} sources/s; {line}")
         scored, prior = scored_candidates(search, reverse, scan, beam, grid.length, say)
         return grid_points(search, scored, prior, beam, inputs.per_source, grid.reverse, grid.length, say)
-
-
-def choose_weights(inputs: ChoiceInputs, text: Path, reference: Path, grid: RerankGrid, device: str,
-                   threads: int, report: Path) -> GridPoint:
-    """The (λ, μ) :func:`choose_point` picks on ``text`` (dev): every point's figures and the choice
-    go to ``report`` (written whole or not at all)."""
-    lines: list[str] = []
-    best, said = choose_point(grid_figures(inputs, text, reference, grid, device, threads, lines.append))
-    lines.append(said)
-    atomic_write_bytes(report, "".join(f"{line}\n" for line in lines).encode("utf-8"))
-    return best
