@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from infrastructure.errors import FileLineError
@@ -54,7 +55,7 @@ from rescorer.proposals.rerank import (
     preselect,
     reverse_scorer,
 )
-from rescorer.proposals.sources import TableScan, choose_for_text, scan_table, text_ngrams
+from rescorer.proposals.sources import SourceToFill, TableScan, choose_for_text, scan_table, text_ngrams
 
 #: How far (a share) a point's length ratio may be from the table's same-length ratio and be chosen.
 LENGTH_BAND = 0.2
@@ -95,10 +96,10 @@ class GridText:
 
     path: Path  # the (first sentences of the) text
     reference: Path
-    sources: list  # rescorer.proposals.sources.SourceToFill, as propose --for-text chooses them
-    own: dict  # each source's targets in the table (table1.proposal_evidence.table_targets)
+    sources: list[SourceToFill]  # as propose --for-text chooses them
+    own: dict[str, list[str]]  # each source's targets in the table (phrase_coverage.table_targets)
     table_ratio: float  # the table's target words per source word, over its pairs of those sources
-    mean_target: object  # numpy: the table's mean target length by source length
+    mean_target: np.ndarray  # the table's mean target length by source length
 
 
 def read_grid_text(table: Path, forward: Checkpoint, text: Path, reference: Path, sentences: int | None,
