@@ -589,14 +589,14 @@ def rerank_weights_command(phrase_table, model_path, reverse_path, text, referen
     --rerank-length-weight.
     """
     from rescorer.pipeline.rescore import check_directions
-    from rescorer.proposals.propose import default_lex_paths
+    from rescorer.proposals.propose import lex_paths
     from rescorer.proposals.weights import ChoiceInputs, RerankGrid, check_parallel, choose_point, grid_figures
 
     check_parallel(text, reference)
-    e2f, f2e = default_lex_paths(phrase_table)
+    e2f, f2e = lex_paths(phrase_table, lex_e2f, lex_f2e)
     forward, reverse = _load(model_path, device), _load(reverse_path, device)
     check_directions(forward, reverse)
-    inputs = ChoiceInputs(Path(phrase_table), Path(lex_e2f or e2f), Path(lex_f2e or f2e), per_source, thin_below)
+    inputs = ChoiceInputs(Path(phrase_table), Path(e2f), Path(f2e), per_source, thin_below)
     grid = replace(RerankGrid(sentences), **{name: tuple(values) for name, values in
                                              (("reverse", reverse_grid), ("length", length_grid)) if values})
     points = grid_figures(forward, reverse, inputs, Path(text), Path(reference), grid, click.echo, beam, plain_beam)

@@ -183,10 +183,10 @@ class ProposeSummary:
         return "\n".join(lines)
 
 
-def default_lex_paths(table: str) -> tuple[str, str]:
-    """``lex.e2f`` and ``lex.f2e`` in the table's folder, where ``train-model.perl`` writes them."""
+def lex_paths(table: str | os.PathLike, e2f: str | None = None, f2e: str | None = None) -> tuple[str, str]:
+    """(lex.e2f, lex.f2e): those given, else those in the table's folder, where ``train-model.perl`` writes them."""
     folder = Path(table).resolve().parent
-    return str(folder / "lex.e2f"), str(folder / "lex.f2e")
+    return e2f or str(folder / "lex.e2f"), f2e or str(folder / "lex.f2e")
 
 
 def check_propose_paths(table: str, output: str, opts: ProposeOptions) -> None:
@@ -243,7 +243,7 @@ def _run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, devi
     The device type and ``rows`` decide the search's batches, hence the shapes of its matmuls and
     the last bits of its scores. The options of ``--for-text`` count only with it.
     """
-    e2f, f2e = _lex_paths(table, opts)
+    e2f, f2e = lex_paths(table, opts.lex_e2f, opts.lex_f2e)
     options = {"beam": opts.beam, "per_source": opts.per_source, "max_target_words": opts.max_target_words,
                "lex_e2f": _identity_if_present(e2f), "lex_f2e": _identity_if_present(f2e),
                "for_text": _identity_if_present(opts.for_text), "rows_per_step": rows, "device": device.type,
@@ -262,17 +262,11 @@ def _identity_if_present(path: str | os.PathLike | None) -> dict | None:
     return file_identity(path) if path is not None and os.path.isfile(path) else None
 
 
-def _lex_paths(table: str, opts: ProposeOptions) -> tuple[str, str]:
-    """(lex.e2f, lex.f2e): the options', or those beside the table."""
-    e2f, f2e = default_lex_paths(table)
-    return opts.lex_e2f or e2f, opts.lex_f2e or f2e
-
-
 def _run(table: str, output: str, models: tuple[Checkpoint, Checkpoint | None], opts: ProposeOptions,
          device: torch.device, rows: int, work: ProposeWork, identity: dict, state: dict) -> ProposeSummary:
     """The phases from ``state`` on: search (batch by batch), merge, rescoring, and the renames into place."""
     checkpoint, reverse = models
-    e2f, f2e = _lex_paths(table, opts)
+    e2f, f2e = lex_paths(table, opts.lex_e2f, opts.lex_f2e)
     word_tables = (read_word_table(f2e), read_word_table(e2f))
     summary, sources, total = _choose_sources(table, checkpoint, opts, reverse)
     checkpoint.model.to(device).eval()
