@@ -235,6 +235,12 @@ def read_state(work_dir: Path) -> dict[str, object] | None:
     return doc
 
 
+def iteration_path(work_dir: Path, iteration: int, suffix: str) -> Path:
+    """What iteration ``iteration`` left in ``work_dir``: ``runN.SUFFIX`` (``moses.ini``, the ini it
+    decoded with; ``nbest.gz``; ``out``; ``weights``, those MERT chose after it)."""
+    return work_dir / f"run{iteration}.{suffix}"
+
+
 def _format_bleu(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
@@ -325,7 +331,7 @@ class Tuner:
     # ---- paths ------------------------------------------------------------------------------
 
     def run_path(self, iteration: int, suffix: str) -> Path:
-        return self.work / f"run{iteration}.{suffix}"
+        return iteration_path(self.work, iteration, suffix)
 
     # ---- state ------------------------------------------------------------------------------
 

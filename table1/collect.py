@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mert.features import read_sidecar
-from mert.tune import read_state
+from mert.tune import iteration_path, read_state
 from moses_integration.moses_ini import MosesIni
 from table1.analysis import DecodedRun, analysis_document, column_leverage, rnn_changes_document, tuning_trajectory
 from table1.beside import BesideRun, beside_document
-from table1.proposal_evidence import evidence_document
+from table1.proposal_evidence import TuningDecode, evidence_document
 from table1.reference_choice import reference_choice
 from table1.report import TunedRun, build_table, score_runs, write_report
 from table1.settings import Configuration, RunPlan
@@ -139,7 +139,19 @@ def proposals_documents(exp: Experiment, collected: list, table_feature: str) ->
         exp.proposals_list(config.table_system), exp.path("baseline", "filtered", filtered),
         exp.prepared("test", exp.src), exp.prepared("test", exp.tgt),
         [(t.run, t.test_output.with_name(t.test_output.name + ".nbest.gz"), t.weights) for t in found],
-        table_feature, single_phrase_table(exp.table_system(config))[2] - 1)} for config, found in found_rows]
+        table_feature, single_phrase_table(exp.table_system(config))[2] - 1,
+        [d for t in found for d in tuning_decodes(exp.tune_dir(RunPlan(config, t.run)), t.run)])}
+        for config, found in found_rows]
+
+
+def tuning_decodes(tune_dir: Path, run: int) -> list[TuningDecode]:
+    """Each iteration of a tuning run that left its ini and n-best list: what it decoded dev with."""
+    found = []
+    for it in (read_state(tune_dir) or {}).get("iterations", []):  # type: ignore[union-attr]
+        ini, nbest = (iteration_path(tune_dir, it["iteration"], suffix) for suffix in ("moses.ini", "nbest.gz"))
+        if ini.exists() and nbest.exists():
+            found.append(TuningDecode(run, it["iteration"], nbest, run_weights(ini), float(it["dev_bleu_1best"])))
+    return found
 
 
 def rnn_changes(exp: Experiment, collected: list) -> dict[str, object] | None:

@@ -1,6 +1,8 @@
 """The evidence a proposals row is read by (issue 39): how many proposed pairs the tuned systems use
 in their test translations, how often a proposed target occurs in the test reference against the
-table's own targets for the same sources, the indicator's tuned weight, and a few proposals.
+table's own targets for the same sources, the indicator's tuned weight, and a few proposals; and
+(issue 48) what each MERT iteration's decode of dev made of them, which shows whether tuning
+turned the proposals off and what they cost while they were on.
 
 Everything is read from what the steps left: ``rescorer propose --list`` (kind, source, target,
 log p), the filtered table, the tokenised test text and reference, and the test n-best lists the
@@ -63,6 +65,24 @@ def proposal_usage(nbest: Path, table_feature: str, indicator: int) -> Usage:
     return Usage(sentences, phrases, proposed, using)
 
 
+@dataclass(frozen=True)
+class TuningDecode:
+    """One MERT iteration's decode of dev: the weights it decoded with, its n-best list, its 1-best's BLEU."""
+
+    run: int
+    iteration: int
+    nbest: Path
+    weights: Mapping[str, Sequence[float]]
+    dev_bleu: float
+
+
+def tuning_usage(decodes: Sequence[TuningDecode], table_feature: str, indicator: int) -> list[dict[str, object]]:
+    """Per iteration: the indicator weight it decoded with, the dev 1-best's BLEU and its proposed pairs."""
+    return [{"run": d.run, "iteration": d.iteration, "indicator_weight": d.weights[table_feature][indicator],
+             "dev_bleu": d.dev_bleu, "usage": proposal_usage(d.nbest, table_feature, indicator).__dict__}
+            for d in decodes if d.nbest.exists()]
+
+
 def examples(proposals: Mapping[str, Sequence[Proposal]], table: Mapping[str, Sequence[str]], test_src: Path,
              per_kind: int = EXAMPLES_PER_KIND) -> list[dict[str, object]]:
     """A few sources of each kind as they first occur in the test text (two words or more, so
@@ -88,9 +108,9 @@ def examples(proposals: Mapping[str, Sequence[Proposal]], table: Mapping[str, Se
 
 def evidence_document(listing: Path, table: Path, test_src: Path, test_ref: Path,
                       runs: Sequence[tuple[int, Path, Mapping[str, Sequence[float]]]],
-                      table_feature: str, indicator: int) -> dict[str, object]:
+                      table_feature: str, indicator: int, tuning: Sequence[TuningDecode] = ()) -> dict[str, object]:
     """The ``proposals`` part of the report: ``runs`` holds each tuned run's number, test n-best
-    list and tuned weights."""
+    list and tuned weights; ``tuning`` the decodes of its tuning runs."""
     proposals = read_proposals(listing)
     lengths = {"proposed": Lengths(), "table": Lengths()}
     for source, props in proposals.items():
@@ -111,12 +131,30 @@ def evidence_document(listing: Path, table: Path, test_src: Path, test_ref: Path
         "runs": [{"run": k, "indicator_weight": weights[table_feature][indicator],
                   "usage": proposal_usage(nbest, table_feature, indicator).__dict__}
                  for k, nbest, weights in runs if nbest.exists()],
+        "tuning": tuning_usage(tuning, table_feature, indicator),
         "examples": examples(proposals, own, test_src),
     }
 
 
 def _share(part: int, whole: int) -> str:
     return f"{part:,} of {whole:,} ({100 * part / whole:.1f}%)" if whole else "–"
+
+
+def format_tuning_usage(rows: Sequence[Mapping[str, object]]) -> list[str]:
+    """The lines on each tuning iteration's dev 1-best (:func:`tuning_usage`); none without rows."""
+    if not rows:
+        return []
+    out = ["", "On dev, while MERT tuned: each iteration's decode (iteration 1 with the start weights, "
+           "iteration k with those MERT chose after k − 1), the indicator weight it decoded with, the "
+           "tokenised BLEU of its 1-best and the proposed pairs in that 1-best.", "",
+           "| run | iteration | indicator weight | dev 1-best BLEU | proposed pairs in the dev 1-best | "
+           "of all phrases used | sentences using one or more |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        u: Mapping[str, int] = row["usage"]  # type: ignore[assignment]
+        out.append(f"| {row['run']} | {row['iteration']} | {row['indicator_weight']:.4g} | {row['dev_bleu']:.2f} | "
+                   f"{u['proposed']:,} | {_share(u['proposed'], u['phrases'])} | "
+                   f"{_share(u['sentences_using_proposals'], u['sentences'])} |")
+    return out
 
 
 def format_evidence(doc: Mapping[str, object], label: str) -> list[str]:
@@ -131,6 +169,7 @@ def format_evidence(doc: Mapping[str, object], label: str) -> list[str]:
         using = _share(u["sentences_using_proposals"], u["sentences"])
         out.append(f"| {run['run']} | {run['indicator_weight']:.4g} | {u['proposed']:,} | "
                    f"{_share(u['proposed'], u['phrases'])} | {using} |")
+    out += format_tuning_usage(doc["tuning"])  # type: ignore[arg-type]
     out += ["", "Proposed targets against the test reference: for every test sentence and every source "
             "n-gram of it that got proposals, whether each proposed target occurs (as whole tokens) in that "
             "sentence's tokenised reference, and the same for the table's own targets of those sources.", "",

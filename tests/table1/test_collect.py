@@ -159,3 +159,21 @@ def test_each_rows_leverage_columns_are_named_as_its_own_table_holds_them() -> N
                                       **scale}
     assert names["cslm-nbest-rnn"] == {"TM0_4": "p_RNN", "CSLM0_0": "CSLM", **scale}
     assert all(list(found)[-2:] == list(scale) for found in names.values())  # p(e|f) and the LM last, for scale
+
+
+def test_the_tuning_decodes_are_the_iterations_that_left_their_ini_and_list(tmp_path):
+    """Iteration k decoded dev with runk.moses.ini (the weights MERT chose after k - 1): those are the weights read."""
+    exp = small_experiment(tmp_path)
+    work = tmp_path / "tune"
+    work.mkdir()
+    (work / "tuning-state.json").write_text(json.dumps({
+        "format": "mert-tune-state/1", "fingerprint": {"seed": 1000},
+        "iterations": [{"iteration": i, "dev_bleu_1best": b} for i, b in ((1, 17.1), (2, 20.5), (3, 21.0))]}))
+    for i, rnn in ((1, "0"), (2, "-0.25")):
+        (work / f"run{i}.moses.ini").write_text(six_column_ini(exp, rnn, "0"))
+        write_lines(work / f"run{i}.nbest.gz", ["0 ||| x ||| PhrasePenalty0= 1 ||| 0"], gz=True)
+    (work / "run3.moses.ini").write_text(six_column_ini(exp, "-0.5", "0"))  # killed before its list was kept
+    decodes = collect.tuning_decodes(work, 2)
+    assert [(d.run, d.iteration, d.dev_bleu, d.weights["TranslationModel0"][4]) for d in decodes] == \
+        [(2, 1, 17.1, 0.0), (2, 2, 20.5, -0.25)]
+    assert decodes[1].nbest == work / "run2.nbest.gz"

@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from moses_integration.phrase_coverage import Proposal
-from table1.proposal_evidence import evidence_document, format_evidence, proposal_usage, read_proposals
+from table1.proposal_evidence import (
+    TuningDecode,
+    evidence_document,
+    format_evidence,
+    proposal_usage,
+    read_proposals,
+)
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -74,3 +80,35 @@ def test_the_report_section_shows_the_counts(tmp_path):
     assert "| missing | 2 | 2 of 4 (50.0%) | 1 of 2 (50.0%) | – | 0 of 2 (0.0%) |" in md
     assert "| thin | 2 | 1 of 2 (50.0%) | 1 of 2 (50.0%) | 1 of 2 (50.0%) | 1 of 2 (50.0%) |" in md
     assert "| proposed | 4 | 1.75 | 2.00 | 1.143 | 0 of 4 (0.0%) |" in md
+
+
+def test_the_section_shows_what_each_tuning_iteration_made_of_the_proposals(tmp_path):
+    """Issue 48: with the indicator at 0 the dev 1-best takes proposals; MERT's negative weight drops them."""
+    listing, table, src, ref = _files(tmp_path)
+    first = _write(tmp_path / "run1.nbest", [
+        "0 ||| x ||| PhrasePenalty0= 3 TranslationModel0= -1 -1 -1 -1 -2 0 2 ||| -4",
+        "0 ||| z ||| PhrasePenalty0= 2 TranslationModel0= -1 -1 -1 -1 -2 0 0 ||| -5",  # not the 1-best
+        "1 ||| y ||| PhrasePenalty0= 3 TranslationModel0= -1 -1 -1 -1 -2 0 1 ||| -4",
+    ])
+    second = _write(tmp_path / "run2.nbest", [
+        "0 ||| z ||| PhrasePenalty0= 2 TranslationModel0= -1 -1 -1 -1 -2 0 0 ||| -5",
+        "1 ||| w ||| PhrasePenalty0= 4 TranslationModel0= -1 -1 -1 -1 -2 0 0 ||| -4",
+    ])
+    start, tuned = ([0.1, 0.1, 0.1, 0.1, 0.0, 0.0, indicator] for indicator in (0.0, -0.5))
+    decodes = [TuningDecode(1, 1, first, {"TranslationModel0": start}, 17.134),
+               TuningDecode(1, 2, second, {"TranslationModel0": tuned}, 21.5),
+               TuningDecode(1, 3, tmp_path / "run3.nbest", {"TranslationModel0": tuned}, 21.5)]  # no list: left out
+    doc = evidence_document(listing, table, src, ref, [], "TranslationModel0", 6, decodes)
+    assert [(row["iteration"], row["indicator_weight"], row["usage"]["proposed"]) for row in doc["tuning"]] == \
+        [(1, 0.0, 3), (2, -0.5, 0)]
+    md = "\n".join(format_evidence(doc, "+ RNN both directions + proposals"))
+    assert "| 1 | 1 | 0 | 17.13 | 3 | 3 of 6 (50.0%) | 2 of 2 (100.0%) |" in md
+    assert "| 1 | 2 | -0.5 | 21.50 | 0 | 0 of 6 (0.0%) | 0 of 2 (0.0%) |" in md
+
+
+def test_without_tuning_decodes_the_section_has_no_such_lines(tmp_path):
+    """Runs whose tuning folders kept no n-best lists: nothing to say, not an empty table."""
+    listing, table, src, ref = _files(tmp_path)
+    doc = evidence_document(listing, table, src, ref, [], "TranslationModel0", 6)
+    assert doc["tuning"] == []
+    assert "On dev, while MERT tuned" not in "\n".join(format_evidence(doc, "+ RNN + proposals"))
