@@ -19,6 +19,7 @@ import pytest
 
 from cslm.model_file import load_cslm
 from mert.features import read_sidecar
+from mert.tune import read_state
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
 from neural.model_files import last_checkpoint_path
@@ -133,6 +134,10 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     assert evidence_both["label"] == "+ RNN both directions + proposals" and evidence_both["proposals"] > 0
     assert evidence["proposals"] > 0 and [r["run"] for r in evidence["runs"]] == [1]
     assert evidence["runs"][0]["usage"]["sentences"] == 8
+    # each tuning iteration's dev 1-best, the first decoded with the indicator at its start weight 0
+    iterations = read_state(exp.tune_dir(RunPlan(by_key["rnn-proposals"], 1)))["completed_iterations"]
+    assert [r["iteration"] for r in evidence["tuning"]] == list(range(1, iterations + 1))
+    assert evidence["tuning"][0]["indicator_weight"] == 0.0 and evidence["tuning"][0]["usage"]["sentences"] == 8
     rows = {r["key"]: r for r in doc["rows"]}
     assert [v["label"] for v in rows["rnn-proposals"]["versus"]] == ["+ RNN"] and not rows["rnn"]["versus"]
     budget = [n for n in doc["notes"] if n.startswith("Budget, ")]
