@@ -111,8 +111,9 @@ def leverage_document(exp: Experiment, collected: list, table_feature: str, ini:
         labels.update((k, v) for k, v in own.items() if v in ("p_RNN", "WP", "CSLM", "p(e|f)", "n-gram LM"))
         chosen = list(own)
         for tuned in found:
-            lists = sorted(exp.tune_dir(RunPlan(config, tuned.run)).glob("run*.nbest.gz"),
-                           key=lambda p: int(p.name[3:].split(".", 1)[0]))
+            tune_dir = exp.tune_dir(RunPlan(config, tuned.run))
+            lists = [path for i in range(1, (tuned.iterations or 0) + 1)
+                     if (path := iteration_path(tune_dir, i, "nbest.gz")).exists()]
             if not lists:
                 continue
             pool, columns = column_leverage(lists, [exp.prepared("dev", exp.tgt)], tuned.weights, chosen)

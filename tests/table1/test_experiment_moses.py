@@ -124,6 +124,10 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     collect.step_report(exp, configs, 1, tmp_path / "results")
     doc = json.loads((tmp_path / "results" / "table1.json").read_text())
     assert [r["runs_finished"] for r in doc["rows"]] == [1] * len(configs)
+    # each row's run 1 has its dev pool (every iteration's n-best list) and a leverage for each of its columns
+    assert sorted(doc["leverage"]["runs"]) == sorted(c.label for c in configs)
+    assert all(r["run"] == 1 and 0 <= r["pool_bleu"] <= 100 and r["columns"]
+               for runs in doc["leverage"]["runs"].values() for r in runs)
     assert set(doc["table2"]) == set(workspace.TABLE2_KINDS)
     assert "## Table 2 (rare long source phrases)" in (tmp_path / "results" / "table1.md").read_text()
     # Baseline's and + RNN's run 1 against the test reference: each share a fraction, on real pairs
