@@ -46,3 +46,12 @@ def test_readme_points_to_every_page_of_docs() -> None:
     linked = {(ROOT / t.partition("#")[0]).resolve() for t in _links(ROOT / "README.md")}
     unlinked = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if p.resolve() not in linked]
     assert not unlinked, f"docs pages README does not point to: {unlinked}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_wrapped_line_starts_with_a_plus(page: Path) -> None:
+    """The rows are named "+ RNN", "+ CSLM": wrapped onto a line of its own, such a name starts a
+    list item in Markdown and breaks the sentence. The pages use no '+' lists on purpose."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    starts = [line for line in text.splitlines() if re.match(r"\s*\+ ", line)]
+    assert not starts, f"{page.relative_to(ROOT)}: lines Markdown reads as list items: {starts}"
