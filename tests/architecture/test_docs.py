@@ -20,9 +20,13 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def _prose(page: Path) -> str:
+    """The page without its code blocks: a '#' or '+' line in code is neither a heading nor a list."""
+    return re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+
+
 def _anchors(page: Path) -> set[str]:
-    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)  # '#' lines in code are not headings
-    return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, flags=re.M)}
+    return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", _prose(page), flags=re.M)}
 
 
 def _links(page: Path) -> list[str]:
@@ -52,6 +56,5 @@ def test_readme_points_to_every_page_of_docs() -> None:
 def test_no_wrapped_line_starts_with_a_plus(page: Path) -> None:
     """The rows are named "+ RNN", "+ CSLM": wrapped onto a line of its own, such a name starts a
     list item in Markdown and breaks the sentence. The pages use no '+' lists on purpose."""
-    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
-    starts = [line for line in text.splitlines() if re.match(r"\s*\+ ", line)]
+    starts = [line for line in _prose(page).splitlines() if re.match(r"\s*\+ ", line)]
     assert not starts, f"{page.relative_to(ROOT)}: lines Markdown reads as list items: {starts}"
