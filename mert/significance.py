@@ -39,9 +39,10 @@ approximate randomisation so that it also comes with an interval. Simulated with
 experiments each, tests/mert/test_significance.py's model), the interval holds the true Δ in 97% of
 experiments without MERT variance, 96% with it as large as the sentences', and 92% where it is 3–7
 times larger: with three runs s²_runs is itself noisy, and a small draw both narrows the interval
-and raises the degrees of freedom. The pooled bootstrap's ±1.96 σ holds it in 94%, 90%, 63%, 36%. Reports written before it kept
-no per-sentence statistics; :func:`sentence_sd_from_threshold` and :func:`sentence_sd_from_p_values`
-recover σ_sent from what they kept, on the wide side.
+and raises the degrees of freedom. The pooled bootstrap's ±1.96 σ holds it in 94%, 90%, 63%, 36%.
+
+Reports written before it kept no per-sentence statistics; :func:`sentence_sd_from_threshold`
+and :func:`sentence_sd_from_p_values` recover σ_sent from what they kept, on the wide side.
 """
 
 from __future__ import annotations

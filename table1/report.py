@@ -317,7 +317,7 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     return "\n".join(out)
 
 
-def _comparisons(doc: dict[str, object]) -> list[tuple[str, list[float], dict | None, float | None]]:
+def figure_comparisons(doc: dict[str, object]) -> list[tuple[str, list[float], dict | None, float | None]]:
     """(label, Δ per run, test over runs, paper's Δ) of every comparison, against Baseline first."""
     rows: list[dict] = doc["rows"]  # type: ignore[assignment]
     paper_base = next((row["paper"]["test"] for row in rows if row["key"] == "baseline"), None)
@@ -334,6 +334,18 @@ def _comparisons(doc: dict[str, object]) -> list[tuple[str, list[float], dict | 
     return out
 
 
+def _draw_baseline_spread(ax: object, doc: dict[str, object]) -> None:
+    """A report of Baseline alone has no Δ: its runs' test BLEU about their mean, MERT's spread."""
+    rows: list[dict] = doc["rows"]  # type: ignore[assignment]
+    scores = [run["test_bleu"] for row in rows if row["key"] == "baseline" for run in row["runs"]]
+    if scores:
+        mean = sum(scores) / len(scores)
+        ax.scatter([0] * len(scores), [v - mean for v in scores], s=18, color="#8c8c8c")  # type: ignore[attr-defined]
+        ax.set_xticks([0], [f"Baseline ({len(scores)} runs, mean {mean:.2f})"], fontsize=8)  # type: ignore[attr-defined]
+    ax.set_ylabel("test BLEU − mean over runs")  # type: ignore[attr-defined]
+    ax.set_title("Baseline only: each run's test BLEU − the mean (MERT's spread)", fontsize=10)  # type: ignore[attr-defined]
+
+
 def draw_png(doc: dict[str, object], path: Path) -> None:
     """table1.png: each comparison's test Δ (sacreBLEU), run by run and over runs with its 95%
     interval, and the paper's Δ against its Baseline; absolute BLEU would hide the differences."""
@@ -342,8 +354,8 @@ def draw_png(doc: dict[str, object], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    compared = _comparisons(doc)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(compared) + 2), 4.5))
+    compared = figure_comparisons(doc)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(compared) + 2), 5))
     ax.axhline(0, color="#888888", linewidth=0.8)
     for x, (_, deltas, test, paper) in enumerate(compared):
         ax.scatter([x - 0.15] * len(deltas), deltas, s=18, color="#8c8c8c", zorder=3,
@@ -358,12 +370,14 @@ def draw_png(doc: dict[str, object], path: Path) -> None:
     if compared:
         labels = ["\n".join(textwrap.fill(part, 22) for part in label.split("\n")) for label, *_ in compared]
         ax.set_xticks(range(len(compared)), labels, fontsize=8)
-        ax.legend(loc="best", fontsize=8)
+        ax.set_xlim(-0.7, len(compared) - 0.3)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(compared) < 4 else -0.2), ncol=3,
+                  fontsize=8, frameon=False)
+        ax.set_ylabel("test Δ BLEU (sacreBLEU)")
+        against_others = any("\nvs " in label for label, *_ in compared)
+        ax.set_title("Test Δ against Baseline" + (" (columns \"vs X\": against row X)" if against_others else ""))
     else:
-        ax.text(0.5, 0.5, "Baseline only: no difference to show", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xticks([])
-    ax.set_ylabel("test Δ BLEU (sacreBLEU)")
-    ax.set_title("Test Δ against Baseline (later columns: against the row named)" if compared else "Test Δ")
+        _draw_baseline_spread(ax, doc)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")

@@ -11,7 +11,16 @@ import pytest
 
 from mert.evaluate import paired_bootstrap
 from mert.significance import RunsTest, pooled_bootstrap, runs_test
-from table1.report import ConfigScores, RunScores, TunedRun, build_table, format_markdown, score_runs
+from table1.report import (
+    ConfigScores,
+    RunScores,
+    TunedRun,
+    build_table,
+    draw_png,
+    figure_comparisons,
+    format_markdown,
+    score_runs,
+)
 from table1.rerender import rerender
 from table1.settings import CONFIGURATIONS_BY_KEY
 
@@ -172,3 +181,20 @@ def test_rerender_adds_the_test_over_runs_to_an_old_report_from_what_it_kept(tmp
     assert "**+0.20** [" in md and "p 0.012" in md and md.count("† σ_sent recovered") == 2
     assert "Statistics over runs added to this report by `python -m table1.rerender table1.json`" in md
     assert path.with_suffix(".png").stat().st_size > 0
+
+
+def test_the_figure_shows_each_comparisons_deltas_its_interval_and_the_papers_delta(tmp_path):
+    """What table1.png plots: Δ per run, the test over runs and the paper's Δ against its Baseline
+    (33.87 − 33.30 for + RNN), then the rows compared with another row; no absolute BLEU."""
+    path = _old_report(tmp_path)
+    rerender(path, "python -m table1.rerender table1.json", root=tmp_path)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["rows"][2]["versus"] = [{"label": "+ RNN", "runs": [{"run": 1, "delta": 0.8, "p_value": 0.01}],
+                                 "pooled": None, "over_runs": None}]
+    plotted = figure_comparisons(doc)
+    assert [label for label, *_ in plotted] == ["+ RNN", "+ CSLM + RNN", "+ CSLM + RNN\nvs + RNN"]
+    label, deltas, test, paper = plotted[0]
+    assert deltas == [-0.27, 0.07, 0.80] and test == doc["rows"][1]["over_runs_vs_baseline"]
+    assert paper == pytest.approx(0.57) and plotted[2][3] is None
+    draw_png(doc, tmp_path / "figure.png")
+    assert (tmp_path / "figure.png").stat().st_size > 10_000
