@@ -122,7 +122,8 @@ def _mean_std_json(values: Sequence[float]) -> dict[str, float | None]:
     return {"mean": round(mean, 4), "std": None if std is None else round(std, 4)}
 
 
-COMBINATION = ("mean ± sample std over runs; over runs: mean Δ, 95% interval and p of the test over runs (below); "
+COMBINATION = ("mean ± sample std over runs; over runs: mean Δ (bold where its 95% interval excludes 0), interval and "
+               "p of the test over runs (above); "
                "per run: run k against Baseline run k on test (sacreBLEU; p: two-sided paired bootstrap, 1000 "
                "samples); pooled (sentences only, secondary): all runs against the same-numbered Baseline runs, "
                "resampling test sentences, MERT's variance not counted")
@@ -185,15 +186,18 @@ def _pooled_cell(pooled: dict | None) -> str:
 
 
 def over_runs_cell(test: dict | None) -> str:
-    """``+0.21 [−0.95, +1.37], p 0.421 (3 runs)``: mean Δ, 95% interval and p of the test over runs."""
+    """``+0.21 [−0.95, +1.37], p 0.421 (3 runs)``: mean Δ (bold where the interval excludes 0), 95% interval
+    and p of the test over runs."""
     if not test:
         return "–"
     mark = "" if test["sentence_part"] == EXACT else APPROXIMATE
     if test["ci95"] is None:
         return f"{test['mean_delta']:+.2f}{mark} (1 run: MERT's variance not measured)"
     low, high = test["ci95"]
-    return (f"**{test['mean_delta']:+.2f}** [{low:+.2f}, {high:+.2f}], p {test['p_value']:.3f}{mark} "
-            f"({test['runs']} runs)")
+    mean = f"{test['mean_delta']:+.2f}"
+    if low > 0 or high < 0:  # the interval excludes 0: p < 0.05
+        mean = f"**{mean}**"
+    return f"{mean} [{low:+.2f}, {high:+.2f}], p {test['p_value']:.3f}{mark} ({test['runs']} runs)"
 
 
 def _versus_lines(rows: list[dict]) -> list[str]:

@@ -178,7 +178,7 @@ def test_rerender_adds_the_test_over_runs_to_an_old_report_from_what_it_kept(tmp
     assert "per-run paired bootstraps" in cslm["sentence_part"] and cslm["p_value"] < 0.05  # three runs agree
     md = path.with_suffix(".md").read_text(encoding="utf-8")
     assert md.startswith("> Superseded, kept for comparison.") and "Hand-written line." in md and "A note after." in md
-    assert "**+0.20** [" in md and "p 0.012" in md and md.count("† σ_sent recovered") == 2
+    assert "| +0.20 [" in md and "p 0.012" in md and md.count("† σ_sent recovered") == 2
     assert "Statistics over runs added to this report by `python -m table1.rerender table1.json`" in md
     assert path.with_suffix(".png").stat().st_size > 0
 
