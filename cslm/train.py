@@ -45,11 +45,10 @@ from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, exclusive_use, removed_when_the_disk_fills
 from infrastructure.progress import progress_bar
-from infrastructure.training_loop import run_training
 from moses_integration.tokens import split_tokens
 from neural.config import TRAIN_STEPS, DictConfig, check_positive_int
 from neural.device import autocast_dtype, describe_precision, select_device, training_precision
-from neural.model_files import last_checkpoint_path, refuse_to_overwrite
+from neural.training import last_checkpoint_path, refuse_to_overwrite, run_training
 from neural.vocab import Vocab, read_corpus_lines
 
 DATA_VERSION = 1
@@ -348,7 +347,7 @@ class _IntervalSums:
 class _CSLMTraining:
     """One CSLM training run: model, optimizer, data splits, the resumable ``state`` and history.
 
-    :func:`infrastructure.training_loop.run_training` drives it: a validation at the end of each
+    :func:`neural.training.run_training` drives it: a validation at the end of each
     epoch and when time runs out, a save of ``MODEL.last`` every ``checkpoint_every`` seconds in
     between, stop reasons ``max_time``, ``early_stopping`` and ``max_epochs``.
     """

@@ -25,9 +25,8 @@ from tqdm import tqdm
 from infrastructure.errors import UserError
 from infrastructure.files import exclusive_use, removed_when_the_disk_fills
 from infrastructure.progress import progress_bar
-from infrastructure.training_loop import run_training
 from neural.device import autocast_dtype, describe_precision, matmul_precision, select_device, training_precision
-from neural.model_files import last_checkpoint_path, refuse_to_overwrite
+from neural.training import last_checkpoint_path, refuse_to_overwrite, run_training
 from neural.vocab import Vocab
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.model.config import DEFAULT_SHORTLIST, ModelConfig, ModelSizes, TrainConfig
@@ -154,7 +153,7 @@ def train(
 class _Training:
     """One training run: the model and optimizer, the resumable ``state``, the validation history.
 
-    :func:`infrastructure.training_loop.run_training` drives it: a validation every ``valid_every``
+    :func:`neural.training.run_training` drives it: a validation every ``valid_every``
     updates and at the last one, stop reasons ``early_stopping``, ``max_time`` and ``max_steps``.
     """
 

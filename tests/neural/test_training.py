@@ -1,4 +1,4 @@
-"""The one training loop (infrastructure/training_loop.py), driven with a run that trains nothing.
+"""The one training loop (neural/training.py), driven with a run that trains nothing.
 
 The RNN's and the CSLM's own tests (tests/rescorer/training, tests/cslm) check the loop with real
 models: resume to the same result, stop reasons, interruption. These pin what the loop itself
@@ -15,7 +15,7 @@ import pytest
 
 from infrastructure.interrupts import Interrupted
 from infrastructure.progress import progress_bar
-from infrastructure.training_loop import run_training
+from neural.training import run_training
 
 ROOT = Path(__file__).resolve().parents[2]
 

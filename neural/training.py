@@ -24,7 +24,28 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from infrastructure.errors import UserError
 from infrastructure.interrupts import Interrupted
+
+#: What a training writes beside its model (``MODEL.last``, the state ``--resume`` continues from), as
+#: ``also_writes`` of a model output.
+MODEL_ALSO_WRITES = ("{}.last",)
+
+
+def last_checkpoint_path(model_out: str | Path) -> Path:
+    """Where the latest training state lives, beside the best model ``model_out``."""
+    return Path(str(model_out) + ".last")
+
+
+def refuse_to_overwrite(model_out: Path, resume: bool) -> None:
+    """A fresh training would overwrite a model that took hours at its first save: without
+    ``resume``, an existing model or training state under ``model_out`` is an error, not a restart."""
+    if resume:
+        return
+    for path in (model_out, last_checkpoint_path(model_out)):
+        if path.exists():
+            raise UserError(f"{path} already exists: pass --resume to continue that training, "
+                             "or remove it to train from scratch")
 
 
 class TrainingRun(Protocol):
