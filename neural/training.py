@@ -187,6 +187,7 @@ class TrainingState:
     data: Any = None  # the fingerprint of the prepared data, which --resume compares
     train_step: str | None = None  # how this run's updates ran (eager, static, captured)
     precision: str | None = None  # the precision they ran in
+    _stored_keys: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     #: Field name → key in the model files, where they name it otherwise.
     FILE_NAMES: ClassVar[Mapping[str, str]] = {}
@@ -195,8 +196,9 @@ class TrainingState:
 
     def to_dict(self) -> dict[str, Any]:
         """The state as a model file stores it: the model's own fields first, then the shared ones."""
-        shared = [f.name for f in fields(TrainingState)]
-        names = [f.name for f in fields(self) if f.name not in shared] + shared
+        shared = [f.name for f in fields(TrainingState) if f.init]
+        names = [f.name for f in fields(self) if f.init and f.name not in shared] + shared
+        keys = self._stored_keys
         out = {}
         for name in names:
             value = getattr(self, name)
@@ -204,16 +206,21 @@ class TrainingState:
                 value = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
             elif name in ("train_step", "precision") and value is None:
                 continue  # not set: a state that no run has started
-            out[self.FILE_NAMES.get(name, name)] = value
+            out[keys.get(name, self.FILE_NAMES.get(name, name))] = value
         return out
 
     @classmethod
     def from_dict(cls, stored: Mapping[str, Any]) -> Self:
         """The state a model file holds (:meth:`to_dict`, or an older file without the newer keys)."""
-        names = {cls.FILE_NAMES.get(f.name, f.name): f.name for f in fields(cls)}
+        names = {cls.FILE_NAMES.get(f.name, f.name): f.name for f in fields(cls) if f.init}
         values = {names[key]: value for key, value in stored.items() if key in names}
         values["history"] = [cls.VALIDATION(**v) for v in values.get("history", [])]
-        return cls(**values)
+        state = cls(**values)
+        # The keys themselves, as read: pickle writes a string it has already written in a file as a
+        # reference to it, and the optimiser state read from the same file shares some of them
+        # ("step"), so writing these objects back keeps a resumed run's files the bytes they always were.
+        state._stored_keys = {names[key]: key for key in stored if key in names}
+        return state
 
 
 class LossWatch:
