@@ -227,7 +227,7 @@ class LossWatch:
     """Notices a loss that is not a number without making a GPU wait after each update.
 
     Each update adds its loss; whether one was NaN or inf, and the first, stay on the device until
-    :meth:`first_bad` reads them (at a save, or after each update on a CPU, where reading costs nothing).
+    :meth:`first_bad` reads them, at a save. (On a CPU, :meth:`Training.watch_loss` reads each loss at once.)
     """
 
     def __init__(self) -> None:
@@ -322,17 +322,23 @@ class Training:
 
     def watch_loss(self, loss: torch.Tensor, at: int) -> None:
         """Watch an update's loss (``at``: where it came, for :meth:`where`); one that is NaN or inf stops the run."""
-        self.losses.add(loss, at)
-        if self.dev.type == "cpu":
-            self.check_losses()
+        if self.dev.type != "cpu":
+            self.losses.add(loss, at)  # read at the next save: a GPU need not wait for it now
+            return
+        value = float(loss)  # on a CPU the loss is there already: the update itself is named, at once
+        if not math.isfinite(value):
+            raise self.diverged(value, at)
 
     def check_losses(self) -> None:
         """Stop in one line if a watched loss was NaN or inf: nothing of the diverged model is saved."""
         bad = self.losses.first_bad()
         if bad is not None:
-            at, loss = bad
-            raise DivergedError(f"the training loss became {loss} at {self.where(at)}: the model diverged; "
-                                f"{self.kept()}; {self.DIVERGED_HINT}")
+            raise self.diverged(bad[1], bad[0])
+
+    def diverged(self, loss: float, at: int) -> DivergedError:
+        """The one line that stops a run whose loss became ``loss`` at ``at``."""
+        return DivergedError(f"the training loss became {loss} at {self.where(at)}: the model diverged; "
+                             f"{self.kept()}; {self.DIVERGED_HINT}")
 
     def kept(self) -> str:
         """What the last saves kept, for a line that stops the run."""
