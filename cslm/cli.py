@@ -11,7 +11,6 @@ from pathlib import Path
 import click
 
 from infrastructure.cli_options import (
-    MODEL_ALSO_WRITES,
     FiniteFloat,
     IntRange,
     NumberList,
@@ -25,6 +24,7 @@ from infrastructure.cli_options import (
     threads_option,
 )
 from neural.config import PRECISIONS, TRAIN_STEPS
+from neural.training import MODEL_ALSO_WRITES
 
 
 @click.group("cslm")

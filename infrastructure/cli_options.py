@@ -125,10 +125,6 @@ class OneLinePath(OneLineValue, click.Path):
     """:class:`click.Path`, failing with one line (:class:`OneLineValue`)."""
 
 
-#: What a training writes beside its model (``MODEL.last``, the state ``--resume`` continues from), as
-#: ``also_writes`` of a model output.
-MODEL_ALSO_WRITES = ("{}.last",)
-
 #: The files a command writes beside an output (``also_writes``) when they depend on its other options
 #: (``rescore-phrase-table`` writes ``OUTPUT_TABLE.model.pt`` only without ``--model``): given the
 #: output's path (``-`` too) and the command's parameters (``ctx.params``), each file as ``(how a

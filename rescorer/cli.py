@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from infrastructure.cli_options import (
-    MODEL_ALSO_WRITES,
     FiniteFloat,
     IntRange,
     NumberList,
@@ -26,6 +25,7 @@ from infrastructure.cli_options import (
 )
 from infrastructure.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
 from neural.config import PRECISIONS, TRAIN_STEPS
+from neural.training import MODEL_ALSO_WRITES
 from rescorer.model.config import DEFAULT_SHORTLIST, DEFAULT_TRAIN_TIME, ModelSizes, TrainConfig
 
 

@@ -22,7 +22,7 @@ from mert.features import read_sidecar
 from mert.tune import read_state
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
-from neural.model_files import last_checkpoint_path
+from neural.training import last_checkpoint_path
 from shared_paths import has_neural_lm, moses_bin_dir, shared_file
 from table1 import collect, systems, tuning, workspace
 from table1.settings import SCALES, CslmSettings, RnnSettings, RunPlan, TextSlice, select_configurations
