@@ -10,10 +10,8 @@ import math
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from rescore_runs import assert_same_output
+from waiting import sigkill_when
 
 import rescorer
 from analysis_checkpoint import EXAMPLE_TABLE
@@ -370,16 +369,13 @@ def test_a_run_killed_with_sigkill_mid_search_resumes_byte_identical(system, tmp
            "--model", str(system / "model.pt"), "--list", str(tmp_path / "list.tsv"), *args,
            "-j", "0", "--device", "cpu", "--threads", "1", "-q"]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
-    deadline, done = time.monotonic() + 120, 0
-    while time.monotonic() < deadline and proc.poll() is None:
+
+    def searching() -> bool:  # at least one batch durable: killed mid-search
         with contextlib.suppress(OSError, ValueError):
-            done = json.loads(progress.read_text())["sources_done"]
-        if done >= 1:
-            break  # at least one batch is durable: kill mid-search
-        time.sleep(0.005)
-    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read()}"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+            return json.loads(progress.read_text())["sources_done"] >= 1
+        return False
+
+    sigkill_when(proc, searching, "durable batch of the search")
     record = json.loads(progress.read_text())
     assert record["phase"] == "search" and 1 <= record["sources_done"] < searched, record
     assert not out.exists() and not (tmp_path / "list.tsv").exists()
