@@ -13,6 +13,7 @@ import click
 from infrastructure.cli_options import (
     MODEL_ALSO_WRITES,
     FiniteFloat,
+    Group,
     IntRange,
     NumberList,
     OneLinePath,
@@ -27,7 +28,7 @@ from infrastructure.cli_options import (
 from neural.config import PRECISIONS, TRAIN_STEPS
 
 
-@click.group("cslm")
+@click.group("cslm", cls=Group)
 def main() -> None:
     """Schwenk's CSLM (SPEC §5): a 7-gram neural LM, in the decoder (export-nplm) or on n-best lists."""
 

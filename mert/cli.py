@@ -16,6 +16,7 @@ import click
 
 from infrastructure.cli_options import (
     FiniteFloat,
+    Group,
     IntRange,
     NumberList,
     OneLinePath,
@@ -29,7 +30,7 @@ from infrastructure.cli_options import (
 from infrastructure.files import check_output_place
 
 
-@click.group()
+@click.group(cls=Group)
 def main() -> None:
     """Minimum-error-rate training for Moses, compatible with its n-best lists and weights."""
 

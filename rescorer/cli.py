@@ -12,7 +12,9 @@ import click
 
 from infrastructure.cli_options import (
     MODEL_ALSO_WRITES,
+    Command,
     FiniteFloat,
+    Group,
     IntRange,
     NumberList,
     OneLinePath,
@@ -93,7 +95,7 @@ def _model_sizes(hidden: int, embedding: int, maxout_units: int, output_rank: in
                       init_std=init_std)
 
 
-@click.group()
+@click.group(cls=Group)
 def main() -> None:
     """RNN Encoder–Decoder phrase scoring for Moses (Cho et al. 2014)."""
 
@@ -333,7 +335,7 @@ def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> l
     return files
 
 
-@click.command("rescore-phrase-table")
+@click.command("rescore-phrase-table", cls=Command)
 # INPUT_TABLE must exist and be readable, OUTPUT_TABLE must not be a folder: both refused while parsing,
 # before any training or scoring, in one line.
 @click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
