@@ -386,7 +386,7 @@ def test_resume_refuses_another_precision_or_token_budget(tmp_path: Path, model_
     table, ck = interrupted_run(tmp_path, model_file)
     record = json.loads((tmp_path / ".out.gz.progress.json").read_text())
     assert {k: record["options"][k] for k in ("device", "precision")} == {"device": "cpu", "precision": "fp32"}
-    with pytest.raises(RescoreError, match="cannot --resume: the options differs"):
+    with pytest.raises(RescoreError, match="cannot --resume: the options differ from"):
         run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True, **changed)
 
 

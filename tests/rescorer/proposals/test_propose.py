@@ -325,7 +325,7 @@ def test_resume_with_another_option_or_input_is_refused_naming_it(system, tmp_pa
     work = tmp_path / ".out.gz.propose"
     result = _cli(system, system / "phrase-table.gz", out, "--resume", "--beam", "4")
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
-    assert "cannot --resume: the options differs" in result.output and "beam: 3 then, 4 now" in result.output
+    assert "cannot --resume: the options differ from" in result.output and "beam: 3 then, 4 now" in result.output
     assert f"remove {work} to start over" in result.output
     lex = tmp_path / "lex.f2e"
     lex.write_bytes((system / "lex.f2e").read_bytes())  # the same words from another file
