@@ -54,8 +54,9 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
 @click.option("--patience", type=IntRange(min=1), default=10, show_default=True,
               help="stop after this many epochs without validation improvement")
 @click.option("--epoch-size", type=IntRange(min=1), help="n-grams per epoch, resampled each epoch [default: all]")
-@click.option("--batch-size", type=IntRange(min=1), default=128, show_default=True)
-@click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True)
+@click.option("--batch-size", type=IntRange(min=1), default=128, show_default=True, help="n-grams per update")
+@click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True,
+              help="Adam, or the CSLM toolkit's SGD with its decaying learning rate (docs/cslm.md)")
 @click.option("--lr", type=FiniteFloat(min=0, min_open=True),
               help="learning rate [default: 1e-3 for adam, 0.02 for sgd]")
 @click.option("--self-normalize", type=FiniteFloat(min=0), default=0.0, show_default=True, metavar="ALPHA",

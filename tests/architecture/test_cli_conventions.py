@@ -155,6 +155,20 @@ def test_a_group_without_a_subcommand_still_shows_its_help():
     assert "Commands:" in res.output and "Error" not in res.output
 
 
+def test_every_option_says_what_it_does():
+    """``--help`` listed ``compare --min-src-words``, ``report --beam``, ``cslm train --optimizer`` and more
+    with their defaults and no word of what they do."""
+    silent = [f"{name} {p.opts[0]}" for name, command in COMMANDS for p in command.params
+              if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()]
+    assert silent == []
+
+
+def test_an_option_of_a_set_form_shows_the_form():
+    """``--shard TEXT`` said nothing of K/N."""
+    shown = _invoke_as_typed("rescore-phrase-table", "--help").output
+    assert re.search(r"--shard K/N\s", shown), shown
+
+
 # ------------------------------------------------------------------ which common options, and why
 #
 # The rule: a command takes a common option exactly when it means something for it.
