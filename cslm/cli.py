@@ -37,7 +37,7 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
             "export-nplm file [default: exact log-probabilities]")
 
 
-@main.command("train", short_help="train a CSLM on tokenized target text")
+@main.command("train", short_help="Train a CSLM on tokenized target text.")
 @click.argument("corpus", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("model_out", type=OutputPath(path_type=Path, also_writes=MODEL_ALSO_WRITES))
 @click.option("--valid", type=OneLinePath(exists=True, dir_okay=False),
@@ -95,7 +95,7 @@ def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hi
                f"best valid perplexity {best.perplexity:.2f}{log_z} (epoch {best.epoch}) in {model_out}", err=True)
 
 
-@main.command("score", short_help="natural-log probability of each sentence")
+@main.command("score", short_help="Print the natural-log probability of each sentence.")
 @click.argument("model", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("text", default="-",
                 type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
@@ -120,7 +120,7 @@ def cslm_score_command(model, text, raw, device, threads, quiet):
                    f"perplexity {stats.perplexity:.2f}", err=True)
 
 
-@main.command("nbest", short_help="append CSLM0= to each line of an n-best list")
+@main.command("nbest", short_help="Append CSLM0= to each line of a Moses n-best list.")
 @click.argument("model", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("nbest_in", default="-",
                 type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
@@ -149,7 +149,7 @@ def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads, q
                    f"of tokens", err=True)
 
 
-@main.command("export-nplm", short_help="the model in NPLM's format, for Moses' NeuralLM")
+@main.command("export-nplm", short_help="Write the model in NPLM's format, for Moses' NeuralLM.")
 @click.argument("model", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("out", type=OutputPath(allow_dash=True))
 @friendly_errors()

@@ -163,6 +163,14 @@ def test_every_option_says_what_it_does():
     assert silent == []
 
 
+def test_every_subcommand_is_described_by_a_sentence():
+    """A group's ``--help`` lists its subcommands; cslm's were lowercase fragments beside the others' sentences."""
+    for root in ROOTS.values():
+        for name, sub in getattr(root, "commands", {}).items():
+            described = sub.get_short_help_str(limit=1000)
+            assert described[:1] == described[:1].upper() and described.endswith("."), (name, described)
+
+
 def test_an_option_of_a_set_form_shows_the_form():
     """``--shard TEXT`` said nothing of K/N."""
     shown = _invoke_as_typed("rescore-phrase-table", "--help").output
