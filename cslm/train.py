@@ -479,6 +479,7 @@ class _CSLMTraining:
                 bar.set_postfix(loss=f"{loss.item():.3f}", ngram_s=f"{bar.format_dict['rate'] or 0:.0f}")
             if cfg.max_time is not None and state["elapsed"] >= cfg.max_time:
                 self.out_of_time = True
+                bar.close()  # the lines that say where it stopped come after the bar, not under it
                 return
             if time.monotonic() - self.last_save >= cfg.checkpoint_every:
                 self.heartbeat(len(order))

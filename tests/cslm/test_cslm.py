@@ -239,6 +239,21 @@ def test_the_cslm_stops_for_time_in_mid_epoch_and_for_patience_after_an_epoch(tm
     assert "epoch 1: valid perplexity" in err and "into epoch" not in err
 
 
+def test_a_stop_for_time_closes_the_bar_before_its_lines(tmp_path: Path, capsys) -> None:
+    """The validation that says where the run stopped, and the stop line after it, came under a bar
+    redrawn after them (on a terminal) or drawn once more (in a log): the bar is closed first now."""
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(800)), encoding="utf-8")
+    timed = train_cslm(str(corpus), tmp_path / "timed.pt", shortlist=500, progress=True,
+                       model_config=CSLMConfig(vocab_size=2, order=4, embedding=16, hidden=[32]),
+                       train_config=CSLMTrainConfig(batch_size=64, max_time=0.05))
+    assert timed.stopped_by == "max_time" and timed.epochs == 0
+    lines = capsys.readouterr().err.splitlines()
+    stopped = next(i for i, line in enumerate(lines) if "(stopped " in line)
+    bars = [i for i, line in enumerate(lines) if line.startswith("epoch 1:")]  # the bar of the epoch it stopped in
+    assert bars and max(bars) < stopped, lines
+
+
 def test_cli_train_score_and_nbest(tmp_path: Path) -> None:
     corpus = tmp_path / "fr.txt"
     corpus.write_text("".join(_french_lines(700)), encoding="utf-8")
