@@ -159,7 +159,7 @@ def cslm_export_nplm_command(model, out):
     In moses.ini: NeuralLM factor=0 name=CSLM0 order=7 path=OUT (rescore-phrase-table --cslm OUT adds
     it). Moses adds the raw scores, so train the model with --self-normalize.
     """
-    from cslm.export import cslm_to_nplm, self_normalization
+    from cslm.export import LOG_Z_TOLERANCE, cslm_to_nplm, self_normalization, validation_log_z
     from cslm.model_file import load_cslm
     from moses_integration.nplm import write_nplm
 
@@ -170,7 +170,12 @@ def cslm_export_nplm_command(model, out):
     click.echo(f"{out}: {nplm.config.ngram_size}-gram, {len(nplm.vocab)} words, hidden layers "
                f"{','.join(map(str, loaded.model.config.hidden))}; moses.ini: NeuralLM factor=0 name=CSLM0 "
                f"order={nplm.config.ngram_size} path={out}", err=True)
-    if not alpha:
+    log_z = validation_log_z(loaded)
+    if log_z is not None and abs(log_z) > LOG_Z_TOLERANCE:
+        cure = "with --self-normalize 0.1" if not alpha else f"longer, or with more than --self-normalize {alpha:g}"
+        click.echo(f"warning: {model}'s log Z averages {log_z:.2f} on its validation text, not near 0: the raw "
+                   f"scores Moses adds are the log-probabilities {log_z:+.2f} per word; train it {cure}", err=True)
+    elif not alpha:
         click.echo(f"warning: {model} was trained without --self-normalize: Moses adds its raw scores, which "
                    "are log-probabilities only up to each history's log Z", err=True)
 
