@@ -41,7 +41,7 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
 @click.argument("corpus", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("model_out", type=OutputPath(path_type=Path, also_writes=MODEL_ALSO_WRITES))
 @click.option("--valid", type=OneLinePath(exists=True, dir_okay=False),
-              help="validation text [default: a random 0.1% of CORPUS's lines, at least 500]")
+              help="validation text [default: a random 0.1% of CORPUS's lines, at least 500, at most a tenth]")
 @click.option("--order", type=IntRange(min=2), default=7, show_default=True, help="n of the n-gram model")
 @click.option("--shortlist", type=IntRange(min=1), default=15000, show_default=True,
               help="output words, [UNK] included")
