@@ -165,6 +165,20 @@ def test_make_tune_without_moses_says_where_to_get_it_before_installing_anything
         assert not (tmp_path / "venv").exists()  # checked before the 2.5 GB install
 
 
+def test_make_table1_with_a_wrong_moses_path_says_so_before_installing_anything(tmp_path: Path) -> None:
+    """It installed the experiment extra (eflomal compiles) and only then said Moses was missing."""
+    env = {k: v for k, v in os.environ.items() if k not in {"MOSES_BIN_DIR", "MOSES_HOME", "MAKEFLAGS", "MAKELEVEL"}}
+    bin_only = tmp_path / "build" / "bin"  # binaries, but no scripts/ beside them
+    bin_only.mkdir(parents=True)
+    for moses in (f"MOSES_BIN_DIR={tmp_path / 'no-such-folder'}", f"MOSES_HOME={tmp_path / 'no-such-tree'}",
+                  f"MOSES_BIN_DIR={bin_only}"):
+        done = subprocess.run(["make", "table1", f"VENV={tmp_path / 'venv'}", f"WORK={tmp_path / 'work'}", moses],
+                              cwd=REPO, capture_output=True, text=True, env=env)
+        assert done.returncode != 0
+        assert "docs/moses-nplm.md" in done.stderr and "docker/README.md" in done.stderr, done.stderr
+        assert not (tmp_path / "venv").exists() and not (tmp_path / "work").exists()
+
+
 def test_a_report_on_a_missing_work_folder_fails_in_one_line_and_leaves_no_folder(tmp_path: Path) -> None:
     work = tmp_path / "work"
     result = CliRunner().invoke(main, ["report", "--work", str(work), "--data", str(tmp_path),
