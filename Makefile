@@ -153,4 +153,4 @@ image-check:
 	docker/build-local.sh --check --shared $(SHARED) $(IMAGE_ARGS)
 
 clean:
-	rm -rf demo-out .pytest_cache
+	rm -rf demo-out example-out .pytest_cache
