@@ -1,15 +1,15 @@
-"""How well proposals fit their source for each rerank weight, and the weights chosen (issue 48).
+"""How well proposals fit their source for each rerank weight, and the weights chosen.
 
 For the text's n-grams that ``rescorer propose --for-text`` fills (missing and thin, as it chooses
 them), the search and the reverse model run once; then for every (λ, μ) of a grid each source's
 ``per_source`` best candidates by ``log p(e|f) + λ log p(f|e) + μ log P(m | n)``
-(rescorer.proposals.rerank) are measured by the two figures issue 48 sets targets on:
+(rescorer.proposals.rerank) are measured by the two figures the weights are chosen on:
 
 * **length**: the proposals' target words per source word against the table's own ratio (over
   its pairs, each line once);
 * **in the reference**: of the proposed targets for *missing* sources, the share that occurs as
   whole tokens in the reference sentence of a sentence whose source holds them (and the same for
-  thin sources); what issue 39's report measured on the test set (5.9% for missing sources).
+  thin sources); what table1's proposals evidence measures on the test set (5.9% for missing sources).
 
 The length ratio is also given against the table's pairs *with the same source lengths* (each
 proposal's source length n counts the table's mean target length for n): the table's overall ratio

@@ -128,8 +128,8 @@ def test_every_command_is_of_the_common_classes():
 
 @pytest.mark.parametrize(("name", "command"), COMMANDS, ids=[n for n, _ in COMMANDS])
 def test_a_usage_mistake_is_one_line_and_exit_1_like_a_bad_value(name, command):
-    """README: a bad value is one line and exit 1. An unknown option and a missing argument were click's
-    usage screen instead, three lines and exit 2; now they are one line that names the command's --help."""
+    """README: a bad value is one line and exit 1. So are an unknown option and a missing argument, not
+    click's usage screen (three lines, exit 2): one line that names the command's --help."""
     res = _invoke_as_typed(name, "--no-such-option")
     assert (res.exit_code, res.output) == (1, f"Error: No such option '--no-such-option'; see '{name} --help'\n")
     required = [p for p in command.params if p.required]
@@ -156,15 +156,15 @@ def test_a_group_without_a_subcommand_still_shows_its_help():
 
 
 def test_every_option_says_what_it_does():
-    """``--help`` listed ``compare --min-src-words``, ``report --beam``, ``cslm train --optimizer`` and more
-    with their defaults and no word of what they do."""
+    """``--help`` says what each option does, not only its default (``compare --min-src-words``,
+    ``report --beam``, ``cslm train --optimizer``, …)."""
     silent = [f"{name} {p.opts[0]}" for name, command in COMMANDS for p in command.params
               if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()]
     assert silent == []
 
 
 def test_every_subcommand_is_described_by_a_sentence():
-    """A group's ``--help`` lists its subcommands; cslm's were lowercase fragments beside the others' sentences."""
+    """A group's ``--help`` lists its subcommands, each with a sentence (not a lowercase fragment)."""
     for root in ROOTS.values():
         for name, sub in getattr(root, "commands", {}).items():
             described = sub.get_short_help_str(limit=1000)
@@ -172,7 +172,7 @@ def test_every_subcommand_is_described_by_a_sentence():
 
 
 def test_an_option_of_a_set_form_shows_the_form():
-    """``--shard TEXT`` said nothing of K/N."""
+    """``--shard K/N``, not ``--shard TEXT``."""
     shown = _invoke_as_typed("rescore-phrase-table", "--help").output
     assert re.search(r"--shard K/N\s", shown), shown
 

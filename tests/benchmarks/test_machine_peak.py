@@ -1,5 +1,5 @@
 """The benchmarks' matmul peaks: each precision measured in its own dtype, so that a bf16 run's share
-is of the CPU's bf16 units, not of its fp32 ones (issue 47: the bf16 peak printed was fp32's)."""
+is of the CPU's bf16 units, not of its fp32 ones."""
 
 from __future__ import annotations
 

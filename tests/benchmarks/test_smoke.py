@@ -1,5 +1,5 @@
 """Each benchmark whose figures README or docs/ cite runs at a tiny size and prints those figures:
-a benchmark that breaks fails here rather than leaving a stale figure in the docs (issue 49 item 7).
+a benchmark that breaks fails here rather than leaving a stale figure in the docs.
 Sizes are chosen to finish in seconds on 2 busy cores; the figures themselves are not asserted."""
 
 from __future__ import annotations

@@ -125,8 +125,9 @@ def test_every_matrix_of_the_export_is_the_model_and_nplm_computes_its_raw_score
                 "log-probabilities -1.50 per word; train it with --self-normalize 0.1"),
     (0.1, 0.12, None)])
 def test_export_warns_with_the_figure_when_log_z_is_far_from_zero(tmp_path: Path, alpha, log_z, warned) -> None:
-    """A model trained with --self-normalize whose log Z still averaged 5.93 was exported without a word,
-    though Moses adds its raw scores as log-probabilities (docs/cslm.md: log Z must be near 0)."""
+    """Moses adds the raw scores as log-probabilities (docs/cslm.md: log Z must be near 0): a model whose
+    last validation's log Z averaged far from 0 is exported with a warning that gives the figure, even
+    one trained with --self-normalize."""
     model, vocab = small_model([8])
     history = [dataclasses.asdict(Validation(epoch, 1000 * epoch, 90.0, value, 0.2))
                for epoch, value in enumerate([6.2, log_z])]  # the file's model is its last validation's

@@ -114,7 +114,7 @@ def test_an_empty_table_says_so(tmp_path: Path) -> None:
 
 
 def test_the_command_says_once_where_it_wrote_the_page(tmp_path: Path) -> None:
-    """The library and the command both said ``wrote OUT_DIR/report.html``."""
+    """``wrote OUT_DIR/report.html`` once: the command says it, not the library as well."""
     model = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "model.pt")
     res = CliRunner().invoke(main, ["report", str(model), str(EXAMPLE_TABLE), str(tmp_path / "rep"), "--sources", "3",
                                     "--min-src-words", "2", "--sample-sources", "1", "-n", "5", "--beam", "2",

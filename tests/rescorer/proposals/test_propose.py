@@ -402,7 +402,7 @@ def test_the_beam_search_runs_in_the_precision_scoring_reads():
 
 def test_a_reverse_model_is_refused_before_the_search(system, tmp_path):
     """A model of p(f|e) (rescorer train --reverse) would propose sources for targets: refused at once,
-    leaving nothing behind (issue 48)."""
+    leaving nothing behind."""
     from dataclasses import replace
 
     ck = load_checkpoint(system / "model.pt")

@@ -1,4 +1,4 @@
-"""Proposals reranked by both directions (issue 48): the length prior, the order, and the columns."""
+"""Proposals reranked by both directions: the length prior, the order, and the columns."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bf16 training on the CPU (issue 47): the updates track fp32's, each weight is cast to bf16 once
+"""bf16 training on the CPU: the updates track fp32's, each weight is cast to bf16 once
 per update, ``auto`` keeps fp32 on a CPU, and the model saved is an ordinary fp32 model."""
 
 from __future__ import annotations
