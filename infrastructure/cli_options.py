@@ -207,7 +207,7 @@ class Group(_OneLineUsage, click.Group):
     command_class = Command
 
 
-def use_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int:  # noqa: ARG001
+def use_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int:
     """``--threads`` applied while the command line is read (:func:`limit_threads`), so that no command body
     has to remember it; the command gets the number chosen, to size its worker pools and decoders from."""
     return limit_threads(value)
@@ -283,7 +283,7 @@ def one_line(exc: BaseException) -> str:
     return str(exc)
 
 
-def _show_warning_in_one_line(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
+def _show_warning_in_one_line(message, category, filename, lineno, file=None, line=None) -> None:
     """``warning: …`` on stderr: what the user should know, without Python's module path and source line."""
     print(f"warning: {message}", file=sys.stderr if file is None else file)
 

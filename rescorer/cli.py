@@ -589,7 +589,7 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
 @friendly_errors()
 def rerank_weights_command(phrase_table, model_path, reverse_path, text, reference, sentences, reverse_grid,
                            length_grid, thin_below, per_source, beam, plain_beam, measure, lex_e2f, lex_f2e, device,
-                           threads) -> None:  # noqa: ARG001 (threads: applied by its option)
+                           threads) -> None:  # threads: applied by its option
     """Choose propose --reverse-model's rerank weights on dev text, for a system's own two RNNs.
 
     For the n-grams of --text that propose --for-text fills, the search and the reverse model run
