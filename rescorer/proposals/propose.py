@@ -4,7 +4,7 @@ The paper's conclusion names the step: "replace the whole, or a part of the phra
 letting the RNN Encoder–Decoder propose target phrases". A run goes:
 
 1. the word tables and the table are read once and checked (:mod:`rescorer.proposals.lexical`,
-   :func:`rescorer.proposals.sources.scan_table`), and the sources to fill are chosen, before any
+   :func:`rescorer.proposals.sources.table_statistics`), and the sources to fill are chosen, before any
    search;
 2. the batched beam search (:mod:`rescorer.proposals.beam`) proposes targets for those sources,
    batch by batch, streamed in the table's sort order; a proposal the table already holds, one
@@ -85,11 +85,11 @@ from rescorer.proposals.sources import (
     ProposalInputError,
     Skipped,
     SourceToFill,
-    TableScan,
+    TableStatistics,
     choose_for_text,
-    scan_table,
     source_key,
     table_sources,
+    table_statistics,
     text_ngrams,
 )
 from rescorer.proposals.work import PROGRESS_VERSION as WORK_VERSION
@@ -134,7 +134,7 @@ class KindCounts:
 
 @dataclass
 class ProposeSummary:
-    scan: TableScan
+    scan: TableStatistics
     phrase_probabilities: tuple[float, float]
     reranked: RerankWeights | None = None  # None: the beam's order and the constant columns (no reverse model)
     kinds: dict[str, KindCounts] = field(default_factory=lambda: {k: KindCounts() for k in KINDS})
@@ -312,7 +312,7 @@ def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions, re
         # text with a generous bound first (phrase tables rarely go beyond 7 words) and cut after.
         ngrams = text_ngrams(opts.for_text, opts.max_source_words or 20)
     reverse_vocabs = (reverse.src_vocab, reverse.tgt_vocab) if reverse is not None else None
-    scan = scan_table(table, checkpoint.src_vocab, checkpoint.tgt_vocab, frozenset(ngrams), reverse_vocabs)
+    scan = table_statistics(table, checkpoint.src_vocab, checkpoint.tgt_vocab, frozenset(ngrams), reverse_vocabs)
     _check_overlap(table, scan, checkpoint, reverse)
     summary = ProposeSummary(scan, scan.phrase_probabilities())
     if opts.for_text is None:
@@ -324,7 +324,8 @@ def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions, re
     return summary, summary.choice.to_fill, len(summary.choice.to_fill)
 
 
-def _check_overlap(table: str, scan: TableScan, checkpoint: Checkpoint, reverse: Checkpoint | None = None) -> None:
+def _check_overlap(table: str, scan: TableStatistics, checkpoint: Checkpoint,
+                   reverse: Checkpoint | None = None) -> None:
     """Stop when the model's shortlists miss most of the table's words (a model for another table).
 
     A reverse model's source shortlist must hold the table's target words and its target shortlist

@@ -29,7 +29,7 @@ from rescorer.proposals.beam import search_sources
 from rescorer.proposals.lexical import lexical_scores, read_word_table
 from rescorer.proposals.propose import propose
 from rescorer.proposals.rerank import Candidate, LengthPrior, RerankWeights, best_candidates, preselect
-from rescorer.proposals.sources import scan_table
+from rescorer.proposals.sources import table_statistics
 
 SEP = " ||| "
 
@@ -54,7 +54,7 @@ def test_the_length_prior_is_the_tables_own_target_lengths_per_source_length_add
     table = _write_table(tmp_path / "t.gz", [("a b", "x y z"), ("a c", "x y y"), ("b c", "z z z"), ("c b", "y"),
                                              ("a", "x"), ("b", "x y")])
     vocab = load_checkpoint(write_model(table, tmp_path / "m.pt")).src_vocab
-    scan = scan_table(table, vocab, vocab)
+    scan = table_statistics(table, vocab, vocab)
     prior = LengthPrior(scan.length_counts(), scan.max_target_words)  # M = 3 target lengths
     assert prior(2, 3) == pytest.approx(math.log((3 + 1) / (4 + 3)))
     assert prior(2, 1) == pytest.approx(math.log((1 + 1) / (4 + 3)))
