@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infrastructure.errors import UserError
 from infrastructure.files import PathArg, display_name
 from infrastructure.lines import iter_text_lines
 from moses_integration.phrase_table import PhraseTableError, read_phrase_table, score_tokens
@@ -35,10 +34,6 @@ from neural.vocab import Vocab
 
 MOSES_COLUMNS = ("p(f|e)", "lex(f|e)", "p(e|f)", "lex(e|f)")
 KINDS = ("missing", "thin", "table")  # a text n-gram the table lacks; one it covers thinly; --all-sources
-
-
-class ProposalInputError(UserError):
-    """Input ``rescorer propose`` cannot use, found before any search (one line)."""
 
 
 @dataclass(frozen=True)
