@@ -45,9 +45,10 @@ def wait_until(happened: Callable[[], T], what: str, *, proc: subprocess.Popen |
 def _stopped(pid: int) -> bool:
     """Whether every thread of process ``pid`` is stopped (SIGSTOP has reached them all)."""
     states = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            states.append((task / "stat").read_bytes().rsplit(b")", 1)[1].split()[0])
+    with contextlib.suppress(OSError):  # the process, or a thread of it, ended meanwhile
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                states.append((task / "stat").read_bytes().rsplit(b")", 1)[1].split()[0])
     return bool(states) and all(state in (b"T", b"t") for state in states)
 
 
