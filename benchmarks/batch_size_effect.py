@@ -1,4 +1,4 @@
-"""What a larger ``--batch-size`` does to validation perplexity per wall-clock second (issue 38).
+"""What a larger ``--batch-size`` does to validation perplexity per wall-clock second.
 
 Usage: python -m benchmarks.batch_size_effect [--batch-sizes 64,128,256] [--max-time 120] [--threads 1]
        [--table ../shared/fixtures/hansard-enfr/phrase-table.sample.gz] [--size small] [--device cpu]

@@ -227,11 +227,5 @@ def peak_name(device: torch.device, precision: str) -> str:
     return "tf32" if precision == "tf32" else "fp32"
 
 
-def train_precision(device: torch.device, precision: str) -> str:
-    """What ``precision`` trains in on ``device``, in words."""
-    return {"fp32": "fp32 matmuls", "tf32": "TF32 matmuls", "bf16": "bf16 matmuls, fp32 states",
-            "fp16": "fp16 matmuls, fp32 states"}[peak_name(device, precision)]
-
-
 if __name__ == "__main__":
     main()

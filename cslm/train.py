@@ -484,6 +484,7 @@ class _CSLMTraining(Training):
                 bar.set_postfix(loss=f"{loss.item():.3f}", ngram_s=f"{bar.format_dict['rate'] or 0:.0f}")
             if self.out_of_time(cfg.max_time):
                 self.out_of_time_now = True
+                bar.close()  # the lines that say where it stopped come after the bar, not under it
                 return
             if time.monotonic() - self.last_save >= cfg.checkpoint_every:
                 self.heartbeat(len(order))

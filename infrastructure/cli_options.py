@@ -14,7 +14,8 @@ An MT engineer scripts these commands together, so one option means one thing ev
 Each command takes those of them that mean something for it (``tests/architecture/test_cli_conventions.py``
 lists which, and why).
 
-A bad value is one line and exit 1 (the project's rule for bad input), not a usage screen, and what
+A bad value and a usage mistake (:class:`Command`, :class:`Group`) are one line and exit 1 (the
+project's rule for bad input), not a usage screen, and what
 the user must fix (a :class:`~infrastructure.errors.UserError`, a file the command cannot open, bad
 UTF-8, a full disk) prints as one line through :func:`friendly_errors`; any other exception is a bug
 and keeps its traceback. Every number is an :class:`IntRange` or
@@ -31,12 +32,13 @@ module imports click only: no torch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import click
@@ -159,7 +161,49 @@ class OutputPath(OneLinePath):
         return path
 
 
-def use_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int:  # noqa: ARG001
+@contextlib.contextmanager
+def _usage_in_one_line() -> Iterator[None]:
+    """A :class:`click.UsageError` raised inside as one line, exit 1; a bare group's help stays help."""
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.UsageError as exc:
+        where = f"; see '{exc.ctx.command_path} --help'" if exc.ctx is not None else ""
+        message = " ".join(exc.format_message().split())  # click lists a missing choice's values a line each
+        raise click.ClickException(message.rstrip(".") + where) from exc
+
+
+class _OneLineUsage:
+    """A usage mistake (an unknown option, a missing argument, two options that go together given one
+    without the other) is one line and exit 1, as a bad value is: click's own is the usage line, a hint
+    and the error, exit 2. The line names the ``--help`` that says the rest.
+
+    Parsing (:meth:`make_context`) and the body (:meth:`invoke`, where a command checks the options that
+    only make sense together, and a group parses its subcommand) both run under it.
+    """
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        with _usage_in_one_line():
+            return super().make_context(info_name, args, parent, **extra)  # type: ignore[misc]
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _usage_in_one_line():
+            return super().invoke(ctx)  # type: ignore[misc]
+
+
+class Command(_OneLineUsage, click.Command):
+    """Every command of the project: ``@click.command(cls=Command)``, or a subcommand of a :class:`Group`."""
+
+
+class Group(_OneLineUsage, click.Group):
+    """Every command group of the project (``@click.group(cls=Group)``); each of its subcommands a :class:`Command`."""
+
+    command_class = Command
+
+
+def use_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int:
     """``--threads`` applied while the command line is read (:func:`limit_threads`), so that no command body
     has to remember it; the command gets the number chosen, to size its worker pools and decoders from."""
     return limit_threads(value)
@@ -235,7 +279,7 @@ def one_line(exc: BaseException) -> str:
     return str(exc)
 
 
-def _show_warning_in_one_line(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
+def _show_warning_in_one_line(message, category, filename, lineno, file=None, line=None) -> None:
     """``warning: …`` on stderr: what the user should know, without Python's module path and source line."""
     print(f"warning: {message}", file=sys.stderr if file is None else file)
 

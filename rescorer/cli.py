@@ -11,7 +11,9 @@ from typing import Any
 import click
 
 from infrastructure.cli_options import (
+    Command,
     FiniteFloat,
+    Group,
     IntRange,
     NumberList,
     OneLinePath,
@@ -93,7 +95,7 @@ def _model_sizes(hidden: int, embedding: int, maxout_units: int, output_rank: in
                       init_std=init_std)
 
 
-@click.group()
+@click.group(cls=Group)
 def main() -> None:
     """RNN Encoder–Decoder phrase scoring for Moses (Cho et al. 2014)."""
 
@@ -115,7 +117,8 @@ def main() -> None:
               help="stop after this many validations without improvement")
 @click.option("--valid-every", type=IntRange(min=1), default=TrainConfig.valid_every, show_default=True,
               help="updates between validations")
-@click.option("--batch-size", type=IntRange(min=1), default=TrainConfig.batch_size, show_default=True)
+@click.option("--batch-size", type=IntRange(min=1), default=TrainConfig.batch_size, show_default=True,
+              help="phrase pairs per update (the paper's 64)")
 @seed_option()
 @resume_option("continue the run saved in MODEL_OUT")
 @_train_step_option
@@ -189,11 +192,13 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 @main.command("compare")
 @click.argument("model_path", metavar="MODEL", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("phrase_table", type=OneLinePath(exists=True, dir_okay=False))
-@click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True)
+@click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True,
+              help="a long source phrase has at least this many words")
 @click.option("--frequent/--rare", default=True, show_default=True,
               help="the most frequent or the rarest long source phrases (count from the counts field)")
-@click.option("--sources", type=IntRange(min=1), default=10, show_default=True)
-@click.option("--top", type=IntRange(min=1), default=3, show_default=True, help="targets per list")
+@click.option("--sources", type=IntRange(min=1), default=10, show_default=True, help="long source phrases listed")
+@click.option("--top", type=IntRange(min=1), default=3, show_default=True,
+              help="targets of each source in each list (the table's, the RNN's)")
 @click.option("--min-targets", type=IntRange(min=1), default=2, show_default=True,
               help="only sources with at least this many targets in the table")
 @click.option("--column", type=IntRange(min=1), default=3, show_default=True,
@@ -260,7 +265,8 @@ def map_words_command(model_path, out_png, words, labels, seed) -> None:
 @click.argument("out_png", type=OutputPath())
 @click.option("--max-phrases", type=IntRange(min=5), default=1000, show_default=True,
               help="a seeded random sample of this many distinct phrases is mapped")
-@click.option("--min-words", type=IntRange(min=1), default=1, show_default=True)
+@click.option("--min-words", type=IntRange(min=1), default=1, show_default=True,
+              help="only phrases of at least this many words")
 @click.option("--labels", type=IntRange(min=0), default=150, show_default=True, help="at most this many labels")
 @seed_option()
 @device_option()
@@ -286,15 +292,20 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 @click.argument("out_dir", type=OutputPath(folder=True))
 @click.option("--sources", type=IntRange(min=1), default=8, show_default=True,
               help="frequent and rare long sources in the top-target tables")
-@click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True)
+@click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True,
+              help="a long source phrase has at least this many words")
 @click.option("--sample-sources", type=IntRange(min=0), default=4, show_default=True,
               help="sources whose samples are shown")
-@click.option("-n", "--samples", type=IntRange(min=0), default=50, show_default=True)
-@click.option("--beam", type=IntRange(min=0), default=5, show_default=True)
+@click.option("-n", "--samples", type=IntRange(min=0), default=50, show_default=True,
+              help="targets drawn from the decoder for each of those sources")
+@click.option("--beam", type=IntRange(min=0), default=5, show_default=True,
+              help="beam width for each of those sources; its best targets are listed too")
 @click.option("--score-sources", type=IntRange(min=0), default=5000, show_default=True,
               help="random source phrases whose lines are scored for the score scatter and phrase map")
-@click.option("--map-words", "map_words_", type=IntRange(min=5), default=1000, show_default=True)
-@click.option("--map-phrases", "map_phrases_", type=IntRange(min=5), default=1000, show_default=True)
+@click.option("--map-words", "map_words_", type=IntRange(min=5), default=1000, show_default=True,
+              help="the most frequent source words on the word map (t-SNE)")
+@click.option("--map-phrases", "map_phrases_", type=IntRange(min=5), default=1000, show_default=True,
+              help="at most this many of the scored sources on the phrase map (t-SNE)")
 @seed_option()
 @click.option("--screenshot", type=OutputPath(),
               help="also render the page with headless Chromium into this PNG")
@@ -333,7 +344,7 @@ def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> l
     return files
 
 
-@click.command("rescore-phrase-table")
+@click.command("rescore-phrase-table", cls=Command)
 # INPUT_TABLE must exist and be readable, OUTPUT_TABLE must not be a folder: both refused while parsing,
 # before any training or scoring, in one line.
 @click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
@@ -378,7 +389,7 @@ def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> l
               help="padded tokens per batch [default: 8192 on CPU, from free memory on GPU; halved on OOM]")
 @click.option("--skip-bad-lines", is_flag=True,
               help="move malformed lines to OUTPUT_TABLE.rejects (as they are) instead of stopping")
-@click.option("--shard", help="score only slice K/N (1-based), cut at source-phrase boundaries")
+@click.option("--shard", metavar="K/N", help="score only slice K of N (1-based), cut at source-phrase boundaries")
 @resume_option("continue a killed run from its last completed chunk")
 @click.option("--scores-parquet", type=OutputPath(), help="also write the scores to Parquet")
 @seed_option("seed of the training without --model (initial weights, batch order)")
@@ -578,7 +589,7 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
 @friendly_errors()
 def rerank_weights_command(phrase_table, model_path, reverse_path, text, reference, sentences, reverse_grid,
                            length_grid, thin_below, per_source, beam, plain_beam, measure, lex_e2f, lex_f2e, device,
-                           threads) -> None:  # noqa: ARG001 (threads: applied by its option)
+                           threads) -> None:  # threads: applied by its option
     """Choose propose --reverse-model's rerank weights on dev text, for a system's own two RNNs.
 
     For the n-grams of --text that propose --for-text fills, the search and the reverse model run

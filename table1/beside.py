@@ -1,7 +1,7 @@
 """Other runs of the experiment beside this one: the report's "Beside the other runs" table.
 
-A scale's answer only means something next to the others (issue 46: medium's + RNN beside
-SCALE=small's, the domain check's Baseline and the paper). ``table1 --beside FILE`` names another
+A scale's answer only means something next to the others (medium's + RNN beside SCALE=small's,
+the domain check's Baseline and the paper). ``table1 --beside FILE`` names another
 run's ``table1.json``; it is read and checked while the command line is read, before any step, and
 the report puts each of its rows' test score and pooled Δ against its own Baseline beside this
 run's, one column a report, with the paper's last. Only this run's rows are shown: another report's

@@ -37,7 +37,7 @@ class _TargetLogProbs(torch.autograd.Function):
     """log softmax(W low + b)[targets] per row, blocked over the vocabulary (module doc)."""
 
     @staticmethod
-    def forward(ctx, low: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, block: int) -> Tensor:  # noqa: ANN001
+    def forward(ctx, low: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, block: int) -> Tensor:
         score_dtype = torch.promote_types(weight.dtype, torch.float32)
         mm_dtype = matmul_dtype(low.device, weight.dtype)
         with no_autocast(low.device):
@@ -68,7 +68,7 @@ class _TargetLogProbs(torch.autograd.Function):
         return picked - log_norm
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
         low_mm, weight_mm, targets, kept, scale = ctx.saved_tensors
         block, mm_dtype, (low_dtype, weight_dtype) = ctx.block, ctx.mm_dtype, ctx.dtypes
         score_dtype, rows = kept.dtype, low_mm.shape[0]

@@ -24,7 +24,6 @@ CPU_TREE_STEP_ROWS = 512
 # cores, paper sizes: 19 µs/row against 22 µs with 512 × 2048 blocks (the vocabulary side is
 # rescorer.model.normalizer.CPU_SCORING_BLOCK_VOCAB).
 CPU_SCORING_BLOCK_ROWS = 1024
-CPU_SCORING_BLOCK_VOCAB = 512
 
 
 def encode_prefix_tree(model: RNNEncoderDecoder, tree: PrefixTree) -> Tensor:

@@ -24,20 +24,8 @@ TEXT_TABLE_TYPES = ("PhraseDictionaryMemory", "PhraseDictionaryMultiModel")
 DEFAULT_CSLM_NAME = "CSLM0"
 
 
-def choose_phrase_table(ini: MosesIni, table_name: str | None) -> FeatureLine:
-    """The phrase table ``--table NAME`` names, or the only one; an error lists the names."""
-    tables = ini.phrase_tables()
-    names = ", ".join(t.name for t in tables) or "none"
-    if table_name is not None:
-        for table in tables:
-            if table.name == table_name:
-                return table
-        raise MosesIniError(ini.path, None, f"no phrase table named {table_name!r}; its phrase tables: {names}")
-    if len(tables) != 1:
-        raise MosesIniError(
-            ini.path, None, f"{len(tables)} phrase tables ({names}): choose the one to rescore with --table NAME"
-        )
-    return tables[0]
+#: How a user of rescore-phrase-table names the phrase table of a moses.ini with several.
+CHOOSE_TABLE = "choose the one to rescore with --table NAME"
 
 
 def _check_loadable_type(ini_path: str, table: FeatureLine, table_path: str, new_columns: int) -> None:
@@ -90,7 +78,7 @@ def check_moses_ini(
     (:func:`add_cslm`). Nothing is written.
     """
     ini = MosesIni.read(ini_in)
-    table = choose_phrase_table(ini, table_name)
+    table = ini.choose_phrase_table(table_name, how_to_name=CHOOSE_TABLE)
     _check_loadable_type(ini.path, table, output_table, new_columns)
     # A dry run of the edit itself: num-features present and equal to the number of weights.
     ini.add_phrase_table_scores(None, [0.0] * new_columns, table.name)
@@ -132,7 +120,7 @@ def write_moses_ini(
     the error says which command rebuilds it with the right score count.
     """
     ini = MosesIni.read(ini_in)
-    table = choose_phrase_table(ini, table_name)
+    table = ini.choose_phrase_table(table_name, how_to_name=CHOOSE_TABLE)
     _check_loadable_type(ini.path, table, table_path, len(weights))
     new_path = table_path if table_path == "-" else str(Path(table_path).resolve())
     # Relocatable systems keep relative model paths, valid when Moses runs in the ini's folder;

@@ -85,7 +85,7 @@ class Prefetched:
                     if not put_unless_stopped(q, (item, None), done):
                         return
                 put_unless_stopped(q, (end, None), done)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer, in order
+            except BaseException as exc:  # re-raised in the consumer, in order
                 put_unless_stopped(q, (end, exc), done)
             finally:
                 self.cpu_seconds = time.thread_time() - started
@@ -158,7 +158,7 @@ def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
                 if not put_unless_stopped(out_q, ("chunk", ref, item.shard_state, item.position, item.keep), stop):
                     return
         put_unless_stopped(out_q, ("end", cpu()), stop)
-    except BaseException as exc:  # noqa: BLE001 - handed to the main process, which re-raises it
+    except BaseException as exc:  # handed to the main process, which re-raises it
         put_unless_stopped(out_q, ("error", exc, cpu()), stop)
 
 

@@ -720,7 +720,7 @@ def _read_stage(stage: _Stage, fh, done: ChunkProgress, shard_filter: ShardFilte
             if preparation.error is not None:
                 break
         put_unless_stopped(stage.out_q, None, stage.stop)
-    except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
+    except BaseException as exc:  # handed to the main thread, which re-raises
         put_unless_stopped(stage.out_q, exc, stage.stop)
     finally:
         stage.summary.add_stage("read", time.thread_time() - started - busy)
@@ -751,7 +751,7 @@ def _feed_stage(stage: _Stage, read_q) -> None:
                 stage.summary.add_stage(name, seconds)
             put_unless_stopped(stage.out_q, message[1] if kind == "error" else None, stage.stop)
             return
-    except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
+    except BaseException as exc:  # handed to the main thread, which re-raises
         put_unless_stopped(stage.out_q, exc, stage.stop)
 
 

@@ -65,7 +65,8 @@ def load_progress(progress_path: Path, partials: dict[str, Path], identity: dict
     for key in ("version", "input", "model", "options"):
         if saved.get(key) != identity[key]:
             raise ResumeError(
-                f"cannot --resume: the {key} differs from the interrupted run recorded in {progress_path}"
+                f"cannot --resume: the {key} {'differ' if key == 'options' else 'differs'} from the interrupted "
+                f"run recorded in {progress_path}"
                 f"{_difference(saved.get(key), identity[key])}; "
                 f"{start_over or f'remove {main_partial} and {progress_path} to start over'}"
             )

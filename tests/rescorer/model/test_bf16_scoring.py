@@ -1,4 +1,4 @@
-"""Scoring with ``--precision bf16`` on the CPU (issue 47): matmuls on the CPU's bf16 units, the
+"""Scoring with ``--precision bf16`` on the CPU: matmuls on the CPU's bf16 units, the
 softmax normaliser accumulated in fp32 from logits rounded once after the shift, and scores within
 the documented bound of fp32's (docs/training-speed.md)."""
 
@@ -14,7 +14,7 @@ from rescorer.model.normalizer import log_normalizer, output_matrix
 from rescorer.pipeline.scoring import PairScorer
 from rescorer.tables.chunks import TokenIds
 
-# The documented bound: mean |Δ log p| of bf16 against fp32 scores (issue 47's target, met by a trained
+# The documented bound: mean |Δ log p| of bf16 against fp32 scores (the target, met by a trained
 # paper-size model on a GPU: 0.014 nats, docs/gpu.md); the largest single change allowed here.
 MEAN_BOUND, MAX_BOUND = 0.02, 0.15
 
