@@ -14,17 +14,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rescorer.model import block_sizes
 from rescorer.model.network import RNNEncoderDecoder
 
-# Generation (beam search) on CPU: rows per block of logits for the top-k and log-sum-exp; a block
-# of 128 rows × 15,000 words is 7.7 MB, near the cores' share of cache.
-CPU_GENERATION_BLOCK_ROWS = 128
-# Words per chunk of top_k_by_chunks: on the CPU, torch.topk's per-row selection over 15,001 logits
-# cost more than the vocabulary matmul itself (benchmarks/propose_speed.py, docs/proposals.md).
-TOP_K_CHUNK = 64
 
-
-def top_k_by_chunks(logits: Tensor, k: int, chunk: int = TOP_K_CHUNK) -> tuple[Tensor, Tensor]:
+def top_k_by_chunks(logits: Tensor, k: int, chunk: int = block_sizes.TOP_K_CHUNK) -> tuple[Tensor, Tensor]:
     """``logits.topk(k, dim=1)`` (values best first, and their columns), found through chunk maxima.
 
     The row is cut into chunks of ``chunk`` columns (the last ``V mod chunk`` columns are a tail
@@ -109,7 +103,7 @@ def next_word_top_k(
     """
     h, s = _next_word_step(model, start, rows, h, prev)
     k = min(k, model.config.tgt_vocab_size)
-    block = CPU_GENERATION_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
+    block = block_sizes.CPU_GENERATION_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
     values, ids = [], []
     for lo in range(0, s.shape[0], block):
         logits = model._logits(s[lo : lo + block])

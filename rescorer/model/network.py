@@ -54,17 +54,12 @@ from torch import Tensor, nn
 
 from neural.layers import embedding_layer
 from neural.vocab import EOS_ID
-from rescorer.model import normalizer
+from rescorer.model import block_sizes, normalizer
 from rescorer.model.config import ModelConfig
 from rescorer.model.gru import decoder_recurrence, encoder_recurrence
 from rescorer.model.output_layer import target_log_probs
 
-# On CPU the output layer runs in blocks of rows × vocabulary entries: small enough for a block
-# of logits to stay in cache between the matmul and its log-sum-exp, large enough for efficient
-# matmuls. Measured on 2 cores, paper sizes: 28 µs/token against 61 µs for whole-row blocks.
-# On GPUs one block covers everything (blocks would only add kernel launches). The vocabulary
-# side is rescorer.model.normalizer.CPU_OUTPUT_BLOCK_VOCAB.
-CPU_OUTPUT_BLOCK_ROWS = 512
+
 def _orthogonal_(weight: Tensor, block: int) -> None:
     """Fill each [block, block] slice of ``weight`` with the left singular vectors of a Gaussian.
 
@@ -336,7 +331,7 @@ class RNNEncoderDecoder(nn.Module):
             picked = target_log_probs(self.out_rank(s), self.out_vocab.weight, self.out_vocab.bias, targets)
             out[:, : mask.shape[1]][mask] = picked.to(score_dtype)
             return out
-        rows = CPU_OUTPUT_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
+        rows = block_sizes.CPU_OUTPUT_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
         output_matrix = normalizer.output_matrix(self)
         scores = [
             self._target_log_probs(s[i : i + rows], targets[i : i + rows], score_dtype, output_matrix)

@@ -18,22 +18,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from neural.device import matmul_dtype, no_autocast
+from rescorer.model import block_sizes
 from rescorer.model.lse_kernel import log_sum_exp, use_kernel
 
 if TYPE_CHECKING:
     from rescorer.model.network import RNNEncoderDecoder
-
-# On CPU the output layer runs in blocks of rows × vocabulary entries: small enough for a block
-# of logits to stay in cache between the matmul and its log-sum-exp, large enough for efficient
-# matmuls. Measured on 2 cores, paper sizes: 28 µs/token against 61 µs for whole-row blocks.
-# On GPUs one block covers everything (blocks would only add kernel launches). The rows are
-# rescorer.model.network.CPU_OUTPUT_BLOCK_ROWS.
-CPU_OUTPUT_BLOCK_VOCAB = 2048
-# Scoring (no gradient) on CPU: blocks for the in-place log-sum-exp, whose buffer of logits
-# (1024 × 512 floats, 2 MB) stays in the cores' L2 through the matmul, exp and sum. Measured on 2
-# cores, paper sizes: 19 µs/row against 22 µs with 512 × 2048 blocks. The rows are
-# rescorer.model.tree_scoring.CPU_SCORING_BLOCK_ROWS.
-CPU_SCORING_BLOCK_VOCAB = 512
 
 
 def output_matrix(model: RNNEncoderDecoder) -> Tensor:
@@ -67,12 +56,12 @@ def log_normalizer(low: Tensor, dtype: torch.dtype, output_matrix: Tensor) -> Te
     differentiable = torch.is_grad_enabled() and (low.requires_grad or output_matrix.requires_grad)
     if on_cpu and not differentiable and (low.dtype == output_matrix.dtype == dtype
                                           or output_matrix.dtype == torch.bfloat16 != dtype):
-        return log_normalizer_in_place(low, output_matrix, min(vocab, CPU_SCORING_BLOCK_VOCAB), dtype)
+        return log_normalizer_in_place(low, output_matrix, min(vocab, block_sizes.CPU_SCORING_BLOCK_VOCAB), dtype)
     low_and_one = F.pad(low, (0, 1), value=1.0)
     if not differentiable and use_kernel(low):
         # GPUs: the logits never leave the chip (rescorer.model.lse_kernel).
         return log_sum_exp(low_and_one, output_matrix[:, :-1]).to(dtype)
-    step = CPU_OUTPUT_BLOCK_VOCAB if on_cpu else vocab
+    step = block_sizes.CPU_OUTPUT_BLOCK_VOCAB if on_cpu else vocab
     # Per-block log-sum-exps combined exactly (logsumexp of logsumexps); used for training,
     # on GPUs without Triton (one block) and under autocast on the CPU.
     parts = [

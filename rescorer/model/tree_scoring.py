@@ -12,19 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rescorer.model import normalizer
+from rescorer.model import block_sizes, normalizer
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.prefix_tree import PrefixTree
-
-# Prefix-tree levels run in pieces of this many nodes on CPU, so the step's temporaries are reused
-# from the allocator instead of being fresh (page-faulting) buffers.
-CPU_TREE_STEP_ROWS = 512
-# Scoring (no gradient) on CPU: rows per block of the output layer, whose buffer of logits
-# (1024 × 512 floats, 2 MB) stays in the cores' L2 through the matmul, exp and sum. Measured on 2
-# cores, paper sizes: 19 µs/row against 22 µs with 512 × 2048 blocks (the vocabulary side is
-# rescorer.model.normalizer.CPU_SCORING_BLOCK_VOCAB).
-CPU_SCORING_BLOCK_ROWS = 1024
-CPU_SCORING_BLOCK_VOCAB = 512
 
 
 def encode_prefix_tree(model: RNNEncoderDecoder, tree: PrefixTree) -> Tensor:
@@ -39,7 +29,7 @@ def encode_prefix_tree(model: RNNEncoderDecoder, tree: PrefixTree) -> Tensor:
     state_dtype = model.enc_rec_cand.weight.dtype
     states = torch.empty(tree.nodes, model.config.hidden, dtype=state_dtype, device=tree.token.device)
     states[0] = 0
-    rows = CPU_TREE_STEP_ROWS if states.device.type == "cpu" else max(1, tree.nodes)
+    rows = block_sizes.CPU_TREE_STEP_ROWS if states.device.type == "cpu" else max(1, tree.nodes)
     start = 1
     for size in tree.level_sizes[1:]:
         for lo in range(start, start + size, rows):
@@ -76,7 +66,7 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
     states = torch.empty(tree.nodes, d, dtype=state_dtype, device=c.device)
     # Work in pieces of at most ``rows`` nodes: on CPU the temporaries then stay small enough to
     # be reused from the allocator and to sit in cache (fresh large buffers cost page faults).
-    rows = CPU_TREE_STEP_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
+    rows = block_sizes.CPU_TREE_STEP_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
     start = 0
     for level, size in enumerate(tree.level_sizes):
         for lo in range(start, start + size, rows):
@@ -94,7 +84,7 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
     output_matrix = normalizer.output_matrix(model)
     low = torch.empty(tree.nodes, model.config.output_rank, dtype=score_dtype, device=c.device)
     normalizers = torch.empty(tree.nodes, dtype=score_dtype, device=c.device)
-    out_rows = CPU_SCORING_BLOCK_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
+    out_rows = block_sizes.CPU_SCORING_BLOCK_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
     for lo in range(0, tree.nodes, out_rows):
         hi = min(lo + out_rows, tree.nodes)
         pre = model.out_hidden(states[lo:hi]) + model.out_prev(embedded[lo:hi])
