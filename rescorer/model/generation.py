@@ -87,7 +87,7 @@ def next_word_log_probs(
     use, so a generated target's summed step scores equal :meth:`RNNEncoderDecoder.score_targets` of it.
     """
     h, s = _next_word_step(model, start, rows, h, prev)
-    return h, torch.log_softmax(model._logits(s), dim=-1)
+    return h, torch.log_softmax(model.logits(s), dim=-1)
 
 
 def next_word_top_k(
@@ -106,7 +106,7 @@ def next_word_top_k(
     block = block_sizes.CPU_GENERATION_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
     values, ids = [], []
     for lo in range(0, s.shape[0], block):
-        logits = model._logits(s[lo : lo + block])
+        logits = model.logits(s[lo : lo + block])
         top, top_ids = top_k_by_chunks(logits, k) if s.device.type == "cpu" else logits.topk(k, dim=1)
         values.append(top - torch.logsumexp(logits, dim=1, keepdim=True))
         ids.append(top_ids)
@@ -126,7 +126,7 @@ def _next_word_step(
     d = model.config.hidden
     inputs = model.dec_input(embedded).to(h.dtype)  # W'_r e, W'_z e, W' e (+ biases)
     gate_inputs = inputs[:, : 2 * d] + start.gate_context[rows]
-    h = model._decoder_step(h, gate_inputs, inputs[:, 2 * d :], start.cand_context[rows])
+    h = model.decoder_step(h, gate_inputs, inputs[:, 2 * d :], start.cand_context[rows])
     pre = model.out_hidden(h) + model.out_prev(embedded) + start.out_context[rows]
     return h, model._maxout_pool(pre)
 

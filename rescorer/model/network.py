@@ -88,7 +88,7 @@ def _orthogonal_(weight: Tensor, block: int) -> None:
         torch.set_num_threads(threads)
 
 
-def _lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
+def lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
     """Boolean [B, max_len] mask, True at positions < length."""
     positions = torch.arange(max_len, device=lengths.device)
     return positions.unsqueeze(0) < lengths.unsqueeze(1)
@@ -184,7 +184,7 @@ class RNNEncoderDecoder(nn.Module):
         lengths, order = torch.sort(src_len, descending=True, stable=True)
         running = (lengths.unsqueeze(0) > torch.arange(steps, device=lengths.device).unsqueeze(1)).sum(1).tolist()
         lengths, order = lengths.to(src.device, non_blocking=True), order.to(src.device, non_blocking=True)
-        mask = _lengths_mask(lengths, steps)  # [B, T], in the longest-first order
+        mask = lengths_mask(lengths, steps)  # [B, T], in the longest-first order
         ids = src[order, :steps].masked_fill(~mask, EOS_ID)
         state_dtype = self.enc_rec_cand.weight.dtype
         # One matmul for W_r e, W_z e, W e (+ biases) of every step, time-major from the (small) ids
@@ -198,11 +198,11 @@ class RNNEncoderDecoder(nn.Module):
             return h[restore]
         h = torch.zeros(batch, d, dtype=state_dtype, device=src.device)
         for t, n in enumerate(running):
-            h_new = self._encoder_step(h[:n], inputs[t, :n])
+            h_new = self.encoder_step(h[:n], inputs[t, :n])
             h = h_new if n == batch else torch.cat([h_new, h[n:]])
         return h[restore]
 
-    def _encoder_step(self, h: Tensor, inputs: Tensor, out: Tensor | None = None) -> Tensor:
+    def encoder_step(self, h: Tensor, inputs: Tensor, out: Tensor | None = None) -> Tensor:
         """One encoder GRU step (reset before the recurrent product) from [W_r; W_z; W] e + b ([n, 3d]).
 
         addmm folds the input term into the matmul and lerp does z⊙h + (1−z)⊙h̃ in one pass: the
@@ -238,11 +238,11 @@ class RNNEncoderDecoder(nn.Module):
             raise ValueError(
                 f"c must be [B={tgt.shape[0]}, d={self.config.hidden}], got shape {tuple(c.shape)}"
             )
-        mask = _lengths_mask(tgt_len.to(tgt.device), steps)
-        states, prev = self._decode(c, tgt[:, :steps], mask)
+        mask = lengths_mask(tgt_len.to(tgt.device), steps)
+        states, prev = self.decoder_states(c, tgt[:, :steps], mask)
         return states, prev, mask
 
-    def _decode(self, c: Tensor, tgt: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def decoder_states(self, c: Tensor, tgt: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """Decoder states [B, T, d] and inputs e(y_{t−1}) [B, T, emb] for T = ``tgt.shape[1]`` steps."""
         batch, steps, d = tgt.shape[0], tgt.shape[1], self.config.hidden
         prev = self._prev_embeddings(tgt, mask)  # [B, T, emb]
@@ -265,7 +265,7 @@ class RNNEncoderDecoder(nn.Module):
             return states_t.transpose(0, 1), prev
         weights = self._decoder_weights()
         for t in range(steps):
-            h = self._decoder_step(h, gate_inputs[t], cand_inputs[t], cand_context, weights=weights)
+            h = self.decoder_step(h, gate_inputs[t], cand_inputs[t], cand_context, weights=weights)
             states.append(h)
         all_states = torch.stack(states, dim=1) if states else c.new_zeros(batch, 0, d)
         return all_states, prev
@@ -275,7 +275,7 @@ class RNNEncoderDecoder(nn.Module):
         d = self.config.hidden
         return self.dec_rec.weight[: 2 * d].t(), self.dec_rec.weight[2 * d :].t()
 
-    def _decoder_step(
+    def decoder_step(
         self, h: Tensor, gate_inputs: Tensor, cand_inputs: Tensor, cand_context: Tensor, out: Tensor | None = None,
         weights: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
@@ -302,7 +302,7 @@ class RNNEncoderDecoder(nn.Module):
         """max over adjacent pairs of the last dimension: [..., 2m] → [..., m]."""
         return pre.unflatten(-1, (self.config.maxout_units, 2)).amax(dim=-1)
 
-    def _logits(self, s: Tensor) -> Tensor:
+    def logits(self, s: Tensor) -> Tensor:
         """G s = G_l (G_r s) + bias, in at least float32 so the softmax never runs in bf16/fp16.
 
         (A float64 model, as used by the reference tests, stays in float64.)

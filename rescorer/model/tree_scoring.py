@@ -36,7 +36,7 @@ def encode_prefix_tree(model: RNNEncoderDecoder, tree: PrefixTree) -> Tensor:
             hi = min(lo + rows, start + size)
             # One encoder step for a piece of one level, from the parents' states.
             inputs = model.enc_input(model.src_embed(tree.token[lo:hi])).to(state_dtype)
-            model._encoder_step(states[tree.parent[lo:hi]], inputs, out=states[lo:hi])
+            model.encoder_step(states[tree.parent[lo:hi]], inputs, out=states[lo:hi])
         start += size
     return torch.tanh(model.enc_summary(states[tree.final_node]))
 
@@ -78,7 +78,7 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
             inputs = model.dec_input(embedded[lo:hi]).to(state_dtype)
             pre_context[:, : 2 * d] += inputs[:, : 2 * d]
             gate_inputs, cand_context = pre_context[:, : 2 * d], pre_context[:, 2 * d :]
-            model._decoder_step(h, gate_inputs, inputs[:, 2 * d :], cand_context, out=states[lo:hi])
+            model.decoder_step(h, gate_inputs, inputs[:, 2 * d :], cand_context, out=states[lo:hi])
         start += size
     out_context = model.out_context(c)  # [S, 2m]
     output_matrix = normalizer.output_matrix(model)
@@ -97,10 +97,10 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
         normalizer.picked_logits(model, low[tree.position_node], tree.position_next, score_dtype)
         - normalizers[tree.position_node]
     )
-    return _sum_positions(position_scores, tree.position_row, tree.rows, len(tree.level_sizes))
+    return sum_positions(position_scores, tree.position_row, tree.rows, len(tree.level_sizes))
 
 
-def _sum_positions(scores: Tensor, row: Tensor, rows: int, levels: int) -> Tensor:
+def sum_positions(scores: Tensor, row: Tensor, rows: int, levels: int) -> Tensor:
     """Σ of each row's position scores, in the same order whatever the device: deterministic.
 
     ``index_add_`` would do, but on CUDA it adds with atomics in whatever order the threads come,
