@@ -61,8 +61,8 @@ class DecoderStart:
 def start_decoding(model: RNNEncoderDecoder, c: Tensor) -> DecoderStart:
     """What generation needs from the summaries c [B, d]: h'⟨0⟩ and the per-pair context terms.
 
-    The same projections as :meth:`RNNEncoderDecoder._run_decoder` and
-    :meth:`RNNEncoderDecoder._maxout` compute once per pair, so
+    The same projections as :meth:`RNNEncoderDecoder.decoder_states` and the ``out_context`` of
+    :meth:`RNNEncoderDecoder.output_features` compute once per pair, so
     :func:`next_word_log_probs` repeats none of them per step.
     """
     d = model.config.hidden
@@ -127,6 +127,5 @@ def _next_word_step(
     inputs = model.dec_input(embedded).to(h.dtype)  # W'_r e, W'_z e, W' e (+ biases)
     gate_inputs = inputs[:, : 2 * d] + start.gate_context[rows]
     h = model.decoder_step(h, gate_inputs, inputs[:, 2 * d :], start.cand_context[rows])
-    pre = model.out_hidden(h) + model.out_prev(embedded) + start.out_context[rows]
-    return h, model._maxout_pool(pre)
+    return h, model.output_features(h, embedded, start.out_context[rows])
 

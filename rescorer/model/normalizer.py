@@ -7,42 +7,40 @@ as a row-wise dot product (:func:`picked_logits`) minus the softmax normaliser l
 the CPU (:func:`log_normalizer_in_place`), the fused kernel on GPUs (:mod:`rescorer.model.lse_kernel`),
 or per-block log-sum-exps (training, GPUs without Triton, CPU autocast). Training's own output layer,
 with its hand-written backward, is :mod:`rescorer.model.output_layer`.
+
+The functions take the output layer ``out_vocab`` (G_l and its bias, an ``nn.Linear``) and G_r s,
+not the model: they need nothing else of it, and the model imports this module.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from neural.device import matmul_dtype, no_autocast
 from rescorer.model import block_sizes
 from rescorer.model.lse_kernel import log_sum_exp, use_kernel
 
-if TYPE_CHECKING:
-    from rescorer.model.network import RNNEncoderDecoder
 
-
-def output_matrix(model: RNNEncoderDecoder) -> Tensor:
-    """[G_l | bias | 1] ([V, r + 2]): the bias rides in the matmul as a column, against a
-    constant 1 appended to G_r s, instead of being broadcast into every block of logits; the
-    last column lets :func:`log_normalizer` subtract a shift inside the matmul the same way.
+def output_matrix(out_vocab: nn.Linear) -> Tensor:
+    """[G_l | bias | 1] ([V, r + 2]) of the output layer ``out_vocab``: the bias rides in the matmul
+    as a column, against a constant 1 appended to G_r s, instead of being broadcast into every block
+    of logits; the last column lets :func:`log_normalizer` subtract a shift inside the matmul the same way.
 
     Under CPU bf16 autocast (scoring with ``--precision bf16``) it is cast to bf16 here, once
     per scored batch, not once per block of rows (:func:`log_normalizer_in_place`).
     """
-    weight = model.out_vocab.weight
-    matrix = torch.cat([weight, model.out_vocab.bias.unsqueeze(1), weight.new_ones(weight.shape[0], 1)], dim=1)
+    weight = out_vocab.weight
+    matrix = torch.cat([weight, out_vocab.bias.unsqueeze(1), weight.new_ones(weight.shape[0], 1)], dim=1)
     if weight.device.type == "cpu" and not torch.is_grad_enabled():
         return matrix.to(matmul_dtype(weight.device, matrix.dtype))
     return matrix
 
 
-def picked_logits(model: RNNEncoderDecoder, low: Tensor, targets: Tensor, dtype: torch.dtype) -> Tensor:
-    """(G s)[target] + bias as a row-wise dot product of G_r s with the target's row of G_l."""
-    weight, bias = model.out_vocab.weight, model.out_vocab.bias
+def picked_logits(out_vocab: nn.Linear, low: Tensor, targets: Tensor, dtype: torch.dtype) -> Tensor:
+    """(G s)[target] + bias as a row-wise dot product of G_r s with the target's row of G_l (``out_vocab``)."""
+    weight, bias = out_vocab.weight, out_vocab.bias
     return (low.to(dtype) * weight[targets].to(dtype)).sum(-1) + bias[targets].to(dtype)
 
 

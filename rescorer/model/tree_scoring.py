@@ -26,8 +26,8 @@ def encode_prefix_tree(model: RNNEncoderDecoder, tree: PrefixTree) -> Tensor:
     """
     if tree.level_sizes[0] != 1:
         raise ValueError(f"a source tree has one root, got {tree.level_sizes[0]}")
-    state_dtype = model.enc_rec_cand.weight.dtype
-    states = torch.empty(tree.nodes, model.config.hidden, dtype=state_dtype, device=tree.token.device)
+    states = torch.empty(tree.nodes, model.config.hidden, dtype=model.enc_rec_cand.weight.dtype,
+                         device=tree.token.device)
     states[0] = 0
     rows = block_sizes.CPU_TREE_STEP_ROWS if states.device.type == "cpu" else max(1, tree.nodes)
     start = 1
@@ -35,10 +35,10 @@ def encode_prefix_tree(model: RNNEncoderDecoder, tree: PrefixTree) -> Tensor:
         for lo in range(start, start + size, rows):
             hi = min(lo + rows, start + size)
             # One encoder step for a piece of one level, from the parents' states.
-            inputs = model.enc_input(model.src_embed(tree.token[lo:hi])).to(state_dtype)
+            inputs = model.encoder_inputs(tree.token[lo:hi])
             model.encoder_step(states[tree.parent[lo:hi]], inputs, out=states[lo:hi])
         start += size
-    return torch.tanh(model.enc_summary(states[tree.final_node]))
+    return model.summary(states[tree.final_node])
 
 
 def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> Tensor:
@@ -54,7 +54,7 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
     if c.dim() != 2 or c.shape[1] != d or c.shape[0] != tree.level_sizes[0]:
         raise ValueError(f"c must be [S={tree.level_sizes[0]}, d={d}], got shape {tuple(c.shape)}")
     state_dtype = model.dec_rec.weight.dtype
-    score_dtype = torch.promote_types(model.out_vocab.weight.dtype, torch.float32)
+    score_dtype = model.score_dtype
     roots = tree.level_sizes[0]
     # e(y_k) of each node; the roots' input is e(y_0) = 0, so W' e + b is just the bias there.
     embedded = model.tgt_embed(tree.token)
@@ -73,7 +73,7 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
             hi = min(lo + rows, start + size)
             # The parents' states; for the roots h'⟨0⟩ = tanh(V' c), in fp32 like every state.
             h = torch.tanh(model.dec_init(c[lo:hi])).to(state_dtype) if level == 0 else states[tree.parent[lo:hi]]
-            # One GRU step for a piece of the level: the decoder equations of RNNEncoderDecoder._run_decoder.
+            # One GRU step for a piece of the level: the decoder equations of RNNEncoderDecoder.decoder_states.
             pre_context = context.index_select(0, tree.source[lo:hi])  # [n, 3d]
             inputs = model.dec_input(embedded[lo:hi]).to(state_dtype)
             pre_context[:, : 2 * d] += inputs[:, : 2 * d]
@@ -81,20 +81,18 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
             model.decoder_step(h, gate_inputs, inputs[:, 2 * d :], cand_context, out=states[lo:hi])
         start += size
     out_context = model.out_context(c)  # [S, 2m]
-    output_matrix = normalizer.output_matrix(model)
+    output_matrix = normalizer.output_matrix(model.out_vocab)
     low = torch.empty(tree.nodes, model.config.output_rank, dtype=score_dtype, device=c.device)
     normalizers = torch.empty(tree.nodes, dtype=score_dtype, device=c.device)
     out_rows = block_sizes.CPU_SCORING_BLOCK_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
     for lo in range(0, tree.nodes, out_rows):
         hi = min(lo + out_rows, tree.nodes)
-        pre = model.out_hidden(states[lo:hi]) + model.out_prev(embedded[lo:hi])
-        pre += out_context.index_select(0, tree.source[lo:hi])
-        s = model._maxout_pool(pre)  # [n, m]
+        s = model.output_features(states[lo:hi], embedded[lo:hi], out_context.index_select(0, tree.source[lo:hi]))
         block_low = model.out_rank(s)  # G_r s
         low[lo:hi] = block_low
         normalizers[lo:hi] = normalizer.log_normalizer(block_low, score_dtype, output_matrix)
     position_scores = (
-        normalizer.picked_logits(model, low[tree.position_node], tree.position_next, score_dtype)
+        normalizer.picked_logits(model.out_vocab, low[tree.position_node], tree.position_next, score_dtype)
         - normalizers[tree.position_node]
     )
     return sum_positions(position_scores, tree.position_row, tree.rows, len(tree.level_sizes))
