@@ -318,7 +318,8 @@ class RNNEncoderDecoder(nn.Module):
         :mod:`rescorer.model.generation`) advance their own batches of states one step at a time.
         ``gate_inputs`` = [W'_r; W'_z] e + [C_r; C_z] c + b ([n, 2d]); ``cand_inputs`` = W' e + b
         ([n, d]); ``cand_context`` = C c + its bias ([n, d]), which the reset r' multiplies.
-        ``weights``: :meth:`_decoder_weights`, taken once by a caller that loops over steps.
+        ``weights``: the two recurrent matrices, taken once by the loop of :meth:`decoder_states`; other
+        callers leave it None.
         """
         d = self.config.hidden
         gate_weight, cand_weight = weights if weights is not None else self._decoder_weights()
