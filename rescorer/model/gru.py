@@ -9,7 +9,7 @@ recurrence in reverse with only the [rows, 3d] × [3d, d] products that carry th
 through time; the recurrent matrices' gradients are then one large matmul each over all steps.
 
 The equations are exactly those of :class:`rescorer.model.network.RNNEncoderDecoder` (its
-``_encoder_step``/``_decoder_step``, additions folded into addmm the same way), as the same
+``encoder_step``/``decoder_step``, additions folded into addmm the same way), as the same
 operations: the tests find the training and scoring paths' log-probabilities equal within 1e-12,
 and the gradients equal to autograd on the plain equations in float64 within 1e-8. Under
 autocast the matmuls run in the autocast dtype and the states, gates and gradients in the

@@ -27,10 +27,7 @@ import torch
 from torch import Tensor
 
 from neural.device import matmul_dtype, no_autocast
-
-# Vocabulary columns per block on CPU: a [P, block] block of logits for a 64-pair minibatch
-# (a few hundred target positions) stays in L2 between its matmul, its maximum and its exp.
-CPU_TRAIN_BLOCK_VOCAB = 1024
+from rescorer.model import block_sizes
 
 
 class _TargetLogProbs(torch.autograd.Function):
@@ -108,5 +105,5 @@ def target_log_probs(low: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
     block size on CPU, the whole vocabulary elsewhere).
     """
     if block is None:
-        block = CPU_TRAIN_BLOCK_VOCAB if low.device.type == "cpu" else weight.shape[0]
+        block = block_sizes.CPU_TRAIN_BLOCK_VOCAB if low.device.type == "cpu" else weight.shape[0]
     return _TargetLogProbs.apply(low, weight, bias, targets, max(1, int(block)))
