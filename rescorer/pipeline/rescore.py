@@ -431,8 +431,8 @@ class _Run:
         if self.reader_process:
             self.fh.close()
         try:
-            self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done.shard_state)
-                                 if opts.shard else None)
+            self.shard_filter = (ShardFilter.of_table(input_path, opts.shard, self.done.shard_state)
+                                 if opts.shard and not self.reader_process else None)
             self.writer = DurableWriter(self.files, self.to_stdout, identity, self.done)
         except BaseException:
             self.fh.close()
