@@ -142,7 +142,7 @@ class _OwningGzipFile(igzip.IGzipFile):
         super().__init__(fileobj=owned, mode="rb")
         self._owned = owned
         # ISA-L's reader takes the file in steps of 512 KB, so how far the file was read (what
-        # input_position tells, where --shard cuts) runs up to ~3 MB of text ahead of the lines
+        # input_position tells the progress bar) runs up to ~3 MB of text ahead of the lines
         # given out, unevenly. Steps of _GZIP_STEP keep it within a few hundred lines, as fast.
         self._buffer = io.BufferedReader(isal_zlib._GzipReader(self.fileobj, _GZIP_STEP))
 
@@ -197,7 +197,7 @@ def open_input(path: PathArg, *, decompress_thread: bool = False) -> BinaryIO:
     named pipes and ``/dev/stdin`` work too. ``decompress_thread``: a gzip file is decompressed in a
     thread of its own, which runs without the GIL (ISA-L's ``igzip_threaded``), so that the reader
     that cuts the lines has its core to itself; how far the file was read then runs ahead of the
-    lines by its buffers, so :func:`input_position` is no place to cut a shard.
+    lines by its buffers (:func:`input_position` is a progress bar's measure, not a line's place).
     """
     name = os.fspath(path)
     if name == STDIO_NAME:

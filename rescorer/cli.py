@@ -443,8 +443,9 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
                                              reverse)
     click.echo(summary.report(), err=True)
     if summary.lines == 0 and shard:
-        click.echo(f"warning: shard {shard} holds no line of {input_table} (fewer shard points than shards: "
-                   f"one every ~500 lines), so {output_table} is empty (0 bytes)", err=True)
+        click.echo(f"warning: shard {shard} holds no line of {input_table} (a shard starts at a source "
+                   f"block's first line, and this table has too few blocks for so many shards), so "
+                   f"{output_table} is empty (0 bytes)", err=True)
     elif summary.lines == 0:
         click.echo(f"warning: {input_table} holds no phrase-table lines, so {output_table} is empty too", err=True)
     if moses_ini:

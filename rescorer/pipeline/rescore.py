@@ -48,6 +48,7 @@ from infrastructure.files import (
     exclusive_use,
     open_input,
 )
+from infrastructure.interrupts import held_while_starting_children
 from infrastructure.progress import progress_bar
 from infrastructure.threads import available_cpus
 from moses_integration.phrase_table import PhraseTableError
@@ -378,7 +379,7 @@ def _run_pipeline(input_path: str, output_path: str, scorer: ChunkScorer, src_wo
     with exclusive_use(output_path):
         run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts, reverse)
         try:
-            run.start_reader()
+            run.start_stages()
             while (pending := run.next_chunk()) is not None:
                 run.score_and_format(pending)
                 run.write_finished(window=2 * max(1, opts.workers))
@@ -431,8 +432,8 @@ class _Run:
         if self.reader_process:
             self.fh.close()
         try:
-            self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done.shard_state)
-                                 if opts.shard else None)
+            self.shard_filter = (ShardFilter.of_table(input_path, opts.shard, self.done.shard_state)
+                                 if opts.shard and not self.reader_process else None)
             self.writer = DurableWriter(self.files, self.to_stdout, identity, self.done)
         except BaseException:
             self.fh.close()
@@ -441,13 +442,14 @@ class _Run:
         in_size = None if input_path == "-" else os.path.getsize(input_path)
         self.bar = progress_bar(total=in_size, unit="B", unit_scale=True, desc="rescoring", show=opts.progress,
                                 dynamic_ncols=True)
-        # Parsing and formatting share one pool; with -j 1 both run in this process.
-        reverse_words = (reverse.src_words, reverse.tgt_words) if reverse is not None else None
-        self.pool = worker_pool(opts.workers, src_words, tgt_words, reverse_words) if opts.workers > 1 else None
-        self.vocab = arrow_vocab(src_words, tgt_words, reverse_words)  # for chunks prepared in this process
+        self.words = (src_words, tgt_words, (reverse.src_words, reverse.tgt_words) if reverse is not None else None)
+        self.vocab = arrow_vocab(*self.words)  # for chunks prepared in this process
         self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
         self.stop = threading.Event()
-        self.process_stop = multiprocessing.get_context("spawn").Event()  # the reader process' stop flag
+        # Started by start_stages: the pool that parses and formats (with -j 1 this process does
+        # both), and the reader process with its stop flag.
+        self.pool: futures.ProcessPoolExecutor | None = None
+        self.process_stop: multiprocessing.synchronize.Event | None = None
         self.reader: multiprocessing.process.BaseProcess | None = None
         num_scores = opts.num_scores if opts.num_scores is not None else self.done.num_scores
         self.carried = _CarriedAcrossChunks(num_scores, self.done.prev_source)
@@ -455,22 +457,34 @@ class _Run:
         self.chunks_done = self.done.chunks_done
         self.warned = False
 
-    def start_reader(self) -> None:
-        """The reading stage: a reader process and a thread that hands its chunks to the workers, or
-        (-j 1, stdin) one thread that reads and hands on (or prepares) each chunk itself."""
+    def start_stages(self) -> None:
+        """The worker pool (-j 2 and more) and the reading stage: a reader process and a thread that
+        hands its chunks to the workers, or (-j 1, stdin) one thread that reads and hands on (or
+        prepares) each chunk itself.
+
+        The processes start with Ctrl-C and SIGTERM held back (a stop while one starts would leave
+        it half-started), and the semaphores they share are named after the spool, which is how a
+        later run finds and removes them if this whole process group is killed.
+        """
+        read_q = None
+        if self.spool is not None:
+            with self.spool.semaphores(), held_while_starting_children():
+                self.pool = worker_pool(self.opts.workers, *self.words)
+                if self.reader_process:
+                    context = multiprocessing.get_context("spawn")
+                    self.process_stop = context.Event()
+                    read_q = context.Queue(maxsize=2 * self.opts.workers)
+                    settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done.lines_done,
+                                              self.opts.shard, self.done.shard_state, str(self.spool.folder),
+                                              os.getpid())
+                    self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
+                                                  daemon=True, name="rescore-reader")
+                    self.reader.start()
         stage = _Stage(self.input_path, self.opts, self.scorer, self.carried, self.pool, self.vocab, self.spool,
                        self.prepared_q, self.stop, self.summary, self.reverse is not None)
-        if not self.reader_process:
+        if read_q is None:
             target, args = _read_stage, (stage, self.fh, self.done, self.shard_filter)
         else:
-            context = multiprocessing.get_context("spawn")
-            read_q = context.Queue(maxsize=2 * self.opts.workers)
-            settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done.lines_done,
-                                      self.opts.shard, self.done.shard_state, str(self.spool.folder),
-                                      os.getpid())
-            self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
-                                          daemon=True, name="rescore-reader")
-            self.reader.start()
             target, args = _feed_stage, (stage, read_q)
         threading.Thread(target=target, args=args, daemon=True).start()
 
@@ -550,9 +564,13 @@ class _Run:
         return stop_error(exc, self.writer, self.files, self.to_stdout)
 
     def close(self) -> None:
+        """End the stages: each child process is waited for, also one still starting (a stop just
+        after start-up), which would otherwise find the semaphores it shares removed as this process
+        ends, and print a traceback."""
         self.bar.close()
         self.stop.set()
-        self.process_stop.set()
+        if self.process_stop is not None:
+            self.process_stop.set()
         _drain(self.prepared_q)
         if self.pool:
             self.pool.shutdown(cancel_futures=True)

@@ -19,8 +19,9 @@ from infrastructure.files import atomic_write_bytes
 
 # 3: the options hold the scorer's device type, precision and token budget; 4: chunks cut at
 # content-fixed sync points (rescorer.tables.aligned), so a version-3 partial output cannot go on;
-# 5: a gzip member starts at every shard point, and the shard state holds the last source key
-PROGRESS_VERSION = 5
+# 5: a gzip member starts at every shard point, and the shard state holds the last source key;
+# 6: shard points (and so gzip members) follow a grid of lines, not a hash of the sources
+PROGRESS_VERSION = 6
 
 
 class ResumeError(UserError):

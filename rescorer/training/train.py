@@ -312,13 +312,15 @@ def prepare_data(
     workdir.mkdir(parents=True, exist_ok=True)
     ids_path = workdir / "pairs.ids.arrow"
     pairs_path = workdir / "pairs.text.arrow"
-    corpus = extract_unique_pairs(table, pairs_path, progress=progress)
-    if vocabs is None:
-        table_src, table_tgt = build_vocabularies(corpus, shortlist, src_corpus, tgt_corpus)
-        vocabs = (table_tgt, table_src) if reverse else (table_src, table_tgt)
-    src_vocab, tgt_vocab = vocabs
-    encode_pairs(pairs_path, ids_path, src_vocab, tgt_vocab, swap=reverse)
-    pairs_path.unlink()
+    try:  # the text pairs only serve to make the ids: never left behind, however this ends
+        corpus = extract_unique_pairs(table, pairs_path, progress=progress)
+        if vocabs is None:
+            table_src, table_tgt = build_vocabularies(corpus, shortlist, src_corpus, tgt_corpus)
+            vocabs = (table_tgt, table_src) if reverse else (table_src, table_tgt)
+        src_vocab, tgt_vocab = vocabs
+        encode_pairs(pairs_path, ids_path, src_vocab, tgt_vocab, swap=reverse)
+    finally:
+        pairs_path.unlink(missing_ok=True)
     return ids_path, src_vocab, tgt_vocab
 
 

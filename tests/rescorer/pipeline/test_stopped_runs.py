@@ -101,6 +101,39 @@ def test_sigkill_of_a_parallel_run_leaves_no_process_and_no_spool(tmp_path, mode
     assert not spools_of(proc.pid)
 
 
+def semaphores_of(mark: str) -> set[Path]:
+    """The named semaphores (``/dev/shm/sem.*``) the marked processes have open."""
+    found = set()
+    for pid in marked_processes(mark):
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        found |= {Path(line.split(maxsplit=5)[5]) for line in maps.splitlines()
+                  if "/dev/shm/sem." in line and not line.endswith("(deleted)")}
+    return found
+
+
+def test_a_process_group_killed_leaves_no_semaphore_for_good(tmp_path, model_file, long_table) -> None:
+    """SIGKILL of the whole group (the run, its workers, multiprocessing's resource tracker): nobody is
+    left to remove the semaphores they shared; the next run removes them with the dead run's spool."""
+    out = tmp_path / "out.gz"
+    env, mark = marked_env()
+    proc = start_and_wait_for_workers(rescore_cmd(long_table, out, model_file), out, env, mark)
+    semaphores, spools = semaphores_of(mark), spools_of(proc.pid)
+    assert semaphores and spools
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not wait_until_gone(mark, 5)
+    assert all(semaphore.exists() for semaphore in semaphores)
+    minute_ago = time.time() - 60
+    for spool in spools:  # past the grace a spool seconds old gets
+        os.utime(spool, (minute_ago, minute_ago))
+    Spool().close()  # what the next run does as it starts and ends
+    assert not [spool for spool in spools if spool.exists()]
+    assert not [semaphore for semaphore in semaphores if semaphore.exists()]
+
+
 def dead_tag() -> str:
     """The process tag of a process that has ended."""
     return subprocess.run([sys.executable, "-c", "from infrastructure.processes import process_tag; "
@@ -233,6 +266,34 @@ def test_a_stopped_parallel_rescore_says_what_it_kept_in_one_line(tmp_path, mode
         subprocess.run([*cmd, "--resume"], check=True, capture_output=True)
         with gzip.open(out) as fh:
             assert sum(1 for _ in fh) == sum(1 for _ in long_table.open("rb"))
+
+
+def workers_starting(mark: str) -> int:
+    """How many processes of a run are spawned multiprocessing children (its workers and reader)."""
+    return sum("spawn_main" in command for command in marked_processes(mark).values())
+
+
+@pytest.mark.parametrize("how", sorted(STOPS))
+def test_a_rescore_stopped_while_its_workers_start_says_one_line(tmp_path, model_file, long_table, how) -> None:
+    """Stopped the moment its first worker process exists, while the others start: no child's
+    traceback (a semaphore the parent removed as it ended, a Ctrl-C in a child's start-up), the one
+    line, and no process left."""
+    out = tmp_path / "out.gz"
+    env, mark = marked_env()
+    cmd = [*rescore_cmd(long_table, out, model_file)]
+    cmd[cmd.index("-j") + 1] = "4"
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=as_from_a_terminal)
+    while proc.poll() is None and not workers_starting(mark):
+        time.sleep(0.005)
+    assert proc.poll() is None, proc.stderr.read()
+    stop(proc, how)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == STOPS[how][1], stderr
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        line for line in stderr.splitlines() if f"stopped by {STOPS[how][2]}" in line], stderr
+    assert not wait_until_gone(mark, 10)
 
 
 def stop_when_said(cmd: list[str], said: str, how: str, tmp_path: Path) -> tuple[int, str]:
