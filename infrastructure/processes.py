@@ -145,7 +145,7 @@ def semaphores_named(name: str) -> Iterator[None]:
     for good, each name random. ``multiprocessing`` has no public way to name them; its
     process-wide prefix is the one place (Python 3.8 to 3.13).
     """
-    config = multiprocessing.current_process()._config  # noqa: SLF001 - see above
+    config = multiprocessing.current_process()._config  # private: see above
     before = config.get("semprefix")
     config["semprefix"] = f"/mp-{name}"
     try:
