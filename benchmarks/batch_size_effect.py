@@ -19,9 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from infrastructure.threads import prefer_passive_waits
+from infrastructure.threads import prefer_passive_waits, same_sums_whatever_the_threads
 
 prefer_passive_waits()  # as the commands run (infrastructure.cli_options): before torch starts OpenMP
+same_sums_whatever_the_threads()
 
 import torch  # noqa: E402
 

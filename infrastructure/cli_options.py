@@ -45,19 +45,28 @@ import click
 
 from infrastructure.errors import UserError
 from infrastructure.files import (
+    FOLDER_MARK,
     OutputPlaceError,
     check_output_place,
     check_outputs_are_not_inputs,
     disk_full_error,
     display_name,
+    lock_path,
     outputs_of_a_run,
 )
 from infrastructure.interrupts import stopped_runs_say_so
-from infrastructure.threads import limit_threads, prefer_passive_waits
+from infrastructure.threads import (
+    available_cpus,
+    limit_threads,
+    prefer_passive_waits,
+    same_sums_whatever_the_threads,
+)
 
 # Every command imports this module before torch (the commands import it lazily): idle OpenMP
-# threads then sleep instead of spinning against other processes (prefer_passive_waits says why).
+# threads then sleep instead of spinning against other processes (prefer_passive_waits says why), and
+# the output's bytes do not depend on --threads (same_sums_whatever_the_threads).
 prefer_passive_waits()
+same_sums_whatever_the_threads()
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,10 +88,22 @@ class OneLineValue:
         raise click.ClickException(f"Invalid value for {where}: {message}")
 
 
+#: The largest integer any option takes, whatever its own range: what a C ``int64_t`` holds. Past it
+#: torch, numpy and the OS calls the numbers go to raise ``OverflowError`` (a traceback).
+INT64_MAX = 2**63 - 1
+
+
 class IntRange(OneLineValue, click.IntRange):
-    """:class:`click.IntRange`, failing with one line (:class:`OneLineValue`)."""
+    """:class:`click.IntRange`, failing with one line (:class:`OneLineValue`); an option without a
+    ``max`` still refuses what no 64-bit integer holds (:data:`INT64_MAX`)."""
 
     name = "integer"  # "'x' is not a valid integer", not "... integer range"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if abs(number) > INT64_MAX:
+            self.fail(f"{value} is beyond the largest number an option takes ({INT64_MAX}).", param, ctx)
+        return number
 
 
 class FiniteFloat(OneLineValue, click.FloatRange):
@@ -203,17 +224,41 @@ class Group(_OneLineUsage, click.Group):
     command_class = Command
 
 
+#: The most threads or worker processes an option takes; more than the machine's CPUs are cut to those
+#: anyway (:func:`at_most_the_cpus`).
+MAX_THREADS = 1024
+
+
+def at_most_the_cpus(value: int | None, label: str) -> int | None:
+    """``value`` (threads or worker processes), cut to the CPUs this process may use, with a one-line
+    warning. More of them than CPUs only share the CPUs: ``-j 1000`` started ~375 processes, 9.4 GB and a
+    load of 73 on 2 cores, which then took minutes to answer SIGTERM."""
+    cpus = available_cpus()
+    if value is not None and value > cpus:
+        click.echo(f"warning: {label} {value} is more than the {cpus} CPUs this process may use: using {cpus}",
+                   err=True)
+        return cpus
+    return value
+
+
 def use_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int:
     """``--threads`` applied while the command line is read (:func:`limit_threads`), so that no command body
-    has to remember it; the command gets the number chosen, to size its worker pools and decoders from."""
-    return limit_threads(value)
+    has to remember it; the command gets the number chosen, to size its worker pools and decoders from.
+    More than the CPUs this process may use are cut to those (:func:`at_most_the_cpus`)."""
+    return limit_threads(at_most_the_cpus(value, "--threads"))
+
+
+def cap_workers(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """The callback of a worker-process count (``-j``): cut to the CPUs, as ``--threads`` is."""
+    return at_most_the_cpus(value, parameter_label(param))
 
 
 def threads_option(help: str = THREADS_HELP) -> Callable[[F], F]:
-    """``--threads N`` (N >= 1), absent: the CPUs this process may use. The option itself applies it
-    (:func:`infrastructure.threads.limit_threads`: torch's pool, now or when torch loads), and the command
-    receives the number as an ``int``."""
-    return click.option("--threads", type=IntRange(min=1), default=None, callback=use_threads, help=help)
+    """``--threads N`` (1 <= N <= :data:`MAX_THREADS`, cut to the CPUs), absent: the CPUs this process may use.
+    The option itself applies it (:func:`infrastructure.threads.limit_threads`: torch's pool, now or when
+    torch loads), and the command receives the number as an ``int``."""
+    return click.option("--threads", type=IntRange(min=1, max=MAX_THREADS), default=None, callback=use_threads,
+                        help=help)
 
 
 def device_option(help: str = DEVICE_HELP) -> Callable[[F], F]:
@@ -249,8 +294,11 @@ def is_input(param: click.Parameter) -> bool:
     return isinstance(param.type, click.Path) and not isinstance(param.type, OutputPath)
 
 
-def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
-    """The ``(label, path)`` pairs of the outputs and of the inputs given on ``ctx``'s command line."""
+def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]],
+                                                      list[tuple[str, Any]]]:
+    """The ``(label, path)`` pairs of the outputs given on ``ctx``'s command line, of the other files the
+    command writes (``also_writes``, and the lock file :func:`~infrastructure.files.exclusive_use` may hold
+    beside each output) and of the inputs."""
 
     def values(param: click.Parameter) -> list[tuple[str, Any]]:
         value = ctx.params.get(param.name)  # type: ignore[arg-type]
@@ -258,17 +306,35 @@ def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list
         return [(parameter_label(param), v) for v in given if v is not None]
 
     outputs = [pair for p in ctx.command.params if isinstance(p.type, OutputPath) for pair in values(p)]
+    side: list[tuple[str, Any]] = []
     for p in ctx.command.params:
         if not isinstance(p.type, OutputPath):
             continue
         for label, path in values(p):
             for also in p.type.also_writes:
                 if callable(also):
-                    outputs += also(os.fspath(path), ctx.params)
+                    side += also(os.fspath(path), ctx.params)
                 elif os.fspath(path) != "-":
-                    outputs.append((f"written with {label}", also.format(os.fspath(path))))
+                    side.append((f"written with {label}", also.format(os.fspath(path))))
+    locks = [(f"the lock file of {label}", str(lock_path(path))) for label, path in outputs + side
+             if os.fspath(path) != "-" and not os.fspath(path).endswith(FOLDER_MARK)]
     inputs = [pair for p in ctx.command.params if is_input(p) for pair in values(p)]
-    return outputs, inputs
+    return outputs, side + locks, inputs
+
+
+def _check_side_output_places(side: list[tuple[str, Any]]) -> None:
+    """The files a command writes beside its outputs must be writable too, found before any work: the
+    model ``rescore-phrase-table IN -`` trains into the working folder (a read-only one is one line,
+    not a traceback after the training). Each folder is tried once; a folder output as a folder."""
+    tried: set[str] = set()
+    for _, path in side:
+        name = os.fspath(path)
+        folder = name.endswith(FOLDER_MARK)
+        where = name if folder else os.path.dirname(os.path.abspath(name))
+        if where in tried:
+            continue
+        tried.add(where)
+        check_output_place(name.rstrip(FOLDER_MARK) if folder else name, folder=folder)
 
 
 def one_line(exc: BaseException) -> str:
@@ -324,7 +390,9 @@ def friendly_errors(*, keeps_progress: bool | None = None) -> Callable[[F], F]:
             command = ctx.command_path if ctx is not None else fn.__name__
             try:
                 if ctx is not None:
-                    check_outputs_are_not_inputs(*_outputs_and_inputs(ctx))
+                    outputs_given, side, inputs = _outputs_and_inputs(ctx)
+                    check_outputs_are_not_inputs(outputs_given + side, inputs)
+                    _check_side_output_places(side)
                 with stopped_runs_say_so(command), \
                         outputs_of_a_run(outputs[False], outputs[True], keeps_progress=keeps), \
                         warnings.catch_warnings():

@@ -84,7 +84,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from tqdm import tqdm
 
 from infrastructure.errors import UserError
-from infrastructure.files import exclusive_use, removed_when_the_disk_fills
+from infrastructure.files import FOLDER_MARK, exclusive_use, removed_when_the_disk_fills
 from infrastructure.interrupts import Interrupted
 
 if TYPE_CHECKING:
@@ -93,9 +93,10 @@ if TYPE_CHECKING:
 LAST_SUFFIX = ".last"
 DATA_SUFFIX = ".data"
 
-#: What a training writes beside its model (``MODEL.last``, the state ``--resume`` continues from), as
+#: What a training writes beside its model (``MODEL.last``, the state ``--resume`` continues from, and
+#: ``MODEL.data/``, the prepared data it fills: a folder, spelled with its trailing separator), as
 #: ``also_writes`` of a model output (:class:`infrastructure.cli_options.OutputPath`).
-MODEL_ALSO_WRITES = ("{}" + LAST_SUFFIX,)
+MODEL_ALSO_WRITES = ("{}" + LAST_SUFFIX, "{}" + DATA_SUFFIX + FOLDER_MARK)
 
 
 def last_checkpoint_path(model_out: str | Path) -> Path:

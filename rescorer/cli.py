@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from infrastructure.cli_options import (
+    MAX_THREADS,
     Command,
     FiniteFloat,
     Group,
@@ -18,6 +19,7 @@ from infrastructure.cli_options import (
     NumberList,
     OneLinePath,
     OutputPath,
+    cap_workers,
     device_option,
     friendly_errors,
     quiet_option,
@@ -28,7 +30,21 @@ from infrastructure.cli_options import (
 from infrastructure.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
 from neural.config import PRECISIONS, TRAIN_STEPS
 from neural.training import MODEL_ALSO_WRITES
-from rescorer.model.config import DEFAULT_SHORTLIST, DEFAULT_TRAIN_TIME, ModelSizes, TrainConfig
+from rescorer.model.config import (
+    DEFAULT_SHORTLIST,
+    DEFAULT_TRAIN_TIME,
+    MAX_INIT_STD,
+    MAX_MODEL_SIZE,
+    MAX_SHORTLIST,
+    ModelSizes,
+    TrainConfig,
+)
+
+#: The most lines a chunk holds: a chunk is in memory several times over (its lines, ids, trees, scores),
+#: and 10M lines of a real table are some GB.
+MAX_CHUNK_LINES = 10_000_000
+#: The most padded tokens a batch holds: 16 times what a GPU's automatic budget reaches (rescorer.pipeline.scoring).
+MAX_TOKEN_BUDGET = 1 << 24
 
 
 def _model_size_options(fn: Callable) -> Callable:
@@ -40,10 +56,13 @@ def _model_size_options(fn: Callable) -> Callable:
         ("maxout-units", defaults.maxout_units, "maxout units of the deep output"),
         ("output-rank", defaults.output_rank, "rank of the output matrix G = G_l G_r"),
     ]):
-        fn = click.option(f"--{name}", type=IntRange(min=1), default=default, show_default=True, help=help_)(fn)
-    fn = click.option("--shortlist", type=IntRange(min=1), default=DEFAULT_SHORTLIST, show_default=True,
+        fn = click.option(f"--{name}", type=IntRange(min=1, max=MAX_MODEL_SIZE), default=default, show_default=True,
+                          help=help_)(fn)
+    fn = click.option("--shortlist", type=IntRange(min=1, max=MAX_SHORTLIST), default=DEFAULT_SHORTLIST,
+                      show_default=True,
                       help="words per language kept in the model vocabulary ([UNK] included)")(fn)
-    fn = click.option("--init-std", type=FiniteFloat(min=0, min_open=True), default=defaults.init_std,
+    fn = click.option("--init-std", type=FiniteFloat(min=0, min_open=True, max=MAX_INIT_STD),
+                      default=defaults.init_std,
                       show_default=True,
                       help="std of the N(0, s²) initial weights (recurrent ones stay orthogonal). The paper's "
                       "0.01 leaves small models ignoring the source for a long time: watch the 'source gain'")(fn)
@@ -377,15 +396,15 @@ def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> l
               help="initial weight of the --cslm feature (0: the untuned system is the original one)")
 @click.option("--wp-side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True,
               help="which side's words outside the shortlist the penalty counts")
-@click.option("-j", "--workers", type=IntRange(min=0), default=None,
+@click.option("-j", "--workers", type=IntRange(min=0, max=MAX_THREADS), default=None, callback=cap_workers,
               help="worker processes that parse chunks, build their prefix trees, format and compress them "
               "(0 or 1: all in this process) [default: --threads]")
-@click.option("--chunk-lines", type=IntRange(min=1), default=100_000, show_default=True,
+@click.option("--chunk-lines", type=IntRange(min=1, max=MAX_CHUNK_LINES), default=100_000, show_default=True,
               help="lines per chunk read, scored and written at a time (what --resume continues from)")
 @click.option("--compress-level", type=IntRange(min=MEMBER_LEVELS[0], max=MEMBER_LEVELS[-1]),
               default=DEFAULT_MEMBER_LEVEL, show_default=True,
               help="gzip level of a .gz OUTPUT_TABLE, as gzip's -1 .. -9 (0 stores uncompressed)")
-@click.option("--token-budget", type=IntRange(min=1),
+@click.option("--token-budget", type=IntRange(min=1, max=MAX_TOKEN_BUDGET),
               help="padded tokens per batch [default: 8192 on CPU, from free memory on GPU; halved on OOM]")
 @click.option("--skip-bad-lines", is_flag=True,
               help="move malformed lines to OUTPUT_TABLE.rejects (as they are) instead of stopping")
@@ -409,7 +428,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
     """
     from rescorer.model.checkpoint import load_checkpoint
-    from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
+    from rescorer.pipeline.moses_config import check_moses_ini, check_table_path_for_ini, write_moses_ini
     from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions
     from rescorer.pipeline.shards import parse_shard
@@ -423,6 +442,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         raise click.UsageError("--cslm adds a feature to the written moses.ini: it needs --moses-ini, --moses-ini-out")
     if model_path is None and input_table == "-":
         raise click.UsageError("training without --model needs INPUT_TABLE as a file, not stdin")
+    if moses_ini_out:
+        check_table_path_for_ini(output_table, moses_ini_out)
     reverse = load_checkpoint(reverse_model) if reverse_model else None
     # Everything Moses will check is checked now, before hours of training and scoring.
     weights = (rnn_weight, wp_weight, reverse_weight) if reverse else (rnn_weight, wp_weight)
@@ -442,11 +463,12 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     summary = rescore_with_model_or_training(input_table, output_table, model_path, training, options,
                                              reverse)
     click.echo(summary.report(), err=True)
-    if summary.lines == 0 and shard:
+    empty = summary.lines == 0 and summary.finished_already is None
+    if empty and shard:
         click.echo(f"warning: shard {shard} holds no line of {input_table} (a shard starts at a source "
                    f"block's first line, and this table has too few blocks for so many shards), so "
                    f"{output_table} is empty (0 bytes)", err=True)
-    elif summary.lines == 0:
+    elif empty:
         click.echo(f"warning: {input_table} holds no phrase-table lines, so {output_table} is empty too", err=True)
     if moses_ini:
         neural_lm = write_moses_ini(moses_ini, moses_ini_out, output_table, weights, table_name,
@@ -499,7 +521,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               help="initial weight of the indicator column (Moses reads 1 per proposed pair used)")
 @click.option("--rows-per-step", type=IntRange(min=1),
               help="hypotheses per decoder step of the search [default: 4096 on CPU, 16384 on GPU]")
-@click.option("-j", "--workers", type=IntRange(min=0), default=None,
+@click.option("-j", "--workers", type=IntRange(min=0, max=MAX_THREADS), default=None, callback=cap_workers,
               help="worker processes of the rescoring pipeline [default: --threads]")
 @click.option("--token-budget", type=IntRange(min=1), help="padded tokens per scoring batch")
 @resume_option("continue a killed or failed run from its work folder .OUTPUT_TABLE.propose/ (same inputs and "

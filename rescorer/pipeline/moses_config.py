@@ -19,6 +19,7 @@ from infrastructure.files import display_name
 from moses_integration.moses_ini import FeatureLine, MosesIni, MosesIniError
 from moses_integration.nplm import neural_lm_feature_line
 from moses_integration.phrase_table import read_phrase_table
+from rescorer.pipeline.errors import RescoreError
 
 TEXT_TABLE_TYPES = ("PhraseDictionaryMemory", "PhraseDictionaryMultiModel")
 DEFAULT_CSLM_NAME = "CSLM0"
@@ -59,6 +60,22 @@ def add_cslm(ini: MosesIni, cslm: str, name: str = DEFAULT_CSLM_NAME, weight: fl
     return ini.add_feature(neural_lm_feature_line(cslm, name), [weight])
 
 
+def ini_table_path(table_path: str) -> str:
+    """The path of the new table as the written moses.ini names it: absolute (``-`` as is)."""
+    return table_path if table_path == "-" else str(Path(table_path).resolve())
+
+
+def check_table_path_for_ini(table_path: str, ini_out: str | None) -> None:
+    """Refuse an output table whose path a moses.ini line cannot hold: Moses splits the line at blanks
+    and cuts it at ``#``, so the written ini would name another file. Found before any work (naming the
+    option that asks for the ini), not after the training and the scoring."""
+    written = ini_table_path(table_path)
+    if any(ch.isspace() for ch in written) or "#" in written:
+        raise RescoreError(f"the output table {written!r} holds a blank or '#', which the moses.ini of "
+                           f"--moses-ini-out {ini_out} cannot hold (Moses splits its lines at blanks and cuts them at "
+                           "'#'): choose a path without them")
+
+
 def check_moses_ini(
     ini_in: str,
     input_table: str,
@@ -77,6 +94,7 @@ def check_moses_ini(
     line by line. With ``cslm``, the NPLM model file, feature name and weight are checked too
     (:func:`add_cslm`). Nothing is written.
     """
+    check_table_path_for_ini(output_table, ini_out)
     ini = MosesIni.read(ini_in)
     table = ini.choose_phrase_table(table_name, how_to_name=CHOOSE_TABLE)
     _check_loadable_type(ini.path, table, output_table, new_columns)
@@ -122,7 +140,7 @@ def write_moses_ini(
     ini = MosesIni.read(ini_in)
     table = ini.choose_phrase_table(table_name, how_to_name=CHOOSE_TABLE)
     _check_loadable_type(ini.path, table, table_path, len(weights))
-    new_path = table_path if table_path == "-" else str(Path(table_path).resolve())
+    new_path = ini_table_path(table_path)
     # Relocatable systems keep relative model paths, valid when Moses runs in the ini's folder;
     # the new ini lives elsewhere, so its other models are pinned to where they are now.
     ini.absolutize_paths(Path(ini_in).resolve().parent)

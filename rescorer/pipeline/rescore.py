@@ -78,6 +78,7 @@ from rescorer.pipeline.reader import (
 from rescorer.pipeline.resume import (
     PROGRESS_VERSION,
     ResumeError,
+    content_identity,
     file_identity,
     load_progress,
     recorded_options,
@@ -142,6 +143,7 @@ class RescoreSummary:
     sum_reverse_log_prob: float | None = None  # with --reverse-model: the sum of log p(f|e)
     rejects_path: str | None = None
     resumed_lines: int = 0  # lines an interrupted run had done (not part of this run's speed)
+    finished_already: str | None = None  # the output a --resume found complete: nothing was scored
     # CPU seconds of this run's stages, wherever they ran (threads or worker processes): "read"
     # (decompress, cut into chunks, shard filter; with a reader process, "gunzip" is the decompression
     # in its own thread (no --shard), "read" the finding of lines, "align" the sync points and
@@ -161,6 +163,9 @@ class RescoreSummary:
         return self.target_unknown / self.target_tokens if self.target_tokens else 0.0
 
     def report(self) -> str:
+        if self.finished_already is not None:
+            return (f"{self.finished_already} is finished already (no partial output beside it): nothing to resume; "
+                    "remove it to score the table again")
         rate = (self.lines - self.resumed_lines) / self.seconds if self.seconds > 0 else 0.0
         rejected = f", {self.rejected} malformed lines rejected to {self.rejects_path}" if self.rejected else ""
         reverse = f", mean log p(f|e) {self.sum_reverse_log_prob / self.lines:.4f}" \
@@ -415,10 +420,10 @@ class _Run:
         self.compress_level = opts.compress_level if output_path.endswith(".gz") else None
         identity = {
             "version": PROGRESS_VERSION, "input": file_identity(input_path),
-            "model": file_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
+            "model": content_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
         }
         if reverse is not None:  # only then: progress records of runs without it stay valid
-            identity["options"]["reverse_model"] = file_identity(reverse.model_path)
+            identity["options"]["reverse_model"] = content_identity(reverse.model_path)
             identity["options"]["reverse_scorer"] = scorer_identity(reverse.scorer)
         self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
             else ChunkProgress()
@@ -561,7 +566,7 @@ class _Run:
             # The chunks before a malformed line are complete: keep them all, as a serial run does.
             with contextlib.suppress(Exception):
                 self.write_finished(window=0)
-        return stop_error(exc, self.writer, self.files, self.to_stdout)
+        return stop_error(exc, self.writer, self.files, self.to_stdout, self.input_path == "-")
 
     def close(self) -> None:
         """End the stages: each child process is waited for, also one still starting (a stop just

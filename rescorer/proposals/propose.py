@@ -63,7 +63,7 @@ from rescorer.pipeline.rescore import (
     check_directions,
     rescore_phrase_table,
 )
-from rescorer.pipeline.resume import file_identity
+from rescorer.pipeline.resume import content_identity, file_identity
 from rescorer.pipeline.scoring import PairScorer
 from rescorer.proposals.beam import default_rows_per_step, search_sources
 from rescorer.proposals.lexical import WordTable, lexical_scores, read_word_table
@@ -251,15 +251,16 @@ def _run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, devi
     if opts.for_text is not None:
         options.update(thin_below=opts.thin_below, max_source_words=opts.max_source_words)
     if reverse is not None:
-        options.update(reverse_model=_identity_if_present(getattr(reverse, "path", None)),
+        options.update(reverse_model=_identity_if_present(getattr(reverse, "path", None), content_identity),
                        rerank=asdict(opts.rerank))
     return {"version": WORK_VERSION, "input": file_identity(table),
-            "model": _identity_if_present(getattr(checkpoint, "path", None)), "options": options}
+            "model": _identity_if_present(getattr(checkpoint, "path", None), content_identity), "options": options}
 
 
-def _identity_if_present(path: str | os.PathLike | None) -> dict | None:
-    """A file's identity, None without one (a missing word table is reported by its reader, at its line)."""
-    return file_identity(path) if path is not None and os.path.isfile(path) else None
+def _identity_if_present(path: str | os.PathLike | None, identity=file_identity) -> dict | None:
+    """A file's identity (a model's by its content), None without one (a missing word table is reported by
+    its reader, at its line)."""
+    return identity(path) if path is not None and os.path.isfile(path) else None
 
 
 def _run(table: str, output: str, models: tuple[Checkpoint, Checkpoint | None], opts: ProposeOptions,

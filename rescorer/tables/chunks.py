@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from infrastructure.files import CORRUPT_GZIP_ERRORS, first_unreadable_line
-from moses_integration.phrase_table import SEPARATOR, PhraseTableError, parse_line, score_tokens
+from moses_integration.phrase_table import MAX_PHRASE_WORDS, SEPARATOR, PhraseTableError, parse_line, score_tokens
 from moses_integration.tokens import split_tokens_arrow
 
 FIELD_SEPARATOR = SEPARATOR.decode()  # the same separator, as the str pyarrow's string kernels take
@@ -269,6 +269,8 @@ def _parse_fast(chunk: LineChunk, path: str, num_scores: int | None, want_scores
         pc.match_substring_regex(target, _NO_TOKEN)
     ).as_py():
         raise _NeedsSlowPath
+    if _too_long(source) or _too_long(target):
+        raise _NeedsSlowPath
     score_text = split_tokens_arrow(pc.utf8_rtrim(pc.list_element(fields, 2), characters="\r"))
     counts = pc.list_value_length(score_text).to_numpy(zero_copy_only=False)
     expected = num_scores if num_scores is not None else int(counts[0])
@@ -283,6 +285,14 @@ def _parse_fast(chunk: LineChunk, path: str, num_scores: int | None, want_scores
     scores = values.reshape(len(chunk), expected) if want_scores else None
     rows = np.arange(len(chunk), dtype=np.int64)
     return ParsedChunk(chunk, source, target, rows, [], scores, expected)
+
+
+def _too_long(phrases: pa.Array) -> bool:
+    """Whether a phrase has more than :data:`MAX_PHRASE_WORDS` words. Words are counted only where a phrase
+    is long enough in bytes to hold that many (a word and a blank are 2 bytes at least): never, in a real table."""
+    if pc.max(pc.binary_length(phrases)).as_py() <= 2 * MAX_PHRASE_WORDS:
+        return False
+    return pc.max(pc.list_value_length(split_tokens_arrow(phrases))).as_py() > MAX_PHRASE_WORDS
 
 
 @dataclass
