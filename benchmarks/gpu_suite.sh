@@ -122,7 +122,7 @@ note "cslm: $(grep -Ei 'n-grams/s|hypotheses/s' "$OUT/cslm.log" | tr '\n' ' ')"
 
 # 6. Identity: a rerun, and a run killed after two durable chunks then resumed, against the first.
 same() {  # same FIRST OTHER WHAT: "WHAT: byte-identical", or what differs: lines, members, or members' bytes
-  (cd "$REPO" && "$PYTHON" - "$1" "$2" "$3") <<'EOF'
+  (cd "$REPO" && PYTHONPATH="$REPO/tests" "$PYTHON" - "$1" "$2" "$3") <<'EOF'
 import sys
 from pathlib import Path
 from tests.rescore_runs import assert_same_output, gzip_members  # the tests' definition of the same output
