@@ -26,13 +26,14 @@ class BitextError(FileLineError):
     """A bitext line that cannot be a training pair."""
 
 
-def read_bitext(src_path: PathArg, tgt_path: PathArg) -> tuple[list[str], list[str]]:
-    """Both sides' lines, checked: the same number of lines, none empty (only blanks counts as empty)."""
+def read_bitext(src_path: PathArg, tgt_path: PathArg, *, allow_empty: bool = False) -> tuple[list[str], list[str]]:
+    """Both sides' lines, checked: the same number of lines, and unless ``allow_empty`` (scoring: a
+    hypothesis may be empty) none empty (only blanks counts as empty)."""
     src_lines: list[str] = []
     tgt_lines: list[str] = []
     for path, lines in ((src_path, src_lines), (tgt_path, tgt_lines)):
         for line_no, line in iter_text_lines(path, error=BitextError):
-            if not line.strip():
+            if not allow_empty and not line.strip():
                 raise BitextError(display_name(path), line_no, "empty line: every line of a bitext must be a sentence")
             lines.append(line)
     if len(src_lines) != len(tgt_lines):
@@ -40,7 +41,7 @@ def read_bitext(src_path: PathArg, tgt_path: PathArg) -> tuple[list[str], list[s
         n = min(len(src_lines), len(tgt_lines))
         raise BitextError(display_name(longer), n + 1, f"line {n + 1} has no counterpart: {display_name(shorter)} "
                           f"has {n} lines, {display_name(longer)} {max(len(src_lines), len(tgt_lines))}")
-    if not src_lines:
+    if not src_lines and not allow_empty:
         raise BitextError(display_name(src_path), 1, "the bitext is empty")
     return src_lines, tgt_lines
 

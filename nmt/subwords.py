@@ -63,6 +63,11 @@ def train_subwords(lines: Iterable[str], vocab_size: int, *, seed: int = 1234, b
     With ``byte_fallback`` any character outside the pieces is spelled in bytes (256 pieces of the
     vocabulary), so nothing is unknown.
     """
+    lines = list(lines)
+    needed = len(set("".join(lines)) - {" "}) + 1 + 4 + (256 if byte_fallback else 0)  # + "▁", specials, bytes
+    if vocab_size < needed:
+        raise NMTError(f"--vocab-size {vocab_size} is too small for this text: its {needed - 261} characters, "
+                       f"4 special units and 256 bytes need at least {needed}")
     model = io.BytesIO()
     spm.set_random_generator_seed(seed)
     spm.SentencePieceTrainer.train(

@@ -1,0 +1,352 @@
+"""Training the attention NMT model on a tokenised bitext: ``nmt train SRC TGT MODEL``.
+
+What a run does, in order: the bitext is read and checked (:func:`nmt.data.read_bitext`), a held-out
+slice is set apart (or ``--valid-src/--valid-tgt`` read), one sentencepiece model per side is trained
+on the training text, both sides are encoded, and Adam updates run on length-bucketed batches
+(:func:`nmt.data.epoch_batches`) under the project's one training loop
+(:func:`infrastructure.training_loop.run_training`): a validation every ``valid_every`` updates
+(perplexity per target unit, EOS counted, and BLEU of a greedy decode of the first
+``bleu_sentences`` held-out pairs), ``MODEL`` the best model by perplexity, ``MODEL.last`` the latest
+state for ``--resume``, stops by time, patience, updates or epochs, Ctrl-C and SIGTERM.
+
+The model-specific parts are small functions of their own (:func:`update_step`, :func:`validate`,
+:func:`learning_rate`), apart from the run's bookkeeping, so that another training base can drive them.
+Nothing in a run draws random numbers but the batches, a pure function of (seed, epoch): a resumed
+run makes the same updates as one never stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sacrebleu
+import torch
+from tqdm import tqdm
+
+from infrastructure.errors import UserError
+from infrastructure.files import exclusive_use
+from infrastructure.progress import progress_bar
+from infrastructure.training_loop import run_training
+from neural.config import DictConfig, check_positive_int
+from neural.device import autocast, autocast_dtype, describe_precision, select_device, training_precision
+from neural.model_files import last_checkpoint_path, refuse_to_overwrite
+from nmt.data import EncodedBitext, epoch_batches, read_bitext
+from nmt.model import AttentionNMT, NMTConfig, make_batch, pair_log_probs
+from nmt.model_file import load_nmt, save_nmt
+from nmt.scoring import score_pairs
+from nmt.search import greedy_search
+from nmt.subwords import Subwords, train_subwords
+
+
+@dataclass
+class NMTTrainConfig(DictConfig):
+    """The training recipe; saved in the model file, so a run resumes with it and can be inspected."""
+
+    batch_size: int = 64  # sentence pairs per update
+    lr: float = 5e-4  # Adam's
+    clip: float = 1.0  # gradient norm limit
+    valid_every: int = 1000  # updates between validations
+    max_steps: int | None = None
+    max_epochs: int | None = None
+    max_time: float | None = None  # seconds of training, across --resume
+    patience: int | None = 10  # validations without a better perplexity
+    seed: int = 1234
+    valid_lines: int = 1000  # held out of the bitext when no validation files are given
+    bleu_sentences: int = 100  # held-out pairs greedily decoded at each validation
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "valid_every", "valid_lines"):
+            check_positive_int("NMTTrainConfig", name, getattr(self, name))
+        check_positive_int("NMTTrainConfig", "bleu_sentences", self.bleu_sentences, minimum=0)
+        for name in ("max_steps", "max_epochs", "patience"):
+            if getattr(self, name) is not None:
+                check_positive_int("NMTTrainConfig", name, getattr(self, name))
+        for name in ("lr", "clip"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"NMTTrainConfig.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.max_time is not None and not float(self.max_time) > 0:
+            raise ValueError(f"NMTTrainConfig.max_time must be > 0 seconds, got {self.max_time!r}")
+
+
+@dataclass
+class Validation:
+    """One validation: where (update, epoch), held-out perplexity per target unit, greedy BLEU."""
+
+    step: int
+    epoch: int
+    perplexity: float
+    bleu: float | None
+
+
+@dataclass
+class NMTTrainResult:
+    steps: int
+    elapsed: float
+    stopped_by: str
+    history: list[Validation]
+    target_tokens: int  # target units (EOS counted) trained on
+
+    @property
+    def best(self) -> Validation | None:
+        return min(self.history, key=lambda v: v.perplexity, default=None)
+
+
+# --------------------------------------------------------------------------------------------
+# The model-specific parts: data, one update, one validation, the schedule
+
+
+@dataclass
+class PreparedData:
+    """Both sides' subword models and the encoded training and held-out pairs."""
+
+    src_subwords: Subwords
+    tgt_subwords: Subwords
+    train: EncodedBitext
+    valid: EncodedBitext
+    valid_references: list[str]  # the held-out targets as given (tokenised), for BLEU
+    fingerprint: str  # what a resumed run must find again
+
+
+def _file_identity(path: str) -> dict[str, Any]:
+    st = os.stat(path)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def prepare_data(src: str, tgt: str, cfg: NMTTrainConfig, vocab_size: int, *, valid_src: str | None = None,
+                 valid_tgt: str | None = None, subwords: tuple[Subwords, Subwords] | None = None) -> PreparedData:
+    """Read and check the bitext (before anything long), split, train or reuse the subwords, encode."""
+    src_lines, tgt_lines = read_bitext(src, tgt)
+    if valid_src is not None and valid_tgt is not None:
+        valid_pairs = read_bitext(valid_src, valid_tgt)
+        train_rows = np.arange(len(src_lines))
+    else:
+        if len(src_lines) < 2:
+            raise UserError(f"{src}: need at least 2 lines to hold one out for validation")
+        held = min(cfg.valid_lines, max(1, len(src_lines) // 10))
+        order = np.random.default_rng(cfg.seed).permutation(len(src_lines))
+        held_rows, train_rows = np.sort(order[:held]), np.sort(order[held:])
+        valid_pairs = ([src_lines[i] for i in held_rows], [tgt_lines[i] for i in held_rows])
+    train_src = [src_lines[i] for i in train_rows]
+    train_tgt = [tgt_lines[i] for i in train_rows]
+    if subwords is None:
+        subwords = (train_subwords(train_src, vocab_size, seed=cfg.seed),
+                    train_subwords(train_tgt, vocab_size, seed=cfg.seed))
+    src_sw, tgt_sw = subwords
+    identity = {"src": _file_identity(src), "tgt": _file_identity(tgt),
+                "valid": [_file_identity(valid_src), _file_identity(valid_tgt)] if valid_src and valid_tgt else None,
+                "vocab_size": vocab_size, "seed": cfg.seed, "valid_lines": cfg.valid_lines}
+    return PreparedData(
+        src_sw, tgt_sw, EncodedBitext(src_sw.encode(train_src), tgt_sw.encode(train_tgt)),
+        EncodedBitext(src_sw.encode(valid_pairs[0]), tgt_sw.encode(valid_pairs[1])), list(valid_pairs[1]),
+        hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest())
+
+
+def learning_rate(cfg: NMTTrainConfig, step: int) -> float:  # noqa: ARG001 - the schedule's place
+    """Adam's step size at update ``step``: constant (Bahdanau et al. train with Adadelta, no schedule)."""
+    return cfg.lr
+
+
+def update_step(model: AttentionNMT, optimizer: torch.optim.Optimizer, data: EncodedBitext, rows: np.ndarray,
+                cfg: NMTTrainConfig, step: int, device: torch.device,
+                amp_dtype: torch.dtype | None) -> tuple[float, int]:
+    """One Adam update on the pairs ``rows``: mean negative log-likelihood per target unit, clipped
+    gradients. Returns the summed negative log-likelihood and the target units."""
+    batch = make_batch([data.sources[i] for i in rows], [data.targets[i] for i in rows], device)
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(cfg, step)
+    with autocast(device, amp_dtype):
+        total = pair_log_probs(model, batch).sum()
+    tokens = batch.target_tokens
+    optimizer.zero_grad(set_to_none=True)
+    (-total / tokens).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+    optimizer.step()
+    return -float(total.detach()), tokens
+
+
+def validate(model: AttentionNMT, data: PreparedData, cfg: NMTTrainConfig,
+             amp_dtype: torch.dtype | None) -> tuple[float, float | None]:
+    """Held-out perplexity per target unit (EOS counted) and BLEU of a greedy decode of its first
+    ``bleu_sentences`` pairs (sacreBLEU on the tokenised text, no further tokenisation)."""
+    was_training = model.training
+    model.eval()
+    valid = data.valid
+    log_prob = float(score_pairs(model, valid.sources, valid.targets, amp_dtype=amp_dtype).sum())
+    perplexity = math.exp(-log_prob / max(1, valid.target_tokens))
+    bleu = None
+    if cfg.bleu_sentences:
+        sources = valid.sources[: cfg.bleu_sentences]
+        found = greedy_search(model, sources)
+        hypotheses = data.tgt_subwords.decode([h.ids for h in found])
+        bleu = sacrebleu.corpus_bleu(hypotheses, [data.valid_references[: len(sources)]], tokenize="none").score
+    model.train(was_training)
+    return perplexity, bleu
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+
+
+def train_nmt(src: str, tgt: str, model_out: Path, *, model_config: NMTConfig, train_config: NMTTrainConfig,
+              vocab_size: int = 8000, valid_src: str | None = None, valid_tgt: str | None = None,
+              device: str = "auto", precision: str = "auto", resume: bool = False,
+              progress: bool = True) -> NMTTrainResult:
+    """What ``nmt train`` does; ``model_config``'s vocabulary sizes are replaced by the subwords'.
+
+    With ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``) with that file's config,
+    subwords and position; the bitext must be the one it was trained on.
+    """
+    model_out = Path(model_out)
+    with exclusive_use(model_out):
+        refuse_to_overwrite(model_out, resume)
+        run = _NMTTraining.start(src, tgt, model_out, model_config, train_config, vocab_size=vocab_size,
+                                 valid_src=valid_src, valid_tgt=valid_tgt, device=device, precision=precision,
+                                 resume=resume)
+        stopped_by = run_training(run, progress=progress)
+        return NMTTrainResult(run.state["step"], run.state["elapsed"], stopped_by, run.history,
+                              run.state["target_tokens"])
+
+
+@dataclass
+class _NMTTraining:
+    """One run as :func:`~infrastructure.training_loop.run_training` drives it (its ``TrainingRun``)."""
+
+    model_out: Path
+    cfg: NMTTrainConfig
+    dev: torch.device
+    amp_dtype: torch.dtype | None
+    model: AttentionNMT
+    optimizer: torch.optim.Optimizer
+    data: PreparedData
+    state: dict[str, Any]
+    history: list[Validation]
+    started: float = 0.0
+    out_of_time: bool = False
+    trained: bool = False
+    batches: tuple[int, list[np.ndarray]] | None = None  # (epoch, its batches)
+
+    @classmethod
+    def start(cls, src: str, tgt: str, model_out: Path, model_config: NMTConfig, cfg: NMTTrainConfig, *,
+              vocab_size: int, valid_src: str | None, valid_tgt: str | None, device: str, precision: str,
+              resume: bool) -> _NMTTraining:
+        dev = select_device(device)
+        precision = training_precision(dev, precision)
+        amp_dtype = autocast_dtype(dev, precision)
+        resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
+        loaded = load_nmt(resume_from, dev) if resume and resume_from.exists() else None
+        if loaded is not None:
+            if loaded.train_state is None or loaded.optimizer_state is None or loaded.train_config is None:
+                raise UserError(f"{resume_from}: the model file holds no training state to resume from")
+            model_config = loaded.model.config
+            cfg = NMTTrainConfig.from_dict({**loaded.train_config, "max_steps": cfg.max_steps,
+                                            "max_epochs": cfg.max_epochs, "max_time": cfg.max_time,
+                                            "patience": cfg.patience})
+        data = prepare_data(src, tgt, cfg, vocab_size, valid_src=valid_src, valid_tgt=valid_tgt,
+                            subwords=(loaded.src_subwords, loaded.tgt_subwords) if loaded else None)
+        model_config = dataclasses.replace(model_config, src_vocab=len(data.src_subwords),
+                                           tgt_vocab=len(data.tgt_subwords))
+        torch.manual_seed(cfg.seed)
+        model = AttentionNMT(model_config).to(dev)
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        state: dict[str, Any] = {"epoch": 0, "position": 0, "step": 0, "target_tokens": 0, "elapsed": 0.0,
+                                 "best": math.inf, "bad_validations": 0, "history": [], "data": data.fingerprint}
+        if loaded is not None:
+            assert loaded.train_state is not None and loaded.optimizer_state is not None
+            if loaded.train_state.get("data") != data.fingerprint:
+                raise UserError(f"{resume_from}: trained on other data (or other settings) than {src} and {tgt}; "
+                                "cannot resume")
+            model.load_state_dict(loaded.model.state_dict())
+            optimizer.load_state_dict(loaded.optimizer_state)
+            state = dict(loaded.train_state)
+        state["precision"] = precision
+        print(f"training on {dev} in {precision}: {describe_precision(precision)}; {len(data.train)} pairs, "
+              f"{len(data.src_subwords)} and {len(data.tgt_subwords)} subword units", file=sys.stderr)
+        history = [Validation(**v) for v in state["history"]]
+        return cls(model_out, cfg, dev, amp_dtype, model, optimizer, data, state, history)
+
+    @property
+    def last_path(self) -> Path:
+        return last_checkpoint_path(self.model_out)
+
+    def epoch_batches(self) -> list[np.ndarray]:
+        epoch = self.state["epoch"]
+        if self.batches is None or self.batches[0] != epoch:
+            self.batches = (epoch, epoch_batches(self.data.train, self.cfg.batch_size, self.cfg.seed, epoch))
+        return self.batches[1]
+
+    def save(self, improved: bool) -> None:
+        self.state["history"] = [dataclasses.asdict(v) for v in self.history]
+        for path in (self.last_path, self.model_out) if improved or not self.model_out.exists() else (self.last_path,):
+            save_nmt(path, self.model, self.data.src_subwords, self.data.tgt_subwords,
+                     train_config=self.cfg.to_dict(), optimizer_state=self.optimizer.state_dict(),
+                     train_state=self.state)
+
+    def first_validation(self) -> None:
+        self.save(self.validate())
+
+    def validate(self) -> bool:
+        state = self.state
+        perplexity, bleu = validate(self.model, self.data, self.cfg, self.amp_dtype)
+        self.history.append(Validation(state["step"], state["epoch"], perplexity, bleu))
+        bleu_text = f", greedy BLEU {bleu:.2f}" if bleu is not None else ""
+        tqdm.write(f"update {state['step']} (epoch {state['epoch'] + 1}): valid perplexity {perplexity:.2f}"
+                   f"{bleu_text}", file=sys.stderr)
+        if perplexity < state["best"] - 1e-9:
+            state["best"], state["bad_validations"] = perplexity, 0
+            return True
+        state["bad_validations"] += 1
+        return False
+
+    def progress_bar(self, show: bool) -> tqdm:
+        return progress_bar(total=self.cfg.max_steps, initial=self.state["step"], desc="training", unit=" update",
+                            show=show, dynamic_ncols=True, mininterval=1.0)
+
+    def update(self, bar: tqdm) -> None:
+        """One update; at an epoch's end, the next epoch."""
+        state = self.state
+        batches = self.epoch_batches()
+        self.trained = True
+        loss, tokens = update_step(self.model, self.optimizer, self.data.train, batches[state["position"]],
+                                   self.cfg, state["step"], self.dev, self.amp_dtype)
+        state["step"] += 1
+        state["position"] += 1
+        state["target_tokens"] += tokens
+        state["elapsed"] = time.monotonic() - self.started
+        if state["position"] >= len(batches):
+            state["epoch"], state["position"] = state["epoch"] + 1, 0
+        bar.update(1)
+        if state["step"] % 20 == 0:
+            bar.set_postfix(loss=f"{loss / tokens:.3f}", tok_s=f"{state['target_tokens'] / state['elapsed']:.0f}")
+        self.out_of_time = self.cfg.max_time is not None and state["elapsed"] >= self.cfg.max_time
+
+    def validation_due(self) -> bool:
+        """Every ``valid_every`` updates, at the last update and when time runs out."""
+        state, cfg = self.state, self.cfg
+        last = (cfg.max_steps is not None and state["step"] >= cfg.max_steps) or (
+            cfg.max_epochs is not None and state["epoch"] >= cfg.max_epochs)
+        return self.out_of_time or last or state["step"] % cfg.valid_every == 0
+
+    def reason_to_stop(self) -> str | None:
+        cfg, state = self.cfg, self.state
+        if self.out_of_time or (cfg.max_time is not None and state["elapsed"] >= cfg.max_time):
+            return "max_time"
+        if self.trained and cfg.patience is not None and state["bad_validations"] >= cfg.patience:
+            return "early_stopping"
+        if cfg.max_steps is not None and state["step"] >= cfg.max_steps:
+            return "max_steps"
+        if cfg.max_epochs is not None and state["epoch"] >= cfg.max_epochs:
+            return "max_epochs"
+        return None
+
+    def position(self) -> str:
+        return f"update {self.state['step']} (epoch {self.state['epoch'] + 1})"
