@@ -14,12 +14,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Bottom to top: a package may import only from packages before it in this list.
-LAYERS = ("infrastructure", "moses_integration", "neural", "rescorer", "cslm", "mert", "table1")
+LAYERS = ("infrastructure", "moses_integration", "neural", "rescorer", "cslm", "nmt", "mert", "table1")
 #: Packages that know no model package, and so never load torch: what every command shares (files, CLI
 #: conventions, threads, errors, progress, interrupts, processes), the formats, and MERT, whose extra
 #: n-best features come from above (a package registers one; the CSLM is registered in pyproject.toml).
 MODEL_FREE = ("infrastructure", "moses_integration", "mert")
-MODEL_PACKAGES = {"neural", "rescorer", "cslm", "torch", "triton"}
+MODEL_PACKAGES = {"neural", "rescorer", "cslm", "nmt", "torch", "triton"}
 #: Bottom to top inside ``rescorer``: one subpackage per job; ``cli.py`` sits above them all.
 RESCORER_LAYERS = ("tables", "model", "training", "pipeline", "proposals", "analysis")
 
@@ -84,6 +84,14 @@ def test_the_cslm_imports_nothing_of_the_rnn():
     config records, the model-file envelope): loading it loads no RNN module, no Triton kernel."""
     wrong = [f"{path.relative_to(ROOT)} imports {imported}" for path in sorted((ROOT / "cslm").rglob("*.py"))
              for imported, _ in _imports(path) if imported == "rescorer"]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_nmt_model_imports_neither_the_rnn_nor_the_cslm():
+    """The attention encoder-decoder shares with the other networks only what ``neural`` holds: loading it
+    loads no RNN or CSLM module (and no Triton kernel)."""
+    wrong = [f"{path.relative_to(ROOT)} imports {imported}" for path in sorted((ROOT / "nmt").rglob("*.py"))
+             for imported, _ in _imports(path) if imported in ("rescorer", "cslm")]
     assert not wrong, "\n".join(wrong)
 
 
