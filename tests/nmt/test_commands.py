@@ -12,6 +12,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import nmt.train as nmt_train
+from infrastructure.interrupts import Interrupted
 from mert.features import load_feature
 from moses_integration.nbest import read_nbest
 from neural.model_files import write_model_file
@@ -71,26 +73,45 @@ def test_training_lowers_the_held_out_perplexity_and_says_so(models):
     assert loaded.model.config.hidden == 8 and len(loaded.tgt_subwords) == loaded.model.config.tgt_vocab
 
 
-def test_a_resumed_training_ends_with_the_model_of_an_uninterrupted_one(bitext, tmp_path):
+def _tiny_run(bitext, out: Path, steps: int, resume: bool = False, **options):
     config = NMTConfig(src_vocab=8, tgt_vocab=8, embedding=8, hidden=8, alignment=8, maxout=8)
+    cfg = NMTTrainConfig(**{"batch_size": 16, "lr": 0.01, "valid_every": 3, "max_steps": steps, "valid_lines": 10,
+                            "bleu_sentences": 2, **options})
+    return train_nmt(str(bitext[0]), str(bitext[1]), out, model_config=config, train_config=cfg, vocab_size=400,
+                     progress=False, resume=resume)
 
-    def run(out: Path, steps: int, resume: bool = False):
-        cfg = NMTTrainConfig(batch_size=16, lr=0.01, valid_every=3, max_steps=steps, valid_lines=10,
-                             bleu_sentences=2)
-        return train_nmt(str(bitext[0]), str(bitext[1]), out, model_config=config, train_config=cfg, vocab_size=400,
-                         progress=False, resume=resume)
 
-    straight = run(tmp_path / "straight.pt", 10)  # 104 pairs in 7 batches: the run crosses an epoch
-    run(tmp_path / "split.pt", 5)
-    resumed = run(tmp_path / "split.pt", 10, resume=True)
-    assert resumed.steps == straight.steps == 10
+def test_a_training_stopped_by_ctrl_c_and_resumed_ends_with_the_uninterrupted_model(bitext, tmp_path, monkeypatch):
+    straight = _tiny_run(bitext, tmp_path / "straight.pt", 10)  # 81 pairs in 6 batches: two epochs
+    update = nmt_train.update_step
+    calls = itertools.count(1)
+
+    def interrupted_at_the_8th(*args, **kwargs):
+        if next(calls) == 8:  # the 2nd update of epoch 2
+            raise KeyboardInterrupt
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(nmt_train, "update_step", interrupted_at_the_8th)
+    with pytest.raises(Interrupted) as caught:
+        _tiny_run(bitext, tmp_path / "split.pt", 10)
+    assert caught.value.kept == (f"training state at update 7 (epoch 2) kept in {tmp_path / 'split.pt.last'}, the "
+                                 f"best model so far in {tmp_path / 'split.pt'} (run again with --resume to continue)")
+    kept = load_nmt(tmp_path / "split.pt.last").train_state
+    assert (kept["step"], kept["epoch"], kept["position"]) == (7, 1, 1)
+    monkeypatch.setattr(nmt_train, "update_step", update)
+    resumed = _tiny_run(bitext, tmp_path / "split.pt", 10, resume=True)
+    assert resumed.steps == straight.steps == 10 and resumed.stopped_by == "max_steps"
     a = load_nmt(tmp_path / "straight.pt.last").model.state_dict()
     b = load_nmt(tmp_path / "split.pt.last").model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    # The stop at update 5 validated there; every other validation is the uninterrupted run's.
-    assert [v.step for v in resumed.history] == [0, 3, 5, 6, 9, 10]
-    assert [v.perplexity for v in resumed.history if v.step != 5] == [v.perplexity for v in straight.history]
-    assert load_nmt(tmp_path / "split.pt.last").train_state["epoch"] == 1
+    assert [(v.step, v.perplexity) for v in resumed.history] == [(v.step, v.perplexity) for v in straight.history]
+    assert [v.step for v in straight.history] == [0, 3, 6, 9, 10]
+
+
+def test_training_stops_for_time(bitext, tmp_path):
+    result = _tiny_run(bitext, tmp_path / "m.pt", None, max_time=1e-6)
+    assert result.stopped_by == "max_time" and result.steps == 1
+    assert [v.step for v in result.history] == [0, 1]  # validated where time ran out
 
 
 def test_translate_writes_the_beam_search_and_moses_nbest_lines(models, bitext, tmp_path):

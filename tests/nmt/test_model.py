@@ -126,6 +126,56 @@ def test_batched_beam_search_equals_one_sentence_at_a_time_and_beam_one_is_greed
     assert any(w[0].log_prob > g.log_prob + 1e-6 for w, g in zip(wider, greedy, strict=True))
 
 
+def reference_beam(model: AttentionNMT, src: list[int], beam: int,
+                   max_length: int) -> list[tuple[tuple[int, ...], float]]:
+    """SPEC §7's search written plainly for one sentence: every prefix rescored from the start, all
+    expansions ranked together, each hypothesis that ends narrowing the beam by one."""
+    live: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
+    finished: list[tuple[tuple[int, ...], float]] = []
+    width = beam
+    while width > 0 and live:
+        candidates = []
+        for prefix, _ in live:
+            total = naive_log_prob(model, src, list(prefix)) - _final_eos(model, src, list(prefix))
+            log_probs = _next_log_probs(model, src, list(prefix))
+            units = [EOS_ID] if len(prefix) + 1 >= max_length else range(log_probs.shape[0])
+            candidates += [(prefix + (u,), total + float(log_probs[u])) for u in units]
+        candidates.sort(key=lambda c: -c[1])
+        live = []
+        for ids, value in candidates[:width]:
+            if ids[-1] == EOS_ID:
+                finished.append((ids[:-1], value))
+            else:
+                live.append((ids, value))
+        width -= sum(1 for ids, _ in candidates[:width] if ids[-1] == EOS_ID)
+    return sorted(finished, key=lambda f: -f[1])
+
+
+def _next_log_probs(model: AttentionNMT, src: list[int], prefix: list[int]) -> torch.Tensor:
+    annotations, first = model.encode(torch.tensor([src + [EOS_ID]]), torch.ones(1, len(src) + 1, dtype=torch.bool))
+    keys, mask, state = model.annotation_keys(annotations), torch.ones(1, len(src) + 1, dtype=torch.bool), first
+    for y_prev in [BOS_ID] + prefix:
+        log_probs, state = model.decoder_step(torch.tensor([y_prev]), state, keys, annotations, mask)
+    return log_probs[0]
+
+
+def _final_eos(model: AttentionNMT, src: list[int], prefix: list[int]) -> float:
+    return float(_next_log_probs(model, src, prefix)[EOS_ID])
+
+
+@torch.no_grad()
+def test_the_beam_search_is_the_reference_search_narrowing_by_one_as_each_hypothesis_ends():
+    model = tiny_model(seed=7)
+    rng = random.Random(7)
+    sources = [random_ids(rng, 11, 1, 3) for _ in range(3)]
+    found = beam_search(model, sources, beam=3, nbest=10, max_length=6)  # every hypothesis that ended
+    for source, hypotheses in zip(sources, found, strict=True):
+        assert len(hypotheses) == 3  # the beam closed after 3 ended
+        expected = reference_beam(model, source, 3, 6)
+        assert [h.ids for h in hypotheses] == [ids for ids, _ in expected]
+        assert [h.log_prob for h in hypotheses] == pytest.approx([v for _, v in expected], abs=1e-5)
+
+
 def test_the_searches_stop_at_the_length_limit_with_eos():
     model = tiny_model()
     with torch.no_grad():
