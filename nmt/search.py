@@ -78,6 +78,8 @@ def beam_search(model: AttentionNMT, sources: list[list[int]], beam: int, *, nbe
             values, flat = block.flatten().topk(k)
             vocab = block.shape[1]
             for value, index in zip(values.tolist(), flat.tolist(), strict=True):
+                if value == float("-inf"):  # fewer possible hypotheses than the beam (only EOS allowed)
+                    break
                 row, unit = divmod(index, vocab)
                 if unit == EOS_ID:
                     finished[sentence].append(Hypothesis(prefixes[start + row], value))

@@ -166,12 +166,13 @@ def _final_eos(model: AttentionNMT, src: list[int], prefix: list[int]) -> float:
 @torch.no_grad()
 def test_the_beam_search_is_the_reference_search_narrowing_by_one_as_each_hypothesis_ends():
     model = tiny_model(seed=7)
+    model.output.bias[EOS_ID] += 2.0  # hypotheses end at different lengths, most before the limit
     rng = random.Random(7)
     sources = [random_ids(rng, 11, 1, 3) for _ in range(3)]
-    found = beam_search(model, sources, beam=3, nbest=10, max_length=6)  # every hypothesis that ended
+    found = beam_search(model, sources, beam=3, nbest=10, max_length=8)  # every hypothesis that ended
     for source, hypotheses in zip(sources, found, strict=True):
         assert len(hypotheses) == 3  # the beam closed after 3 ended
-        expected = reference_beam(model, source, 3, 6)
+        expected = reference_beam(model, source, 3, 8)
         assert [h.ids for h in hypotheses] == [ids for ids, _ in expected]
         assert [h.log_prob for h in hypotheses] == pytest.approx([v for _, v in expected], abs=1e-5)
 
@@ -182,6 +183,7 @@ def test_the_searches_stop_at_the_length_limit_with_eos():
         model.output.bias[EOS_ID] = -1e4  # EOS never wins: only the limit ends a hypothesis
     found = beam_search(model, [[4, 5]], beam=3, max_length=4)[0][0]
     assert len(found.ids) == 3 and found.log_prob < -1e3
+    assert [h.ids for h in beam_search(model, [[4, 5]], beam=3, nbest=3, max_length=1)[0]] == [()]
     assert len(greedy_search(model, [[4, 5]], max_length=4)[0].ids) == 3
 
 
