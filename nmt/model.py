@@ -165,13 +165,16 @@ class AttentionNMT(nn.Module):
         emb_projected = nn.functional.linear(emb, self.decoder.input.weight[:, :R], self.decoder.input.bias)
         context_weight = self.decoder.input.weight[:, R:]
         s = first
-        outputs, weights = [], []
+        states, contexts, weights = [], [], []
         for i in range(tgt_in.shape[1]):
             context, alpha = self.attend(s, keys, annotations, src_mask)
             s = self.decoder.step(emb_projected[:, i] + nn.functional.linear(context, context_weight), s)
-            outputs.append(self.maxout(emb[:, i], s, context))
+            states.append(s)
+            contexts.append(context)
             weights.append(alpha)
-        return torch.stack(outputs, dim=1), torch.stack(weights, dim=1)
+        # The maxout layer needs no recurrence: one map over every step at once.
+        outputs = self.maxout(emb, torch.stack(states, dim=1), torch.stack(contexts, dim=1))
+        return outputs, torch.stack(weights, dim=1)
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor,
                 tgt_out: torch.Tensor, tgt_mask: torch.Tensor) -> torch.Tensor:
