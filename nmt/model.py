@@ -112,11 +112,12 @@ class AttentionNMT(nn.Module):
         keep = src_mask.unsqueeze(-1)
         states = []
         for gru, order in ((self.encoder_forward, range(J)), (self.encoder_backward, range(J - 1, -1, -1))):
-            projected = gru.input(emb)
+            # unbind, not [:, j]: the backward of J slices would fill J zero tensors of the whole size
+            projected = gru.input(emb).unbind(1)
             h = emb.new_zeros(B, H)
             out: list[torch.Tensor] = [h] * J
             for j in order:
-                h = torch.where(keep[:, j], gru.step(projected[:, j], h), h)
+                h = torch.where(keep[:, j], gru.step(projected[j], h), h)
                 out[j] = h
             states.append(torch.stack(out, dim=1))
         annotations = torch.cat(states, dim=2)
@@ -166,9 +167,9 @@ class AttentionNMT(nn.Module):
         context_weight = self.decoder.input.weight[:, R:]
         s = first
         states, contexts, weights = [], [], []
-        for i in range(tgt_in.shape[1]):
+        for step_input in emb_projected.unbind(1):
             context, alpha = self.attend(s, keys, annotations, src_mask)
-            s = self.decoder.step(emb_projected[:, i] + nn.functional.linear(context, context_weight), s)
+            s = self.decoder.step(step_input + nn.functional.linear(context, context_weight), s)
             states.append(s)
             contexts.append(context)
             weights.append(alpha)
