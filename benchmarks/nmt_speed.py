@@ -24,6 +24,8 @@ from torch import nn  # noqa: E402
 
 from neural.device import autocast, autocast_dtype  # noqa: E402
 from nmt.model import AttentionNMT, NMTConfig, PairBatch, make_batch, pair_log_probs  # noqa: E402
+from nmt.scoring import score_grouped  # noqa: E402
+from nmt.search import beam_search  # noqa: E402
 
 
 class TorchPeer(nn.Module):
@@ -104,6 +106,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed updates per model and precision")
     parser.add_argument("--precision", default="fp32,bf16")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--sources", type=int, default=10, help="sentences of the n-best and beam figures")
+    parser.add_argument("--hypotheses", type=int, default=100, help="n-best hypotheses per source")
+    parser.add_argument("--beam", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = NMTConfig(src_vocab=args.vocab, tgt_vocab=args.vocab, embedding=args.dim, hidden=args.dim,
@@ -118,6 +123,28 @@ def main() -> None:
         torch.manual_seed(0)
         peer = timed_updates(TorchPeer(config), lambda m, b: m(b), data, amp)
         print(f"{precision}: nmt {ours:,.0f} target units/s, torch peer (nn.GRU) {peer:,.0f}: {ours / peer:.2f}x")
+    search_speeds(config, args)
+
+
+@torch.no_grad()
+def search_speeds(config: NMTConfig, args: argparse.Namespace) -> None:
+    """n-best scoring (each source encoded once, its hypotheses batched) and batched beam search, fp32,
+    random weights: the searches run to their length limit, 2 × the source's units + 10."""
+    torch.manual_seed(0)
+    model = AttentionNMT(config).eval()
+    rng = random.Random(2)
+    sources = [[rng.randrange(4, config.src_vocab) for _ in range(args.length)] for _ in range(args.sources)]
+    groups = [g for g in range(args.sources) for _ in range(args.hypotheses)]
+    hypotheses = [[rng.randrange(4, config.tgt_vocab) for _ in range(args.length + rng.randint(-3, 3))]
+                  for _ in groups]
+    started = time.perf_counter()
+    score_grouped(model, sources, groups, hypotheses)
+    scored = len(hypotheses) / (time.perf_counter() - started)
+    started = time.perf_counter()
+    beam_search(model, sources, args.beam)
+    searched = len(sources) / (time.perf_counter() - started)
+    print(f"n-best scoring: {scored:,.1f} hypotheses/s ({args.hypotheses} per source); "
+          f"beam search (beam {args.beam}, batched): {searched:,.2f} sentences/s")
 
 
 if __name__ == "__main__":
