@@ -18,8 +18,8 @@ from nmt.data import length_sorted_batches
 from nmt.model import BOS_ID, EOS_ID, AttentionNMT, at_least_fp32, pad_batch
 
 #: Padded target units per decoding batch: large enough to fill a CPU's matmuls, small enough to bound
-#: the [batch, length, vocabulary] logits (32k units × 8k pieces × 4 bytes = 1 GB at most).
-DEFAULT_BATCH_TOKENS = 32768
+#: the [batch, length, vocabulary] logits (8k units × 8k pieces × 4 bytes = 256 MB, and its softmax).
+DEFAULT_BATCH_TOKENS = 8192
 #: Sources encoded at once.
 ENCODE_BATCH = 64
 
