@@ -62,7 +62,8 @@ def main() -> None:
 @click.option("--patience", type=IntRange(min=1), default=10, show_default=True,
               help="stop after this many validations without a better perplexity")
 @seed_option()
-@resume_option("continue the run saved in MODEL_OUT(.last)")
+@resume_option("continue the run saved in MODEL_OUT(.last), with its sizes, subwords and recipe; only the stops "
+               "(--max-*, --patience) given here apply")
 @device_option()
 @click.option("--precision", type=click.Choice([p for p in PRECISIONS if p != "tf32"]), default="auto",
               show_default=True, help="auto: fp32 on the CPU, bf16 autocast on a GPU")
@@ -85,10 +86,10 @@ def nmt_train_command(src, tgt, model_out, valid_src, valid_tgt, valid_lines, vo
         src, tgt, model_out,
         model_config=NMTConfig(src_vocab=8, tgt_vocab=8, embedding=embedding, hidden=hidden, alignment=alignment,
                                maxout=maxout),
-        train_config=NMTTrainConfig(batch_size=batch_size, lr=lr, valid_every=valid_every, max_steps=max_steps,
-                                    max_epochs=max_epochs, max_time=max_time, patience=patience, seed=seed,
-                                    valid_lines=valid_lines, bleu_sentences=bleu_sentences),
-        vocab_size=vocab_size, valid_src=valid_src, valid_tgt=valid_tgt, device=device, precision=precision,
+        train_config=NMTTrainConfig(vocab_size=vocab_size, batch_size=batch_size, lr=lr, valid_every=valid_every,
+                                    max_steps=max_steps, max_epochs=max_epochs, max_time=max_time, patience=patience,
+                                    seed=seed, valid_lines=valid_lines, bleu_sentences=bleu_sentences),
+        valid_src=valid_src, valid_tgt=valid_tgt, device=device, precision=precision,
         resume=resume, progress=not quiet,
     )
     best = result.best

@@ -52,6 +52,7 @@ from nmt.subwords import Subwords, train_subwords
 class NMTTrainConfig(DictConfig):
     """The training recipe; saved in the model file, so a run resumes with it and can be inspected."""
 
+    vocab_size: int = 8000  # sentencepiece units per side, at most
     batch_size: int = 64  # sentence pairs per update
     lr: float = 5e-4  # Adam's
     clip: float = 1.0  # gradient norm limit
@@ -65,7 +66,7 @@ class NMTTrainConfig(DictConfig):
     bleu_sentences: int = 100  # held-out pairs greedily decoded at each validation
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "valid_every", "valid_lines"):
+        for name in ("vocab_size", "batch_size", "valid_every", "valid_lines"):
             check_positive_int("NMTTrainConfig", name, getattr(self, name))
         check_positive_int("NMTTrainConfig", "bleu_sentences", self.bleu_sentences, minimum=0)
         for name in ("max_steps", "max_epochs", "patience"):
@@ -122,7 +123,7 @@ def _file_identity(path: str) -> dict[str, Any]:
     return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def prepare_data(src: str, tgt: str, cfg: NMTTrainConfig, vocab_size: int, *, valid_src: str | None = None,
+def prepare_data(src: str, tgt: str, cfg: NMTTrainConfig, *, valid_src: str | None = None,
                  valid_tgt: str | None = None, subwords: tuple[Subwords, Subwords] | None = None) -> PreparedData:
     """Read and check the bitext (before anything long), split, train or reuse the subwords, encode."""
     src_lines, tgt_lines = read_bitext(src, tgt)
@@ -139,12 +140,12 @@ def prepare_data(src: str, tgt: str, cfg: NMTTrainConfig, vocab_size: int, *, va
     train_src = [src_lines[i] for i in train_rows]
     train_tgt = [tgt_lines[i] for i in train_rows]
     if subwords is None:
-        subwords = (train_subwords(train_src, vocab_size, seed=cfg.seed),
-                    train_subwords(train_tgt, vocab_size, seed=cfg.seed))
+        subwords = (train_subwords(train_src, cfg.vocab_size, seed=cfg.seed),
+                    train_subwords(train_tgt, cfg.vocab_size, seed=cfg.seed))
     src_sw, tgt_sw = subwords
     identity = {"src": _file_identity(src), "tgt": _file_identity(tgt),
                 "valid": [_file_identity(valid_src), _file_identity(valid_tgt)] if valid_src and valid_tgt else None,
-                "vocab_size": vocab_size, "seed": cfg.seed, "valid_lines": cfg.valid_lines}
+                "vocab_size": cfg.vocab_size, "seed": cfg.seed, "valid_lines": cfg.valid_lines}
     return PreparedData(
         src_sw, tgt_sw, EncodedBitext(src_sw.encode(train_src), tgt_sw.encode(train_tgt)),
         EncodedBitext(src_sw.encode(valid_pairs[0]), tgt_sw.encode(valid_pairs[1])), list(valid_pairs[1]),
@@ -198,18 +199,19 @@ def validate(model: AttentionNMT, data: PreparedData, cfg: NMTTrainConfig,
 
 
 def train_nmt(src: str, tgt: str, model_out: Path, *, model_config: NMTConfig, train_config: NMTTrainConfig,
-              vocab_size: int = 8000, valid_src: str | None = None, valid_tgt: str | None = None,
+              valid_src: str | None = None, valid_tgt: str | None = None,
               device: str = "auto", precision: str = "auto", resume: bool = False,
               progress: bool = True) -> NMTTrainResult:
     """What ``nmt train`` does; ``model_config``'s vocabulary sizes are replaced by the subwords'.
 
     With ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``) with that file's config,
-    subwords and position; the bitext must be the one it was trained on.
+    subwords, recipe (its vocabulary size, held-out lines, seed) and position; only the stops are this
+    call's. The bitext must be the one it was trained on.
     """
     model_out = Path(model_out)
     with exclusive_use(model_out):
         refuse_to_overwrite(model_out, resume)
-        run = _NMTTraining.start(src, tgt, model_out, model_config, train_config, vocab_size=vocab_size,
+        run = _NMTTraining.start(src, tgt, model_out, model_config, train_config,
                                  valid_src=valid_src, valid_tgt=valid_tgt, device=device, precision=precision,
                                  resume=resume)
         stopped_by = run_training(run, progress=progress)
@@ -237,7 +239,7 @@ class _NMTTraining:
 
     @classmethod
     def start(cls, src: str, tgt: str, model_out: Path, model_config: NMTConfig, cfg: NMTTrainConfig, *,
-              vocab_size: int, valid_src: str | None, valid_tgt: str | None, device: str, precision: str,
+              valid_src: str | None, valid_tgt: str | None, device: str, precision: str,
               resume: bool) -> _NMTTraining:
         dev = select_device(device)
         precision = training_precision(dev, precision)
@@ -251,7 +253,7 @@ class _NMTTraining:
             cfg = NMTTrainConfig.from_dict({**loaded.train_config, "max_steps": cfg.max_steps,
                                             "max_epochs": cfg.max_epochs, "max_time": cfg.max_time,
                                             "patience": cfg.patience})
-        data = prepare_data(src, tgt, cfg, vocab_size, valid_src=valid_src, valid_tgt=valid_tgt,
+        data = prepare_data(src, tgt, cfg, valid_src=valid_src, valid_tgt=valid_tgt,
                             subwords=(loaded.src_subwords, loaded.tgt_subwords) if loaded else None)
         model_config = dataclasses.replace(model_config, src_vocab=len(data.src_subwords),
                                            tgt_vocab=len(data.tgt_subwords))

@@ -75,9 +75,9 @@ def test_training_lowers_the_held_out_perplexity_and_says_so(models):
 
 def _tiny_run(bitext, out: Path, steps: int, resume: bool = False, **options):
     config = NMTConfig(src_vocab=8, tgt_vocab=8, embedding=8, hidden=8, alignment=8, maxout=8)
-    cfg = NMTTrainConfig(**{"batch_size": 16, "lr": 0.01, "valid_every": 3, "max_steps": steps, "valid_lines": 10,
-                            "bleu_sentences": 2, **options})
-    return train_nmt(str(bitext[0]), str(bitext[1]), out, model_config=config, train_config=cfg, vocab_size=400,
+    cfg = NMTTrainConfig(**{"vocab_size": 400, "batch_size": 16, "lr": 0.01, "valid_every": 3, "max_steps": steps,
+                            "valid_lines": 10, "bleu_sentences": 2, **options})
+    return train_nmt(str(bitext[0]), str(bitext[1]), out, model_config=config, train_config=cfg,
                      progress=False, resume=resume)
 
 
@@ -99,7 +99,8 @@ def test_a_training_stopped_by_ctrl_c_and_resumed_ends_with_the_uninterrupted_mo
     kept = load_nmt(tmp_path / "split.pt.last").train_state
     assert (kept["step"], kept["epoch"], kept["position"]) == (7, 1, 1)
     monkeypatch.setattr(nmt_train, "update_step", update)
-    resumed = _tiny_run(bitext, tmp_path / "split.pt", 10, resume=True)
+    # The file's recipe wins over other sizes given with --resume; only the stops are the call's.
+    resumed = _tiny_run(bitext, tmp_path / "split.pt", 10, resume=True, vocab_size=8000, batch_size=99)
     assert resumed.steps == straight.steps == 10 and resumed.stopped_by == "max_steps"
     a = load_nmt(tmp_path / "straight.pt.last").model.state_dict()
     b = load_nmt(tmp_path / "split.pt.last").model.state_dict()
