@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench tune tune-moses table1 image image-check clean
+.PHONY: install test lint demo bench tune tune-moses table1 table1-moses image image-check clean
 
 install: $(STAMP)
 
@@ -125,7 +125,17 @@ $(VENV)/.installed-experiment: $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[experiment]'
 	touch $@
 
-table1: $(VENV)/.installed-experiment
+# A Moses path given is checked before the experiment extra installs (eflomal compiles for minutes), as
+# table1 finds Moses (table1/system_training.py, MosesInstall.locate): the binaries in MOSES_BIN_DIR or
+# MOSES_HOME/bin, the scripts in MOSES_HOME/scripts or beside MOSES_BIN_DIR. Which tools the steps still
+# to run need, table1 checks itself before its first step; with no Moses path, steps that need none run.
+MOSES_BINARIES = $(or $(MOSES_BIN_DIR),$(if $(MOSES_HOME),$(MOSES_HOME)/bin))
+MOSES_SCRIPTS = $(if $(MOSES_HOME),$(MOSES_HOME)/scripts,$(if $(MOSES_BIN_DIR),$(MOSES_BIN_DIR)/../scripts))
+table1-moses:
+	@test -z "$(MOSES_BINARIES)" || test -d "$(MOSES_BINARIES)" || { echo "no Moses binaries folder at $(MOSES_BINARIES) (MOSES_BIN_DIR, or MOSES_HOME/bin); $(GETTING_MOSES)" >&2; exit 1; }
+	@test -z "$(MOSES_SCRIPTS)" || test -d "$(MOSES_SCRIPTS)" || { echo "no Moses scripts/ folder at $(MOSES_SCRIPTS) (set MOSES_HOME to the Moses tree); $(GETTING_MOSES)" >&2; exit 1; }
+
+table1: table1-moses $(VENV)/.installed-experiment
 	$(BIN)/table1 $(STEPS) --work $(WORK) --scale $(SCALE) --data $(DATA) \
 		$(if $(MOSES_BIN_DIR),--moses-bin-dir $(MOSES_BIN_DIR)) $(if $(MOSES_HOME),--moses-home $(MOSES_HOME)) \
 		--threads $(THREADS) --device $(DEVICE) --runs $(RUNS) $(CONFIG_OPTIONS) --aligner $(ALIGNER) \
@@ -143,4 +153,4 @@ image-check:
 	docker/build-local.sh --check --shared $(SHARED) $(IMAGE_ARGS)
 
 clean:
-	rm -rf demo-out .pytest_cache
+	rm -rf demo-out example-out .pytest_cache

@@ -1,4 +1,4 @@
-"""What a larger ``--batch-size`` does to validation perplexity per wall-clock second (issue 38).
+"""What a larger ``--batch-size`` does to validation perplexity per wall-clock second.
 
 Usage: python -m benchmarks.batch_size_effect [--batch-sizes 64,128,256] [--max-time 120] [--threads 1]
        [--table ../shared/fixtures/hansard-enfr/phrase-table.sample.gz] [--size small] [--device cpu]
@@ -19,9 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from infrastructure.threads import prefer_passive_waits
+from infrastructure.threads import prefer_passive_waits, same_sums_whatever_the_threads
 
 prefer_passive_waits()  # as the commands run (infrastructure.cli_options): before torch starts OpenMP
+same_sums_whatever_the_threads()
 
 import torch  # noqa: E402
 

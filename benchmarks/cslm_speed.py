@@ -24,9 +24,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from infrastructure.threads import prefer_passive_waits
+from infrastructure.threads import prefer_passive_waits, same_sums_whatever_the_threads
 
 prefer_passive_waits()  # as the commands run (infrastructure.cli_options): before torch starts OpenMP
+same_sums_whatever_the_threads()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -108,7 +108,7 @@ class RowCounter:
 
         self.original = beam_module.next_word_top_k
 
-        def counting_step(model, start, src, h, prev, k):  # noqa: ANN001, ANN202 (the wrapped function's own)
+        def counting_step(model, start, src, h, prev, k):
             self.rows += len(src)
             return self.original(model, start, src, h, prev, k)
 

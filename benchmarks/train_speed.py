@@ -35,9 +35,10 @@ import gzip
 import os
 import time
 
-from infrastructure.threads import prefer_passive_waits
+from infrastructure.threads import prefer_passive_waits, same_sums_whatever_the_threads
 
 prefer_passive_waits()  # as the commands run (infrastructure.cli_options): before torch starts OpenMP
+same_sums_whatever_the_threads()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -225,12 +226,6 @@ def peak_name(device: torch.device, precision: str) -> str:
     if amp is not None:
         return "bf16" if amp == torch.bfloat16 else "fp16"
     return "tf32" if precision == "tf32" else "fp32"
-
-
-def train_precision(device: torch.device, precision: str) -> str:
-    """What ``precision`` trains in on ``device``, in words."""
-    return {"fp32": "fp32 matmuls", "tf32": "TF32 matmuls", "bf16": "bf16 matmuls, fp32 states",
-            "fp16": "fp16 matmuls, fp32 states"}[peak_name(device, precision)]
 
 
 if __name__ == "__main__":

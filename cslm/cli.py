@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 
 from infrastructure.cli_options import (
-    MODEL_ALSO_WRITES,
     FiniteFloat,
+    Group,
     IntRange,
     NumberList,
     OneLinePath,
@@ -25,9 +25,10 @@ from infrastructure.cli_options import (
     threads_option,
 )
 from neural.config import PRECISIONS, TRAIN_STEPS
+from neural.training import MODEL_ALSO_WRITES
 
 
-@click.group("cslm")
+@click.group("cslm", cls=Group)
 def main() -> None:
     """Schwenk's CSLM (SPEC §5): a 7-gram neural LM, in the decoder (export-nplm) or on n-best lists."""
 
@@ -36,11 +37,11 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
             "export-nplm file [default: exact log-probabilities]")
 
 
-@main.command("train", short_help="train a CSLM on tokenized target text")
+@main.command("train", short_help="Train a CSLM on tokenized target text.")
 @click.argument("corpus", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("model_out", type=OutputPath(path_type=Path, also_writes=MODEL_ALSO_WRITES))
 @click.option("--valid", type=OneLinePath(exists=True, dir_okay=False),
-              help="validation text [default: a random 0.1% of CORPUS's lines, at least 500]")
+              help="validation text [default: a random 0.1% of CORPUS's lines, at least 500, at most a tenth]")
 @click.option("--order", type=IntRange(min=2), default=7, show_default=True, help="n of the n-gram model")
 @click.option("--shortlist", type=IntRange(min=1), default=15000, show_default=True,
               help="output words, [UNK] included")
@@ -53,8 +54,9 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
 @click.option("--patience", type=IntRange(min=1), default=10, show_default=True,
               help="stop after this many epochs without validation improvement")
 @click.option("--epoch-size", type=IntRange(min=1), help="n-grams per epoch, resampled each epoch [default: all]")
-@click.option("--batch-size", type=IntRange(min=1), default=128, show_default=True)
-@click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True)
+@click.option("--batch-size", type=IntRange(min=1), default=128, show_default=True, help="n-grams per update")
+@click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True,
+              help="Adam, or the CSLM toolkit's SGD with its decaying learning rate (docs/cslm.md)")
 @click.option("--lr", type=FiniteFloat(min=0, min_open=True),
               help="learning rate [default: 1e-3 for adam, 0.02 for sgd]")
 @click.option("--self-normalize", type=FiniteFloat(min=0), default=0.0, show_default=True, metavar="ALPHA",
@@ -93,7 +95,7 @@ def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hi
                f"best valid perplexity {best.perplexity:.2f}{log_z} (epoch {best.epoch}) in {model_out}", err=True)
 
 
-@main.command("score", short_help="natural-log probability of each sentence")
+@main.command("score", short_help="Print the natural-log probability of each sentence.")
 @click.argument("model", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("text", default="-",
                 type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
@@ -118,7 +120,7 @@ def cslm_score_command(model, text, raw, device, threads, quiet):
                    f"perplexity {stats.perplexity:.2f}", err=True)
 
 
-@main.command("nbest", short_help="append CSLM0= to each line of an n-best list")
+@main.command("nbest", short_help="Append CSLM0= to each line of a Moses n-best list.")
 @click.argument("model", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("nbest_in", default="-",
                 type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
@@ -147,7 +149,7 @@ def cslm_nbest_command(model, nbest_in, nbest_out, name, raw, device, threads, q
                    f"of tokens", err=True)
 
 
-@main.command("export-nplm", short_help="the model in NPLM's format, for Moses' NeuralLM")
+@main.command("export-nplm", short_help="Write the model in NPLM's format, for Moses' NeuralLM.")
 @click.argument("model", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("out", type=OutputPath(allow_dash=True))
 @friendly_errors()
@@ -157,7 +159,7 @@ def cslm_export_nplm_command(model, out):
     In moses.ini: NeuralLM factor=0 name=CSLM0 order=7 path=OUT (rescore-phrase-table --cslm OUT adds
     it). Moses adds the raw scores, so train the model with --self-normalize.
     """
-    from cslm.export import cslm_to_nplm, self_normalization
+    from cslm.export import LOG_Z_TOLERANCE, cslm_to_nplm, self_normalization, validation_log_z
     from cslm.model_file import load_cslm
     from moses_integration.nplm import write_nplm
 
@@ -168,7 +170,12 @@ def cslm_export_nplm_command(model, out):
     click.echo(f"{out}: {nplm.config.ngram_size}-gram, {len(nplm.vocab)} words, hidden layers "
                f"{','.join(map(str, loaded.model.config.hidden))}; moses.ini: NeuralLM factor=0 name=CSLM0 "
                f"order={nplm.config.ngram_size} path={out}", err=True)
-    if not alpha:
+    log_z = validation_log_z(loaded)
+    if log_z is not None and abs(log_z) > LOG_Z_TOLERANCE:
+        cure = "with --self-normalize 0.1" if not alpha else f"longer, or with more than --self-normalize {alpha:g}"
+        click.echo(f"warning: {model}'s log Z averages {log_z:.2f} on its validation text, not near 0: the raw "
+                   f"scores Moses adds are the log-probabilities {log_z:+.2f} per word; train it {cure}", err=True)
+    elif not alpha:
         click.echo(f"warning: {model} was trained without --self-normalize: Moses adds its raw scores, which "
                    "are log-probabilities only up to each history's log Z", err=True)
 

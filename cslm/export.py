@@ -79,3 +79,21 @@ def cslm_to_nplm(model: CSLM, vocab: Vocab) -> NPLMModel:
 def self_normalization(loaded: CSLMFile) -> float:
     """The ``--self-normalize`` α the model was trained with (0 for files from before it existed)."""
     return float((loaded.train_config or {}).get("self_normalize", 0.0))
+
+
+#: How far from 0 the mean log Z of a model's validation may be before ``export-nplm`` warns: one nat
+#: per word is a factor e between the raw score NeuralLM adds and the probability.
+LOG_Z_TOLERANCE = 1.0
+
+
+def validation_log_z(loaded: CSLMFile) -> float | None:
+    """The mean log Z of the model's last validation, as its training printed it (None where the file
+    records none: no training state, or a file from before log Z was recorded).
+
+    ``MODEL`` is saved right after the validation that found it best, so its history's last entry is
+    that model's; ``MODEL.last``'s is the latest validation.
+    """
+    history = (loaded.train_state or {}).get("history") or []
+    mean = history[-1].get("log_z_mean") if history else None
+    return None if mean is None else float(mean)
+

@@ -30,9 +30,10 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -43,13 +44,23 @@ from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output, exclusive_use, removed_when_the_disk_fills
+from infrastructure.files import atomic_output
 from infrastructure.progress import progress_bar
-from infrastructure.training_loop import run_training
 from moses_integration.tokens import split_tokens
 from neural.config import TRAIN_STEPS, DictConfig, check_positive_int
-from neural.device import autocast_dtype, describe_precision, select_device, training_precision
-from neural.model_files import last_checkpoint_path, refuse_to_overwrite
+from neural.device import select_device
+from neural.training import (
+    Training,
+    TrainingState,
+    announce,
+    check_resumable,
+    check_same_data,
+    data_folder,
+    last_checkpoint_path,
+    resume_source,
+    training_device,
+    training_files,
+)
 from neural.vocab import Vocab, read_corpus_lines
 
 DATA_VERSION = 1
@@ -302,6 +313,23 @@ def _make_optimizer(model: CSLM, cfg: CSLMTrainConfig) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
 
 
+@dataclass
+class CSLMTrainingState(TrainingState):
+    """Where a CSLM run stands (for ``--resume``): the epoch, the n-grams into it, and all n-grams trained on.
+
+    An epoch's order is a pure function of the seed and the epoch (:func:`_epoch_order`), so the
+    position in it is all a resumed run needs, mid-epoch too.
+    """
+
+    epoch: int = 0
+    position: int = 0  # n-grams of the current epoch trained on
+    examples: int = 0  # n-grams trained on in all
+    best: float = math.inf  # the best validation perplexity (it falls)
+
+    FILE_NAMES: ClassVar[Mapping[str, str]] = {"bad_validations": "bad_epochs"}
+    VALIDATION: ClassVar[type] = Validation
+
+
 def train_cslm(
     corpus: str,
     model_out: Path,
@@ -320,18 +348,16 @@ def train_cslm(
     ``model_config.vocab_size`` is replaced by the size of the shortlist actually built. With
     ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``), with that file's config,
     vocabulary and position; the corpus must be the one it was trained on. The run holds
-    ``model_out`` (:func:`exclusive_use`): a second training into it stops before touching its files.
+    ``model_out`` (:func:`neural.training.training_files`): a second training into it stops before
+    touching its files.
     """
     resolve_cslm_step(train_config.train_step, select_device(device), train_config.optimizer)  # before any work
-    with exclusive_use(model_out):
-        refuse_to_overwrite(Path(model_out), resume)
-        with removed_when_the_disk_fills(Path(str(model_out) + ".data")):
-            run = _CSLMTraining.start(corpus, Path(model_out), model_config, train_config, shortlist=shortlist,
-                                      valid=valid, device=device, precision=precision, resume=resume,
-                                      progress=progress)
-            stopped_by = run_training(run, progress=progress)
-            state = run.state
-            return CSLMTrainResult(state["epoch"], state["examples"], state["elapsed"], stopped_by, run.history)
+    with training_files(Path(model_out), resume):
+        run = _CSLMTraining.start(corpus, Path(model_out), model_config, train_config, shortlist=shortlist,
+                                  valid=valid, device=device, precision=precision, resume=resume, progress=progress)
+        stopped_by = run.run(progress=progress)
+        state = run.state
+        return CSLMTrainResult(state.epoch, state.examples, state.elapsed, stopped_by, state.history)
 
 
 @dataclass
@@ -345,119 +371,98 @@ class _IntervalSums:
 
 
 @dataclass
-class _CSLMTraining:
-    """One CSLM training run: model, optimizer, data splits, the resumable ``state`` and history.
-
-    :func:`infrastructure.training_loop.run_training` drives it: a validation at the end of each
-    epoch and when time runs out, a save of ``MODEL.last`` every ``checkpoint_every`` seconds in
-    between, stop reasons ``max_time``, ``early_stopping`` and ``max_epochs``.
+class _CSLMTraining(Training):
+    """One CSLM training run on :class:`neural.training.Training`: an update on the next n-grams of the
+    epoch, a validation (perplexity, log Z) at the end of each epoch and when time runs out, a save of
+    ``MODEL.last`` every ``checkpoint_every`` seconds in between, stop reasons ``max_time``,
+    ``early_stopping`` and ``max_epochs``.
     """
 
-    model_out: Path
+    state: CSLMTrainingState
     cfg: CSLMTrainConfig
-    dev: torch.device
-    amp_dtype: torch.dtype | None
-    model: CSLM
-    optimizer: torch.optim.Optimizer
     train_step: CSLMStep  # cslm.step: eager, static or captured
     vocab: Vocab
     train_split: NgramSplit
     valid_split: NgramSplit
-    state: dict[str, Any]
-    history: list[Validation]
-    started: float = 0.0  # monotonic time the run would have started had it never stopped
     last_save: float = 0.0
     since_save: _IntervalSums = field(default_factory=_IntervalSums)
-    out_of_time: bool = False  # max_time ran out at the last update
+    out_of_time_now: bool = False  # max_time ran out at the last update
     trained: bool = False  # an update (or an epoch's end) happened in this process
     order: tuple[int, np.ndarray] | None = None  # (epoch, its n-gram order): drawn once per epoch
+
+    DIVERGED_HINT: ClassVar[str] = "train again with a smaller --lr"
 
     @classmethod
     def start(cls, corpus: str, model_out: Path, model_config: CSLMConfig, cfg: CSLMTrainConfig, *, shortlist: int,
               valid: str | None, device: str, precision: str, resume: bool, progress: bool) -> _CSLMTraining:
         """A fresh run on ``corpus``, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
-        dev = select_device(device)
-        precision = training_precision(dev, precision)  # auto: bf16 on a GPU, fp32 on a CPU
-        amp_dtype = autocast_dtype(dev, precision)
-        resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
-        loaded = load_cslm(resume_from, dev) if resume and resume_from.exists() else None
+        dev, precision, amp_dtype = training_device(device, precision)
+        resume_from = resume_source(model_out, resume)
+        loaded = load_cslm(resume_from, dev) if resume_from is not None else None
         if loaded is not None:
-            if loaded.train_state is None or loaded.optimizer_state is None:
-                raise UserError(f"{resume_from}: the model file holds no training state to resume from")
+            check_resumable(loaded.path or model_out, loaded.train_state, loaded.optimizer_state)
             model_config = loaded.model.config
         vocab, train_split, valid_split, fingerprint = prepare_corpus(
-            corpus, Path(str(model_out) + ".data"), shortlist=shortlist, order=model_config.order, valid=valid,
+            corpus, data_folder(model_out), shortlist=shortlist, order=model_config.order, valid=valid,
             vocab=loaded.vocab if loaded else None, seed=cfg.seed, progress=progress,
         )
         model_config = dataclasses.replace(model_config, vocab_size=len(vocab))
         torch.manual_seed(cfg.seed)
         model = CSLM(model_config).to(dev)
         optimizer = _make_optimizer(model, cfg)
-        state: dict[str, Any] = {"epoch": 0, "position": 0, "examples": 0, "elapsed": 0.0, "best": math.inf,
-                                 "bad_epochs": 0, "history": [], "data": fingerprint}
+        state = CSLMTrainingState(data=fingerprint)
         if loaded is not None:
             assert loaded.train_state is not None and loaded.optimizer_state is not None
-            if loaded.train_state.get("data") != fingerprint:
-                raise UserError(f"{resume_from}: trained on other data (or other settings) than {corpus}; "
-                                 "cannot resume")
+            check_same_data(loaded.path or model_out, loaded.train_state, fingerprint, corpus)
             model.load_state_dict(loaded.model.state_dict())
             optimizer.load_state_dict(loaded.optimizer_state)
-            state = dict(loaded.train_state)
-        history = [Validation(**v) for v in state["history"]]
-        state["train_step"] = resolve_cslm_step(cfg.train_step, dev, cfg.optimizer)  # what this run's updates ran as
-        state["precision"] = precision  # likewise the precision they ran in
-        print(f"training on {dev} in {precision}: {describe_precision(precision)}", file=sys.stderr)
-        train_step = make_cslm_step(state["train_step"], model, optimizer, self_normalize=cfg.self_normalize,
+            state = CSLMTrainingState.from_dict(loaded.train_state)
+        announce(state, dev, precision, resolve_cslm_step(cfg.train_step, dev, cfg.optimizer))
+        train_step = make_cslm_step(state.train_step, model, optimizer, self_normalize=cfg.self_normalize,
                                     batch_size=cfg.batch_size, optimizer_name=cfg.optimizer, device=dev,
                                     amp_dtype=amp_dtype)
-        return cls(model_out, cfg, dev, amp_dtype, model, optimizer, train_step, vocab, train_split, valid_split,
-                   state, history, last_save=time.monotonic())
+        return cls(model_out, dev, amp_dtype, model, optimizer, state, cfg, train_step, vocab, train_split,
+                   valid_split, last_save=time.monotonic())
 
     @property
     def epoch_len(self) -> int:
         n, size = len(self.train_split), self.cfg.epoch_size
         return n if size is None else min(size, n)
 
-    def save(self, best: bool) -> None:
-        """The latest state always goes to MODEL.last (for --resume); MODEL is the best so far."""
-        self.state["history"] = [dataclasses.asdict(v) for v in self.history]
-        last = last_checkpoint_path(self.model_out)
-        for path in (last, self.model_out) if best or not self.model_out.exists() else (last,):
-            save_cslm(path, self.model, self.vocab, train_config=self.cfg.to_dict(),
-                      optimizer_state=self.optimizer.state_dict(), train_state=self.state)
+    def write(self, path: Path) -> None:
+        save_cslm(path, self.model, self.vocab, train_config=self.cfg.to_dict(),
+                  optimizer_state=self.optimizer.state_dict(), train_state=self.state.to_dict())
+
+    def save(self, improved: bool) -> None:
+        """As every training's save; the clock and the sums of the next heartbeat start again."""
+        super().save(improved)
         self.last_save = time.monotonic()
         self.since_save = _IntervalSums()
 
-    def validate(self) -> bool:
-        """Record one validation (on stderr too); True when it is the best so far."""
+    def measure(self) -> tuple[Validation, float]:
+        """The validation perplexity (said on stderr, with log Z's mean and spread)."""
         state = self.state
         ppl, z_mean, z_std = validation_stats(self.model, self.valid_split, amp_dtype=self.amp_dtype)
-        self.history.append(Validation(state["epoch"], state["examples"], ppl, z_mean, z_std))
-        partial = f" (stopped {state['position']} n-grams into epoch {state['epoch'] + 1})" if state["position"] else ""
-        tqdm.write(f"epoch {state['epoch']}: valid perplexity {ppl:.2f}, log Z mean {z_mean:.3f} std {z_std:.3f}"
+        partial = f" (stopped {state.position} n-grams into epoch {state.epoch + 1})" if state.position else ""
+        tqdm.write(f"epoch {state.epoch}: valid perplexity {ppl:.2f}, log Z mean {z_mean:.3f} std {z_std:.3f}"
                    f"{partial}", file=sys.stderr)
-        if ppl < state["best"] - 1e-9:
-            state["best"], state["bad_epochs"] = ppl, 0
-            return True
-        state["bad_epochs"] += 1
-        return False
+        return Validation(state.epoch, state.examples, ppl, z_mean, z_std), ppl
 
-    @property
-    def last_path(self) -> Path:
-        return last_checkpoint_path(self.model_out)
+    def improves(self, metric: float) -> bool:
+        return metric < self.state.best - 1e-9
 
     def first_validation(self) -> None:
         """Recorded and saved: the model file exists from the start of a CSLM run."""
         self.save(self.validate())
 
     def progress_bar(self, show: bool) -> tqdm:
-        return progress_bar(total=self.epoch_len, initial=self.state["position"],
-                            desc=f"epoch {self.state['epoch'] + 1}", unit=" ngram", unit_scale=True, show=show,
+        return progress_bar(total=self.epoch_len, initial=self.state.position,
+                            desc=f"epoch {self.state.epoch + 1}", unit=" ngram", unit_scale=True, show=show,
                             dynamic_ncols=True, mininterval=1.0)
 
     def epoch_order(self) -> np.ndarray:
         """The training n-grams of the current epoch, in their order (:func:`_epoch_order`, kept for the epoch)."""
-        epoch = self.state["epoch"]
+        epoch = self.state.epoch
         if self.order is None or self.order[0] != epoch:
             self.order = (epoch, _epoch_order(len(self.train_split), self.cfg, epoch))
         return self.order[1]
@@ -468,23 +473,24 @@ class _CSLMTraining:
         cfg, state = self.cfg, self.state
         order = self.epoch_order()
         self.trained = True
-        if state["position"] < len(order):
-            if state["position"] == 0 and bar.n:  # the epoch before was validated: a new bar for this one
+        if state.position < len(order):
+            if state.position == 0 and bar.n:  # the epoch before was validated: a new bar for this one
                 bar.reset(total=self.epoch_len)
-                bar.set_description(f"epoch {state['epoch'] + 1}")
-            rows = order[state["position"] : state["position"] + cfg.batch_size]
+                bar.set_description(f"epoch {state.epoch + 1}")
+            rows = order[state.position : state.position + cfg.batch_size]
             loss = self.step(rows)
             bar.update(len(rows))
-            if state["position"] % (cfg.batch_size * 50) < cfg.batch_size:
+            if state.position % (cfg.batch_size * 50) < cfg.batch_size:
                 bar.set_postfix(loss=f"{loss.item():.3f}", ngram_s=f"{bar.format_dict['rate'] or 0:.0f}")
-            if cfg.max_time is not None and state["elapsed"] >= cfg.max_time:
-                self.out_of_time = True
+            if self.out_of_time(cfg.max_time):
+                self.out_of_time_now = True
+                bar.close()  # the lines that say where it stopped come after the bar, not under it
                 return
             if time.monotonic() - self.last_save >= cfg.checkpoint_every:
                 self.heartbeat(len(order))
-        if state["position"] >= len(order):
-            state["epoch"] += 1
-            state["position"] = 0
+        if state.position >= len(order):
+            state.epoch += 1
+            state.position = 0
 
     def heartbeat(self, epoch_len: int) -> None:
         """A save of ``MODEL.last`` in mid-epoch, and a line saying so."""
@@ -493,28 +499,31 @@ class _CSLMTraining:
         self.save(False)
         # An epoch of a large corpus outlasts a session: this line is the run's heartbeat in
         # a --quiet log (table1's), and says how far a --resume will pick up.
-        tqdm.write(f"saved {last_checkpoint_path(self.model_out)}: epoch {state['epoch'] + 1}, "
-                   f"{state['position']:,} of {epoch_len:,} n-grams, {state['examples']:,} in "
-                   f"{state['elapsed']:.0f} s ({state['examples'] / max(state['elapsed'], 1e-9):.0f} "
+        tqdm.write(f"saved {last_checkpoint_path(self.model_out)}: epoch {state.epoch + 1}, "
+                   f"{state.position:,} of {epoch_len:,} n-grams, {state.examples:,} in "
+                   f"{state.elapsed:.0f} s ({state.examples / max(state.elapsed, 1e-9):.0f} "
                    f"n-grams/s), {progress_since}", file=sys.stderr)
 
     def validation_due(self) -> bool:
         """At the end of each epoch, and when time runs out."""
-        return self.out_of_time or self.state["position"] == 0
+        return self.out_of_time_now or self.state.position == 0
 
     def reason_to_stop(self) -> str | None:
         """Time first, then patience (only after an epoch trained here), then the epochs."""
         cfg, state = self.cfg, self.state
-        if self.out_of_time:
+        if self.out_of_time_now:
             return "max_time"
-        if self.trained and cfg.patience is not None and state["bad_epochs"] >= cfg.patience:
+        if self.trained and self.patience_spent(cfg.patience):
             return "early_stopping"
-        if cfg.max_epochs is not None and state["epoch"] >= cfg.max_epochs:
+        if cfg.max_epochs is not None and state.epoch >= cfg.max_epochs:
             return "max_epochs"
         return None
 
     def position(self) -> str:
-        return f"{self.state['examples']} n-grams (epoch {self.state['epoch'] + 1})"
+        return f"{self.state.examples} n-grams (epoch {self.state.epoch + 1})"
+
+    def where(self, at: int) -> str:
+        return f"the update that reached {at:,} n-grams"
 
     def training_figures(self) -> str:
         """The training perplexity and mean (log Z)² over the n-grams since the last save.
@@ -535,14 +544,15 @@ class _CSLMTraining:
         hist, tgt = self.train_split.batch(rows)
         if cfg.optimizer == "sgd":
             for group in self.optimizer.param_groups:
-                group["lr"] = cfg.learning_rate / (1.0 + state["examples"] * cfg.lr_decay)
+                group["lr"] = cfg.learning_rate / (1.0 + state.examples * cfg.lr_decay)
         loss, cross_entropy, log_z_squared = self.train_step(hist, tgt)
         sums, n = self.since_save, len(rows)
         sums.cross_entropy = sums.cross_entropy + cross_entropy * n
         if cfg.self_normalize:
             sums.log_z_squared = sums.log_z_squared + log_z_squared * n
         sums.ngrams += n
-        state["position"] += len(rows)
-        state["examples"] += len(rows)
-        state["elapsed"] = time.monotonic() - self.started
+        state.position += len(rows)
+        state.examples += len(rows)
+        state.elapsed = self.clock()
+        self.watch_loss(loss, state.examples)
         return loss

@@ -14,7 +14,8 @@ An MT engineer scripts these commands together, so one option means one thing ev
 Each command takes those of them that mean something for it (``tests/architecture/test_cli_conventions.py``
 lists which, and why).
 
-A bad value is one line and exit 1 (the project's rule for bad input), not a usage screen, and what
+A bad value and a usage mistake (:class:`Command`, :class:`Group`) are one line and exit 1 (the
+project's rule for bad input), not a usage screen, and what
 the user must fix (a :class:`~infrastructure.errors.UserError`, a file the command cannot open, bad
 UTF-8, a full disk) prints as one line through :func:`friendly_errors`; any other exception is a bug
 and keeps its traceback. Every number is an :class:`IntRange` or
@@ -31,31 +32,41 @@ module imports click only: no torch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import click
 
 from infrastructure.errors import UserError
 from infrastructure.files import (
+    FOLDER_MARK,
     OutputPlaceError,
     check_output_place,
     check_outputs_are_not_inputs,
     disk_full_error,
     display_name,
+    lock_path,
     outputs_of_a_run,
 )
 from infrastructure.interrupts import stopped_runs_say_so
-from infrastructure.threads import limit_threads, prefer_passive_waits
+from infrastructure.threads import (
+    available_cpus,
+    limit_threads,
+    prefer_passive_waits,
+    same_sums_whatever_the_threads,
+)
 
 # Every command imports this module before torch (the commands import it lazily): idle OpenMP
-# threads then sleep instead of spinning against other processes (prefer_passive_waits says why).
+# threads then sleep instead of spinning against other processes (prefer_passive_waits says why), and
+# the output's bytes do not depend on --threads (same_sums_whatever_the_threads).
 prefer_passive_waits()
+same_sums_whatever_the_threads()
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,10 +88,22 @@ class OneLineValue:
         raise click.ClickException(f"Invalid value for {where}: {message}")
 
 
+#: The largest integer any option takes, whatever its own range: what a C ``int64_t`` holds. Past it
+#: torch, numpy and the OS calls the numbers go to raise ``OverflowError`` (a traceback).
+INT64_MAX = 2**63 - 1
+
+
 class IntRange(OneLineValue, click.IntRange):
-    """:class:`click.IntRange`, failing with one line (:class:`OneLineValue`)."""
+    """:class:`click.IntRange`, failing with one line (:class:`OneLineValue`); an option without a
+    ``max`` still refuses what no 64-bit integer holds (:data:`INT64_MAX`)."""
 
     name = "integer"  # "'x' is not a valid integer", not "... integer range"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if abs(number) > INT64_MAX:
+            self.fail(f"{value} is beyond the largest number an option takes ({INT64_MAX}).", param, ctx)
+        return number
 
 
 class FiniteFloat(OneLineValue, click.FloatRange):
@@ -125,10 +148,6 @@ class OneLinePath(OneLineValue, click.Path):
     """:class:`click.Path`, failing with one line (:class:`OneLineValue`)."""
 
 
-#: What a training writes beside its model (``MODEL.last``, the state ``--resume`` continues from), as
-#: ``also_writes`` of a model output.
-MODEL_ALSO_WRITES = ("{}.last",)
-
 #: The files a command writes beside an output (``also_writes``) when they depend on its other options
 #: (``rescore-phrase-table`` writes ``OUTPUT_TABLE.model.pt`` only without ``--model``): given the
 #: output's path (``-`` too) and the command's parameters (``ctx.params``), each file as ``(how a
@@ -163,17 +182,83 @@ class OutputPath(OneLinePath):
         return path
 
 
-def use_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int:  # noqa: ARG001
+@contextlib.contextmanager
+def _usage_in_one_line() -> Iterator[None]:
+    """A :class:`click.UsageError` raised inside as one line, exit 1; a bare group's help stays help."""
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.UsageError as exc:
+        where = f"; see '{exc.ctx.command_path} --help'" if exc.ctx is not None else ""
+        message = " ".join(exc.format_message().split())  # click lists a missing choice's values a line each
+        raise click.ClickException(message.rstrip(".") + where) from exc
+
+
+class _OneLineUsage:
+    """A usage mistake (an unknown option, a missing argument, two options that go together given one
+    without the other) is one line and exit 1, as a bad value is: click's own is the usage line, a hint
+    and the error, exit 2. The line names the ``--help`` that says the rest.
+
+    Parsing (:meth:`make_context`) and the body (:meth:`invoke`, where a command checks the options that
+    only make sense together, and a group parses its subcommand) both run under it.
+    """
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        with _usage_in_one_line():
+            return super().make_context(info_name, args, parent, **extra)  # type: ignore[misc]
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _usage_in_one_line():
+            return super().invoke(ctx)  # type: ignore[misc]
+
+
+class Command(_OneLineUsage, click.Command):
+    """Every command of the project: ``@click.command(cls=Command)``, or a subcommand of a :class:`Group`."""
+
+
+class Group(_OneLineUsage, click.Group):
+    """Every command group of the project (``@click.group(cls=Group)``); each of its subcommands a :class:`Command`."""
+
+    command_class = Command
+
+
+#: The most threads or worker processes an option takes; more than the machine's CPUs are cut to those
+#: anyway (:func:`at_most_the_cpus`).
+MAX_THREADS = 1024
+
+
+def at_most_the_cpus(value: int | None, label: str) -> int | None:
+    """``value`` (threads or worker processes), cut to the CPUs this process may use, with a one-line
+    warning. More of them than CPUs only share the CPUs: ``-j 1000`` started ~375 processes, 9.4 GB and a
+    load of 73 on 2 cores, which then took minutes to answer SIGTERM."""
+    cpus = available_cpus()
+    if value is not None and value > cpus:
+        click.echo(f"warning: {label} {value} is more than the {cpus} CPUs this process may use: using {cpus}",
+                   err=True)
+        return cpus
+    return value
+
+
+def use_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int:
     """``--threads`` applied while the command line is read (:func:`limit_threads`), so that no command body
-    has to remember it; the command gets the number chosen, to size its worker pools and decoders from."""
-    return limit_threads(value)
+    has to remember it; the command gets the number chosen, to size its worker pools and decoders from.
+    More than the CPUs this process may use are cut to those (:func:`at_most_the_cpus`)."""
+    return limit_threads(at_most_the_cpus(value, "--threads"))
+
+
+def cap_workers(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """The callback of a worker-process count (``-j``): cut to the CPUs, as ``--threads`` is."""
+    return at_most_the_cpus(value, parameter_label(param))
 
 
 def threads_option(help: str = THREADS_HELP) -> Callable[[F], F]:
-    """``--threads N`` (N >= 1), absent: the CPUs this process may use. The option itself applies it
-    (:func:`infrastructure.threads.limit_threads`: torch's pool, now or when torch loads), and the command
-    receives the number as an ``int``."""
-    return click.option("--threads", type=IntRange(min=1), default=None, callback=use_threads, help=help)
+    """``--threads N`` (1 <= N <= :data:`MAX_THREADS`, cut to the CPUs), absent: the CPUs this process may use.
+    The option itself applies it (:func:`infrastructure.threads.limit_threads`: torch's pool, now or when
+    torch loads), and the command receives the number as an ``int``."""
+    return click.option("--threads", type=IntRange(min=1, max=MAX_THREADS), default=None, callback=use_threads,
+                        help=help)
 
 
 def device_option(help: str = DEVICE_HELP) -> Callable[[F], F]:
@@ -209,8 +294,11 @@ def is_input(param: click.Parameter) -> bool:
     return isinstance(param.type, click.Path) and not isinstance(param.type, OutputPath)
 
 
-def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
-    """The ``(label, path)`` pairs of the outputs and of the inputs given on ``ctx``'s command line."""
+def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]],
+                                                      list[tuple[str, Any]]]:
+    """The ``(label, path)`` pairs of the outputs given on ``ctx``'s command line, of the other files the
+    command writes (``also_writes``, and the lock file :func:`~infrastructure.files.exclusive_use` may hold
+    beside each output) and of the inputs."""
 
     def values(param: click.Parameter) -> list[tuple[str, Any]]:
         value = ctx.params.get(param.name)  # type: ignore[arg-type]
@@ -218,17 +306,35 @@ def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list
         return [(parameter_label(param), v) for v in given if v is not None]
 
     outputs = [pair for p in ctx.command.params if isinstance(p.type, OutputPath) for pair in values(p)]
+    side: list[tuple[str, Any]] = []
     for p in ctx.command.params:
         if not isinstance(p.type, OutputPath):
             continue
         for label, path in values(p):
             for also in p.type.also_writes:
                 if callable(also):
-                    outputs += also(os.fspath(path), ctx.params)
+                    side += also(os.fspath(path), ctx.params)
                 elif os.fspath(path) != "-":
-                    outputs.append((f"written with {label}", also.format(os.fspath(path))))
+                    side.append((f"written with {label}", also.format(os.fspath(path))))
+    locks = [(f"the lock file of {label}", str(lock_path(path))) for label, path in outputs + side
+             if os.fspath(path) != "-" and not os.fspath(path).endswith(FOLDER_MARK)]
     inputs = [pair for p in ctx.command.params if is_input(p) for pair in values(p)]
-    return outputs, inputs
+    return outputs, side + locks, inputs
+
+
+def _check_side_output_places(side: list[tuple[str, Any]]) -> None:
+    """The files a command writes beside its outputs must be writable too, found before any work: the
+    model ``rescore-phrase-table IN -`` trains into the working folder (a read-only one is one line,
+    not a traceback after the training). Each folder is tried once; a folder output as a folder."""
+    tried: set[str] = set()
+    for _, path in side:
+        name = os.fspath(path)
+        folder = name.endswith(FOLDER_MARK)
+        where = name if folder else os.path.dirname(os.path.abspath(name))
+        if where in tried:
+            continue
+        tried.add(where)
+        check_output_place(name.rstrip(FOLDER_MARK) if folder else name, folder=folder)
 
 
 def one_line(exc: BaseException) -> str:
@@ -239,7 +345,7 @@ def one_line(exc: BaseException) -> str:
     return str(exc)
 
 
-def _show_warning_in_one_line(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
+def _show_warning_in_one_line(message, category, filename, lineno, file=None, line=None) -> None:
     """``warning: …`` on stderr: what the user should know, without Python's module path and source line."""
     print(f"warning: {message}", file=sys.stderr if file is None else file)
 
@@ -284,7 +390,9 @@ def friendly_errors(*, keeps_progress: bool | None = None) -> Callable[[F], F]:
             command = ctx.command_path if ctx is not None else fn.__name__
             try:
                 if ctx is not None:
-                    check_outputs_are_not_inputs(*_outputs_and_inputs(ctx))
+                    outputs_given, side, inputs = _outputs_and_inputs(ctx)
+                    check_outputs_are_not_inputs(outputs_given + side, inputs)
+                    _check_side_output_places(side)
                 with stopped_runs_say_so(command), \
                         outputs_of_a_run(outputs[False], outputs[True], keeps_progress=keeps), \
                         warnings.catch_warnings():

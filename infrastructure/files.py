@@ -25,6 +25,7 @@ import io
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import zlib
@@ -142,7 +143,7 @@ class _OwningGzipFile(igzip.IGzipFile):
         super().__init__(fileobj=owned, mode="rb")
         self._owned = owned
         # ISA-L's reader takes the file in steps of 512 KB, so how far the file was read (what
-        # input_position tells, where --shard cuts) runs up to ~3 MB of text ahead of the lines
+        # input_position tells the progress bar) runs up to ~3 MB of text ahead of the lines
         # given out, unevenly. Steps of _GZIP_STEP keep it within a few hundred lines, as fast.
         self._buffer = io.BufferedReader(isal_zlib._GzipReader(self.fileobj, _GZIP_STEP))
 
@@ -197,7 +198,7 @@ def open_input(path: PathArg, *, decompress_thread: bool = False) -> BinaryIO:
     named pipes and ``/dev/stdin`` work too. ``decompress_thread``: a gzip file is decompressed in a
     thread of its own, which runs without the GIL (ISA-L's ``igzip_threaded``), so that the reader
     that cuts the lines has its core to itself; how far the file was read then runs ahead of the
-    lines by its buffers, so :func:`input_position` is no place to cut a shard.
+    lines by its buffers (:func:`input_position` is a progress bar's measure, not a line's place).
     """
     name = os.fspath(path)
     if name == STDIO_NAME:
@@ -597,6 +598,41 @@ def same_file(a: PathArg, b: PathArg) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+#: How an output that a command fills as a folder is spelled among the outputs checked by
+#: :func:`check_outputs_are_not_inputs` (``MODEL.data/``): an input anywhere inside it is at risk too.
+FOLDER_MARK = os.sep
+STDIN_LABEL = "standard input"
+
+
+def stdin_file() -> str | None:
+    """A path naming the regular file on standard input (``cmd - < FILE``), else None (a terminal, a
+    pipe, or a stdin without a descriptor, as under click's test runner).
+
+    ``-`` names no file, but the file the shell opened for it is as much an input as a named one: a
+    command that writes over it (``rescore-phrase-table - out.gz < .out.gz.partial``) destroys it.
+    ``/proc/self/fd/N`` stats as that file, so identity and real-path comparisons see it.
+    """
+    try:
+        fd = sys.stdin.fileno()
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return f"/proc/self/fd/{fd}" if regular and os.path.exists(f"/proc/self/fd/{fd}") else None
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is (or will be) somewhere under ``folder``, by real paths."""
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return real.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def _a_temp_of(path: str, output: str) -> bool:
+    """Whether ``path`` is where :func:`atomic_path` keeps its temp files for ``output``: such a file,
+    unlocked, is what the next write of ``output`` removes (:func:`remove_dead_temps`)."""
+    real, out = os.path.realpath(path), os.path.realpath(output)
+    return os.path.dirname(real) == os.path.dirname(out) and _temp_of(os.path.basename(out), os.path.basename(real))
+
+
 def check_outputs_are_not_inputs(outputs: Iterable[tuple[str, PathArg | None]],
                                  inputs: Iterable[tuple[str, PathArg | None]]) -> None:
     """Refuse a command whose output is one of its inputs, or whose two outputs are one file.
@@ -605,23 +641,40 @@ def check_outputs_are_not_inputs(outputs: Iterable[tuple[str, PathArg | None]],
     its file at the end (or is written over during the run): an output that is the input ``--model``,
     through a symlink or a hard link too, destroys the model the user had, and two outputs on one file
     leave only the one written last. Found here, before any work, as one line naming both (an
-    :class:`OutputPlaceError`). ``None`` and ``-`` (stdin, stdout) are skipped, and so are inputs that
-    do not exist and devices, pipes and sockets (``/dev/stdin`` and ``/dev/stdout`` on one terminal,
-    ``/dev/null`` twice): nothing of theirs can be lost.
+    :class:`OutputPlaceError`). Outputs are everything the command creates, truncates or removes: its
+    lock and partial files too, each given by the caller; an output spelled with a trailing
+    :data:`FOLDER_MARK` is a folder the command fills, and an input anywhere inside it is refused; an
+    input named as one of an output's temp files (which a rerun removes) is refused. The input ``-``
+    is the file on standard input, if it is one (:func:`stdin_file`). ``None`` and ``-`` outputs
+    (stdout) are skipped, and so are inputs that do not exist and devices, pipes and sockets
+    (``/dev/stdin`` and ``/dev/stdout`` on one terminal, ``/dev/null`` twice): nothing of theirs can be lost.
     """
 
     def is_data(path: str) -> bool:
         return os.path.isfile(path) or os.path.isdir(path)
 
+    def named(label: str, path: PathArg | None) -> tuple[str, str] | None:
+        if path is None:
+            return None
+        if os.fspath(path) == STDIO_NAME:
+            stdin = stdin_file()
+            return (f"{label} ({STDIN_LABEL})", stdin) if stdin is not None else None
+        return label, os.fspath(path)
+
     outs = [(label, os.fspath(path)) for label, path in outputs if path is not None and os.fspath(path) != STDIO_NAME
             and (is_data(path) or not os.path.exists(path))]
-    ins = [(label, os.fspath(path)) for label, path in inputs
-           if path is not None and os.fspath(path) != STDIO_NAME and is_data(path)]
+    ins = [pair for label, path in inputs if (pair := named(label, path)) is not None and is_data(pair[1])]
     for k, (label, path) in enumerate(outs):
         for in_label, in_path in ins:
+            shown = display_name(in_path) if not in_path.startswith("/proc/self/fd/") else os.path.realpath(in_path)
             if same_file(path, in_path):
-                raise OutputPlaceError(f"output {path} ({label}) is the input {in_label} {in_path}; "
+                raise OutputPlaceError(f"output {path} ({label}) is the input {in_label} {shown}; write it elsewhere")
+            if path.endswith(FOLDER_MARK) and _inside(in_path, path):
+                raise OutputPlaceError(f"output folder {path} ({label}) holds the input {in_label} {shown}; "
                                        "write it elsewhere")
+            if _a_temp_of(in_path, path):
+                raise OutputPlaceError(f"the input {in_label} {shown} is named as a temporary file of the output "
+                                       f"{path} ({label}), which the next run removes; rename it")
         for other_label, other in outs[:k]:
             if same_file(path, other):
                 raise OutputPlaceError(f"output {path} ({label}) is also the output {other_label} {other}; "

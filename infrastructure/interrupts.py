@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from multiprocessing import resource_tracker
 
 
 class Terminated(KeyboardInterrupt):
@@ -67,3 +68,36 @@ def stopped_runs_say_so(command: str) -> Iterator[None]:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+_STOPS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def held_while_starting_children() -> Iterator[None]:
+    """Run the block with Ctrl-C and SIGTERM held back, then take the first that came, as it would have come.
+
+    Starting a child process is no moment to stop: a child half-started when its parent ends
+    finds the parent's semaphores gone and prints a traceback, and a pool interrupted while it
+    starts a worker cannot be shut down (``AssertionError: can only join a started process``).
+    The signals are also blocked in this thread, which every process started in the block
+    inherits, so that a terminal's Ctrl-C, which reaches the whole process group, waits in a child
+    too until it has started and ignores them
+    (:func:`infrastructure.processes.leave_interrupts_to_parent`).
+    """
+    # multiprocessing's resource tracker unblocks both signals when it starts, with the first
+    # semaphore: started before they are blocked here, it leaves them blocked.
+    resource_tracker.ensure_running()
+    main = threading.current_thread() is threading.main_thread()
+    came: list[int] = []
+    previous = {number: signal.signal(number, lambda got, frame: came.append(got)) for number in _STOPS} \
+        if main else {}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal held by the mask comes now, to ``came``
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if came:
+            signal.raise_signal(came[0])

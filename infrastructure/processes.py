@@ -12,13 +12,19 @@ so that a later run can tell an abandoned one (:func:`owner_alive`) from one a l
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from infrastructure.interrupts import held_while_starting_children
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCH_SECONDS = 0.25  # how often a child looks whether its parent is still there
@@ -46,6 +52,8 @@ def leave_interrupts_to_parent() -> None:
     about it (:mod:`infrastructure.interrupts`), not a traceback per child."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Started with them blocked (infrastructure.interrupts.held_while_starting_children): ignored now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -107,9 +115,12 @@ def remove_when_gone(folder: str | os.PathLike) -> subprocess.Popen:
 
     SIGKILL leaves a process no way to tidy up after itself; this one holds the read end of a pipe
     whose only writer is this process, so it sees the end of input the moment this process ends.
+    It starts with Ctrl-C and SIGTERM held back, which it then ignores: a Ctrl-C while it starts
+    would print its traceback.
     """
-    return subprocess.Popen([sys.executable, "-I", "-S", "-c", _JANITOR, os.fspath(folder)], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL)
+    with held_while_starting_children():
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _JANITOR, os.fspath(folder)],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
 
 
 def removed_now(janitor: subprocess.Popen) -> None:
@@ -117,3 +128,37 @@ def removed_now(janitor: subprocess.Popen) -> None:
     if janitor.stdin is not None:
         janitor.stdin.close()
     janitor.wait()
+
+
+#: Where Linux keeps a named semaphore ``/NAME``: as the file ``sem.NAME`` here.
+SEMAPHORE_FOLDER = Path("/dev/shm")
+
+
+@contextlib.contextmanager
+def semaphores_named(name: str) -> Iterator[None]:
+    """Name the semaphores :mod:`multiprocessing` makes in the block ``/mp-NAME-…``, so that
+    :func:`remove_semaphores` can find them once their owner is gone.
+
+    A pool, a queue or an event shared with processes that are spawned opens its semaphores by
+    name, and their names live in ``/dev/shm`` until the creator, or multiprocessing's resource
+    tracker, removes them: SIGKILL of a whole process group kills both, and leaves them there
+    for good, each name random. ``multiprocessing`` has no public way to name them; its
+    process-wide prefix is the one place (Python 3.8 to 3.13).
+    """
+    config = multiprocessing.current_process()._config  # private: see above
+    before = config.get("semprefix")
+    config["semprefix"] = f"/mp-{name}"
+    try:
+        yield
+    finally:
+        if before is None:
+            config.pop("semprefix", None)
+        else:
+            config["semprefix"] = before
+
+
+def remove_semaphores(name: str) -> None:
+    """Remove the semaphores made under :func:`semaphores_named` ``(name)`` (their owner has ended)."""
+    for path in SEMAPHORE_FOLDER.glob(f"sem.mp-{name}-*"):
+        with contextlib.suppress(OSError):
+            path.unlink()

@@ -16,6 +16,7 @@ import click
 
 from infrastructure.cli_options import (
     FiniteFloat,
+    Group,
     IntRange,
     NumberList,
     OneLinePath,
@@ -29,7 +30,7 @@ from infrastructure.cli_options import (
 from infrastructure.files import check_output_place
 
 
-@click.group()
+@click.group(cls=Group)
 def main() -> None:
     """Minimum-error-rate training for Moses, compatible with its n-best lists and weights."""
 
@@ -141,7 +142,9 @@ def optimize_command(
 @threads_option("decoder threads (moses -threads), and the threads of MERT's optimisation (start points at once; "
                 "the same result) [default: the CPUs this process may use]")
 @click.option("--nbest-size", type=IntRange(min=1), default=100, show_default=True, help="n-best list size (distinct)")
-@click.option("--max-iterations", type=IntRange(min=1), default=25, show_default=True)
+@click.option("--max-iterations", type=IntRange(min=1), default=25, show_default=True,
+              help="stop after this many iterations (decode, then optimise), unless the weights converge or the "
+                   "n-best lists bring no new hypotheses first")
 @click.option("--restarts", type=IntRange(min=0), default=20, show_default=True,
               help="random restarts per optimisation")
 @seed_option("iteration n seeds its restarts with SEED + 1000 n (as --predictable-seeds); "
@@ -261,7 +264,8 @@ def tune_command(
               help="run moses here (default: each ini's folder; Moses resolves relative model paths against it)")
 @click.option("--nbest-size", type=IntRange(min=1), default=100, show_default=True,
               help="n-best size when extra features rescore the output")
-@click.option("--bootstrap-samples", type=IntRange(min=1), default=1000, show_default=True)
+@click.option("--bootstrap-samples", type=IntRange(min=1), default=1000, show_default=True,
+              help="resamples of the test set for --baseline's paired bootstrap")
 @click.option("--detokenized", is_flag=True, help="the hypotheses are already detokenized: no post-processing")
 @click.option("--report", "json_path", type=OutputPath(path_type=Path),
               help="also write the report as JSON here")

@@ -27,6 +27,7 @@ array loops, so the threads run at once (as Moses' ``mert --threads``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -79,6 +80,10 @@ def _as_bounds(
     return low, high
 
 
+class Stopped(Exception):
+    """The runs were told to stop (:func:`powell_runs`' ``stop``); the caller, which stopped them, goes on."""
+
+
 def powell_runs(
     data: MertData,
     starts: np.ndarray,
@@ -90,6 +95,7 @@ def powell_runs(
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
     smooth: Smoothing = "none",
     points_per_call: int = DEFAULT_POINTS_PER_CALL,
+    stop: threading.Event | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Coordinate ascent from each row of ``starts``; returns (weights, BLEU, iterations).
 
@@ -99,7 +105,8 @@ def powell_runs(
     are independent but advance in lockstep, ``points_per_call`` of them per line-search call,
     which shares the per-call work between them. Random directions, when asked for, are drawn
     afresh every iteration (Gaussian on the tuneable coordinates) and shared by the runs of
-    that call.
+    that call. ``stop`` (set by another thread) ends the runs before the next line search, with
+    :class:`Stopped`.
     """
     points = np.array(starts, dtype=np.float64, ndmin=2)
     num_runs = points.shape[0]
@@ -122,6 +129,8 @@ def powell_runs(
                 directions = np.vstack([units, extra])
             if len(directions) == 0:
                 continue
+            if stop is not None and stop.is_set():
+                raise Stopped
             result = line_search_points(data, points[runs], directions, smooth)
             j = np.argmax(result.bleus, axis=1)
             gained = result.bleus[np.arange(len(runs)), j]
@@ -144,7 +153,9 @@ def parallel_powell_runs(
     Runs are independent except through shared random directions, which are drawn from one
     generator in the runs' lockstep order: with those (or one thread, or one start point) this is
     one call. The data's lazily built caches (the transposed statistics, the unit directions' slope
-    order) are built first, once, rather than by every thread at the same time.
+    order) are built first, once, rather than by every thread at the same time. A Ctrl-C or
+    SIGTERM, which reaches the calling thread, stops the threads too, each before its next line
+    search: waiting for them to finish every start point took 22.9 s with 300 restarts.
     Measured on the 2-core development machine (medium's pool of 188,363 hypotheses, 8 start
     points): 6.5 s on one thread, 5.1 s on two; the cores share their memory bandwidth.
     """
@@ -157,8 +168,14 @@ def parallel_powell_runs(
     if len(dims):
         data.slope_layout(np.eye(data.num_features)[dims])
     shares = [np.arange(k, len(points), workers) for k in range(workers)]
-    with ThreadPoolExecutor(workers, thread_name_prefix="mert") as pool:
-        parts = list(pool.map(lambda rows: powell_runs(data, points[rows], tuneable=tuneable, **options), shares))
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="mert")
+    try:
+        parts = list(pool.map(lambda rows: powell_runs(data, points[rows], tuneable=tuneable, stop=stop, **options),
+                              shares))
+    finally:
+        stop.set()  # all done, or the caller stops: the threads must not go on
+        pool.shutdown(cancel_futures=True)
     weights, bleus = np.empty_like(points), np.empty(len(points))
     iterations = np.empty(len(points), dtype=np.int64)
     for rows, (w, b, i) in zip(shares, parts, strict=True):

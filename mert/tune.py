@@ -14,7 +14,7 @@ Everything an iteration produces stays in the working directory (``runN.moses.in
 ``runN.out``, ``runN.nbest.gz``, ``runN.weights``, a ``tuning.tsv`` log), because MERT is
 unstable (README of the fixture: iteration 2 collapses to ~1 BLEU) and a user has to be able to
 see *which* iteration went wrong. A state file written atomically after every iteration lets
-``--continue`` pick up after a crash (a decode of a real test set takes hours) and give exactly
+``--resume`` pick up after a crash (a decode of a real test set takes hours) and give exactly
 the weights an uninterrupted run would: the seeds are per iteration and the weights are stored
 exactly. ``--engine moses`` instead hands the whole job to Moses' own ``mert-moses.pl``
 (:mod:`mert.mert_moses`).
@@ -95,7 +95,7 @@ def log_to_stderr(message: str) -> None:
 class TuneOptions:
     """Everything ``mert tune`` needs; paths may be relative to the current directory.
 
-    ``seed`` None draws fresh random restarts (not reproducible, and then ``--continue`` only
+    ``seed`` None draws fresh random restarts (not reproducible, and then ``--resume`` only
     continues, it cannot reproduce). ``fixed`` names features or columns (``LM0_0``) to keep at
     their start values. ``decoder_cwd`` is the folder the relative model paths of ``ini`` refer
     to, where Moses must run (default: the ini's folder).
@@ -365,7 +365,7 @@ class Tuner:
             return self._initial_weights(), [], 0, None
         if not self.options.resume:
             raise TuneError(
-                f"{self.work} already holds a tuning run ({STATE_FILE}): pass --continue to resume it "
+                f"{self.work} already holds a tuning run ({STATE_FILE}): pass --resume to continue it "
                 "or choose another --work-dir"
             )
         old = state.get("fingerprint", {})
@@ -373,7 +373,7 @@ class Tuner:
         changed = [k for k in _RESUME_KEYS if old.get(k) != fingerprint[k]]
         if changed:
             raise TuneError(
-                f"cannot --continue: {', '.join(changed)} differ from the run in {self.work} "
+                f"cannot --resume: {', '.join(changed)} differ from the run in {self.work} "
                 f"({', '.join(f'{k}={old.get(k)!r}' for k in changed)})"
             )
         records = [IterationRecord(**r) for r in state["iterations"]]  # type: ignore[arg-type, union-attr]

@@ -310,6 +310,28 @@ class MosesIni:
     def phrase_tables(self) -> list[FeatureLine]:
         return [f for f in self.feature_lines() if f.is_phrase_table]
 
+    def choose_phrase_table(self, table_name: str | None, *, how_to_name: str = "name one") -> FeatureLine:
+        """The phrase table ``table_name`` names, or the only one; an error lists the phrase tables.
+
+        ``how_to_name`` ends the error when there are several and none is named: how the caller's
+        user names one (``rescore-phrase-table``: its ``--table NAME``).
+        """
+        tables = self.phrase_tables()
+        names = ", ".join(t.name for t in tables) or "none"
+        if table_name is not None:
+            feature = self.find_feature(table_name)
+            if feature is None:
+                raise MosesIniError(self.path, None,
+                                    f"no phrase table named {table_name!r}; its phrase tables: {names}")
+            if not feature.is_phrase_table:
+                raise MosesIniError(self.path, feature.line_no, f"{table_name} is a {feature.type}, not a phrase "
+                                                                f"table; its phrase tables: {names}")
+            return feature
+        if len(tables) != 1:
+            raise MosesIniError(self.path, None,
+                                f"expected exactly one phrase table, found {len(tables)} ({names}): {how_to_name}")
+        return tables[0]
+
     def absolutize_paths(self, base: str | os.PathLike[str]) -> MosesIni:
         """Make every relative ``path=`` in ``[feature]`` absolute against ``base``; returns self.
 
@@ -510,7 +532,7 @@ class MosesIni:
         as it was. A compact table (``.minphr``) does not store its column count: rebinarise it
         with ``processPhraseTableMin -nscores`` matching the new ``num-features``.
         """
-        table = self._select_phrase_table(table_name)
+        table = self.choose_phrase_table(table_name)
         if table.num_features is None:
             raise MosesIniError(self.path, table.line_no, f"{table.name} has no num-features=")
         current = self._weights_with_position()
@@ -538,19 +560,3 @@ class MosesIni:
         if updated.num_features != len(self.weights()[table.name]):  # the invariant Moses checks
             raise MosesIniError(self.path, line_no, f"{table.name}: num-features and weights disagree")
         return updated
-
-    def _select_phrase_table(self, table_name: str | None) -> FeatureLine:
-        if table_name is not None:
-            feature = self._require_feature(table_name)
-            if not feature.is_phrase_table:
-                raise MosesIniError(
-                    self.path, feature.line_no, f"{table_name} is a {feature.type}, not a phrase table"
-                )
-            return feature
-        tables = self.phrase_tables()
-        if len(tables) != 1:
-            names = ", ".join(t.name for t in tables) or "none"
-            raise MosesIniError(
-                self.path, None, f"expected exactly one phrase table, found {len(tables)} ({names}): name one"
-            )
-        return tables[0]

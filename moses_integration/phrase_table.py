@@ -103,14 +103,24 @@ def _check_score(token: bytes) -> str | None:
     return None
 
 
+#: The most words a source or target phrase may have. Moses extracts phrases of up to 7 words by default
+#: (20 is a large setting); a longer "phrase" is a sentence or a damaged line, and a 5M-word line took a
+#: tiny model 326 s to score. Such a line is a bad line, at its line number.
+MAX_PHRASE_WORDS = 1000
+
+
 def _check_phrase(field: bytes, side: str) -> str | None:
-    """Why a source/target field is unusable (invalid UTF-8 or empty), or None."""
+    """Why a source/target field is unusable (invalid UTF-8, empty, or longer than
+    :data:`MAX_PHRASE_WORDS`), or None."""
     try:
         text = field.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"{side} phrase is not valid UTF-8 (byte {exc.start})"
-    if not split_tokens(text):
+    words = len(split_tokens(text))
+    if not words:
         return f"empty {side} phrase"
+    if words > MAX_PHRASE_WORDS:
+        return f"{side} phrase of {words} words, more than the {MAX_PHRASE_WORDS} a phrase may have"
     return None
 
 

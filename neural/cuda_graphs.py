@@ -3,7 +3,7 @@
 A training update of a small-batch recurrent model is hundreds of short kernels (a 64-pair step of
 the paper's 1000-unit GRU: the recurrences' per-step matmuls and element-wise ops, their
 backward, clipping, Adadelta), each too short to keep a GPU busy, so the GPU waits on Python and
-kernel launches (issue 38 measured 33 updates/s on an H100, 1.6% of its fp32 peak). Replaying a
+kernel launches (eager updates measured 33 a second on an H100, 1.6% of its fp32 peak). Replaying a
 captured graph launches them all at once.
 
 What a caller provides (``rescorer.training.step`` for the RNN, ``cslm.train`` for the CSLM):

@@ -63,22 +63,6 @@ def write_model_file(path: str | os.PathLike[str], format_name: str, version: in
     return Path(path)
 
 
-def last_checkpoint_path(model_out: str | Path) -> Path:
-    """Where the latest training state lives, beside the best model ``model_out``."""
-    return Path(str(model_out) + ".last")
-
-
-def refuse_to_overwrite(model_out: Path, resume: bool) -> None:
-    """A fresh training would overwrite a model that took hours at its first save: without
-    ``resume``, an existing model or training state under ``model_out`` is an error, not a restart."""
-    if resume:
-        return
-    for path in (model_out, last_checkpoint_path(model_out)):
-        if path.exists():
-            raise UserError(f"{path} already exists: pass --resume to continue that training, "
-                             "or remove it to train from scratch")
-
-
 def _why_unreadable(path: Path) -> str:
     """Why torch could not read ``path``, in a few words: a model file is a zip archive (torch.save's format)."""
     try:

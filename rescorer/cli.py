@@ -11,12 +11,15 @@ from typing import Any
 import click
 
 from infrastructure.cli_options import (
-    MODEL_ALSO_WRITES,
+    MAX_THREADS,
+    Command,
     FiniteFloat,
+    Group,
     IntRange,
     NumberList,
     OneLinePath,
     OutputPath,
+    cap_workers,
     device_option,
     friendly_errors,
     quiet_option,
@@ -26,7 +29,22 @@ from infrastructure.cli_options import (
 )
 from infrastructure.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
 from neural.config import PRECISIONS, TRAIN_STEPS
-from rescorer.model.config import DEFAULT_SHORTLIST, DEFAULT_TRAIN_TIME, ModelSizes, TrainConfig
+from neural.training import MODEL_ALSO_WRITES
+from rescorer.model.config import (
+    DEFAULT_SHORTLIST,
+    DEFAULT_TRAIN_TIME,
+    MAX_INIT_STD,
+    MAX_MODEL_SIZE,
+    MAX_SHORTLIST,
+    ModelSizes,
+    TrainConfig,
+)
+
+#: The most lines a chunk holds: a chunk is in memory several times over (its lines, ids, trees, scores),
+#: and 10M lines of a real table are some GB.
+MAX_CHUNK_LINES = 10_000_000
+#: The most padded tokens a batch holds: 16 times what a GPU's automatic budget reaches (rescorer.pipeline.scoring).
+MAX_TOKEN_BUDGET = 1 << 24
 
 
 def _model_size_options(fn: Callable) -> Callable:
@@ -38,10 +56,13 @@ def _model_size_options(fn: Callable) -> Callable:
         ("maxout-units", defaults.maxout_units, "maxout units of the deep output"),
         ("output-rank", defaults.output_rank, "rank of the output matrix G = G_l G_r"),
     ]):
-        fn = click.option(f"--{name}", type=IntRange(min=1), default=default, show_default=True, help=help_)(fn)
-    fn = click.option("--shortlist", type=IntRange(min=1), default=DEFAULT_SHORTLIST, show_default=True,
+        fn = click.option(f"--{name}", type=IntRange(min=1, max=MAX_MODEL_SIZE), default=default, show_default=True,
+                          help=help_)(fn)
+    fn = click.option("--shortlist", type=IntRange(min=1, max=MAX_SHORTLIST), default=DEFAULT_SHORTLIST,
+                      show_default=True,
                       help="words per language kept in the model vocabulary ([UNK] included)")(fn)
-    fn = click.option("--init-std", type=FiniteFloat(min=0, min_open=True), default=defaults.init_std,
+    fn = click.option("--init-std", type=FiniteFloat(min=0, min_open=True, max=MAX_INIT_STD),
+                      default=defaults.init_std,
                       show_default=True,
                       help="std of the N(0, s²) initial weights (recurrent ones stay orthogonal). The paper's "
                       "0.01 leaves small models ignoring the source for a long time: watch the 'source gain'")(fn)
@@ -93,7 +114,7 @@ def _model_sizes(hidden: int, embedding: int, maxout_units: int, output_rank: in
                       init_std=init_std)
 
 
-@click.group()
+@click.group(cls=Group)
 def main() -> None:
     """RNN Encoder–Decoder phrase scoring for Moses (Cho et al. 2014)."""
 
@@ -115,7 +136,8 @@ def main() -> None:
               help="stop after this many validations without improvement")
 @click.option("--valid-every", type=IntRange(min=1), default=TrainConfig.valid_every, show_default=True,
               help="updates between validations")
-@click.option("--batch-size", type=IntRange(min=1), default=TrainConfig.batch_size, show_default=True)
+@click.option("--batch-size", type=IntRange(min=1), default=TrainConfig.batch_size, show_default=True,
+              help="phrase pairs per update (the paper's 64)")
 @seed_option()
 @resume_option("continue the run saved in MODEL_OUT")
 @_train_step_option
@@ -189,11 +211,13 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 @main.command("compare")
 @click.argument("model_path", metavar="MODEL", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("phrase_table", type=OneLinePath(exists=True, dir_okay=False))
-@click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True)
+@click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True,
+              help="a long source phrase has at least this many words")
 @click.option("--frequent/--rare", default=True, show_default=True,
               help="the most frequent or the rarest long source phrases (count from the counts field)")
-@click.option("--sources", type=IntRange(min=1), default=10, show_default=True)
-@click.option("--top", type=IntRange(min=1), default=3, show_default=True, help="targets per list")
+@click.option("--sources", type=IntRange(min=1), default=10, show_default=True, help="long source phrases listed")
+@click.option("--top", type=IntRange(min=1), default=3, show_default=True,
+              help="targets of each source in each list (the table's, the RNN's)")
 @click.option("--min-targets", type=IntRange(min=1), default=2, show_default=True,
               help="only sources with at least this many targets in the table")
 @click.option("--column", type=IntRange(min=1), default=3, show_default=True,
@@ -260,7 +284,8 @@ def map_words_command(model_path, out_png, words, labels, seed) -> None:
 @click.argument("out_png", type=OutputPath())
 @click.option("--max-phrases", type=IntRange(min=5), default=1000, show_default=True,
               help="a seeded random sample of this many distinct phrases is mapped")
-@click.option("--min-words", type=IntRange(min=1), default=1, show_default=True)
+@click.option("--min-words", type=IntRange(min=1), default=1, show_default=True,
+              help="only phrases of at least this many words")
 @click.option("--labels", type=IntRange(min=0), default=150, show_default=True, help="at most this many labels")
 @seed_option()
 @device_option()
@@ -286,15 +311,20 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 @click.argument("out_dir", type=OutputPath(folder=True))
 @click.option("--sources", type=IntRange(min=1), default=8, show_default=True,
               help="frequent and rare long sources in the top-target tables")
-@click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True)
+@click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True,
+              help="a long source phrase has at least this many words")
 @click.option("--sample-sources", type=IntRange(min=0), default=4, show_default=True,
               help="sources whose samples are shown")
-@click.option("-n", "--samples", type=IntRange(min=0), default=50, show_default=True)
-@click.option("--beam", type=IntRange(min=0), default=5, show_default=True)
+@click.option("-n", "--samples", type=IntRange(min=0), default=50, show_default=True,
+              help="targets drawn from the decoder for each of those sources")
+@click.option("--beam", type=IntRange(min=0), default=5, show_default=True,
+              help="beam width for each of those sources; its best targets are listed too")
 @click.option("--score-sources", type=IntRange(min=0), default=5000, show_default=True,
               help="random source phrases whose lines are scored for the score scatter and phrase map")
-@click.option("--map-words", "map_words_", type=IntRange(min=5), default=1000, show_default=True)
-@click.option("--map-phrases", "map_phrases_", type=IntRange(min=5), default=1000, show_default=True)
+@click.option("--map-words", "map_words_", type=IntRange(min=5), default=1000, show_default=True,
+              help="the most frequent source words on the word map (t-SNE)")
+@click.option("--map-phrases", "map_phrases_", type=IntRange(min=5), default=1000, show_default=True,
+              help="at most this many of the scored sources on the phrase map (t-SNE)")
 @seed_option()
 @click.option("--screenshot", type=OutputPath(),
               help="also render the page with headless Chromium into this PNG")
@@ -333,7 +363,7 @@ def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> l
     return files
 
 
-@click.command("rescore-phrase-table")
+@click.command("rescore-phrase-table", cls=Command)
 # INPUT_TABLE must exist and be readable, OUTPUT_TABLE must not be a folder: both refused while parsing,
 # before any training or scoring, in one line.
 @click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False, allow_dash=True))
@@ -366,19 +396,19 @@ def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> l
               help="initial weight of the --cslm feature (0: the untuned system is the original one)")
 @click.option("--wp-side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True,
               help="which side's words outside the shortlist the penalty counts")
-@click.option("-j", "--workers", type=IntRange(min=0), default=None,
+@click.option("-j", "--workers", type=IntRange(min=0, max=MAX_THREADS), default=None, callback=cap_workers,
               help="worker processes that parse chunks, build their prefix trees, format and compress them "
               "(0 or 1: all in this process) [default: --threads]")
-@click.option("--chunk-lines", type=IntRange(min=1), default=100_000, show_default=True,
+@click.option("--chunk-lines", type=IntRange(min=1, max=MAX_CHUNK_LINES), default=100_000, show_default=True,
               help="lines per chunk read, scored and written at a time (what --resume continues from)")
 @click.option("--compress-level", type=IntRange(min=MEMBER_LEVELS[0], max=MEMBER_LEVELS[-1]),
               default=DEFAULT_MEMBER_LEVEL, show_default=True,
               help="gzip level of a .gz OUTPUT_TABLE, as gzip's -1 .. -9 (0 stores uncompressed)")
-@click.option("--token-budget", type=IntRange(min=1),
+@click.option("--token-budget", type=IntRange(min=1, max=MAX_TOKEN_BUDGET),
               help="padded tokens per batch [default: 8192 on CPU, from free memory on GPU; halved on OOM]")
 @click.option("--skip-bad-lines", is_flag=True,
               help="move malformed lines to OUTPUT_TABLE.rejects (as they are) instead of stopping")
-@click.option("--shard", help="score only slice K/N (1-based), cut at source-phrase boundaries")
+@click.option("--shard", metavar="K/N", help="score only slice K of N (1-based), cut at source-phrase boundaries")
 @resume_option("continue a killed run from its last completed chunk")
 @click.option("--scores-parquet", type=OutputPath(), help="also write the scores to Parquet")
 @seed_option("seed of the training without --model (initial weights, batch order)")
@@ -398,7 +428,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
     """
     from rescorer.model.checkpoint import load_checkpoint
-    from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
+    from rescorer.pipeline.moses_config import check_moses_ini, check_table_path_for_ini, write_moses_ini
     from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions
     from rescorer.pipeline.shards import parse_shard
@@ -412,6 +442,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         raise click.UsageError("--cslm adds a feature to the written moses.ini: it needs --moses-ini, --moses-ini-out")
     if model_path is None and input_table == "-":
         raise click.UsageError("training without --model needs INPUT_TABLE as a file, not stdin")
+    if moses_ini_out:
+        check_table_path_for_ini(output_table, moses_ini_out)
     reverse = load_checkpoint(reverse_model) if reverse_model else None
     # Everything Moses will check is checked now, before hours of training and scoring.
     weights = (rnn_weight, wp_weight, reverse_weight) if reverse else (rnn_weight, wp_weight)
@@ -431,10 +463,12 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     summary = rescore_with_model_or_training(input_table, output_table, model_path, training, options,
                                              reverse)
     click.echo(summary.report(), err=True)
-    if summary.lines == 0 and shard:
-        click.echo(f"warning: shard {shard} holds no line of {input_table} (fewer shard points than shards: "
-                   f"one every ~500 lines), so {output_table} is empty (0 bytes)", err=True)
-    elif summary.lines == 0:
+    empty = summary.lines == 0 and summary.finished_already is None
+    if empty and shard:
+        click.echo(f"warning: shard {shard} holds no line of {input_table} (a shard starts at a source "
+                   f"block's first line, and this table has too few blocks for so many shards), so "
+                   f"{output_table} is empty (0 bytes)", err=True)
+    elif empty:
         click.echo(f"warning: {input_table} holds no phrase-table lines, so {output_table} is empty too", err=True)
     if moses_ini:
         neural_lm = write_moses_ini(moses_ini, moses_ini_out, output_table, weights, table_name,
@@ -487,7 +521,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               help="initial weight of the indicator column (Moses reads 1 per proposed pair used)")
 @click.option("--rows-per-step", type=IntRange(min=1),
               help="hypotheses per decoder step of the search [default: 4096 on CPU, 16384 on GPU]")
-@click.option("-j", "--workers", type=IntRange(min=0), default=None,
+@click.option("-j", "--workers", type=IntRange(min=0, max=MAX_THREADS), default=None, callback=cap_workers,
               help="worker processes of the rescoring pipeline [default: --threads]")
 @click.option("--token-budget", type=IntRange(min=1), help="padded tokens per scoring batch")
 @resume_option("continue a killed or failed run from its work folder .OUTPUT_TABLE.propose/ (same inputs and "
@@ -578,7 +612,7 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
 @friendly_errors()
 def rerank_weights_command(phrase_table, model_path, reverse_path, text, reference, sentences, reverse_grid,
                            length_grid, thin_below, per_source, beam, plain_beam, measure, lex_e2f, lex_f2e, device,
-                           threads) -> None:  # noqa: ARG001 (threads: applied by its option)
+                           threads) -> None:  # threads: applied by its option
     """Choose propose --reverse-model's rerank weights on dev text, for a system's own two RNNs.
 
     For the n-grams of --text that propose --for-text fills, the search and the reverse model run

@@ -1,7 +1,7 @@
 """Other runs of the experiment beside this one: the report's "Beside the other runs" table.
 
-A scale's answer only means something next to the others (issue 46: medium's + RNN beside
-SCALE=small's, the domain check's Baseline and the paper). ``table1 --beside FILE`` names another
+A scale's answer only means something next to the others (medium's + RNN beside SCALE=small's,
+the domain check's Baseline and the paper). ``table1 --beside FILE`` names another
 run's ``table1.json``; it is read and checked while the command line is read, before any step, and
 the report puts each of its rows' test score and pooled Δ against its own Baseline beside this
 run's, one column a report, with the paper's last. Only this run's rows are shown: another report's
@@ -15,7 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mert.significance import EXACT
 from table1.workspace import ExperimentError
+
+#: Marks a test over runs whose sentence part was recovered from an older report's figures.
+APPROXIMATE = "†"
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ def _cell(row: dict | None, baseline: bool) -> dict | None:
     if row is None or row["test"].get("mean") is None:
         return None
     return {"test": row["test"], "runs": row["runs_finished"],
-            "pooled": None if baseline else row.get("pooled_vs_baseline")}
+            "pooled": None if baseline else row.get("pooled_vs_baseline"),
+            "over_runs": None if baseline else row.get("over_runs_vs_baseline")}
 
 
 def beside_document(rows: Sequence[dict], scale: dict, others: Sequence[BesideRun]) -> dict:
@@ -90,9 +95,13 @@ def _format_cell(cell: dict | None) -> str:
     test, runs = cell["test"], cell["runs"]
     text = f"{test['mean']:.2f}" + (f" ± {test['std']:.2f}" if test.get("std") is not None else "")
     text += f" ({runs} run{'s' if runs != 1 else ''})"
-    pooled = cell.get("pooled")
-    if pooled:
-        text += f"; Δ {pooled['delta']:+.2f} (p {pooled['p_value']:.3f})"
+    over_runs, pooled = cell.get("over_runs"), cell.get("pooled")
+    if over_runs and over_runs.get("ci95"):
+        low, high = over_runs["ci95"]
+        mark = "" if over_runs["sentence_part"] == EXACT else APPROXIMATE
+        text += f"; Δ {over_runs['mean_delta']:+.2f} [{low:+.2f}, {high:+.2f}] (p {over_runs['p_value']:.3f}{mark})"
+    elif pooled:
+        text += f"; pooled Δ {pooled['delta']:+.2f} (p {pooled['p_value']:.3f}, sentences only)"
     return text
 
 
@@ -100,9 +109,11 @@ def format_beside(doc: dict) -> list[str]:
     """The markdown section: one row a configuration of this run, one column a report."""
     columns = doc["columns"]
     out = ["## Beside the other runs", "",
-           "Test sacreBLEU, mean ± std over each report's runs, and the pooled Δ against that report's own "
-           "Baseline (p, paired bootstrap); the paper's test BLEU and its Δ against the paper's Baseline. "
-           "The reports differ in their data and sizes (each one's Settings section).", "",
+           "Test sacreBLEU, mean ± std over each report's runs, and the mean Δ against that report's own "
+           "Baseline with its 95% interval and p over runs (MERT's variance and the test set's, as in the main "
+           f"table; {APPROXIMATE}: σ_sent recovered from the report's stored figures); the paper's test BLEU and its "
+           "Δ against the paper's Baseline. The reports differ in their data and sizes (each one's Settings "
+           "section).", "",
            "| configuration | " + " | ".join(c["name"] for c in columns) + " | paper |",
            "|---|" + "---|" * (len(columns) + 1)]
     for row in doc["rows"]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from infrastructure.cli_options import (
+    Command,
     IntRange,
     OneLinePath,
     OutputPath,
@@ -30,7 +31,7 @@ from table1.workspace import TIMINGS_FILE, new_experiment
 RESULTS_FILES = tuple(f"{{}}/{name}" for name in (*REPORT_FILES, TIMINGS_FILE))
 
 
-@click.command("table1")
+@click.command("table1", cls=Command)
 @click.argument("steps", nargs=-1, required=True, type=click.Choice([*ex.STEPS, "all"]))
 @click.option("--work", required=True, type=OutputPath(folder=True, path_type=Path),
               help="work folder (outside the source tree); every step's outputs and stamps")

@@ -107,7 +107,7 @@ def cross_entropies(install: MosesInstall, lm: Path, lines: Iterable[str], vocab
                     proc.stdin.write(restricted + "\n")  # type: ignore[union-attr]
             except BrokenPipeError:
                 pass  # query died: its exit status says why
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            except BaseException as exc:  # handed to the caller below
                 failure.append(exc)
             finally:
                 proc.stdin.close()  # type: ignore[union-attr]

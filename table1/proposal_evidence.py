@@ -1,7 +1,7 @@
-"""The evidence a proposals row is read by (issue 39): how many proposed pairs the tuned systems use
+"""The evidence a proposals row is read by: how many proposed pairs the tuned systems use
 in their test translations, how often a proposed target occurs in the test reference against the
 table's own targets for the same sources, the indicator's tuned weight, and a few proposals; and
-(issue 48) what each MERT iteration's decode of dev made of them, which shows whether tuning
+what each MERT iteration's decode of dev made of them, which shows whether tuning
 turned the proposals off and what they cost while they were on.
 
 Everything is read from what the steps left: ``rescorer propose --list`` (kind, source, target,

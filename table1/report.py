@@ -2,12 +2,16 @@
 
 How the runs are combined: each configuration was tuned ``RUNS`` times with different MERT
 seeds (random restarts). Table cells are the mean ± sample standard deviation over those runs.
-Significance is sacreBLEU's paired bootstrap (1,000 resamples) of run *k* of a configuration
-against run *k* of Baseline (the same seed), one p-value per pair, as Clark et al. (2011)
-recommend comparing whole tuning runs rather than the best of them; the table shows all of them,
-then one pooled p-value per row over all its runs (:func:`mert.significance.pooled_bootstrap`),
-and beside them the smallest difference the setup could call significant, measured between
-Baseline runs (:func:`mert.significance.detectable_delta`).
+Each comparison's main figures are the mean Δ over runs with the 95% interval and p of
+:func:`mert.significance.runs_test` (:data:`mert.significance.RUNS_METHOD`), which counts MERT's
+variance between tunings as well as the test set's sampling (Clark et al. 2011). Beside them:
+sacreBLEU's paired bootstrap of run *k* against Baseline's run *k*, one p per pair; the pooled
+bootstrap of all runs (:func:`mert.significance.pooled_bootstrap`), sentences only, a secondary
+column; and the smallest difference one run against one run could show, measured between Baseline
+runs (:func:`mert.significance.detectable_delta`). The figure shows each comparison's Δ per run and
+over runs with its interval, with the paper's Δ marked.
+
+:func:`rerender` adds the test over runs to a report written before it, from the figures it kept.
 
 Dev BLEU is on the tokenised, truecased dev set (what MERT maximises); test BLEU is sacreBLEU on
 detruecased, detokenised output against the raw reference (with its signature), plus the
@@ -18,6 +22,7 @@ paper did; the rows marked (n-best) rescore n-best lists with it instead.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +32,17 @@ from sacrebleu.metrics import BLEU
 from infrastructure.files import atomic_output
 from infrastructure.lines import read_text_lines
 from mert.evaluate import check_same_length, mean_std, paired_bootstrap, score_system
-from mert.significance import PooledTest, detectable_delta, pooled_bootstrap
+from mert.significance import (
+    EXACT,
+    RUNS_METHOD,
+    PooledTest,
+    RunsTest,
+    detectable_delta,
+    pooled_bootstrap,
+    runs_test,
+)
 from table1.analysis import format_analysis, format_leverage, format_rnn_changes, format_trajectories
-from table1.beside import format_beside
+from table1.beside import APPROXIMATE, format_beside
 from table1.proposal_evidence import format_evidence
 from table1.reference_choice import format_reference_choice
 from table1.settings import Configuration
@@ -74,13 +87,15 @@ class Versus:
     label: str  # the other row's
     per_run: list[tuple[int, float, float]]  # (run, Δ test sacreBLEU, p)
     pooled: PooledTest | None
+    over_runs: RunsTest | None = None
 
 
 @dataclass
 class ConfigScores:
     config: Configuration
     runs: list[RunScores] = field(default_factory=list)
-    pooled: PooledTest | None = None  # all runs against the same-numbered Baseline runs
+    pooled: PooledTest | None = None  # all runs against the same-numbered Baseline runs, sentences resampled
+    over_runs: RunsTest | None = None  # the same runs, MERT's variance counted too: the main test
     versus: list[Versus] = field(default_factory=list)
 
 
@@ -107,6 +122,13 @@ def _mean_std_json(values: Sequence[float]) -> dict[str, float | None]:
     return {"mean": round(mean, 4), "std": None if std is None else round(std, 4)}
 
 
+COMBINATION = ("mean ± sample std over runs; over runs: mean Δ (bold where its 95% interval excludes 0), interval and "
+               "p of the test over runs (above); "
+               "per run: run k against Baseline run k on test (sacreBLEU; p: two-sided paired bootstrap, 1000 "
+               "samples); pooled (sentences only, secondary): all runs against the same-numbered Baseline runs, "
+               "resampling test sentences, MERT's variance not counted")
+
+
 def build_table(
     scores: Sequence[ConfigScores], *, settings: dict[str, object], signature: str, runs_requested: int,
     timings: dict[str, float] | None = None, notes: Sequence[str] = (), detectable: Detectable | None = None,
@@ -127,9 +149,11 @@ def build_table(
             "p_values_vs_baseline": [r.p_value for r in runs if r.p_value is not None],
             "deltas_vs_baseline": [r.delta for r in runs if r.p_value is not None],
             "pooled_vs_baseline": _pooled_json(cs.pooled),
+            "over_runs_vs_baseline": None if cs.over_runs is None else cs.over_runs.to_json(),
             "versus": [{"label": v.label, "runs": [{"run": k, "delta": round(d, 4), "p_value": pv}
                                                    for k, d, pv in v.per_run],
-                        "pooled": _pooled_json(v.pooled)} for v in cs.versus],
+                        "pooled": _pooled_json(v.pooled),
+                        "over_runs": None if v.over_runs is None else v.over_runs.to_json()} for v in cs.versus],
             "runs": [
                 {"run": r.run, "seed": r.seed, "dev_bleu": r.dev_bleu, "test_bleu": r.test_bleu,
                  "test_tokenized_bleu": r.test_tokenized_bleu, "p_value_vs_baseline": r.p_value,
@@ -142,9 +166,8 @@ def build_table(
         "rows": rows,
         "runs_requested": runs_requested,
         "sacrebleu_signature": signature,
-        "combination": "mean ± sample std over runs; Δ and p: run k against Baseline run k on test (sacreBLEU; "
-                       "p: two-sided paired bootstrap, 1000 samples); pooled: all runs against the same-numbered "
-                       "Baseline runs, resampling test sentences",
+        "combination": COMBINATION,
+        "significance": RUNS_METHOD,
         "detectable": None if detectable is None else {
             "per_run": round(detectable.per_run, 4), "baseline_runs": detectable.baseline_runs, "level": 0.05},
         "settings": settings,
@@ -162,16 +185,73 @@ def _pooled_cell(pooled: dict | None) -> str:
             f"run{'s' if pooled['runs'] != 1 else ''}; significant from ±{pooled['significant_from']:.2f})")
 
 
+def over_runs_cell(test: dict | None) -> str:
+    """``+0.21 [−0.95, +1.37], p 0.421 (3 runs)``: mean Δ (bold where the interval excludes 0), 95% interval
+    and p of the test over runs."""
+    if not test:
+        return "–"
+    mark = "" if test["sentence_part"] == EXACT else APPROXIMATE
+    if test["ci95"] is None:
+        return f"{test['mean_delta']:+.2f}{mark} (1 run: MERT's variance not measured)"
+    low, high = test["ci95"]
+    mean = f"{test['mean_delta']:+.2f}"
+    if low > 0 or high < 0:  # the interval excludes 0: p < 0.05
+        mean = f"**{mean}**"
+    return f"{mean} [{low:+.2f}, {high:+.2f}], p {test['p_value']:.3f}{mark} ({test['runs']} runs)"
+
+
 def _versus_lines(rows: list[dict]) -> list[str]:
     """The rows compared with another row than Baseline (e.g. + RNN + proposals against + RNN)."""
     compared = [(row, v) for row in rows for v in row.get("versus") or []]
     if not compared:
         return []
-    out = ["| configuration | against | test Δ, p (per run) | pooled Δ, p |", "|---|---|---|---|"]
+    out = ["| configuration | against | Δ over runs [95% interval], p | test Δ, p (per run) | "
+           "pooled Δ, p (sentences only) |", "|---|---|---|---|---|"]
     for row, v in compared:
         per_run = ", ".join(f"{r['delta']:+.2f} (p {r['p_value']:.3f})" for r in v["runs"]) or "–"
-        out.append(f"| {row['label']} | {v['label']} | {per_run} | {_pooled_cell(v['pooled'])} |")
+        out.append(f"| {row['label']} | {v['label']} | {over_runs_cell(v.get('over_runs'))} | {per_run} | "
+                   f"{_pooled_cell(v['pooled'])} |")
     return out + [""]
+
+
+def _approximations(rows: list[dict]) -> list[str]:
+    """How σ_sent was recovered, once per kind, where a report kept no per-sentence statistics."""
+    tests = [row.get("over_runs_vs_baseline") for row in rows]
+    tests += [v.get("over_runs") for row in rows for v in row.get("versus") or []]
+    kinds = dict.fromkeys(t["sentence_part"] for t in tests if t and t["sentence_part"] != EXACT)
+    return [f"{APPROXIMATE} σ_sent {kind}." for kind in kinds]
+
+
+def format_results(doc: dict[str, object]) -> list[str]:
+    """The main table, the comparisons with other rows and how the runs were combined (what
+    :func:`rerender` replaces in an older report)."""
+    rows: list[dict] = doc["rows"]  # type: ignore[assignment]
+    out = [
+        "| configuration | dev (ours) | test (ours, sacreBLEU) | test (ours, tokenised) | paper dev | paper test | "
+        "Δ vs Baseline over runs [95% interval], p | test Δ vs Baseline, p (per run) | pooled Δ, p (sentences only) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        deltas = row.get("deltas_vs_baseline") or [None] * len(row["p_values_vs_baseline"])
+        ps = ", ".join(("" if d is None else f"{d:+.2f} ") + f"(p {p:.3f})"
+                       for d, p in zip(deltas, row["p_values_vs_baseline"], strict=True)) or "–"
+        n = row["runs_finished"]
+        pooled_cell = _pooled_cell(row.get("pooled_vs_baseline"))
+        out.append(
+            f"| {row['label']} | {_cell(row['dev'], n)} | {_cell(row['test'], n)} | {_cell(row['test_tokenized'], 0)} "
+            f"| {_paper(row['paper']['dev'])} | {_paper(row['paper']['test'])} | "
+            f"{over_runs_cell(row.get('over_runs_vs_baseline'))} | {ps} | {pooled_cell} |"
+        )
+    out += [""] + _versus_lines(rows)
+    out += [f"Significance (the Δ over runs, its interval and p): {doc.get('significance', RUNS_METHOD)}. "
+            "The pooled bootstrap resamples sentences only: it treats the runs as fixed, so it understates "
+            "the uncertainty wherever the runs disagree; it is kept as a secondary column.", ""]
+    approximations = _approximations(rows)
+    if approximations:
+        out += [*approximations, ""]
+    out += [f"Runs combined: {doc['combination']}. Runs requested per configuration: {doc['runs_requested']}.",
+            f"sacreBLEU signature: `{doc['sacrebleu_signature']}`."]
+    return out
 
 
 def _cell(stat: dict[str, float | None], finished: int) -> str:
@@ -188,24 +268,7 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     out = ["# Table 1: English→French, tuned on newstest2012+2013, tested on newstest2014", ""]
     if command:
         out += [f"Made by `{command}`.", ""]
-    out += [
-        "| configuration | dev (ours) | test (ours, sacreBLEU) | test (ours, tokenised) | paper dev | paper test | "
-        "test Δ vs Baseline, p (per run) | pooled Δ, p |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        deltas = row.get("deltas_vs_baseline") or [None] * len(row["p_values_vs_baseline"])
-        ps = ", ".join(("" if d is None else f"{d:+.2f} ") + f"(p {p:.3f})"
-                       for d, p in zip(deltas, row["p_values_vs_baseline"], strict=True)) or "–"
-        n = row["runs_finished"]
-        pooled_cell = _pooled_cell(row.get("pooled_vs_baseline"))
-        out.append(
-            f"| {row['label']} | {_cell(row['dev'], n)} | {_cell(row['test'], n)} | {_cell(row['test_tokenized'], 0)} "
-            f"| {_paper(row['paper']['dev'])} | {_paper(row['paper']['test'])} | {ps} | {pooled_cell} |"
-        )
-    out += [""] + _versus_lines(rows)
-    out += [f"Runs combined: {doc['combination']}. Runs requested per configuration: {doc['runs_requested']}.",
-            f"sacreBLEU signature: `{doc['sacrebleu_signature']}`.", ""]
+    out += [*format_results(doc), ""]
     detectable = doc.get("detectable")
     if detectable:
         out += [f"What this setup can detect: measured between Baseline runs ({detectable['baseline_runs']} runs), "  # type: ignore[index]
@@ -258,25 +321,67 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     return "\n".join(out)
 
 
+def figure_comparisons(doc: dict[str, object]) -> list[tuple[str, list[float], dict | None, float | None]]:
+    """(label, Δ per run, test over runs, paper's Δ) of every comparison, against Baseline first."""
+    rows: list[dict] = doc["rows"]  # type: ignore[assignment]
+    paper_base = next((row["paper"]["test"] for row in rows if row["key"] == "baseline"), None)
+    out = []
+    for row in rows:
+        if row["key"] == "baseline" or not row.get("deltas_vs_baseline"):
+            continue
+        paper = row["paper"]["test"]
+        out.append((row["label"], row["deltas_vs_baseline"], row.get("over_runs_vs_baseline"),
+                    None if paper is None or paper_base is None else paper - paper_base))
+    for row in rows:
+        for v in row.get("versus") or []:
+            out.append((f"{row['label']}\nvs {v['label']}", [r["delta"] for r in v["runs"]], v.get("over_runs"), None))
+    return out
+
+
+def _draw_baseline_spread(ax: object, doc: dict[str, object]) -> None:
+    """A report of Baseline alone has no Δ: its runs' test BLEU about their mean, MERT's spread."""
+    rows: list[dict] = doc["rows"]  # type: ignore[assignment]
+    scores = [run["test_bleu"] for row in rows if row["key"] == "baseline" for run in row["runs"]]
+    if scores:
+        mean = sum(scores) / len(scores)
+        ax.scatter([0] * len(scores), [v - mean for v in scores], s=18, color="#8c8c8c")  # type: ignore[attr-defined]
+        ax.set_xticks([0], [f"Baseline ({len(scores)} runs, mean {mean:.2f})"], fontsize=8)  # type: ignore[attr-defined]
+    ax.set_ylabel("test BLEU − mean over runs")  # type: ignore[attr-defined]
+    ax.set_title("Baseline only: each run's test BLEU − the mean (MERT's spread)", fontsize=10)  # type: ignore[attr-defined]
+
+
 def draw_png(doc: dict[str, object], path: Path) -> None:
-    """table1.png: dev and test BLEU (mean ± std over runs) per configuration, paper numbers as marks."""
+    """table1.png: each comparison's test Δ (sacreBLEU), run by run and over runs with its 95%
+    interval, and the paper's Δ against its Baseline; absolute BLEU would hide the differences."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows: list[dict] = doc["rows"]  # type: ignore[assignment]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
-    for ax, split in zip(axes, ("dev", "test"), strict=True):
-        xs = range(len(rows))
-        means = [r[split]["mean"] if r[split]["mean"] is not None else 0.0 for r in rows]
-        stds = [r[split]["std"] or 0.0 for r in rows]
-        ax.bar(xs, means, yerr=stds, capsize=4, color="#4c72b0", label="ours (mean ± std over runs)")
-        paper = [(x, r["paper"][split]) for x, r in zip(xs, rows, strict=True) if r["paper"][split] is not None]
-        ax.scatter([x for x, _ in paper], [v for _, v in paper], marker="_", s=600, color="#c44e52", label="paper")
-        ax.set_xticks(list(xs), [r["label"] for r in rows], rotation=15)
-        ax.set_title(f"{split} BLEU")
-        ax.legend(loc="lower right", fontsize=8)
+    compared = figure_comparisons(doc)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(compared) + 2), 5))
+    ax.axhline(0, color="#888888", linewidth=0.8)
+    for x, (_, deltas, test, paper) in enumerate(compared):
+        ax.scatter([x - 0.15] * len(deltas), deltas, s=18, color="#8c8c8c", zorder=3,
+                   label="Δ per run (run k vs Baseline run k)" if x == 0 else None)
+        if test and test.get("ci95"):
+            mean, (low, high) = test["mean_delta"], test["ci95"]
+            ax.errorbar([x + 0.1], [mean], yerr=[[mean - low], [high - mean]], fmt="o", color="#4c72b0", capsize=5,
+                        zorder=4, label="mean Δ over runs, 95% interval (runs + sentences)" if x == 0 else None)
+        if paper is not None:
+            ax.scatter([x + 0.1], [paper], marker="_", s=700, linewidths=2.5, color="#c44e52", zorder=5,
+                       label="paper's Δ" if not any(c[3] is not None for c in compared[:x]) else None)
+    if compared:
+        labels = ["\n".join(textwrap.fill(part, 22) for part in label.split("\n")) for label, *_ in compared]
+        ax.set_xticks(range(len(compared)), labels, fontsize=8)
+        ax.set_xlim(-0.7, len(compared) - 0.3)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14 if len(compared) < 4 else -0.2), ncol=3,
+                  fontsize=8, frameon=False)
+        ax.set_ylabel("test Δ BLEU (sacreBLEU)")
+        against_others = any("\nvs " in label for label, *_ in compared)
+        ax.set_title("Test Δ against Baseline" + (" (columns \"vs X\": against row X)" if against_others else ""))
+    else:
+        _draw_baseline_spread(ax, doc)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
@@ -342,8 +447,9 @@ def score_runs(
             detokenized[run] = test.detokenized
         paired = sorted(set(detokenized) & set(baseline_detok))
         if config.key != "baseline" and paired:
-            cs.pooled = pooled_bootstrap([baseline_detok[k][1] for k in paired], [detokenized[k] for k in paired], refs,
-                                         samples=bootstrap_samples)
+            baseline_paired, system_paired = [baseline_detok[k][1] for k in paired], [detokenized[k] for k in paired]
+            cs.pooled = pooled_bootstrap(baseline_paired, system_paired, refs, samples=bootstrap_samples)
+            cs.over_runs = runs_test(baseline_paired, system_paired, refs, samples=bootstrap_samples)
         cs.versus = [_versus(by_key[key], detokenized, config.key, refs, bootstrap_samples)
                      for key in config.compare_with if key in by_key]
         by_key[config.key] = (config.label, detokenized)
@@ -361,9 +467,11 @@ def _versus(other: tuple[str, dict[int, list[str]]], mine: dict[int, list[str]],
     for k in paired:
         result = paired_bootstrap((f"{label} run{k}", theirs[k]), (f"{key} run{k}", mine[k]), refs, samples=samples)
         per_run.append((k, result.delta, result.p_value))
-    pooled = pooled_bootstrap([theirs[k] for k in paired], [mine[k] for k in paired], refs,
-                              samples=samples) if paired else None
-    return Versus(label, per_run, pooled)
+    if not paired:
+        return Versus(label, per_run, None)
+    theirs_paired, mine_paired = [theirs[k] for k in paired], [mine[k] for k in paired]
+    return Versus(label, per_run, pooled_bootstrap(theirs_paired, mine_paired, refs, samples=samples),
+                  runs_test(theirs_paired, mine_paired, refs, samples=samples))
 
 
 def _detectable(baseline: list[list[str]], refs: list[list[str]], samples: int) -> Detectable | None:

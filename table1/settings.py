@@ -1,8 +1,8 @@
 """The Table 1 experiment's settings and configurations, all in one readable place.
 
 ``SCALE=small`` is what runs on a 2-core machine in a few hours of CPU per step, on Hansard with a
-news test set; ``SCALE=small-news`` is the same size on text selected for the news domain (the
-domain check of issue 46); ``SCALE=medium`` is the news-domain setup large enough to tell the
+news test set; ``SCALE=small-news`` is the same size on text selected for the news domain (a
+domain check); ``SCALE=medium`` is the news-domain setup large enough to tell the
 paper's gains from noise, in about 15 hours of the same machine (the time plan printed before the
 first tuning run shows the arithmetic from measured decoding speeds); ``SCALE=full`` is the paper's
 setup for a GPU machine (docs/table1.md). Everything that differs between
@@ -195,7 +195,7 @@ SMALL = ScaleSettings(
     tune_max_iterations=10,
 )
 
-#: The news-domain recipe at SMALL's size (issue 46's domain check): Baseline here against SMALL's
+#: The news-domain recipe at SMALL's size (the domain check): Baseline here against SMALL's
 #: separates what the domain does from what the scale does. Everything but the text is SMALL's.
 SMALL_NEWS = dataclasses.replace(
     SMALL,
@@ -211,8 +211,8 @@ SMALL_NEWS = dataclasses.replace(
 
 MEDIUM = ScaleSettings(
     name="medium",
-    # A setup large enough, and in the test's domain, to tell a +0.5 BLEU column from noise (issue 46:
-    # SCALE=small's 400 dev and 1,000 test sentences leave ±0.2 BLEU of sampling noise, and its
+    # A setup large enough, and in the test's domain, to tell a +0.5 BLEU column from noise
+    # (SCALE=small's 400 dev and 1,000 test sentences leave ±0.2 BLEU of sampling noise, and its
     # Hansard-only table lacks most of the news' words, which no rescoring of the table can fix).
     # Training text, as the paper built its own: the Hansard pairs most like news by Axelrod et al.'s
     # bilingual Moore-Lewis selection, scored against the dev set and the news sets, to 6M French
@@ -384,7 +384,7 @@ ALL_CONFIGURATIONS = (CONFIGURATIONS[:2] + WP_CONFIGURATIONS + CONFIGURATIONS[2:
 CONFIGURATIONS_BY_KEY = {c.key: c for c in ALL_CONFIGURATIONS}
 
 
-#: The rows issue 46 adds to medium's required Baseline and + RNN where the time plan allows, in order.
+#: The rows added to medium's required Baseline and + RNN where the time plan allows, in order.
 OPTIONAL_ROWS = ("rnn-wp", "cslm-nbest-rnn-wp")
 
 

@@ -285,7 +285,7 @@ def rnn_train_command(exp: Experiment, model: Path, reverse: bool = False,
 def trained_updates(model: Path) -> int:
     """How many updates a finished training made: the step of its last state (``MODEL.last``, else the model)."""
     # Imported here: table1 runs the models as tools, and only this reads one (torch loads with it).
-    from neural.model_files import last_checkpoint_path
+    from neural.training import last_checkpoint_path
     from rescorer.model.checkpoint import load_checkpoint
 
     last = last_checkpoint_path(model)

@@ -109,7 +109,7 @@ def download(url: str, dest: Path, *, progress: bool = True, timeout: float = 60
     have = partial.stat().st_size if partial.exists() else 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 - http(s) URLs of the data
+        response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # nothing after what we have: complete, or longer than the file
             if exc.headers.get("Content-Range", "") == f"bytes */{have}":
@@ -258,7 +258,7 @@ def write_monolingual(sources: Iterable[tuple[str, Iterator[bytes]]], out: Path)
 def fetch_test_set(name: str, data: Path, datasets: Mapping[str, object] | None = None) -> int:
     """``DATA/newstest/NAME.{en,fr}`` from sacrebleu's copy of the official test set; returns lines."""
     if datasets is None:
-        from sacrebleu.dataset import DATASETS as datasets  # noqa: N811 - sacrebleu's registry
+        from sacrebleu.dataset import DATASETS as datasets  # sacrebleu's registry
     dataset = datasets[TEST_SETS[name]]
     try:
         source = Path(dataset.get_source_file("en-fr"))  # type: ignore[attr-defined]

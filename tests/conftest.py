@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from infrastructure.threads import prefer_passive_waits
+from infrastructure.threads import prefer_passive_waits, same_sums_whatever_the_threads
 
 prefer_passive_waits()  # before torch starts OpenMP: tests share the machine with other work
+same_sums_whatever_the_threads()  # as the commands run: the same bits whatever the thread count
 
 import torch  # noqa: E402
 

@@ -40,7 +40,13 @@ def marked_processes(mark: str) -> dict[int, str]:
     return found
 
 
-def wait_until_gone(mark: str, seconds: float) -> dict[int, str]:
+#: Seconds a killed run's processes get to end: the kernel's SIGKILL of the workers (``die_with_parent``)
+#: and the janitor's removal of the spool take far less, even on a loaded machine; past this, one is
+#: left running for good.
+GONE_SECONDS = 60.0
+
+
+def wait_until_gone(mark: str, seconds: float = GONE_SECONDS) -> dict[int, str]:
     """The marked processes still running after up to ``seconds`` (empty once all are gone)."""
     deadline = time.monotonic() + seconds
     while (left := marked_processes(mark)) and time.monotonic() < deadline:

@@ -64,7 +64,7 @@ def propose_options(**kwargs) -> ProposeOptions:
     return ProposeOptions(rescore=RescoreOptions(progress=False, device="cpu", workers=0), **kwargs)
 
 
-def pair_log_p(checkpoint, source: str, target: str) -> float:  # noqa: ANN001
+def pair_log_p(checkpoint, source: str, target: str) -> float:
     """log p(target | source) by the model's own scoring, one pair at a time: the reference the
     proposals' scores are checked against."""
     src = checkpoint.src_vocab.encode(split_tokens(source), add_eos=True)

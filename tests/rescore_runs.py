@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import signal
 import subprocess
-import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+
+from waiting import sigkill_when
 
 from infrastructure.files import GZIP_MAGIC
 from rescorer.model.checkpoint import Checkpoint
@@ -107,11 +107,8 @@ def sigkill_after_chunks(cmd: list[str], progress: Path, chunks: int = 2) -> Non
     """Start ``cmd`` (a ``rescore-phrase-table`` command line) and SIGKILL it once its progress record
     says ``chunks`` chunks are durable: a run killed mid-way, as a scheduler or the OOM killer does."""
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if progress.exists() and json.loads(progress.read_text())["chunks_done"] >= chunks:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+
+    def durable() -> bool:
+        return progress.exists() and json.loads(progress.read_text())["chunks_done"] >= chunks
+
+    sigkill_when(proc, durable, f"progress record of {chunks} durable chunks")

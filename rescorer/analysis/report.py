@@ -115,8 +115,7 @@ def build_report(
     path = out / "report.html"
     with atomic_output(path) as fh:
         fh.write(page.encode("utf-8"))
-    _say(f"wrote {path}", opts.progress)
-    return path
+    return path  # the command says where it wrote it
 
 
 # ------------------------------------------------------------------ HTML

@@ -36,6 +36,16 @@ def _check_sizes(owner: str, config: ModelSizes | ModelConfig) -> None:
 
 #: Words per language kept in the vocabulary ([UNK] included): the paper's shortlist.
 DEFAULT_SHORTLIST = 15000
+#: The command lines' limits on the sizes a user chooses. The largest size: 8 times the paper's d = 1000
+#: (a GRU of d = 8192 holds ~0.5 G weights, 2 GB in fp32, and trains for weeks on a CPU); ``--hidden
+#: 1000000`` would ask torch for terabytes and fail in a 50-frame allocation traceback.
+MAX_MODEL_SIZE = 8192
+#: The largest shortlist: more words than any phrase table's side holds in practice (the output layer is
+#: shortlist × output rank).
+MAX_SHORTLIST = 1_000_000
+#: The largest std of the initial weights: 100 times the paper's 0.01, past which no training starts
+#: sanely (``--init-std 10`` failed in a traceback, ``1e308`` trained a model of NaNs).
+MAX_INIT_STD = 1.0
 
 
 @dataclass(frozen=True)

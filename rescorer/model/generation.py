@@ -14,17 +14,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rescorer.model import block_sizes
 from rescorer.model.network import RNNEncoderDecoder
 
-# Generation (beam search) on CPU: rows per block of logits for the top-k and log-sum-exp; a block
-# of 128 rows × 15,000 words is 7.7 MB, near the cores' share of cache.
-CPU_GENERATION_BLOCK_ROWS = 128
-# Words per chunk of top_k_by_chunks: on the CPU, torch.topk's per-row selection over 15,001 logits
-# cost more than the vocabulary matmul itself (benchmarks/propose_speed.py, docs/proposals.md).
-TOP_K_CHUNK = 64
 
-
-def top_k_by_chunks(logits: Tensor, k: int, chunk: int = TOP_K_CHUNK) -> tuple[Tensor, Tensor]:
+def top_k_by_chunks(logits: Tensor, k: int, chunk: int = block_sizes.TOP_K_CHUNK) -> tuple[Tensor, Tensor]:
     """``logits.topk(k, dim=1)`` (values best first, and their columns), found through chunk maxima.
 
     The row is cut into chunks of ``chunk`` columns (the last ``V mod chunk`` columns are a tail
@@ -67,8 +61,8 @@ class DecoderStart:
 def start_decoding(model: RNNEncoderDecoder, c: Tensor) -> DecoderStart:
     """What generation needs from the summaries c [B, d]: h'⟨0⟩ and the per-pair context terms.
 
-    The same projections as :meth:`RNNEncoderDecoder._run_decoder` and
-    :meth:`RNNEncoderDecoder._maxout` compute once per pair, so
+    The same projections as :meth:`RNNEncoderDecoder.decoder_states` and the ``out_context`` of
+    :meth:`RNNEncoderDecoder.output_features` compute once per pair, so
     :func:`next_word_log_probs` repeats none of them per step.
     """
     d = model.config.hidden
@@ -93,7 +87,7 @@ def next_word_log_probs(
     use, so a generated target's summed step scores equal :meth:`RNNEncoderDecoder.score_targets` of it.
     """
     h, s = _next_word_step(model, start, rows, h, prev)
-    return h, torch.log_softmax(model._logits(s), dim=-1)
+    return h, torch.log_softmax(model.logits(s), dim=-1)
 
 
 def next_word_top_k(
@@ -109,10 +103,10 @@ def next_word_top_k(
     """
     h, s = _next_word_step(model, start, rows, h, prev)
     k = min(k, model.config.tgt_vocab_size)
-    block = CPU_GENERATION_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
+    block = block_sizes.CPU_GENERATION_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
     values, ids = [], []
     for lo in range(0, s.shape[0], block):
-        logits = model._logits(s[lo : lo + block])
+        logits = model.logits(s[lo : lo + block])
         top, top_ids = top_k_by_chunks(logits, k) if s.device.type == "cpu" else logits.topk(k, dim=1)
         values.append(top - torch.logsumexp(logits, dim=1, keepdim=True))
         ids.append(top_ids)
@@ -132,7 +126,6 @@ def _next_word_step(
     d = model.config.hidden
     inputs = model.dec_input(embedded).to(h.dtype)  # W'_r e, W'_z e, W' e (+ biases)
     gate_inputs = inputs[:, : 2 * d] + start.gate_context[rows]
-    h = model._decoder_step(h, gate_inputs, inputs[:, 2 * d :], start.cand_context[rows])
-    pre = model.out_hidden(h) + model.out_prev(embedded) + start.out_context[rows]
-    return h, model._maxout_pool(pre)
+    h = model.decoder_step(h, gate_inputs, inputs[:, 2 * d :], start.cand_context[rows])
+    return h, model.output_features(h, embedded, start.out_context[rows])
 

@@ -9,7 +9,7 @@ recurrence in reverse with only the [rows, 3d] × [3d, d] products that carry th
 through time; the recurrent matrices' gradients are then one large matmul each over all steps.
 
 The equations are exactly those of :class:`rescorer.model.network.RNNEncoderDecoder` (its
-``_encoder_step``/``_decoder_step``, additions folded into addmm the same way), as the same
+``encoder_step``/``decoder_step``, additions folded into addmm the same way), as the same
 operations: the tests find the training and scoring paths' log-probabilities equal within 1e-12,
 and the gradients equal to autograd on the plain equations in float64 within 1e-8. Under
 autocast the matmuls run in the autocast dtype and the states, gates and gradients in the
@@ -38,7 +38,7 @@ class _DecoderRecurrence(torch.autograd.Function):
     """All decoder states h'⟨1..T⟩ ([T, B, d]) from h'⟨0⟩ and the per-step inputs."""
 
     @staticmethod
-    def forward(ctx, h0: Tensor, gate_inputs: Tensor, cand_inputs: Tensor, cand_context: Tensor,  # noqa: ANN001
+    def forward(ctx, h0: Tensor, gate_inputs: Tensor, cand_inputs: Tensor, cand_context: Tensor,
                 weight: Tensor) -> Tensor:
         steps, d = gate_inputs.shape[0], h0.shape[1]
         state_dtype = h0.dtype
@@ -64,7 +64,7 @@ class _DecoderRecurrence(torch.autograd.Function):
         return states
 
     @staticmethod
-    def backward(ctx, grad_states: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
+    def backward(ctx, grad_states: Tensor) -> tuple[Tensor | None, ...]:
         h0, weight, states, gates, candidates, recurrent = ctx.saved_tensors  # weight as forward cast it
         steps, d, mm_dtype = states.shape[0], h0.shape[1], ctx.mm_dtype
         with no_autocast(h0.device):
@@ -99,7 +99,7 @@ class _EncoderRecurrence(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, inputs: Tensor, gate_weight: Tensor, cand_weight: Tensor,  # noqa: ANN001
+    def forward(ctx, inputs: Tensor, gate_weight: Tensor, cand_weight: Tensor,
                 running: list[int], state_dtype: torch.dtype) -> Tensor:
         batch, d = inputs.shape[1], cand_weight.shape[0]
         mm_dtype = matmul_dtype(inputs.device, cand_weight.dtype)
@@ -129,7 +129,7 @@ class _EncoderRecurrence(torch.autograd.Function):
         return h
 
     @staticmethod
-    def backward(ctx, grad_h_final: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
+    def backward(ctx, grad_h_final: Tensor) -> tuple[Tensor | None, ...]:
         gate_weight, cand_weight, entered, gates, candidates = ctx.saved_tensors
         running, offsets, mm_dtype = ctx.running, ctx.offsets, ctx.mm_dtype
         d, state_dtype = cand_weight.shape[0], entered.dtype  # the weights as forward cast them

@@ -37,9 +37,22 @@ Training (gradients enabled) runs the same equations through :mod:`rescorer.mode
 autograd on the plain equations in float64).
 
 This module holds the parameters, the encoder and decoder, and the training forward. The other
-jobs on the same parameters are functions taking the model, each in its own module:
+jobs on the same parameters are functions taking the model, each in its own module, built from the
+model's public pieces below (as fairseq's ``extract_features``/``output_layer``), never from its
+private methods, so that the equations live here once and a change to them reaches every path:
 
-* :mod:`rescorer.model.normalizer`: the scoring output layer (softmax normaliser variants);
+* :meth:`RNNEncoderDecoder.encoder_inputs`, :meth:`~RNNEncoderDecoder.encoder_step` and
+  :meth:`~RNNEncoderDecoder.summary`: the encoder one step at a time, for batches of the caller's
+  shape (prefix-tree levels, static shapes);
+* :meth:`~RNNEncoderDecoder.decoder_states` and :meth:`~RNNEncoderDecoder.decoder_step`: the decoder
+  over whole targets or one step;
+* :meth:`~RNNEncoderDecoder.output_features` (the maxout units s) and
+  :meth:`~RNNEncoderDecoder.logits` (G s + b), with :attr:`~RNNEncoderDecoder.score_dtype`.
+
+The modules using them:
+
+* :mod:`rescorer.model.normalizer`: the scoring output layer (softmax normaliser variants), given the
+  output layer ``out_vocab``, not the model;
 * :mod:`rescorer.model.tree_scoring`: scoring a phrase table over prefix trees, each shared prefix once;
 * :mod:`rescorer.model.generation`: generating targets word by word (the beam searches);
 * :mod:`rescorer.model.static_shape`: the training forward with static shapes (CUDA graphs);
@@ -54,17 +67,12 @@ from torch import Tensor, nn
 
 from neural.layers import embedding_layer
 from neural.vocab import EOS_ID
-from rescorer.model import normalizer
+from rescorer.model import block_sizes, normalizer
 from rescorer.model.config import ModelConfig
 from rescorer.model.gru import decoder_recurrence, encoder_recurrence
 from rescorer.model.output_layer import target_log_probs
 
-# On CPU the output layer runs in blocks of rows × vocabulary entries: small enough for a block
-# of logits to stay in cache between the matmul and its log-sum-exp, large enough for efficient
-# matmuls. Measured on 2 cores, paper sizes: 28 µs/token against 61 µs for whole-row blocks.
-# On GPUs one block covers everything (blocks would only add kernel launches). The vocabulary
-# side is rescorer.model.normalizer.CPU_OUTPUT_BLOCK_VOCAB.
-CPU_OUTPUT_BLOCK_ROWS = 512
+
 def _orthogonal_(weight: Tensor, block: int) -> None:
     """Fill each [block, block] slice of ``weight`` with the left singular vectors of a Gaussian.
 
@@ -93,8 +101,9 @@ def _orthogonal_(weight: Tensor, block: int) -> None:
         torch.set_num_threads(threads)
 
 
-def _lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
-    """Boolean [B, max_len] mask, True at positions < length."""
+def lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
+    """Boolean [B, max_len] mask, True at positions < length: the ``mask`` that
+    :meth:`RNNEncoderDecoder.decoder_states` takes."""
     positions = torch.arange(max_len, device=lengths.device)
     return positions.unsqueeze(0) < lengths.unsqueeze(1)
 
@@ -189,12 +198,12 @@ class RNNEncoderDecoder(nn.Module):
         lengths, order = torch.sort(src_len, descending=True, stable=True)
         running = (lengths.unsqueeze(0) > torch.arange(steps, device=lengths.device).unsqueeze(1)).sum(1).tolist()
         lengths, order = lengths.to(src.device, non_blocking=True), order.to(src.device, non_blocking=True)
-        mask = _lengths_mask(lengths, steps)  # [B, T], in the longest-first order
+        mask = lengths_mask(lengths, steps)  # [B, T], in the longest-first order
         ids = src[order, :steps].masked_fill(~mask, EOS_ID)
         state_dtype = self.enc_rec_cand.weight.dtype
         # One matmul for W_r e, W_z e, W e (+ biases) of every step, time-major from the (small) ids
         # so the [T, B, 3d] projections need no transposing copy.
-        inputs = self.enc_input(self.src_embed(ids.t())).to(state_dtype)  # [T, B, 3d]
+        inputs = self.encoder_inputs(ids.t())  # [T, B, 3d]
         restore = torch.empty_like(order)
         restore[order] = torch.arange(batch, device=order.device)
         if torch.is_grad_enabled() and self.enc_rec_cand.weight.requires_grad:
@@ -203,12 +212,21 @@ class RNNEncoderDecoder(nn.Module):
             return h[restore]
         h = torch.zeros(batch, d, dtype=state_dtype, device=src.device)
         for t, n in enumerate(running):
-            h_new = self._encoder_step(h[:n], inputs[t, :n])
+            h_new = self.encoder_step(h[:n], inputs[t, :n])
             h = h_new if n == batch else torch.cat([h_new, h[n:]])
         return h[restore]
 
-    def _encoder_step(self, h: Tensor, inputs: Tensor, out: Tensor | None = None) -> Tensor:
+    def encoder_inputs(self, ids: Tensor) -> Tensor:
+        """[W_r; W_z; W] e(x) + b of each id ([..., 3d]), in the states' dtype: the input side of
+        :meth:`encoder_step`, computed for many steps at once (one matmul) by whoever runs the steps."""
+        return self.enc_input(self.src_embed(ids)).to(self.enc_rec_cand.weight.dtype)
+
+    def encoder_step(self, h: Tensor, inputs: Tensor, out: Tensor | None = None) -> Tensor:
         """One encoder GRU step (reset before the recurrent product) from [W_r; W_z; W] e + b ([n, 3d]).
+
+        Public because the prefix-tree encoder (:mod:`rescorer.model.tree_scoring`) runs it on
+        batches of its own (one tree level, rows from their parents' states); ``inputs`` come from
+        :meth:`encoder_inputs`, ``out`` may be a view of the caller's state buffer.
 
         addmm folds the input term into the matmul and lerp does z⊙h + (1−z)⊙h̃ in one pass: the
         same equations with fewer passes over [n, d] memory, which dominate small steps. States
@@ -220,9 +238,14 @@ class RNNEncoderDecoder(nn.Module):
         candidate = torch.tanh(torch.addmm(inputs[:, 2 * d :], r * h, self.enc_rec_cand.weight.t())).to(h.dtype)
         return torch.lerp(candidate, h, z, out=out)
 
+    def summary(self, h: Tensor) -> Tensor:
+        """c = tanh(V h⟨N⟩ + b) from the encoder's last states: what :meth:`encode` returns, for
+        callers that run the encoder steps themselves."""
+        return torch.tanh(self.enc_summary(h))
+
     def encode(self, src: Tensor, src_len: Tensor) -> Tensor:
         """Summary vector c = tanh(V h⟨N⟩) of each source phrase: Float[B, d]."""
-        return torch.tanh(self.enc_summary(self._run_encoder(src, src_len)))
+        return self.summary(self._run_encoder(src, src_len))
 
     # ------------------------------------------------------------------ decoder
 
@@ -243,12 +266,17 @@ class RNNEncoderDecoder(nn.Module):
             raise ValueError(
                 f"c must be [B={tgt.shape[0]}, d={self.config.hidden}], got shape {tuple(c.shape)}"
             )
-        mask = _lengths_mask(tgt_len.to(tgt.device), steps)
-        states, prev = self._decode(c, tgt[:, :steps], mask)
+        mask = lengths_mask(tgt_len.to(tgt.device), steps)
+        states, prev = self.decoder_states(c, tgt[:, :steps], mask)
         return states, prev, mask
 
-    def _decode(self, c: Tensor, tgt: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """Decoder states [B, T, d] and inputs e(y_{t−1}) [B, T, emb] for T = ``tgt.shape[1]`` steps."""
+    def decoder_states(self, c: Tensor, tgt: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Decoder states [B, T, d] and inputs e(y_{t−1}) [B, T, emb] for T = ``tgt.shape[1]`` steps.
+
+        ``mask`` [B, T] is True at real positions (:func:`lengths_mask`). No lengths are checked or
+        read on the host, which is why the static-shape training forward
+        (:mod:`rescorer.model.static_shape`) calls this rather than :meth:`token_logprobs`.
+        """
         batch, steps, d = tgt.shape[0], tgt.shape[1], self.config.hidden
         prev = self._prev_embeddings(tgt, mask)  # [B, T, emb]
         # Context projections, once per pair: C_r c, C_z c go straight into the gate inputs of every
@@ -270,7 +298,7 @@ class RNNEncoderDecoder(nn.Module):
             return states_t.transpose(0, 1), prev
         weights = self._decoder_weights()
         for t in range(steps):
-            h = self._decoder_step(h, gate_inputs[t], cand_inputs[t], cand_context, weights=weights)
+            h = self.decoder_step(h, gate_inputs[t], cand_inputs[t], cand_context, weights=weights)
             states.append(h)
         all_states = torch.stack(states, dim=1) if states else c.new_zeros(batch, 0, d)
         return all_states, prev
@@ -280,15 +308,18 @@ class RNNEncoderDecoder(nn.Module):
         d = self.config.hidden
         return self.dec_rec.weight[: 2 * d].t(), self.dec_rec.weight[2 * d :].t()
 
-    def _decoder_step(
+    def decoder_step(
         self, h: Tensor, gate_inputs: Tensor, cand_inputs: Tensor, cand_context: Tensor, out: Tensor | None = None,
         weights: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """One decoder GRU step: the class doc's equations, additions folded into addmm (see the encoder).
 
+        Public because the prefix-tree scorer and the beam searches (:mod:`rescorer.model.tree_scoring`,
+        :mod:`rescorer.model.generation`) advance their own batches of states one step at a time.
         ``gate_inputs`` = [W'_r; W'_z] e + [C_r; C_z] c + b ([n, 2d]); ``cand_inputs`` = W' e + b
         ([n, d]); ``cand_context`` = C c + its bias ([n, d]), which the reset r' multiplies.
-        ``weights``: :meth:`_decoder_weights`, taken once by a caller that loops over steps.
+        ``weights``: the two recurrent matrices, taken once by the loop of :meth:`decoder_states`; other
+        callers leave it None.
         """
         d = self.config.hidden
         gate_weight, cand_weight = weights if weights is not None else self._decoder_weights()
@@ -298,22 +329,35 @@ class RNNEncoderDecoder(nn.Module):
         candidate = torch.tanh(torch.addcmul(cand_inputs, r, recurrent))
         return torch.lerp(candidate, h, z, out=out)
 
-    def _maxout(self, c: Tensor, states: Tensor, prev: Tensor) -> Tensor:
-        """s⟨t⟩ for all steps: maxout over adjacent pairs of O_h h' + O_y e(y_{t−1}) + O_c c."""
-        pre = self.out_hidden(states) + self.out_prev(prev) + self.out_context(c).unsqueeze(1)
-        return self._maxout_pool(pre)
+    def output_features(self, states: Tensor, prev: Tensor, out_context: Tensor) -> Tensor:
+        """s⟨t⟩ = maxout over adjacent pairs of O_h h'⟨t⟩ + O_y e(y_{t−1}) + O_c c: [..., m].
+
+        The deep output below the softmax (fairseq's ``extract_features``), which every path feeds to
+        the output layer (:meth:`logits`, or ``out_rank`` then :mod:`rescorer.model.normalizer`).
+        ``out_context`` is ``out_context(c)`` (O_c c + the deep-output bias) broadcast to the rows of
+        ``states`` and ``prev``: it depends on the source alone, so callers compute it once per source.
+        """
+        return self._maxout_pool(self.out_hidden(states) + self.out_prev(prev) + out_context)
 
     def _maxout_pool(self, pre: Tensor) -> Tensor:
         """max over adjacent pairs of the last dimension: [..., 2m] → [..., m]."""
         return pre.unflatten(-1, (self.config.maxout_units, 2)).amax(dim=-1)
 
-    def _logits(self, s: Tensor) -> Tensor:
+    def logits(self, s: Tensor) -> Tensor:
         """G s = G_l (G_r s) + bias, in at least float32 so the softmax never runs in bf16/fp16.
 
+        The whole [n, V] of logits (fairseq's ``output_layer``), for generation, which needs every
+        word's; scoring needs only the target's and the normaliser (:mod:`rescorer.model.normalizer`).
         (A float64 model, as used by the reference tests, stays in float64.)
         """
         logits = self.out_vocab(self.out_rank(s))
         return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+    @property
+    def score_dtype(self) -> torch.dtype:
+        """The dtype of log-probabilities: the parameters' dtype, at least float32, so that scores
+        never round to bf16/fp16 (a float64 model scores in float64)."""
+        return torch.promote_types(self.out_vocab.weight.dtype, torch.float32)
 
     def token_logprobs(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:
         """log p(y_t | y_<t, X) per position: Float[B, M] (M = ``tgt.shape[1]``), 0 past the length.
@@ -324,11 +368,11 @@ class RNNEncoderDecoder(nn.Module):
         third of a phrase-table batch, and G_l is the largest matmul per step).
         """
         states, prev, mask = self._run_decoder(c, tgt, tgt_len)
-        score_dtype = torch.promote_types(self.out_vocab.weight.dtype, torch.float32)
+        score_dtype = self.score_dtype
         out = torch.zeros(tgt.shape, dtype=score_dtype, device=tgt.device)
         if mask.numel() == 0:
             return out
-        s = self._maxout(c, states, prev)[mask]  # [P, m], P = number of real positions
+        s = self.output_features(states, prev, self.out_context(c).unsqueeze(1))[mask]  # [P, m], P real positions
         targets = tgt[:, : mask.shape[1]][mask]
         if torch.is_grad_enabled() and self.out_vocab.weight.requires_grad:
             # Training: the same values through a backward that recomputes the logits per block
@@ -336,8 +380,8 @@ class RNNEncoderDecoder(nn.Module):
             picked = target_log_probs(self.out_rank(s), self.out_vocab.weight, self.out_vocab.bias, targets)
             out[:, : mask.shape[1]][mask] = picked.to(score_dtype)
             return out
-        rows = CPU_OUTPUT_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
-        output_matrix = normalizer.output_matrix(self)
+        rows = block_sizes.CPU_OUTPUT_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
+        output_matrix = normalizer.output_matrix(self.out_vocab)
         scores = [
             self._target_log_probs(s[i : i + rows], targets[i : i + rows], score_dtype, output_matrix)
             for i in range(0, s.shape[0], rows)
@@ -348,7 +392,7 @@ class RNNEncoderDecoder(nn.Module):
     def _target_log_probs(self, s: Tensor, targets: Tensor, dtype: torch.dtype, output_matrix: Tensor) -> Tensor:
         """log softmax(G s)[target] for a block of rows, never materialising [rows, V] at once on CPU."""
         low = self.out_rank(s)  # G_r s: [rows, r]
-        picked = normalizer.picked_logits(self, low, targets, dtype)
+        picked = normalizer.picked_logits(self.out_vocab, low, targets, dtype)
         return picked - normalizer.log_normalizer(low, dtype, output_matrix)
 
     def score_targets(self, c: Tensor, tgt: Tensor, tgt_len: Tensor) -> Tensor:

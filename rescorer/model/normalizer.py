@@ -7,53 +7,40 @@ as a row-wise dot product (:func:`picked_logits`) minus the softmax normaliser l
 the CPU (:func:`log_normalizer_in_place`), the fused kernel on GPUs (:mod:`rescorer.model.lse_kernel`),
 or per-block log-sum-exps (training, GPUs without Triton, CPU autocast). Training's own output layer,
 with its hand-written backward, is :mod:`rescorer.model.output_layer`.
+
+The functions take the output layer ``out_vocab`` (G_l and its bias, an ``nn.Linear``) and G_r s,
+not the model: they need nothing else of it, and the model imports this module.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from neural.device import matmul_dtype, no_autocast
+from rescorer.model import block_sizes
 from rescorer.model.lse_kernel import log_sum_exp, use_kernel
 
-if TYPE_CHECKING:
-    from rescorer.model.network import RNNEncoderDecoder
 
-# On CPU the output layer runs in blocks of rows × vocabulary entries: small enough for a block
-# of logits to stay in cache between the matmul and its log-sum-exp, large enough for efficient
-# matmuls. Measured on 2 cores, paper sizes: 28 µs/token against 61 µs for whole-row blocks.
-# On GPUs one block covers everything (blocks would only add kernel launches). The rows are
-# rescorer.model.network.CPU_OUTPUT_BLOCK_ROWS.
-CPU_OUTPUT_BLOCK_VOCAB = 2048
-# Scoring (no gradient) on CPU: blocks for the in-place log-sum-exp, whose buffer of logits
-# (1024 × 512 floats, 2 MB) stays in the cores' L2 through the matmul, exp and sum. Measured on 2
-# cores, paper sizes: 19 µs/row against 22 µs with 512 × 2048 blocks. The rows are
-# rescorer.model.tree_scoring.CPU_SCORING_BLOCK_ROWS.
-CPU_SCORING_BLOCK_VOCAB = 512
-
-
-def output_matrix(model: RNNEncoderDecoder) -> Tensor:
-    """[G_l | bias | 1] ([V, r + 2]): the bias rides in the matmul as a column, against a
-    constant 1 appended to G_r s, instead of being broadcast into every block of logits; the
-    last column lets :func:`log_normalizer` subtract a shift inside the matmul the same way.
+def output_matrix(out_vocab: nn.Linear) -> Tensor:
+    """[G_l | bias | 1] ([V, r + 2]) of the output layer ``out_vocab``: the bias rides in the matmul
+    as a column, against a constant 1 appended to G_r s, instead of being broadcast into every block
+    of logits; the last column lets :func:`log_normalizer` subtract a shift inside the matmul the same way.
 
     Under CPU bf16 autocast (scoring with ``--precision bf16``) it is cast to bf16 here, once
     per scored batch, not once per block of rows (:func:`log_normalizer_in_place`).
     """
-    weight = model.out_vocab.weight
-    matrix = torch.cat([weight, model.out_vocab.bias.unsqueeze(1), weight.new_ones(weight.shape[0], 1)], dim=1)
+    weight = out_vocab.weight
+    matrix = torch.cat([weight, out_vocab.bias.unsqueeze(1), weight.new_ones(weight.shape[0], 1)], dim=1)
     if weight.device.type == "cpu" and not torch.is_grad_enabled():
         return matrix.to(matmul_dtype(weight.device, matrix.dtype))
     return matrix
 
 
-def picked_logits(model: RNNEncoderDecoder, low: Tensor, targets: Tensor, dtype: torch.dtype) -> Tensor:
-    """(G s)[target] + bias as a row-wise dot product of G_r s with the target's row of G_l."""
-    weight, bias = model.out_vocab.weight, model.out_vocab.bias
+def picked_logits(out_vocab: nn.Linear, low: Tensor, targets: Tensor, dtype: torch.dtype) -> Tensor:
+    """(G s)[target] + bias as a row-wise dot product of G_r s with the target's row of G_l (``out_vocab``)."""
+    weight, bias = out_vocab.weight, out_vocab.bias
     return (low.to(dtype) * weight[targets].to(dtype)).sum(-1) + bias[targets].to(dtype)
 
 
@@ -67,12 +54,12 @@ def log_normalizer(low: Tensor, dtype: torch.dtype, output_matrix: Tensor) -> Te
     differentiable = torch.is_grad_enabled() and (low.requires_grad or output_matrix.requires_grad)
     if on_cpu and not differentiable and (low.dtype == output_matrix.dtype == dtype
                                           or output_matrix.dtype == torch.bfloat16 != dtype):
-        return log_normalizer_in_place(low, output_matrix, min(vocab, CPU_SCORING_BLOCK_VOCAB), dtype)
+        return log_normalizer_in_place(low, output_matrix, min(vocab, block_sizes.CPU_SCORING_BLOCK_VOCAB), dtype)
     low_and_one = F.pad(low, (0, 1), value=1.0)
     if not differentiable and use_kernel(low):
         # GPUs: the logits never leave the chip (rescorer.model.lse_kernel).
         return log_sum_exp(low_and_one, output_matrix[:, :-1]).to(dtype)
-    step = CPU_OUTPUT_BLOCK_VOCAB if on_cpu else vocab
+    step = block_sizes.CPU_OUTPUT_BLOCK_VOCAB if on_cpu else vocab
     # Per-block log-sum-exps combined exactly (logsumexp of logsumexps); used for training,
     # on GPUs without Triton (one block) and under autocast on the CPU.
     parts = [

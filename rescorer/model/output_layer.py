@@ -27,17 +27,14 @@ import torch
 from torch import Tensor
 
 from neural.device import matmul_dtype, no_autocast
-
-# Vocabulary columns per block on CPU: a [P, block] block of logits for a 64-pair minibatch
-# (a few hundred target positions) stays in L2 between its matmul, its maximum and its exp.
-CPU_TRAIN_BLOCK_VOCAB = 1024
+from rescorer.model import block_sizes
 
 
 class _TargetLogProbs(torch.autograd.Function):
     """log softmax(W low + b)[targets] per row, blocked over the vocabulary (module doc)."""
 
     @staticmethod
-    def forward(ctx, low: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, block: int) -> Tensor:  # noqa: ANN001
+    def forward(ctx, low: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, block: int) -> Tensor:
         score_dtype = torch.promote_types(weight.dtype, torch.float32)
         mm_dtype = matmul_dtype(low.device, weight.dtype)
         with no_autocast(low.device):
@@ -68,7 +65,7 @@ class _TargetLogProbs(torch.autograd.Function):
         return picked - log_norm
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
         low_mm, weight_mm, targets, kept, scale = ctx.saved_tensors
         block, mm_dtype, (low_dtype, weight_dtype) = ctx.block, ctx.mm_dtype, ctx.dtypes
         score_dtype, rows = kept.dtype, low_mm.shape[0]
@@ -108,5 +105,5 @@ def target_log_probs(low: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
     block size on CPU, the whole vocabulary elsewhere).
     """
     if block is None:
-        block = CPU_TRAIN_BLOCK_VOCAB if low.device.type == "cpu" else weight.shape[0]
+        block = block_sizes.CPU_TRAIN_BLOCK_VOCAB if low.device.type == "cpu" else weight.shape[0]
     return _TargetLogProbs.apply(low, weight, bias, targets, max(1, int(block)))

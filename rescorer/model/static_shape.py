@@ -9,7 +9,7 @@ from torch import Tensor
 
 from neural.vocab import EOS_ID
 from rescorer.model.gru import encoder_recurrence
-from rescorer.model.network import RNNEncoderDecoder, _lengths_mask
+from rescorer.model.network import RNNEncoderDecoder, lengths_mask
 from rescorer.model.output_layer import target_log_probs
 
 
@@ -41,19 +41,18 @@ def static_log_likelihood(
         raise ValueError(f"static batch shapes do not fit: src {tuple(src.shape)}, src_len "
                          f"{tuple(src_len.shape)}, tgt {tuple(tgt.shape)}, tgt_len {tuple(tgt_len.shape)}")
     d = model.config.hidden
-    state_dtype = model.enc_rec_cand.weight.dtype
-    src_mask = _lengths_mask(src_len, src.shape[1])  # [B, N]
-    inputs = model.enc_input(model.src_embed(src.masked_fill(~src_mask, EOS_ID).t())).to(state_dtype)
+    src_mask = lengths_mask(src_len, src.shape[1])  # [B, N]
+    inputs = model.encoder_inputs(src.masked_fill(~src_mask, EOS_ID).t())
     update_gate = (torch.arange(3 * d, device=src.device) // d) == 1  # the z block of [r; z; candidate]
     inputs = inputs.masked_fill(~src_mask.t().unsqueeze(2) & update_gate, math.inf)
     h = encoder_recurrence(inputs, model.enc_rec_gates.weight, model.enc_rec_cand.weight, [batch] * src.shape[1],
-                           state_dtype)
-    c = torch.tanh(model.enc_summary(h))
-    mask = _lengths_mask(tgt_len, tgt.shape[1])  # [B, T]
-    states, prev = model._decode(c, tgt, mask)
-    low = model.out_rank(model._maxout(c, states, prev)).flatten(0, 1)  # G_r s of every position
+                           inputs.dtype)
+    c = model.summary(h)
+    mask = lengths_mask(tgt_len, tgt.shape[1])  # [B, T]
+    states, prev = model.decoder_states(c, tgt, mask)
+    s = model.output_features(states, prev, model.out_context(c).unsqueeze(1))
+    low = model.out_rank(s).flatten(0, 1)  # G_r s of every position
     targets = tgt.masked_fill(~mask, EOS_ID).flatten()
     picked = target_log_probs(low, model.out_vocab.weight, model.out_vocab.bias, targets)
-    score_dtype = torch.promote_types(model.out_vocab.weight.dtype, torch.float32)
-    return torch.where(mask, picked.view(mask.shape).to(score_dtype), 0.0).sum(dim=1)
+    return torch.where(mask, picked.view(mask.shape).to(model.score_dtype), 0.0).sum(dim=1)
 

@@ -12,19 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rescorer.model import normalizer
+from rescorer.model import block_sizes, normalizer
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.prefix_tree import PrefixTree
-
-# Prefix-tree levels run in pieces of this many nodes on CPU, so the step's temporaries are reused
-# from the allocator instead of being fresh (page-faulting) buffers.
-CPU_TREE_STEP_ROWS = 512
-# Scoring (no gradient) on CPU: rows per block of the output layer, whose buffer of logits
-# (1024 × 512 floats, 2 MB) stays in the cores' L2 through the matmul, exp and sum. Measured on 2
-# cores, paper sizes: 19 µs/row against 22 µs with 512 × 2048 blocks (the vocabulary side is
-# rescorer.model.normalizer.CPU_SCORING_BLOCK_VOCAB).
-CPU_SCORING_BLOCK_ROWS = 1024
-CPU_SCORING_BLOCK_VOCAB = 512
 
 
 def encode_prefix_tree(model: RNNEncoderDecoder, tree: PrefixTree) -> Tensor:
@@ -36,19 +26,19 @@ def encode_prefix_tree(model: RNNEncoderDecoder, tree: PrefixTree) -> Tensor:
     """
     if tree.level_sizes[0] != 1:
         raise ValueError(f"a source tree has one root, got {tree.level_sizes[0]}")
-    state_dtype = model.enc_rec_cand.weight.dtype
-    states = torch.empty(tree.nodes, model.config.hidden, dtype=state_dtype, device=tree.token.device)
+    states = torch.empty(tree.nodes, model.config.hidden, dtype=model.enc_rec_cand.weight.dtype,
+                         device=tree.token.device)
     states[0] = 0
-    rows = CPU_TREE_STEP_ROWS if states.device.type == "cpu" else max(1, tree.nodes)
+    rows = block_sizes.CPU_TREE_STEP_ROWS if states.device.type == "cpu" else max(1, tree.nodes)
     start = 1
     for size in tree.level_sizes[1:]:
         for lo in range(start, start + size, rows):
             hi = min(lo + rows, start + size)
             # One encoder step for a piece of one level, from the parents' states.
-            inputs = model.enc_input(model.src_embed(tree.token[lo:hi])).to(state_dtype)
-            model._encoder_step(states[tree.parent[lo:hi]], inputs, out=states[lo:hi])
+            inputs = model.encoder_inputs(tree.token[lo:hi])
+            model.encoder_step(states[tree.parent[lo:hi]], inputs, out=states[lo:hi])
         start += size
-    return torch.tanh(model.enc_summary(states[tree.final_node]))
+    return model.summary(states[tree.final_node])
 
 
 def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> Tensor:
@@ -64,7 +54,7 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
     if c.dim() != 2 or c.shape[1] != d or c.shape[0] != tree.level_sizes[0]:
         raise ValueError(f"c must be [S={tree.level_sizes[0]}, d={d}], got shape {tuple(c.shape)}")
     state_dtype = model.dec_rec.weight.dtype
-    score_dtype = torch.promote_types(model.out_vocab.weight.dtype, torch.float32)
+    score_dtype = model.score_dtype
     roots = tree.level_sizes[0]
     # e(y_k) of each node; the roots' input is e(y_0) = 0, so W' e + b is just the bias there.
     embedded = model.tgt_embed(tree.token)
@@ -76,41 +66,39 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
     states = torch.empty(tree.nodes, d, dtype=state_dtype, device=c.device)
     # Work in pieces of at most ``rows`` nodes: on CPU the temporaries then stay small enough to
     # be reused from the allocator and to sit in cache (fresh large buffers cost page faults).
-    rows = CPU_TREE_STEP_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
+    rows = block_sizes.CPU_TREE_STEP_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
     start = 0
     for level, size in enumerate(tree.level_sizes):
         for lo in range(start, start + size, rows):
             hi = min(lo + rows, start + size)
             # The parents' states; for the roots h'⟨0⟩ = tanh(V' c), in fp32 like every state.
             h = torch.tanh(model.dec_init(c[lo:hi])).to(state_dtype) if level == 0 else states[tree.parent[lo:hi]]
-            # One GRU step for a piece of the level: the decoder equations of RNNEncoderDecoder._run_decoder.
+            # One GRU step for a piece of the level: the decoder equations of RNNEncoderDecoder.decoder_states.
             pre_context = context.index_select(0, tree.source[lo:hi])  # [n, 3d]
             inputs = model.dec_input(embedded[lo:hi]).to(state_dtype)
             pre_context[:, : 2 * d] += inputs[:, : 2 * d]
             gate_inputs, cand_context = pre_context[:, : 2 * d], pre_context[:, 2 * d :]
-            model._decoder_step(h, gate_inputs, inputs[:, 2 * d :], cand_context, out=states[lo:hi])
+            model.decoder_step(h, gate_inputs, inputs[:, 2 * d :], cand_context, out=states[lo:hi])
         start += size
     out_context = model.out_context(c)  # [S, 2m]
-    output_matrix = normalizer.output_matrix(model)
+    output_matrix = normalizer.output_matrix(model.out_vocab)
     low = torch.empty(tree.nodes, model.config.output_rank, dtype=score_dtype, device=c.device)
     normalizers = torch.empty(tree.nodes, dtype=score_dtype, device=c.device)
-    out_rows = CPU_SCORING_BLOCK_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
+    out_rows = block_sizes.CPU_SCORING_BLOCK_ROWS if c.device.type == "cpu" else max(1, tree.nodes)
     for lo in range(0, tree.nodes, out_rows):
         hi = min(lo + out_rows, tree.nodes)
-        pre = model.out_hidden(states[lo:hi]) + model.out_prev(embedded[lo:hi])
-        pre += out_context.index_select(0, tree.source[lo:hi])
-        s = model._maxout_pool(pre)  # [n, m]
+        s = model.output_features(states[lo:hi], embedded[lo:hi], out_context.index_select(0, tree.source[lo:hi]))
         block_low = model.out_rank(s)  # G_r s
         low[lo:hi] = block_low
         normalizers[lo:hi] = normalizer.log_normalizer(block_low, score_dtype, output_matrix)
     position_scores = (
-        normalizer.picked_logits(model, low[tree.position_node], tree.position_next, score_dtype)
+        normalizer.picked_logits(model.out_vocab, low[tree.position_node], tree.position_next, score_dtype)
         - normalizers[tree.position_node]
     )
-    return _sum_positions(position_scores, tree.position_row, tree.rows, len(tree.level_sizes))
+    return sum_positions(position_scores, tree.position_row, tree.rows, len(tree.level_sizes))
 
 
-def _sum_positions(scores: Tensor, row: Tensor, rows: int, levels: int) -> Tensor:
+def sum_positions(scores: Tensor, row: Tensor, rows: int, levels: int) -> Tensor:
     """Σ of each row's position scores, in the same order whatever the device: deterministic.
 
     ``index_add_`` would do, but on CUDA it adds with atomics in whatever order the threads come,

@@ -19,25 +19,14 @@ from infrastructure.files import display_name
 from moses_integration.moses_ini import FeatureLine, MosesIni, MosesIniError
 from moses_integration.nplm import neural_lm_feature_line
 from moses_integration.phrase_table import read_phrase_table
+from rescorer.pipeline.errors import RescoreError
 
 TEXT_TABLE_TYPES = ("PhraseDictionaryMemory", "PhraseDictionaryMultiModel")
 DEFAULT_CSLM_NAME = "CSLM0"
 
 
-def choose_phrase_table(ini: MosesIni, table_name: str | None) -> FeatureLine:
-    """The phrase table ``--table NAME`` names, or the only one; an error lists the names."""
-    tables = ini.phrase_tables()
-    names = ", ".join(t.name for t in tables) or "none"
-    if table_name is not None:
-        for table in tables:
-            if table.name == table_name:
-                return table
-        raise MosesIniError(ini.path, None, f"no phrase table named {table_name!r}; its phrase tables: {names}")
-    if len(tables) != 1:
-        raise MosesIniError(
-            ini.path, None, f"{len(tables)} phrase tables ({names}): choose the one to rescore with --table NAME"
-        )
-    return tables[0]
+#: How a user of rescore-phrase-table names the phrase table of a moses.ini with several.
+CHOOSE_TABLE = "choose the one to rescore with --table NAME"
 
 
 def _check_loadable_type(ini_path: str, table: FeatureLine, table_path: str, new_columns: int) -> None:
@@ -71,6 +60,22 @@ def add_cslm(ini: MosesIni, cslm: str, name: str = DEFAULT_CSLM_NAME, weight: fl
     return ini.add_feature(neural_lm_feature_line(cslm, name), [weight])
 
 
+def ini_table_path(table_path: str) -> str:
+    """The path of the new table as the written moses.ini names it: absolute (``-`` as is)."""
+    return table_path if table_path == "-" else str(Path(table_path).resolve())
+
+
+def check_table_path_for_ini(table_path: str, ini_out: str | None) -> None:
+    """Refuse an output table whose path a moses.ini line cannot hold: Moses splits the line at blanks
+    and cuts it at ``#``, so the written ini would name another file. Found before any work (naming the
+    option that asks for the ini), not after the training and the scoring."""
+    written = ini_table_path(table_path)
+    if any(ch.isspace() for ch in written) or "#" in written:
+        raise RescoreError(f"the output table {written!r} holds a blank or '#', which the moses.ini of "
+                           f"--moses-ini-out {ini_out} cannot hold (Moses splits its lines at blanks and cuts them at "
+                           "'#'): choose a path without them")
+
+
 def check_moses_ini(
     ini_in: str,
     input_table: str,
@@ -89,8 +94,9 @@ def check_moses_ini(
     line by line. With ``cslm``, the NPLM model file, feature name and weight are checked too
     (:func:`add_cslm`). Nothing is written.
     """
+    check_table_path_for_ini(output_table, ini_out)
     ini = MosesIni.read(ini_in)
-    table = choose_phrase_table(ini, table_name)
+    table = ini.choose_phrase_table(table_name, how_to_name=CHOOSE_TABLE)
     _check_loadable_type(ini.path, table, output_table, new_columns)
     # A dry run of the edit itself: num-features present and equal to the number of weights.
     ini.add_phrase_table_scores(None, [0.0] * new_columns, table.name)
@@ -132,9 +138,9 @@ def write_moses_ini(
     the error says which command rebuilds it with the right score count.
     """
     ini = MosesIni.read(ini_in)
-    table = choose_phrase_table(ini, table_name)
+    table = ini.choose_phrase_table(table_name, how_to_name=CHOOSE_TABLE)
     _check_loadable_type(ini.path, table, table_path, len(weights))
-    new_path = table_path if table_path == "-" else str(Path(table_path).resolve())
+    new_path = ini_table_path(table_path)
     # Relocatable systems keep relative model paths, valid when Moses runs in the ini's folder;
     # the new ini lives elsewhere, so its other models are pinned to where they are now.
     ini.absolutize_paths(Path(ini_in).resolve().parent)

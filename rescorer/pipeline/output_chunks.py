@@ -148,9 +148,10 @@ def format_lines(
     spool; a spool file is deleted once read, as this is its last use.
 
     A gzip member starts at the chunk's first line and at each of its shard points
-    (:func:`rescorer.tables.aligned.shard_points`), where a shard may start: so a shard's output,
-    a stretch of the whole run's chunks from one shard point on, is also the whole run's bytes.
-    Of a subset of rows, a member starts at a row if a shard point lies after the row before it.
+    (:func:`rescorer.tables.aligned.shard_points`, which after the first line need no line before
+    the chunk), where a shard may start: so a shard's output, a stretch of the whole run's chunks
+    from one shard point on, is also the whole run's bytes. Of a subset of rows, a member starts
+    at a row if a shard point lies after the row before it.
     """
     chunk = lines_of(lines)
     if isinstance(lines, SpooledChunk):

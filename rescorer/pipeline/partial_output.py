@@ -62,9 +62,17 @@ class OutputFiles:
 
     @classmethod
     def beside(cls, output_path: str) -> OutputFiles:
-        folder = Path(output_path).resolve().parent if output_path != "-" else Path.cwd()
-        name = Path(output_path).name
-        return cls(output_path, folder / f".{name}.partial", folder / f"{name}.rejects",
+        """The files of a run writing ``output_path``. An output that is a symlink is written where it
+        points: the partial file must be on the target's file system for the final rename, which
+        replaces the target (the link stays); a partial beside the link, on another file system, could
+        not be renamed there ("Invalid cross-device link") after the whole table was scored."""
+        if output_path == "-":
+            return cls(output_path, Path.cwd() / ".-.partial", Path.cwd() / "-.rejects",
+                       Path.cwd() / ".-.rejects.partial", Path.cwd() / ".-.progress.json")
+        target = Path(os.path.realpath(output_path))
+        folder, name = target.parent, target.name
+        output = str(target) if os.path.islink(output_path) else output_path
+        return cls(output, folder / f".{name}.partial", folder / f"{name}.rejects",
                    folder / f".{name}.rejects.partial", folder / f".{name}.progress.json")
 
     def written(self) -> list[Path]:
@@ -87,7 +95,14 @@ def default_model_path(output_path: str, save_model: str | None = None) -> str:
     return save_model or (output_path + ".model.pt" if output_path != "-" else "rescorer.model.pt")
 
 
-def stop_error(exc: BaseException, writer: DurableWriter, files: OutputFiles, to_stdout: bool) -> BaseException:
+#: What a run that read its table from standard input says when it stops: nothing is kept, as a rerun
+#: cannot read that input again (``--resume`` needs the table as a file), so say what can be done.
+FROM_STDIN = ("nothing kept: the table came from standard input, which a rerun cannot read again; run again, "
+              "or give the table as a file, which a stopped run can continue with --resume")
+
+
+def stop_error(exc: BaseException, writer: DurableWriter, files: OutputFiles, to_stdout: bool,
+               from_stdin: bool = False) -> BaseException:
     """The exception to raise when a run stops, after leaving the partial files in a sane state.
 
     * Disk full (or any write error): the partial files are cut back to their durable bytes and
@@ -98,14 +113,16 @@ def stop_error(exc: BaseException, writer: DurableWriter, files: OutputFiles, to
       would stop at the same place.
     * Anything else (Ctrl-C, SIGTERM, a crash): what is durable is kept for ``--resume``; an
       interruption becomes :class:`~infrastructure.interrupts.Interrupted`, which says so.
-    In every case a partial file holding no good byte is removed.
+    In every case a partial file holding no good byte is removed. A run that read standard input
+    (``from_stdin``) keeps nothing: ``--resume`` needs the table as a file, and a partial output no run
+    can continue would only stop the next run (which refuses to start over one without ``--resume``).
     """
     if to_stdout:
         return exc
     kept = writer.close_and_cut()
     malformed_line = isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError)
     input_error = isinstance(exc, (PhraseTableError, ShardError, RescoreError))
-    if (input_error and not malformed_line) or kept == 0:
+    if (input_error and not malformed_line) or kept == 0 or from_stdin:
         files.discard()
         kept = 0
     if isinstance(exc, OSError) and not input_error:
@@ -124,7 +141,28 @@ def stop_error(exc: BaseException, writer: DurableWriter, files: OutputFiles, to
         if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM: the command says it in one line
             return Interrupted(what)
         sys.stderr.write(f"rescore-phrase-table: stopped; {what}\n")
+    elif from_stdin and not input_error:
+        if isinstance(exc, KeyboardInterrupt):
+            return Interrupted(FROM_STDIN)
+        sys.stderr.write(f"rescore-phrase-table: stopped; {FROM_STDIN}\n")
     return exc
+
+
+def check_partial_output(output_path: str, resume: bool) -> bool:
+    """Before any work: whether ``output_path`` is finished already (a ``--resume`` then has nothing to
+    do), after refusing to start over a stopped run's partial output without ``resume``.
+
+    A rerun without ``--resume`` would overwrite hours of scored chunks, as ``rescorer train`` refuses
+    to overwrite a model; an output in place without a partial file or a progress record beside it is
+    one that a run completed, and a ``--resume`` of it must not score the table again.
+    """
+    if output_path == "-":
+        return False
+    files = OutputFiles.beside(output_path)
+    if not resume and files.partial.exists():
+        raise RescoreError(f"{files.partial} holds {files.partial.stat().st_size} bytes of a stopped run's output: "
+                           f"run again with --resume to continue it, or remove it and {files.progress} to start over")
+    return resume and os.path.isfile(files.output) and not files.partial.exists() and not files.progress.exists()
 
 
 class DurableWriter:

@@ -12,7 +12,6 @@ pickling. Torch-free: the reader process imports no model.
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 import time
@@ -50,8 +49,7 @@ def table_chunks(fh: BinaryIO, path: str, chunk_lines: int, lines_done: int,
     points (both mostly in NumPy and Arrow kernels that release the GIL): the reader's two halves
     run on two cores.
     """
-    positions = (lambda: input_position(fh)) if shard_filter else None
-    lines = iter_line_chunks(fh, path, chunk_lines, positions=positions)
+    lines = iter_line_chunks(fh, path, chunk_lines)
     for chunk in aligned_chunks(prefetch.of(lines) if prefetch else lines, chunk_lines):
         if chunk.last_line_no <= lines_done:  # done by the interrupted run (the shard state is restored)
             continue
@@ -85,7 +83,7 @@ class Prefetched:
                     if not put_unless_stopped(q, (item, None), done):
                         return
                 put_unless_stopped(q, (end, None), done)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer, in order
+            except BaseException as exc:  # re-raised in the consumer, in order
                 put_unless_stopped(q, (end, exc), done)
             finally:
                 self.cpu_seconds = time.thread_time() - started
@@ -133,8 +131,8 @@ def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
     (sync points, chunks, spool writes). Gives up when
     ``stop`` is set (nobody would take what it puts).
 
-    Without ``--shard``, gzip is decompressed in a thread of its own (no GIL), so cutting the lines
-    has this core to itself; a shard needs the file positions of a single-threaded read."""
+    Gzip is decompressed in a thread of its own (no GIL), so cutting the lines has this core to
+    itself. A shard's reader first counts the table's lines (:meth:`ShardFilter.of_table`)."""
     die_with_parent(settings.parent_pid)
     leave_interrupts_to_parent()
     started, thread_started = time.process_time(), time.thread_time()
@@ -148,17 +146,16 @@ def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
 
     spool = Spool(settings.spool_folder)
     try:
-        with open_input(settings.path, decompress_thread=settings.shard is None) as fh:
-            shard_filter = (ShardFilter(settings.shard, os.path.getsize(settings.path), settings.shard_state)
-                            if settings.shard else None)
+        shard = ShardFilter.of_table(settings.path, settings.shard, settings.shard_state) if settings.shard else None
+        with open_input(settings.path, decompress_thread=True) as fh:
             for index, item in enumerate(table_chunks(fh, settings.path, settings.chunk_lines, settings.lines_done,
-                                                      shard_filter, prefetch)):
+                                                      shard, prefetch)):
                 ref: SpooledChunk | SkippedChunk = (spool.put(index, item.chunk) if item.in_run else
                                                     SkippedChunk(item.chunk.first_line_no, item.chunk.last_line_no))
                 if not put_unless_stopped(out_q, ("chunk", ref, item.shard_state, item.position, item.keep), stop):
                     return
         put_unless_stopped(out_q, ("end", cpu()), stop)
-    except BaseException as exc:  # noqa: BLE001 - handed to the main process, which re-raises it
+    except BaseException as exc:  # handed to the main process, which re-raises it
         put_unless_stopped(out_q, ("error", exc, cpu()), stop)
 
 

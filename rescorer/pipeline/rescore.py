@@ -48,6 +48,7 @@ from infrastructure.files import (
     exclusive_use,
     open_input,
 )
+from infrastructure.interrupts import held_while_starting_children
 from infrastructure.progress import progress_bar
 from infrastructure.threads import available_cpus
 from moses_integration.phrase_table import PhraseTableError
@@ -77,6 +78,7 @@ from rescorer.pipeline.reader import (
 from rescorer.pipeline.resume import (
     PROGRESS_VERSION,
     ResumeError,
+    content_identity,
     file_identity,
     load_progress,
     recorded_options,
@@ -141,6 +143,7 @@ class RescoreSummary:
     sum_reverse_log_prob: float | None = None  # with --reverse-model: the sum of log p(f|e)
     rejects_path: str | None = None
     resumed_lines: int = 0  # lines an interrupted run had done (not part of this run's speed)
+    finished_already: str | None = None  # the output a --resume found complete: nothing was scored
     # CPU seconds of this run's stages, wherever they ran (threads or worker processes): "read"
     # (decompress, cut into chunks, shard filter; with a reader process, "gunzip" is the decompression
     # in its own thread (no --shard), "read" the finding of lines, "align" the sync points and
@@ -160,6 +163,9 @@ class RescoreSummary:
         return self.target_unknown / self.target_tokens if self.target_tokens else 0.0
 
     def report(self) -> str:
+        if self.finished_already is not None:
+            return (f"{self.finished_already} is finished already (no partial output beside it): nothing to resume; "
+                    "remove it to score the table again")
         rate = (self.lines - self.resumed_lines) / self.seconds if self.seconds > 0 else 0.0
         rejected = f", {self.rejected} malformed lines rejected to {self.rejects_path}" if self.rejected else ""
         reverse = f", mean log p(f|e) {self.sum_reverse_log_prob / self.lines:.4f}" \
@@ -378,7 +384,7 @@ def _run_pipeline(input_path: str, output_path: str, scorer: ChunkScorer, src_wo
     with exclusive_use(output_path):
         run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts, reverse)
         try:
-            run.start_reader()
+            run.start_stages()
             while (pending := run.next_chunk()) is not None:
                 run.score_and_format(pending)
                 run.write_finished(window=2 * max(1, opts.workers))
@@ -414,10 +420,10 @@ class _Run:
         self.compress_level = opts.compress_level if output_path.endswith(".gz") else None
         identity = {
             "version": PROGRESS_VERSION, "input": file_identity(input_path),
-            "model": file_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
+            "model": content_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
         }
         if reverse is not None:  # only then: progress records of runs without it stay valid
-            identity["options"]["reverse_model"] = file_identity(reverse.model_path)
+            identity["options"]["reverse_model"] = content_identity(reverse.model_path)
             identity["options"]["reverse_scorer"] = scorer_identity(reverse.scorer)
         self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
             else ChunkProgress()
@@ -431,8 +437,8 @@ class _Run:
         if self.reader_process:
             self.fh.close()
         try:
-            self.shard_filter = (ShardFilter(opts.shard, os.path.getsize(input_path), self.done.shard_state)
-                                 if opts.shard else None)
+            self.shard_filter = (ShardFilter.of_table(input_path, opts.shard, self.done.shard_state)
+                                 if opts.shard and not self.reader_process else None)
             self.writer = DurableWriter(self.files, self.to_stdout, identity, self.done)
         except BaseException:
             self.fh.close()
@@ -441,13 +447,14 @@ class _Run:
         in_size = None if input_path == "-" else os.path.getsize(input_path)
         self.bar = progress_bar(total=in_size, unit="B", unit_scale=True, desc="rescoring", show=opts.progress,
                                 dynamic_ncols=True)
-        # Parsing and formatting share one pool; with -j 1 both run in this process.
-        reverse_words = (reverse.src_words, reverse.tgt_words) if reverse is not None else None
-        self.pool = worker_pool(opts.workers, src_words, tgt_words, reverse_words) if opts.workers > 1 else None
-        self.vocab = arrow_vocab(src_words, tgt_words, reverse_words)  # for chunks prepared in this process
+        self.words = (src_words, tgt_words, (reverse.src_words, reverse.tgt_words) if reverse is not None else None)
+        self.vocab = arrow_vocab(*self.words)  # for chunks prepared in this process
         self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
         self.stop = threading.Event()
-        self.process_stop = multiprocessing.get_context("spawn").Event()  # the reader process' stop flag
+        # Started by start_stages: the pool that parses and formats (with -j 1 this process does
+        # both), and the reader process with its stop flag.
+        self.pool: futures.ProcessPoolExecutor | None = None
+        self.process_stop: multiprocessing.synchronize.Event | None = None
         self.reader: multiprocessing.process.BaseProcess | None = None
         num_scores = opts.num_scores if opts.num_scores is not None else self.done.num_scores
         self.carried = _CarriedAcrossChunks(num_scores, self.done.prev_source)
@@ -455,22 +462,34 @@ class _Run:
         self.chunks_done = self.done.chunks_done
         self.warned = False
 
-    def start_reader(self) -> None:
-        """The reading stage: a reader process and a thread that hands its chunks to the workers, or
-        (-j 1, stdin) one thread that reads and hands on (or prepares) each chunk itself."""
+    def start_stages(self) -> None:
+        """The worker pool (-j 2 and more) and the reading stage: a reader process and a thread that
+        hands its chunks to the workers, or (-j 1, stdin) one thread that reads and hands on (or
+        prepares) each chunk itself.
+
+        The processes start with Ctrl-C and SIGTERM held back (a stop while one starts would leave
+        it half-started), and the semaphores they share are named after the spool, which is how a
+        later run finds and removes them if this whole process group is killed.
+        """
+        read_q = None
+        if self.spool is not None:
+            with self.spool.semaphores(), held_while_starting_children():
+                self.pool = worker_pool(self.opts.workers, *self.words)
+                if self.reader_process:
+                    context = multiprocessing.get_context("spawn")
+                    self.process_stop = context.Event()
+                    read_q = context.Queue(maxsize=2 * self.opts.workers)
+                    settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done.lines_done,
+                                              self.opts.shard, self.done.shard_state, str(self.spool.folder),
+                                              os.getpid())
+                    self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
+                                                  daemon=True, name="rescore-reader")
+                    self.reader.start()
         stage = _Stage(self.input_path, self.opts, self.scorer, self.carried, self.pool, self.vocab, self.spool,
                        self.prepared_q, self.stop, self.summary, self.reverse is not None)
-        if not self.reader_process:
+        if read_q is None:
             target, args = _read_stage, (stage, self.fh, self.done, self.shard_filter)
         else:
-            context = multiprocessing.get_context("spawn")
-            read_q = context.Queue(maxsize=2 * self.opts.workers)
-            settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done.lines_done,
-                                      self.opts.shard, self.done.shard_state, str(self.spool.folder),
-                                      os.getpid())
-            self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
-                                          daemon=True, name="rescore-reader")
-            self.reader.start()
             target, args = _feed_stage, (stage, read_q)
         threading.Thread(target=target, args=args, daemon=True).start()
 
@@ -547,12 +566,16 @@ class _Run:
             # The chunks before a malformed line are complete: keep them all, as a serial run does.
             with contextlib.suppress(Exception):
                 self.write_finished(window=0)
-        return stop_error(exc, self.writer, self.files, self.to_stdout)
+        return stop_error(exc, self.writer, self.files, self.to_stdout, self.input_path == "-")
 
     def close(self) -> None:
+        """End the stages: each child process is waited for, also one still starting (a stop just
+        after start-up), which would otherwise find the semaphores it shares removed as this process
+        ends, and print a traceback."""
         self.bar.close()
         self.stop.set()
-        self.process_stop.set()
+        if self.process_stop is not None:
+            self.process_stop.set()
         _drain(self.prepared_q)
         if self.pool:
             self.pool.shutdown(cancel_futures=True)
@@ -720,7 +743,7 @@ def _read_stage(stage: _Stage, fh, done: ChunkProgress, shard_filter: ShardFilte
             if preparation.error is not None:
                 break
         put_unless_stopped(stage.out_q, None, stage.stop)
-    except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
+    except BaseException as exc:  # handed to the main thread, which re-raises
         put_unless_stopped(stage.out_q, exc, stage.stop)
     finally:
         stage.summary.add_stage("read", time.thread_time() - started - busy)
@@ -751,7 +774,7 @@ def _feed_stage(stage: _Stage, read_q) -> None:
                 stage.summary.add_stage(name, seconds)
             put_unless_stopped(stage.out_q, message[1] if kind == "error" else None, stage.stop)
             return
-    except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
+    except BaseException as exc:  # handed to the main thread, which re-raises
         put_unless_stopped(stage.out_q, exc, stage.stop)
 
 

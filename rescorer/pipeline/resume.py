@@ -10,6 +10,7 @@ refused instead of splicing two different outputs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -19,8 +20,10 @@ from infrastructure.files import atomic_write_bytes
 
 # 3: the options hold the scorer's device type, precision and token budget; 4: chunks cut at
 # content-fixed sync points (rescorer.tables.aligned), so a version-3 partial output cannot go on;
-# 5: a gzip member starts at every shard point, and the shard state holds the last source key
-PROGRESS_VERSION = 5
+# 5: a gzip member starts at every shard point, and the shard state holds the last source key;
+# 6: shard points (and so gzip members) follow a grid of lines, not a hash of the sources; 7: models
+# by content (content_identity), partial files beside a symlinked output's target
+PROGRESS_VERSION = 7
 
 
 class ResumeError(UserError):
@@ -33,6 +36,20 @@ def file_identity(path: str | os.PathLike | None) -> dict | None:
         return None
     st = os.stat(path)
     return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def content_identity(path: str | os.PathLike | None) -> dict | None:
+    """A model file by its content: its SHA-256 and size, read once in blocks (a few hundred MB: about a
+    second). Path, size and modification time do not tell two models apart: another model of the same
+    size with its time copied (``cp -p``, ``touch -r``, a sync tool) would let a resumed run finish the
+    table with another model than the chunks before, and the output would mix the two."""
+    if path is None or str(path) == "-":
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return {"sha256": digest.hexdigest(), "size": os.stat(path).st_size}
 
 
 def save_progress(path: Path, record: dict) -> None:
@@ -65,7 +82,8 @@ def load_progress(progress_path: Path, partials: dict[str, Path], identity: dict
     for key in ("version", "input", "model", "options"):
         if saved.get(key) != identity[key]:
             raise ResumeError(
-                f"cannot --resume: the {key} differs from the interrupted run recorded in {progress_path}"
+                f"cannot --resume: the {key} {'differ' if key == 'options' else 'differs'} from the interrupted "
+                f"run recorded in {progress_path}"
                 f"{_difference(saved.get(key), identity[key])}; "
                 f"{start_over or f'remove {main_partial} and {progress_path} to start over'}"
             )
@@ -86,7 +104,10 @@ def _difference(then: object, now: object) -> str:
 
 
 def _shown(value: object) -> str:
-    """A recorded value in a message: a file's identity (:func:`file_identity`) by its path, size and time."""
+    """A recorded value in a message: a file's identity by its path, size and time (:func:`file_identity`) or
+    by its size and hash (:func:`content_identity`)."""
     if isinstance(value, dict) and "path" in value:
         return f"{value['path']} ({value.get('size')} bytes, mtime {value.get('mtime_ns')})"
+    if isinstance(value, dict) and "sha256" in value:
+        return f"a file of {value.get('size')} bytes, SHA-256 {str(value['sha256'])[:12]}…"
     return repr(value)

@@ -26,7 +26,14 @@ from pathlib import Path
 import numpy as np
 
 from infrastructure.files import lock_held
-from infrastructure.processes import owner_alive, process_tag, remove_when_gone, removed_now
+from infrastructure.processes import (
+    owner_alive,
+    process_tag,
+    remove_semaphores,
+    remove_when_gone,
+    removed_now,
+    semaphores_named,
+)
 from rescorer.tables.chunks import LineChunk
 
 _RAM_FOLDER = Path("/dev/shm")
@@ -145,6 +152,12 @@ class Spool:
             fh.write(np.ascontiguousarray(chunk.offsets, dtype=np.int64).tobytes())
         return SpooledChunk(str(path), chunk.first_line_no, len(chunk), chunk.end_offset)
 
+    def semaphores(self) -> contextlib.AbstractContextManager[None]:
+        """The multiprocessing semaphores made in this block are named after the spool, and go
+        with it when it is found abandoned (:func:`remove_abandoned`): a whole process group
+        killed leaves them in ``/dev/shm`` as it leaves the spool."""
+        return semaphores_named(self.folder.name)
+
     def close(self) -> None:
         """Remove the spool (by its janitor, which then ends too), then the dead runs' spools that were
         too young to judge when this run began: a run resumed the moment after a kill of the whole
@@ -192,3 +205,4 @@ def remove_abandoned(base: Path) -> None:
         with contextlib.suppress(OSError):
             if now - folder.stat().st_mtime >= YOUNG_SPOOL_SECONDS:
                 shutil.rmtree(folder, ignore_errors=True)
+                remove_semaphores(folder.name)

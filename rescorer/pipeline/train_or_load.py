@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint
 from rescorer.model.config import DEFAULT_SHORTLIST, ModelSizes, TrainConfig
-from rescorer.pipeline.partial_output import default_model_path
+from rescorer.pipeline.partial_output import check_partial_output, default_model_path
 from rescorer.pipeline.rescore import (
     RescoreOptions,
     RescoreSummary,
@@ -54,10 +54,14 @@ def rescore_with_model_or_training(input_table: str, output_table: str, model_pa
     """Score ``input_table`` into ``output_table`` with ``model_path``, or with a model trained first.
 
     With ``reverse`` (a model of p(f|e)), its column follows.
-    The options are checked once, before any training. Training reads ``input_table`` as a file: the
+    The options are checked once, before any training, and so is the output: a stopped run's partial
+    output is refused without ``--resume`` (:func:`check_partial_output`), and a ``--resume`` of a finished
+    output does nothing but say so (the summary's ``finished_already``). Training reads ``input_table`` as a file: the
     caller refuses ``-`` (stdin) without a model.
     """
     check_options(input_table, output_table, options)
+    if check_partial_output(output_table, options.resume):
+        return RescoreSummary(finished_already=output_table)
     # A model given in the other's place is refused before any training (each file read once).
     given = load_checkpoint(model_path) if model_path is not None else None
     check_directions(given, reverse)

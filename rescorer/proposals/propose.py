@@ -4,7 +4,7 @@ The paper's conclusion names the step: "replace the whole, or a part of the phra
 letting the RNN Encoder–Decoder propose target phrases". A run goes:
 
 1. the word tables and the table are read once and checked (:mod:`rescorer.proposals.lexical`,
-   :func:`rescorer.proposals.sources.scan_table`), and the sources to fill are chosen, before any
+   :func:`rescorer.proposals.sources.table_statistics`), and the sources to fill are chosen, before any
    search;
 2. the batched beam search (:mod:`rescorer.proposals.beam`) proposes targets for those sources,
    batch by batch, streamed in the table's sort order; a proposal the table already holds, one
@@ -37,6 +37,7 @@ import math
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -62,7 +63,7 @@ from rescorer.pipeline.rescore import (
     check_directions,
     rescore_phrase_table,
 )
-from rescorer.pipeline.resume import file_identity
+from rescorer.pipeline.resume import content_identity, file_identity
 from rescorer.pipeline.scoring import PairScorer
 from rescorer.proposals.beam import default_rows_per_step, search_sources
 from rescorer.proposals.lexical import WordTable, lexical_scores, read_word_table
@@ -82,14 +83,13 @@ from rescorer.proposals.sources import (
     KINDS,
     MOSES_COLUMNS,
     Choice,
-    ProposalInputError,
     Skipped,
     SourceToFill,
-    TableScan,
+    TableStatistics,
     choose_for_text,
-    scan_table,
     source_key,
     table_sources,
+    table_statistics,
     text_ngrams,
 )
 from rescorer.proposals.work import PROGRESS_VERSION as WORK_VERSION
@@ -134,7 +134,7 @@ class KindCounts:
 
 @dataclass
 class ProposeSummary:
-    scan: TableScan
+    scan: TableStatistics
     phrase_probabilities: tuple[float, float]
     reranked: RerankWeights | None = None  # None: the beam's order and the constant columns (no reverse model)
     kinds: dict[str, KindCounts] = field(default_factory=lambda: {k: KindCounts() for k in KINDS})
@@ -251,15 +251,16 @@ def _run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, devi
     if opts.for_text is not None:
         options.update(thin_below=opts.thin_below, max_source_words=opts.max_source_words)
     if reverse is not None:
-        options.update(reverse_model=_identity_if_present(getattr(reverse, "path", None)),
+        options.update(reverse_model=_identity_if_present(getattr(reverse, "path", None), content_identity),
                        rerank=asdict(opts.rerank))
     return {"version": WORK_VERSION, "input": file_identity(table),
-            "model": _identity_if_present(getattr(checkpoint, "path", None)), "options": options}
+            "model": _identity_if_present(getattr(checkpoint, "path", None), content_identity), "options": options}
 
 
-def _identity_if_present(path: str | os.PathLike | None) -> dict | None:
-    """A file's identity, None without one (a missing word table is reported by its reader, at its line)."""
-    return file_identity(path) if path is not None and os.path.isfile(path) else None
+def _identity_if_present(path: str | os.PathLike | None, identity=file_identity) -> dict | None:
+    """A file's identity (a model's by its content), None without one (a missing word table is reported by
+    its reader, at its line)."""
+    return identity(path) if path is not None and os.path.isfile(path) else None
 
 
 def _run(table: str, output: str, models: tuple[Checkpoint, Checkpoint | None], opts: ProposeOptions,
@@ -312,8 +313,8 @@ def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions, re
         # text with a generous bound first (phrase tables rarely go beyond 7 words) and cut after.
         ngrams = text_ngrams(opts.for_text, opts.max_source_words or 20)
     reverse_vocabs = (reverse.src_vocab, reverse.tgt_vocab) if reverse is not None else None
-    scan = scan_table(table, checkpoint.src_vocab, checkpoint.tgt_vocab, frozenset(ngrams), reverse_vocabs)
-    _check_overlap(table, scan, checkpoint, reverse)
+    scan = table_statistics(table, checkpoint.src_vocab, checkpoint.tgt_vocab, frozenset(ngrams), reverse_vocabs)
+    _warn_low_overlap(table, scan, checkpoint, reverse)
     summary = ProposeSummary(scan, scan.phrase_probabilities())
     if opts.for_text is None:
         return summary, table_sources(table, checkpoint.src_vocab, summary.skipped), scan.sources
@@ -324,26 +325,29 @@ def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions, re
     return summary, summary.choice.to_fill, len(summary.choice.to_fill)
 
 
-def _check_overlap(table: str, scan: TableScan, checkpoint: Checkpoint, reverse: Checkpoint | None = None) -> None:
-    """Stop when the model's shortlists miss most of the table's words (a model for another table).
+def _warn_low_overlap(table: str, scan: TableStatistics, checkpoint: Checkpoint,
+                      reverse: Checkpoint | None = None) -> None:
+    """Warn when a model's shortlists miss most of the table's words (a model for another table?).
 
-    A reverse model's source shortlist must hold the table's target words and its target shortlist
-    the source words: a forward model given as the reverse one stops here.
+    A warning, as ``rescore-phrase-table``'s for its first chunk: a share below half is a sign, not a
+    proof (a small shortlist, a table of names and numbers), and what it costs is already handled
+    source by source (one with a word outside the source shortlist gets no proposals, and is counted).
+    The mistake that is certain, a model of the other direction, is refused by the direction saved with
+    it. A reverse model's source shortlist must hold the table's target words and its target shortlist
+    the source words.
     """
-    checks = [(checkpoint, "source", "source", scan.source_known, scan.source_tokens, "the model trained"),
-              (checkpoint, "target", "target", scan.target_known, scan.target_tokens, "the model trained")]
+    checks = [(checkpoint, "model", "source", "source", scan.source_known, scan.source_tokens),
+              (checkpoint, "model", "target", "target", scan.target_known, scan.target_tokens)]
     if reverse is not None:
-        checks += [(reverse, "source", "target", scan.reverse_target_known, scan.target_tokens,
-                    "--reverse-model trained with sources and targets swapped"),
-                   (reverse, "target", "source", scan.reverse_source_known, scan.source_tokens,
-                    "--reverse-model trained with sources and targets swapped")]
-    for model, side, table_side, known, tokens, needed in checks:
+        checks += [(reverse, "--reverse-model", "source", "target", scan.reverse_target_known, scan.target_tokens),
+                   (reverse, "--reverse-model", "target", "source", scan.reverse_source_known, scan.source_tokens)]
+    for model, which, side, table_side, known, tokens in checks:
         share = known / tokens if tokens else 0.0
         if scan.lines and 100 * share < LOW_OVERLAP_PERCENT:
-            where = getattr(model, "path", None) or "the model"
-            raise ProposalInputError(
-                f"{where}: its {side} shortlist holds only {100 * share:.1f}% of the {table_side} words of "
-                f"{display_name(table)}; proposals need {needed} for this table")
+            where = getattr(model, "path", None) or f"the {which}"
+            warnings.warn(f"only {100 * share:.1f}% of the {table_side} words of {display_name(table)} are in the "
+                          f"{side} shortlist of {where} ({which}); is it trained for this table's languages and "
+                          "tokenisation?", stacklevel=2)
 
 
 @dataclass(frozen=True)

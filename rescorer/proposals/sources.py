@@ -1,6 +1,6 @@
 """Which source phrases get proposals: every source of the table, or what a text needs.
 
-One streaming pass over the table (:func:`scan_table`) checks what the merge relies on and
+One streaming pass over the table (:func:`table_statistics`) checks what the merge relies on and
 gathers what the choice and the proposed lines need, before any search:
 
 * the table is sorted as ``LC_ALL=C sort`` sorts whole lines (what Moses' training writes and what
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infrastructure.errors import UserError
 from infrastructure.files import PathArg, display_name
 from infrastructure.lines import iter_text_lines
 from moses_integration.phrase_table import PhraseTableError, read_phrase_table, score_tokens
@@ -35,10 +34,6 @@ from neural.vocab import Vocab
 
 MOSES_COLUMNS = ("p(f|e)", "lex(f|e)", "p(e|f)", "lex(e|f)")
 KINDS = ("missing", "thin", "table")  # a text n-gram the table lacks; one it covers thinly; --all-sources
-
-
-class ProposalInputError(UserError):
-    """Input ``rescorer propose`` cannot use, found before any search (one line)."""
 
 
 @dataclass(frozen=True)
@@ -63,8 +58,8 @@ class Skipped:
 
 
 @dataclass
-class TableScan:
-    """What :func:`scan_table` learnt about the table."""
+class TableStatistics:
+    """What :func:`table_statistics` learnt about the table."""
 
     lines: int = 0
     sources: int = 0  # distinct source phrases
@@ -107,14 +102,14 @@ class TableScan:
         return self.target_known / self.target_tokens if self.target_tokens else 0.0
 
 
-def scan_table(path: PathArg, src_vocab: Vocab, tgt_vocab: Vocab, wanted: set[str] | frozenset[str] = frozenset(),
-               reverse: tuple[Vocab, Vocab] | None = None) -> TableScan:
+def table_statistics(path: PathArg, src_vocab: Vocab, tgt_vocab: Vocab, wanted: set[str] | frozenset[str] = frozenset(),
+                     reverse: tuple[Vocab, Vocab] | None = None) -> TableStatistics:
     """One streaming pass over a table (module doc); a line out of order is an error at that line.
 
     ``reverse``: a reverse model's (source, target) shortlists, whose words are counted too.
     """
     name = display_name(path)
-    scan = TableScan()
+    scan = TableStatistics()
     previous = b""
     current_source: bytes | None = None
     keep: list[str] | None = None
@@ -155,7 +150,7 @@ def scan_table(path: PathArg, src_vocab: Vocab, tgt_vocab: Vocab, wanted: set[st
     return scan
 
 
-def _add_probabilities(scan: TableScan, fields: tuple[bytes, ...], scores: list[float]) -> None:
+def _add_probabilities(scan: TableStatistics, fields: tuple[bytes, ...], scores: list[float]) -> None:
     """Sum ln p(f|e), ln p(e|f) (columns 1 and 3, floored as Moses floors them) over all and singleton pairs."""
     logs = [max(math.log(scores[k]), -100.0) if scores[k] > 0 else -100.0 for k in (0, 2)]
     scan.all_log_sums[0] += logs[0]
@@ -192,7 +187,7 @@ class Choice:
         return sum(s.kind == kind for s in self.to_fill)
 
 
-def choose_for_text(ngrams: dict[str, int], scan: TableScan, src_vocab: Vocab, thin_below: int) -> Choice:
+def choose_for_text(ngrams: dict[str, int], scan: TableStatistics, src_vocab: Vocab, thin_below: int) -> Choice:
     """The text's missing and thin n-grams whose words the model knows, sorted as the table is."""
     choice = Choice([], ngrams=len(ngrams))
     for gram in ngrams:

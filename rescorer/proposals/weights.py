@@ -1,15 +1,15 @@
-"""How well proposals fit their source for each rerank weight, and the weights chosen (issue 48).
+"""How well proposals fit their source for each rerank weight, and the weights chosen.
 
 For the text's n-grams that ``rescorer propose --for-text`` fills (missing and thin, as it chooses
 them), the search and the reverse model run once; then for every (λ, μ) of a grid each source's
 ``per_source`` best candidates by ``log p(e|f) + λ log p(f|e) + μ log P(m | n)``
-(rescorer.proposals.rerank) are measured by the two figures issue 48 sets targets on:
+(rescorer.proposals.rerank) are measured by the two figures the weights are chosen on:
 
 * **length**: the proposals' target words per source word against the table's own ratio (over
   its pairs, each line once);
 * **in the reference**: of the proposed targets for *missing* sources, the share that occurs as
   whole tokens in the reference sentence of a sentence whose source holds them (and the same for
-  thin sources); what issue 39's report measured on the test set (5.9% for missing sources).
+  thin sources); what table1's proposals evidence measures on the test set (5.9% for missing sources).
 
 The length ratio is also given against the table's pairs *with the same source lengths* (each
 proposal's source length n counts the table's mean target length for n): the table's overall ratio
@@ -55,7 +55,7 @@ from rescorer.proposals.rerank import (
     preselect,
     reverse_scorer,
 )
-from rescorer.proposals.sources import SourceToFill, TableScan, choose_for_text, scan_table, text_ngrams
+from rescorer.proposals.sources import SourceToFill, TableStatistics, choose_for_text, table_statistics, text_ngrams
 
 #: How far (a share) a point's length ratio may be from the table's same-length ratio and be chosen.
 LENGTH_BAND = 0.2
@@ -103,12 +103,12 @@ class GridText:
 
 
 def read_grid_text(table: Path, forward: Checkpoint, text: Path, reference: Path, sentences: int | None,
-                   thin_below: int, folder: Path, say: Callable[[str], None]) -> tuple[GridText, TableScan]:
+                   thin_below: int, folder: Path, say: Callable[[str], None]) -> tuple[GridText, TableStatistics]:
     """The text's first sentences, the sources ``propose --for-text`` would fill, and the table's scan."""
     text = first_lines(text, sentences, folder)
     reference = reference_copy(reference, sentences, folder)
     ngrams = text_ngrams(text, LONGEST_NGRAM)
-    scan = scan_table(table, forward.src_vocab, forward.tgt_vocab, frozenset(ngrams))
+    scan = table_statistics(table, forward.src_vocab, forward.tgt_vocab, frozenset(ngrams))
     ngrams = {g: n for g, n in ngrams.items() if g.count(" ") < scan.max_source_words}
     choice = choose_for_text(ngrams, scan, forward.src_vocab, thin_below)
     sources = choice.to_fill
@@ -126,7 +126,7 @@ def read_grid_text(table: Path, forward: Checkpoint, text: Path, reference: Path
 class Search:
     """The forward model's searches over the text's sources, and the figures of a choice of candidates."""
 
-    def __init__(self, text: GridText, forward: Checkpoint, scan: TableScan, device: torch.device,
+    def __init__(self, text: GridText, forward: Checkpoint, scan: TableStatistics, device: torch.device,
                  tables: tuple) -> None:
         self.text, self.forward, self.device = text, forward, device
         self.rows, self.max_words = default_rows_per_step(device), scan.max_target_words
@@ -173,7 +173,7 @@ class Search:
         return "; ".join(parts), ratio / max(same, 1e-9), share
 
 
-def scored_candidates(search: Search, reverse: Checkpoint, scan: TableScan, beam: int, mus: Sequence[float],
+def scored_candidates(search: Search, reverse: Checkpoint, scan: TableStatistics, beam: int, mus: Sequence[float],
                       say: Callable[[str], None]) -> tuple[list, object]:
     """The collecting beam's candidates, those the reranking could keep for any μ of the grid scored by
     the reverse model (as propose's preselect chooses them), and the length prior; says the speeds."""

@@ -35,8 +35,8 @@ from typing import BinaryIO
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.resume import ResumeError, load_progress, save_progress
 
-# The record's format; a record of another version is refused as another run.
-PROGRESS_VERSION = 1
+# The record's format; a record of another version is refused as another run. 2: models by content.
+PROGRESS_VERSION = 2
 PHASES = ("search", "searched", "merged")  # searching; listing complete; merged table written
 
 

@@ -27,11 +27,14 @@ import pyarrow.compute as pc
 
 from rescorer.tables.chunks import FIELD_SEPARATOR, LineChunk
 
-# A block start whose key's top SHARD_POINT_BITS bits are 0 (one in 256) is a shard point: with ~2
-# lines per source in a Moses table, one every ~500 lines. The top bits of the key depend on every
-# byte of the source's tail (lower ones do not see its last bytes, where "house1" and "house2"
-# differ). Never change it: it decides where every gzip member starts.
-SHARD_POINT_BITS = 8
+# Shard points follow a grid of lines whose spacing grows with the line number: 1 line up to line
+# 2**GRID_BITS, then 2**(e - GRID_BITS) lines among the lines of bit length e (between 1/512 and
+# 1/256 of the line number), and at most GRID_MAX_LINES lines. So a shard's ends fall within
+# 1/256 of the table's lines of where its bytes say, in a table of any length (shares within 10% up
+# to 25 shards), and a table has a few thousand points, plus one every 512 lines past line 131,072:
+# each starts a gzip member. Never change them: they decide where every gzip member starts.
+GRID_BITS = 9
+GRID_MAX_LINES = 512
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads the key's bits over the high ones
 _EDGE = 8  # bytes taken from the end of the source phrase
 
@@ -99,19 +102,47 @@ def sync_points(chunk: LineChunk, previous: tuple[int, int] | None, chunk_lines:
     return np.flatnonzero(changed & chosen), last
 
 
+def grid_cells(line_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which cell of the shard-point grid each 0-based line index falls in, as ``(bit length, index
+    >> spacing bits)``: two lines lie in different cells exactly when a grid line lies in between
+    (a grid line of each octave is a multiple of that octave's spacing, a power of two, and the
+    octave's first line is one)."""
+    lengths = np.frexp(line_index.astype(np.float64))[1].astype(np.int64)  # bit length; exact below 2**53
+    shift = np.clip(lengths - GRID_BITS, 0, GRID_MAX_LINES.bit_length() - 1)
+    return lengths, line_index >> shift
+
+
 def shard_points(chunk: LineChunk, previous: tuple[int, int] | None) -> tuple[np.ndarray, tuple | None]:
     """Which rows of ``chunk`` are *shard points*, and the key of its last line (for the next chunk).
 
-    A shard point is a block start whose source key's top :data:`SHARD_POINT_BITS` bits are 0 (one
-    in 256); the table's first line is one. They are dense (every ~500 lines) and fixed by the content alone, never by
-    ``--chunk-lines``: a shard starts at one (:mod:`rescorer.pipeline.shards`), and every run
-    starts a gzip member at each (:func:`rescorer.pipeline.output_chunks.format_lines`), so a
-    shard's output is the whole run's bytes from there. ``previous`` as in :func:`block_starts`.
+    A shard point is a block start (a source differing from the line before) past a line of the
+    grid (:func:`grid_cells`) that no block start lies between: the first block start at or past
+    each grid line. Within a chunk it is found from the chunk's lines alone, the chunk's first row
+    aside: after it, the first block start is a point, and each next one is if a grid line lies
+    after the block start before it, up to and including itself. So a chunk's points after its
+    first row need no line before it: :func:`rescorer.pipeline.output_chunks.format_lines` finds
+    them in the chunk alone and starts a gzip member at each (and at the first row), and a shard
+    starts at one (:mod:`rescorer.pipeline.shards`), so a shard's output is the whole run's bytes
+    from there. The first row is a point when it starts a block (the table's first line always).
+    The grid follows line numbers, so points come as densely in a filtered table (few sources,
+    many targets each) as in any other. Every run with the same ``--chunk-lines`` cuts the same
+    chunks and so finds the same points; a chunk start adds at most one. ``previous`` as in
+    :func:`block_starts`.
     """
-    starts, hashes, last = block_starts(chunk, previous)
-    points = starts & (hashes >> np.uint64(64 - SHARD_POINT_BITS) == 0)
-    if previous is None and len(points):
-        points[0] = True
+    starts, _, last = block_starts(chunk, previous)
+    n = len(starts)
+    if not n:
+        return starts, last
+    rows = np.arange(n)
+    # The block start before each row, the first row aside (-1: none).
+    after_first = np.where(starts & (rows > 0), rows, -1)
+    before = np.full(n, -1, dtype=np.int64)
+    before[1:] = np.maximum.accumulate(after_first)[:-1]
+    lengths, cells = grid_cells(chunk.first_line_no - 1 + rows)
+    at = np.maximum(before, 0)
+    crossed = (before < 0) | (lengths != lengths[at]) | (cells != cells[at])
+    points = starts & crossed
+    points[0] = starts[0]
     return points, last
 
 
@@ -161,6 +192,4 @@ def _concat(pieces: list[LineChunk], sync: bool) -> LineChunk:
     data = b"".join(p.data for p in pieces)
     starts = np.cumsum([0] + [len(p.data) for p in pieces[:-1]])
     offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(pieces, starts, strict=True)])
-    positions = (np.concatenate([p.positions for p in pieces]) if all(p.positions is not None for p in pieces)
-                 else None)
-    return LineChunk(pieces[0].first_line_no, data, offsets, pieces[-1].end_offset, positions, sync)
+    return LineChunk(pieces[0].first_line_no, data, offsets, pieces[-1].end_offset, sync=sync)

@@ -15,19 +15,29 @@ import math
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from infrastructure.errors import UserError
-from infrastructure.files import exclusive_use, removed_when_the_disk_fills
 from infrastructure.progress import progress_bar
-from infrastructure.training_loop import run_training
-from neural.device import autocast_dtype, describe_precision, matmul_precision, select_device, training_precision
-from neural.model_files import last_checkpoint_path, refuse_to_overwrite
+from neural.device import matmul_precision
+from neural.training import (
+    Training,
+    TrainingState,
+    announce,
+    check_resumable,
+    check_same_data,
+    data_folder,
+    resume_source,
+    training_device,
+    training_files,
+)
 from neural.vocab import Vocab
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.model.config import DEFAULT_SHORTLIST, ModelConfig, ModelSizes, TrainConfig
@@ -109,20 +119,36 @@ def make_optimizer(model: RNNEncoderDecoder, cfg: TrainConfig) -> ChunkedAdadelt
     return ChunkedAdadelta(model.parameters(), lr=1.0, rho=cfg.rho, eps=cfg.eps)
 
 
+@dataclass
+class RNNTrainingState(TrainingState):
+    """Where an RNN run stands (for ``--resume``): updates made, and the data position they reached.
+
+    The position is three integers because the minibatches are a pure function of them (:func:`group_batches`).
+    """
+
+    step: int = 0  # updates made
+    epoch: int = 0
+    group_start: int = 0  # the first pair of the current length group in the epoch's order
+    batch_in_group: int = 0  # minibatches of that group already trained on
+    best: float = -math.inf  # the best validation log-likelihood (it grows)
+
+    FILE_NAMES: ClassVar[Mapping[str, str]] = {"best": "best_ll"}
+    VALIDATION: ClassVar[type] = Validation
+
+
 def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: torch.optim.Optimizer,
-             fingerprint: object) -> dict:
+             fingerprint: object) -> RNNTrainingState:
     """Load model and optimiser from checkpoint ``path`` and return its training state, after
     checking that it continues this very run (same data, same model configuration)."""
     ck = load_checkpoint(path, map_location=next(model.parameters()).device)
-    if ck.train_state is None or ck.optimizer_state is None:
-        raise UserError(f"{path}: checkpoint holds no training state to resume from")
-    if ck.train_state.get("data") != fingerprint:
-        raise UserError(f"{path}: checkpoint was trained on other data than {data.path}; cannot resume")
+    check_resumable(path, ck.train_state, ck.optimizer_state)
+    assert ck.train_state is not None
+    check_same_data(path, ck.train_state, fingerprint, data.path)
     if ck.config != model.config:
         raise UserError(f"{path}: checkpoint config {ck.config} differs from the requested {model.config}")
     model.load_state_dict(ck.model.state_dict())
     optimizer.load_state_dict(ck.optimizer_state)
-    return dict(ck.train_state)
+    return RNNTrainingState.from_dict(ck.train_state)
 
 
 def train(
@@ -146,74 +172,51 @@ def train(
     with matmul_precision(precision):
         run = _Training.start(data, Path(model_out), model_config, train_config, src_vocab, tgt_vocab, device,
                               precision, resume)
-        stopped_by = run_training(run, progress=progress)
-        return TrainResult(run.state["step"], run.state["elapsed"], stopped_by, run.history)
+        stopped_by = run.run(progress=progress)
+        return TrainResult(run.state.step, run.state.elapsed, stopped_by, run.state.history)
 
 
 @dataclass
-class _Training:
-    """One training run: the model and optimizer, the resumable ``state``, the validation history.
-
-    :func:`infrastructure.training_loop.run_training` drives it: a validation every ``valid_every``
-    updates and at the last one, stop reasons ``early_stopping``, ``max_time`` and ``max_steps``.
+class _Training(Training):
+    """One RNN training run on :class:`neural.training.Training`: an Adadelta update on the next minibatch,
+    a validation every ``valid_every`` updates and at the last one (log-likelihood, perplexity, source
+    gain), stop reasons ``early_stopping``, ``max_time`` and ``max_steps``.
     """
 
+    state: RNNTrainingState
     data: PairData
-    model_out: Path
     model_config: ModelConfig
     cfg: TrainConfig
     src_vocab: Vocab
     tgt_vocab: Vocab
-    dev: torch.device
-    amp_dtype: torch.dtype | None
-    model: RNNEncoderDecoder
-    optimizer: torch.optim.Optimizer
     train_step: TrainStep  # rescorer.training.step: eager, static or captured
-    state: dict
-    history: list[Validation]
-    started: float = 0.0  # monotonic time the run would have started had it never stopped
     batches_in_group: int = 0  # minibatches of the current length group (set by next_rows)
     pairs_done: int = 0  # pairs trained on since the bar started, and when: the pairs/s it shows
     rate_since: float = 0.0
+
+    DIVERGED_HINT: ClassVar[str] = "train again with a smaller --init-std"
 
     @classmethod
     def start(cls, data: PairData, model_out: Path, model_config: ModelConfig, cfg: TrainConfig, src_vocab: Vocab,
               tgt_vocab: Vocab, device: str, precision: str, resume: bool) -> _Training:
         """A fresh run, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
-        dev = select_device(device)
-        precision = training_precision(dev, precision)  # auto: bf16 on a GPU, fp32 on a CPU
-        amp_dtype = autocast_dtype(dev, precision)
+        dev, precision, amp_dtype = training_device(device, precision)
         torch.manual_seed(cfg.seed)
         step_mode = resolve_train_step(cfg.train_step, dev, amp_dtype)  # a bad choice fails before any work
         model = RNNEncoderDecoder(model_config).to(dev)
         optimizer = make_optimizer(model, cfg)
-        state: dict = {
-            "step": 0, "epoch": 0, "group_start": 0, "batch_in_group": 0, "elapsed": 0.0,
-            "best_ll": -math.inf, "bad_validations": 0, "history": [], "data": data.fingerprint(),
-        }
-        last = last_checkpoint_path(model_out)
-        resume_from = last if last.exists() else model_out
-        if resume and resume_from.exists():
-            state = _restore(resume_from, data, model, optimizer, state["data"])
-        state["train_step"] = step_mode  # what this run's updates ran as (the config keeps what was asked)
-        state["precision"] = precision  # likewise: the precision this run's updates ran in
-        print(f"training on {dev} in {precision}: {describe_precision(precision)}", file=sys.stderr)
-        history = [Validation(**v) for v in state["history"]]
+        state = RNNTrainingState(data=data.fingerprint())
+        resume_from = resume_source(model_out, resume)
+        if resume_from is not None:
+            state = _restore(resume_from, data, model, optimizer, state.data)
+        announce(state, dev, precision, step_mode)
         train_step = make_train_step(step_mode, model, optimizer, cfg, dev, amp_dtype)
-        return cls(data, model_out, model_config, cfg, src_vocab, tgt_vocab, dev, amp_dtype, model, optimizer,
-                   train_step, state, history)
-
-    @property
-    def last_path(self) -> Path:
-        return last_checkpoint_path(self.model_out)
-
-    def first_validation(self) -> None:
-        """Recorded, not saved: the model file appears at the first validation after an update."""
-        self.validate()
+        return cls(model_out, dev, amp_dtype, model, optimizer, state, data, model_config, cfg, src_vocab, tgt_vocab,
+                   train_step)
 
     def progress_bar(self, show: bool) -> tqdm:
         self.pairs_done, self.rate_since = 0, time.monotonic()
-        return progress_bar(total=self.cfg.max_steps, initial=self.state["step"], desc="training", unit=" step",
+        return progress_bar(total=self.cfg.max_steps, initial=self.state.step, desc="training", unit=" step",
                             show=show, dynamic_ncols=True)
 
     def update(self, bar: tqdm) -> None:
@@ -222,75 +225,66 @@ class _Training:
         loss = self.step(rows)
         self.pairs_done += len(rows)
         bar.update(1)
-        if self.state["step"] % 10 == 0:
+        if self.state.step % 10 == 0:
             rate = self.pairs_done / max(1e-9, time.monotonic() - self.rate_since)
             bar.set_postfix(loss=f"{loss.item():.3f}", pairs_s=f"{rate:.0f}")
 
     def position(self) -> str:
-        return f"step {self.state['step']}"
+        return f"step {self.state.step}"
 
-    def save(self, improved: bool = False) -> None:
-        """The latest state always goes to MODEL.last (for --resume); MODEL is the best so far."""
-        self.state["history"] = [v.__dict__ for v in self.history]
-        last = last_checkpoint_path(self.model_out)
-        for path in (last, self.model_out) if improved or not self.model_out.exists() else (last,):
-            save_checkpoint(
-                path, model=self.model, config=self.model_config, src_vocab=self.src_vocab,
-                tgt_vocab=self.tgt_vocab, train_config=self.cfg, optimizer_state=self.optimizer.state_dict(),
-                train_state=self.state,
-            )
+    def write(self, path: Path) -> None:
+        save_checkpoint(
+            path, model=self.model, config=self.model_config, src_vocab=self.src_vocab, tgt_vocab=self.tgt_vocab,
+            train_config=self.cfg, optimizer_state=self.optimizer.state_dict(), train_state=self.state.to_dict(),
+        )
 
-    def validate(self) -> bool:
-        """Record a validation (on stderr too); True if it is the best so far."""
+    def measure(self) -> tuple[Validation, float]:
+        """The validation log-likelihood (said on stderr, with perplexity and source gain)."""
         state = self.state
         ll, ppl, gain = evaluate(self.model, self.data, self.data.valid_idx, self.dev)
-        self.history.append(Validation(state["step"], ll, ppl, gain, state["elapsed"]))
-        improved = ll > state["best_ll"] + 1e-6
-        if improved:
-            state["best_ll"], state["bad_validations"] = ll, 0
-        else:
-            state["bad_validations"] += 1
-        tqdm.write(f"step {state['step']}: valid log-likelihood {ll:.4f}, perplexity {ppl:.2f}, "
+        tqdm.write(f"step {state.step}: valid log-likelihood {ll:.4f}, perplexity {ppl:.2f}, "
                    f"source gain {gain:.3f} nats/pair", file=sys.stderr)
-        return improved
+        return Validation(state.step, ll, ppl, gain, state.elapsed), ll
+
+    def improves(self, metric: float) -> bool:
+        return metric > self.state.best + 1e-6
 
     def reason_to_stop(self) -> str | None:
         """Why training ends now (patience first, then time, then steps), or None to go on."""
-        cfg, state = self.cfg, self.state
-        if cfg.patience is not None and state["bad_validations"] >= cfg.patience:
+        if self.patience_spent(self.cfg.patience):
             return "early_stopping"
-        if cfg.max_time is not None and state["elapsed"] >= cfg.max_time:
+        if self.out_of_time(self.cfg.max_time):
             return "max_time"
-        if cfg.max_steps is not None and state["step"] >= cfg.max_steps:
+        if self.cfg.max_steps is not None and self.state.step >= self.cfg.max_steps:
             return "max_steps"
         return None
 
     def next_rows(self) -> np.ndarray:
         """The rows of the next minibatch, in the length-grouped order; a new epoch when one ends."""
         state = self.state
-        while not (batches := group_batches(self.data, self.cfg, state["epoch"], state["group_start"])):
-            state["epoch"], state["group_start"], state["batch_in_group"] = state["epoch"] + 1, 0, 0
+        while not (batches := group_batches(self.data, self.cfg, state.epoch, state.group_start)):
+            state.epoch, state.group_start, state.batch_in_group = state.epoch + 1, 0, 0
         self.batches_in_group = len(batches)
-        return batches[state["batch_in_group"]]
+        return batches[state.batch_in_group]
 
     def step(self, rows: np.ndarray) -> torch.Tensor:
         """One update on ``rows`` (from :meth:`next_rows`); moves the epoch position and the clock on."""
         state, cfg = self.state, self.cfg
         loss = self.train_step(self.data.batch(rows))
-        state["step"] += 1
-        state["batch_in_group"] += 1
-        if state["batch_in_group"] >= self.batches_in_group:
-            state["group_start"] += cfg.batch_size * cfg.length_group
-            state["batch_in_group"] = 0
-        state["elapsed"] = time.monotonic() - self.started
+        state.step += 1
+        state.batch_in_group += 1
+        if state.batch_in_group >= self.batches_in_group:
+            state.group_start += cfg.batch_size * cfg.length_group
+            state.batch_in_group = 0
+        state.elapsed = self.clock()
+        self.watch_loss(loss, state.step)
         return loss
 
     def validation_due(self) -> bool:
         """Every ``valid_every`` steps, and at the last step (time or steps used up)."""
         cfg, state = self.cfg, self.state
-        done_time = cfg.max_time is not None and state["elapsed"] >= cfg.max_time
-        at_end = cfg.max_steps is not None and state["step"] >= cfg.max_steps
-        return state["step"] % cfg.valid_every == 0 or done_time or at_end
+        at_end = cfg.max_steps is not None and state.step >= cfg.max_steps
+        return state.step % cfg.valid_every == 0 or self.out_of_time(cfg.max_time) or at_end
 
 
 def prepare_data(
@@ -318,13 +312,15 @@ def prepare_data(
     workdir.mkdir(parents=True, exist_ok=True)
     ids_path = workdir / "pairs.ids.arrow"
     pairs_path = workdir / "pairs.text.arrow"
-    corpus = extract_unique_pairs(table, pairs_path, progress=progress)
-    if vocabs is None:
-        table_src, table_tgt = build_vocabularies(corpus, shortlist, src_corpus, tgt_corpus)
-        vocabs = (table_tgt, table_src) if reverse else (table_src, table_tgt)
-    src_vocab, tgt_vocab = vocabs
-    encode_pairs(pairs_path, ids_path, src_vocab, tgt_vocab, swap=reverse)
-    pairs_path.unlink()
+    try:  # the text pairs only serve to make the ids: never left behind, however this ends
+        corpus = extract_unique_pairs(table, pairs_path, progress=progress)
+        if vocabs is None:
+            table_src, table_tgt = build_vocabularies(corpus, shortlist, src_corpus, tgt_corpus)
+            vocabs = (table_tgt, table_src) if reverse else (table_src, table_tgt)
+        src_vocab, tgt_vocab = vocabs
+        encode_pairs(pairs_path, ids_path, src_vocab, tgt_vocab, swap=reverse)
+    finally:
+        pairs_path.unlink(missing_ok=True)
     return ids_path, src_vocab, tgt_vocab
 
 
@@ -348,18 +344,17 @@ def train_on_phrase_table(
     small table may have fewer than 15,000 distinct words); a resumed run keeps its checkpoint's.
     ``model_sizes.direction`` says which way: ``reverse`` trains p(f|e) on the same pairs, sources
     and targets swapped (:func:`prepare_data`).
-    The run holds ``model_out`` (:func:`exclusive_use`): a second training into it stops before touching the model, its
-    ``.last`` state or its ``.data`` folder.
+    The run holds ``model_out`` (:func:`neural.training.training_files`): a second training into it
+    stops before touching the model, its ``.last`` state or its ``.data`` folder.
     """
     model_out = Path(model_out)
-    dev = select_device(device)
-    resolve_train_step(train_config.train_step, dev, autocast_dtype(dev, training_precision(dev, precision)))
-    with exclusive_use(model_out):
-        refuse_to_overwrite(model_out, resume)
+    dev, _, amp_dtype = training_device(device, precision)
+    resolve_train_step(train_config.train_step, dev, amp_dtype)  # a bad choice fails before any work
+    with training_files(model_out, resume):
         vocabs = None
         model_config: ModelConfig | None = None  # built once the shortlists exist (or the checkpoint's)
-        resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
-        if resume and resume_from.exists():
+        resume_from = resume_source(model_out, resume)
+        if resume_from is not None:
             ck = load_checkpoint(resume_from)
             if ck.config.direction != model_sizes.direction:
                 hint = "with --reverse" if ck.config.direction == "reverse" else "without --reverse"
@@ -368,22 +363,21 @@ def train_on_phrase_table(
             # The budget and how updates run are this run's choice; the recipe is the checkpoint's.
             train_config = replace(ck.train_config, max_steps=train_config.max_steps, max_time=train_config.max_time,
                                    train_step=train_config.train_step)
-        workdir = model_out.with_name(model_out.name + ".data")
+        workdir = data_folder(model_out)
         made_workdir = not workdir.exists()
-        with removed_when_the_disk_fills(workdir):
-            try:
-                ids_path, src_vocab, tgt_vocab = prepare_data(
-                    table, workdir, shortlist=shortlist, src_corpus=src_corpus, tgt_corpus=tgt_corpus,
-                    vocabs=vocabs, reverse=model_sizes.direction == "reverse", progress=progress,
-                )
-                data = PairData(ids_path, seed=train_config.seed, source=table)
-            except (UserError, ValueError, OSError):
-                if made_workdir:  # nothing of it is worth keeping: an empty or unreadable table
-                    shutil.rmtree(workdir, ignore_errors=True)
-                raise
-            if model_config is None:
-                model_config = model_sizes.config(len(src_vocab), len(tgt_vocab))
-            return train(
-                data, model_out, model_config=model_config, train_config=train_config, src_vocab=src_vocab,
-                tgt_vocab=tgt_vocab, device=device, precision=precision, resume=resume, progress=progress,
+        try:
+            ids_path, src_vocab, tgt_vocab = prepare_data(
+                table, workdir, shortlist=shortlist, src_corpus=src_corpus, tgt_corpus=tgt_corpus,
+                vocabs=vocabs, reverse=model_sizes.direction == "reverse", progress=progress,
             )
+            data = PairData(ids_path, seed=train_config.seed, source=table)
+        except (UserError, ValueError, OSError):
+            if made_workdir:  # nothing of it is worth keeping: an empty or unreadable table
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        if model_config is None:
+            model_config = model_sizes.config(len(src_vocab), len(tgt_vocab))
+        return train(
+            data, model_out, model_config=model_config, train_config=train_config, src_vocab=src_vocab,
+            tgt_vocab=tgt_vocab, device=device, precision=precision, resume=resume, progress=progress,
+        )

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from cslm.cli import main as cslm_main
 from infrastructure.cli_options import (
     DEFAULT_SEED,
+    Command,
     FiniteFloat,
+    Group,
     IntRange,
     NumberList,
     OneLinePath,
@@ -111,6 +113,69 @@ def test_old_spellings_still_work(tmp_path):
 def test_rescore_is_also_a_rescorer_subcommand():
     result = CliRunner().invoke(rescorer_main, ["rescore", "--help"])
     assert result.exit_code == 0 and "--moses-ini-out" in result.output
+
+
+def _invoke_as_typed(name: str, *args: str) -> Result:
+    """``name`` (``rescorer train``) with ``args``, run from its console script's name, as a user types it."""
+    root, *sub = name.split()
+    return CliRunner().invoke(ROOTS[root], [*sub, *args], prog_name=root)
+
+
+def test_every_command_is_of_the_common_classes():
+    """The classes that make a usage mistake one line: a command made with plain ``click.command`` would not."""
+    assert all(isinstance(root, (Group, Command)) for root in ROOTS.values())
+    assert [name for name, command in COMMANDS if not isinstance(command, Command)] == []
+
+
+@pytest.mark.parametrize(("name", "command"), COMMANDS, ids=[n for n, _ in COMMANDS])
+def test_a_usage_mistake_is_one_line_and_exit_1_like_a_bad_value(name, command):
+    """README: a bad value is one line and exit 1. So are an unknown option and a missing argument, not
+    click's usage screen (three lines, exit 2): one line that names the command's --help."""
+    res = _invoke_as_typed(name, "--no-such-option")
+    assert (res.exit_code, res.output) == (1, f"Error: No such option '--no-such-option'; see '{name} --help'\n")
+    required = [p for p in command.params if p.required]
+    if required:
+        res = _invoke_as_typed(name)
+        assert res.exit_code == 1 and res.output.count("\n") == 1, res.output
+        assert res.output.startswith("Error: Missing ") and res.output.endswith(f"; see '{name} --help'\n")
+
+
+def test_options_that_go_together_given_apart_are_one_line(tmp_path: Path):
+    """The issue's case: ``--moses-ini`` without ``--moses-ini-out``, checked in the command's body."""
+    (tmp_path / "pt").write_text("a ||| b ||| 0.5\n")
+    (tmp_path / "moses.ini").write_text("[feature]\n")
+    res = _invoke_as_typed("rescore-phrase-table", str(tmp_path / "pt"), str(tmp_path / "out.gz"),
+                           "--moses-ini", str(tmp_path / "moses.ini"))
+    assert (res.exit_code, res.output) == (1, "Error: --moses-ini and --moses-ini-out go together; "
+                                              "see 'rescore-phrase-table --help'\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["moses.ini", "pt"]
+
+
+def test_a_group_without_a_subcommand_still_shows_its_help():
+    res = _invoke_as_typed("rescorer")
+    assert "Commands:" in res.output and "Error" not in res.output
+
+
+def test_every_option_says_what_it_does():
+    """``--help`` says what each option does, not only its default (``compare --min-src-words``,
+    ``report --beam``, ``cslm train --optimizer``, …)."""
+    silent = [f"{name} {p.opts[0]}" for name, command in COMMANDS for p in command.params
+              if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()]
+    assert silent == []
+
+
+def test_every_subcommand_is_described_by_a_sentence():
+    """A group's ``--help`` lists its subcommands, each with a sentence (not a lowercase fragment)."""
+    for root in ROOTS.values():
+        for name, sub in getattr(root, "commands", {}).items():
+            described = sub.get_short_help_str(limit=1000)
+            assert described[:1] == described[:1].upper() and described.endswith("."), (name, described)
+
+
+def test_an_option_of_a_set_form_shows_the_form():
+    """``--shard K/N``, not ``--shard TEXT``."""
+    shown = _invoke_as_typed("rescore-phrase-table", "--help").output
+    assert re.search(r"--shard K/N\s", shown), shown
 
 
 # ------------------------------------------------------------------ which common options, and why

@@ -58,3 +58,9 @@ def test_no_wrapped_line_starts_with_a_plus(page: Path) -> None:
     list item in Markdown and breaks the sentence. The pages use no '+' lists on purpose."""
     starts = [line for line in _prose(page).splitlines() if re.match(r"\s*\+ ", line)]
     assert not starts, f"{page.relative_to(ROOT)}: lines Markdown reads as list items: {starts}"
+
+
+def test_readme_stays_a_map_of_at_most_20_kb() -> None:
+    """README points to the pages that hold the tables; results and benchmark tables grow there."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= 20 * 1024, f"README.md is {size} bytes: move a section's detail to its docs page"

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+OUT = "example-out"  # where the block writes
 
 
 def sample_lines() -> list[str]:
@@ -42,4 +43,7 @@ def test_the_sample_examples_run_as_typed(tmp_path: Path) -> None:
                                 timeout=600)
         assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
     for output in ("model.pt", "phrase-table.rnn.gz", "moses.rnn.ini", "proposals.gz", "report/report.html"):
-        assert (tmp_path / output).is_file(), output
+        assert (tmp_path / OUT / output).is_file(), output
+    # Run from a checkout, the block wrote into one folder that git ignores, not beside the sources.
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["examples", OUT])
+    assert f"{OUT}/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()

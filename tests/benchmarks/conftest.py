@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 
 import pytest
+from waiting import SAFETY_SECONDS
 
 from shared_paths import REPO_ROOT, shared_data_dir
 
@@ -18,7 +19,7 @@ RunBenchmark = Callable[..., str]
 
 @pytest.fixture
 def run_benchmark() -> RunBenchmark:
-    def run(name: str, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> str:
+    def run(name: str, *args: str, timeout: float = SAFETY_SECONDS, env: dict[str, str] | None = None) -> str:
         environment = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "MOSES_BIN_DIR"}}
         shared = shared_data_dir()
         if shared is not None:

@@ -1,5 +1,5 @@
-"""The benchmark commands the docs cite are the ones that run, and every benchmark is run by a test
-(issue 49 item 7): a figure in README is only as good as the command that produced it."""
+"""The benchmark commands the docs cite are the ones that run, and every benchmark is run by a test:
+a figure in README is only as good as the command that produced it."""
 
 from __future__ import annotations
 

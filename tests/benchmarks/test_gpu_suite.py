@@ -25,7 +25,7 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
                          env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     # The suite kills a run with SIGKILL: its workers and reader go with it, and so does its spool.
-    assert not wait_until_gone(mark, 5), "processes left running by the suite"
+    assert not wait_until_gone(mark), "processes left running by the suite"
     assert not set(abandoned_spools()) - abandoned_before, "spools left by the suite"
     summary = (out / "summary.txt").read_text()
     for step in ("precision:", "e2e fp32:", "start-up", "cuda tests:", "train:", "cslm:", "gpu_suite: done"):

@@ -1,5 +1,5 @@
 """The benchmarks' matmul peaks: each precision measured in its own dtype, so that a bf16 run's share
-is of the CPU's bf16 units, not of its fp32 ones (issue 47: the bf16 peak printed was fp32's)."""
+is of the CPU's bf16 units, not of its fp32 ones."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from benchmarks import machine_peak
 def test_each_precision_is_measured_in_its_own_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[torch.dtype] = []
 
-    def probe(device, size, seconds, clock, dtype):  # noqa: ANN001, ANN202
+    def probe(device, size, seconds, clock, dtype):
         calls.append(dtype)
         return {torch.float32: 1e11, torch.bfloat16: 7e11, torch.float16: 3e11}[dtype]
 
@@ -27,7 +27,7 @@ def test_the_bf16_probe_multiplies_bf16_tensors(monkeypatch: pytest.MonkeyPatch)
     seen: set[tuple[torch.dtype, ...]] = set()
     real_mm = torch.mm
 
-    def mm(a, b, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    def mm(a, b, **kwargs):
         seen.add((a.dtype, b.dtype, kwargs["out"].dtype))
         return real_mm(a, b, **kwargs)
 

@@ -1,5 +1,5 @@
 """Each benchmark whose figures README or docs/ cite runs at a tiny size and prints those figures:
-a benchmark that breaks fails here rather than leaving a stale figure in the docs (issue 49 item 7).
+a benchmark that breaks fails here rather than leaving a stale figure in the docs.
 Sizes are chosen to finish in seconds on 2 busy cores; the figures themselves are not asserted."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_cslm_decoder_speed_prints_the_slowdown_of_the_cslm_in_moses(run_benchma
     if not has_neural_lm(bin_dir):
         pytest.skip(f"the Moses in {bin_dir} was built without NPLM (NeuralLM)")
     shared_file("fixtures/hansard-enfr/filtered/moses.ini")
-    out = run_benchmark("cslm_decoder_speed", "--sentences", "1", "--sizes", "small-one-layer", timeout=300,
+    out = run_benchmark("cslm_decoder_speed", "--sentences", "1", "--sizes", "small-one-layer",
                         env={"MOSES_BIN_DIR": str(bin_dir)})
     assert re.search(rf"^\| plain \| {NUMBER} \({NUMBER}\) \| {NUMBER} \({NUMBER}\) \| {NUMBER} \| 1.0x \|$", out,
                      re.M), out

@@ -239,6 +239,21 @@ def test_the_cslm_stops_for_time_in_mid_epoch_and_for_patience_after_an_epoch(tm
     assert "epoch 1: valid perplexity" in err and "into epoch" not in err
 
 
+def test_a_stop_for_time_closes_the_bar_before_its_lines(tmp_path: Path, capsys) -> None:
+    """The validation that says where the run stopped, and the stop line after it, come after the bar,
+    which is closed first: not under a bar redrawn after them (a terminal) or drawn once more (a log)."""
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(800)), encoding="utf-8")
+    timed = train_cslm(str(corpus), tmp_path / "timed.pt", shortlist=500, progress=True,
+                       model_config=CSLMConfig(vocab_size=2, order=4, embedding=16, hidden=[32]),
+                       train_config=CSLMTrainConfig(batch_size=64, max_time=0.05))
+    assert timed.stopped_by == "max_time" and timed.epochs == 0
+    lines = capsys.readouterr().err.splitlines()
+    stopped = next(i for i, line in enumerate(lines) if "(stopped " in line)
+    bars = [i for i, line in enumerate(lines) if line.startswith("epoch 1:")]  # the bar of the epoch it stopped in
+    assert bars and max(bars) < stopped, lines
+
+
 def test_cli_train_score_and_nbest(tmp_path: Path) -> None:
     corpus = tmp_path / "fr.txt"
     corpus.write_text("".join(_french_lines(700)), encoding="utf-8")
@@ -373,7 +388,7 @@ def _one_error_line(res, *names: str) -> None:
 
 @pytest.mark.parametrize("command", ["score", "nbest", "export-nplm"])
 def test_a_model_file_of_random_bytes_is_one_line(tmp_path: Path, command: str) -> None:
-    """It used to be six lines of torch's advice to load it with weights_only=False."""
+    """One line naming the file, not six lines of torch's advice to load it with weights_only=False."""
     model = tmp_path / "model.pt"
     model.write_bytes(np.random.default_rng(0).bytes(4000))
     args = [command, str(model), *(["-"] if command != "export-nplm" else [str(tmp_path / "new" / "m.nplm")])]
@@ -410,7 +425,7 @@ def test_export_into_a_folder_not_made_yet_makes_it(tmp_path: Path) -> None:
 
 
 def test_export_into_an_unwritable_folder_names_the_users_path(tmp_path: Path, unwritable_folder: Path) -> None:
-    """It used to name a hidden temporary file (missing folder) or be a 44-line traceback (read-only)."""
+    """The user's path, not a hidden temporary file's (missing folder) nor a 44-line traceback (read-only)."""
     model, vocab = small_model()
     save_cslm(tmp_path / "m.pt", model, vocab)
     out = unwritable_folder / "m.nplm"

@@ -8,6 +8,7 @@ those matrices with NumPy and compared with the CSLM's raw scores.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import itertools
 from pathlib import Path
@@ -115,6 +116,27 @@ def test_every_matrix_of_the_export_is_the_model_and_nplm_computes_its_raw_score
     # And the project's own header reader agrees (what moses.ini editing checks).
     header, header_vocab = read_nplm_header(out)
     assert header.ngram_size == 4 and header_vocab == words
+
+
+@pytest.mark.parametrize(("alpha", "log_z", "warned"), [
+    (0.1, 5.93, "log Z averages 5.93 on its validation text, not near 0: the raw scores Moses adds are the "
+                "log-probabilities +5.93 per word; train it longer, or with more than --self-normalize 0.1"),
+    (0.0, -1.5, "log Z averages -1.50 on its validation text, not near 0: the raw scores Moses adds are the "
+                "log-probabilities -1.50 per word; train it with --self-normalize 0.1"),
+    (0.1, 0.12, None)])
+def test_export_warns_with_the_figure_when_log_z_is_far_from_zero(tmp_path: Path, alpha, log_z, warned) -> None:
+    """Moses adds the raw scores as log-probabilities (docs/cslm.md: log Z must be near 0): a model whose
+    last validation's log Z averaged far from 0 is exported with a warning that gives the figure, even
+    one trained with --self-normalize."""
+    model, vocab = small_model([8])
+    history = [dataclasses.asdict(Validation(epoch, 1000 * epoch, 90.0, value, 0.2))
+               for epoch, value in enumerate([6.2, log_z])]  # the file's model is its last validation's
+    save_cslm(tmp_path / "m.pt", model, vocab, train_config=CSLMTrainConfig(self_normalize=alpha).to_dict(),
+              train_state={"history": history})
+    res = CliRunner().invoke(main, ["export-nplm", str(tmp_path / "m.pt"), str(tmp_path / "m.nplm")])
+    assert res.exit_code == 0, res.output
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == ([f"warning: {tmp_path / 'm.pt'}'s {warned}"] if warned else []), res.stderr
 
 
 def test_raw_sentence_score_is_what_nplm_adds_with_its_start_padding_and_unk(tmp_path: Path) -> None:

@@ -166,6 +166,22 @@ def test_the_image_copies_every_package_the_project_installs():
     assert packages and packages <= copied, packages - copied
 
 
+
+def test_the_check_stage_removes_what_the_check_wrote_in_the_same_run():
+    """``make test`` leaves its tmp_path folders in /tmp/pytest-of-USER (254 MB in the check stage's
+    image), ``make tune`` its outputs in TUNE_OUT: removed in a later RUN, they would stay in a layer."""
+    instructions = _instructions()
+    assert not any(word == "USER" for word, _ in instructions)  # the check runs as root
+    check = instructions[instructions.index(("FROM", "final AS check")):]
+    runs = [rest for word, rest in check if word == "RUN" and "make test" in rest]
+    assert len(runs) == 1, runs
+    after_tests = runs[0].split("make test", 1)[1]
+    tune_out = re.search(r"TUNE_OUT=(\S+)", after_tests)
+    removed = re.search(r"rm -rf ([^&;]+)", after_tests.split("make tune", 1)[1])
+    assert tune_out and removed, runs[0]
+    assert {"/tmp/pytest-of-root", tune_out.group(1)} <= set(removed.group(1).split()), removed.group(1)
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 def test_the_image_builds_and_its_check_stage_tunes_the_fixture_system():

@@ -401,3 +401,27 @@ def test_an_output_is_refused_when_it_is_an_input_by_any_name(tmp_path: Path) ->
     check_outputs_are_not_inputs([("OUT", tmp_path / "other"), ("--x", "-"), ("--y", None)],
                                  [("--model", model), ("IN", "-"), ("--gone", tmp_path / "gone")])
     check_outputs_are_not_inputs([("OUT", "/dev/null"), ("--also", "/dev/null")], [("IN", "/dev/null")])
+
+
+def test_standard_input_a_folder_output_and_temp_names_count_as_inputs_at_risk(tmp_path: Path, monkeypatch) -> None:
+    """The file on stdin is the input ``-``; an input inside a folder the command fills (spelled with a
+    trailing ``/``) or named as an output's temp file (which the next write removes) is refused."""
+    partial = tmp_path / ".out.gz.partial"
+    partial.write_bytes(b"kept")
+    with open(partial, "rb") as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        with pytest.raises(OutputPlaceError, match=rf"^output {partial} \(partial\) is the input IN \(standard "
+                                                   rf"input\) {partial}; write it elsewhere$"):
+            check_outputs_are_not_inputs([("partial", partial)], [("IN", "-")])
+        check_outputs_are_not_inputs([("OUT", tmp_path / "other")], [("IN", "-")])
+    inside = tmp_path / "m.pt.data" / "pairs.txt"
+    inside.parent.mkdir()
+    inside.write_bytes(b"pairs")
+    with pytest.raises(OutputPlaceError, match=r"^output folder .*m\.pt\.data/ \(data\) holds the input IN "):
+        check_outputs_are_not_inputs([("data", f"{tmp_path / 'm.pt.data'}/")], [("IN", inside)])
+    check_outputs_are_not_inputs([("data", tmp_path / "m.pt.data")], [("IN", inside)])  # a file output holds nothing
+    temp = tmp_path / ".out.gz.abcd1234.tmp"
+    temp.write_bytes(b"table")
+    with pytest.raises(OutputPlaceError, match=r"is named as a temporary file of the output .*out\.gz \(OUT\)"):
+        check_outputs_are_not_inputs([("OUT", tmp_path / "out.gz")], [("IN", temp)])
+    check_outputs_are_not_inputs([("OUT", tmp_path / "other.gz")], [("IN", temp)])

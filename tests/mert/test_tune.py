@@ -117,9 +117,9 @@ def test_continue_after_a_crash_gives_the_uninterrupted_result(dev: dict[str, Pa
     # A crash in iteration 3 leaves partial files and no state update; they must be redone.
     (work / "run3.nbest.gz").write_bytes(b"partial garbage")
     (work / "run3.moses.ini").write_text("[weight]\n")
-    with pytest.raises(TuneError, match="--continue"):
+    with pytest.raises(TuneError, match="pass --resume to continue it"):
         tune(tune_options(dev, work, max_iterations=4, min_weight_change=0.0), log=quiet)
-    with pytest.raises(TuneError, match="cannot --continue: references"):
+    with pytest.raises(TuneError, match="cannot --resume: references"):
         tune(tune_options(dev, work, max_iterations=4, references=[dev["src"]], resume=True), log=quiet)
     messages: list[str] = []
     resumed = tune(tune_options(dev, work, max_iterations=4, min_weight_change=0.0, resume=True), log=messages.append)
@@ -184,8 +184,8 @@ def test_cli_tune_prints_the_weights(dev: dict[str, Path], tmp_path: Path) -> No
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "LM0= " in result.output and "iteration(s), stopped:" in result.output
-    again = CliRunner().invoke(main, args)  # the work dir is taken: refuse, point to --continue
-    assert again.exit_code == 1 and "--continue" in again.output
+    again = CliRunner().invoke(main, args)  # the work dir is taken: refuse, point to --resume
+    assert again.exit_code == 1 and "--resume" in again.output
 
 
 @pytest.mark.slow

@@ -218,7 +218,7 @@ def test_add_phrase_table_scores_needs_a_single_or_named_table() -> None:
         ini.add_phrase_table_scores("x.gz", [0.1])
     with pytest.raises(MosesIniError, match="not a phrase table"):
         ini.add_phrase_table_scores("x.gz", [0.1], table_name="WordPenalty0")
-    with pytest.raises(MosesIniError, match="no feature named 'TM9'"):
+    with pytest.raises(MosesIniError, match="no phrase table named 'TM9'; its phrase tables: TM0, TM1"):
         ini.add_phrase_table_scores("x.gz", [0.1], table_name="TM9")
     assert ini.text() == text
     ini.add_phrase_table_scores(None, [0.1], table_name="TM1")

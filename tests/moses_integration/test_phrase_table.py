@@ -235,7 +235,7 @@ def test_truncated_gzip_names_file_and_line_reached(tmp_path: Path, keep_fractio
     assert got == lines[: len(got)]  # every line handed out is complete and correct
     assert 0 < len(got) < len(lines)
     # The true position: the complete lines of all that decompresses, + 1. The reader's buffers hold back
-    # some of them, a different number for each reader; every command names this line (issue 50).
+    # some of them, a different number for each reader; every command names this line.
     complete = zlib.decompressobj(wbits=31).decompress(path.read_bytes()).count(b"\n")
     assert err.line_no == complete + 1 >= len(got) + 1
     assert str(err).startswith(f"{path}:{complete + 1}: ")

@@ -1,8 +1,8 @@
-"""Messages that point the right way (issue 50).
+"""Messages that point the right way.
 
 A truncated gzip table is named at one true position by every command that reads it: the number of
 complete lines in all that decompresses, + 1. Each reader's buffers hold back a different number of lines
-when the decompressor fails, so each used to name a different line for the same file. A warning is one
+when the decompressor fails, so each must count from what decompressed, not from what it read. A warning is one
 ``warning: …`` line, not Python's ``path/to/module.py:672: UserWarning: …`` and the source line."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def test_column_leverage_reranks_the_pool_without_the_column_and_along_its_axis(
                                    {"TranslationModel0_1": "p_RNN"}))
     assert f"| + RNN | 1 | p_RNN | 1 | 100.00 | {rnn.bleu_without:.2f} | 100.00 (1) | – | – |" in md
     assert math.isclose(rnn.bleu_without, 72.31, abs_tol=0.01)
-    # a row whose 7th column is the reverse RNN (issue 48) names it so, whatever the shared labels say
+    # a row whose 7th column is the reverse RNN names it so, whatever the shared labels say
     md = "\n".join(format_leverage({"+ RNN both directions": [
         {"run": 1, "pool_bleu": pool, "columns": [rnn.__dict__], "column_labels": {"TranslationModel0_1": "p_RNN(f|e)"}}
     ]}, {"TranslationModel0_1": "proposed (indicator)"}))

@@ -18,10 +18,10 @@ MEDIUM_TEST = {"path": "newstest/newstest2014.{lang}", "first": 1, "last": None}
 
 
 def row(key: str, label: str, mean: float, std: float | None, runs: int, pooled: tuple[float, float] | None,
-        paper: float | None) -> dict:
+        paper: float | None, over_runs: dict | None = None) -> dict:
     """A report row as table1.json holds it (only what the table reads)."""
     return {"key": key, "label": label, "paper": {"dev": None, "test": paper}, "runs_finished": runs,
-            "test": {"mean": mean, "std": std},
+            "test": {"mean": mean, "std": std}, "over_runs_vs_baseline": over_runs,
             "pooled_vs_baseline": None if pooled is None else {"delta": pooled[0], "p_value": pooled[1], "runs": runs}}
 
 
@@ -34,7 +34,8 @@ def write_report(path: Path, scale: str, test: dict, rows: list[dict]) -> Path:
 def test_other_reports_rows_stand_beside_this_ones_with_the_papers(tmp_path: Path) -> None:
     small = read_beside(write_report(tmp_path / "small.json", "small", SMALL_TEST, [
         row("baseline", "Baseline", 16.96, 0.13, 3, None, 33.30),
-        row("rnn", "+ RNN", 16.92, 0.20, 3, (-0.04, 0.193), 33.87),
+        row("rnn", "+ RNN", 16.92, 0.20, 3, (-0.04, 0.193), 33.87,
+            {"mean_delta": -0.037, "ci95": [-0.29, 0.22], "p_value": 0.76, "sentence_part": "recovered from …"}),
         row("cslm-rnn", "+ CSLM + RNN", 17.07, 0.30, 3, (0.10, 0.169), 34.64)]))
     rows = [row("baseline", "Baseline", 25.0, None, 1, None, 33.30),
             row("rnn", "+ RNN", 25.5, None, 1, (0.5, 0.02), 33.87),
@@ -43,10 +44,11 @@ def test_other_reports_rows_stand_beside_this_ones_with_the_papers(tmp_path: Pat
     md = "\n".join(format_beside(doc))
     assert "| configuration | medium (this report) | small (" + str(tmp_path / "small.json") + ") | paper |" in md
     assert "| Baseline | 25.00 (1 run) | 16.96 ± 0.13 (3 runs) | 33.30 |" in md
-    # the paper's Δ: 33.87 − 33.30; small's + RNN with its own pooled Δ against its own Baseline
-    assert ("| + RNN | 25.50 (1 run); Δ +0.50 (p 0.020) | 16.92 ± 0.20 (3 runs); Δ -0.04 (p 0.193) "
-            "| 33.87; Δ +0.57 |") in md
-    assert "| + RNN + WP | 25.25 (1 run); Δ +0.25 (p 0.200) | – | – |" in md  # small has no such row
+    # the paper's Δ: 33.87 − 33.30; small's + RNN with its own Δ over runs against its own Baseline (†: its
+    # σ_sent recovered); a report without the test over runs shows its pooled test, named as sentences only
+    assert ("| + RNN | 25.50 (1 run); pooled Δ +0.50 (p 0.020, sentences only) | 16.92 ± 0.20 (3 runs); "
+            "Δ -0.04 [-0.29, +0.22] (p 0.760†) | 33.87; Δ +0.57 |") in md
+    assert "| + RNN + WP | 25.25 (1 run); pooled Δ +0.25 (p 0.200, sentences only) | – | – |" in md  # small lacks it
     assert "CSLM" not in md  # only this report's rows
     assert "- medium (this report): test newstest2014, all lines" in md
     assert f"- small ({tmp_path / 'small.json'}): test newstest2014 lines 1–1000" in md

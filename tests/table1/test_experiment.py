@@ -80,7 +80,7 @@ def _no_step_runs(monkeypatch) -> None:
 
 
 def test_table1_without_moses_stops_before_any_step_and_says_where_to_get_it(tmp_path: Path, monkeypatch) -> None:
-    """It used to run data and prepare for a minute, writing 134 MB, before saying Moses was missing."""
+    """Before any step: not after a minute of data and prepare and 134 MB written."""
     _no_moses(monkeypatch)
     _no_step_runs(monkeypatch)
     result = CliRunner().invoke(main, ["all", "--work", str(tmp_path / "work"), "--data", str(tmp_path)])
@@ -163,6 +163,20 @@ def test_make_tune_without_moses_says_where_to_get_it_before_installing_anything
         assert done.returncode != 0
         assert "docs/moses-nplm.md" in done.stderr and "docker/README.md" in done.stderr, done.stderr
         assert not (tmp_path / "venv").exists()  # checked before the 2.5 GB install
+
+
+def test_make_table1_with_a_wrong_moses_path_says_so_before_installing_anything(tmp_path: Path) -> None:
+    """Before the experiment extra installs (eflomal compiles for minutes), as make tune checks first."""
+    env = {k: v for k, v in os.environ.items() if k not in {"MOSES_BIN_DIR", "MOSES_HOME", "MAKEFLAGS", "MAKELEVEL"}}
+    bin_only = tmp_path / "build" / "bin"  # binaries, but no scripts/ beside them
+    bin_only.mkdir(parents=True)
+    for moses in (f"MOSES_BIN_DIR={tmp_path / 'no-such-folder'}", f"MOSES_HOME={tmp_path / 'no-such-tree'}",
+                  f"MOSES_BIN_DIR={bin_only}"):
+        done = subprocess.run(["make", "table1", f"VENV={tmp_path / 'venv'}", f"WORK={tmp_path / 'work'}", moses],
+                              cwd=REPO, capture_output=True, text=True, env=env)
+        assert done.returncode != 0
+        assert "docs/moses-nplm.md" in done.stderr and "docker/README.md" in done.stderr, done.stderr
+        assert not (tmp_path / "venv").exists() and not (tmp_path / "work").exists()
 
 
 def test_a_report_on_a_missing_work_folder_fails_in_one_line_and_leaves_no_folder(tmp_path: Path) -> None:

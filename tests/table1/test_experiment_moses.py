@@ -22,7 +22,7 @@ from mert.features import read_sidecar
 from mert.tune import read_state
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
-from neural.model_files import last_checkpoint_path
+from neural.training import last_checkpoint_path
 from shared_paths import has_neural_lm, moses_bin_dir, shared_file
 from table1 import collect, systems, tuning, workspace
 from table1.settings import SCALES, CslmSettings, RnnSettings, RunPlan, TextSlice, select_configurations
@@ -87,7 +87,7 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     systems.step_proposals(exp)  # the RNN completes the filtered table: 7 columns, the new ones at weight 0
     assert MosesIni.read(exp.proposals_ini).weights()["TranslationModel0"][4:] == [0.0, 0.0, 0.0]
     assert exp.proposals_list().read_text().count("\n") > 0
-    systems.step_rnn_both(exp)  # issue 48: a reverse model, then proposals reranked by both directions
+    systems.step_rnn_both(exp)  # a reverse model, then proposals reranked by both directions
     systems.step_proposals(exp, "proposals-both")  # 8 columns: p_RNN(f|e) after U, then the indicator
     assert MosesIni.read(exp.system_ini("proposals-both")).weights()["TranslationModel0"][4:] == [0.0] * 4
     assert len(exp.proposals_list("proposals-both").read_text().splitlines()[0].split("\t")) == 6

@@ -29,7 +29,7 @@ from table1.settings import (
     [
         ("baseline", ["TranslationModel0_4", "TranslationModel0_5"], []),
         ("rnn", ["TranslationModel0_5"], []),
-        ("rnn-wp", [], []),  # issue 46: the unknown-word column's own row
+        ("rnn-wp", [], []),  # the unknown-word column's own row
         ("cslm-rnn", ["TranslationModel0_5"], []),  # the CSLM is in the decoder: no n-best feature
         ("cslm-rnn-wp", [], []),
         ("cslm-nbest-rnn", ["TranslationModel0_5"], ["CSLM:/m.pt"]),

@@ -91,7 +91,7 @@ def test_cslm_rows_tune_the_six_column_system_with_the_cslm_in_the_decoder(tmp_p
 
 
 def test_news_domain_scales_select_hansard_against_dev_and_news_then_add_the_news_whole(tmp_path, monkeypatch):
-    """SCALE=medium and small-news (issue 46): the Hansard pairs most like the in-domain text (dev +
+    """SCALE=medium and small-news: the Hansard pairs most like the in-domain text (dev +
     the earlier news sets) are selected, the news sets are added whole after them, the truecaser
     learns from both, and the LM text is not selected."""
     from table1 import data_selection

@@ -30,7 +30,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         path = self.server.root / self.path.lstrip("/")
         range_header = self.headers.get("Range")
         self.server.requests.append((self.path, range_header))

@@ -113,6 +113,19 @@ def test_an_empty_table_says_so(tmp_path: Path) -> None:
     assert not (tmp_path / "rep").exists()
 
 
+def test_the_command_says_once_where_it_wrote_the_page(tmp_path: Path) -> None:
+    """``wrote OUT_DIR/report.html`` once: the command says it, not the library as well."""
+    model = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "model.pt")
+    res = CliRunner().invoke(main, ["report", str(model), str(EXAMPLE_TABLE), str(tmp_path / "rep"), "--sources", "3",
+                                    "--min-src-words", "2", "--sample-sources", "1", "-n", "5", "--beam", "2",
+                                    "--score-sources", "50", "--map-words", "20", "--map-phrases", "20",
+                                    "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    wrote = [line for line in res.output.splitlines() if "wrote" in line]
+    assert wrote == [f"wrote {tmp_path / 'rep' / 'report.html'}"], res.output
+    assert "[report] t-SNE of" in res.output  # the progress messages before it stay
+
+
 def test_screenshot_without_chromium_stops_before_the_work(tmp_path: Path, monkeypatch) -> None:
     """It built the whole report, then failed; now nothing is read or written."""
     model = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "model.pt")

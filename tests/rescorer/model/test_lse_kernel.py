@@ -69,7 +69,7 @@ def test_the_model_normaliser_through_the_kernel_equals_the_plain_one(kernel_dev
     model = RNNEncoderDecoder(config).eval().to(kernel_device)
     low = torch.randn(90, 6, device=kernel_device) * 3
     with torch.inference_mode():
-        matrix = output_matrix(model)
+        matrix = output_matrix(model.out_vocab)
         monkeypatch.setattr("rescorer.model.normalizer.use_kernel", lambda low: False)
         plain = log_normalizer(low, torch.float32, matrix)
         monkeypatch.setattr("rescorer.model.normalizer.use_kernel", lambda low: True)

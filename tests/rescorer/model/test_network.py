@@ -372,7 +372,7 @@ def test_cpu_softmax_normaliser_is_exact_also_when_a_rare_word_dominates() -> No
         expected = torch.logsumexp(
             low.double() @ model.out_vocab.weight.double().t() + model.out_vocab.bias.double(), dim=-1
         )
-        got = log_normalizer(low, torch.float32, output_matrix(model))
+        got = log_normalizer(low, torch.float32, output_matrix(model.out_vocab))
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got.double(), expected, atol=1e-4, rtol=1e-6)
 

@@ -114,7 +114,7 @@ def test_source_tree_summaries_equal_the_encoder(float64_model):
 def test_position_sums_equal_index_add_whatever_the_targets():
     """The deterministic per-pair sum (no CUDA atomics) relies on positions coming level by level with
     each level's rows ascending: on random trees it must equal a plain index_add_ in float64."""
-    from rescorer.model.tree_scoring import _sum_positions
+    from rescorer.model.tree_scoring import sum_positions
 
     rng = np.random.default_rng(5)
     for _ in range(20):
@@ -126,5 +126,5 @@ def test_position_sums_equal_index_add_whatever_the_targets():
         tree = build_tree_arrays(source_of_row[rows] - source_of_row[rows].min(), targets, rows).tensors()
         scores = torch.from_numpy(rng.normal(size=len(tree.position_row)))
         expected = torch.zeros(tree.rows, dtype=torch.float64).index_add_(0, tree.position_row, scores)
-        got = _sum_positions(scores, tree.position_row, tree.rows, len(tree.level_sizes))
+        got = sum_positions(scores, tree.position_row, tree.rows, len(tree.level_sizes))
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)

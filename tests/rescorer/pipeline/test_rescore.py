@@ -99,8 +99,8 @@ def test_output_does_not_depend_on_batching_chunks_or_workers(sample, checkpoint
 
 def test_shards_concatenate_to_the_whole_run_byte_for_byte(sample, checkpoint, tmp_path):
     """`cat` of the K/3 outputs is the unsharded output, every digit: a shard cuts its chunks, and so
-    its batches, where the whole run does (issue 41: 1,288 lines differed when chunks started at the
-    shard's first line)."""
+    its batches, where the whole run does, not at the shard's first line (where the last digits of
+    1,288 lines differ)."""
     whole, parts = shard_outputs(
         lambda out, shard: rescore(sample, out, checkpoint, chunk_lines=200, token_budget=256, shard=shard), tmp_path)
     split = [lines_of(part) for part in parts]

@@ -10,6 +10,7 @@ import gzip
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from leftovers import marked_env, marked_processes, wait_until_gone
+from leftovers import GONE_SECONDS, marked_env, marked_processes, wait_until_gone
+from waiting import SAFETY_SECONDS, wait_until
 
 from infrastructure.processes import process_tag
 from neural.vocab import EOS, UNK, Vocab
@@ -72,14 +74,13 @@ def start_and_wait_for_workers(cmd: list[str], out: Path, env: dict, mark: str) 
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=as_from_a_terminal)
     progress = out.parent / f".{out.name}.progress.json"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if progress.exists() and len(marked_processes(mark)) >= 4:  # the run, its reader, two workers
-            with_chunks = json.loads(progress.read_text() or "{}").get("chunks_done", 0)
-            if with_chunks >= 1:
-                break
-        time.sleep(0.02)
-    assert proc.poll() is None, f"the run ended before it could be stopped: {proc.stderr.read()}"
+
+    def under_way() -> bool:
+        if not progress.exists() or len(marked_processes(mark)) < 4:  # the run, its reader, two workers
+            return False
+        return json.loads(progress.read_text() or "{}").get("chunks_done", 0) >= 1
+
+    wait_until(under_way, "durable chunk with the reader and two workers running", proc=proc, poll=0.02)
     return proc
 
 
@@ -95,9 +96,42 @@ def test_sigkill_of_a_parallel_run_leaves_no_process_and_no_spool(tmp_path, mode
     assert spools_of(proc.pid), "the run has no spool to leave behind"
     proc.kill()
     proc.wait()
-    left = wait_until_gone(mark, 5)
-    assert not left, f"still running 5 s after the run was killed: {left}"
+    left = wait_until_gone(mark)
+    assert not left, f"still running {GONE_SECONDS:.0f} s after the run was killed: {left}"
     assert not spools_of(proc.pid)
+
+
+def semaphores_of(mark: str) -> set[Path]:
+    """The named semaphores (``/dev/shm/sem.*``) the marked processes have open."""
+    found = set()
+    for pid in marked_processes(mark):
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        found |= {Path(line.split(maxsplit=5)[5]) for line in maps.splitlines()
+                  if "/dev/shm/sem." in line and not line.endswith("(deleted)")}
+    return found
+
+
+def test_a_process_group_killed_leaves_no_semaphore_for_good(tmp_path, model_file, long_table) -> None:
+    """SIGKILL of the whole group (the run, its workers, multiprocessing's resource tracker): nobody is
+    left to remove the semaphores they shared; the next run removes them with the dead run's spool."""
+    out = tmp_path / "out.gz"
+    env, mark = marked_env()
+    proc = start_and_wait_for_workers(rescore_cmd(long_table, out, model_file), out, env, mark)
+    semaphores, spools = semaphores_of(mark), spools_of(proc.pid)
+    assert semaphores and spools
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not wait_until_gone(mark, 5)
+    assert all(semaphore.exists() for semaphore in semaphores)
+    minute_ago = time.time() - 60
+    for spool in spools:  # past the grace a spool seconds old gets
+        os.utime(spool, (minute_ago, minute_ago))
+    Spool().close()  # what the next run does as it starts and ends
+    assert not [spool for spool in spools if spool.exists()]
+    assert not [semaphore for semaphore in semaphores if semaphore.exists()]
 
 
 def dead_tag() -> str:
@@ -224,29 +258,62 @@ def test_a_stopped_parallel_rescore_says_what_it_kept_in_one_line(tmp_path, mode
     cmd = rescore_cmd(long_table, out, model_file)
     proc = start_and_wait_for_workers(cmd, out, env, mark)
     stop(proc, how)
-    _, stderr = proc.communicate(timeout=60)
+    _, stderr = proc.communicate(timeout=SAFETY_SECONDS)
     assert proc.returncode == STOPS[how][1], stderr
     assert_one_stop_line(stderr, how, f"good bytes kept in {out.parent / '.out.gz.partial'}")
-    assert not wait_until_gone(mark, 5)
+    assert not wait_until_gone(mark)
     if how == "sigterm":  # what the line says holds: --resume completes the table
         subprocess.run([*cmd, "--resume"], check=True, capture_output=True)
         with gzip.open(out) as fh:
             assert sum(1 for _ in fh) == sum(1 for _ in long_table.open("rb"))
 
 
+def workers_starting(mark: str) -> int:
+    """How many processes of a run are spawned multiprocessing children (its workers and reader)."""
+    return sum("spawn_main" in command for command in marked_processes(mark).values())
+
+
+@pytest.mark.parametrize("how", sorted(STOPS))
+def test_a_rescore_stopped_while_its_workers_start_says_one_line(tmp_path, model_file, long_table, how) -> None:
+    """Stopped the moment its first worker process exists, while the others start: no child's
+    traceback (a semaphore the parent removed as it ended, a Ctrl-C in a child's start-up), the one
+    line, and no process left."""
+    out = tmp_path / "out.gz"
+    env, mark = marked_env()
+    cmd = [*rescore_cmd(long_table, out, model_file)]
+    cmd[cmd.index("-j") + 1] = "4"
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=as_from_a_terminal)
+    while proc.poll() is None and not workers_starting(mark):
+        time.sleep(0.005)
+    assert proc.poll() is None, proc.stderr.read()
+    stop(proc, how)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == STOPS[how][1], stderr
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        line for line in stderr.splitlines() if f"stopped by {STOPS[how][2]}" in line], stderr
+    assert not wait_until_gone(mark, 10)
+
+
 def stop_when_said(cmd: list[str], said: str, how: str, tmp_path: Path) -> tuple[int, str]:
-    """Run ``cmd``, stop it ``how`` once its stderr holds ``said`` (and a moment more), and return
-    its exit status and stderr."""
+    """Run ``cmd``, stop it ``how`` as soon as its stderr holds a line matching ``said``, and return
+    its exit status and stderr.
+
+    ``said`` is a validation after an update: printed inside the training loop, so the stop lands
+    there however slowly the run got to it (the first validation's line comes before the loop)."""
     log = tmp_path / "stderr.txt"
     with log.open("w") as err:
         proc = subprocess.Popen(cmd, stderr=err, start_new_session=True, preexec_fn=as_from_a_terminal)
-        deadline = time.monotonic() + 180
-        while said not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)  # into the training loop
-        assert proc.poll() is None, log.read_text()
+        try:
+            wait_until(lambda: re.search(said, log.read_text(), re.MULTILINE), f"line {said!r} on stderr",
+                       proc=proc, poll=0.05)
+        except AssertionError as exc:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"{exc}\n{log.read_text()}") from None
         stop(proc, how)
-        proc.wait(timeout=120)
+        proc.wait(timeout=SAFETY_SECONDS)
     return proc.returncode, log.read_text()
 
 
@@ -256,9 +323,9 @@ def test_a_stopped_rescorer_training_says_resume_continues(tmp_path, how) -> Non
     model = tmp_path / "m.pt"
     cmd = [str(Path(sys.executable).parent / "rescorer"), "train",
            str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")), str(model), "--max-steps", "1000000",
-           "--valid-every", "1000000", "--hidden", "16", "--embedding", "8", "--maxout-units", "8",
-           "--output-rank", "8", "--shortlist", "500", "--device", "cpu", "-q"]
-    status, stderr = stop_when_said(cmd, "step 0: valid", how, tmp_path)
+           "--valid-every", "1", "--patience", "1000000", "--hidden", "16", "--embedding", "8",
+           "--maxout-units", "8", "--output-rank", "8", "--shortlist", "500", "--device", "cpu", "-q"]
+    status, stderr = stop_when_said(cmd, r"^step [1-9]\d*: valid", how, tmp_path)
     assert status == STOPS[how][1], stderr
     assert_one_stop_line(stderr, how, f"kept in {model}.last")
     assert Path(f"{model}.last").exists()
@@ -272,9 +339,9 @@ def test_a_stopped_cslm_training_says_resume_continues(tmp_path, how) -> None:
         corpus.write_text("".join(itertools.islice(fh, 2000)), encoding="utf-8")
     model = tmp_path / "lm.pt"
     cmd = [str(Path(sys.executable).parent / "cslm"), "train", str(corpus), str(model), "--order", "3",
-           "--embedding", "8", "--hidden", "16", "--shortlist", "500", "--max-epochs", "100000", "--device", "cpu",
-           "-q"]
-    status, stderr = stop_when_said(cmd, "epoch 0: valid", how, tmp_path)
+           "--embedding", "8", "--hidden", "16", "--shortlist", "500", "--max-epochs", "100000",
+           "--epoch-size", "256", "--patience", "100000", "--device", "cpu", "-q"]
+    status, stderr = stop_when_said(cmd, r"^epoch [1-9]\d*: valid", how, tmp_path)
     assert status == STOPS[how][1], stderr
     assert_one_stop_line(stderr, how, f"kept in {model}.last")
     assert Path(f"{model}.last").exists()

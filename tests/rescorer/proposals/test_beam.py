@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from neural.vocab import EOS_ID
+from rescorer.model import block_sizes
 from rescorer.model.config import ModelConfig
 from rescorer.model.generation import next_word_log_probs, next_word_top_k, start_decoding
 from rescorer.model.network import RNNEncoderDecoder
@@ -101,9 +102,7 @@ def test_search_in_small_batches_gives_the_same_targets() -> None:
 
 
 def test_the_top_k_step_is_the_log_probability_steps_best_k(monkeypatch) -> None:
-    import rescorer.model.generation as generation
-
-    monkeypatch.setattr(generation, "CPU_GENERATION_BLOCK_ROWS", 3)  # several blocks of rows
+    monkeypatch.setattr(block_sizes, "CPU_GENERATION_BLOCK_ROWS", 3)  # several blocks of rows
     for dtype, tolerance in [(torch.float64, 1e-12), (torch.float32, 1e-5)]:
         model = _model(dtype=dtype)
         rows = torch.tensor([0, 0, 1, 2, 3, 4, 5, 5])
@@ -119,7 +118,7 @@ def test_the_top_k_step_is_the_log_probability_steps_best_k(monkeypatch) -> None
 
 
 def test_a_bf16_search_finds_the_fp32_targets_with_log_p_close_to_them() -> None:
-    """``amp_dtype=bfloat16`` (issue 47): the matmuls in bf16, the states and log-softmax in fp32;
+    """``amp_dtype=bfloat16``: the matmuls in bf16, the states and log-softmax in fp32;
     on a vocabulary with clear winners the same targets, each log p within 0.02 nats per word step
     of fp32's (the bound scoring's mean |Δ log p| is held to)."""
     model = _model(dtype=torch.float32, vocab=40)

@@ -1,4 +1,4 @@
-"""Proposals reranked by both directions (issue 48): the length prior, the order, and the columns."""
+"""Proposals reranked by both directions: the length prior, the order, and the columns."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from rescorer.proposals.beam import search_sources
 from rescorer.proposals.lexical import lexical_scores, read_word_table
 from rescorer.proposals.propose import propose
 from rescorer.proposals.rerank import Candidate, LengthPrior, RerankWeights, best_candidates, preselect
-from rescorer.proposals.sources import scan_table
+from rescorer.proposals.sources import table_statistics
 
 SEP = " ||| "
 
@@ -54,7 +54,7 @@ def test_the_length_prior_is_the_tables_own_target_lengths_per_source_length_add
     table = _write_table(tmp_path / "t.gz", [("a b", "x y z"), ("a c", "x y y"), ("b c", "z z z"), ("c b", "y"),
                                              ("a", "x"), ("b", "x y")])
     vocab = load_checkpoint(write_model(table, tmp_path / "m.pt")).src_vocab
-    scan = scan_table(table, vocab, vocab)
+    scan = table_statistics(table, vocab, vocab)
     prior = LengthPrior(scan.length_counts(), scan.max_target_words)  # M = 3 target lengths
     assert prior(2, 3) == pytest.approx(math.log((3 + 1) / (4 + 3)))
     assert prior(2, 1) == pytest.approx(math.log((1 + 1) / (4 + 3)))
@@ -180,7 +180,8 @@ def test_the_cli_reranks_with_a_reverse_model_and_refuses_a_forward_one_given_as
 
     for option in ("--rerank-length-weight", "--rerank-reverse-weight", "--reverse-weight"):
         result = _cli(system, tmp_path / "third.gz", option, "2")
-        assert result.exit_code == 2 and "need --reverse-model" in result.output, option
+        assert result.exit_code == 1 and result.output.count("\n") == 1 and "need --reverse-model" in result.output, \
+            (option, result.output)
 
 
 def test_with_a_reverse_model_the_table_carries_the_rnn_both_ways_and_the_ini_four_more_features(
@@ -237,7 +238,7 @@ def test_a_reranked_run_stopped_mid_search_resumes_byte_identical_and_other_weig
         patch.setattr(module, "reverse_log_probs", failing)
         with pytest.raises(OSError, match="disk full"):
             propose(table, str(out), forward, propose_options(list_path=str(listing), **options), reverse)
-    with pytest.raises(RescoreError, match=r"cannot --resume: the options differs .*rerank"):
+    with pytest.raises(RescoreError, match=r"cannot --resume: the options differ from .*rerank"):
         propose(table, str(out), forward, propose_options(list_path=str(listing), resume=True,
                                                    rerank=RerankWeights(0.25, 1.0), **options), reverse)
     propose(table, str(out), forward, propose_options(list_path=str(listing), resume=True, **options), reverse)

@@ -1,4 +1,4 @@
-"""bf16 training on the CPU (issue 47): the updates track fp32's, each weight is cast to bf16 once
+"""bf16 training on the CPU: the updates track fp32's, each weight is cast to bf16 once
 per update, ``auto`` keeps fp32 on a CPU, and the model saved is an ordinary fp32 model."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class _WeightCasts(TorchDispatchMode):
         self.names = {p.untyped_storage().data_ptr(): n for n, p in model.named_parameters()}
         self.casts: dict[str, int] = {}
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         source = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if func in (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default):

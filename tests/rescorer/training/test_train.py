@@ -174,3 +174,24 @@ def test_rescorer_train_reverse_saves_the_direction_with_the_model(tmp_path):
                                     "--output-rank", "8", "--shortlist", "200", "--device", "cpu", "--quiet"])
     assert res.exit_code == 0, res.output
     assert load_checkpoint(tmp_path / "rev.pt").config.direction == "reverse"
+
+
+@pytest.mark.parametrize("stop", [BrokenPipeError(32, "Broken pipe"), KeyboardInterrupt()])
+def test_a_resume_stopped_while_it_prepares_the_data_leaves_no_text_pairs(tmp_path, monkeypatch, stop):
+    """A ``--resume`` whose stderr pipe breaks (or that is stopped) while it encodes the pairs: the
+    text pairs (``MODEL.data/pairs.text.arrow``, ~7 MB for a filtered table) go, though the folder
+    stays for the next resume; left there, each later resume on a nearly full disk failed on them."""
+    from rescorer.training import data
+
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    run(table, tmp_path / "m.pt", 2)
+
+    def encoding_stopped(*args, **kwargs):
+        raise stop
+
+    monkeypatch.setattr(data, "encode_pairs", encoding_stopped)
+    with pytest.raises(type(stop)):
+        run(table, tmp_path / "m.pt", 4, resume=True)
+    assert sorted(p.name for p in (tmp_path / "m.pt.data").iterdir()) == ["pairs.ids.arrow"]
+    monkeypatch.undo()
+    assert run(table, tmp_path / "m.pt", 4, resume=True).history[-1].step == 4
