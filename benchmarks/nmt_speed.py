@@ -13,19 +13,15 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+from torch import nn
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from neural.device import autocast, autocast_dtype  # noqa: E402
-from nmt.model import AttentionNMT, NMTConfig, PairBatch, make_batch, pair_log_probs  # noqa: E402
-from nmt.scoring import score_grouped  # noqa: E402
-from nmt.search import beam_search  # noqa: E402
+from neural.device import autocast, autocast_dtype
+from nmt.model import AttentionNMT, NMTConfig, PairBatch, make_batch, pair_log_probs
+from nmt.scoring import score_grouped
+from nmt.search import beam_search
 
 
 class TorchPeer(nn.Module):
