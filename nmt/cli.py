@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 
 from infrastructure.cli_options import (
-    MODEL_ALSO_WRITES,
     FiniteFloat,
+    Group,
     IntRange,
     OneLinePath,
     OutputPath,
@@ -24,12 +24,13 @@ from infrastructure.cli_options import (
     threads_option,
 )
 from neural.config import PRECISIONS
+from neural.training import MODEL_ALSO_WRITES
 
 INPUT = OneLinePath(exists=True, dir_okay=False)
 INPUT_OR_STDIN = OneLinePath(exists=True, dir_okay=False, allow_dash=True)
 
 
-@click.group("nmt")
+@click.group("nmt", cls=Group)
 def main() -> None:
     """The attention encoder-decoder of Bahdanau et al. 2015 (SPEC §7): train, translate, score n-best lists."""
 
