@@ -3,14 +3,14 @@
 What a run does, in order: the bitext is read and checked (:func:`nmt.data.read_bitext`), a held-out
 slice is set apart (or ``--valid-src/--valid-tgt`` read), one sentencepiece model per side is trained
 on the training text, both sides are encoded, and Adam updates run on length-bucketed batches
-(:func:`nmt.data.epoch_batches`) under the project's one training loop
-(:func:`infrastructure.training_loop.run_training`): a validation every ``valid_every`` updates
+(:func:`nmt.data.epoch_batches`) on the training base every model shares (:mod:`neural.training`):
+a validation every ``valid_every`` updates
 (perplexity per target unit, EOS counted, and BLEU of a greedy decode of the first
 ``bleu_sentences`` held-out pairs), ``MODEL`` the best model by perplexity, ``MODEL.last`` the latest
-state for ``--resume``, stops by time, patience, updates or epochs, Ctrl-C and SIGTERM.
+state for ``--resume``, stops by time, patience, updates or epochs, Ctrl-C and SIGTERM, a NaN loss.
 
 The model-specific parts are small functions of their own (:func:`update_step`, :func:`validate`,
-:func:`learning_rate`), apart from the run's bookkeeping, so that another training base can drive them.
+:func:`learning_rate`); :class:`_NMTTraining` gives the base only what is this model's.
 Nothing in a run draws random numbers but the batches, a pure function of (seed, epoch): a resumed
 run makes the same updates as one never stopped.
 """
@@ -23,10 +23,9 @@ import json
 import math
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import sacrebleu
@@ -34,12 +33,19 @@ import torch
 from tqdm import tqdm
 
 from infrastructure.errors import UserError
-from infrastructure.files import exclusive_use
 from infrastructure.progress import progress_bar
-from infrastructure.training_loop import run_training
 from neural.config import DictConfig, check_positive_int
-from neural.device import autocast, autocast_dtype, describe_precision, select_device, training_precision
-from neural.model_files import last_checkpoint_path, refuse_to_overwrite
+from neural.device import autocast
+from neural.training import (
+    Training,
+    TrainingState,
+    announce,
+    check_resumable,
+    check_same_data,
+    resume_source,
+    training_device,
+    training_files,
+)
 from nmt.data import EncodedBitext, epoch_batches, read_bitext
 from nmt.model import AttentionNMT, NMTConfig, make_batch, pair_log_probs
 from nmt.model_file import load_nmt, save_nmt
@@ -152,16 +158,17 @@ def prepare_data(src: str, tgt: str, cfg: NMTTrainConfig, *, valid_src: str | No
         hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest())
 
 
-def learning_rate(cfg: NMTTrainConfig, step: int) -> float:  # noqa: ARG001 - the schedule's place
+def learning_rate(cfg: NMTTrainConfig, step: int) -> float:
     """Adam's step size at update ``step``: constant (Bahdanau et al. train with Adadelta, no schedule)."""
     return cfg.lr
 
 
 def update_step(model: AttentionNMT, optimizer: torch.optim.Optimizer, data: EncodedBitext, rows: np.ndarray,
                 cfg: NMTTrainConfig, step: int, device: torch.device,
-                amp_dtype: torch.dtype | None) -> tuple[float, int]:
+                amp_dtype: torch.dtype | None) -> tuple[torch.Tensor, int]:
     """One Adam update on the pairs ``rows``: mean negative log-likelihood per target unit, clipped
-    gradients. Returns the summed negative log-likelihood and the target units."""
+    gradients. Returns the summed negative log-likelihood (a tensor on the device, read only when
+    needed) and the target units."""
     batch = make_batch([data.sources[i] for i in rows], [data.targets[i] for i in rows], device)
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(cfg, step)
@@ -172,7 +179,7 @@ def update_step(model: AttentionNMT, optimizer: torch.optim.Optimizer, data: Enc
     (-total / tokens).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
     optimizer.step()
-    return -float(total.detach()), tokens
+    return -total.detach(), tokens
 
 
 def validate(model: AttentionNMT, data: PreparedData, cfg: NMTTrainConfig,
@@ -198,6 +205,23 @@ def validate(model: AttentionNMT, data: PreparedData, cfg: NMTTrainConfig,
 # The run
 
 
+@dataclass
+class NMTTrainingState(TrainingState):
+    """Where a run stands (for ``--resume``): the epoch, the batch of it next, updates and target units so far.
+
+    An epoch's batches are a pure function of (seed, epoch) (:func:`nmt.data.epoch_batches`), so the
+    position in it is all a resumed run needs, mid-epoch too.
+    """
+
+    epoch: int = 0
+    position: int = 0  # batches of the current epoch trained on
+    step: int = 0  # updates
+    target_tokens: int = 0  # target units (EOS counted) trained on
+    best: float = math.inf  # the best validation perplexity (it falls)
+
+    VALIDATION: ClassVar[type] = Validation
+
+
 def train_nmt(src: str, tgt: str, model_out: Path, *, model_config: NMTConfig, train_config: NMTTrainConfig,
               valid_src: str | None = None, valid_tgt: str | None = None,
               device: str = "auto", precision: str = "auto", resume: bool = False,
@@ -206,49 +230,44 @@ def train_nmt(src: str, tgt: str, model_out: Path, *, model_config: NMTConfig, t
 
     With ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``) with that file's config,
     subwords, recipe (its vocabulary size, held-out lines, seed) and position; only the stops are this
-    call's. The bitext must be the one it was trained on.
+    call's. The bitext must be the one it was trained on. The subwords live in the model file, so
+    the run fills no ``MODEL.data`` folder.
     """
     model_out = Path(model_out)
-    with exclusive_use(model_out):
-        refuse_to_overwrite(model_out, resume)
+    with training_files(model_out, resume):
         run = _NMTTraining.start(src, tgt, model_out, model_config, train_config,
                                  valid_src=valid_src, valid_tgt=valid_tgt, device=device, precision=precision,
                                  resume=resume)
-        stopped_by = run_training(run, progress=progress)
-        return NMTTrainResult(run.state["step"], run.state["elapsed"], stopped_by, run.history,
-                              run.state["target_tokens"])
+        stopped_by = run.run(progress=progress)
+        return NMTTrainResult(run.state.step, run.state.elapsed, stopped_by, run.state.history,
+                              run.state.target_tokens)
 
 
 @dataclass
-class _NMTTraining:
-    """One run as :func:`~infrastructure.training_loop.run_training` drives it (its ``TrainingRun``)."""
+class _NMTTraining(Training):
+    """One NMT run on :class:`neural.training.Training`: an Adam update on the next length-bucketed batch,
+    a validation every ``valid_every`` updates and at the last one (perplexity, greedy BLEU), stop
+    reasons ``max_time``, ``early_stopping``, ``max_steps`` and ``max_epochs``."""
 
-    model_out: Path
+    state: NMTTrainingState
     cfg: NMTTrainConfig
-    dev: torch.device
-    amp_dtype: torch.dtype | None
-    model: AttentionNMT
-    optimizer: torch.optim.Optimizer
     data: PreparedData
-    state: dict[str, Any]
-    history: list[Validation]
-    started: float = 0.0
-    out_of_time: bool = False
-    trained: bool = False
     batches: tuple[int, list[np.ndarray]] | None = None  # (epoch, its batches)
+
+    DIVERGED_HINT: ClassVar[str] = "train again with a smaller --lr"
 
     @classmethod
     def start(cls, src: str, tgt: str, model_out: Path, model_config: NMTConfig, cfg: NMTTrainConfig, *,
               valid_src: str | None, valid_tgt: str | None, device: str, precision: str,
               resume: bool) -> _NMTTraining:
-        dev = select_device(device)
-        precision = training_precision(dev, precision)
-        amp_dtype = autocast_dtype(dev, precision)
-        resume_from = last_checkpoint_path(model_out) if last_checkpoint_path(model_out).exists() else model_out
-        loaded = load_nmt(resume_from, dev) if resume and resume_from.exists() else None
+        """A fresh run, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
+        dev, precision, amp_dtype = training_device(device, precision)
+        resume_from = resume_source(model_out, resume)
+        loaded = load_nmt(resume_from, dev) if resume_from is not None else None
         if loaded is not None:
-            if loaded.train_state is None or loaded.optimizer_state is None or loaded.train_config is None:
-                raise UserError(f"{resume_from}: the model file holds no training state to resume from")
+            assert resume_from is not None
+            check_resumable(resume_from, loaded.train_state, loaded.optimizer_state)
+            check_resumable(resume_from, loaded.train_config, loaded.optimizer_state)  # the recipe is part of it
             model_config = loaded.model.config
             cfg = NMTTrainConfig.from_dict({**loaded.train_config, "max_steps": cfg.max_steps,
                                             "max_epochs": cfg.max_epochs, "max_time": cfg.max_time,
@@ -260,95 +279,84 @@ class _NMTTraining:
         torch.manual_seed(cfg.seed)
         model = AttentionNMT(model_config).to(dev)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-        state: dict[str, Any] = {"epoch": 0, "position": 0, "step": 0, "target_tokens": 0, "elapsed": 0.0,
-                                 "best": math.inf, "bad_validations": 0, "history": [], "data": data.fingerprint}
+        state = NMTTrainingState(data=data.fingerprint)
         if loaded is not None:
-            assert loaded.train_state is not None and loaded.optimizer_state is not None
-            if loaded.train_state.get("data") != data.fingerprint:
-                raise UserError(f"{resume_from}: trained on other data (or other settings) than {src} and {tgt}; "
-                                "cannot resume")
+            assert resume_from is not None and loaded.train_state is not None
+            check_same_data(resume_from, loaded.train_state, data.fingerprint, f"{src} and {tgt}")
             model.load_state_dict(loaded.model.state_dict())
             optimizer.load_state_dict(loaded.optimizer_state)
-            state = dict(loaded.train_state)
-        state["precision"] = precision
-        print(f"training on {dev} in {precision}: {describe_precision(precision)}; {len(data.train)} pairs, "
-              f"{len(data.src_subwords)} and {len(data.tgt_subwords)} subword units", file=sys.stderr)
-        history = [Validation(**v) for v in state["history"]]
-        return cls(model_out, cfg, dev, amp_dtype, model, optimizer, data, state, history)
-
-    @property
-    def last_path(self) -> Path:
-        return last_checkpoint_path(self.model_out)
+            state = NMTTrainingState.from_dict(loaded.train_state)
+        announce(state, dev, precision, "eager")
+        print(f"{len(data.train)} pairs, {len(data.src_subwords)} and {len(data.tgt_subwords)} subword units",
+              file=sys.stderr)
+        return cls(model_out, dev, amp_dtype, model, optimizer, state, cfg, data)
 
     def epoch_batches(self) -> list[np.ndarray]:
-        epoch = self.state["epoch"]
+        epoch = self.state.epoch
         if self.batches is None or self.batches[0] != epoch:
             self.batches = (epoch, epoch_batches(self.data.train, self.cfg.batch_size, self.cfg.seed, epoch))
         return self.batches[1]
 
-    def save(self, improved: bool) -> None:
-        self.state["history"] = [dataclasses.asdict(v) for v in self.history]
-        for path in (self.last_path, self.model_out) if improved or not self.model_out.exists() else (self.last_path,):
-            save_nmt(path, self.model, self.data.src_subwords, self.data.tgt_subwords,
-                     train_config=self.cfg.to_dict(), optimizer_state=self.optimizer.state_dict(),
-                     train_state=self.state)
+    def write(self, path: Path) -> None:
+        save_nmt(path, self.model, self.data.src_subwords, self.data.tgt_subwords,
+                 train_config=self.cfg.to_dict(), optimizer_state=self.optimizer.state_dict(),
+                 train_state=self.state.to_dict())
 
     def first_validation(self) -> None:
+        """The untrained model's validation, saved: a run stopped before its first scheduled one keeps a model."""
         self.save(self.validate())
 
-    def validate(self) -> bool:
+    def measure(self) -> tuple[Validation, float]:
+        """Held-out perplexity (the metric) and greedy BLEU, said on stderr."""
         state = self.state
         perplexity, bleu = validate(self.model, self.data, self.cfg, self.amp_dtype)
-        self.history.append(Validation(state["step"], state["epoch"], perplexity, bleu))
         bleu_text = f", greedy BLEU {bleu:.2f}" if bleu is not None else ""
-        tqdm.write(f"update {state['step']} (epoch {state['epoch'] + 1}): valid perplexity {perplexity:.2f}"
+        tqdm.write(f"update {state.step} (epoch {state.epoch + 1}): valid perplexity {perplexity:.2f}"
                    f"{bleu_text}", file=sys.stderr)
-        if perplexity < state["best"] - 1e-9:
-            state["best"], state["bad_validations"] = perplexity, 0
-            return True
-        state["bad_validations"] += 1
-        return False
+        return Validation(state.step, state.epoch, perplexity, bleu), perplexity
+
+    def improves(self, metric: float) -> bool:
+        return metric < self.state.best - 1e-9
 
     def progress_bar(self, show: bool) -> tqdm:
-        return progress_bar(total=self.cfg.max_steps, initial=self.state["step"], desc="training", unit=" update",
+        return progress_bar(total=self.cfg.max_steps, initial=self.state.step, desc="training", unit=" update",
                             show=show, dynamic_ncols=True, mininterval=1.0)
 
     def update(self, bar: tqdm) -> None:
         """One update; at an epoch's end, the next epoch."""
         state = self.state
         batches = self.epoch_batches()
-        self.trained = True
-        loss, tokens = update_step(self.model, self.optimizer, self.data.train, batches[state["position"]],
-                                   self.cfg, state["step"], self.dev, self.amp_dtype)
-        state["step"] += 1
-        state["position"] += 1
-        state["target_tokens"] += tokens
-        state["elapsed"] = time.monotonic() - self.started
-        if state["position"] >= len(batches):
-            state["epoch"], state["position"] = state["epoch"] + 1, 0
+        loss, tokens = update_step(self.model, self.optimizer, self.data.train, batches[state.position],
+                                   self.cfg, state.step, self.dev, self.amp_dtype)
+        state.step += 1
+        state.position += 1
+        state.target_tokens += tokens
+        state.elapsed = self.clock()
+        if state.position >= len(batches):
+            state.epoch, state.position = state.epoch + 1, 0
+        self.watch_loss(loss, at=state.step)
         bar.update(1)
-        if state["step"] % 20 == 0:
-            bar.set_postfix(loss=f"{loss / tokens:.3f}", tok_s=f"{state['target_tokens'] / state['elapsed']:.0f}")
-        self.out_of_time = self.cfg.max_time is not None and state["elapsed"] >= self.cfg.max_time
+        if state.step % 20 == 0:
+            bar.set_postfix(loss=f"{float(loss) / tokens:.3f}", tok_s=f"{state.target_tokens / state.elapsed:.0f}")
 
     def validation_due(self) -> bool:
         """Every ``valid_every`` updates, at the last update and when time runs out."""
         state, cfg = self.state, self.cfg
-        last = (cfg.max_steps is not None and state["step"] >= cfg.max_steps) or (
-            cfg.max_epochs is not None and state["epoch"] >= cfg.max_epochs)
-        return self.out_of_time or last or state["step"] % cfg.valid_every == 0
+        last = (cfg.max_steps is not None and state.step >= cfg.max_steps) or (
+            cfg.max_epochs is not None and state.epoch >= cfg.max_epochs)
+        return self.out_of_time(cfg.max_time) or last or state.step % cfg.valid_every == 0
 
     def reason_to_stop(self) -> str | None:
         cfg, state = self.cfg, self.state
-        if self.out_of_time or (cfg.max_time is not None and state["elapsed"] >= cfg.max_time):
+        if self.out_of_time(cfg.max_time):
             return "max_time"
-        if self.trained and cfg.patience is not None and state["bad_validations"] >= cfg.patience:
+        if self.patience_spent(cfg.patience):
             return "early_stopping"
-        if cfg.max_steps is not None and state["step"] >= cfg.max_steps:
+        if cfg.max_steps is not None and state.step >= cfg.max_steps:
             return "max_steps"
-        if cfg.max_epochs is not None and state["epoch"] >= cfg.max_epochs:
+        if cfg.max_epochs is not None and state.epoch >= cfg.max_epochs:
             return "max_epochs"
         return None
 
     def position(self) -> str:
-        return f"update {self.state['step']} (epoch {self.state['epoch'] + 1})"
+        return f"update {self.state.step} (epoch {self.state.epoch + 1})"
