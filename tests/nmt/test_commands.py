@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from infrastructure.interrupts import Interrupted
 from mert.features import load_feature
 from moses_integration.nbest import read_nbest
 from neural.model_files import write_model_file
+from neural.training import DivergedError
 from nmt.cli import main
 from nmt.model import NMTConfig
 from nmt.model_file import load_nmt
@@ -107,6 +109,30 @@ def test_a_training_stopped_by_ctrl_c_and_resumed_ends_with_the_uninterrupted_mo
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [(v.step, v.perplexity) for v in resumed.history] == [(v.step, v.perplexity) for v in straight.history]
     assert [v.step for v in straight.history] == [0, 3, 6, 9, 10]
+
+
+def test_a_nan_loss_stops_the_training_in_one_line_and_keeps_the_last_finite_model(bitext, tmp_path, monkeypatch):
+    """A weight that turns NaN before the 5th update makes its loss NaN: the run stops there, naming the
+    update and the option to lower, and the model files are those of the save at update 3."""
+    update = nmt_train.update_step
+    calls = itertools.count(1)
+
+    def poisoned_at_the_5th(model, *args, **kwargs):
+        if next(calls) == 5:
+            with torch.no_grad():
+                next(model.parameters()).fill_(math.nan)
+        return update(model, *args, **kwargs)
+
+    monkeypatch.setattr(nmt_train, "update_step", poisoned_at_the_5th)
+    with pytest.raises(DivergedError) as caught:
+        _tiny_run(bitext, tmp_path / "m.pt", 10)
+    assert str(caught.value) == (f"the training loss became nan at update 5: the model diverged; {tmp_path / 'm.pt'} "
+                                 f"and {tmp_path / 'm.pt.last'} keep the last finite state; train again with a "
+                                 "smaller --lr")
+    for name in ("m.pt", "m.pt.last"):
+        kept = load_nmt(tmp_path / name)
+        assert kept.train_state["step"] == 3
+        assert all(torch.isfinite(w).all() for w in kept.model.state_dict().values())
 
 
 def test_training_stops_for_time(bitext, tmp_path):
