@@ -35,7 +35,7 @@ def main() -> None:
     """The attention encoder-decoder of Bahdanau et al. 2015 (SPEC §7): train, translate, score n-best lists."""
 
 
-@main.command("train", short_help="train a model on a tokenised bitext")
+@main.command("train", short_help="Train a model on a tokenised bitext.")
 @click.argument("src", type=INPUT)
 @click.argument("tgt", type=INPUT)
 @click.argument("model_out", type=OutputPath(path_type=Path, also_writes=MODEL_ALSO_WRITES))
@@ -100,7 +100,7 @@ def nmt_train_command(src, tgt, model_out, valid_src, valid_tgt, valid_lines, vo
                f"in {model_out}", err=True)
 
 
-@main.command("translate", short_help="beam search, one translation or n-best list per line")
+@main.command("translate", short_help="Translate by beam search: one translation or n-best list per line.")
 @click.argument("model", type=INPUT)
 @click.argument("text", default="-", type=INPUT_OR_STDIN)
 @click.argument("out", default="-", type=OutputPath(allow_dash=True))
@@ -127,7 +127,7 @@ def nmt_translate_command(model, text, out, beam, nbest, normalize, batch_size, 
         click.echo(f"{count} sentences translated", err=True)
 
 
-@main.command("score", short_help="log p(target | source) of each line pair")
+@main.command("score", short_help="Print log p(target | source) of each line pair.")
 @click.argument("model", type=INPUT)
 @click.argument("src", type=INPUT)
 @click.argument("tgt", type=INPUT_OR_STDIN)
@@ -154,7 +154,7 @@ def nmt_score_command(model, src, tgt, normalize, reverse_model, device, threads
         sys.stdout.write("\t".join(f"{v:.6f}" for v in values) + "\n")
 
 
-@main.command("nbest", short_help="append NMT0= log p(e|f) [log p(f|e)] to each line of an n-best list")
+@main.command("nbest", short_help="Append NMT0= log p(e|f) [log p(f|e)] to each line of an n-best list.")
 @click.argument("model", type=INPUT)
 @click.argument("source", type=INPUT)
 @click.argument("nbest_in", default="-", type=INPUT_OR_STDIN)
