@@ -26,13 +26,13 @@ from infrastructure.errors import UserError
 from infrastructure.files import exclusive_use, removed_when_the_disk_fills
 from infrastructure.progress import progress_bar
 from infrastructure.training_loop import run_training
+from neural.adadelta import ChunkedAdadelta
 from neural.device import autocast_dtype, describe_precision, matmul_precision, select_device, training_precision
 from neural.model_files import last_checkpoint_path, refuse_to_overwrite
 from neural.vocab import Vocab
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.model.config import DEFAULT_SHORTLIST, ModelConfig, ModelSizes, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.training.adadelta import ChunkedAdadelta
 from rescorer.training.data import PairData
 from rescorer.training.step import TrainStep, make_train_step, resolve_train_step
 

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from rescorer.training.adadelta import ChunkedAdadelta
+from neural.adadelta import ChunkedAdadelta
 
 
 def _params(seed: int) -> list[torch.nn.Parameter]:
