@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from neural.device import matmul_dtype, no_autocast
+from neural.weight_copies import matmul_weight
 
 # Vocabulary columns per block on CPU: a [P, block] block of logits for a 64-pair minibatch
 # (a few hundred target positions) stays in L2 between its matmul, its maximum and its exp.
@@ -41,7 +42,7 @@ class _TargetLogProbs(torch.autograd.Function):
         score_dtype = torch.promote_types(weight.dtype, torch.float32)
         mm_dtype = matmul_dtype(low.device, weight.dtype)
         with no_autocast(low.device):
-            low_mm, weight_mm = low.to(mm_dtype), weight.to(mm_dtype)
+            low_mm, weight_mm = low.to(mm_dtype), matmul_weight(weight, mm_dtype)
             rows, vocab = low.shape[0], weight.shape[0]
             blocks = range(0, vocab, block)
             # exp(logits − the block's row maximum) of every block, each block contiguous ([rows,

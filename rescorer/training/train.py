@@ -26,7 +26,7 @@ from infrastructure.errors import UserError
 from infrastructure.files import exclusive_use, removed_when_the_disk_fills
 from infrastructure.progress import progress_bar
 from infrastructure.training_loop import run_training
-from neural.adadelta import ChunkedAdadelta
+from neural.adadelta import FusedAdadelta
 from neural.device import autocast_dtype, describe_precision, matmul_precision, select_device, training_precision
 from neural.model_files import last_checkpoint_path, refuse_to_overwrite
 from neural.vocab import Vocab
@@ -104,9 +104,9 @@ def group_batches(data: PairData, cfg: TrainConfig, epoch: int, group_start: int
     return [batches[i] for i in order]
 
 
-def make_optimizer(model: RNNEncoderDecoder, cfg: TrainConfig) -> ChunkedAdadelta:
+def make_optimizer(model: RNNEncoderDecoder, cfg: TrainConfig) -> FusedAdadelta:
     """Adadelta (SPEC §1: lr 1, ρ, ε from the config) over all parameters."""
-    return ChunkedAdadelta(model.parameters(), lr=1.0, rho=cfg.rho, eps=cfg.eps)
+    return FusedAdadelta(model.parameters(), lr=1.0, rho=cfg.rho, eps=cfg.eps)
 
 
 def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: torch.optim.Optimizer,
