@@ -14,6 +14,8 @@
 # What it writes to OUT (one log per step, summary.txt the figures):
 #   precision.log    model-only scoring, fp32 / TF32 / bf16 (python -m benchmarks.precision)
 #   e2e.<p>.log, gpu-util.<p>.csv   end to end on the table, TF32 and fp32, GPU utilisation sampled
+#   e2e-copies.<p>.log   end to end on 10 copies of the table (TINY: 2) in the first precision: with
+#                    the one-copy run, the steady lines/s and the fixed cost apart (summary.txt)
 #   startup.log      command start to exit with a paper-size model on 200 lines
 #   cuda-tests.log   tests/neural/test_cuda_graphs.py, whose GPU tests run only there
 #   train.log        training, paper size, 64 pairs per update: eager against the captured step
@@ -31,10 +33,10 @@ case $PYTHON in */*) PYTHON=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYT
 CPUS=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))')
 JOBS=${JOBS:-$(( CPUS > 3 ? CPUS - 2 : 2 ))}
 if [ -n "${TINY:-}" ]; then
-  LINES=20000; SIZE=tiny; CHUNK=200; PRECISIONS=fp32; E2E_PRECISIONS=fp32; TRAIN="--sizes small --steps 1 --profile-steps 1 --train-step eager,static"
+  LINES=20000; SIZE=tiny; CHUNK=200; COPIES=2; PRECISIONS=fp32; E2E_PRECISIONS=fp32; TRAIN="--sizes small --steps 1 --profile-steps 1 --train-step eager,static"
   CSLM="--sentences 5 --train-steps 2 --embedding 16 --hidden 32 --vocab 200 --train-step eager,static"
 else
-  LINES=0; SIZE=paper; CHUNK=100000; PRECISIONS=fp32,tf32,bf16; E2E_PRECISIONS="tf32 fp32"
+  LINES=0; SIZE=paper; CHUNK=100000; COPIES=10; PRECISIONS=fp32,tf32,bf16; E2E_PRECISIONS="tf32 fp32"
   TRAIN="--sizes paper --batch-size 64 --steps 200 --profile-steps 0 --train-step eager,captured"
   CSLM="--sentences 50 --train-steps 200 --train-step eager,captured"
 fi
@@ -74,9 +76,10 @@ note "precision: $(grep -Ei 'pairs/s' "$OUT/precision.log" | tail -3 | tr '\n' '
 # 2. End to end, GPU utilisation sampled every 0.5 s.
 e2e() {  # e2e PRECISION OUTPUT [extra options]; exec: run in the background, its pid is the command's
   local precision=$1 output=$2; shift 2
-  exec $RESCORE "$IN" "$output" --model "$WORK/model.pt" --device "$DEVICE" --precision "$precision" \
+  exec $RESCORE "${E2E_IN:-$IN}" "$output" --model "$WORK/model.pt" --device "$DEVICE" --precision "$precision" \
     -j "$JOBS" --chunk-lines "$CHUNK" -q "$@"
 }
+declare -A walls  # each precision's wall time of the end-to-end run on one copy of the table
 for p in $E2E_PRECISIONS; do
   sampler=""
   if command -v nvidia-smi > /dev/null; then
@@ -88,7 +91,33 @@ for p in $E2E_PRECISIONS; do
   wall=$(since "$start")
   if [ -n "$sampler" ]; then kill "$sampler"; fi
   note "e2e $p: $(tail -1 "$OUT/e2e.$p.log"); wall with start-up $wall s"
+  walls[$p]=$wall
 done
+
+# 2b. The steady rate apart from the fixed cost: the same run on COPIES copies of the table end to
+#     end (concatenated gzip members: a valid gzip), so that (L_k - L_1) / (T_k - T_1) is the rate
+#     once started, and T_1 - L_1 / rate the fixed cost (start-up, first chunk, tail), which one copy
+#     of the fixture (its chunks all fit in the prepared-chunk queue) cannot tell apart.
+steady=$(echo "$E2E_PRECISIONS" | awk '{print $1}')
+for _ in $(seq "$COPIES"); do cat "$IN"; done > "$WORK/copies.gz"
+start=$(date +%s.%N)
+(E2E_IN=$WORK/copies.gz e2e "$steady" "$WORK/copies.out.gz") > "$OUT/e2e-copies.$steady.log" 2>&1 \
+  || failed "e2e-copies.$steady"
+wall_k=$(since "$start")
+rm -f "$WORK/copies.gz" "$WORK/copies.out.gz"
+note "e2e $steady, $COPIES copies of the table: $(tail -1 "$OUT/e2e-copies.$steady.log"); wall with start-up $wall_k s"
+note "e2e $steady steady: $("$PYTHON" - "$IN" "$COPIES" "${walls[$steady]}" "$wall_k" <<'EOF'
+import gzip, sys
+lines = sum(1 for _ in gzip.open(sys.argv[1]))
+copies, t1, tk = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+if tk <= t1:
+    print(f"{copies} copies took no longer than one ({tk:.2f} s against {t1:.2f} s): no steady rate")
+else:
+    rate = (copies - 1) * lines / (tk - t1)
+    print(f"{rate:,.0f} lines/s = (L{copies} - L1) / (T{copies} - T1) with L1 = {lines:,} lines, "
+          f"T1 = {t1:.2f} s, T{copies} = {tk:.2f} s; fixed cost T1 - L1 / rate = {t1 - lines / rate:.2f} s")
+EOF
+)"
 
 # 3. Start-up: command start to exit, paper-size model (random weights), 200 lines.
 bench random_checkpoint "$IN" "$WORK/paper.pt" --size paper > /dev/null

@@ -13,13 +13,15 @@ Sizes: ``paper`` (d = 1000, embedding 100, maxout 500, rank 100, 15k shortlists)
 (SCALE=small's RNN of the Table 1 pipeline). FLOPs per trained pair are 3× the forward matmul
 FLOPs of scoring the pair on its own (forward + two backward matmuls, the usual convention);
 the static steps' padding is extra work not counted, so the fraction is conservative. Before
-timing, the timed minibatches run twice when a mode captures (each bucket's graph is captured on
-its second batch), else two other minibatches. The matmul peak is measured in the same run, before the
-sizes (and again at the end, to show drift). On the CPU a profile of a few steps of the first mode
-prints its top five entries by self CPU time.
+timing, the timed minibatches themselves run once untimed (twice when a mode captures: each
+bucket's graph is captured on its second batch), so that no timed update meets a new shape. The
+matmul peak is measured in the same run, before the sizes (and again at the end, to show drift).
+On the CPU a profile of a few steps of the first mode prints its top five entries by self CPU time.
 
 ``--precision`` takes a comma-separated list: each precision then runs every mode on the same
-minibatches from the same initial model, its share taken of its own matmul peak (the bf16 peak for
+minibatches from the same initial model, interleaved step by step (each minibatch's update in
+every precision before the next minibatch, each timed apart), so that the machine's load falls
+on all of them alike; each precision's share is taken of its own matmul peak (the bf16 peak for
 bf16, measured in the same run by ``machine_peak.matmul_peaks``), and the last lines give each
 precision's pairs/s against the first's: ``--precision fp32,bf16`` is the CPU's side-by-side run.
 
@@ -101,61 +103,86 @@ def training_batches(steps: int, config: ModelConfig, cfg: TrainConfig, rng: np.
     return batches[:steps]
 
 
-def run_size(name: str, args: argparse.Namespace, device: torch.device, precision: str, peak: float,
-             cpu_peak: float) -> dict[str, tuple[float, float]]:
-    """Every mode of ``--train-step`` on the same minibatches, from the same initial model: pairs per
-    second and per CPU-second of each."""
+def run_size(name: str, args: argparse.Namespace, device: torch.device, precisions: list[str],
+             peaks: dict[str, float], cpu_peaks: dict[str, float]) -> dict[str, dict[str, tuple[float, float]]]:
+    """Every mode of ``--train-step`` on the same minibatches, from the same initial model, each
+    precision's update of a minibatch timed right after the others' (interleaved step by step, so
+    that a change in the machine's load falls on every precision alike): pairs per second and per
+    CPU-second of each precision and mode."""
     config = ModelConfig(src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, **SIZES[name])
     cfg = TrainConfig(batch_size=args.batch_size)
     modes = args.train_step.split(",")
-    # Drawn as before --train-step existed (two warm-up minibatches, the timed ones, the profiled
+    # Drawn as before --train-step existed (two spare minibatches, the timed ones, the profiled
     # ones), so that figures stay comparable with earlier runs of this benchmark.
     drawn = training_batches(2 + args.steps + args.profile_steps, config, cfg, np.random.default_rng(0))
     batches, profiled = drawn[2 : 2 + args.steps], drawn[2 + args.steps :]
-    amp = autocast_dtype(device, training_precision(device, precision))  # as rescorer train resolves it
-    captures = any(resolve_train_step(mode, device, amp) == "captured" for mode in modes)
-    warmup = batches + batches if captures else drawn[:2]
-    print(f"\n== {name}, {precision} (runs in {training_precision(device, precision)}): d={config.hidden}, embedding "
-          f"{config.embedding}, maxout {config.maxout_units}, rank {config.output_rank}, vocab {args.vocab}, "
-          f"batch {cfg.batch_size}")
-    reference: list[float] | None = None
-    rates: dict[str, tuple[float, float]] = {}
+    amps = {p: autocast_dtype(device, training_precision(device, p)) for p in precisions}  # as rescorer train
+    print(f"\n== {name}: d={config.hidden}, embedding {config.embedding}, maxout {config.maxout_units}, rank "
+          f"{config.output_rank}, vocab {args.vocab}, batch {cfg.batch_size}; "
+          + ", ".join(f"{p} runs in {training_precision(device, p)}" for p in precisions))
+    rates: dict[str, dict[str, tuple[float, float]]] = {p: {} for p in precisions}
+    reference: dict[str, list[float]] = {}
     for i, mode in enumerate(modes):
-        torch.manual_seed(0)
-        model = RNNEncoderDecoder(config).to(device)
-        step = make_train_step(mode, model, make_optimizer(model, cfg), cfg, device, amp)
-        losses = [step(b[0]) for b in warmup]
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0, c0 = time.perf_counter(), time.process_time()
-        losses += [step(b[0]) for b in batches]
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-        values = [float(v) for v in losses]
-        rates[mode] = report(mode, batches, elapsed, cpu, device, peak, cpu_peak)
-        if reference is None:
-            reference = values
-        else:
-            diff = max(abs(a - b) / abs(b) for a, b in zip(values, reference, strict=True))
-            print(f"losses of {len(values)} updates: max relative difference from {modes[0]}: {diff:.2e}")
+        steps = {}
+        for precision in precisions:
+            torch.manual_seed(0)
+            model = RNNEncoderDecoder(config).to(device)
+            steps[precision] = make_train_step(mode, model, make_optimizer(model, cfg), cfg, device, amps[precision])
+        # Warm-up on the timed minibatches themselves: every shape they use has been seen (kernels
+        # built, oneDNN primitives made, the optimiser compiled) before the clock starts; twice where
+        # a mode captures (each bucket's graph is captured on its second batch).
+        captures = any(resolve_train_step(mode, device, amps[p]) == "captured" for p in precisions)
+        losses = {p: [] for p in precisions}
+        for _ in range(2 if captures else 1):
+            for precision in precisions:
+                with matmul_precision(precision):
+                    losses[precision] += [steps[precision](b[0]) for b in batches]
+        elapsed = dict.fromkeys(precisions, 0.0)
+        cpu = dict.fromkeys(precisions, 0.0)
+        for b in batches:
+            for precision in precisions:
+                _synchronize(device)
+                t0, c0 = time.perf_counter(), time.process_time()
+                with matmul_precision(precision):
+                    losses[precision].append(steps[precision](b[0]))
+                _synchronize(device)
+                elapsed[precision] += time.perf_counter() - t0
+                cpu[precision] += time.process_time() - c0
+        for precision in precisions:
+            peak = peak_name(device, precision)
+            print(f"[{precision}] ", end="")
+            rates[precision][mode] = report(mode, batches, elapsed[precision], cpu[precision], device, peaks[peak],
+                                            cpu_peaks[peak], peak)
+            values = [float(v) for v in losses[precision]]
+            if precision not in reference:
+                reference[precision] = values
+            else:
+                diff = max(abs(a - b) / abs(b) for a, b in zip(values, reference[precision], strict=True))
+                print(f"  losses of {len(values)} updates: max relative difference from {modes[0]}: {diff:.2e}")
         if i == 0 and device.type == "cpu" and profiled:
-            profile(step, profiled)
+            with matmul_precision(precisions[0]):
+                profile(steps[precisions[0]], profiled)
     return rates
 
 
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def report(mode: str, timed: list, elapsed: float, cpu: float, device: torch.device, peak: float,
-           cpu_peak: float) -> tuple[float, float]:
+           cpu_peak: float, peak_label: str) -> tuple[float, float]:
     """Print one mode's figures; return its pairs per second and per CPU-second."""
     pairs = sum(b[0][0].shape[0] for b in timed)
     flops = sum(b[1] for b in timed)
     padded, real = sum(b[2] for b in timed), sum(b[3] for b in timed)
     print(f"{mode}: {pairs / elapsed:.1f} pairs/s, {len(timed) / elapsed:.2f} updates/s "
           f"(CPU time {cpu / elapsed:.2f}× wall)")
-    print(f"  achieved: {flops / elapsed / 1e9:.1f} GFLOP/s = {100 * flops / elapsed / peak:.1f}% of matmul peak")
+    print(f"  achieved: {flops / elapsed / 1e9:.1f} GFLOP/s = {100 * flops / elapsed / peak:.1f}% of the "
+          f"{peak_label} matmul peak")
     if device.type == "cpu":
-        print(f"  per CPU-second: {flops / cpu / 1e9:.1f} GFLOP = {100 * flops / cpu / cpu_peak:.1f}% of the matmul "
-              "peak per CPU-second (the steadier figure on a shared machine)")
+        print(f"  per CPU-second: {flops / cpu / 1e9:.1f} GFLOP = {100 * flops / cpu / cpu_peak:.1f}% of the "
+              f"{peak_label} matmul peak per CPU-second (the steadier figure on a shared machine)")
     print(f"  padded decoder steps: {100 * padded / (padded + real):.1f}% of decoder steps")
     return pairs / elapsed, pairs / cpu
 
@@ -202,10 +229,8 @@ def main() -> None:
               "so absolute figures are low (the fraction of a peak measured in the same run holds better)")
     rates: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
     for name in args.sizes.split(","):
-        for precision in precisions:
-            with matmul_precision(precision):
-                rates[name.strip(), precision] = run_size(name.strip(), args, device, precision,
-                                                          peaks[peak_of[precision]], cpu_peaks[peak_of[precision]])
+        for precision, by_mode in run_size(name.strip(), args, device, precisions, peaks, cpu_peaks).items():
+            rates[name.strip(), precision] = by_mode
     peaks_after = matmul_peaks(device, peak_of.values())
     print("\nmatmul peaks (measured before/after): " + "; ".join(
         f"{k} {peaks[k] / 1e9:.1f} / {peaks_after[k] / 1e9:.1f} GFLOP/s" for k in peaks)

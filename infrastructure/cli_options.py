@@ -1,4 +1,4 @@
-"""The command-line conventions every command shares: ``rescorer``, ``rescore-phrase-table``, ``cslm``,
+"""The command-line conventions every command shares: ``rescorer``, ``rescore-phrase-table``, ``cslm``, ``nmt``,
 ``mert`` and ``table1``.
 
 An MT engineer scripts these commands together, so one option means one thing everywhere:

@@ -1,7 +1,7 @@
 """The training base: what every model's training shares, so that a model brings only its update,
 its validation and its schedule.
 
-Defined here once, for ``rescorer train``, ``cslm train`` and any model after them:
+Defined here once, for ``rescorer train``, ``cslm train``, ``nmt train`` and any model after them:
 
 - the files of a training: ``MODEL`` the best model so far (the one to use), ``MODEL.last`` the latest
   state, which ``--resume`` continues from, ``MODEL.data/`` the prepared data a rerun reuses

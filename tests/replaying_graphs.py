@@ -21,6 +21,9 @@ class ReplayByRunning:
         self.captures, self.replays = 0, 0
         self.on_side_stream = self.replaying = False
         self.graphs_alive_at_capture: list[torch.Tensor] = []
+        # Tensors with a history that were alive before this stand-in existed (kept by earlier tests, e.g. in
+        # torch.compile's caches) are not the update's: only those made since count.
+        self._alive_before = {id(t) for t in self.tensors_holding_a_graph()}
 
     @staticmethod
     def tensors_holding_a_graph() -> list[torch.Tensor]:
@@ -28,7 +31,7 @@ class ReplayByRunning:
         the parameters it came from alive, with the stream they were made on (neural.cuda_graphs)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # isinstance on torch's deprecated module attributes
-            return [t for t in gc.get_objects() if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+            return [t for t in gc.get_objects() if _holds_a_graph(t)]
 
     @contextlib.contextmanager
     def side_stream(self) -> Iterator[None]:
@@ -43,7 +46,7 @@ class ReplayByRunning:
 
     def capture(self, fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
         self.captures += 1
-        self.graphs_alive_at_capture += self.tensors_holding_a_graph()
+        self.graphs_alive_at_capture += [t for t in self.tensors_holding_a_graph() if id(t) not in self._alive_before]
         out = torch.empty(0)  # its shape comes with the first replay
 
         def replay() -> None:
@@ -63,3 +66,13 @@ class LosesTheOptimiserStep(ReplayByRunning):
 
     def capture(self, fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
         return (lambda: None), torch.zeros(())
+
+
+def _holds_a_graph(obj: object) -> bool:
+    """Whether ``obj`` is a tensor with an autograd history. Objects that earlier tests left in torch.compile's
+    caches can refuse the question (a weak proxy whose tensor is gone, a view whose base changed in another
+    grad mode): those are not the update's tensors."""
+    try:
+        return isinstance(obj, torch.Tensor) and obj.grad_fn is not None
+    except (ReferenceError, RuntimeError):
+        return False

@@ -15,7 +15,8 @@ and the gradients equal to autograd on the plain equations in float64 within 1e-
 autocast the matmuls run in the autocast dtype and the states, gates and gradients in the
 states' dtype, as the plain path does; each weight is cast to the matmul dtype once per update
 (forward casts it, backward reuses that copy), never per time step, which at paper sizes would
-be 3M weights converted per decoder step each way.
+be 3M weights converted per decoder step each way; and where the optimiser keeps the cast copy
+current (:mod:`neural.weight_copies`), not even that.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 
 from neural.device import matmul_dtype, no_autocast
+from neural.weight_copies import matmul_weight
 
 
 def _mm(a: Tensor, b: Tensor, dtype: torch.dtype, out_dtype: torch.dtype) -> Tensor:
@@ -44,7 +46,7 @@ class _DecoderRecurrence(torch.autograd.Function):
         state_dtype = h0.dtype
         mm_dtype = matmul_dtype(h0.device, weight.dtype)
         with no_autocast(h0.device):
-            weight_mm = weight.to(mm_dtype)  # cast once per update, not per step (a no-op in fp32)
+            weight_mm = matmul_weight(weight, mm_dtype)  # once per update, not per step (fp32: the weight)
             gate_weight, cand_weight = weight_mm[: 2 * d].t(), weight_mm[2 * d :].t()
             cand_context_mm = cand_context.to(mm_dtype)
             states = h0.new_empty(steps, *h0.shape)
@@ -105,7 +107,7 @@ class _EncoderRecurrence(torch.autograd.Function):
         mm_dtype = matmul_dtype(inputs.device, cand_weight.dtype)
         with no_autocast(inputs.device):
             # The weights cast once per update, not per step (no-ops in fp32); kept for backward.
-            gate_weight_mm, cand_weight_mm = gate_weight.to(mm_dtype), cand_weight.to(mm_dtype)
+            gate_weight_mm, cand_weight_mm = matmul_weight(gate_weight, mm_dtype), matmul_weight(cand_weight, mm_dtype)
             offsets = [0]
             for n in running:
                 offsets.append(offsets[-1] + n)

@@ -33,13 +33,13 @@ import torch
 from torch import Tensor
 
 from infrastructure.errors import UserError
+from neural.adadelta import ChunkedAdadelta
 from neural.config import TRAIN_STEPS
 from neural.cuda_graphs import CudaGraphs, GraphedUpdates, optimizer_tensors, persistent_grads, set_capturable
 from neural.device import autocast
 from rescorer.model.config import TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.static_shape import static_log_likelihood
-from rescorer.training.adadelta import ChunkedAdadelta
 
 Batch = tuple[Tensor, Tensor, Tensor, Tensor]
 TrainStep = Callable[[Batch], Tensor]

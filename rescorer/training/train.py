@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from infrastructure.errors import UserError
 from infrastructure.progress import progress_bar
+from neural.adadelta import FusedAdadelta
 from neural.device import matmul_precision
 from neural.training import (
     Training,
@@ -42,7 +43,6 @@ from neural.vocab import Vocab
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.model.config import DEFAULT_SHORTLIST, ModelConfig, ModelSizes, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.training.adadelta import ChunkedAdadelta
 from rescorer.training.data import PairData
 from rescorer.training.step import TrainStep, make_train_step, resolve_train_step
 
@@ -114,9 +114,9 @@ def group_batches(data: PairData, cfg: TrainConfig, epoch: int, group_start: int
     return [batches[i] for i in order]
 
 
-def make_optimizer(model: RNNEncoderDecoder, cfg: TrainConfig) -> ChunkedAdadelta:
+def make_optimizer(model: RNNEncoderDecoder, cfg: TrainConfig) -> FusedAdadelta:
     """Adadelta (SPEC §1: lr 1, ρ, ε from the config) over all parameters."""
-    return ChunkedAdadelta(model.parameters(), lr=1.0, rho=cfg.rho, eps=cfg.eps)
+    return FusedAdadelta(model.parameters(), lr=1.0, rho=cfg.rho, eps=cfg.eps)
 
 
 @dataclass

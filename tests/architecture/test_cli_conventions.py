@@ -32,12 +32,13 @@ from infrastructure.cli_options import (
 )
 from infrastructure.errors import UserError
 from mert.cli import main as mert_main
+from nmt.cli import main as nmt_main
 from rescorer.cli import main as rescorer_main
 from rescorer.cli import rescore_phrase_table_command
 from table1.cli import main as table1_main
 
 ROOTS = {"rescorer": rescorer_main, "rescore-phrase-table": rescore_phrase_table_command, "cslm": cslm_main,
-         "mert": mert_main, "table1": table1_main}
+         "nmt": nmt_main, "mert": mert_main, "table1": table1_main}
 
 
 def _commands() -> list[tuple[str, click.Command]]:
@@ -203,6 +204,10 @@ COMMON_OPTIONS: dict[str, set[str]] = {
     "cslm score": {"threads", "device", "quiet"},
     "cslm nbest": {"threads", "device", "quiet"},
     "cslm export-nplm": set(),  # copies a model's matrices into NPLM's text format
+    "nmt train": ALL,
+    "nmt translate": {"threads", "device", "quiet"},  # the beam search draws nothing
+    "nmt score": {"threads", "device"},  # prints its result only, on stdout
+    "nmt nbest": {"threads", "device", "quiet"},
     # threads: start points optimised at once (the same result); prints only its result on stdout
     "mert optimize": {"threads", "seed"},
     # the n-best features it runs decide their own device (CSLM:model.pt loads where it can)
@@ -239,6 +244,9 @@ OUTPUTS: dict[str, set[str]] = {
     "cslm train": {"model_out"},
     "cslm nbest": {"nbest_out"},
     "cslm export-nplm": {"out"},
+    "nmt train": {"model_out"},
+    "nmt translate": {"out"},
+    "nmt nbest": {"nbest_out"},
     "mert tune": {"work_dir", "output_ini"},
     "mert evaluate": {"output_dir", "json_path"},
     "table1": {"work", "results"},

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: What each package may import: the packages below it in docs/architecture.md's picture. ``cslm`` and
-#: ``rescorer`` stand side by side on ``neural``, neither importing the other; ``mert`` knows no model;
+#: What each package may import: the packages below it in docs/architecture.md's picture. ``cslm``,
+#: ``rescorer`` and ``nmt`` stand side by side on ``neural``, none importing another; ``mert`` knows no
+#: model (it finds the CSLM's and the NMT model's n-best features through the entry point);
 #: ``table1`` runs the networks as commands, and reads a training's state through ``rescorer.model``
 #: (:func:`test_the_experiment_uses_only_the_rescorer_model`).
 BELOW = {
@@ -23,6 +24,7 @@ BELOW = {
     "neural": {"moses_integration", "infrastructure"},
     "cslm": {"neural", "moses_integration", "infrastructure"},
     "rescorer": {"neural", "moses_integration", "infrastructure"},
+    "nmt": {"neural", "moses_integration", "infrastructure"},
     "mert": {"moses_integration", "infrastructure"},
     "table1": {"mert", "rescorer", "neural", "moses_integration", "infrastructure"},
 }
@@ -31,7 +33,7 @@ LAYERS = tuple(BELOW)
 #: conventions, threads, errors, progress, interrupts, processes), the formats, and MERT, whose extra
 #: n-best features come from above (a package registers one; the CSLM is registered in pyproject.toml).
 MODEL_FREE = ("infrastructure", "moses_integration", "mert")
-MODEL_PACKAGES = {"neural", "rescorer", "cslm", "torch", "triton"}
+MODEL_PACKAGES = {"neural", "rescorer", "cslm", "nmt", "torch", "triton"}
 #: Bottom to top inside ``rescorer``: one subpackage per job; ``cli.py`` sits above them all.
 RESCORER_LAYERS = ("tables", "model", "training", "pipeline", "proposals", "analysis")
 
@@ -96,6 +98,14 @@ def test_the_cslm_imports_nothing_of_the_rnn():
     config records, the model-file envelope): loading it loads no RNN module, no Triton kernel."""
     wrong = [f"{path.relative_to(ROOT)} imports {imported}" for path in sorted((ROOT / "cslm").rglob("*.py"))
              for imported, _ in _imports(path) if imported == "rescorer"]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_nmt_model_imports_neither_the_rnn_nor_the_cslm():
+    """The attention encoder-decoder shares with the other networks only what ``neural`` holds: loading it
+    loads no RNN or CSLM module (and no Triton kernel)."""
+    wrong = [f"{path.relative_to(ROOT)} imports {imported}" for path in sorted((ROOT / "nmt").rglob("*.py"))
+             for imported, _ in _imports(path) if imported in ("rescorer", "cslm")]
     assert not wrong, "\n".join(wrong)
 
 

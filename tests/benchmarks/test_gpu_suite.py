@@ -3,6 +3,7 @@ measuring, not to finding a broken script."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,13 +29,17 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
     assert not wait_until_gone(mark), "processes left running by the suite"
     assert not set(abandoned_spools()) - abandoned_before, "spools left by the suite"
     summary = (out / "summary.txt").read_text()
-    for step in ("precision:", "e2e fp32:", "start-up", "cuda tests:", "train:", "cslm:", "gpu_suite: done"):
+    for step in ("precision:", "e2e fp32:", "e2e fp32, 2 copies of the table:", "e2e fp32 steady: ", "start-up",
+                 "cuda tests:", "train:", "cslm:", "gpu_suite: done"):
         assert step in summary, summary
     for log in ("precision.log", "e2e.fp32.log", "startup.log", "train.log", "cslm.log", "identity.log"):
         assert (out / log).stat().st_size > 0, log
     identity = (out / "identity.log").read_text()
     assert "rerun: byte-identical" in identity and "kill + --resume: byte-identical" in identity, identity
     assert "pairs/s" in (out / "e2e.fp32.log").read_text()
+    # Two copies of the 20,000 lines: the steady rate from the difference, and the fixed cost apart.
+    assert re.search(r"^e2e fp32 steady: [\d,]+ lines/s = \(L2 - L1\) / \(T2 - T1\) with L1 = 20,000 lines, .*"
+                     r"fixed cost T1 - L1 / rate = -?[\d.]+ s$", summary, re.M), summary
     assert "passed" in (out / "cuda-tests.log").read_text()  # the CPU's tests of the file; the GPU's skip
     # the suite's model is random_checkpoint's: the log must not call it trained (run 8's did)
     assert "random weights, never trained: " in (out / "precision.log").read_text()

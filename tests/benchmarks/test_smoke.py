@@ -110,3 +110,12 @@ def test_cslm_perplexity_prints_both_models_perplexities(run_benchmark: RunBench
     assert re.search(r": 5 sentences, \d+ tokens \(</s> included\); out of the CSLM shortlist \d+", out), out
     assert re.search(rf"all tokens: +CSLM +{NUMBER} +KenLM +{NUMBER}", out), out
     assert re.search(rf"in both vocabularies: +CSLM +{NUMBER} +KenLM +{NUMBER} +\(\d+ tokens\)", out), out
+
+
+def test_nmt_speed_prints_both_models_target_units_per_second(run_benchmark: RunBenchmark) -> None:
+    out = run_benchmark("nmt_speed", "--dim", "8", "--vocab", "300", "--batch", "4", "--length", "5", "--steps", "1",
+                        "--precision", "fp32,bf16", "--sources", "2", "--hypotheses", "3", "--beam", "2")
+    for precision in ("fp32", "bf16"):
+        assert re.search(rf"^{precision}: nmt {NUMBER} target units/s, torch peer \(nn.GRU\) {NUMBER}: {NUMBER}x$",
+                         out, re.M), out
+    assert re.search(rf"^n-best scoring: {NUMBER} hypotheses/s .*beam search .*: {NUMBER} sentences/s$", out, re.M), out

@@ -209,6 +209,7 @@ def test_the_project_registers_the_cslm_and_mert_loads_no_model_without_it() -> 
     imports the CSLM's package or torch."""
     assert registered_features().get("CSLM") == ("cslm.nbest", "CSLMFeature"), (
         "the installed metadata lacks pyproject.toml's [project.entry-points.\"mert.features\"]: pip install -e .")
+    assert registered_features().get("NMT") == ("nmt.nbest", "NMTFeature")
     code = ("import sys; from mert.features import load_feature, parse_feature_spec; import mert.cli, mert.tune; "
             "spec = parse_feature_spec('CSLM:m.pt'); load_feature('LengthRatio:1.1'); "
             "print(spec.module, sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'cslm', 'rescorer'}))")

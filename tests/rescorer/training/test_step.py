@@ -16,6 +16,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from replaying_graphs import LosesTheOptimiserStep, ReplayByRunning
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from infrastructure.errors import UserError
 from rescorer.cli import main
@@ -177,3 +178,52 @@ def test_train_step_option_is_kept_in_the_model_file_and_checked_before_any_work
     assert done.exit_code == 0, done.output
     checkpoint = load_checkpoint(tmp_path / "m.pt")
     assert checkpoint.train_config.train_step == checkpoint.train_state["train_step"] == "static"
+
+
+class _MatmulShapes(TorchDispatchMode):
+    """The (operation, operand shapes, dtype) of every matmul run: what a CPU's oneDNN (bf16) builds a
+    kernel for the first time it meets it."""
+
+    MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.mm.out,
+               torch.ops.aten.addmm.out)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self.MATMULS:
+            operands = [a for a in args if isinstance(a, torch.Tensor)][-2:]
+            self.seen.append((str(func), *(tuple(t.shape) for t in operands), operands[-1].dtype))
+        return func(*args, **(kwargs or {}))
+
+
+def _shapes_per_update(step, batches: list) -> list[set]:
+    shapes = []
+    with _MatmulShapes() as mode:
+        for batch in batches:
+            before = len(mode.seen)
+            step(batch)
+            shapes.append(set(mode.seen[before:]))
+    return shapes
+
+
+def test_static_updates_build_no_new_matmul_shape_once_each_bucket_was_seen(one_torch_thread):
+    """Every static update of a bucket runs the same matmul shapes whatever its rows and lengths, so
+    that after one update per bucket no update builds a kernel; the eager step meets new shapes
+    in update after update (the encoder's running rows, the gradients' K, the output positions)."""
+    batches = _batches(40)
+    torch.manual_seed(3)
+    model = RNNEncoderDecoder(CONFIG)
+    cfg = TrainConfig(batch_size=BATCH)
+    static = StaticStep(model, make_optimizer(model, cfg), cfg, torch.device("cpu"), torch.bfloat16)
+    by_bucket: dict[tuple[int, int], set] = {}
+    for batch, shapes in zip(batches, _shapes_per_update(static, batches), strict=True):
+        key = static.pack(batch)[1]
+        assert by_bucket.setdefault(key, shapes) == shapes, key  # the bucket alone decides
+    torch.manual_seed(3)
+    model = RNNEncoderDecoder(CONFIG)
+    eager = EagerStep(model, make_optimizer(model, cfg), cfg, torch.device("cpu"), torch.bfloat16)
+    eager_shapes = set().union(*_shapes_per_update(eager, batches))
+    static_shapes = set().union(*by_bucket.values())
+    assert len(static_shapes) < len(eager_shapes) / 2, (len(static_shapes), len(eager_shapes))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rescorer.model.config import ModelConfig
 from rescorer.model.gru import decoder_recurrence
@@ -171,3 +172,33 @@ def test_mixed_precision_training_gradients_are_close_to_float32() -> None:
         assert a.dtype == torch.float32, name
         scale = float(b.abs().max())
         torch.testing.assert_close(a, b, atol=0.05 * scale, rtol=0.05, msg=lambda m, n=name: f"{n}: {m}")
+
+
+class _MixedDtypeAdds(TorchDispatchMode):
+    """Records the element-wise adds whose two tensor operands differ in dtype (a slow converting loop)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mixed: list[tuple[torch.dtype, torch.dtype]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor, torch.ops.aten.add.out) \
+                and isinstance(args[1], torch.Tensor) and args[1].dim() > 0 and args[0].dtype != args[1].dtype:
+            self.mixed.append((args[0].dtype, args[1].dtype))
+        return func(*args, **(kwargs or {}))
+
+
+def test_output_layer_under_bf16_adds_its_bias_in_one_dtype() -> None:
+    """The bf16 logits are widened to fp32 before the fp32 bias is added: the same values as the
+    mixed add, without its per-element conversion (1.5× the time on a 1,024-word block)."""
+    g = torch.Generator().manual_seed(0)
+    low, weight = torch.randn(40, 6, generator=g), torch.randn(300, 6, generator=g, requires_grad=True)
+    bias, targets = torch.randn(300, generator=g), torch.randint(0, 300, (40,), generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16), _MixedDtypeAdds() as adds:
+        fast = target_log_probs(low, weight, bias, targets, block=64)
+    assert adds.mixed == []
+    low_bf16, weight_bf16 = low.bfloat16().float(), weight.detach().bfloat16().float()
+    logits = (low.bfloat16() @ weight.detach().bfloat16().t()).float() + bias  # bf16 products, fp32 softmax
+    picked = (low_bf16 * weight_bf16[targets]).sum(1) + bias[targets]
+    expected = picked - logits.logsumexp(1)
+    torch.testing.assert_close(fast, expected, rtol=0, atol=1e-5)

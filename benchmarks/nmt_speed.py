@@ -1,0 +1,147 @@
+"""Training speed of the attention NMT model (nmt) beside a plain torch peer, on the same batches, in one run.
+
+The peer is what one would write with torch's own layers at the same sizes: an ``nn.GRU`` bidirectional
+encoder over packed sequences, an ``nn.GRUCell`` decoder, the same attention MLP, maxout and softmax.
+Both train with Adam on the same random batches of ``--batch`` pairs of about ``--length`` units; the
+figure is target units (EOS counted) per second of updates, after one untimed warm-up update each,
+timed in turns so that a change in the machine's load touches both.
+
+    python -m benchmarks.nmt_speed --dim 256 --vocab 8000 --steps 10 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import torch
+from torch import nn
+
+from neural.device import autocast, autocast_dtype
+from nmt.model import AttentionNMT, NMTConfig, PairBatch, make_batch, pair_log_probs
+from nmt.scoring import score_grouped
+from nmt.search import beam_search
+
+
+class TorchPeer(nn.Module):
+    """The same network from torch's layers (``nn.GRU``'s reset gate applies after its recurrent map)."""
+
+    def __init__(self, config: NMTConfig) -> None:
+        super().__init__()
+        R, H, N, L = config.embedding, config.hidden, config.alignment, config.maxout
+        self.L = L
+        self.src_embedding = nn.Embedding(config.src_vocab, R)
+        self.tgt_embedding = nn.Embedding(config.tgt_vocab, R)
+        self.encoder = nn.GRU(R, H, batch_first=True, bidirectional=True)
+        self.init_state = nn.Linear(H, H)
+        self.attention_state = nn.Linear(H, N, bias=False)
+        self.attention_annotation = nn.Linear(2 * H, N)
+        self.attention_v = nn.Linear(N, 1, bias=False)
+        self.decoder = nn.GRUCell(R + 2 * H, H)
+        self.readout = nn.Linear(R + 3 * H, 2 * L)
+        self.output = nn.Linear(L, config.tgt_vocab)
+
+    def forward(self, batch: PairBatch) -> torch.Tensor:
+        lengths = batch.src_mask.sum(1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(self.src_embedding(batch.src), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        annotations, _ = self.encoder(packed)
+        annotations, _ = nn.utils.rnn.pad_packed_sequence(annotations, batch_first=True,
+                                                          total_length=batch.src.shape[1])
+        H = self.decoder.hidden_size
+        s = torch.tanh(self.init_state(annotations[:, 0, H:]))
+        keys = self.attention_annotation(annotations)
+        emb = self.tgt_embedding(batch.tgt_in)
+        outputs = []
+        for i in range(batch.tgt_in.shape[1]):
+            scores = self.attention_v(torch.tanh(keys + self.attention_state(s).unsqueeze(1))).squeeze(-1)
+            alpha = torch.softmax(scores.float().masked_fill(~batch.src_mask, float("-inf")), -1).to(annotations.dtype)
+            context = torch.bmm(alpha.unsqueeze(1), annotations).squeeze(1)
+            s = self.decoder(torch.cat([emb[:, i], context], -1), s)
+            t = self.readout(torch.cat([emb[:, i], s, context], -1))
+            outputs.append(t.view(-1, self.L, 2).amax(-1))
+        logits = self.output(torch.stack(outputs, 1)).float()
+        picked = logits.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+        return picked.masked_fill(~batch.tgt_mask, 0.0).sum(1)
+
+
+def batches(config: NMTConfig, count: int, size: int, length: int, seed: int) -> list[PairBatch]:
+    rng = random.Random(seed)
+
+    def ids(vocab: int) -> list[int]:
+        return [rng.randrange(4, vocab) for _ in range(max(1, length + rng.randint(-length // 4, length // 4)))]
+
+    return [make_batch([ids(config.src_vocab) for _ in range(size)], [ids(config.tgt_vocab) for _ in range(size)])
+            for _ in range(count)]
+
+
+def timed_updates(model: nn.Module, loss_of, data: list[PairBatch], amp: torch.dtype | None) -> float:
+    """Target units per second over ``data`` (the first batch an untimed warm-up)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-4)
+    device = torch.device("cpu")
+    units, started = 0, 0.0
+    for n, batch in enumerate(data):
+        if n == 1:
+            started = time.perf_counter()
+        with autocast(device, amp):
+            loss = -loss_of(model, batch).sum() / batch.target_tokens
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        units += batch.target_tokens if n else 0
+    return units / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dim", type=int, default=256, help="R = H = N = L")
+    parser.add_argument("--vocab", type=int, default=8000, help="units per side")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--length", type=int, default=25, help="mean units per sentence")
+    parser.add_argument("--steps", type=int, default=10, help="timed updates per model and precision")
+    parser.add_argument("--precision", default="fp32,bf16")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--sources", type=int, default=10, help="sentences of the n-best and beam figures")
+    parser.add_argument("--hypotheses", type=int, default=100, help="n-best hypotheses per source")
+    parser.add_argument("--beam", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    config = NMTConfig(src_vocab=args.vocab, tgt_vocab=args.vocab, embedding=args.dim, hidden=args.dim,
+                       alignment=args.dim, maxout=args.dim)
+    data = batches(config, args.steps + 1, args.batch, args.length, seed=1)
+    print(f"d={args.dim}, {args.vocab} units per side, {args.batch} pairs of about {args.length} units per update, "
+          f"{args.steps} timed updates, {args.threads} thread(s)")
+    for precision in args.precision.split(","):
+        amp = autocast_dtype(torch.device("cpu"), precision)
+        torch.manual_seed(0)
+        ours = timed_updates(AttentionNMT(config), pair_log_probs, data, amp)
+        torch.manual_seed(0)
+        peer = timed_updates(TorchPeer(config), lambda m, b: m(b), data, amp)
+        print(f"{precision}: nmt {ours:,.0f} target units/s, torch peer (nn.GRU) {peer:,.0f}: {ours / peer:.2f}x")
+    search_speeds(config, args)
+
+
+@torch.no_grad()
+def search_speeds(config: NMTConfig, args: argparse.Namespace) -> None:
+    """n-best scoring (each source encoded once, its hypotheses batched) and batched beam search, fp32,
+    random weights: the searches run to their length limit, 2 × the source's units + 10."""
+    torch.manual_seed(0)
+    model = AttentionNMT(config).eval()
+    rng = random.Random(2)
+    sources = [[rng.randrange(4, config.src_vocab) for _ in range(args.length)] for _ in range(args.sources)]
+    groups = [g for g in range(args.sources) for _ in range(args.hypotheses)]
+    hypotheses = [[rng.randrange(4, config.tgt_vocab) for _ in range(args.length + rng.randint(-3, 3))]
+                  for _ in groups]
+    started = time.perf_counter()
+    score_grouped(model, sources, groups, hypotheses)
+    scored = len(hypotheses) / (time.perf_counter() - started)
+    started = time.perf_counter()
+    beam_search(model, sources, args.beam)
+    searched = len(sources) / (time.perf_counter() - started)
+    print(f"n-best scoring: {scored:,.1f} hypotheses/s ({args.hypotheses} per source); "
+          f"beam search (beam {args.beam}, batched): {searched:,.2f} sentences/s")
+
+
+if __name__ == "__main__":
+    main()
