@@ -18,6 +18,22 @@ import torch
 PEAK_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def _size_within(device: torch.device, dtype: torch.dtype, size: int, seconds: float) -> int:
+    """``size``, or a smaller power-of-two side whose 4 products take at most ``2 * seconds`` at the rate one
+    256-sided product shows (never below 256)."""
+    probe = 256
+    if device.type == "cuda" or size <= probe:
+        return size
+    a = torch.randn(probe, probe, dtype=dtype)
+    torch.mm(a, a)
+    t0 = time.perf_counter()
+    torch.mm(a, a)
+    rate = 2 * probe**3 / max(time.perf_counter() - t0, 1e-9)
+    while size > probe and 4 * 2 * size**3 / rate > 2 * seconds:
+        size //= 2
+    return size
+
+
 def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seconds: float = 2.0,
                       clock: Callable[[], float] = time.perf_counter, dtype: torch.dtype = torch.float32) -> float:
     """Best sustained FLOP/s of a square matmul (fp32 unless ``dtype``), after a warm-up.
@@ -28,8 +44,11 @@ def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seco
     yardstick of code that runs its matmuls in bf16 (fp32 matmuls use TF32 only where torch's
     global switch allows it). On the CPU a bf16 matmul of plain bf16 tensors runs in oneDNN's
     bf16 kernels (AMX tiles or AVX512-BF16 dot products; ``ONEDNN_VERBOSE=1`` names the one used).
+    A CPU without bf16 units emulates them hundreds of times slower: there ``size`` shrinks (to 256 at
+    least) until a round of 4 products fits in twice ``seconds``, so that the figure still comes in seconds.
     """
     device = torch.device(device)
+    size = _size_within(device, dtype, size, seconds)
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     out = torch.empty(size, size, device=device, dtype=dtype)
