@@ -97,6 +97,40 @@ class RerankChoiceSettings:
 
 
 @dataclass(frozen=True)
+class NmtSettings:
+    """The attention encoder-decoder (``nmt train``) of one direction: sizes and budget."""
+
+    embedding: int = 256
+    hidden: int = 256
+    alignment: int = 256
+    maxout: int = 256
+    vocab_size: int = 8000  # sentencepiece units per side
+    max_time: float = 6 * 3600  # seconds of training, per direction
+    valid_lines: int = 1000
+
+
+@dataclass(frozen=True)
+class RerankingSettings:
+    """Reranking Baseline's tuned runs: each run decodes dev and test once, with its tuned weights, into
+    ``nbest_size``-best distinct lists (Moses' segmentation included, for the phrase-level scores);
+    each network's score is added as a feature, the weights are tuned on the fixed dev lists by
+    ``mert optimize`` (``restarts`` random restarts) and test is reranked with them.
+
+    The models the lists are scored with beyond those Table 1 trains (the RNN, its reverse, the
+    CSLM): the attention NMT model in both directions (``nmt``), and a phrase RNN of the paper's
+    sizes (``big_rnn``) trained on the same table, read out at the hours in ``big_rnn_readouts``.
+    """
+
+    nbest_size: int = 1000
+    restarts: int = 20
+    nmt: NmtSettings = NmtSettings()
+    big_rnn: RnnSettings = RnnSettings(hidden=1000, embedding=100, maxout_units=500, output_rank=100,
+                                       shortlist=15_000, max_time=12 * 3600, init_std=0.01)
+    big_rnn_readouts: tuple[float, ...] = (6.0, 12.0, 24.0)  # hours of training
+    changed_examples: int = 10  # test sentences whose 1-best the best set changed, chosen by position
+
+
+@dataclass(frozen=True)
 class SelectionBudget:
     """The paper's data selection (Moore & Lewis; Axelrod et al. for the bitext), scored against
     in-domain text: the dev set, newstest2012+2013, as the paper did, plus the scale's in-domain
@@ -139,6 +173,7 @@ class ScaleSettings:
     train_in_domain: tuple[TextSlice, ...] = ()
     proposals: ProposalSettings = ProposalSettings()
     rerank: RerankChoiceSettings = RerankChoiceSettings()  # the proposals-both row's rerank weights, chosen on dev
+    reranking: RerankingSettings = RerankingSettings()  # the reranking experiment (table1.reranking)
 
     def __post_init__(self) -> None:
         if self.train_in_domain and self.selection is None:

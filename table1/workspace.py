@@ -34,7 +34,9 @@ SETTINGS_FILE = "settings.json"
 RERANK_STEP = "proposals-both/weights"
 #: Settings that one step alone reads, by the step that reads them (a folder made before such a
 #: setting existed takes it on while that step has not run).
-STEP_SETTINGS = {"proposals": "proposals", "rerank": RERANK_STEP}
+#: The first stamp of the reranking experiment's steps (table1.reranking): its models' training.
+RERANKING_STEP = "reranking/models"
+STEP_SETTINGS = {"proposals": "proposals", "rerank": RERANK_STEP, "reranking": RERANKING_STEP}
 TIMINGS_FILE = "timings.tsv"
 #: Under ``stamps/``: the running steps' wall time so far (:class:`StepClock`), not stamps themselves.
 RUNNING = "running"
