@@ -20,6 +20,10 @@
 #   cuda-tests.log   tests/neural/test_cuda_graphs.py, whose GPU tests run only there
 #   train.log        training, paper size, 64 pairs per update: eager against the captured step
 #   cslm.log         CSLM training (and n-best scoring) speed
+#   nmt.log          the attention NMT model: training speed beside a torch peer, fp32 and bf16, n-best
+#                    scoring and beam search (python -m benchmarks.nmt_speed); then `nmt train`,
+#                    `nmt translate` and `nmt nbest` on the device from the command line, on the
+#                    fixture's 400 tokenised dev and test pairs, so its CUDA path has run end to end
 #   identity.log     a rerun byte-identical to the first run, and a run killed after two chunks and
 #                    --resume'd byte-identical too (else what differs: lines, members, or members' bytes)
 set -euo pipefail
@@ -35,10 +39,14 @@ JOBS=${JOBS:-$(( CPUS > 3 ? CPUS - 2 : 2 ))}
 if [ -n "${TINY:-}" ]; then
   LINES=20000; SIZE=tiny; CHUNK=200; COPIES=2; PRECISIONS=fp32; E2E_PRECISIONS=fp32; TRAIN="--sizes small --steps 1 --profile-steps 1 --train-step eager,static"
   CSLM="--sentences 5 --train-steps 2 --embedding 16 --hidden 32 --vocab 200 --train-step eager,static"
+  NMT="--dim 32 --vocab 300 --batch 4 --steps 1 --sources 2 --hypotheses 5 --precision fp32"
+  NMT_TRAIN="--embedding 16 --hidden 16 --alignment 16 --maxout 16 --vocab-size 400 --max-steps 4 --valid-every 2 --bleu-sentences 2"
 else
   LINES=0; SIZE=paper; CHUNK=100000; COPIES=10; PRECISIONS=fp32,tf32,bf16; E2E_PRECISIONS="tf32 fp32"
   TRAIN="--sizes paper --batch-size 64 --steps 200 --profile-steps 0 --train-step eager,captured"
   CSLM="--sentences 50 --train-steps 200 --train-step eager,captured"
+  NMT="--dim 512 --vocab 16000 --batch 80 --steps 20 --sources 50 --hypotheses 100 --precision fp32,bf16"
+  NMT_TRAIN="--vocab-size 1000 --max-steps 300 --valid-every 100 --bleu-sentences 50"
 fi
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -148,6 +156,25 @@ note "train: $(grep -Ei 'pairs/s' "$OUT/train.log" | tr '\n' ' ')"
 # 5. CSLM training and n-best scoring.
 bench cslm_speed --device "$DEVICE" $CSLM > "$OUT/cslm.log" 2>&1 || failed cslm
 note "cslm: $(grep -Ei 'n-grams/s|hypotheses/s' "$OUT/cslm.log" | tr '\n' ' ')"
+
+# 5b. The attention NMT model: speed, then its commands on the device (the fixture's tokenised text).
+bench nmt_speed --device "$DEVICE" $NMT > "$OUT/nmt.log" 2>&1 || failed nmt
+TEXT=${SHARED_DATA_DIR:-$REPO/../shared}/fixtures/hansard-enfr/data  # dev and test, tokenised: 400 pairs
+if [ -f "$TEXT/dev.tok.tc.en" ]; then
+  nmt_cli() { "$PYTHON" -m nmt.cli "$@"; }
+  started=$(date +%s.%N)
+  for lang in en fr; do cat "$TEXT/dev.tok.tc.$lang" "$TEXT/test.tok.tc.$lang" > "$WORK/nmt.$lang"; done
+  { nmt_cli train "$WORK/nmt.en" "$WORK/nmt.fr" "$WORK/nmt.pt" --device "$DEVICE" --valid-lines 40 $NMT_TRAIN \
+    && head -n 50 "$WORK/nmt.en" > "$WORK/nmt.src" \
+    && nmt_cli translate "$WORK/nmt.pt" "$WORK/nmt.src" "$WORK/nmt.out" --device "$DEVICE" --nbest 5 \
+    && nmt_cli nbest "$WORK/nmt.pt" "$WORK/nmt.src" "$WORK/nmt.out" "$WORK/nmt.scored" --name NMT1 --device "$DEVICE"; } \
+    >> "$OUT/nmt.log" 2>&1 || failed nmt
+  note "nmt commands on $DEVICE: train, translate --nbest 5, nbest in $(since "$started") s;" \
+    "$(wc -l < "$WORK/nmt.scored" 2> /dev/null || echo 0) n-best lines scored"
+else
+  note "nmt commands: no fixture text in $TEXT; skipped"
+fi
+note "nmt: $(grep -Ei 'units/s|hypotheses/s' "$OUT/nmt.log" | tr '\n' ' ')"
 
 # 6. Identity: a rerun, and a run killed after two durable chunks then resumed, against the first.
 same() {  # same FIRST OTHER WHAT: "WHAT: byte-identical", or what differs: lines, members, or members' bytes

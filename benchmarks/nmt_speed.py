@@ -4,7 +4,8 @@ The peer is what one would write with torch's own layers at the same sizes: an `
 encoder over packed sequences, an ``nn.GRUCell`` decoder, the same attention MLP, maxout and softmax.
 Both train with Adam on the same random batches of ``--batch`` pairs of about ``--length`` units; the
 figure is target units (EOS counted) per second of updates, after one untimed warm-up update each,
-timed in turns so that a change in the machine's load touches both.
+timed in turns so that a change in the machine's load touches both. ``--device cuda`` runs both on a GPU
+(the clock read after the device's queue has drained); ``benchmarks/gpu_suite.sh`` does.
 
     python -m benchmarks.nmt_speed --dim 256 --vocab 8000 --steps 10 --threads 1
 """
@@ -66,23 +67,31 @@ class TorchPeer(nn.Module):
         return picked.masked_fill(~batch.tgt_mask, 0.0).sum(1)
 
 
-def batches(config: NMTConfig, count: int, size: int, length: int, seed: int) -> list[PairBatch]:
+def batches(config: NMTConfig, count: int, size: int, length: int, seed: int,
+            device: torch.device | str = "cpu") -> list[PairBatch]:
     rng = random.Random(seed)
 
     def ids(vocab: int) -> list[int]:
         return [rng.randrange(4, vocab) for _ in range(max(1, length + rng.randint(-length // 4, length // 4)))]
 
-    return [make_batch([ids(config.src_vocab) for _ in range(size)], [ids(config.tgt_vocab) for _ in range(size)])
-            for _ in range(count)]
+    return [make_batch([ids(config.src_vocab) for _ in range(size)], [ids(config.tgt_vocab) for _ in range(size)],
+                       device) for _ in range(count)]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a clock read after it counts that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def timed_updates(model: nn.Module, loss_of, data: list[PairBatch], amp: torch.dtype | None) -> float:
-    """Target units per second over ``data`` (the first batch an untimed warm-up)."""
+    """Target units per second over ``data`` (the first batch an untimed warm-up), on the model's device."""
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-4)
-    device = torch.device("cpu")
+    device = next(model.parameters()).device
     units, started = 0, 0.0
     for n, batch in enumerate(data):
         if n == 1:
+            synchronize(device)
             started = time.perf_counter()
         with autocast(device, amp):
             loss = -loss_of(model, batch).sum() / batch.target_tokens
@@ -90,6 +99,7 @@ def timed_updates(model: nn.Module, loss_of, data: list[PairBatch], amp: torch.d
         loss.backward()
         optimizer.step()
         units += batch.target_tokens if n else 0
+    synchronize(device)
     return units / (time.perf_counter() - started)
 
 
@@ -102,6 +112,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed updates per model and precision")
     parser.add_argument("--precision", default="fp32,bf16")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--sources", type=int, default=10, help="sentences of the n-best and beam figures")
     parser.add_argument("--hypotheses", type=int, default=100, help="n-best hypotheses per source")
     parser.add_argument("--beam", type=int, default=5)
@@ -109,35 +120,39 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     config = NMTConfig(src_vocab=args.vocab, tgt_vocab=args.vocab, embedding=args.dim, hidden=args.dim,
                        alignment=args.dim, maxout=args.dim)
-    data = batches(config, args.steps + 1, args.batch, args.length, seed=1)
+    device = torch.device(args.device)
+    data = batches(config, args.steps + 1, args.batch, args.length, seed=1, device=device)
     print(f"d={args.dim}, {args.vocab} units per side, {args.batch} pairs of about {args.length} units per update, "
-          f"{args.steps} timed updates, {args.threads} thread(s)")
+          f"{args.steps} timed updates, device {device}, {args.threads} CPU thread(s)")
     for precision in args.precision.split(","):
-        amp = autocast_dtype(torch.device("cpu"), precision)
+        amp = autocast_dtype(device, precision)
         torch.manual_seed(0)
-        ours = timed_updates(AttentionNMT(config), pair_log_probs, data, amp)
+        ours = timed_updates(AttentionNMT(config).to(device), pair_log_probs, data, amp)
         torch.manual_seed(0)
-        peer = timed_updates(TorchPeer(config), lambda m, b: m(b), data, amp)
+        peer = timed_updates(TorchPeer(config).to(device), lambda m, b: m(b), data, amp)
         print(f"{precision}: nmt {ours:,.0f} target units/s, torch peer (nn.GRU) {peer:,.0f}: {ours / peer:.2f}x")
-    search_speeds(config, args)
+    search_speeds(config, args, device)
 
 
 @torch.no_grad()
-def search_speeds(config: NMTConfig, args: argparse.Namespace) -> None:
+def search_speeds(config: NMTConfig, args: argparse.Namespace, device: torch.device) -> None:
     """n-best scoring (each source encoded once, its hypotheses batched) and batched beam search, fp32,
     random weights: the searches run to their length limit, 2 × the source's units + 10."""
     torch.manual_seed(0)
-    model = AttentionNMT(config).eval()
+    model = AttentionNMT(config).to(device).eval()
     rng = random.Random(2)
     sources = [[rng.randrange(4, config.src_vocab) for _ in range(args.length)] for _ in range(args.sources)]
     groups = [g for g in range(args.sources) for _ in range(args.hypotheses)]
     hypotheses = [[rng.randrange(4, config.tgt_vocab) for _ in range(args.length + rng.randint(-3, 3))]
                   for _ in groups]
+    synchronize(device)
     started = time.perf_counter()
     score_grouped(model, sources, groups, hypotheses)
+    synchronize(device)
     scored = len(hypotheses) / (time.perf_counter() - started)
     started = time.perf_counter()
     beam_search(model, sources, args.beam)
+    synchronize(device)
     searched = len(sources) / (time.perf_counter() - started)
     print(f"n-best scoring: {scored:,.1f} hypotheses/s ({args.hypotheses} per source); "
           f"beam search (beam {args.beam}, batched): {searched:,.2f} sentences/s")

@@ -30,10 +30,15 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
     assert not set(abandoned_spools()) - abandoned_before, "spools left by the suite"
     summary = (out / "summary.txt").read_text()
     for step in ("precision:", "e2e fp32:", "e2e fp32, 2 copies of the table:", "e2e fp32 steady: ", "start-up",
-                 "cuda tests:", "train:", "cslm:", "gpu_suite: done"):
+                 "cuda tests:", "train:", "cslm:", "nmt:", "gpu_suite: done"):
         assert step in summary, summary
-    for log in ("precision.log", "e2e.fp32.log", "startup.log", "train.log", "cslm.log", "identity.log"):
+    for log in ("precision.log", "e2e.fp32.log", "startup.log", "train.log", "cslm.log", "nmt.log", "identity.log"):
         assert (out / log).stat().st_size > 0, log
+    # the NMT model's commands ran on the device end to end: 50 sources, 5 hypotheses each, scored
+    assert re.search(r"^nmt commands on cpu: train, translate --nbest 5, nbest in [\d.]+ s; 250 n-best lines scored$",
+                     summary, re.M), summary
+    assert re.search(r"^nmt: fp32: nmt [\d,]+ target units/s, torch peer \(nn.GRU\) [\d,]+: [\d.]+x n-best scoring: ",
+                     summary, re.M), summary
     identity = (out / "identity.log").read_text()
     assert "rerun: byte-identical" in identity and "kill + --resume: byte-identical" in identity, identity
     assert "pairs/s" in (out / "e2e.fp32.log").read_text()
