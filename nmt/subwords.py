@@ -46,7 +46,9 @@ class Subwords:
         return self.processor.encode(lines, out_type=int)
 
     def decode(self, ids: list[list[int]] | list[tuple[int, ...]]) -> list[str]:
-        return [self.processor.decode(list(i)) for i in ids]
+        """Tokenised text, single-spaced: a hypothesis cut at the length limit may end in a lone word
+        boundary (a trailing blank), which Moses' formats and BLEU would read as an empty token."""
+        return [" ".join(self.processor.decode(list(i)).split()) for i in ids]
 
     def to_tensor(self) -> torch.Tensor:
         return torch.frombuffer(bytearray(self.proto), dtype=torch.uint8)

@@ -210,3 +210,14 @@ def test_a_tiny_model_learns_to_reverse_and_translates_exactly():
         assert float(-pair_log_probs(model, batch).sum() / batch.target_tokens) < 0.02
     found = beam_search(model, tests, beam=3)
     assert [list(f[0].ids) for f in found] == [s[::-1] for s in tests]
+
+
+def test_decoded_hypotheses_are_single_spaced_even_when_cut_after_a_word_boundary():
+    """A hypothesis cut at the length limit can end in the word-boundary unit alone; its text must not
+    end in a blank (Moses' n-best format and BLEU would read an empty token)."""
+    from nmt.subwords import train_subwords
+
+    subwords = train_subwords(["le chat est noir", "la maison est grande", "un chat noir"] * 20, 400)
+    boundary = subwords.processor.piece_to_id("▁")
+    ids = subwords.encode(["le chat"])[0]
+    assert subwords.decode([ids + [boundary], [boundary] + ids + [boundary, boundary]]) == ["le chat", "le chat"]
