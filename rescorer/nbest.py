@@ -30,22 +30,24 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from infrastructure.errors import UserError
 from infrastructure.files import display_name, open_input
 from moses_integration.moses_ini import dense_feature_name_problem
 from moses_integration.nbest import NBestEntry
-from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR
+from moses_integration.phrase_table import LOG_FLOOR
 from moses_integration.tokens import split_tokens
 from neural.device import autocast_dtype, matmul_precision, scoring_precision, select_device
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint
 from rescorer.pipeline.output_chunks import probability_column
 from rescorer.pipeline.scoring import PairScorer
-from rescorer.tables.chunks import phrases_to_ids
+from rescorer.tables.chunks import iter_line_chunks, parse_chunk, phrases_to_ids
 
 #: The feature's name by the model's direction: p(e|f) and p(f|e) can go in one list side by side.
 DEFAULT_NAMES = {"forward": "RNN0", "reverse": "RNNReverse0"}
 OPTIONS = ("name", "table")
+TABLE_CHUNK_LINES = 100_000
 
 
 class RNNFeatureError(UserError):
@@ -104,14 +106,20 @@ def phrase_pairs(source: str, entry: NBestEntry) -> list[tuple[str, str]]:
 
 
 def table_words(path: str) -> frozenset[str]:
-    """The one-word source phrases of a Moses table: the words Moses does not pass through unknown."""
-    words = set()
+    """The one-word source phrases of a Moses text table: the words Moses does not pass through unknown.
+
+    Read with ``rescore-phrase-table``'s chunk parser, so a line Moses could not load (a binarised
+    table, another file) is an error naming it, not a set of words that makes every pair unknown.
+    """
+    words: set[str] = set()
+    num_scores = None
     with open_input(path) as fh:
-        for line in fh:
-            source = line.split(SEPARATOR, 1)[0]
-            if b" " not in source:
-                words.add(source)
-    return frozenset(w.decode("utf-8", errors="replace") for w in words)
+        for chunk in iter_line_chunks(fh, display_name(path), TABLE_CHUNK_LINES):
+            parsed = parse_chunk(chunk, display_name(path), num_scores=num_scores)
+            num_scores = parsed.num_scores
+            one_word = pc.invert(pc.match_substring(parsed.source, " "))
+            words.update(pc.unique(parsed.source.filter(one_word)).to_pylist())
+    return frozenset(words)
 
 
 def _options(arg: str) -> tuple[str, dict[str, str]]:

@@ -108,6 +108,23 @@ def test_the_value_is_the_sum_of_the_tables_column_over_the_phrases_each_directi
     assert not np.allclose(forward.score(list(sources), list(entries)), reverse.score(list(sources), list(entries)))
 
 
+def test_with_table_a_word_moses_passes_through_unknown_is_worth_0(trained, tmp_path):
+    """Moses gives a source word no one-word phrase of its table holds a pass-through pair whose
+    columns are 0; with table= the feature does too, and without it the model scores the pair."""
+    table = table_pairs(trained.rescored)
+    pairs = [*list(table)[:2], ("zzqx", "zzqx")]
+    source, entry = segmented(pairs, [2, 0, 1])
+    with_table = load_feature(f"RNN:{trained.forward},table={trained.system.table}").score([source], [entry])
+    without = load_feature(f"RNN:{trained.forward}").score([source], [entry])
+    assert with_table[0, 0] == pytest.approx(sum(as_moses_reads(table[pair][4]) for pair in pairs[:2]), abs=2e-5)
+    assert without[0, 0] < with_table[0, 0] - 0.01
+    garbage = tmp_path / "phrase-table.minphr"
+    garbage.write_bytes(b"\x00\x01binary\n")
+    with pytest.raises(UserError, match=f"{garbage}:1: ") as err:
+        load_feature(f"RNN:{trained.forward},table={garbage}")
+    assert "\n" not in str(err.value)
+
+
 def test_each_distinct_pair_is_scored_once_per_call(trained):
     feature = RNNFeature(str(trained.forward))
     pairs = list(table_pairs(trained.rescored))[:3]
