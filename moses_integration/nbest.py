@@ -158,7 +158,20 @@ def parse_nbest_line(line: str, *, path: str = "<n-best>", line_no: int = 0) -> 
     if listed is not None and listed[-1][3] + 1 != len(hypothesis.split()):
         raise NBestError(path, line_no, f"the segmentation field covers {listed[-1][3] + 1} target words but the "
                          f"hypothesis has {len(hypothesis.split())}")
+    _check_source_cover(listed or marked, path, line_no)
     return NBestEntry(sent_id, hypothesis, features, total, extra, line_no, listed or marked)
+
+
+def _check_source_cover(spans: tuple[PhraseSpan, ...] | None, path: str, line_no: int) -> None:
+    """Moses translates every source word once: the phrases' source spans tile words 0..n-1."""
+    if not spans:
+        return
+    expected = 0
+    for start, end in sorted(span[:2] for span in spans):
+        if start != expected:
+            raise NBestError(path, line_no, f"the phrases' source spans leave out or repeat source word "
+                             f"{min(start, expected)}: Moses translates each source word once")
+        expected = end + 1
 
 
 def _segmentation_field(text: str, path: str, line_no: int) -> tuple[PhraseSpan, ...] | None:
@@ -187,6 +200,8 @@ def _segmentation_field(text: str, path: str, line_no: int) -> tuple[PhraseSpan,
 
 def _marked_phrases(text: str, path: str, line_no: int) -> tuple[str, tuple[PhraseSpan, ...] | None]:
     """The hypothesis without ``-t``'s ``|S-E|`` markers, and the spans they mark (None without any)."""
+    if "|" not in text:
+        return text.strip(), None
     tokens = text.split()
     if not any(token.startswith("|") and _MARKER_LIKE.fullmatch(token) for token in tokens):
         return text.strip(), None

@@ -302,6 +302,10 @@ def test_a_segmented_list_rewritten_keeps_every_byte_and_features_see_the_plain_
         (WITH_MARKERS.replace("zzqx |0-0|", "zzqx"), "words after the last |S-E| segmentation marker: 'zzqx'"),
         (WITH_MARKERS.replace("|2-2|", "|2-1|"), "segmentation '|2-1|': a span ends before it starts"),
         (WITH_BOTH.replace("2=1 0=2", "0=1 2=2"), "the |S-E| markers of the hypothesis and the segmentation field"),
+        (WITH_FIELD.replace("0=2", "3=2"), "spans leave out or repeat source word 0"),
+        (WITH_FIELD.replace("2=1", "1=1"), "spans leave out or repeat source word 1"),
+        # A word that looks like a marker in text that is not segmented: it covers no source from 0.
+        ("1 ||| le house zzqx |3-4| ||| F= 1 ||| 1", "spans leave out or repeat source word 0"),
     ],
 )
 def test_a_malformed_segmentation_names_file_and_line(tmp_path: Path, line: str, message: str) -> None:
