@@ -193,3 +193,32 @@ def test_in_moses_the_feature_equals_the_decoders_p_rnn_column(trained, tmp_path
     np.testing.assert_allclose(ours, decoder, rtol=2e-5, atol=0)
     same_text = sum(f"{a:.6g}" == f"{b:.6g}" for a, b in zip(ours, decoder, strict=True))
     assert same_text >= 0.9 * len(entries)
+
+
+@pytest.mark.moses
+def test_mert_tune_with_the_feature_on_the_real_decoder(trained, tmp_path):
+    """``mert tune --feature RNN:… --decoder-flags=-include-segmentation-in-n-best``: every hypothesis
+    of every iteration gets RNN0, MERT weighs it, the sidecar keeps the spec; without the flag, one line."""
+    from mert.features import read_sidecar
+    from mert.tune import TuneOptions, tune
+    from shared_paths import moses_bin_dir, shared_file
+
+    bindir, system = moses_bin_dir(), trained.system
+    source, reference = tmp_path / "dev.en", tmp_path / "dev.fr"
+    source.write_text("\n".join(system.sentences) + "\n")
+    french = (shared_file("fixtures/hansard-enfr") / "data/dev.tok.tc.fr").read_text().splitlines()
+    reference.write_text("\n".join(french[:len(system.sentences)]) + "\n")
+    spec = f"RNN:{trained.forward},table={system.table}"
+
+    def options(work: Path, flags: list[str]) -> TuneOptions:
+        return TuneOptions(ini=system.ini, source=source, references=[reference], work_dir=work, moses_bin_dir=bindir,
+                           max_iterations=2, restarts=3, feature_specs=[spec], decoder_flags=flags)
+
+    result = tune(options(tmp_path / "work", ["-include-segmentation-in-n-best"]), log=lambda _: None)
+    entries = list(read_nbest(tmp_path / "work" / "run1.nbest.gz"))
+    assert entries and all(e.features[-1][0] == "RNN0" and e.segmentation for e in entries)
+    assert len(result.weights["RNN0"]) == 1
+    assert [(e.spec, e.name) for e in read_sidecar(tmp_path / "work" / "moses.ini")] == [(spec, "RNN0")]
+    with pytest.raises(UserError, match="has no phrase segmentation: .*-include-segmentation-in-n-best") as err:
+        tune(options(tmp_path / "plain", []), log=lambda _: None)
+    assert "\n" not in str(err.value)
