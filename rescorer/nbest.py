@@ -93,8 +93,8 @@ def phrase_pairs(source: str, entry: NBestEntry) -> list[tuple[str, str]]:
     """The (source phrase, target phrase) pairs of a hypothesis, in target order."""
     if entry.segmentation is None:
         raise RNNFeatureError(f"n-best line {entry.line_no} has no phrase segmentation: the RNN feature scores "
-                              "phrase pairs; decode with moses -include-segmentation-in-n-best (mert tune "
-                              "--decoder-flags=-include-segmentation-in-n-best)")
+                              "phrase pairs; decode with moses -include-segmentation-in-n-best "
+                              "(mert tune and mert evaluate add it)")
     src, tgt = split_tokens(source), split_tokens(entry.hypothesis)
     covered = max((e + 1 for _, e, _, _ in entry.segmentation), default=0)  # the reader checked the tiling
     if covered != len(src):
@@ -137,6 +137,8 @@ class RNNFeature:
     """``mert tune --feature RNN:model.pt[,name=RNN0][,table=phrase-table.gz]``: one value per hypothesis."""
 
     num_values = 1
+    #: What the lists it scores need: ``mert tune`` and ``mert evaluate`` add it to their decoding.
+    decoder_flags = ("-include-segmentation-in-n-best",)
 
     def __init__(self, arg: str | None = None, device: str = "auto") -> None:
         if not arg:

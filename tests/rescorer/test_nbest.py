@@ -196,9 +196,11 @@ def test_in_moses_the_feature_equals_the_decoders_p_rnn_column(trained, tmp_path
 
 
 @pytest.mark.moses
-def test_mert_tune_with_the_feature_on_the_real_decoder(trained, tmp_path):
-    """``mert tune --feature RNN:… --decoder-flags=-include-segmentation-in-n-best``: every hypothesis
-    of every iteration gets RNN0, MERT weighs it, the sidecar keeps the spec; without the flag, one line."""
+def test_mert_tune_and_evaluate_with_the_feature_on_the_real_decoder(trained, tmp_path):
+    """``mert tune --feature RNN:…`` decodes with Moses' segmentation by itself (the feature's
+    ``decoder_flags``): every hypothesis gets RNN0, MERT weighs it, the sidecar keeps the spec, and
+    ``mert evaluate`` decodes and reranks the test set with it."""
+    from mert.evaluate import decode_test_set
     from mert.features import read_sidecar
     from mert.tune import TuneOptions, tune
     from shared_paths import moses_bin_dir, shared_file
@@ -209,16 +211,15 @@ def test_mert_tune_with_the_feature_on_the_real_decoder(trained, tmp_path):
     french = (shared_file("fixtures/hansard-enfr") / "data/dev.tok.tc.fr").read_text().splitlines()
     reference.write_text("\n".join(french[:len(system.sentences)]) + "\n")
     spec = f"RNN:{trained.forward},table={system.table}"
-
-    def options(work: Path, flags: list[str]) -> TuneOptions:
-        return TuneOptions(ini=system.ini, source=source, references=[reference], work_dir=work, moses_bin_dir=bindir,
-                           max_iterations=2, restarts=3, feature_specs=[spec], decoder_flags=flags)
-
-    result = tune(options(tmp_path / "work", ["-include-segmentation-in-n-best"]), log=lambda _: None)
-    entries = list(read_nbest(tmp_path / "work" / "run1.nbest.gz"))
+    work = tmp_path / "work"
+    result = tune(TuneOptions(ini=system.ini, source=source, references=[reference], work_dir=work,
+                              moses_bin_dir=bindir, max_iterations=2, restarts=3, feature_specs=[spec]),
+                  log=lambda _: None)
+    entries = list(read_nbest(work / "run1.nbest.gz"))
     assert entries and all(e.features[-1][0] == "RNN0" and e.segmentation for e in entries)
     assert len(result.weights["RNN0"]) == 1
-    assert [(e.spec, e.name) for e in read_sidecar(tmp_path / "work" / "moses.ini")] == [(spec, "RNN0")]
-    with pytest.raises(UserError, match="has no phrase segmentation: .*-include-segmentation-in-n-best") as err:
-        tune(options(tmp_path / "plain", []), log=lambda _: None)
-    assert "\n" not in str(err.value)
+    assert [(e.spec, e.name) for e in read_sidecar(work / "moses.ini")] == [(spec, "RNN0")]
+    out = decode_test_set(work / "moses.ini", source, tmp_path / "test.tok", moses_bin_dir=bindir, nbest_size=20)
+    assert len(out.read_text().splitlines()) == len(system.sentences)
+    rescored = list(read_nbest(tmp_path / "test.tok.nbest.gz"))
+    assert rescored and all(e.features[-1][0] == "RNN0" and e.segmentation for e in rescored)
