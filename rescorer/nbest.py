@@ -9,7 +9,8 @@ trained with ``rescorer train --reverse`` gives p(f|e), the column of ``--revers
 file says which direction it scores.
 
 The phrase pairs come from Moses' segmentation (:attr:`moses_integration.nbest.NBestEntry.segmentation`):
-decode with ``-include-segmentation-in-n-best``. Each call scores every distinct pair of its
+decode with ``-include-segmentation-in-n-best`` (which ``mert tune`` and ``mert evaluate`` add, from
+:attr:`RNNFeature.decoder_flags`). Each call scores every distinct pair of its
 hypotheses once, in the batched prefix-tree scorer of ``rescore-phrase-table``
 (:class:`rescorer.pipeline.scoring.PairScorer`), on the same shortlists: a word outside them is
 ``[UNK]``, as in the table.
