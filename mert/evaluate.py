@@ -36,7 +36,7 @@ from infrastructure.errors import UserError
 from infrastructure.files import PathArg, atomic_output, display_name
 from infrastructure.lines import read_text_lines
 from mert.bleu import ReferenceFileError, read_reference_lines
-from mert.features import add_features, load_feature, read_sidecar
+from mert.features import add_features, decoder_flags, load_feature, read_sidecar
 from moses_integration.decoder import decode, find_moses_bin_dir
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import load_nbest_arrays
@@ -290,6 +290,10 @@ def decode_test_set(
     if extras and details is not None:
         raise EvaluationError(f"{ini}: its n-best features ({', '.join(e.name for e in extras)}) rerank Moses' "
                               "1-best, which its translation details describe; decode it without them")
+    features = [load_feature(e.spec) for e in extras]  # before decoding: a feature that cannot load is one line
+    for feature, extra in zip(features, extras, strict=True):
+        if feature.name != extra.name or feature.num_values != len(extra.weights):
+            raise EvaluationError(f"feature {extra.spec!r} now builds {feature.name} with {feature.num_values} values")
     output.parent.mkdir(parents=True, exist_ok=True)
     if not extras and not keep_nbest:
         decode(bin_dir, ini, source, output, threads=threads, cwd=decoder_cwd, details_path=details)
@@ -307,11 +311,8 @@ def decode_test_set(
         threads=threads,
         cwd=decoder_cwd,
         details_path=details,
+        extra_args=decoder_flags(features),
     )
-    features = [load_feature(e.spec) for e in extras]
-    for feature, extra in zip(features, extras, strict=True):
-        if feature.name != extra.name or feature.num_values != len(extra.weights):
-            raise EvaluationError(f"feature {extra.spec!r} now builds {feature.name} with {feature.num_values} values")
     rescored = output.with_name(output.name + ".nbest.gz")
     source_lines = read_text_lines(source)
     add_features(nbest, rescored, source_lines, features)

@@ -53,6 +53,9 @@ class NBestFeature(Protocol):
     (``entry.sent_id`` indexes ``source_sentences``) and returns ``[len(entries), num_values]``
     finite log-domain values: MERT combines them linearly with Moses' own features. A Protocol
     rather than a base class, so a model class needs no import from this package to qualify.
+    A feature may also say which ``moses`` flags the lists it scores need, in an optional
+    ``decoder_flags`` attribute (the phrase RNN: ``-include-segmentation-in-n-best``):
+    :func:`decoder_flags` collects them for ``mert tune`` and ``mert evaluate``.
     """
 
     name: str
@@ -81,6 +84,14 @@ def check_feature(feature: object) -> NBestFeature:
     if not isinstance(feature.num_values, int) or feature.num_values < 1:
         raise FeatureError(f"feature {feature.name}: num_values must be a positive integer, got {feature.num_values!r}")
     return feature
+
+
+def decoder_flags(features: Sequence[object], given: Sequence[str] = ()) -> list[str]:
+    """``given`` and the ``moses`` flags the features need (their optional ``decoder_flags``), each once."""
+    flags = list(given)
+    for feature in features:
+        flags += [flag for flag in getattr(feature, "decoder_flags", ()) if flag not in flags]
+    return flags
 
 
 # --------------------------------------------------------------------------------------------

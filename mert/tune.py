@@ -40,6 +40,7 @@ from mert.features import (
     ExtraFeatureWeights,
     NBestFeature,
     add_features,
+    decoder_flags,
     load_features,
     read_source_sentences,
     write_sidecar,
@@ -485,7 +486,7 @@ class Tuner:
             distinct=True,
             threads=opts.threads,
             cwd=self.decoder_cwd,
-            extra_args=opts.decoder_flags,
+            extra_args=decoder_flags(self.features, opts.decoder_flags),
         )
         if self.features:
             hyps = add_features(plain_nbest, nbest_gz, self.sources, self.features)

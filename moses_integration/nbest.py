@@ -10,11 +10,25 @@ MERT needs the lists as dense arrays (:func:`load_nbest_arrays`), and every way 
 broken (a sentence without hypotheses, a feature that appears on some lines only, a stray
 non-number) must be reported with the file and line, because a silently misaligned list gives a
 plausible but wrong tuning result. This module imports nothing from ``rescorer`` or ``mert``.
+
+A phrase-level feature needs the phrase pairs of each hypothesis, which Moses writes in one of two
+ways (``moses/Manager.cpp``, ``OutputNBest`` and ``OutputSurface``):
+
+* ``-include-segmentation-in-n-best``: a field after the total, one ``S[-E]=T[-U]`` per phrase in
+  target order (source and target word spans, 0-based and inclusive; a one-word span is a single
+  number): ``… ||| -237.645 ||| 0=0 1=1 2-3=2-3 4=4``;
+* ``-report-segmentation`` (``-t``): ``|S-E|`` after each target phrase in the hypothesis itself:
+  ``un |0-0| stratégie pour |2-3|``.
+
+Either is read into :attr:`NBestEntry.segmentation`; the hypothesis is always the plain text
+(markers taken out), which BLEU and every other feature see. Tokenised text never holds a bare
+``|`` (Moses' tokenizer escapes it as ``&#124;``), so a ``|S-E|`` token is a marker.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -26,6 +40,12 @@ from infrastructure.lines import iter_raw_lines, strip_line_end
 
 FIELD_SEPARATOR = "|||"
 FeatureNames = list[tuple[str, int]]
+#: One phrase of a hypothesis: (source start, source end, target start, target end), 0-based, inclusive.
+PhraseSpan = tuple[int, int, int, int]
+
+_SPAN_FIELD_TOKEN = re.compile(r"(\d+)(?:-(\d+))?=(\d+)(?:-(\d+))?")
+_MARKER = re.compile(r"\|(\d+)-(\d+)\|")
+_MARKER_LIKE = re.compile(r"\|\d[^|]*\|?|\|[\d-]*\|")  # a token Moses' segmentation would start
 
 
 class NBestError(FileLineError):
@@ -44,7 +64,10 @@ class NBestEntry:
     order, because weights in ``moses.ini`` are written per feature function, not per column.
     ``extra`` holds any fields after the total (e.g. word alignment) verbatim, so rewriting a
     list (for instance after adding a feature) loses nothing. ``line_no`` is where the entry was
-    read (0 for entries built in code) and is only used in error messages.
+    read (0 for entries built in code) and is only used in error messages. ``segmentation`` is
+    the hypothesis' phrases in target order (:data:`PhraseSpan`), when Moses wrote them
+    (``-include-segmentation-in-n-best`` or ``-t``), else None; the line's own bytes keep them, so
+    a rewritten list (:func:`append_features`) still carries them.
     """
 
     sent_id: int
@@ -53,6 +76,7 @@ class NBestEntry:
     total: float
     extra: tuple[str, ...] = ()
     line_no: int = field(default=0, compare=False)
+    segmentation: tuple[PhraseSpan, ...] | None = None
 
     def feature_names(self) -> FeatureNames:
         """``[(name, number of values), …]`` in file order."""
@@ -127,7 +151,84 @@ def parse_nbest_line(line: str, *, path: str = "<n-best>", line_no: int = 0) -> 
         raise NBestError(path, line_no, "no features in the feature field")
     total = _parse_float(fields[3].strip(), "total score", path, line_no)
     extra = tuple(f.strip() for f in fields[4:])
-    return NBestEntry(sent_id, fields[1].strip(), features, total, extra, line_no)
+    hypothesis, marked = _marked_phrases(fields[1], path, line_no)
+    listed = _segmentation_field(extra[0], path, line_no) if extra else None
+    if marked is not None and listed is not None and marked != listed:
+        raise NBestError(path, line_no, "the |S-E| markers of the hypothesis and the segmentation field disagree")
+    if listed is not None and listed[-1][3] + 1 != len(hypothesis.split()):
+        raise NBestError(path, line_no, f"the segmentation field covers {listed[-1][3] + 1} target words but the "
+                         f"hypothesis has {len(hypothesis.split())}")
+    _check_source_cover(listed or marked, path, line_no)
+    return NBestEntry(sent_id, hypothesis, features, total, extra, line_no, listed or marked)
+
+
+def _check_source_cover(spans: tuple[PhraseSpan, ...] | None, path: str, line_no: int) -> None:
+    """Moses translates every source word once: the phrases' source spans tile words 0..n-1."""
+    if not spans:
+        return
+    expected = 0
+    for start, end in sorted(span[:2] for span in spans):
+        if start != expected:
+            raise NBestError(path, line_no, f"the phrases' source spans leave out or repeat source word "
+                             f"{min(start, expected)}: Moses translates each source word once")
+        expected = end + 1
+
+
+def _segmentation_field(text: str, path: str, line_no: int) -> tuple[PhraseSpan, ...] | None:
+    """The spans of ``-include-segmentation-in-n-best``'s field, or None when ``text`` is another
+    field (Moses' word alignment, ``0-0 1-2``, has no ``=``)."""
+    tokens = text.split()
+    if not any("=" in token for token in tokens):
+        return None
+    spans = []
+    for token in tokens:
+        match = _SPAN_FIELD_TOKEN.fullmatch(token)
+        if match is None:
+            raise NBestError(path, line_no, f"segmentation {token!r} is not SOURCE[-END]=TARGET[-END] "
+                             "(Moses' -include-segmentation-in-n-best)")
+        s, e, t, u = match.groups()
+        spans.append(_span(int(s), int(e or s), int(t), int(u or t), token, path, line_no))
+    targets = [span[2:] for span in spans]
+    expected = 0
+    for (start, end), token in zip(targets, tokens, strict=True):
+        if start != expected:
+            raise NBestError(path, line_no, f"segmentation {token!r}: target word {start} where word {expected} "
+                             "should start the next phrase")
+        expected = end + 1
+    return tuple(spans)
+
+
+def _marked_phrases(text: str, path: str, line_no: int) -> tuple[str, tuple[PhraseSpan, ...] | None]:
+    """The hypothesis without ``-t``'s ``|S-E|`` markers, and the spans they mark (None without any)."""
+    if "|" not in text:
+        return text.strip(), None
+    tokens = text.split()
+    if not any(token.startswith("|") and _MARKER_LIKE.fullmatch(token) for token in tokens):
+        return text.strip(), None
+    words: list[str] = []
+    spans: list[PhraseSpan] = []
+    for token in tokens:
+        match = _MARKER.fullmatch(token)
+        if match is None and _MARKER_LIKE.fullmatch(token):
+            raise NBestError(path, line_no, f"segmentation marker {token!r} is not |S-E| (Moses' -t; -tt's "
+                             "enriched markers are not read: decode with -include-segmentation-in-n-best)")
+        if match is None:
+            words.append(token)
+            continue
+        start = spans[-1][3] + 1 if spans else 0
+        if start == len(words):
+            raise NBestError(path, line_no, f"segmentation marker {token!r} follows no target word")
+        spans.append(_span(int(match[1]), int(match[2]), start, len(words) - 1, token, path, line_no))
+    if words[spans[-1][3] + 1:]:
+        raise NBestError(path, line_no, f"words after the last |S-E| segmentation marker: "
+                         f"{' '.join(words[spans[-1][3] + 1:])!r}")
+    return " ".join(words), tuple(spans)
+
+
+def _span(s: int, e: int, t: int, u: int, token: str, path: str, line_no: int) -> PhraseSpan:
+    if e < s or u < t:
+        raise NBestError(path, line_no, f"segmentation {token!r}: a span ends before it starts")
+    return s, e, t, u
 
 
 def read_nbest(

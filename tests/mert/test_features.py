@@ -19,6 +19,7 @@ from mert.features import (
     WordCount,
     add_features,
     check_feature_name,
+    decoder_flags,
     load_feature,
     load_features,
     parse_feature_spec,
@@ -237,3 +238,16 @@ def test_word_counts_use_moses_tokens() -> None:
     assert WordCount().score(["the blue\thouse"], entries).tolist() == [[2.0]]
     expected = -((math.log(3 / 4)) ** 2)
     assert LengthRatio().score(["the blue\thouse"], entries)[0, 0] == pytest.approx(expected)
+
+
+def test_the_decoder_flags_features_need_are_added_once() -> None:
+    """A feature scoring phrase pairs needs Moses' segmentation: ``mert tune`` and ``mert evaluate``
+    decode with the flags the features name, after the user's, each once."""
+
+    class NeedsSegmentation(WordCount):
+        decoder_flags = ("-include-segmentation-in-n-best", "-x")
+
+    features = [WordCount(), NeedsSegmentation(), NeedsSegmentation("Other")]
+    assert decoder_flags(features, ["-x", "-distortion-limit", "6"]) == [
+        "-x", "-distortion-limit", "6", "-include-segmentation-in-n-best"]
+    assert decoder_flags([WordCount()]) == []

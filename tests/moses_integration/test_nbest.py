@@ -241,3 +241,77 @@ def test_append_features_keeps_every_other_byte_and_chunks_whole_sentences(tmp_p
     with pytest.raises(NBestError, match=r"in\.nbest:1: the list already has feature\(s\) LM0"):
         append_features(nbest, tmp_path / "bad.nbest", lambda entries: [("LM0", np.zeros(len(entries)))])
     assert not (tmp_path / "bad.nbest").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Phrase segmentation: lines as Moses writes them (the fixture system, sentence "zzqx the house",
+# whose first and last words it passes through as unknown), with -include-segmentation-in-n-best,
+# with -t, and with both and -print-alignment-info-in-n-best.
+
+FEATURES = ("LexicalReordering0= 0 0 -1.26465 -0.269867 0 0 Distortion0= -4 LM0= -40.0449 WordPenalty0= -3 "
+            "PhrasePenalty0= 3 TranslationModel0= -0.426491 -0.646073 -1.48557 -1.41833")
+WITH_FIELD = f"2 ||| le house zzqx  ||| {FEATURES} ||| -218.878 ||| 1=0 2=1 0=2"
+WITH_MARKERS = f"2 ||| le |1-1| house |2-2| zzqx |0-0|  ||| {FEATURES} ||| -218.878"
+WITH_BOTH = f"2 ||| le |1-1| house |2-2| zzqx |0-0|  ||| {FEATURES} ||| -218.878 ||| 1=0 2=1 0=2 ||| 1-0 2-1 0-2 "
+SPANS = ((1, 1, 0, 0), (2, 2, 1, 1), (0, 0, 2, 2))
+
+
+@pytest.mark.parametrize("line", [WITH_FIELD, WITH_MARKERS, WITH_BOTH])
+def test_segmentation_is_read_and_the_hypothesis_is_the_plain_text(line: str) -> None:
+    entry = parse_nbest_line(line)
+    assert entry.hypothesis == "le house zzqx"
+    assert entry.segmentation == SPANS
+    plain = parse_nbest_line(f"2 ||| le house zzqx  ||| {FEATURES} ||| -218.878")
+    assert plain.segmentation is None
+    assert (entry.sent_id, entry.features, entry.total) == (plain.sent_id, plain.features, plain.total)
+
+
+def test_multi_word_spans_and_a_list_without_segmentation_as_before() -> None:
+    line = LINE + " ||| 1=0-1 0=2 2=3 3-4=4-5 5-8=6-8"
+    entry = parse_nbest_line(line)
+    assert entry.segmentation == ((1, 1, 0, 1), (0, 0, 2, 2), (2, 2, 3, 3), (3, 4, 4, 5), (5, 8, 6, 8))
+    assert entry.extra == ("1=0-1 0=2 2=3 3-4=4-5 5-8=6-8",)
+    unsegmented = parse_nbest_line(LINE + " ||| 0-0 1-1")  # word alignment, not segmentation
+    assert unsegmented.segmentation is None and unsegmented.extra == ("0-0 1-1",)
+    # An escaped bar and a lone one are words: Moses' tokenizer writes | as &#124;.
+    words = parse_nbest_line("0 ||| a &#124; b | c ||| F= 1 ||| 1")
+    assert (words.hypothesis, words.segmentation) == ("a &#124; b | c", None)
+
+
+def test_a_segmented_list_rewritten_keeps_every_byte_and_features_see_the_plain_text(tmp_path: Path) -> None:
+    from mert.features import WordCount, add_features
+
+    lines = [WITH_MARKERS.replace("2 |||", "0 |||", 1), WITH_FIELD.replace("2 |||", "1 |||", 1), WITH_BOTH]
+    nbest = _write(tmp_path / "in.nbest", lines)
+    add_features(nbest, tmp_path / "out.nbest", ["s0", "s1", "s2"], [WordCount()])
+    out = (tmp_path / "out.nbest").read_text().splitlines()
+    assert out == [line.replace(" ||| -218.878", " WordCount= 3 ||| -218.878") for line in lines]
+    assert [e.segmentation for e in read_nbest(tmp_path / "out.nbest")] == [SPANS] * 3
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (WITH_FIELD.replace("2=1", "2=x1"), "segmentation '2=x1' is not SOURCE[-END]=TARGET[-END]"),
+        (WITH_FIELD.replace("1=0 ", "1-0=0 "), "segmentation '1-0=0': a span ends before it starts"),
+        (WITH_FIELD.replace("2=1", "2=2"), "segmentation '2=2': target word 2 where word 1 should start"),
+        (WITH_FIELD.replace("0=2", "0=2-3"), "covers 4 target words but the hypothesis has 3"),
+        (WITH_MARKERS.replace("|2-2|", "|2|"), "segmentation marker '|2|' is not |S-E|"),
+        (WITH_MARKERS.replace("|2-2|", "|2-2,wa=1-1"), "marker '|2-2,wa=1-1' is not |S-E|"),
+        (WITH_MARKERS.replace("|0-0|", "|0-0| |0-0|"), "segmentation marker '|0-0|' follows no target word"),
+        (WITH_MARKERS.replace("zzqx |0-0|", "zzqx"), "words after the last |S-E| segmentation marker: 'zzqx'"),
+        (WITH_MARKERS.replace("|2-2|", "|2-1|"), "segmentation '|2-1|': a span ends before it starts"),
+        (WITH_BOTH.replace("2=1 0=2", "0=1 2=2"), "the |S-E| markers of the hypothesis and the segmentation field"),
+        (WITH_FIELD.replace("0=2", "3=2"), "spans leave out or repeat source word 0"),
+        (WITH_FIELD.replace("2=1", "1=1"), "spans leave out or repeat source word 1"),
+        # A word that looks like a marker in text that is not segmented: it covers no source from 0.
+        ("1 ||| le house zzqx |3-4| ||| F= 1 ||| 1", "spans leave out or repeat source word 0"),
+    ],
+)
+def test_a_malformed_segmentation_names_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    good = [WITH_FIELD.replace("2 |||", f"{i} |||", 1) for i in (0, 1)]
+    path = _write(tmp_path / "bad.nbest", [*good, line.replace("2 |||", "1 |||", 1)])
+    with pytest.raises(NBestError) as err:
+        list(read_nbest(path))
+    assert str(err.value).startswith(f"{path}:3: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
