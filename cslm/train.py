@@ -44,7 +44,7 @@ from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output
+from infrastructure.files import atomic_output, write_json
 from infrastructure.progress import progress_bar
 from moses_integration.tokens import split_tokens
 from neural.config import TRAIN_STEPS, DictConfig, check_positive_int
@@ -237,8 +237,8 @@ def prepare_corpus(
                          context, progress)
         else:
             _write_split(corpus, valid_lines, counted.lengths, vocab, folder / "valid", context, progress)
-        vocab_path.write_text(json.dumps(vocab.words, ensure_ascii=False), encoding="utf-8")
-        meta_path.write_text(json.dumps(meta), encoding="utf-8")
+        write_json(vocab_path, vocab.words)
+        write_json(meta_path, meta)  # last: its presence says the folder is complete
     assert vocab is not None or current
     vocab = vocab or Vocab(json.loads(vocab_path.read_text(encoding="utf-8")))
     config = CSLMConfig(vocab_size=len(vocab), order=order)

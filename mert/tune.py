@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output, exclusive_use
+from infrastructure.files import atomic_output, exclusive_use, write_json
 from infrastructure.lines import read_text_lines
 from mert.bleu import References, bleu_stats_batch, corpus_bleu, read_references
 from mert.features import (
@@ -216,11 +216,6 @@ def _fingerprint(options: TuneOptions) -> dict[str, object]:
     }
 
 
-def _write_json(path: Path, doc: dict[str, object]) -> None:
-    with atomic_output(path) as fh:
-        fh.write((json.dumps(doc, indent=1) + "\n").encode("utf-8"))
-
-
 def read_state(work_dir: Path) -> dict[str, object] | None:
     """The state of an earlier run in ``work_dir``, or None."""
     path = work_dir / STATE_FILE
@@ -387,7 +382,7 @@ class Tuner:
         self, weights: dict[str, list[float]], records: list[IterationRecord], completed: int, stop: str | None
     ) -> None:
         _write_log(self.work, records)
-        _write_json(
+        write_json(
             self.work / STATE_FILE,
             {
                 "format": STATE_FORMAT,

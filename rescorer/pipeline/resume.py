@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_write_bytes
+from infrastructure.files import write_json
 
 # 3: the options hold the scorer's device type, precision and token budget; 4: chunks cut at
 # content-fixed sync points (rescorer.tables.aligned), so a version-3 partial output cannot go on;
@@ -54,7 +54,7 @@ def content_identity(path: str | os.PathLike | None) -> dict | None:
 
 def save_progress(path: Path, record: dict) -> None:
     """Replace the progress record atomically (a kill mid-write keeps the previous one)."""
-    atomic_write_bytes(path, json.dumps(record).encode("utf-8"))
+    write_json(path, record)
 
 
 def recorded_options(progress_path: Path) -> dict:
