@@ -33,15 +33,16 @@ def options_record(options: object, may_differ: Collection[str], *,
     """Every option of ``options`` but those in ``may_differ``, as plain JSON values.
 
     ``options`` is a dataclass (the fields of a dataclass inside it count as options of their own, so
-    their names must not clash) or a mapping of option names to values (click's ``params``). Paths
+    their names must not clash, unless that dataclass is named in ``may_differ`` or ``recorded_as`` as a
+    whole) or a mapping of option names to values (click's ``params``). Paths
     become strings, tuples lists, enums their values. ``recorded_as`` gives the recorded form of an
     option whose value is not plain data (a large array by its digest); any other such value is a
     ``TypeError``, so that a new kind of option is decided on, never silently dropped. A name in
     ``may_differ`` or ``recorded_as`` that is no option is a ``ValueError``: a renamed option must
     not leave its exemption behind.
     """
-    values = _flat_options(options)
     recorded_as = dict(recorded_as or {})
+    values = _flat_options(options, {*may_differ, *recorded_as})
     unknown = sorted((set(may_differ) | set(recorded_as)) - set(values))
     if unknown:
         raise ValueError(f"not options of {type(options).__name__}: {', '.join(unknown)}")
@@ -49,8 +50,8 @@ def options_record(options: object, may_differ: Collection[str], *,
             for name, value in values.items() if name not in may_differ}
 
 
-def _flat_options(options: object) -> dict[str, object]:
-    """The options by name, the fields of nested dataclasses raised to the top."""
+def _flat_options(options: object, whole: Collection[str] = ()) -> dict[str, object]:
+    """The options by name, the fields of nested dataclasses raised to the top (but those named in ``whole``)."""
     if isinstance(options, Mapping):
         items = list(options.items())
     elif dataclasses.is_dataclass(options) and not isinstance(options, type):
@@ -59,8 +60,8 @@ def _flat_options(options: object) -> dict[str, object]:
         raise TypeError(f"options_record takes a dataclass or a mapping, not {type(options).__name__}")
     values: dict[str, object] = {}
     for name, value in items:
-        inner = _flat_options(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) \
-            else {name: value}
+        nested = dataclasses.is_dataclass(value) and not isinstance(value, type) and name not in whole
+        inner = _flat_options(value, whole) if nested else {name: value}
         clash = set(inner) & set(values)
         if clash:
             raise ValueError(f"options of {type(options).__name__} named twice: {', '.join(sorted(clash))}")

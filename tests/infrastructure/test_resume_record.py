@@ -33,6 +33,10 @@ def test_every_option_is_recorded_as_json_but_those_that_may_differ() -> None:
         "chunk_lines": 100, "shard": [1, 3], "table": "pt.gz", "names": ["a", "b"], "budget": None, "share": True}
     assert options_record({"beam": 3, "quiet": True, "ini": Path("m.ini")}, {"quiet"}) == {"beam": 3, "ini": "m.ini"}
     assert options_record({"flags": object()}, (), recorded_as={"flags": "digest"}) == {"flags": "digest"}
+    # a dataclass of options inside is free or recorded as a whole when named so (its fields may clash then)
+    assert options_record({"budget": 1, "inner": Inner()}, {"inner"}) == {"budget": 1}
+    assert options_record({"budget": 1, "inner": Inner()}, (), recorded_as={"inner": "x"}) == {"budget": 1,
+                                                                                              "inner": "x"}
 
 
 def test_what_cannot_be_recorded_or_is_no_option_is_a_bug_found_at_once() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import gzip
 import json
 import math
@@ -32,6 +33,7 @@ from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.proposals import propose as propose_module
 from rescorer.proposals.lexical import lexical_scores, read_word_table
 from rescorer.proposals.propose import ProposeOptions, propose
 
@@ -325,6 +327,31 @@ def test_without_resume_a_kept_work_folder_is_one_line_and_stays(system, tmp_pat
     result = _cli(system, system / "phrase-table.gz", out, "--resume")
     assert result.exit_code == 0, result.output
     assert not (tmp_path / ".out.gz.propose").exists() and len(_lines(out)) > len(_lines(system / "phrase-table.gz"))
+
+
+@dataclasses.dataclass
+class WithANewOption(ProposeOptions):
+    """The options with one more, as a new feature adds one: listed nowhere else."""
+
+    new_knob: int = 0
+
+
+def test_a_new_option_is_in_the_resume_record_unless_listed_as_one_that_may_differ(tmp_path, monkeypatch) -> None:
+    """Every option is recorded but those said to be free (where the listing's copy goes; the rescoring's, which
+    its own record checks); an option of --for-text only with it, and λ, μ only with a reverse model."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(b"")
+
+    def record(**kw) -> dict:
+        return propose_module._run_identity(str(table), object(), WithANewOption(**kw), torch.device("cpu"), 64,
+                                            None)["options"]
+
+    assert record(new_knob=1)["new_knob"] == 1 and record()["new_knob"] == 0
+    assert record(list_path="a.tsv") == record(list_path="b.tsv", resume=True, rescore=RescoreOptions(workers=3))
+    assert record(thin_below=9) == record() and record(thin_below=9)["thin_below"] is None
+    assert record(beam=3) != record(beam=4) and record()["rerank"] is None
+    monkeypatch.setattr(propose_module, "PROPOSE_MAY_DIFFER", propose_module.PROPOSE_MAY_DIFFER | {"new_knob"})
+    assert "new_knob" not in record(new_knob=1)
 
 
 def test_resume_with_another_option_or_input_is_refused_naming_it(system, tmp_path, monkeypatch) -> None:
