@@ -387,6 +387,18 @@ def test_resume_refuses_another_precision_or_token_budget(tmp_path: Path, model_
         run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True, **changed)
 
 
+def test_a_progress_record_of_an_earlier_version_is_refused_in_one_line(tmp_path: Path, model_file: Path) -> None:
+    """Version 7 recorded fewer options: it cannot tell whether the run was made as this one would be."""
+    table, ck = interrupted_run(tmp_path, model_file)
+    progress = tmp_path / ".out.gz.progress.json"
+    record = json.loads(progress.read_text())
+    record["version"] = 7
+    progress.write_text(json.dumps(record))
+    with pytest.raises(RescoreError, match=rf"^cannot --resume: {progress} was written by another version of this "
+                                           rf"program \(progress record version 7, this one writes 8\); remove "):
+        run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True)
+
+
 @dataclass
 class WithANewOption(RescoreOptions):
     """The options with one more, as a new feature adds one: listed nowhere else."""
