@@ -44,7 +44,7 @@ from cslm.model_file import load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output
+from infrastructure.files import atomic_output, write_json
 from infrastructure.progress import progress_bar
 from moses_integration.tokens import split_tokens
 from neural.config import TRAIN_STEPS, DictConfig, check_positive_int
@@ -55,6 +55,7 @@ from neural.training import (
     announce,
     check_resumable,
     check_same_data,
+    check_same_recipe,
     data_folder,
     last_checkpoint_path,
     resume_source,
@@ -83,6 +84,11 @@ class CSLMTrainConfig(DictConfig):
     checkpoint_every: float = 600.0  # seconds between mid-epoch saves of MODEL.last
     self_normalize: float = 0.0  # alpha of the alpha * (log Z)^2 penalty (Devlin et al. 2014); 0 = off
     train_step: str = "auto"  # how an update runs (cslm.step); the same updates to ~1e-6 whichever
+
+    #: What a ``--resume`` may change (neural.training.check_same_recipe): when to stop, how often the state
+    #: is saved, how an update runs; the rest of the recipe is the interrupted run's.
+    RESUME_MAY_DIFFER: ClassVar[frozenset[str]] = frozenset({"max_epochs", "max_time", "patience",
+                                                             "checkpoint_every", "train_step"})
 
     def __post_init__(self) -> None:
         check_positive_int("CSLMTrainConfig", "batch_size", self.batch_size)
@@ -237,8 +243,8 @@ def prepare_corpus(
                          context, progress)
         else:
             _write_split(corpus, valid_lines, counted.lengths, vocab, folder / "valid", context, progress)
-        vocab_path.write_text(json.dumps(vocab.words, ensure_ascii=False), encoding="utf-8")
-        meta_path.write_text(json.dumps(meta), encoding="utf-8")
+        write_json(vocab_path, vocab.words)
+        write_json(meta_path, meta)  # last: its presence says the folder is complete
     assert vocab is not None or current
     vocab = vocab or Vocab(json.loads(vocab_path.read_text(encoding="utf-8")))
     config = CSLMConfig(vocab_size=len(vocab), order=order)
@@ -401,6 +407,7 @@ class _CSLMTraining(Training):
         loaded = load_cslm(resume_from, dev) if resume_from is not None else None
         if loaded is not None:
             check_resumable(loaded.path or model_out, loaded.train_state, loaded.optimizer_state)
+            check_same_recipe(loaded.path or model_out, loaded.train_config, cfg, cfg.RESUME_MAY_DIFFER)
             model_config = loaded.model.config
         vocab, train_split, valid_split, fingerprint = prepare_corpus(
             corpus, data_folder(model_out), shortlist=shortlist, order=model_config.order, valid=valid,

@@ -22,6 +22,7 @@ import errno
 import fcntl
 import gzip
 import io
+import json
 import os
 import shutil
 import socket
@@ -410,6 +411,19 @@ def atomic_write_bytes(path: PathArg, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (small files: progress records, weights)."""
     with atomic_output(path) as fh:
         fh.write(data)
+
+
+def write_json(path: PathArg, doc: object, *, sort_keys: bool = False) -> None:
+    """Replace ``path`` with ``doc`` as JSON, atomically: the one way the project writes a JSON file.
+
+    Progress records, training and tuning states, stamps and reports are read back by a resumed run
+    or a later step; written any other way, a kill mid-write leaves a file that neither the old run
+    nor the new one can read. One format, so that the same document is always the same bytes:
+    indented by one space (readable, diffable when committed), ASCII only (non-ASCII characters as
+    ``\\uXXXX``), a final newline; keys in the document's order, or sorted with ``sort_keys``. A
+    ``.gz`` name is compressed, as every output (:func:`atomic_output`).
+    """
+    atomic_write_bytes(path, (json.dumps(doc, indent=1, sort_keys=sort_keys) + "\n").encode("ascii"))
 
 
 def fsync_directory(folder: Path) -> None:

@@ -297,9 +297,8 @@ def evaluate_command(
     Post-processing: detruecase, detokenize and unescape (sacremoses). Several runs give
     mean ± std; --baseline/--baseline-ini add paired bootstrap resampling (sacrebleu).
     """
-    import json
 
-    from infrastructure.files import atomic_write_bytes
+    from infrastructure.files import write_json
     from mert.evaluate import decode_test_set, evaluate
 
     if not hyps and not inis:
@@ -338,7 +337,7 @@ def evaluate_command(
     for line in report.lines():
         click.echo(line)
     if json_path is not None:
-        atomic_write_bytes(json_path, (json.dumps(report.to_json(), indent=1) + "\n").encode("utf-8"))
+        write_json(json_path, report.to_json())
 
 
 if __name__ == "__main__":  # python -m mert.cli, for environments without the console script

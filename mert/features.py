@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from infrastructure.errors import UserError
-from infrastructure.files import PathArg, atomic_output, display_name
+from infrastructure.files import PathArg, display_name, write_json
 from infrastructure.lines import read_text_lines
 from moses_integration.moses_ini import dense_feature_name_problem
 from moses_integration.nbest import NBestEntry, NBestError, append_features
@@ -374,8 +374,7 @@ def write_sidecar(ini_path: PathArg, extras: Sequence[ExtraFeatureWeights]) -> P
         "(mert evaluate does this)",
         "features": [{"spec": e.spec, "name": e.name, "weights": list(e.weights)} for e in extras],
     }
-    with atomic_output(path) as fh:
-        fh.write((json.dumps(doc, indent=2) + "\n").encode("utf-8"))
+    write_json(path, doc)
     return path
 
 

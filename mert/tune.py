@@ -33,8 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output, exclusive_use
+from infrastructure.files import atomic_output, exclusive_use, write_json
 from infrastructure.lines import read_text_lines
+from infrastructure.resume_record import check_same_options, options_record
 from mert.bleu import References, bleu_stats_batch, corpus_bleu, read_references
 from mert.features import (
     ExtraFeatureWeights,
@@ -67,8 +68,18 @@ STOP_CONVERGED = "weights converged"
 STOP_NO_NEW = "no new hypotheses"
 STOP_MAX = "maximum iterations"
 
-#: Options whose change makes an existing working directory's lists meaningless for a resume.
-_RESUME_KEYS = ("ini", "source", "references", "features", "nbest_size")
+#: Options a resumed tuning may change, as the weights it finds stay the same: where it works and writes,
+#: how fast it decodes, when it stops (a larger --max-iterations goes on from a finished run), and the
+#: folder Moses is run from (the same decoder installed elsewhere). Every other option is recorded in the
+#: state (:func:`_options_record`) and a resume with another one is refused.
+RESUME_MAY_DIFFER = frozenset({"work_dir", "moses_bin_dir", "threads", "max_iterations", "min_weight_change",
+                               "output_ini", "resume"})
+#: The command-line names of recorded options whose field is named otherwise.
+_OPTION_NAMES = {"ini": "--moses-ini", "source": "--src", "references": "--ref", "feature_specs": "--feature",
+                 "features": "--feature"}
+#: What a state written before every option was recorded (only a "fingerprint") is compared on.
+_FINGERPRINT_KEYS = {"ini": "ini", "source": "source", "references": "references", "features": "feature_specs",
+                     "nbest_size": "nbest_size"}
 
 _LOG_COLUMNS = (
     "iteration",
@@ -204,22 +215,13 @@ def format_weight_lines(weights: dict[str, list[float]]) -> list[str]:
 # State and log
 
 
-def _fingerprint(options: TuneOptions) -> dict[str, object]:
-    return {
-        "ini": str(options.ini.resolve()),
-        "source": str(options.source.resolve()),
+def _options_record(options: TuneOptions) -> dict[str, object]:
+    """What a resume must match: every option but :data:`RESUME_MAY_DIFFER`, the files by their absolute paths."""
+    return options_record(options, RESUME_MAY_DIFFER, recorded_as={
+        "ini": str(options.ini.resolve()), "source": str(options.source.resolve()),
         "references": [str(p.resolve()) for p in options.references],
-        "features": list(options.feature_specs),
-        "nbest_size": options.nbest_size,
-        "seed": options.seed,
-        "restarts": options.restarts,
-        "fixed": list(options.fixed),
-    }
-
-
-def _write_json(path: Path, doc: dict[str, object]) -> None:
-    with atomic_output(path) as fh:
-        fh.write((json.dumps(doc, indent=1) + "\n").encode("utf-8"))
+        "decoder_cwd": str(options.decoder_cwd.resolve()) if options.decoder_cwd is not None else None,
+    })
 
 
 def read_state(work_dir: Path) -> dict[str, object] | None:
@@ -359,7 +361,6 @@ class Tuner:
 
     def _load_or_start(self) -> tuple[dict[str, list[float]], list[IterationRecord], int, str | None]:
         state = read_state(self.work)
-        fingerprint = _fingerprint(self.options)
         if state is None:
             if self.options.resume:
                 self.log(f"no {STATE_FILE} in {self.work}: starting from iteration 1")
@@ -369,14 +370,14 @@ class Tuner:
                 f"{self.work} already holds a tuning run ({STATE_FILE}): pass --resume to continue it "
                 "or choose another --work-dir"
             )
-        old = state.get("fingerprint", {})
-        assert isinstance(old, dict)
-        changed = [k for k in _RESUME_KEYS if old.get(k) != fingerprint[k]]
-        if changed:
-            raise TuneError(
-                f"cannot --resume: {', '.join(changed)} differ from the run in {self.work} "
-                f"({', '.join(f'{k}={old.get(k)!r}' for k in changed)})"
-            )
+        record = _options_record(self.options)
+        then = state.get("options")
+        if not isinstance(then, dict):  # a state of before the options record: the options it holds count
+            old = state.get("fingerprint")
+            then = {key: old.get(key) for key in _FINGERPRINT_KEYS} if isinstance(old, dict) else {}
+            record = {key: record[field] for key, field in _FINGERPRINT_KEYS.items()}
+        check_same_options(then, record, self.work / STATE_FILE, names=_OPTION_NAMES, error=TuneError,
+                           advice="resume with the same options, or choose another --work-dir")
         records = [IterationRecord(**r) for r in state["iterations"]]  # type: ignore[arg-type, union-attr]
         weights = {k: [float(x) for x in v] for k, v in state["weights"].items()}  # type: ignore[union-attr]
         completed = int(state["completed_iterations"])  # type: ignore[arg-type]
@@ -388,11 +389,11 @@ class Tuner:
         self, weights: dict[str, list[float]], records: list[IterationRecord], completed: int, stop: str | None
     ) -> None:
         _write_log(self.work, records)
-        _write_json(
+        write_json(
             self.work / STATE_FILE,
             {
                 "format": STATE_FORMAT,
-                "fingerprint": _fingerprint(self.options),
+                "options": _options_record(self.options),
                 "completed_iterations": completed,
                 "stop_reason": stop,
                 "weights": weights,

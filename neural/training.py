@@ -8,8 +8,9 @@ Defined here once, for ``rescorer train``, ``cslm train``, ``nmt train`` and any
   (:func:`last_checkpoint_path`, :func:`data_folder`, :func:`training_files`);
 - the device and precision a run trains in (:func:`training_device`, :func:`announce`);
 - resuming: which file (:func:`resume_source`), the checks that it continues this very run
-  (:func:`check_resumable`, :func:`check_same_data`), and the typed state ``MODEL.last`` keeps
-  (:class:`TrainingState`: the clock, the best metric, patience, the validations, the data's fingerprint);
+  (:func:`check_resumable`, :func:`check_same_data`, :func:`check_same_recipe`), and the typed state
+  ``MODEL.last`` keeps (:class:`TrainingState`: the clock, the best metric, patience, the validations,
+  the data's fingerprint);
 - the loop (:meth:`Training.run`): a first validation, the clock ``max_time`` reads (kept across
   ``--resume``), a validation and a save of ``MODEL.last`` (and of ``MODEL`` when better) whenever the
   model says one is due, the stop reason asked before the first update and after each validation,
@@ -75,7 +76,7 @@ import dataclasses
 import math
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -86,6 +87,7 @@ from tqdm import tqdm
 from infrastructure.errors import UserError
 from infrastructure.files import FOLDER_MARK, exclusive_use, removed_when_the_disk_fills
 from infrastructure.interrupts import Interrupted
+from infrastructure.resume_record import check_same_options, options_record
 
 if TYPE_CHECKING:
     import torch
@@ -148,6 +150,18 @@ def check_same_data(path: Path, train_state: Mapping[str, Any], fingerprint: obj
     """A run resumes on the data it was trained on, or not at all: the order of the updates depends on it."""
     if train_state.get("data") != fingerprint:
         raise UserError(f"{path}: trained on other data (or other settings) than {source}; cannot resume")
+
+
+def check_same_recipe(path: Path, recorded: Mapping[str, Any] | None, config: Any,
+                      may_differ: Collection[str]) -> None:
+    """A run resumes with the recipe it started with: every option of ``config`` (a training config) but
+    ``may_differ`` (the stops, how an update runs, how often the state is saved) must be the one ``path``
+    recorded, or the resumed updates would be another training's, spliced onto this one's. One line names
+    each that differs (``infrastructure.resume_record``). A recipe written before an option existed ran
+    at its default."""
+    now = options_record(config, may_differ)
+    then = {**options_record(type(config)(), may_differ), **{k: v for k, v in (recorded or {}).items() if k in now}}
+    check_same_options(then, now, path, advice="resume with the same options, or train into another MODEL")
 
 
 def training_device(device: str, precision: str) -> tuple[torch.device, str, torch.dtype | None]:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 
-from infrastructure.files import atomic_output
+from infrastructure.files import atomic_output, write_json
 from infrastructure.lines import read_text_lines
 from mert.evaluate import check_same_length, mean_std, paired_bootstrap, score_system
 from mert.significance import (
@@ -404,8 +404,7 @@ def write_report(doc: dict[str, object], out_dir: Path, command: str = "") -> li
     """Write table1.json, table1.md and table1.png into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / name for name in REPORT_FILES]
-    with atomic_output(paths[0]) as fh:
-        fh.write((json.dumps(doc, indent=1) + "\n").encode("utf-8"))
+    write_json(paths[0], doc)
     with atomic_output(paths[1]) as fh:
         fh.write(format_markdown(doc, command).encode("utf-8"))
     draw_png(doc, paths[2])

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from infrastructure.files import atomic_write_bytes
+from infrastructure.files import atomic_write_bytes, write_json
 from mert.significance import (
     RUNS_METHOD,
     RunsTest,
@@ -115,7 +115,7 @@ def rerender(json_path: Path, command: str, root: Path = Path(".")) -> list[Path
     markdown = _splice(markdown, "| configuration | dev", "sacreBLEU signature:", results)
     if doc.get("beside"):
         markdown = _splice(markdown, "## Beside the other runs", "## ", [*format_beside(doc["beside"]), ""])
-    atomic_write_bytes(json_path, (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
+    write_json(json_path, doc)
     atomic_write_bytes(md_path, markdown.encode("utf-8"))
     draw_png(doc, png_path)
     return [json_path, md_path, png_path]

@@ -344,9 +344,10 @@ def tuned_seed(exp: Experiment, plan: RunPlan) -> int | None:
 
 
 def state_seed(state: dict[str, object]) -> int | None:
-    """``mert tune``'s seed as its tuning state records it (None: no state, or random seeds)."""
-    fingerprint = state.get("fingerprint")
-    seed = fingerprint.get("seed") if isinstance(fingerprint, dict) else None
+    """``mert tune``'s seed as its tuning state records it (None: no state, or random seeds), in its
+    options (or, written by an earlier version, its fingerprint)."""
+    options = state.get("options", state.get("fingerprint"))
+    seed = options.get("seed") if isinstance(options, dict) else None
     return seed if isinstance(seed, int) else None
 
 

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrastructure import files
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output, atomic_path
+from infrastructure.files import atomic_path
 from moses_integration.moses_ini import MosesIni
 from table1.settings import SCALES, Configuration, RunPlan, ScaleSettings
 from table1.system_training import MosesInstall, run_logged
@@ -53,9 +54,10 @@ def say(message: str) -> None:
 
 
 def write_json(path: Path, doc: object) -> None:
+    """A work folder's record (settings, stamps, clocks), its folder made first; keys sorted, so that
+    the same settings are the same bytes whatever order they were gathered in."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(path) as fh:
-        fh.write((json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    files.write_json(path, doc, sort_keys=True)
 
 
 @dataclass

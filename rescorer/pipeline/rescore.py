@@ -50,6 +50,7 @@ from infrastructure.files import (
 )
 from infrastructure.interrupts import held_while_starting_children
 from infrastructure.progress import progress_bar
+from infrastructure.resume_record import options_record
 from infrastructure.threads import available_cpus
 from moses_integration.phrase_table import PhraseTableError
 from neural.device import autocast_dtype, matmul_precision, scoring_precision, select_device
@@ -113,22 +114,19 @@ class RescoreOptions:
     # (``rescorer propose``'s indicator of proposed pairs); None: two new columns only.
     flag_lines: np.ndarray | None = None
 
-    def identity(self) -> dict:
-        """Settings that change the output bytes; a resume must use the same ones.
+    #: Options a resumed run may change, as they leave the output's bytes alone: how many processes,
+    #: what is shown, and ``skip_bad_lines`` (up to the first bad line the output is the same either way,
+    #: so a run stopped by a malformed line can continue with ``--skip-bad-lines --resume``). The device,
+    #: precision and token budget asked for may differ too: the ones they resolved to are recorded
+    #: instead (:func:`scorer_identity`). Every other option is in the record.
+    MAY_DIFFER = frozenset({"workers", "progress", "resume", "skip_bad_lines", "device", "precision",
+                            "token_budget"})
 
-        ``skip_bad_lines`` is not one: up to the first bad line the output is the same either way,
-        so a run stopped by a malformed line can continue with ``--skip-bad-lines --resume``.
-        """
-        # "compresslevel" is the key progress records already on disk carry for compress_level.
-        identity = {
-            "chunk_lines": self.chunk_lines, "wp_side": self.wp_side,
-            "shard": list(self.shard) if self.shard else None, "compresslevel": self.compress_level,
-            "scores_parquet": self.scores_parquet, "num_scores": self.num_scores,
-        }
-        if self.flag_lines is not None:  # only then: progress records of runs without it stay valid
-            flags = np.ascontiguousarray(self.flag_lines, dtype=np.int64)
-            identity["flag_lines"] = hashlib.sha1(flags.tobytes()).hexdigest()
-        return identity
+    def identity(self) -> dict:
+        """Every option but :attr:`MAY_DIFFER`: a resume must use the same ones (``flag_lines`` by its digest)."""
+        flags = None if self.flag_lines is None else hashlib.sha1(
+            np.ascontiguousarray(self.flag_lines, dtype=np.int64).tobytes()).hexdigest()
+        return options_record(self, self.MAY_DIFFER, recorded_as={"flag_lines": flags})
 
 
 @dataclass

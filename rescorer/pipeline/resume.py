@@ -16,14 +16,16 @@ import os
 from pathlib import Path
 
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_write_bytes
+from infrastructure.files import write_json
+from infrastructure.resume_record import check_same_options, shown
 
 # 3: the options hold the scorer's device type, precision and token budget; 4: chunks cut at
 # content-fixed sync points (rescorer.tables.aligned), so a version-3 partial output cannot go on;
 # 5: a gzip member starts at every shard point, and the shard state holds the last source key;
 # 6: shard points (and so gzip members) follow a grid of lines, not a hash of the sources; 7: models
-# by content (content_identity), partial files beside a symlinked output's target
-PROGRESS_VERSION = 7
+# by content (content_identity), partial files beside a symlinked output's target; 8: every option but those
+# that may differ (infrastructure.resume_record)
+PROGRESS_VERSION = 8
 
 
 class ResumeError(UserError):
@@ -54,7 +56,7 @@ def content_identity(path: str | os.PathLike | None) -> dict | None:
 
 def save_progress(path: Path, record: dict) -> None:
     """Replace the progress record atomically (a kill mid-write keeps the previous one)."""
-    atomic_write_bytes(path, json.dumps(record).encode("utf-8"))
+    write_json(path, record)
 
 
 def recorded_options(progress_path: Path) -> dict:
@@ -79,35 +81,20 @@ def load_progress(progress_path: Path, partials: dict[str, Path], identity: dict
     if not progress_path.exists() or not main_partial.exists():
         return fresh
     saved = json.loads(progress_path.read_text(encoding="utf-8"))
-    for key in ("version", "input", "model", "options"):
+    start_over = start_over or f"remove {main_partial} and {progress_path} to start over"
+    if saved.get("version") != identity["version"]:
+        raise ResumeError(f"cannot --resume: {progress_path} was written by another version of this program "
+                          f"(progress record version {saved.get('version')!r}, this one writes "
+                          f"{identity['version']}); {start_over}")
+    for key in ("input", "model"):
         if saved.get(key) != identity[key]:
-            raise ResumeError(
-                f"cannot --resume: the {key} {'differ' if key == 'options' else 'differs'} from the interrupted "
-                f"run recorded in {progress_path}"
-                f"{_difference(saved.get(key), identity[key])}; "
-                f"{start_over or f'remove {main_partial} and {progress_path} to start over'}"
-            )
+            raise ResumeError(f"cannot --resume: the {key} differs from the interrupted run recorded in "
+                              f"{progress_path} ({shown(saved.get(key))} then, {shown(identity[key])} now); "
+                              f"{start_over}")
+    check_same_options(saved.get("options") or {}, identity["options"], progress_path, error=ResumeError,
+                       advice=f"resume with the same options, or {start_over}")
     for counter, partial in partials.items():
         size = partial.stat().st_size if partial.exists() else 0
         if size < saved.get(counter, 0):
             raise ResumeError(f"cannot --resume: {partial} is shorter than its recorded {saved[counter]} bytes")
     return saved
-
-
-def _difference(then: object, now: object) -> str:
-    """`` (beam: 10 then, 6 now)``: which recorded settings changed, so the user knows what to put back."""
-    if not isinstance(then, dict) or not isinstance(now, dict):
-        return f" ({then!r} then, {now!r} now)" if then is not None and now is not None else ""
-    changed = [f"{k}: {_shown(then.get(k))} then, {_shown(now.get(k))} now" for k in sorted({*then, *now}, key=str)
-               if then.get(k) != now.get(k)]
-    return f" ({'; '.join(changed)})" if changed else ""
-
-
-def _shown(value: object) -> str:
-    """A recorded value in a message: a file's identity by its path, size and time (:func:`file_identity`) or
-    by its size and hash (:func:`content_identity`)."""
-    if isinstance(value, dict) and "path" in value:
-        return f"{value['path']} ({value.get('size')} bytes, mtime {value.get('mtime_ns')})"
-    if isinstance(value, dict) and "sha256" in value:
-        return f"a file of {value.get('size')} bytes, SHA-256 {str(value['sha256'])[:12]}…"
-    return repr(value)

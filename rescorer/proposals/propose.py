@@ -50,6 +50,7 @@ from tqdm import tqdm
 from infrastructure.files import atomic_output, atomic_path, display_name, exclusive_use
 from infrastructure.lines import iter_text_lines
 from infrastructure.progress import progress_bar
+from infrastructure.resume_record import options_record
 from moses_integration.phrase_table import SEPARATOR, iter_lines
 from moses_integration.tokens import split_tokens
 from neural.device import autocast_dtype, scoring_precision, select_device
@@ -236,23 +237,33 @@ def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOption
     return summary
 
 
+#: Options a resumed run may change: where the listing's copy goes, ``resume`` itself, and the rescoring's
+#: options, which its own progress record checks (the device type and precision they resolve to, which the
+#: search uses too, are recorded here).
+PROPOSE_MAY_DIFFER = frozenset({"list_path", "resume", "rescore"})
+
+
 def _run_identity(table: str, checkpoint: Checkpoint, opts: ProposeOptions, device: torch.device, rows: int,
                   reverse: Checkpoint | None) -> dict:
-    """What decides the output's bytes: the input files and the options. A resume must have the same.
+    """What decides the output's bytes: the input files and every option but :data:`PROPOSE_MAY_DIFFER`
+    (files by their identity). A resume must have the same.
 
     The device type and ``rows`` decide the search's batches, hence the shapes of its matmuls and
-    the last bits of its scores. The options of ``--for-text`` count only with it.
+    the last bits of its scores. The options of ``--for-text`` count only with it, λ and μ only with a
+    reverse model (None otherwise, as records that lack them read).
     """
     e2f, f2e = lex_paths(table, opts.lex_e2f, opts.lex_f2e)
-    options = {"beam": opts.beam, "per_source": opts.per_source, "max_target_words": opts.max_target_words,
-               "lex_e2f": _identity_if_present(e2f), "lex_f2e": _identity_if_present(f2e),
-               "for_text": _identity_if_present(opts.for_text), "rows_per_step": rows, "device": device.type,
-               "precision": scoring_precision(opts.rescore.precision)}
-    if opts.for_text is not None:
-        options.update(thin_below=opts.thin_below, max_source_words=opts.max_source_words)
+    with_text = opts.for_text is not None
+    options = options_record(opts, PROPOSE_MAY_DIFFER, recorded_as={
+        "lex_e2f": _identity_if_present(e2f), "lex_f2e": _identity_if_present(f2e),
+        "for_text": _identity_if_present(opts.for_text), "rows_per_step": rows,
+        "thin_below": opts.thin_below if with_text else None,
+        "max_source_words": opts.max_source_words if with_text else None,
+        "rerank": asdict(opts.rerank) if reverse is not None else None,
+    })
+    options.update(device=device.type, precision=scoring_precision(opts.rescore.precision))
     if reverse is not None:
-        options.update(reverse_model=_identity_if_present(getattr(reverse, "path", None), content_identity),
-                       rerank=asdict(opts.rerank))
+        options.update(reverse_model=_identity_if_present(getattr(reverse, "path", None), content_identity))
     return {"version": WORK_VERSION, "input": file_identity(table),
             "model": _identity_if_present(getattr(checkpoint, "path", None), content_identity), "options": options}
 

@@ -365,6 +365,23 @@ def test_training_into_a_held_model_stops_and_keeps_the_model(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fr.txt", "m.pt"]
 
 
+def test_a_resume_with_another_recipe_is_refused_naming_it_and_the_stops_may_differ(tmp_path: Path) -> None:
+    """A resume went on with the options given to it: one with another --lr made the rest of the training
+    another recipe's, spliced onto the first. Only the stops (and how an update runs) may change."""
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(300)), encoding="utf-8")
+    model = tmp_path / "m.pt"
+    args = ["train", str(corpus), str(model), "--order", "3", "--embedding", "8", "--hidden", "16", "--shortlist",
+            "200", "--epoch-size", "512", "--batch-size", "64", "-q", "--device", "cpu", "--threads", "1"]
+    assert CliRunner().invoke(main, [*args, "--max-epochs", "1"]).exit_code == 0
+    res = CliRunner().invoke(main, [*args, "--max-epochs", "2", "--resume", "--lr", "0.01", "--batch-size", "32"])
+    _one_error_line(res, f"cannot --resume: {model}.last was made with --batch-size 64, now 32; with --lr none, now "
+                         "0.01; resume with the same options, or train into another MODEL")
+    res = CliRunner().invoke(main, [*args, "--max-epochs", "2", "--resume", "--patience", "3"])
+    assert res.exit_code == 0, res.output
+    assert load_cslm(model.with_name("m.pt.last")).train_state["epoch"] == 2
+
+
 def test_training_again_without_resume_keeps_the_trained_model(tmp_path: Path) -> None:
     corpus = tmp_path / "fr.txt"
     corpus.write_text("".join(_french_lines(50)), encoding="utf-8")

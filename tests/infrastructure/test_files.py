@@ -29,6 +29,7 @@ from infrastructure.files import (
     open_input,
     open_output,
     outputs_of_a_run,
+    write_json,
 )
 from moses_integration.phrase_table import iter_lines
 from table_lines import GOOD, write_bytes, write_lines
@@ -105,6 +106,28 @@ def test_atomic_output_replaces_only_on_success(tmp_path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     assert dest.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_write_json_is_one_format_and_replaces_only_when_complete(tmp_path: Path, monkeypatch) -> None:
+    """A resumed run reads the record the killed one wrote: a failure while the new one is written (here the
+    fsync before the rename, as a full disk would) keeps the old record whole and leaves no temp file."""
+    dest = tmp_path / "progress.json"
+    write_json(dest, {"lines": 3, "z": "été", "a": [1, 2]})
+    assert dest.read_bytes() == b'{\n "lines": 3,\n "z": "\\u00e9t\\u00e9",\n "a": [\n  1,\n  2\n ]\n}\n'
+    before = dest.read_bytes()
+
+    def disk_full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        write_json(dest, {"lines": 4})
+    monkeypatch.undo()
+    with pytest.raises(TypeError):  # not JSON: found before anything is written
+        write_json(dest, {"lines": 5, "bad": {1, 2}})
+    assert dest.read_bytes() == before and os.listdir(tmp_path) == ["progress.json"]
+    write_json(dest, {"z": 1, "a": 2}, sort_keys=True)
+    assert dest.read_bytes() == b'{\n "a": 2,\n "z": 1\n}\n'
 
 
 def test_atomic_output_plain_and_stdout(tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:

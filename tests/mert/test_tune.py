@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -119,7 +120,8 @@ def test_continue_after_a_crash_gives_the_uninterrupted_result(dev: dict[str, Pa
     (work / "run3.moses.ini").write_text("[weight]\n")
     with pytest.raises(TuneError, match="pass --resume to continue it"):
         tune(tune_options(dev, work, max_iterations=4, min_weight_change=0.0), log=quiet)
-    with pytest.raises(TuneError, match="cannot --resume: references"):
+    with pytest.raises(TuneError, match=r"cannot --resume: .*tuning-state.json was made with --ref \[.*; resume with "
+                                        r"the same options, or choose another --work-dir$"):
         tune(tune_options(dev, work, max_iterations=4, references=[dev["src"]], resume=True), log=quiet)
     messages: list[str] = []
     resumed = tune(tune_options(dev, work, max_iterations=4, min_weight_change=0.0, resume=True), log=messages.append)
@@ -135,6 +137,31 @@ def test_continue_after_a_crash_gives_the_uninterrupted_result(dev: dict[str, Pa
     # Continuing a finished run only rewrites the outputs.
     again = tune(tune_options(dev, work, max_iterations=4, min_weight_change=0.0, resume=True), log=quiet)
     assert again.weights == full.weights and len(again.iterations) == len(full.iterations)
+
+
+def test_a_resume_with_another_option_that_changes_the_weights_is_refused_naming_it(dev: dict[str, Path],
+                                                                                   tmp_path: Path) -> None:
+    """Every option is in the state but those that may differ (threads, when to stop, where to write): a resume
+    with another --seed, --restarts or --fixed once went on and mixed two tunings' iterations."""
+    work = tmp_path / "work"
+    tune(tune_options(dev, work, max_iterations=1), log=quiet)
+    state = work / STATE_FILE
+    for changed, named in [({"seed": 7}, "--seed 0, now 7"), ({"restarts": 6}, "--restarts 5, now 6"),
+                           ({"decoder_flags": ["-distortion-limit", "6"]}, "--decoder-flags [], now ['-distortion-")]:
+        with pytest.raises(TuneError, match=rf"^cannot --resume: {state} was made with {re.escape(named)}"):
+            tune(tune_options(dev, work, max_iterations=2, resume=True, **changed), log=quiet)
+    resumed = tune(tune_options(dev, work, max_iterations=2, threads=2, min_weight_change=0.0, resume=True),
+                   log=quiet)
+    assert len(resumed.iterations) == 2
+    # A state written before every option was recorded holds a "fingerprint" of five: those are compared.
+    doc = json.loads(state.read_text())
+    old = doc.pop("options")
+    doc["fingerprint"] = {"ini": old["ini"], "source": old["source"], "references": old["references"],
+                          "features": old["feature_specs"], "nbest_size": old["nbest_size"], "seed": 0}
+    state.write_text(json.dumps(doc))
+    with pytest.raises(TuneError, match=r"was made with --nbest-size 100, now 50; resume with the same options"):
+        tune(tune_options(dev, work, max_iterations=2, nbest_size=50, resume=True), log=quiet)
+    assert len(tune(tune_options(dev, work, max_iterations=2, seed=7, resume=True), log=quiet).iterations) == 2
 
 
 def test_extra_feature_is_tuned_and_its_weight_goes_to_the_sidecar(dev: dict[str, Path], tmp_path: Path) -> None:

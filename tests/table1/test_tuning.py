@@ -204,3 +204,10 @@ def test_test_decodes_keep_the_translation_details_of_moses_own_1best(tmp_path, 
                      ("eval/cslm-nbest-rnn/run1.dev.tok", None), ("eval/cslm-nbest-rnn/run1.test.tok", None)]
     stamp = json.loads(exp.stamp_path("eval/rnn/run1/test").read_text())
     assert stamp["details"] == str(exp.work / "eval" / "rnn" / "run1.test.tok.details")
+
+
+def test_the_seed_of_a_tuning_is_read_from_its_state_of_either_form() -> None:
+    """``mert tune`` records its options (the seed among them); a state of an earlier version held a fingerprint."""
+    assert tuning.state_seed({"options": {"seed": 1001, "restarts": 20}}) == 1001
+    assert tuning.state_seed({"fingerprint": {"seed": 1000}}) == 1000
+    assert tuning.state_seed({"options": {"seed": None}}) is None and tuning.state_seed({}) is None

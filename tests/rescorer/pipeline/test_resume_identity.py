@@ -201,7 +201,7 @@ def test_resume_refuses_another_model_of_the_same_size_and_time(tmp_path: Path, 
     shutil.copyfile(other, model)
     os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     res = cli(str(table), str(out), "--model", str(model), "--chunk-lines", "100", "--resume")
-    assert_refused(res, "cannot --resume: the model differs", "sha256")
+    assert_refused(res, "cannot --resume: the model differs", "SHA-256")
 
 
 def test_a_rerun_without_resume_refuses_to_start_over_a_partial_output(tmp_path: Path, model_file: Path,

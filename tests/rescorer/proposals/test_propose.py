@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import gzip
 import json
 import math
@@ -32,6 +33,7 @@ from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.proposals import propose as propose_module
 from rescorer.proposals.lexical import lexical_scores, read_word_table
 from rescorer.proposals.propose import ProposeOptions, propose
 
@@ -327,20 +329,45 @@ def test_without_resume_a_kept_work_folder_is_one_line_and_stays(system, tmp_pat
     assert not (tmp_path / ".out.gz.propose").exists() and len(_lines(out)) > len(_lines(system / "phrase-table.gz"))
 
 
+@dataclasses.dataclass
+class WithANewOption(ProposeOptions):
+    """The options with one more, as a new feature adds one: listed nowhere else."""
+
+    new_knob: int = 0
+
+
+def test_a_new_option_is_in_the_resume_record_unless_listed_as_one_that_may_differ(tmp_path, monkeypatch) -> None:
+    """Every option is recorded but those said to be free (where the listing's copy goes; the rescoring's, which
+    its own record checks); an option of --for-text only with it, and λ, μ only with a reverse model."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(b"")
+
+    def record(**kw) -> dict:
+        return propose_module._run_identity(str(table), object(), WithANewOption(**kw), torch.device("cpu"), 64,
+                                            None)["options"]
+
+    assert record(new_knob=1)["new_knob"] == 1 and record()["new_knob"] == 0
+    assert record(list_path="a.tsv") == record(list_path="b.tsv", resume=True, rescore=RescoreOptions(workers=3))
+    assert record(thin_below=9) == record() and record(thin_below=9)["thin_below"] is None
+    assert record(beam=3) != record(beam=4) and record()["rerank"] is None
+    monkeypatch.setattr(propose_module, "PROPOSE_MAY_DIFFER", propose_module.PROPOSE_MAY_DIFFER | {"new_knob"})
+    assert "new_knob" not in record(new_knob=1)
+
+
 def test_resume_with_another_option_or_input_is_refused_naming_it(system, tmp_path, monkeypatch) -> None:
     out = _stopped_while_rescoring(system, tmp_path, monkeypatch)
     work = tmp_path / ".out.gz.propose"
     result = _cli(system, system / "phrase-table.gz", out, "--resume", "--beam", "4")
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
-    assert "cannot --resume: the options differ from" in result.output and "beam: 3 then, 4 now" in result.output
+    assert f"cannot --resume: {work / 'progress.json'} was made with --beam 3, now 4;" in result.output
     assert f"remove {work} to start over" in result.output
     lex = tmp_path / "lex.f2e"
     lex.write_bytes((system / "lex.f2e").read_bytes())  # the same words from another file
     # the search's matmuls in bf16 find other last bits: a resume in another precision is refused too
     result = _cli(system, system / "phrase-table.gz", out, "--resume", "--precision", "bf16")
-    assert result.exit_code == 1 and "precision: 'fp32' then, 'bf16' now" in result.output, result.output
+    assert result.exit_code == 1 and "--precision fp32, now bf16;" in result.output, result.output
     result = _cli(system, system / "phrase-table.gz", out, "--resume", "--lex-f2e", str(lex))
-    assert result.exit_code == 1 and "lex_f2e: " in result.output and str(lex) in result.output
+    assert result.exit_code == 1 and "made with --lex-f2e " in result.output and str(lex) in result.output
     table = tmp_path / "phrase-table.gz"
     table.write_bytes((system / "phrase-table.gz").read_bytes())
     result = _cli(system, table, out, "--resume")
