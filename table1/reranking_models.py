@@ -128,8 +128,10 @@ def step_reranking_models(exp: Experiment) -> None:
             f"({exp.settings.reranking.big_rnn.max_time / 3600:g} h)")
     for hours in done:
         exp.step(readout_stamp(hours), lambda h=hours: read_out(exp, h, log))
-    step_rnn_both(exp)
-    step_cslm(exp)
+    if not exp.done("rnn-both"):  # Table 1's steps, stamped: a done one is not even looked at again
+        step_rnn_both(exp)
+    if not exp.done("cslm/export"):
+        step_cslm(exp)
     exp.step(RERANKING_STEP, lambda: {"readouts": done, "skipped_readouts": skipped})
 
 
