@@ -42,8 +42,8 @@ def readout_path(exp: Experiment, hours: float) -> Path:
 
 def nmt_train_command(exp: Experiment, reverse: bool = False) -> list[object]:
     """``nmt train`` on the bitext the Moses system trained on (:attr:`Experiment.train_corpus`), source to
-    target, or swapped with ``reverse``; held out: its first ``valid_lines`` pairs (nmt's own default:
-    the prepared LM-valid slice is target-side only)."""
+    target, or swapped with ``reverse``; held out: ``valid_lines`` pairs of that bitext, nmt's own default
+    (the prepared LM-valid slice is target-side only, so it cannot validate a translation model)."""
     n = exp.settings.reranking.nmt
     src, tgt = (exp.tgt, exp.src) if reverse else (exp.src, exp.tgt)
     corpus = exp.train_corpus
