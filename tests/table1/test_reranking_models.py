@@ -85,11 +85,13 @@ def test_the_big_rnn_is_read_out_at_each_hour_up_to_its_budget(tmp_path, monkeyp
         "hours": 6.0, "valid_perplexity": 21.6, "step": 7, "model": "big-rnn@6h.pt"}
     assert json.loads(exp.path("reranking", "big-rnn@12h.json").read_text())["valid_perplexity"] == 43.2
     assert not exp.path("reranking", "big-rnn@24h.pt").exists()
-    assert "read-out at 24h skipped" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "read-out at 24h skipped" in err
+    assert "time plan: RNN d=20: read-outs at 6h, 12h; 12.0 h to go (beyond its max_time, skipped: 24h)" in err
     assert exp.done(RERANKING_STEP)
 
 
-def test_a_kill_between_read_outs_resumes_without_redoing_the_stamped_one(tmp_path, monkeypatch) -> None:
+def test_a_kill_between_read_outs_resumes_without_redoing_the_stamped_one(tmp_path, monkeypatch, capsys) -> None:
     killed = Trainers(fail_at=12)
     exp = reranking_experiment(tmp_path, monkeypatch, killed)
     with pytest.raises(KeyboardInterrupt):
@@ -101,7 +103,9 @@ def test_a_kill_between_read_outs_resumes_without_redoing_the_stamped_one(tmp_pa
     assert specs["RNN d=20 @12h"] is None
     again = Trainers()
     monkeypatch.setattr(reranking_models, "run_tool", again)
+    capsys.readouterr()
     reranking_models.step_reranking_models(exp)
+    assert "time plan: RNN d=20: read-outs at 6h, 12h; 6.0 h to go" in capsys.readouterr().err
     assert again.commands and all(c[c.index("--max-time") + 1] == "43200.0" for c in again.commands
                                   if c[0].endswith("rescorer"))
     assert not [c for c in again.commands if c[0].endswith("nmt")]  # both directions were stamped
