@@ -17,7 +17,7 @@ from moses_integration.moses_ini import MosesIni
 from moses_integration.nplm import neural_lm_feature_line
 from table1 import wmt14
 from table1.data_selection import SelectionSettings, select_lines
-from table1.settings import SelectionBudget, TextSlice
+from table1.settings import RnnSettings, SelectionBudget, TextSlice
 from table1.system_training import (
     build_language_model,
     eflomal_align,
@@ -265,16 +265,17 @@ def step_baseline(exp: Experiment, aligner: str = "auto") -> None:
 # rnn: train on the full table, score the filtered one
 
 
-def rnn_train_command(exp: Experiment, model: Path, reverse: bool = False,
-                      max_steps: int | None = None) -> list[object]:
+def rnn_train_command(exp: Experiment, model: Path, reverse: bool = False, max_steps: int | None = None,
+                      sizes: RnnSettings | None = None, max_time: float | None = None) -> list[object]:
     """``rescorer train`` on the baseline's full table with the scale's sizes and budget; with
     ``reverse``, the reverse model p(f|e) (``--reverse``), trained alike; ``max_steps`` caps its
-    updates as well as its time."""
-    r = exp.settings.rnn
+    updates as well as its time. ``sizes`` and ``max_time``: another model's (the reranking's
+    paper-size RNN, trained on the same table and read out at several budgets)."""
+    r = sizes or exp.settings.rnn
     full_table = exp.path("baseline", "model", "phrase-table.gz")
     sizes = ["--hidden", str(r.hidden), "--embedding", str(r.embedding), "--maxout-units", str(r.maxout_units),
              "--output-rank", str(r.output_rank), "--shortlist", str(r.shortlist), "--init-std", str(r.init_std)]
-    return [exp.console("rescorer"), "train", full_table, model, *sizes, "--max-time", str(r.max_time),
+    return [exp.console("rescorer"), "train", full_table, model, *sizes, "--max-time", str(max_time or r.max_time),
             # shortlists: the most frequent words of the training text, as in the paper
             "--vocab-corpus-src", f"{exp.train_corpus}.{exp.src}",
             "--vocab-corpus-tgt", f"{exp.train_corpus}.{exp.tgt}", *(["--reverse"] if reverse else []),

@@ -1,0 +1,131 @@
+"""The reranking's models step without training: the command lines it runs (a recording ``run_tool``
+that writes what the trainers would), its read-out schedule, resuming, and the feature specs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from table1 import reranking_models
+from table1.settings import SMALL, NmtSettings, RerankingSettings, RnnSettings
+from table1.workspace import RERANKING_STEP
+from table1_folders import small_experiment
+
+TINY = RerankingSettings(
+    nmt=NmtSettings(embedding=8, hidden=12, alignment=10, maxout=6, vocab_size=300, max_time=30, valid_lines=5),
+    big_rnn=RnnSettings(hidden=20, embedding=4, maxout_units=6, output_rank=3, shortlist=50, max_time=12 * 3600),
+    big_rnn_readouts=(24.0, 6.0, 12.0))
+
+
+class Trainers:
+    """Records each command; ``rescorer train`` leaves a model holding its --max-time and a perplexity
+    line in the log, as the real one does; ``fail_at`` (hours) is a training killed at that budget."""
+
+    def __init__(self, fail_at: float | None = None) -> None:
+        self.commands: list[list[str]] = []
+        self.fail_at = fail_at
+
+    def __call__(self, command: list, log: Path, *args: object) -> dict[str, object]:
+        command = [str(c) for c in command]
+        self.commands.append(command)
+        if Path(command[0]).name == "rescorer":
+            seconds = float(command[command.index("--max-time") + 1])
+            if self.fail_at is not None and seconds == self.fail_at * 3600:
+                raise KeyboardInterrupt
+            Path(command[3]).write_text(f"model after {seconds:g} s\n")
+            with log.open("a") as fh:
+                fh.write(f"trained 10 steps; best validation perplexity {seconds / 1000:.2f} at step 7; model: x\n")
+        return {}
+
+
+def reranking_experiment(tmp_path: Path, monkeypatch, trainers: Trainers):
+    exp = small_experiment(tmp_path)
+    exp.settings = dataclasses.replace(SMALL, reranking=TINY)
+    for stamp in ("prepare", "baseline", "rnn", "rnn-both/train", "rnn-both/rescore", "rnn-both", "cslm",
+                  "cslm/export"):  # Table 1's steps: reused, not rerun
+        exp.step(stamp, lambda: None)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("nmt", "rescorer"):
+        (bin_dir / name).write_text("")
+    exp.python = str(bin_dir / "python")
+    monkeypatch.setattr(reranking_models, "run_tool", trainers)
+    return exp
+
+
+def test_nmt_trains_both_directions_on_the_moses_bitext_with_the_settings(tmp_path, monkeypatch) -> None:
+    trainers = Trainers()
+    exp = reranking_experiment(tmp_path, monkeypatch, trainers)
+    reranking_models.step_reranking_models(exp)
+    corpus, bin_dir = exp.train_corpus, tmp_path / "bin"
+    nmt = [c for c in trainers.commands if c[0].endswith("nmt")]
+    common = ["--valid-lines", "5", "--vocab-size", "300", "--embedding", "8", "--hidden", "12", "--alignment", "10",
+              "--maxout", "6", "--max-time", "30", "--device", "auto", "--threads", "2", "--resume", "--quiet"]
+    assert nmt == [
+        [str(bin_dir / "nmt"), "train", f"{corpus}.en", f"{corpus}.fr", str(exp.path("reranking", "nmt-forward.pt")),
+         *common],
+        [str(bin_dir / "nmt"), "train", f"{corpus}.fr", f"{corpus}.en", str(exp.path("reranking", "nmt-reverse.pt")),
+         *common]]
+
+
+def test_the_big_rnn_is_read_out_at_each_hour_up_to_its_budget(tmp_path, monkeypatch, capsys) -> None:
+    trainers = Trainers()
+    exp = reranking_experiment(tmp_path, monkeypatch, trainers)
+    reranking_models.step_reranking_models(exp)
+    rnn = [c for c in trainers.commands if c[0].endswith("rescorer")]
+    assert [c[c.index("--max-time") + 1] for c in rnn] == ["21600.0", "43200.0"]  # 6 h, then 12 h; 24 h skipped
+    assert all(c[3] == str(exp.path("reranking", "big-rnn.pt")) and "--resume" in c for c in rnn)
+    assert rnn[0][rnn[0].index("--hidden") + 1] == "20" and rnn[0][rnn[0].index("--shortlist") + 1] == "50"
+    assert exp.path("reranking", "big-rnn@6h.pt").read_text() == "model after 21600 s\n"
+    assert exp.path("reranking", "big-rnn@12h.pt").read_text() == "model after 43200 s\n"
+    assert json.loads(exp.path("reranking", "big-rnn@6h.json").read_text()) == {
+        "hours": 6.0, "valid_perplexity": 21.6, "step": 7, "model": "big-rnn@6h.pt"}
+    assert json.loads(exp.path("reranking", "big-rnn@12h.json").read_text())["valid_perplexity"] == 43.2
+    assert not exp.path("reranking", "big-rnn@24h.pt").exists()
+    err = capsys.readouterr().err
+    assert "read-out at 24h skipped" in err
+    assert "time plan: RNN d=20: read-outs at 6h, 12h; 12.0 h to go (beyond its max_time, skipped: 24h)" in err
+    assert exp.done(RERANKING_STEP)
+
+
+def test_a_kill_between_read_outs_resumes_without_redoing_the_stamped_one(tmp_path, monkeypatch, capsys) -> None:
+    killed = Trainers(fail_at=12)
+    exp = reranking_experiment(tmp_path, monkeypatch, killed)
+    with pytest.raises(KeyboardInterrupt):
+        reranking_models.step_reranking_models(exp)
+    assert exp.done("reranking/big-rnn@6h") and not exp.done("reranking/big-rnn@12h")
+    assert not exp.done(RERANKING_STEP)
+    specs = reranking_models.reranking_feature_specs(exp)
+    assert specs["RNN d=20 @6h"] == f"RNN:{exp.path('reranking', 'big-rnn@6h.pt')}"
+    assert specs["RNN d=20 @12h"] is None
+    again = Trainers()
+    monkeypatch.setattr(reranking_models, "run_tool", again)
+    capsys.readouterr()
+    reranking_models.step_reranking_models(exp)
+    assert "time plan: RNN d=20: read-outs at 6h, 12h; 6.0 h to go" in capsys.readouterr().err
+    assert again.commands and all(c[c.index("--max-time") + 1] == "43200.0" for c in again.commands
+                                  if c[0].endswith("rescorer"))
+    assert not [c for c in again.commands if c[0].endswith("nmt")]  # both directions were stamped
+    assert exp.path("reranking", "big-rnn@6h.pt").read_text() == "model after 21600 s\n"
+    assert exp.done(RERANKING_STEP)
+
+
+def test_feature_specs_are_none_until_each_model_is_trained(tmp_path, monkeypatch) -> None:
+    exp = small_experiment(tmp_path)
+    exp.settings = dataclasses.replace(SMALL, reranking=TINY)
+    labels = ["RNN(f|e)", "CSLM", "NMT p(e|f)", "NMT p(e|f)+p(f|e)", "RNN d=20 @6h", "RNN d=20 @12h"]
+    assert reranking_models.reranking_feature_specs(exp) == dict.fromkeys(labels)
+    trainers = Trainers()
+    exp = reranking_experiment(tmp_path / "trained", monkeypatch, trainers)
+    reranking_models.step_reranking_models(exp)
+    forward, reverse = exp.path("reranking", "nmt-forward.pt"), exp.path("reranking", "nmt-reverse.pt")
+    assert reranking_models.reranking_feature_specs(exp) == {
+        "RNN(f|e)": f"RNN:{exp.path('rnn-both', 'model.reverse.pt')},direction=reverse",
+        "CSLM": f"CSLM:{exp.path('cslm', 'model.pt')}",
+        "NMT p(e|f)": f"NMT:{forward}",
+        "NMT p(e|f)+p(f|e)": f"NMT:{forward},reverse={reverse}",
+        "RNN d=20 @6h": f"RNN:{exp.path('reranking', 'big-rnn@6h.pt')}",
+        "RNN d=20 @12h": f"RNN:{exp.path('reranking', 'big-rnn@12h.pt')}"}
