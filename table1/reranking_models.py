@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from infrastructure.files import atomic_path
-from table1.systems import rnn_train_command, step_cslm, step_rnn_both
+from table1.systems import filtered_table, rnn_train_command, step_cslm, step_rnn_both
 from table1.workspace import RERANKING_STEP, Experiment, ExperimentError, run_tool, say
 
 BEST_PERPLEXITY = re.compile(r"best validation perplexity ([0-9.]+|inf|nan) at step (\d+)")
@@ -139,8 +139,12 @@ def reranking_feature_specs(exp: Experiment) -> dict[str, str | None]:
     """Label → ``mert --feature`` spec of each model the reranking scores with; None while not trained."""
     forward, reverse = nmt_model(exp), nmt_model(exp, reverse=True)
     nmt_forward = exp.done(nmt_stamp(False))
+    # The phrase RNNs' values are what Moses would read from a table column only where the n-best's
+    # pairs are told from the words Moses passed through, which the table the lists were decoded from
+    # tells (rescorer.nbest): the baseline's filtered table (the model file records its direction).
+    table = f",table={filtered_table(exp)[1]}" if exp.done("baseline") else ""
     specs: dict[str, str | None] = {
-        "RNN(f|e)": f"RNN:{exp.reverse_model},direction=reverse" if exp.done("rnn-both/train") else None,
+        "RNN(f|e)": f"RNN:{exp.reverse_model}{table}" if exp.done("rnn-both/train") else None,
         "CSLM": f"CSLM:{exp.cslm_model}" if exp.done("cslm") else None,
         "NMT p(e|f)": f"NMT:{forward}" if nmt_forward else None,
         "NMT p(e|f)+p(f|e)": f"NMT:{forward},reverse={reverse}" if nmt_forward and exp.done(nmt_stamp(True)) else None,
@@ -148,5 +152,5 @@ def reranking_feature_specs(exp: Experiment) -> dict[str, str | None]:
     hidden = exp.settings.reranking.big_rnn.hidden
     for hours in readouts(exp)[0]:
         specs[f"RNN d={hidden} @{readout_label(hours)}"] = (
-            f"RNN:{readout_path(exp, hours)}" if exp.done(readout_stamp(hours)) else None)
+            f"RNN:{readout_path(exp, hours)}{table}" if exp.done(readout_stamp(hours)) else None)
     return specs

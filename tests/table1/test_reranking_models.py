@@ -47,6 +47,11 @@ def reranking_experiment(tmp_path: Path, monkeypatch, trainers: Trainers):
     for stamp in ("prepare", "baseline", "rnn", "rnn-both/train", "rnn-both/rescore", "rnn-both", "cslm",
                   "cslm/export"):  # Table 1's steps: reused, not rerun
         exp.step(stamp, lambda: None)
+    filtered = exp.path("baseline", "filtered")  # the table the n-best lists are decoded from
+    filtered.mkdir(parents=True)
+    (filtered / "moses.ini").write_text("[feature]\nPhraseDictionaryMemory name=TranslationModel0 num-features=4 "
+                                        "path=phrase-table.0-0.1.1.gz input-factor=0 output-factor=0\n\n"
+                                        "[weight]\nTranslationModel0= 0.2 0.2 0.2 0.2\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("nmt", "rescorer"):
@@ -99,7 +104,8 @@ def test_a_kill_between_read_outs_resumes_without_redoing_the_stamped_one(tmp_pa
     assert exp.done("reranking/big-rnn@6h") and not exp.done("reranking/big-rnn@12h")
     assert not exp.done(RERANKING_STEP)
     specs = reranking_models.reranking_feature_specs(exp)
-    assert specs["RNN d=20 @6h"] == f"RNN:{exp.path('reranking', 'big-rnn@6h.pt')}"
+    table = f",table={exp.path('baseline', 'filtered', 'phrase-table.0-0.1.1.gz')}"
+    assert specs["RNN d=20 @6h"] == f"RNN:{exp.path('reranking', 'big-rnn@6h.pt')}{table}"
     assert specs["RNN d=20 @12h"] is None
     again = Trainers()
     monkeypatch.setattr(reranking_models, "run_tool", again)
@@ -122,10 +128,11 @@ def test_feature_specs_are_none_until_each_model_is_trained(tmp_path, monkeypatc
     exp = reranking_experiment(tmp_path / "trained", monkeypatch, trainers)
     reranking_models.step_reranking_models(exp)
     forward, reverse = exp.path("reranking", "nmt-forward.pt"), exp.path("reranking", "nmt-reverse.pt")
+    table = f",table={exp.path('baseline', 'filtered', 'phrase-table.0-0.1.1.gz')}"
     assert reranking_models.reranking_feature_specs(exp) == {
-        "RNN(f|e)": f"RNN:{exp.path('rnn-both', 'model.reverse.pt')},direction=reverse",
+        "RNN(f|e)": f"RNN:{exp.path('rnn-both', 'model.reverse.pt')}{table}",
         "CSLM": f"CSLM:{exp.path('cslm', 'model.pt')}",
         "NMT p(e|f)": f"NMT:{forward}",
         "NMT p(e|f)+p(f|e)": f"NMT:{forward},reverse={reverse}",
-        "RNN d=20 @6h": f"RNN:{exp.path('reranking', 'big-rnn@6h.pt')}",
-        "RNN d=20 @12h": f"RNN:{exp.path('reranking', 'big-rnn@12h.pt')}"}
+        "RNN d=20 @6h": f"RNN:{exp.path('reranking', 'big-rnn@6h.pt')}{table}",
+        "RNN d=20 @12h": f"RNN:{exp.path('reranking', 'big-rnn@12h.pt')}{table}"}
