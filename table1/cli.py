@@ -32,7 +32,7 @@ RESULTS_FILES = tuple(f"{{}}/{name}" for name in (*REPORT_FILES, TIMINGS_FILE))
 
 
 @click.command("table1", cls=Command)
-@click.argument("steps", nargs=-1, required=True, type=click.Choice([*ex.STEPS, "all"]))
+@click.argument("steps", nargs=-1, required=True, type=click.Choice([*ex.STEPS, *ex.RERANKING_STEPS, "all"]))
 @click.option("--work", required=True, type=OutputPath(folder=True, path_type=Path),
               help="work folder (outside the source tree); every step's outputs and stamps")
 @click.option("--scale", type=click.Choice(list(SCALES)), default="small", show_default=True,
@@ -69,7 +69,8 @@ def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, mose
     """Run STEPS of the Table 1 experiment in WORK (``all``: every step in order); finished steps are
     skipped, so rerun freely.
 
-    data, prepare, baseline, rnn, proposals, cslm, speed, tune, eval, report (see docs/table1.md).
+    data, prepare, baseline, rnn, proposals, cslm, speed, tune, eval, report; and, named on its own,
+    reranking-models, the reranking experiment's models (see docs/table1.md).
     """
     command = (f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{' '.join(configs)}'" if configs else "")
                + (f" RESULTS={results}" if results != Path("results") else "")
@@ -78,7 +79,7 @@ def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, mose
     options = ex.StepOptions(select_configurations(list(configs)), runs, aligner, mirror, results, command, beside)
     exp = new_experiment(work, scale, data=data, moses_bin_dir=moses_bin_dir, moses_home=moses_home,
                          jobs=threads, device=device)
-    for path in ex.run_steps(exp, ex.STEPS if "all" in steps else steps, options):
+    for path in ex.run_steps(exp, ex.expand_steps(steps), options):
         click.echo(f"wrote {path}", err=True)
 
 

@@ -21,14 +21,26 @@ from moses_integration.decoder import GETTING_MOSES
 from table1 import wmt14
 from table1.beside import BesideRun
 from table1.collect import step_report
+from table1.reranking_models import step_reranking_models
 from table1.settings import Configuration, RunPlan
 from table1.system_training import MosesToolError
 from table1.systems import step_baseline, step_cslm, step_data, step_prepare, step_proposals, step_rnn, step_rnn_both
 from table1.tuning import speed_systems, step_eval, step_speed, step_tune
-from table1.workspace import STAMPS, Experiment, ExperimentError, open_work, say
+from table1.workspace import RERANKING_STEP, STAMPS, Experiment, ExperimentError, open_work, say
 
 #: The steps in order: the one list the CLI, the Makefile (``all``) and the report's command share.
 STEPS = ("data", "prepare", "baseline", "rnn", "proposals", "cslm", "speed", "tune", "eval", "report")
+#: The reranking experiment's steps (docs/table1.md): named on their own, never part of ``all``,
+#: since they train for many hours what Table 1's rows do not need.
+RERANKING_STEPS = ("reranking-models",)
+
+
+def expand_steps(steps: Sequence[str]) -> list[str]:
+    """The steps to run, in order: with ``all``, every one of :data:`STEPS` in its order, then the other
+    names given (``all reranking-models`` is Table 1 and then the reranking's models); else as given."""
+    if "all" not in steps:
+        return list(dict.fromkeys(steps))
+    return [*STEPS, *dict.fromkeys(s for s in steps if s != "all" and s not in STEPS)]
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,8 @@ def step_stamps(exp: Experiment, step: str, options: StepOptions) -> list[str]:
         return [f"tune/{plan.name}" for plan in plans]
     if step == "eval":
         return [f"eval/{plan.name}/{split}" for plan in plans for split in ("dev", "test")]
+    if step == "reranking-models":
+        return [RERANKING_STEP]
     return [step]
 
 
@@ -146,6 +160,8 @@ def run_step(exp: Experiment, step: str, options: StepOptions) -> list[Path]:
         step_eval(exp, options.configs, options.runs)
     elif step == "report":
         return step_report(exp, options.configs, options.runs, options.results, options.command, options.beside)
+    elif step == "reranking-models":
+        step_reranking_models(exp)
     else:
-        raise ExperimentError(f"unknown step {step!r}: expected one of {', '.join(STEPS)}")
+        raise ExperimentError(f"unknown step {step!r}: expected one of {', '.join(STEPS + RERANKING_STEPS)}")
     return []

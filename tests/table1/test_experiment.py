@@ -202,3 +202,15 @@ def test_a_failed_step_keeps_a_work_folder_that_holds_stamped_work(tmp_path: Pat
     result = CliRunner().invoke(main, ["data", "prepare", "--work", str(work), "--data", str(tmp_path)])
     assert result.exit_code != 0 and "prepare failed" in result.output, result.output
     assert work.is_dir() and any((work / "stamps").iterdir())
+
+
+def test_all_then_the_reranking_models_runs_table1_first_and_all_alone_never_trains_them(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    _no_moses(monkeypatch)
+    ran = []
+    monkeypatch.setattr(experiment, "run_steps", lambda exp, steps, options: ran.append(list(steps)) or [])
+    args = ["--work", str(tmp_path / "work"), "--data", str(tmp_path)]
+    for steps in (["all", "reranking-models"], ["all"], ["tune", "all"]):
+        result = CliRunner().invoke(main, [*steps, *args])
+        assert result.exit_code == 0, result.output
+    assert ran == [[*experiment.STEPS, "reranking-models"], list(experiment.STEPS), list(experiment.STEPS)]
