@@ -9,12 +9,11 @@ both trainers keep their clock across ``--resume``, so ``--max-time`` is the tot
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
 
-from infrastructure.files import atomic_path
+from infrastructure.files import atomic_path, write_json
 from table1.systems import filtered_table, rnn_train_command, step_cslm, step_rnn_both
 from table1.workspace import RERANKING_STEP, Experiment, ExperimentError, run_tool, say
 
@@ -107,8 +106,7 @@ def read_out(exp: Experiment, hours: float, log: Path) -> dict[str, object]:
     with atomic_path(copy) as partial:
         shutil.copyfile(model, partial)
     record = {"hours": hours, **best_perplexity(log), "model": copy.name}
-    with atomic_path(copy.with_suffix(".json")) as partial:
-        partial.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_json(copy.with_suffix(".json"), record)
     return {**result, **record}
 
 
