@@ -86,7 +86,7 @@ from tqdm import tqdm
 
 from infrastructure.errors import UserError
 from infrastructure.files import FOLDER_MARK, exclusive_use, removed_when_the_disk_fills
-from infrastructure.interrupts import Interrupted
+from infrastructure.interrupts import Interrupted, held_while_starting_children
 from infrastructure.resume_record import check_same_options, options_record
 
 if TYPE_CHECKING:
@@ -389,8 +389,11 @@ class Training:
         Never a diverged one: a NaN or inf loss since the last save stops the run instead."""
         self.check_losses()
         last = last_checkpoint_path(self.model_out)
-        for path in (last, self.model_out) if improved or not self.model_out.exists() else (last,):
-            self.write(path)
+        # Ctrl-C or SIGTERM during torch.save turns into a zip writer's RuntimeError traceback in place
+        # of the one-line stop: they are held while the files are written, and come right after.
+        with held_while_starting_children():
+            for path in (last, self.model_out) if improved or not self.model_out.exists() else (last,):
+                self.write(path)
 
     def run(self, *, progress: bool) -> str:
         """Updates, validations and saves until the model gives a reason to stop; returns that reason.
