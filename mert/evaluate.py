@@ -37,6 +37,7 @@ from infrastructure.files import PathArg, atomic_output, display_name
 from infrastructure.lines import read_text_lines
 from mert.bleu import ReferenceFileError, read_reference_lines
 from mert.features import add_features, decoder_flags, load_feature, read_sidecar
+from mert.rerank import one_best
 from moses_integration.decoder import decode, find_moses_bin_dir
 from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import load_nbest_arrays
@@ -256,10 +257,7 @@ def rescore_one_best(nbest_path: PathArg, weights: dict[str, Sequence[float]], n
         if name not in weights or len(weights[name]) != count:
             raise EvaluationError(f"{arrays.path}: no {count} weight(s) for n-best feature {name}")
         vector.extend(weights[name])
-    scores = arrays.features @ np.asarray(vector, dtype=np.float64)
-    offsets = arrays.offsets
-    best = [offsets[s] + int(np.argmax(scores[offsets[s] : offsets[s + 1]])) for s in range(num_sentences)]
-    return [arrays.hypotheses[i] for i in best]
+    return one_best(arrays, np.asarray(vector, dtype=np.float64))
 
 
 def decode_test_set(

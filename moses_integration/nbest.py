@@ -232,9 +232,13 @@ def _span(s: int, e: int, t: int, u: int, token: str, path: str, line_no: int) -
 
 
 def read_nbest(
-    path: PathArg, *, expected_sentences: int | None = None, check_ids: bool = True
+    path: PathArg, *, expected_sentences: int | None = None, check_ids: bool = True, per_sentence: int | None = None
 ) -> Iterator[NBestEntry]:
     """Stream the entries of a Moses n-best list (plain or gzip, ``"-"`` = stdin).
+
+    ``per_sentence`` keeps only each sentence's first that many hypotheses: Moses writes them best
+    first, so the first k of a distinct 1000-best list are its distinct k-best (every line is still
+    read and checked).
 
     With ``check_ids`` (the default) the ids must start at 0 and each new id must be the
     previous one plus 1: Moses writes at least one hypothesis for every input sentence, so a
@@ -242,8 +246,12 @@ def read_nbest(
     against its reference. With ``expected_sentences`` the list must also cover exactly ids
     ``0 … expected_sentences-1``; a list that stops early is reported at its last line.
     """
+    rank, prev_id = 0, -1
     for _, entry in _read_lines_and_entries(path, expected_sentences=expected_sentences, check_ids=check_ids):
-        yield entry
+        rank = rank + 1 if entry.sent_id == prev_id else 0
+        prev_id = entry.sent_id
+        if per_sentence is None or rank < per_sentence:
+            yield entry
 
 
 def _read_lines_and_entries(
@@ -419,8 +427,11 @@ class NBestArrays:
         return column_names(self.feature_names)
 
 
-def load_nbest_arrays(path: PathArg, *, expected_sentences: int | None = None) -> NBestArrays:
-    """Read a whole n-best list into :class:`NBestArrays`.
+def load_nbest_arrays(
+    path: PathArg, *, expected_sentences: int | None = None, per_sentence: int | None = None
+) -> NBestArrays:
+    """Read a whole n-best list into :class:`NBestArrays` (each sentence's first ``per_sentence``
+    hypotheses only, when given: :func:`read_nbest`).
 
     Every line must carry the same dense features with the same value counts as the first line,
     reported otherwise with the offending line. Sparse features (``Name_x= v``: a name with
@@ -435,7 +446,7 @@ def load_nbest_arrays(path: PathArg, *, expected_sentences: int | None = None) -
     totals: list[float] = []
     names: FeatureNames | None = None
     sparse: set[str] = set()
-    for entry in read_nbest(path, expected_sentences=expected_sentences):
+    for entry in read_nbest(path, expected_sentences=expected_sentences, per_sentence=per_sentence):
         if any("_" in feature for feature, _ in entry.features):
             sparse.update(feature for feature, _ in entry.features if "_" in feature)
             entry = NBestEntry(entry.sent_id, entry.hypothesis,
