@@ -33,11 +33,14 @@ TABLE2_KINDS = ("frequent", "rare")
 SETTINGS_FILE = "settings.json"
 #: The step that chooses ``proposals-both``'s rerank weights on dev (table1.systems.rerank_weights).
 RERANK_STEP = "proposals-both/weights"
-#: Settings that one step alone reads, by the step that reads them (a folder made before such a
-#: setting existed takes it on while that step has not run).
-#: The first stamp of the reranking experiment's steps (table1.reranking): its models' training.
+#: The stamp of the reranking experiment's models (table1.reranking_models); its other stamps
+#: (lists, scores, tunings: table1.reranking) are all under ``reranking/`` too.
 RERANKING_STEP = "reranking/models"
-STEP_SETTINGS = {"proposals": "proposals", "rerank": RERANK_STEP, "reranking": RERANKING_STEP}
+#: Settings that only some steps read, by the stamp of the step that reads them, or a stamp prefix
+#: ending in ``/`` for several: until one of them has run, nothing was made with the setting, so a
+#: folder takes on its current value (a folder made before the setting existed, or a value changed
+#: before its step ran); after that, a change is refused like any other.
+STEP_SETTINGS = {"proposals": "proposals", "rerank": RERANK_STEP, "reranking": "reranking/"}
 TIMINGS_FILE = "timings.tsv"
 #: Under ``stamps/``: the running steps' wall time so far (:class:`StepClock`), not stamps themselves.
 RUNNING = "running"
@@ -182,11 +185,11 @@ class Experiment:
             before = json.loads(path.read_text(encoding="utf-8"))
             # a setting added since the folder was made, and off (None), changes nothing it holds
             before.update({k: None for k, v in current.items() if v is None and k not in before})
-            # nor does one that only a step not run yet reads: it is recorded now, and holds from here on
-            added = {k: v for k, v in current.items() if k not in before and k in STEP_SETTINGS
-                     and not self.done(STEP_SETTINGS[k])}
-            if added:
-                before.update(json.loads(json.dumps(added)))
+            # nor does one that only steps not run yet read: it is recorded now, and holds from here on
+            taken = {k: v for k, v in current.items() if k in STEP_SETTINGS and not self.read_yet(STEP_SETTINGS[k])
+                     and before.get(k) != json.loads(json.dumps(v))}
+            if taken:
+                before.update(json.loads(json.dumps(taken)))
                 write_json(path, before)
             if before != json.loads(json.dumps(current)):
                 changed = sorted(k for k in current if before.get(k) != json.loads(json.dumps(current[k])))
@@ -202,6 +205,13 @@ class Experiment:
 
     def done(self, name: str) -> bool:
         return self.stamp_path(name).exists()
+
+    def read_yet(self, stamp: str) -> bool:
+        """Whether the step stamped ``stamp`` has run, or with a trailing ``/`` any step stamped under it."""
+        if not stamp.endswith("/"):
+            return self.done(stamp)
+        prefix = self.stamp_path(stamp.rstrip("/")).stem + "--"  # "reranking/" -> reranking--*.json
+        return any(self.path(STAMPS).glob(f"{prefix}*.json"))
 
     def clock_path(self, name: str) -> Path:
         """Where an unfinished step keeps its wall time so far (:class:`StepClock`)."""

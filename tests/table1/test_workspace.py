@@ -156,9 +156,10 @@ def test_a_folder_made_before_a_setting_existed_is_kept_when_the_setting_is_off(
         small_experiment(tmp_path)
 
 
-def test_a_folder_made_before_the_proposals_step_takes_on_its_settings_until_that_step_runs(tmp_path):
-    """A folder whose record lacks "proposals" (made before that step existed) goes on and records
-    them; once the step has run under other values, the folder refuses them."""
+def test_a_folder_takes_on_the_proposals_settings_until_that_step_runs(tmp_path):
+    """A folder whose record lacks "proposals" (made before that step existed), or holds other values,
+    goes on and records the current ones, as long as the proposals step has not run; once it has,
+    the folder refuses other values."""
     exp = small_experiment(tmp_path)
     settings = json.loads((exp.work / "settings.json").read_text())
     recorded = settings.pop("proposals")
@@ -167,12 +168,30 @@ def test_a_folder_made_before_the_proposals_step_takes_on_its_settings_until_tha
     assert json.loads((exp.work / "settings.json").read_text())["proposals"] == recorded
     settings["proposals"] = {**recorded, "beam": 3}
     (exp.work / "settings.json").write_text(json.dumps(settings))
+    small_experiment(tmp_path)
+    assert json.loads((exp.work / "settings.json").read_text())["proposals"] == recorded
+    exp.step("proposals", lambda: None)
+    (exp.work / "settings.json").write_text(json.dumps(settings))
     with pytest.raises(workspace.ExperimentError, match=r"other settings \(proposals differ"):
         small_experiment(tmp_path)
     settings.pop("proposals")
     (exp.work / "settings.json").write_text(json.dumps(settings))
-    exp.step("proposals", lambda: None)  # the step ran (its settings unrecorded: an impossible folder)
     with pytest.raises(workspace.ExperimentError, match=r"other settings \(proposals differ"):
+        small_experiment(tmp_path)
+
+
+def test_the_reranking_settings_may_change_until_any_reranking_step_has_run(tmp_path):
+    exp = small_experiment(tmp_path)
+    settings = json.loads((exp.work / "settings.json").read_text())
+    recorded = settings["reranking"]
+    settings["reranking"] = {**recorded, "restarts": 3}
+    (exp.work / "settings.json").write_text(json.dumps(settings))
+    exp.step("rerankingx", lambda: None)  # a stamp whose name only starts like the reranking's
+    small_experiment(tmp_path)
+    assert json.loads((exp.work / "settings.json").read_text())["reranking"] == recorded
+    exp.step("reranking/lists/run1/dev", lambda: None)
+    (exp.work / "settings.json").write_text(json.dumps(settings))
+    with pytest.raises(workspace.ExperimentError, match=r"other settings \(reranking differ"):
         small_experiment(tmp_path)
 
 
