@@ -407,6 +407,13 @@ def atomic_output(path: PathArg, zlib_level: int = 6) -> Iterator[BinaryIO]:
             yield raw
 
 
+def copy_compressed(src: PathArg, dest: PathArg) -> None:
+    """``src`` copied to ``dest`` atomically, gzipped for a ``.gz`` name (:func:`atomic_output`): how a
+    decoder's plain n-best list is kept, a tenth of its size, without a half-written copy on a crash."""
+    with open(src, "rb") as fin, atomic_output(dest) as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+
+
 def atomic_write_bytes(path: PathArg, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (small files: progress records, weights)."""
     with atomic_output(path) as fh:

@@ -23,7 +23,6 @@ exactly. ``--engine moses`` instead hands the whole job to Moses' own ``mert-mos
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output, exclusive_use, write_json
+from infrastructure.files import atomic_output, copy_compressed, exclusive_use, write_json
 from infrastructure.lines import read_text_lines
 from infrastructure.resume_record import check_same_options, options_record
 from mert.bleu import References, bleu_stats_batch, corpus_bleu, read_references
@@ -296,11 +295,6 @@ def _bleu_of_lines(lines: list[str], references: References) -> float:
     return float(corpus_bleu(stats.sum(axis=0)))
 
 
-def _gzip_copy(src: Path, dest: Path) -> None:
-    with open(src, "rb") as fin, atomic_output(dest) as fout:
-        shutil.copyfileobj(fin, fout, 1 << 20)
-
-
 class Tuner:
     """One tuning run in a working directory (see the module doc)."""
 
@@ -492,7 +486,7 @@ class Tuner:
         if self.features:
             hyps = add_features(plain_nbest, nbest_gz, self.sources, self.features)
         else:
-            _gzip_copy(plain_nbest, nbest_gz)
+            copy_compressed(plain_nbest, nbest_gz)
             with open(plain_nbest, "rb") as fh:
                 hyps = sum(1 for _ in fh)
         plain_nbest.unlink()

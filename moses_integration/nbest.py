@@ -39,6 +39,9 @@ from infrastructure.files import PathArg, atomic_output, display_name
 from infrastructure.lines import iter_raw_lines, strip_line_end
 
 FIELD_SEPARATOR = "|||"
+#: The ``moses`` flag that writes each hypothesis' phrase segmentation as a field of its own (read
+#: into :attr:`NBestEntry.segmentation`): what phrase-level n-best features need.
+SEGMENTATION_FLAG = "-include-segmentation-in-n-best"
 FeatureNames = list[tuple[str, int]]
 #: One phrase of a hypothesis: (source start, source end, target start, target end), 0-based, inclusive.
 PhraseSpan = tuple[int, int, int, int]

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from infrastructure.errors import UserError
 from infrastructure.files import display_name, open_input
 from moses_integration.moses_ini import dense_feature_name_problem
-from moses_integration.nbest import NBestEntry
+from moses_integration.nbest import SEGMENTATION_FLAG, NBestEntry
 from moses_integration.phrase_table import LOG_FLOOR
 from moses_integration.tokens import split_tokens
 from neural.device import autocast_dtype, matmul_precision, scoring_precision, select_device
@@ -139,7 +139,7 @@ class RNNFeature:
 
     num_values = 1
     #: What the lists it scores need: ``mert tune`` and ``mert evaluate`` add it to their decoding.
-    decoder_flags = ("-include-segmentation-in-n-best",)
+    decoder_flags = (SEGMENTATION_FLAG,)
 
     def __init__(self, arg: str | None = None, device: str = "auto") -> None:
         if not arg:
