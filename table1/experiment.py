@@ -21,7 +21,9 @@ from moses_integration.decoder import GETTING_MOSES
 from table1 import wmt14
 from table1.beside import BesideRun
 from table1.collect import step_report
+from table1.reranking import SPLITS, available_sets, list_stamp, step_reranking
 from table1.reranking_models import step_reranking_models
+from table1.reranking_report import write_reranking_report
 from table1.settings import Configuration, RunPlan
 from table1.system_training import MosesToolError
 from table1.systems import step_baseline, step_cslm, step_data, step_prepare, step_proposals, step_rnn, step_rnn_both
@@ -32,7 +34,7 @@ from table1.workspace import RERANKING_STEP, STAMPS, Experiment, ExperimentError
 STEPS = ("data", "prepare", "baseline", "rnn", "proposals", "cslm", "speed", "tune", "eval", "report")
 #: The reranking experiment's steps (docs/table1.md): named on their own, never part of ``all``,
 #: since they train for many hours what Table 1's rows do not need.
-RERANKING_STEPS = ("reranking-models",)
+RERANKING_STEPS = ("reranking-models", "reranking")
 
 
 def expand_steps(steps: Sequence[str]) -> list[str]:
@@ -94,6 +96,8 @@ def step_stamps(exp: Experiment, step: str, options: StepOptions) -> list[str]:
         return [f"eval/{plan.name}/{split}" for plan in plans for split in ("dev", "test")]
     if step == "reranking-models":
         return [RERANKING_STEP]
+    if step == "reranking":  # its lists; what is scored and tuned on them grows as models are trained
+        return [list_stamp(k, split) for k in range(1, options.runs + 1) for split in SPLITS]
     return [step]
 
 
@@ -117,7 +121,7 @@ def check_tools(exp: Experiment, steps: Sequence[str], options: StepOptions) -> 
     if "baseline" in pending:
         binaries += ["lmplz", "build_binary"]
         scripts += ["training/train-model.perl", "training/filter-model-given-input.pl"]
-    if any(s in pending for s in ("speed", "tune", "eval")):
+    if any(s in pending for s in ("speed", "tune", "eval", "reranking")):
         binaries.append("moses")
     if not binaries and not scripts:
         return
@@ -162,6 +166,10 @@ def run_step(exp: Experiment, step: str, options: StepOptions) -> list[Path]:
         return step_report(exp, options.configs, options.runs, options.results, options.command, options.beside)
     elif step == "reranking-models":
         step_reranking_models(exp)
+    elif step == "reranking":
+        sets = step_reranking(exp, options.runs)
+        return write_reranking_report(exp, options.runs, sets, available_sets(exp)[1], options.results,
+                                      options.command)
     else:
         raise ExperimentError(f"unknown step {step!r}: expected one of {', '.join(STEPS + RERANKING_STEPS)}")
     return []

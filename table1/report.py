@@ -99,7 +99,7 @@ class ConfigScores:
     versus: list[Versus] = field(default_factory=list)
 
 
-def _pooled_json(pooled: PooledTest | None) -> dict[str, object] | None:
+def pooled_json(pooled: PooledTest | None) -> dict[str, object] | None:
     return None if pooled is None else {
         "runs": pooled.runs, "delta": round(pooled.delta, 4), "p_value": pooled.p_value,
         "baseline_bleu": round(pooled.baseline_bleu, 4), "system_bleu": round(pooled.system_bleu, 4),
@@ -148,11 +148,11 @@ def build_table(
                                               if r.test_tokenized_bleu is not None]),
             "p_values_vs_baseline": [r.p_value for r in runs if r.p_value is not None],
             "deltas_vs_baseline": [r.delta for r in runs if r.p_value is not None],
-            "pooled_vs_baseline": _pooled_json(cs.pooled),
+            "pooled_vs_baseline": pooled_json(cs.pooled),
             "over_runs_vs_baseline": None if cs.over_runs is None else cs.over_runs.to_json(),
             "versus": [{"label": v.label, "runs": [{"run": k, "delta": round(d, 4), "p_value": pv}
                                                    for k, d, pv in v.per_run],
-                        "pooled": _pooled_json(v.pooled),
+                        "pooled": pooled_json(v.pooled),
                         "over_runs": None if v.over_runs is None else v.over_runs.to_json()} for v in cs.versus],
             "runs": [
                 {"run": r.run, "seed": r.seed, "dev_bleu": r.dev_bleu, "test_bleu": r.test_bleu,
@@ -350,9 +350,10 @@ def _draw_baseline_spread(ax: object, doc: dict[str, object]) -> None:
     ax.set_title("Baseline only: each run's test BLEU − the mean (MERT's spread)", fontsize=10)  # type: ignore[attr-defined]
 
 
-def draw_png(doc: dict[str, object], path: Path) -> None:
+def draw_png(doc: dict[str, object], path: Path, against: str = "Baseline") -> None:
     """table1.png: each comparison's test Δ (sacreBLEU), run by run and over runs with its 95%
-    interval, and the paper's Δ against its Baseline; absolute BLEU would hide the differences."""
+    interval, and the paper's Δ against its Baseline; absolute BLEU would hide the differences.
+    ``against`` names the row keyed ``baseline`` (the reranking's figure: "Baseline reranked")."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -363,7 +364,7 @@ def draw_png(doc: dict[str, object], path: Path) -> None:
     ax.axhline(0, color="#888888", linewidth=0.8)
     for x, (_, deltas, test, paper) in enumerate(compared):
         ax.scatter([x - 0.15] * len(deltas), deltas, s=18, color="#8c8c8c", zorder=3,
-                   label="Δ per run (run k vs Baseline run k)" if x == 0 else None)
+                   label=f"Δ per run (run k vs {against} run k)" if x == 0 else None)
         if test and test.get("ci95"):
             mean, (low, high) = test["mean_delta"], test["ci95"]
             ax.errorbar([x + 0.1], [mean], yerr=[[mean - low], [high - mean]], fmt="o", color="#4c72b0", capsize=5,
@@ -379,7 +380,7 @@ def draw_png(doc: dict[str, object], path: Path) -> None:
                   fontsize=8, frameon=False)
         ax.set_ylabel("test Δ BLEU (sacreBLEU)")
         against_others = any("\nvs " in label for label, *_ in compared)
-        ax.set_title("Test Δ against Baseline" + (" (columns \"vs X\": against row X)" if against_others else ""))
+        ax.set_title(f"Test Δ against {against}" + (" (columns \"vs X\": against row X)" if against_others else ""))
     else:
         _draw_baseline_spread(ax, doc)
     fig.tight_layout()

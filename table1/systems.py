@@ -6,7 +6,6 @@ CSLM (``cslm``)."""
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import shutil
 from pathlib import Path
@@ -415,7 +414,7 @@ def rerank_weights(exp: Experiment) -> tuple[float, float]:
         return {**ran, "reverse": reverse, "length": length}
 
     exp.step(RERANK_STEP, choose)
-    stamp = json.loads(exp.stamp_path(RERANK_STEP).read_text(encoding="utf-8"))
+    stamp = exp.read_stamp(RERANK_STEP)
     return stamp["reverse"], stamp["length"]
 
 

@@ -186,7 +186,7 @@ def row_cost(exp: Experiment, config: Configuration, measures: FolderMeasures) -
     system = config.decoded_system
     if not exp.done(f"speed/{system}"):
         return None
-    return RowCost(json.loads(exp.stamp_path(f"speed/{system}").read_text(encoding="utf-8")),
+    return RowCost(exp.read_stamp(f"speed/{system}"),
                    dev=measures.dev, test=measures.test, threads=exp.jobs, cap=exp.settings.tune_max_iterations,
                    optimisation=measures.optimisation, decoding=measured_decoding(exp, system))
 
@@ -378,7 +378,7 @@ def check_run_current(exp: Experiment, plan: RunPlan) -> None:
 
 def _stamp_finished(exp: Experiment, name: str) -> str:
     """When a step finished (ISO 8601 UTC, as stamped: compares as text)."""
-    return str(json.loads(exp.stamp_path(name).read_text(encoding="utf-8")).get("finished", ""))
+    return str(exp.read_stamp(name).get("finished", ""))
 
 
 def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:

@@ -206,6 +206,12 @@ class Experiment:
     def done(self, name: str) -> bool:
         return self.stamp_path(name).exists()
 
+    def read_stamp(self, name: str) -> dict[str, object]:
+        """What a finished step recorded in its stamp (its details, seconds, finished)."""
+        if not self.done(name):
+            raise ExperimentError(f"step {name} not done in {self.work}: run it first")
+        return json.loads(self.stamp_path(name).read_text(encoding="utf-8"))
+
     def read_yet(self, stamp: str) -> bool:
         """Whether the step stamped ``stamp`` has run, or with a trailing ``/`` any step stamped under it."""
         if not stamp.endswith("/"):

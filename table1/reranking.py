@@ -1,0 +1,319 @@
+"""The reranking experiment: Baseline's tuned runs rerank their own n-best lists with each network as a feature.
+
+What a user deciding which network to add needs, at a cost this machine can pay (docs/table1.md,
+"Reranking"): Baseline's three tuned systems exist, so each decodes dev and test once more into
+``nbest_size``-best distinct lists with Moses' segmentation (for the phrase-level scores), and every
+model scores the first ``rerank_size`` hypotheses of each list once. Then, for every feature set
+(:func:`feature_sets`), run k's weights are tuned on run k's fixed dev lists by MERT
+(:func:`mert.rerank.tune_on_lists`, the tuned Baseline weights as start point, the new columns at 0) and
+run k's test lists are reranked with them. Each set is compared with "Baseline reranked", the same lists
+tuned the same way with no new column, since tuning on fixed lists moves BLEU by itself.
+
+Every piece is stamped on its own under ``reranking/``: a list (``reranking/lists/runK/SPLIT``), its
+oracle BLEU by list size (``reranking/oracle/runK/SPLIT``), a model's scores of a list
+(``reranking/scores/LABEL/runK/SPLIT``, resumed block by block inside), a set's tuning
+(``reranking/mert/SET/runK``). A model trained later (``table1 reranking-models``) adds its sets on the
+next run; the report (:mod:`table1.reranking_report`) is rebuilt every time from what is there.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from infrastructure.files import atomic_path, copy_compressed, display_name
+from mert.bleu import read_references
+from mert.features import NBestFeature, load_feature, read_source_sentences, score_entries
+from mert.nbest_set import fixed_mask
+from mert.rerank import bleu_statistics, one_best, oracle_bleu, tune_on_lists, with_columns
+from mert.tune import weights_vector
+from moses_integration.decoder import decode
+from moses_integration.nbest import (
+    SEGMENTATION_FLAG,
+    NBestArrays,
+    NBestEntry,
+    column_names,
+    load_nbest_arrays,
+    read_nbest,
+)
+from table1.collect import run_weights
+from table1.reranking_models import reranking_feature_specs
+from table1.settings import CONFIGURATIONS_BY_KEY, RunPlan
+from table1.workspace import Experiment, ExperimentError, say, single_phrase_table
+
+#: The phrase RNN's column as it ran in + RNN: already in Baseline's lists, which decode the six-column
+#: table with it at weight 0; a set with it tunes that column instead of holding it at 0.
+LIST_FEATURE = "p_RNN"
+BASELINE_RERANKED = "Baseline reranked"
+SPLITS = ("dev", "test")
+#: Sentences a model scores between two saved parts: what a killed scoring of a long list loses at most.
+BLOCK_SENTENCES = 100
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    """A row of the reranking report: the features added to Baseline's lists, by label."""
+
+    label: str
+    features: tuple[str, ...]
+
+    @property
+    def slug(self) -> str:
+        return slug(self.label)
+
+
+def slug(label: str) -> str:
+    """A label as a file and stamp name: ``NMT p(e|f)`` → ``nmt-p-e-f``."""
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+
+
+def feature_sets(labels: Sequence[str]) -> list[FeatureSet]:
+    """Baseline reranked; each feature alone; the phrase RNN both ways; and all together.
+
+    ``labels`` are :data:`LIST_FEATURE` and the labels of
+    :func:`table1.reranking_models.reranking_feature_specs`, in order. "All" takes the NMT model in both
+    directions rather than one, and the paper-size RNN's last read-out only (its read-outs are one model
+    at several ages).
+    """
+    sets = [FeatureSet(BASELINE_RERANKED, ())] + [FeatureSet(f"+ {label}", (label,)) for label in labels]
+    if LIST_FEATURE in labels and "RNN(f|e)" in labels:
+        sets.append(FeatureSet(f"+ {LIST_FEATURE} + RNN(f|e)", (LIST_FEATURE, "RNN(f|e)")))
+    readouts = [label for label in labels if label.startswith("RNN d=")]
+    together = [label for label in labels if label != "NMT p(e|f)" and label not in readouts[:-1]]
+    if "NMT p(e|f)+p(f|e)" not in labels and "NMT p(e|f)" in labels:
+        together.append("NMT p(e|f)")
+    if len(together) > 2:
+        sets.append(FeatureSet("+ all", tuple(together)))
+    return sets
+
+
+# --------------------------------------------------------------------------------------------
+# Where things are
+
+
+def list_path(exp: Experiment, run: int, split: str) -> Path:
+    return exp.path("reranking", "lists", f"run{run}.{split}.nbest.gz")
+
+
+def scores_path(exp: Experiment, label: str, run: int, split: str) -> Path:
+    return exp.path("reranking", "scores", slug(label), f"run{run}.{split}.npy")
+
+
+def output_path(exp: Experiment, fset: FeatureSet, run: int, split: str) -> Path:
+    """A set's reranked 1-best of run ``run``'s list (tokenised, as Moses writes it)."""
+    return exp.path("reranking", "outputs", fset.slug, f"run{run}.{split}.tok")
+
+
+def list_stamp(run: int, split: str) -> str:
+    return f"reranking/lists/run{run}/{split}"
+
+
+def oracle_stamp(run: int, split: str) -> str:
+    return f"reranking/oracle/run{run}/{split}"
+
+
+def scores_stamp(label: str, run: int, split: str) -> str:
+    return f"reranking/scores/{slug(label)}/run{run}/{split}"
+
+
+def mert_stamp(fset: FeatureSet, run: int) -> str:
+    return f"reranking/mert/{fset.slug}/run{run}"
+
+
+def baseline_plan(run: int) -> RunPlan:
+    return RunPlan(CONFIGURATIONS_BY_KEY["baseline"], run)
+
+
+# --------------------------------------------------------------------------------------------
+# Lists
+
+
+def decode_list(exp: Experiment, run: int, split: str) -> dict[str, object]:
+    """Run ``run``'s tuned Baseline on ``split`` into its distinct n-best list, kept gzipped."""
+    ini = exp.tune_dir(baseline_plan(run)) / "moses.ini"
+    final = list_path(exp, run, split)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    plain = final.with_suffix("")  # runK.SPLIT.nbest, the decoder's own file until it is compressed
+    result = decode(exp.moses().bin_dir, ini, exp.prepared(split, exp.src), final.with_name(f"run{run}.{split}.1best"),
+                    nbest_path=plain, nbest_size=exp.settings.reranking.nbest_size, distinct=True, threads=exp.jobs,
+                    extra_args=[SEGMENTATION_FLAG])
+    copy_compressed(plain, final)
+    plain.unlink()
+    return {"ini": str(ini), "list": str(final), "decode_seconds": round(result.seconds, 1)}
+
+
+def oracle_curve(exp: Experiment, run: int, split: str) -> dict[str, object]:
+    """The oracle BLEU (tokenised; :func:`mert.rerank.oracle_bleu`) of the list's first k hypotheses, for
+    k from 1 to ``nbest_size``: how much any reranking could gain, and how much a deeper list adds."""
+    r = exp.settings.reranking
+    arrays = load_nbest_arrays(list_path(exp, run, split))
+    stats = bleu_statistics(arrays, read_references([exp.prepared(split, exp.tgt)]))
+    sizes = sorted({s for s in (1, 10, 50, 100, 200, 500, r.rerank_size, r.nbest_size) if s <= r.nbest_size})
+    curve = [[size, round(oracle_bleu(stats, arrays.offsets, size), 2)] for size in sizes]  # a list: stamps sort keys
+    counts = np.diff(arrays.offsets)
+    return {"oracle_bleu": curve, "hypotheses": len(arrays.hypotheses),
+            "mean_list_size": round(float(counts.mean()), 1)}
+
+
+# --------------------------------------------------------------------------------------------
+# A model's scores of a list
+
+
+def score_list(feature: NBestFeature, nbest: Path, sources: list[str], size: int, out: Path) -> dict[str, object]:
+    """``feature``'s values of each sentence's first ``size`` hypotheses of ``nbest``, saved as ``out``
+    (``[H, num_values]``, rows in list order). Saved in parts of :data:`BLOCK_SENTENCES` sentences
+    beside it, so that a killed scoring resumes at its last part; the parts go once ``out`` is whole."""
+    parts = out.with_name(out.name + ".parts")
+    parts.mkdir(parents=True, exist_ok=True)
+    name = display_name(nbest)
+
+    def save(block: list[NBestEntry]) -> None:
+        part = parts / f"{block[0].sent_id // BLOCK_SENTENCES:06d}.npy"
+        if not part.exists():
+            values = score_entries([feature], sources, block, path=name)[0]
+            with atomic_path(part) as partial, open(partial, "wb") as fh:
+                np.save(fh, values)
+
+    block: list[NBestEntry] = []
+    for entry in read_nbest(nbest, expected_sentences=len(sources), per_sentence=size):
+        if block and entry.sent_id // BLOCK_SENTENCES != block[-1].sent_id // BLOCK_SENTENCES:
+            save(block)
+            block = []
+        block.append(entry)
+    if block:
+        save(block)
+    files = sorted(parts.glob("[0-9]*.npy"))
+    values = np.concatenate([np.load(f) for f in files])
+    with atomic_path(out) as partial, open(partial, "wb") as fh:
+        np.save(fh, values)
+    shutil.rmtree(parts)
+    return {"name": feature.name, "values": feature.num_values, "hypotheses": int(values.shape[0])}
+
+
+def score_lists(exp: Experiment, label: str, spec: str, runs: int) -> None:
+    """One model's scores of every run's dev and test list (the model loaded once, only if one is missing)."""
+    todo = [(k, split) for k in range(1, runs + 1) for split in SPLITS if not exp.done(scores_stamp(label, k, split))]
+    if not todo:
+        return
+    feature = load_feature(spec)
+    for k, split in todo:
+        out = scores_path(exp, label, k, split)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        sources = read_source_sentences(exp.prepared(split, exp.src))
+        exp.step(scores_stamp(label, k, split), lambda k=k, split=split, out=out, s=sources: {
+            "spec": spec, **score_list(feature, list_path(exp, k, split), s, exp.settings.reranking.rerank_size, out)})
+
+
+# --------------------------------------------------------------------------------------------
+# Tuning on the lists
+
+
+@dataclass
+class RunLists:
+    """Run k's dev and test lists (each sentence's first ``rerank_size`` hypotheses), dev's BLEU statistics."""
+
+    run: int
+    dev: NBestArrays
+    test: NBestArrays
+    dev_stats: np.ndarray
+
+
+def load_run_lists(exp: Experiment, run: int) -> RunLists:
+    size = exp.settings.reranking.rerank_size
+    dev, test = (load_nbest_arrays(list_path(exp, run, split), per_sentence=size) for split in SPLITS)
+    return RunLists(run, dev, test, bleu_statistics(dev, read_references([exp.prepared("dev", exp.tgt)])))
+
+
+def with_scores(exp: Experiment, arrays: NBestArrays, fset: FeatureSet, run: int, split: str) -> NBestArrays:
+    """``arrays`` with the set's models' scores appended (the list's own p_RNN column is there already)."""
+    extra = []
+    for label in fset.features:
+        if label == LIST_FEATURE:
+            continue
+        stamp = exp.read_stamp(scores_stamp(label, run, split))
+        extra.append((str(stamp["name"]), np.load(scores_path(exp, label, run, split))))
+    return with_columns(arrays, extra)
+
+
+def fixed_columns(exp: Experiment, fset: FeatureSet) -> list[str]:
+    """The table's columns held at 0: the RNN's and the unknown-word column, or only the latter with p_RNN."""
+    table_feature, _, num_scores = single_phrase_table(exp.rnn_ini)
+    config = CONFIGURATIONS_BY_KEY["rnn" if LIST_FEATURE in fset.features else "baseline"]
+    return config.fixed_columns(table_feature, num_scores)
+
+
+def tune_set(exp: Experiment, lists: RunLists, fset: FeatureSet) -> dict[str, object]:
+    """Tune the set's weights on run k's dev lists, from run k's tuned Baseline weights (new columns at 0);
+    write the reranked dev and test 1-best."""
+    ini = exp.tune_dir(baseline_plan(lists.run)) / "moses.ini"
+    dev = with_scores(exp, lists.dev, fset, lists.run, "dev")
+    added = dev.feature_names[len(lists.dev.feature_names):]
+    start = weights_vector({**run_weights(ini), **{name: [0.0] * count for name, count in added}},
+                           dev.feature_names, where=str(ini))
+    r = exp.settings.reranking
+    tuned = tune_on_lists(dev, lists.dev_stats, start, fixed=fixed_mask(dev.feature_names, fixed_columns(exp, fset)),
+                          restarts=r.restarts, seed=baseline_plan(lists.run).seed, threads=exp.jobs)
+    test = with_scores(exp, lists.test, fset, lists.run, "test")
+    for split, arrays in (("dev", dev), ("test", test)):
+        out = output_path(exp, fset, lists.run, split)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out) as partial:
+            partial.write_text("".join(f"{h}\n" for h in one_best(arrays, tuned.weights)), encoding="utf-8")
+    held = set(fixed_columns(exp, fset))
+    baseline_tunes = set(column_names(lists.dev.feature_names)) - set(fixed_columns(exp, FeatureSet("", ())))
+    new = [c for c in column_names(dev.feature_names) if c not in held and c not in baseline_tunes]
+    return {"weights": tuned.named(), "new_columns": new, "dev_bleu": round(tuned.dev_bleu, 4),
+            "start_dev_bleu": round(tuned.start_bleu, 4)}
+
+
+# --------------------------------------------------------------------------------------------
+# The step
+
+
+def available_sets(exp: Experiment) -> tuple[list[FeatureSet], list[str]]:
+    """(The sets whose models are all trained, the labels of models not trained yet) with their specs."""
+    specs = reranking_feature_specs(exp)
+    ready = [LIST_FEATURE, *(label for label, spec in specs.items() if spec)]
+    return feature_sets(ready), [label for label, spec in specs.items() if not spec]
+
+
+def plan_lines(exp: Experiment, runs: int, sets: list[FeatureSet], missing: list[str]) -> list[str]:
+    r = exp.settings.reranking
+    lists = sum(not exp.done(list_stamp(k, s)) for k in range(1, runs + 1) for s in SPLITS)
+    tunings = sum(not exp.done(mert_stamp(f, k)) for f in sets for k in range(1, runs + 1))
+    lines = [f"reranking: {lists} of {2 * runs} lists to decode ({r.nbest_size}-best distinct, the first "
+             f"{r.rerank_size} scored); {tunings} tunings on fixed lists to run ({len(sets)} sets x {runs} runs)"]
+    if missing:
+        lines.append(f"reranking: not trained yet, so not in this report: {', '.join(missing)} "
+                     "(table1 reranking-models trains them)")
+    return lines
+
+
+def step_reranking(exp: Experiment, runs: int) -> list[FeatureSet]:
+    """Decode, score and tune what is not stamped yet; returns the sets whose runs are all tuned."""
+    exp.require("baseline", "rnn", *(f"tune/{baseline_plan(k).name}" for k in range(1, runs + 1)))
+    sets, missing = available_sets(exp)
+    for line in plan_lines(exp, runs, sets, missing):
+        say(line)
+    for k in range(1, runs + 1):
+        for split in SPLITS:
+            exp.step(list_stamp(k, split), lambda k=k, split=split: decode_list(exp, k, split))
+            exp.step(oracle_stamp(k, split), lambda k=k, split=split: oracle_curve(exp, k, split))
+    specs = reranking_feature_specs(exp)
+    for label in dict.fromkeys(f for fset in sets for f in fset.features if f != LIST_FEATURE):
+        spec = specs[label]
+        if spec is None:
+            raise ExperimentError(f"reranking: {label} has no model")
+        score_lists(exp, label, spec, runs)
+    for k in range(1, runs + 1):
+        todo = [fset for fset in sets if not exp.done(mert_stamp(fset, k))]
+        if todo:
+            lists = load_run_lists(exp, k)
+            for fset in todo:
+                exp.step(mert_stamp(fset, k), lambda f=fset, lists=lists: tune_set(exp, lists, f))
+    return sets
