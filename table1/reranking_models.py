@@ -118,6 +118,12 @@ def step_reranking_models(exp: Experiment) -> None:
     for line in time_plan(exp):
         say(line)
     log = exp.log_file("reranking-models")
+    # In the order their reranking rows are wanted: the models of hours first (Table 1's steps, stamped:
+    # a done one is not even looked at again), then the NMT model's two directions, then the paper-size RNN.
+    if not exp.done("rnn-both"):
+        step_rnn_both(exp)
+    if not exp.done("cslm/export"):
+        step_cslm(exp)
     for reverse in (False, True):
         exp.step(nmt_stamp(reverse), lambda rev=reverse: run_tool(nmt_train_command(exp, rev), log))
     done, skipped = readouts(exp)
@@ -126,10 +132,6 @@ def step_reranking_models(exp: Experiment) -> None:
             f"({exp.settings.reranking.big_rnn.max_time / 3600:g} h)")
     for hours in done:
         exp.step(readout_stamp(hours), lambda h=hours: read_out(exp, h, log))
-    if not exp.done("rnn-both"):  # Table 1's steps, stamped: a done one is not even looked at again
-        step_rnn_both(exp)
-    if not exp.done("cslm/export"):
-        step_cslm(exp)
     exp.step(RERANKING_STEP, lambda: {"readouts": done, "skipped_readouts": skipped})
 
 

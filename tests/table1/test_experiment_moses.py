@@ -24,8 +24,17 @@ from moses_integration.moses_ini import MosesIni
 from moses_integration.nbest import read_nbest
 from neural.training import last_checkpoint_path
 from shared_paths import has_neural_lm, moses_bin_dir, shared_file
-from table1 import collect, systems, tuning, workspace
-from table1.settings import SCALES, CslmSettings, RnnSettings, RunPlan, TextSlice, select_configurations
+from table1 import collect, reranking, systems, tuning, workspace
+from table1.reranking_report import write_reranking_report
+from table1.settings import (
+    SCALES,
+    CslmSettings,
+    RerankingSettings,
+    RnnSettings,
+    RunPlan,
+    TextSlice,
+    select_configurations,
+)
 from table1.system_training import MosesInstall
 from table1_folders import load_experiment
 
@@ -59,6 +68,7 @@ def tiny(request, monkeypatch, tmp_path):
         # an epoch budget, not a time one: on a loaded machine 5 s held one epoch of 256 n-grams
         cslm=CslmSettings(embedding=8, hidden=(16, 8), shortlist=500, max_time=600, epoch_size=256, max_epochs=2),
         tune_max_iterations=2, nbest_size=20, restarts=2,
+        reranking=RerankingSettings(nbest_size=30, rerank_size=10, restarts=2),
     )
     monkeypatch.setitem(SCALES, "tiny", settings)
     return load_experiment(tmp_path / "work", "tiny", data=data, moses_bin_dir=install.bin_dir,
@@ -151,3 +161,14 @@ def test_tiny_table1_end_to_end(tiny, tmp_path):
     systems.step_baseline(exp, "eflomal")
     tuning.step_tune(exp, configs, 1)
     assert sorted(p.name for p in (exp.work / "stamps").iterdir()) == stamps
+    # Run 1 reranks its own lists: Moses wrote them with the segmentation, best first (its 1-best is the
+    # eval step's output), and the list's RNN column is a set of its own.
+    sets = reranking.step_reranking(exp, 1)
+    first = next(read_nbest(reranking.list_path(exp, 1, "test")))
+    assert first.segmentation and "TranslationModel0" in dict(first.features)
+    write_reranking_report(exp, 1, sets, [], tmp_path / "results")
+    doc = json.loads((tmp_path / "results" / "reranking.json").read_text())
+    assert doc["first_hypothesis_check"] == [{"run": 1, "same": 8, "sentences": 8}]
+    rows = {r["label"]: r for r in doc["rows"]}
+    assert {"Baseline reranked", "+ p_RNN"} <= set(rows) and all(len(r["runs"]) == 1 for r in rows.values())
+    assert [size for size, _ in doc["oracle"]["run1"]["dev"]["oracle_bleu"]] == [1, 10, 30]
