@@ -42,9 +42,9 @@ from moses_integration.nbest import (
     read_nbest,
 )
 from table1.collect import run_weights
-from table1.reranking_models import reranking_feature_specs
+from table1.reranking_models import nmt_model, nmt_stamp, reranking_feature_specs
 from table1.settings import CONFIGURATIONS_BY_KEY, RunPlan
-from table1.workspace import Experiment, ExperimentError, say, single_phrase_table
+from table1.workspace import Experiment, ExperimentError, run_tool, say, single_phrase_table
 
 #: The phrase RNN's column as it ran in + RNN: already in Baseline's lists, which decode the six-column
 #: table with it at weight 0; a set with it tunes that column instead of holding it at 0.
@@ -53,6 +53,8 @@ BASELINE_RERANKED = "Baseline reranked"
 SPLITS = ("dev", "test")
 #: Sentences a model scores between two saved parts: what a killed scoring of a long list loses at most.
 BLOCK_SENTENCES = 100
+#: The NMT model's own translation of test (beam search), for its standalone BLEU beside the reranking.
+NMT_TRANSLATE_STAMP = "reranking/nmt-translate"
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,10 @@ def scores_path(exp: Experiment, label: str, run: int, split: str) -> Path:
 def output_path(exp: Experiment, fset: FeatureSet, run: int, split: str) -> Path:
     """A set's reranked 1-best of run ``run``'s list (tokenised, as Moses writes it)."""
     return exp.path("reranking", "outputs", fset.slug, f"run{run}.{split}.tok")
+
+
+def nmt_test_output(exp: Experiment) -> Path:
+    return exp.path("reranking", "nmt-forward.test.tok")
 
 
 def list_stamp(run: int, split: str) -> str:
@@ -304,6 +310,10 @@ def step_reranking(exp: Experiment, runs: int) -> list[FeatureSet]:
         for split in SPLITS:
             exp.step(list_stamp(k, split), lambda k=k, split=split: decode_list(exp, k, split))
             exp.step(oracle_stamp(k, split), lambda k=k, split=split: oracle_curve(exp, k, split))
+    if exp.done(nmt_stamp(False)):  # what the NMT model reaches alone: its beam search's test BLEU
+        exp.step(NMT_TRANSLATE_STAMP, lambda: run_tool(
+            [exp.console("nmt"), "translate", nmt_model(exp), exp.prepared("test", exp.src), nmt_test_output(exp),
+             "--device", exp.device, "--threads", str(exp.jobs), "--quiet"], exp.log_file("reranking")))
     specs = reranking_feature_specs(exp)
     for label in dict.fromkeys(f for fset in sets for f in fset.features if f != LIST_FEATURE):
         spec = specs[label]

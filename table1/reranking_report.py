@@ -24,10 +24,12 @@ from table1.report import draw_png, over_runs_cell, pooled_json
 from table1.reranking import (
     BASELINE_RERANKED,
     LIST_FEATURE,
+    NMT_TRANSLATE_STAMP,
     FeatureSet,
     baseline_plan,
     list_path,
     mert_stamp,
+    nmt_test_output,
     oracle_stamp,
     output_path,
 )
@@ -98,6 +100,15 @@ def changed_examples(exp: Experiment, fset: FeatureSet, count: int) -> list[dict
              fset.label: post(b[i])} for i in picks]
 
 
+def nmt_standalone(exp: Experiment, refs: list[list[str]], test_ref: Path) -> dict[str, object] | None:
+    """The NMT model p(e|f)'s own beam-search translation of test: its sacreBLEU, as Table 1's rows are scored."""
+    if not exp.done(NMT_TRANSLATE_STAMP):
+        return None
+    out = nmt_test_output(exp)
+    score = score_system(out.name, out, read_text_lines(out), refs, [test_ref], lang=exp.tgt)
+    return {"test_bleu": round(score.bleu, 4), "signature": score.signature}
+
+
 def reranking_document(exp: Experiment, runs: int, sets: list[FeatureSet], missing: list[str]) -> dict[str, object]:
     """Everything the report shows, as JSON."""
     test_ref = exp.path("raw", f"test.{exp.tgt}")
@@ -119,6 +130,7 @@ def reranking_document(exp: Experiment, runs: int, sets: list[FeatureSet], missi
         "oracle": {f"run{k}": {split: exp.read_stamp(oracle_stamp(k, split)) for split in ("dev", "test")
                                if exp.done(oracle_stamp(k, split))} for k in range(1, runs + 1)},
         "first_hypothesis_check": first_hypothesis_check(exp, runs),
+        "nmt_standalone": nmt_standalone(exp, refs, test_ref),
         "best_on_dev": best_set.label if best_set else None,
         "changed_examples": changed_examples(exp, best_set, r.changed_examples) if best_set else [],
     }
@@ -153,6 +165,10 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     lines += ["", f"Method: {doc['method']}.", ""]
     if doc["not_trained"]:
         lines += [f"Not trained yet, so not in the table: {', '.join(doc['not_trained'])}.", ""]
+    nmt = doc.get("nmt_standalone")
+    if nmt:
+        lines += [f"The NMT model p(e|f) alone (its own beam search, beam 5) reaches {nmt['test_bleu']:.2f} test BLEU "
+                  f"({nmt['signature']}).", ""]
     lines += format_oracle(doc)
     check = doc["first_hypothesis_check"]
     if check:

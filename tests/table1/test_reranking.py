@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sacrebleu.metrics import BLEU
 
 from mert.evaluate import PostProcessor
 from mert.features import WordCount
@@ -101,6 +102,18 @@ def test_the_rnn_column_that_tells_the_reference_apart_wins_every_run(tuned_base
                                                             [200, 100.0], [500, 100.0], [1000, 100.0]]
     markdown = paths[1].read_text()
     assert "| + p_RNN |" in markdown and "Baseline reranked" in markdown and "Oracle BLEU" in markdown
+
+
+def test_the_nmt_models_own_translation_is_scored_beside_the_sets(tuned_baseline, tmp_path):
+    exp = tuned_baseline
+    post = PostProcessor(exp.tgt)
+    write_lines(reranking.nmt_test_output(exp), TEST[:2] + [hypotheses(r)[0] for r in TEST[2:]])
+    exp.step(reranking.NMT_TRANSLATE_STAMP, lambda: None)  # what `nmt translate` leaves
+    doc = json.loads(run_reranking(exp, tmp_path / "results")[0].read_text())
+    expected = BLEU().corpus_score([post(h) for h in TEST[:2] + [hypotheses(r)[0] for r in TEST[2:]]],
+                                   [[post(r) for r in TEST]]).score
+    assert doc["nmt_standalone"]["test_bleu"] == pytest.approx(expected, abs=1e-4)
+    assert "The NMT model p(e|f) alone" in (tmp_path / "results" / "reranking.md").read_text()
 
 
 def test_a_rerun_finds_everything_done_and_writes_the_same_report(tuned_baseline, tmp_path, capsys):
