@@ -170,20 +170,47 @@ def oracle_curve(exp: Experiment, run: int, split: str) -> dict[str, object]:
 # A model's scores of a list
 
 
-def score_list(feature: NBestFeature, nbest: Path, sources: list[str], size: int, out: Path) -> dict[str, object]:
+#: What a model's score of a hypothesis depends on: its sentence, words and phrase segmentation. The same
+#: hypothesis recurs in other runs' lists of the same sentences (their weights differ, their system not).
+HypothesisKey = tuple[int, str, object]
+Known = dict[HypothesisKey, np.ndarray]
+
+
+def hypothesis_key(entry: NBestEntry) -> HypothesisKey:
+    return entry.sent_id, entry.hypothesis, entry.segmentation
+
+
+def known_scores(nbest: Path, values: Path, size: int, known: Known) -> None:
+    """Add a scored list's values to ``known``, by hypothesis."""
+    scores = np.load(values)
+    for entry, row in zip(read_nbest(nbest, per_sentence=size), scores, strict=True):
+        known.setdefault(hypothesis_key(entry), row)
+
+
+def score_list(feature: NBestFeature, nbest: Path, sources: list[str], size: int, out: Path,
+               known: Known | None = None) -> dict[str, object]:
     """``feature``'s values of each sentence's first ``size`` hypotheses of ``nbest``, saved as ``out``
     (``[H, num_values]``, rows in list order). Saved in parts of :data:`BLOCK_SENTENCES` sentences
-    beside it, so that a killed scoring resumes at its last part; the parts go once ``out`` is whole."""
+    beside it, so that a killed scoring resumes at its last part; the parts go once ``out`` is whole.
+    Hypotheses in ``known`` (other runs' lists of the same sentences) take their values from there: a
+    model's score depends on the hypothesis' sentence, words and segmentation only."""
     parts = out.with_name(out.name + ".parts")
     parts.mkdir(parents=True, exist_ok=True)
-    name = display_name(nbest)
+    name, known = display_name(nbest), {} if known is None else known
+    reused = 0
 
     def save(block: list[NBestEntry]) -> None:
+        nonlocal reused
         part = parts / f"{block[0].sent_id // BLOCK_SENTENCES:06d}.npy"
-        if not part.exists():
-            values = score_entries([feature], sources, block, path=name)[0]
-            with atomic_path(part) as partial, open(partial, "wb") as fh:
-                np.save(fh, values)
+        if part.exists():
+            return
+        new = [e for e in block if hypothesis_key(e) not in known]
+        if new:
+            for entry, row in zip(new, score_entries([feature], sources, new, path=name)[0], strict=True):
+                known[hypothesis_key(entry)] = row
+        reused += len(block) - len(new)
+        with atomic_path(part) as partial, open(partial, "wb") as fh:
+            np.save(fh, np.stack([known[hypothesis_key(e)] for e in block]))
 
     block: list[NBestEntry] = []
     for entry in read_nbest(nbest, expected_sentences=len(sources), per_sentence=size):
@@ -198,21 +225,28 @@ def score_list(feature: NBestFeature, nbest: Path, sources: list[str], size: int
     with atomic_path(out) as partial, open(partial, "wb") as fh:
         np.save(fh, values)
     shutil.rmtree(parts)
-    return {"name": feature.name, "values": feature.num_values, "hypotheses": int(values.shape[0])}
+    return {"name": feature.name, "values": feature.num_values, "hypotheses": int(values.shape[0]),
+            "reused": reused}
 
 
 def score_lists(exp: Experiment, label: str, spec: str, runs: int) -> None:
-    """One model's scores of every run's dev and test list (the model loaded once, only if one is missing)."""
+    """One model's scores of every run's dev and test list (the model loaded once, only if one is missing);
+    a hypothesis an earlier run's list of the same split holds is not scored again."""
     todo = [(k, split) for k in range(1, runs + 1) for split in SPLITS if not exp.done(scores_stamp(label, k, split))]
     if not todo:
         return
-    feature = load_feature(spec)
-    for k, split in todo:
-        out = scores_path(exp, label, k, split)
-        out.parent.mkdir(parents=True, exist_ok=True)
+    feature, size = load_feature(spec), exp.settings.reranking.rerank_size
+    for split in SPLITS:
+        known: Known = {}
+        for k in range(1, runs + 1):
+            if exp.done(scores_stamp(label, k, split)):
+                known_scores(list_path(exp, k, split), scores_path(exp, label, k, split), size, known)
         sources = read_source_sentences(exp.prepared(split, exp.src))
-        exp.step(scores_stamp(label, k, split), lambda k=k, split=split, out=out, s=sources: {
-            "spec": spec, **score_list(feature, list_path(exp, k, split), s, exp.settings.reranking.rerank_size, out)})
+        for k in (k for k, s in todo if s == split):
+            out = scores_path(exp, label, k, split)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            exp.step(scores_stamp(label, k, split), lambda k=k, out=out, split=split, known=known, src=sources: {
+                "spec": spec, **score_list(feature, list_path(exp, k, split), src, size, out, known)})
 
 
 # --------------------------------------------------------------------------------------------

@@ -153,9 +153,41 @@ def test_scoring_a_list_resumes_from_its_saved_parts(tmp_path):
     record = reranking.score_list(WordCount(), nbest, sources, 2, out)
     values = np.load(out)
     kept = [e for e in read_nbest(nbest, per_sentence=2)]
-    assert record == {"name": "WordCount", "values": 1, "hypotheses": len(kept)}
+    assert record == {"name": "WordCount", "values": 1, "hypotheses": len(kept), "reused": 0}
     expected = np.array([[len(e.hypothesis.split())] for e in kept], dtype=float)
     block1 = slice(2 * reranking.BLOCK_SENTENCES, 4 * reranking.BLOCK_SENTENCES)
     expected[block1] = -7.0
     assert np.array_equal(values, expected)
     assert not parts.exists()
+
+
+class CountingWordCount(WordCount):
+    """WordCount that counts the hypotheses it is asked to score."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scored = 0
+
+    def score(self, source_sentences, entries):
+        self.scored += len(entries)
+        return super().score(source_sentences, entries)
+
+
+def test_a_hypothesis_another_runs_list_holds_is_not_scored_again(tmp_path):
+    """Run 2's list shares most hypotheses with run 1's (other weights, the same system): only its new ones
+    are scored, and its values are those a scoring from scratch gives."""
+    refs = [f"sentence number {i} of many" for i in range(30)]
+    first, second = tmp_path / "run1.nbest.gz", tmp_path / "run2.nbest.gz"
+    lines = list_lines(refs, 1)
+    write_lines(first, lines, gz=True)
+    write_lines(second, [line.replace("sentence number 7 of many", "a new hypothesis") for line in lines], gz=True)
+    sources = [f"source {i}" for i in range(len(refs))]
+    feature, known = CountingWordCount(), {}
+    reranking.score_list(feature, first, sources, 4, tmp_path / "run1.npy", known)
+    assert feature.scored == 4 * len(refs)
+    record = reranking.score_list(feature, second, sources, 4, tmp_path / "run2.npy", known)
+    assert feature.scored == 4 * len(refs) + 1 and record["reused"] == 4 * len(refs) - 1
+    fresh = CountingWordCount()
+    reranking.score_list(fresh, second, sources, 4, tmp_path / "fresh.npy")
+    assert np.array_equal(np.load(tmp_path / "run2.npy"), np.load(tmp_path / "fresh.npy"))
+    assert not np.array_equal(np.load(tmp_path / "run1.npy"), np.load(tmp_path / "run2.npy"))
