@@ -44,6 +44,7 @@ from moses_integration.nbest import (
 from table1.collect import run_weights
 from table1.reranking_models import nmt_model, nmt_stamp, reranking_feature_specs
 from table1.settings import CONFIGURATIONS_BY_KEY, RunPlan
+from table1.tuning import tuning_iterations
 from table1.workspace import Experiment, ExperimentError, run_tool, say, single_phrase_table
 
 #: The phrase RNN's column as it ran in + RNN: already in Baseline's lists, which decode the six-column
@@ -322,12 +323,51 @@ def available_sets(exp: Experiment) -> tuple[list[FeatureSet], list[str]]:
     return feature_sets(ready), [label for label, spec in specs.items() if not spec]
 
 
+def sentences(exp: Experiment, split: str) -> int:
+    return len(read_source_sentences(exp.prepared(split, exp.src)))
+
+
+def decode_rate(exp: Experiment, runs: int) -> tuple[float, str] | None:
+    """Seconds per sentence of a list's decode: measured on the lists done, else the tuning's 100-best
+    decodes of dev (a lower bound: a deeper list takes longer)."""
+    done = [(exp.read_stamp(list_stamp(k, s)), s) for k in range(1, runs + 1) for s in SPLITS
+            if exp.done(list_stamp(k, s))]
+    done = [(d, s) for d, s in done if "decode_seconds" in d]
+    if done:
+        return sum(float(d["decode_seconds"]) for d, _ in done) / sum(sentences(exp, s) for _, s in done), "measured"
+    decodes = [float(it["decode_seconds"]) for it in tuning_iterations(exp, {"baseline"}) if "decode_seconds" in it]
+    if decodes:
+        return sum(decodes) / len(decodes) / sentences(exp, "dev"), "at least: the tuning's 100-best decodes"
+    return None
+
+
+def scoring_rate(exp: Experiment, label: str, runs: int) -> float | None:
+    """Seconds per hypothesis a model took on the lists it has scored (those it scored, not reused)."""
+    stamps = [exp.read_stamp(scores_stamp(label, k, s)) for k in range(1, runs + 1) for s in SPLITS
+              if exp.done(scores_stamp(label, k, s))]
+    scored = sum(int(d.get("hypotheses", 0)) - int(d.get("reused", 0)) for d in stamps)
+    return sum(float(d["seconds"]) for d in stamps) / scored if scored > 0 else None
+
+
 def plan_lines(exp: Experiment, runs: int, sets: list[FeatureSet], missing: list[str]) -> list[str]:
+    """What is still to do, in hours where a rate has been measured (the reranking's time plan)."""
     r = exp.settings.reranking
-    lists = sum(not exp.done(list_stamp(k, s)) for k in range(1, runs + 1) for s in SPLITS)
+    todo = [(k, s) for k in range(1, runs + 1) for s in SPLITS if not exp.done(list_stamp(k, s))]
+    rate = decode_rate(exp, runs) if todo else None
+    hours = "" if rate is None else f": {sum(sentences(exp, s) for _, s in todo) * rate[0] / 3600:.1f} h ({rate[1]})"
+    lines = [f"reranking: {len(todo)} of {2 * runs} lists to decode ({r.nbest_size}-best distinct, the first "
+             f"{r.rerank_size} scored){hours}"]
+    labels = dict.fromkeys(f for fset in sets for f in fset.features if f != LIST_FEATURE)
+    for label in labels:
+        left = [(k, s) for k in range(1, runs + 1) for s in SPLITS if not exp.done(scores_stamp(label, k, s))]
+        if left:
+            per = scoring_rate(exp, label, runs)
+            size = sum(sentences(exp, s) for _, s in left) * r.rerank_size
+            lines.append(f"reranking: {label}: {len(left)} lists to score, at most {size:,} hypotheses"
+                         + (f", {size * per / 3600:.1f} h at its measured rate (less: hypotheses other runs' lists "
+                            "hold are not scored again)" if per else "; its rate is measured on the first"))
     tunings = sum(not exp.done(mert_stamp(f, k)) for f in sets for k in range(1, runs + 1))
-    lines = [f"reranking: {lists} of {2 * runs} lists to decode ({r.nbest_size}-best distinct, the first "
-             f"{r.rerank_size} scored); {tunings} tunings on fixed lists to run ({len(sets)} sets x {runs} runs)"]
+    lines.append(f"reranking: {tunings} tunings on fixed lists to run ({len(sets)} sets x {runs} runs; minutes each)")
     if missing:
         lines.append(f"reranking: not trained yet, so not in this report: {', '.join(missing)} "
                      "(table1 reranking-models trains them)")

@@ -125,6 +125,19 @@ def test_a_rerun_finds_everything_done_and_writes_the_same_report(tuned_baseline
     assert "starting" not in capsys.readouterr().err
 
 
+def test_the_plan_gives_the_hours_of_the_lists_still_to_decode_at_the_measured_rate(tuned_baseline):
+    exp = tuned_baseline
+    for k in (2, 3):
+        for split in ("dev", "test"):
+            exp.stamp_path(reranking.list_stamp(k, split)).unlink()
+    exp.stamp_path(reranking.list_stamp(1, "dev")).unlink()
+    exp.step(reranking.list_stamp(1, "dev"), lambda: {"decode_seconds": 3600})  # 4 sentences: 900 s each
+    sets, missing = reranking.available_sets(exp)
+    lines = reranking.plan_lines(exp, 3, sets, missing)
+    assert lines[0] == "reranking: 4 of 6 lists to decode (1000-best distinct, the first 1000 scored): 4.0 h (measured)"
+    assert lines[1] == "reranking: 6 tunings on fixed lists to run (2 sets x 3 runs; minutes each)"
+
+
 def test_feature_sets_each_alone_both_rnn_directions_and_all():
     labels = ["p_RNN", "RNN(f|e)", "CSLM", "NMT p(e|f)", "NMT p(e|f)+p(f|e)", "RNN d=1000 @6h", "RNN d=1000 @12h"]
     sets = {s.label: s.features for s in reranking.feature_sets(labels)}
