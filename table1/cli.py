@@ -24,11 +24,12 @@ from infrastructure.cli_options import (
 from table1 import experiment as ex
 from table1.beside import read_beside
 from table1.report import REPORT_FILES
+from table1.reranking_report import REPORT_FILES as RERANKING_FILES
 from table1.settings import MAX_RUNS, RUN_SEED_BASE, SCALES, select_configurations
 from table1.workspace import TIMINGS_FILE, new_experiment
 
-#: What the report step writes into ``--results``: refused where one is an input (``--beside``).
-RESULTS_FILES = tuple(f"{{}}/{name}" for name in (*REPORT_FILES, TIMINGS_FILE))
+#: What the report and reranking steps write into ``--results``: refused where one is an input (``--beside``).
+RESULTS_FILES = tuple(f"{{}}/{name}" for name in (*REPORT_FILES, TIMINGS_FILE, *RERANKING_FILES))
 
 
 @click.command("table1", cls=Command)
@@ -69,10 +70,12 @@ def main(steps: tuple[str, ...], work: Path, scale: str, data: Path | None, mose
     """Run STEPS of the Table 1 experiment in WORK (``all``: every step in order); finished steps are
     skipped, so rerun freely.
 
-    data, prepare, baseline, rnn, proposals, cslm, speed, tune, eval, report; and, named on its own,
-    reranking-models, the reranking experiment's models (see docs/table1.md).
+    data, prepare, baseline, rnn, proposals, cslm, speed, tune, eval, report; and, named on their own,
+    reranking-models (the reranking experiment's models) and reranking (Baseline's runs rerank their
+    n-best lists with every trained model: RESULTS/reranking.md; see docs/table1.md).
     """
     command = (f"make table1 SCALE={scale} RUNS={runs}" + (f" CONFIGS='{' '.join(configs)}'" if configs else "")
+               + (f" STEPS='{' '.join(steps)}'" if steps != ("all",) else "")
                + (f" RESULTS={results}" if results != Path("results") else "")
                + (f" BESIDE='{' '.join(map(str, beside_paths))}'" if beside_paths else ""))
     beside = tuple(read_beside(path) for path in beside_paths)  # a bad one is one line before any step

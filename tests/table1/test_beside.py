@@ -89,6 +89,18 @@ def test_the_report_being_written_cannot_be_beside_itself(tmp_path: Path) -> Non
     assert json.loads(own.read_text())["rows"][0]["test"]["mean"] == 17
 
 
+def test_the_reranking_report_cannot_be_written_over_a_report_beside_it(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    own = write_report(results / "reranking.json", "small", SMALL_TEST,
+                       [row("baseline", "Baseline", 17, 0.1, 3, None, 33.3)])
+    before = own.read_bytes()
+    result = CliRunner().invoke(main, ["reranking", "--work", str(tmp_path / "work"), "--data", str(tmp_path),
+                                       "--results", str(results), "--beside", str(own)])
+    assert result.exit_code != 0 and "is the input --beside" in result.output, result.output
+    assert own.read_bytes() == before and not (tmp_path / "work").exists()
+
+
 def test_make_beside_becomes_one_option_each() -> None:
     env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL"}}
     out = subprocess.run(["make", "-n", "table1", "BESIDE=results/table1.json results/domain-check/table1.json",
