@@ -51,7 +51,8 @@ RESULTS_FILES = tuple(f"{{}}/{name}" for name in (*REPORT_FILES, TIMINGS_FILE, *
                    "rnn-wp tunes the unknown-word column beside the RNN; cslm-nbest-rnn and "
                    "cslm-nbest-rnn-wp rescore n-best lists with the CSLM instead; rnn-proposals decodes with "
                    "the table the RNN completed; rnn-both tunes a reverse model's p(f|e) column too; rnn-both-prop "
-                   "both, with proposals reranked by both directions)")
+                   "both, with proposals reranked by both directions; nmt-nbest and nmt-both-nbest add the "
+                   "reranking's NMT model, p(e|f) or both directions, as an n-best feature in the tuning loop)")
 @click.option("--runs", type=IntRange(1, MAX_RUNS), default=3, show_default=True,
               help=f"tuning runs per configuration (run k: mert tune --seed {RUN_SEED_BASE - 1}+k)")
 @click.option("--aligner", type=click.Choice(["auto", "giza", "eflomal"]), default="auto", show_default=True,

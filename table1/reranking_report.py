@@ -37,6 +37,12 @@ from table1.workspace import Experiment
 
 #: What :func:`write_reranking_report` writes into the results folder.
 REPORT_FILES = ("reranking.json", "reranking.md", "reranking.png")
+#: The reranking gain (BLEU, mean over runs, its 95% interval above 0) from which a set is worth three
+#: tunings with its features inside the tuning loop.
+TUNING_LOOP_GAIN = 0.3
+#: The Table 1 row that tunes a set's features inside the tuning loop, where one is defined.
+TUNING_LOOP_ROWS = {"+ p_RNN": "rnn", "+ p_RNN + RNN(f|e)": "rnn-both", "+ NMT p(e|f)": "nmt-nbest",
+                    "+ NMT p(e|f)+p(f|e)": "nmt-both-nbest"}
 
 
 def set_runs(exp: Experiment, fset: FeatureSet, runs: int, refs: list[list[str]], test_ref: Path
@@ -109,6 +115,20 @@ def nmt_standalone(exp: Experiment, refs: list[list[str]], test_ref: Path) -> di
     return {"test_bleu": round(score.bleu, 4), "signature": score.signature}
 
 
+def tuning_loop_choice(rows: list[dict], runs: int) -> dict[str, object]:
+    """The set to tune inside the tuning loop: of the sets whose mean gain over all ``runs`` is at least
+    :data:`TUNING_LOOP_GAIN` with an interval above 0, the best on dev; with its Table 1 row, or why none."""
+    qualified = [r for r in rows if len(r["runs"]) == runs and (t := r.get("over_runs")) and t.get("ci95")
+                 and t["mean_delta"] >= TUNING_LOOP_GAIN and t["ci95"][0] > 0]
+    if not qualified:
+        return {"set": None, "row": None,
+                "reason": f"no set gains {TUNING_LOOP_GAIN:+.1f} or more with an interval above 0 over {runs} runs"}
+    best = max(qualified, key=lambda r: float(np.mean([x["dev_bleu"] for x in r["runs"]])))
+    row = TUNING_LOOP_ROWS.get(best["label"])
+    return {"set": best["label"], "row": row,
+            "reason": "the best on dev of the sets that gain enough" if row else "no Table 1 row tunes this set yet"}
+
+
 def reranking_document(exp: Experiment, runs: int, sets: list[FeatureSet], missing: list[str]) -> dict[str, object]:
     """Everything the report shows, as JSON."""
     test_ref = exp.path("raw", f"test.{exp.tgt}")
@@ -132,6 +152,7 @@ def reranking_document(exp: Experiment, runs: int, sets: list[FeatureSet], missi
         "first_hypothesis_check": first_hypothesis_check(exp, runs),
         "nmt_standalone": nmt_standalone(exp, refs, test_ref),
         "best_on_dev": best_set.label if best_set else None,
+        "tuning_loop": tuning_loop_choice(rows, runs),
         "changed_examples": changed_examples(exp, best_set, r.changed_examples) if best_set else [],
     }
 
@@ -169,6 +190,14 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     if nmt:
         lines += [f"The NMT model p(e|f) alone (its own beam search, beam 5) reaches {nmt['test_bleu']:.2f} test BLEU "
                   f"({nmt['signature']}).", ""]
+    choice = doc["tuning_loop"]
+    if choice["row"]:
+        lines += [f"In the tuning loop next ({choice['reason']}): **{choice['set']}**, as Table 1's row "
+                  f"`{choice['row']}`: `make table1 SCALE={doc['scale']} CONFIGS='baseline {choice['row']}' "
+                  "STEPS='tune eval report'`.", ""]
+    else:
+        lines += [f"In the tuning loop next: none ({choice['reason']}"
+                  + (f": {choice['set']}" if choice["set"] else "") + ").", ""]
     lines += format_oracle(doc)
     check = doc["first_hypothesis_check"]
     if check:

@@ -334,6 +334,9 @@ class Configuration:
     # True: the row's table carries p_RNN(f|e) too (``rescore-phrase-table --reverse-model``), the
     # 7th column, after U; its weight is tuned.
     reverse: bool = False
+    # The reranking's models (labels of table1.reranking_models.reranking_feature_specs) the row adds as
+    # n-best features inside the tuning loop (``mert tune --feature``), each tuned.
+    nbest_features: tuple[str, ...] = ()
 
     def appended_labels(self) -> list[str]:
         """The report's names of the columns the row's table has after Moses' four, in order: p_RNN
@@ -380,6 +383,11 @@ class Configuration:
         """The row rescores n-best lists with the CSLM (rather than running it in the decoder)."""
         return self.cslm and not self.cslm_in_decoder
 
+    @property
+    def nbest_rescored(self) -> bool:
+        """The row's output is chosen by rescoring Moses' n-best list, not Moses' own 1-best."""
+        return self.cslm_nbest or bool(self.nbest_features)
+
     def feature_specs(self, cslm_model: str) -> list[str]:
         """``mert tune --feature`` values: the CSLM as an n-best feature where the row has it so."""
         return [f"CSLM:{cslm_model}"] if self.cslm_nbest else []
@@ -421,9 +429,17 @@ REVERSE_CONFIGURATIONS: list[Configuration] = [
     Configuration("rnn-both-prop", "+ RNN both directions + proposals", rnn=True, cslm=False, wp=False,
                   paper_dev=None, paper_test=None, reverse=True, proposals=True, compare_with=("rnn", "rnn-both")),
 ]
+#: The attention NMT model as an n-best feature inside the tuning loop, p(e|f) alone or both directions: the
+#: rows the reranking experiment tunes for real when its reranking gain holds (docs/table1.md). Not in the paper.
+NMT_CONFIGURATIONS: list[Configuration] = [
+    Configuration("nmt-nbest", "+ NMT p(e|f) (n-best)", rnn=False, cslm=False, wp=False, paper_dev=None,
+                  paper_test=None, nbest_features=("NMT p(e|f)",)),
+    Configuration("nmt-both-nbest", "+ NMT p(e|f)+p(f|e) (n-best)", rnn=False, cslm=False, wp=False,
+                  paper_dev=None, paper_test=None, nbest_features=("NMT p(e|f)+p(f|e)",)),
+]
 #: Every row, in table order: a row's columns only grow down the table.
 ALL_CONFIGURATIONS = (CONFIGURATIONS[:2] + WP_CONFIGURATIONS + CONFIGURATIONS[2:] + NBEST_CONFIGURATIONS
-                      + PROPOSAL_CONFIGURATIONS + REVERSE_CONFIGURATIONS)
+                      + PROPOSAL_CONFIGURATIONS + REVERSE_CONFIGURATIONS + NMT_CONFIGURATIONS)
 CONFIGURATIONS_BY_KEY = {c.key: c for c in ALL_CONFIGURATIONS}
 
 

@@ -16,6 +16,7 @@ from mert.evaluate import decode_test_set
 from mert.tune import read_state
 from moses_integration.decoder import decode
 from moses_integration.moses_ini import MosesIni
+from table1.reranking_models import reranking_feature_specs
 from table1.settings import ALL_CONFIGURATIONS, CONFIGURATIONS_BY_KEY, OPTIONAL_ROWS, Configuration, RunPlan
 from table1.systems import cslm_system
 from table1.text_prep import (
@@ -320,9 +321,19 @@ def tune_command(exp: Experiment, plan: RunPlan) -> list[str]:
     command += ["--moses-bin-dir", str(exp.moses().bin_dir)]
     for column in plan.config.fixed_columns(table_feature, num_scores):
         command += ["--fixed", column]
-    for spec in plan.config.feature_specs(str(exp.cslm_model)):
+    for spec in [*plan.config.feature_specs(str(exp.cslm_model)), *nbest_feature_specs(exp, plan.config)]:
         command += ["--feature", spec]
     return command
+
+
+def nbest_feature_specs(exp: Experiment, config: Configuration) -> list[str]:
+    """``mert tune --feature`` values of the reranking's models the row tunes with (none trained: an error)."""
+    specs = reranking_feature_specs(exp)
+    missing = [label for label in config.nbest_features if not specs.get(label)]
+    if missing:
+        raise ExperimentError(f"{config.label} needs {', '.join(missing)}, not trained in {exp.work}: "
+                              "run table1 reranking-models first")
+    return [str(specs[label]) for label in config.nbest_features]
 
 
 def check_start_weights(exp: Experiment, config: Configuration) -> None:
@@ -388,6 +399,8 @@ def step_tune(exp: Experiment, configs: list[Configuration], runs: int) -> None:
         for line in time_plan(exp, configs, runs):
             say(line)
     for config in configs:
+        if config.nbest_features:
+            nbest_feature_specs(exp, config)  # one line before any tuning when a model is missing
         if config.cslm_nbest:
             exp.require("cslm", "cslm/export")
         elif config.cslm_in_search:
@@ -426,7 +439,7 @@ def step_eval(exp: Experiment, configs: list[Configuration], runs: int) -> None:
             check_run_current(exp, plan)
             for split in ("dev", "test"):
                 output = exp.eval_output(plan, split)
-                details = details_output(output) if split == "test" and not config.cslm_nbest else None
+                details = details_output(output) if split == "test" and not config.nbest_rescored else None
                 exp.step(f"eval/{plan.name}/{split}", lambda p=plan, sp=split, out=output, d=details: decode_test_set(
                     exp.tune_dir(p) / "moses.ini", exp.prepared(sp, exp.src), out,
                     moses_bin_dir=exp.moses().bin_dir, threads=exp.jobs, nbest_size=exp.settings.nbest_size,

@@ -14,7 +14,7 @@ from sacrebleu.metrics import BLEU
 from mert.evaluate import PostProcessor
 from mert.features import WordCount
 from moses_integration.nbest import read_nbest
-from table1 import reranking
+from table1 import reranking, reranking_report
 from table1.experiment import StepOptions, run_steps
 from table1.settings import select_configurations
 from table1_folders import six_column_ini, small_experiment, write_lines, write_rnn_system
@@ -97,11 +97,14 @@ def test_the_rnn_column_that_tells_the_reference_apart_wins_every_run(tuned_base
     gain = rnn["over_runs"]
     assert gain["runs"] == 3 and gain["mean_delta"] > 0 and len(gain["deltas"]) == 3
     assert doc["best_on_dev"] == "+ p_RNN"
+    assert doc["tuning_loop"] == {"set": "+ p_RNN", "row": "rnn",
+                                  "reason": "the best on dev of the sets that gain enough"}
     assert [ex["line"] for ex in doc["changed_examples"]] == [1, 2, 3, 4]  # all four changed, in order
     assert doc["oracle"]["run1"]["test"]["oracle_bleu"] == [[1, 4.72], [10, 100.0], [50, 100.0], [100, 100.0],
                                                             [200, 100.0], [500, 100.0], [1000, 100.0]]
     markdown = paths[1].read_text()
     assert "| + p_RNN |" in markdown and "Baseline reranked" in markdown and "Oracle BLEU" in markdown
+    assert "CONFIGS='baseline rnn' STEPS='tune eval report'" in markdown
 
 
 def test_the_nmt_models_own_translation_is_scored_beside_the_sets(tuned_baseline, tmp_path):
@@ -204,3 +207,19 @@ def test_a_hypothesis_another_runs_list_holds_is_not_scored_again(tmp_path):
     reranking.score_list(fresh, second, sources, 4, tmp_path / "fresh.npy")
     assert np.array_equal(np.load(tmp_path / "run2.npy"), np.load(tmp_path / "fresh.npy"))
     assert not np.array_equal(np.load(tmp_path / "run1.npy"), np.load(tmp_path / "run2.npy"))
+
+
+def test_no_set_goes_into_the_tuning_loop_without_a_gain_whose_interval_is_above_zero():
+    def row(label, mean, low, dev):
+        return {"label": label, "runs": [{"dev_bleu": dev}] * 3,
+                "over_runs": {"mean_delta": mean, "ci95": [low, 2 * mean - low]}}
+
+    rows = [row("+ CSLM", 0.5, -0.1, 30.0), row("+ NMT p(e|f)", 0.29, 0.1, 31.0)]
+    assert reranking_report.tuning_loop_choice(rows, 3)["set"] is None
+    rows.append(row("+ NMT p(e|f)+p(f|e)", 0.6, 0.2, 29.0))
+    rows.append(row("+ all", 0.9, 0.3, 28.0))
+    choice = reranking_report.tuning_loop_choice(rows, 3)
+    assert choice == {"set": "+ NMT p(e|f)+p(f|e)", "row": "nmt-both-nbest",
+                      "reason": "the best on dev of the sets that gain enough"}
+    assert reranking_report.tuning_loop_choice(rows[:3] + [row("+ all", 0.9, 0.3, 35.0)], 3) == {
+        "set": "+ all", "row": None, "reason": "no Table 1 row tunes this set yet"}

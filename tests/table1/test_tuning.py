@@ -39,6 +39,24 @@ def test_tune_command_fixes_unused_columns_and_resumes(tmp_path, monkeypatch):
     assert "--feature" not in decoder and f"--moses-ini {exp.cslm_ini}" in decoder
 
 
+def test_an_nmt_row_tunes_the_nmt_model_as_an_nbest_feature_once_it_is_trained(tmp_path, monkeypatch):
+    monkeypatch.delenv("MOSES_BIN_DIR", raising=False)
+    (tmp_path / "moses" / "bin").mkdir(parents=True)
+    (tmp_path / "moses" / "scripts").mkdir()
+    exp = small_experiment(tmp_path, moses_home=tmp_path / "moses")
+    write_rnn_system(exp)
+    both = RunPlan(CONFIGURATIONS_BY_KEY["nmt-both-nbest"], 1)
+    with pytest.raises(workspace.ExperimentError, match=r"needs NMT p\(e\|f\)\+p\(f\|e\), not trained"):
+        tuning.tune_command(exp, both)
+    for direction in ("forward", "reverse"):
+        exp.step(f"reranking/nmt-{direction}", lambda: None)
+    text = " ".join(tuning.tune_command(exp, both))
+    forward, reverse = (exp.path("reranking", f"nmt-{d}.pt") for d in ("forward", "reverse"))
+    assert f"--feature NMT:{forward},reverse={reverse}" in text
+    assert "--fixed TranslationModel0_4 --fixed TranslationModel0_5" in text  # Baseline's table, the NMT added
+    assert CONFIGURATIONS_BY_KEY["nmt-nbest"].nbest_rescored and not CONFIGURATIONS_BY_KEY["rnn"].nbest_rescored
+
+
 def test_a_run_tuned_with_another_seed_is_refused_and_kept(tmp_path):
     exp = small_experiment(tmp_path)
     write_rnn_system(exp)
