@@ -123,3 +123,10 @@ def test_oracle_on_random_lists_lies_between_the_1best_and_brute_force() -> None
         assert first - 1e-9 <= found <= best + 1e-9
         hits += found == pytest.approx(best)
     assert hits >= 10  # coordinate ascent finds the true oracle on most small lists
+
+
+def test_statistics_counted_in_blocks_of_sentences_are_those_counted_at_once(lists) -> None:
+    arrays, refs = lists
+    whole = bleu_stats_batch([h.split() for h in arrays.hypotheses], arrays.sent_ids, refs)
+    for block in (1, 2, 4, 5, 9, 100):
+        assert np.array_equal(bleu_statistics(arrays, refs, block=block), whole)
