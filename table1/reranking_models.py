@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import re
 import shutil
+import zlib
 from pathlib import Path
 
-from infrastructure.files import atomic_path, write_json
+from infrastructure.files import atomic_output, atomic_path, write_json
+from infrastructure.lines import iter_raw_lines
+from moses_integration.phrase_table import SEPARATOR
+from table1.analysis import TableScores, read_table_scores, rnn_correlations
 from table1.systems import filtered_table, rnn_train_command, step_cslm, step_rnn_both
 from table1.workspace import RERANKING_STEP, Experiment, ExperimentError, run_tool, say
 
+#: The read-outs' sample of the + RNN system's table: the source phrases whose CRC-32 is 0 modulo this, all
+#: their targets (about 25,000 pairs at medium): enough for a correlation, scored in minutes by a d=1000 model.
+READOUT_SAMPLE_EVERY = 128
+#: Where p_RNN lies in the sample as read-outs rescore it: the + RNN table's own (d = the rnn step's) is
+#: Moses' four then p_RNN and WP; rescore-phrase-table appends the read-out's p_RNN and WP after them.
+SAMPLE_RNN_COLUMN, READOUT_RNN_COLUMN = 4, 6
 BEST_PERPLEXITY = re.compile(r"best validation perplexity ([0-9.]+|inf|nan) at step (\d+)")
 
 
@@ -97,15 +107,48 @@ def best_perplexity(log: Path) -> dict[str, float | int]:
     return {"valid_perplexity": float(perplexity), "step": int(step)}
 
 
+def readout_sample(exp: Experiment) -> Path:
+    """The + RNN system's table (``rnn/phrase-table.rnn.gz``: Moses' four columns, p_RNN, WP) for one source
+    phrase in :data:`READOUT_SAMPLE_EVERY`, all its targets; written once, and the same for every read-out."""
+    path = exp.path("reranking", "readout-sample.gz")
+    if not path.exists():
+        with atomic_output(path) as out:
+            for _, raw in iter_raw_lines(exp.path("rnn", "phrase-table.rnn.gz")):
+                if zlib.crc32(raw.split(SEPARATOR, 1)[0].strip()) % READOUT_SAMPLE_EVERY == 0:
+                    out.write(raw)
+    return path
+
+
+def lex_correlation(scores: TableScores, rnn_column: int) -> dict[str, float | None]:
+    """How ln p_RNN (column ``rnn_column``) agrees with ln lex(e|f): Pearson and Spearman over the pairs, and
+    Pearson among a source's targets (each source's mean taken out), which is what decides a choice."""
+    lex = next(c for c in rnn_correlations(scores, rnn_column) if c.column == "lex(e|f)")
+    return {"pearson": lex.pearson, "spearman": lex.spearman, "pearson_same_source": lex.pearson_same_source}
+
+
+def readout_correlations(exp: Experiment, model: Path, log: Path) -> dict[str, object]:
+    """The read-out's ln p_RNN against lex(e|f) on :func:`readout_sample`, beside the rnn step's model's."""
+    sample = readout_sample(exp)
+    if next(iter_raw_lines(sample), None) is None:  # a table too small for a sample: nothing to correlate
+        return {"sample_pairs": 0, "lex_e_f": None, "rnn_step_lex_e_f": None}
+    scored = model.with_name(model.stem + ".sample.gz")
+    run_tool([exp.console("rescore-phrase-table"), sample, scored, "--model", model,
+              "--device", exp.device, "--threads", str(exp.jobs), "--quiet"], log)
+    scores = read_table_scores(scored)
+    return {"sample_pairs": len(scores.source_ids), "lex_e_f": lex_correlation(scores, READOUT_RNN_COLUMN),
+            "rnn_step_lex_e_f": lex_correlation(scores, SAMPLE_RNN_COLUMN)}
+
+
 def read_out(exp: Experiment, hours: float, log: Path) -> dict[str, object]:
-    """Train the paper-size RNN to ``hours`` in all (``--resume``), then copy it and its perplexity aside."""
+    """Train the paper-size RNN to ``hours`` in all (``--resume``), then copy it aside with its perplexity and
+    its agreement with lex(e|f) among a source's targets (:func:`readout_correlations`)."""
     r = exp.settings.reranking.big_rnn
     model = big_rnn_path(exp)
     result = run_tool(rnn_train_command(exp, model, sizes=r, max_time=hours * 3600), log)
     copy = readout_path(exp, hours)
     with atomic_path(copy) as partial:
         shutil.copyfile(model, partial)
-    record = {"hours": hours, **best_perplexity(log), "model": copy.name}
+    record = {"hours": hours, **best_perplexity(log), "model": copy.name, **readout_correlations(exp, copy, log)}
     write_json(copy.with_suffix(".json"), record)
     return {**result, **record}
 

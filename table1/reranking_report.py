@@ -33,6 +33,7 @@ from table1.reranking import (
     oracle_stamp,
     output_path,
 )
+from table1.reranking_models import readout_stamp, readouts
 from table1.workspace import Experiment
 
 #: What :func:`write_reranking_report` writes into the results folder.
@@ -115,6 +116,13 @@ def nmt_standalone(exp: Experiment, refs: list[list[str]], test_ref: Path) -> di
     return {"test_bleu": round(score.bleu, 4), "signature": score.signature}
 
 
+def readout_document(exp: Experiment) -> list[dict[str, object]]:
+    """The paper-size RNN's read-outs so far: hours, validation perplexity, agreement with lex(e|f)."""
+    keys = ("hours", "valid_perplexity", "step", "sample_pairs", "lex_e_f", "rnn_step_lex_e_f")
+    return [{k: exp.read_stamp(readout_stamp(h)).get(k) for k in keys}
+            for h in readouts(exp)[0] if exp.done(readout_stamp(h))]
+
+
 def tuning_loop_choice(rows: list[dict], runs: int) -> dict[str, object]:
     """The set to tune inside the tuning loop: of the sets whose mean gain over all ``runs`` is at least
     :data:`TUNING_LOOP_GAIN` with an interval above 0, the best on dev; with its Table 1 row, or why none."""
@@ -153,6 +161,7 @@ def reranking_document(exp: Experiment, runs: int, sets: list[FeatureSet], missi
         "nmt_standalone": nmt_standalone(exp, refs, test_ref),
         "best_on_dev": best_set.label if best_set else None,
         "tuning_loop": tuning_loop_choice(rows, runs),
+        "readouts": readout_document(exp),
         "changed_examples": changed_examples(exp, best_set, r.changed_examples) if best_set else [],
     }
 
@@ -198,6 +207,7 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     else:
         lines += [f"In the tuning loop next: none ({choice['reason']}"
                   + (f": {choice['set']}" if choice["set"] else "") + ").", ""]
+    lines += format_readouts(doc)
     lines += format_oracle(doc)
     check = doc["first_hypothesis_check"]
     if check:
@@ -207,6 +217,24 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
     if command:
         lines += ["Made by:", "", "```", command, "```", ""]
     return "\n".join(lines)
+
+
+def format_readouts(doc: dict[str, object]) -> list[str]:
+    found: list[dict] = doc.get("readouts") or []  # type: ignore[assignment]
+    if not found:
+        return []
+
+    def r(corr: dict | None) -> str:
+        value = (corr or {}).get("pearson_same_source")
+        return "–" if value is None else f"{value:+.3f}"
+
+    return ["The paper-size RNN as it trains: validation perplexity, and how its ln p_RNN agrees with ln lex(e|f) "
+            "among a source's targets (Pearson r, each source's mean taken out; on a sample of the + RNN table), "
+            "beside the + RNN model's on the same pairs.", "",
+            "| hours | validation perplexity (step) | sample pairs | r with lex(e\\|f) | + RNN model's r |",
+            "|---|---|---|---|---|",
+            *(f"| {x['hours']:g} | {x['valid_perplexity']:.2f} ({x['step']}) | {x['sample_pairs']} | "
+              f"{r(x['lex_e_f'])} | {r(x['rnn_step_lex_e_f'])} |" for x in found), ""]
 
 
 def format_oracle(doc: dict[str, object]) -> list[str]:

@@ -223,3 +223,16 @@ def test_no_set_goes_into_the_tuning_loop_without_a_gain_whose_interval_is_above
                       "reason": "the best on dev of the sets that gain enough"}
     assert reranking_report.tuning_loop_choice(rows[:3] + [row("+ all", 0.9, 0.3, 35.0)], 3) == {
         "set": "+ all", "row": None, "reason": "no Table 1 row tunes this set yet"}
+
+
+def test_the_paper_size_rnns_read_outs_are_shown_as_it_trains(tuned_baseline):
+    exp = tuned_baseline
+    corr = {"pearson": 0.2, "spearman": 0.25, "pearson_same_source": 0.31}
+    exp.step("reranking/big-rnn@6h", lambda: {"hours": 6.0, "valid_perplexity": 41.5, "step": 900,
+                                              "sample_pairs": 25000, "lex_e_f": corr,
+                                              "rnn_step_lex_e_f": {**corr, "pearson_same_source": 0.12}})
+    found = reranking_report.readout_document(exp)
+    assert found == [{"hours": 6.0, "valid_perplexity": 41.5, "step": 900, "sample_pairs": 25000, "lex_e_f": corr,
+                      "rnn_step_lex_e_f": {**corr, "pearson_same_source": 0.12}}]
+    table = reranking_report.format_readouts({"readouts": found})
+    assert "| 6 | 41.50 (900) | 25000 | +0.310 | +0.120 |" in table
