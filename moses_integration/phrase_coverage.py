@@ -1,7 +1,7 @@
 """How a set of phrase pairs fits a parallel text: the pairs' lengths, and how many of the targets
 proposed for a source occur in the reference sentence of each sentence whose source holds it.
 
-Issue 39 read the RNN's proposals by these (table1's report, on the test set), and ``rescorer
+table1's report reads the RNN's proposals by these (on the test set), and ``rescorer
 rerank-weights`` chooses the reranking's weights by them on dev; they know nothing of any model.
 """
 

@@ -286,7 +286,7 @@ MEDIUM = ScaleSettings(
     # 1000-best lists, of which the first 100 (the tuning's n-best size) are scored and reranked: the NMT
     # model's two directions then take about 3.5 hours for 3 runs' dev and test on 2 cores, not 35.
     reranking=RerankingSettings(rerank_size=100),
-    # Issue 46: a run of 12-15 hours on this 2-core machine, interrupted and resumed across sessions.
+    # A run of 12-15 hours on a 2-core machine, which --resume lets one interrupt and continue.
     plan_hours=15.0,
 )
 
@@ -407,19 +407,19 @@ NBEST_CONFIGURATIONS: list[Configuration] = [
     Configuration("cslm-nbest-rnn-wp", "+ CSLM (n-best) + RNN + WP", rnn=True, cslm=True, wp=True, paper_dev=31.50,
                   paper_test=34.54, cslm_in_decoder=False),
 ]
-#: Issue 39's rows, not in the paper (its conclusion names them as the next step): + RNN with the
+#: Rows not in the paper (its conclusion names them as the next step): + RNN with the
 #: table completed by the RNN's proposals for the dev+test text's missing and thin sources.
 PROPOSAL_CONFIGURATIONS: list[Configuration] = [
     Configuration("rnn-proposals", "+ RNN + proposals", rnn=True, cslm=False, wp=False, paper_dev=None,
                   paper_test=None, proposals=True, compare_with=("rnn",)),
 ]
-#: Issue 46's row for the unknown-word column alone (the paper has it only beside the CSLM): + RNN with
+#: The row for the unknown-word column alone (the paper has it only beside the CSLM): + RNN with
 #: the WP column tuned too. Not in the paper.
 WP_CONFIGURATIONS: list[Configuration] = [
     Configuration("rnn-wp", "+ RNN + WP", rnn=True, cslm=False, wp=True, paper_dev=None, paper_test=None,
                   compare_with=("rnn",)),
 ]
-#: Issue 48's row, not in the paper: + RNN with the RNN in both directions, p(e|f) and p(f|e) (a
+#: Rows not in the paper: + RNN with the RNN in both directions, p(e|f) and p(f|e) (a
 #: reverse model's column), as the table carries its own two phrase probabilities; both tuned.
 #: With proposals: the table completed by proposals reranked by both directions
 #: (``rescorer propose --reverse-model``), carrying p_RNN(f|e) too.

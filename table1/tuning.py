@@ -256,9 +256,10 @@ def tuning_hours_left(exp: Experiment, plans: list[RunPlan], cost: RowCost) -> t
 
 
 def time_plan(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
-    """Issue 46's plan, printed before the first tuning run: hours per tuning run (at the cap) and per
-    evaluation of each chosen row, their total with what is done, and which optional rows
-    (:data:`OPTIONAL_ROWS`) would fit in the scale's ``plan_hours`` after them, in order."""
+    """The plan printed before the first tuning run, so that a user sees what fits in the time they
+    have: hours per tuning run (at the cap) and per evaluation of each chosen row, their total with
+    what is done, and which optional rows (:data:`OPTIONAL_ROWS`) would fit in the scale's
+    ``plan_hours`` after them, in order."""
     lines, total, measures = [], hours_done(exp), FolderMeasures(exp)
     plans_of = {config.key: [RunPlan(config, k) for k in range(1, runs + 1)] for config in configs}
     unfinished = sum(exp.seconds_so_far(f"tune/{plan.name}") for plans in plans_of.values() for plan in plans) / 3600

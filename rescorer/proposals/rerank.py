@@ -1,7 +1,7 @@
 """Proposals chosen by both directions: the beam's candidates reranked by p(e|f), p(f|e) and length.
 
-Issue 39's proposals were the likeliest targets under p(e|f) alone, and like any such search they
-came out short and generic ("jump over" -> "de"). The known remedy (maximum mutual information,
+Proposals that are the likeliest targets under p(e|f) alone, like any such search's, come out
+short and generic ("jump over" -> "de"). The known remedy (maximum mutual information,
 Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models") is to
 rerank a wider beam's candidates by how well each explains its source too. For a source f of n
 words and a candidate e of m words:

@@ -141,7 +141,7 @@ def test_a_usage_mistake_is_one_line_and_exit_1_like_a_bad_value(name, command):
 
 
 def test_options_that_go_together_given_apart_are_one_line(tmp_path: Path):
-    """The issue's case: ``--moses-ini`` without ``--moses-ini-out``, checked in the command's body."""
+    """``--moses-ini`` without ``--moses-ini-out``, a pair that only the command's body can check."""
     (tmp_path / "pt").write_text("a ||| b ||| 0.5\n")
     (tmp_path / "moses.ini").write_text("[feature]\n")
     res = _invoke_as_typed("rescore-phrase-table", str(tmp_path / "pt"), str(tmp_path / "out.gz"),
@@ -401,7 +401,7 @@ def test_two_outputs_on_one_path_are_refused(tmp_path: Path, monkeypatch, name, 
 
 
 def test_the_cases_that_destroyed_data_are_refused(tmp_path: Path, monkeypatch):
-    """The issue's three command lines: each exited 0 and overwrote a file the user had."""
+    """Command lines whose output is an input or another output: each is one line, every file kept."""
     monkeypatch.chdir(tmp_path)
     Path("t.txt").write_text("a ||| b ||| 0.5 0.5 0.5 0.5\n")
     Path("m.pt").write_bytes(b"a model")

@@ -83,7 +83,7 @@ def test_the_report_section_shows_the_counts(tmp_path):
 
 
 def test_the_section_shows_what_each_tuning_iteration_made_of_the_proposals(tmp_path):
-    """Issue 48: with the indicator at 0 the dev 1-best takes proposals; MERT's negative weight drops them."""
+    """With the indicator at 0 the dev 1-best takes proposals; MERT's negative weight drops them."""
     listing, table, src, ref = _files(tmp_path)
     first = _write(tmp_path / "run1.nbest", [
         "0 ||| x ||| PhrasePenalty0= 3 TranslationModel0= -1 -1 -1 -1 -2 0 2 ||| -4",

@@ -50,7 +50,7 @@ def test_the_proposals_row_tunes_the_indicator_and_fixes_the_unknown_word_column
 
 
 def test_the_both_directions_row_tunes_both_rnn_columns_and_fixes_the_unknown_word_column():
-    """Issue 48: its table has 7 columns (Moses' 4, p_RNN, U, then the reverse model's p_RNN(f|e))."""
+    """Its table has 7 columns (Moses' 4, p_RNN, U, then the reverse model's p_RNN(f|e))."""
     config = CONFIGURATIONS_BY_KEY["rnn-both"]
     assert config.appended_columns() == 3 and config.reverse and config.rnn and not config.proposals
     assert config.fixed_columns("TranslationModel0", 7) == ["TranslationModel0_5"]
@@ -90,7 +90,7 @@ def test_no_two_runs_share_an_iterations_restart_points():
 
 @pytest.mark.parametrize("scale", [MEDIUM, SMALL_NEWS], ids=lambda s: s.name)
 def test_news_domain_scales_never_train_on_what_they_tune_test_or_validate_on(scale: ScaleSettings):
-    """Issue 46: selected Hansard plus the earlier news sets; dev, test and the CSLM's held-out
+    """Selected Hansard plus the earlier news sets; dev, test and the CSLM's held-out
     newstest2011 are none of the training or LM text."""
     assert scale.train == [MEDIUM.train[0]] and scale.train[0].first == 1 and scale.train[0].last is None
     assert scale.train_in_domain == NEWS_PARALLEL and scale.selection is not None

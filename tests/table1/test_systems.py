@@ -137,7 +137,7 @@ def test_news_domain_scales_select_hansard_against_dev_and_news_then_add_the_new
 
 def test_the_both_directions_system_trains_a_reverse_model_as_the_forward_one_and_scores_with_both(
         tmp_path, monkeypatch):
-    """Issue 48: the reverse model gets the forward one's sizes, shortlists, budget and patience, plus
+    """The reverse model gets the forward one's sizes, shortlists, budget and patience, plus
     --reverse and at most as many updates as the forward training made (its last state's step, not
     its best model's); the filtered table is scored with both models into the 7-column system."""
     exp = small_experiment(tmp_path)
@@ -171,7 +171,7 @@ def test_the_both_directions_system_trains_a_reverse_model_as_the_forward_one_an
 
 
 def test_the_both_ways_proposals_rerank_with_the_reverse_model_into_a_system_of_their_own(tmp_path, monkeypatch):
-    """Issue 48's + RNN both directions + proposals: the same sources and targets per source as the
+    """+ RNN both directions + proposals: the same sources and targets per source as the
     proposals row, the reverse model of the rnn-both step, rescorer's reranked beam (no --beam), and
     its own folder, listing and stamp, so both proposals rows can live in one work folder."""
     exp = small_experiment(tmp_path)

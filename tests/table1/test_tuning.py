@@ -108,7 +108,7 @@ def _stamp(exp, name: str, seconds: float = 0.0, **details) -> None:
 
 
 def test_the_time_plan_sums_measured_rows_and_says_which_optional_rows_fit(tmp_path, monkeypatch):
-    """Issue 46: before the first tuning run, hours per run at the cap and per evaluation, the total
+    """Before the first tuning run, hours per run at the cap and per evaluation, the total
     with what is done, and which optional rows fit in the scale's planned hours (hand-computed)."""
     import dataclasses
 
