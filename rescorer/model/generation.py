@@ -61,19 +61,14 @@ class DecoderStart:
 def start_decoding(model: RNNEncoderDecoder, c: Tensor) -> DecoderStart:
     """What generation needs from the summaries c [B, d]: h'⟨0⟩ and the per-pair context terms.
 
-    The same projections as :meth:`RNNEncoderDecoder.decoder_states` and the ``out_context`` of
-    :meth:`RNNEncoderDecoder.output_features` compute once per pair, so
-    :func:`next_word_log_probs` repeats none of them per step.
+    The model's per-pair terms (:meth:`RNNEncoderDecoder.decoder_init`,
+    :meth:`RNNEncoderDecoder.decoder_context` and the ``out_context`` of
+    :meth:`RNNEncoderDecoder.output_features`) once per pair, so :func:`next_word_log_probs`
+    repeats none of them per step.
     """
-    d = model.config.hidden
-    state_dtype = model.dec_rec.weight.dtype
-    context = model.dec_context(c)  # [B, 3d]: C_r c, C_z c, C c
-    return DecoderStart(
-        state=torch.tanh(model.dec_init(c)).to(state_dtype),
-        gate_context=context[:, : 2 * d].to(state_dtype),
-        cand_context=(context[:, 2 * d :] + model.dec_cand_bias).to(state_dtype),
-        out_context=model.out_context(c),
-    )
+    gate_context, cand_context = model.decoder_context(c)
+    return DecoderStart(state=model.decoder_init(c), gate_context=gate_context, cand_context=cand_context,
+                        out_context=model.out_context(c))
 
 
 def next_word_log_probs(
@@ -123,9 +118,7 @@ def _next_word_step(
         embedded = h.new_zeros(h.shape[0], model.config.embedding, dtype=model.tgt_embed.weight.dtype)
     else:
         embedded = model.tgt_embed(prev)
-    d = model.config.hidden
-    inputs = model.dec_input(embedded).to(h.dtype)  # W'_r e, W'_z e, W' e (+ biases)
-    gate_inputs = inputs[:, : 2 * d] + start.gate_context[rows]
-    h = model.decoder_step(h, gate_inputs, inputs[:, 2 * d :], start.cand_context[rows])
+    gate_inputs, cand_inputs = model.decoder_inputs(embedded)
+    h = model.decoder_step(h, gate_inputs + start.gate_context[rows], cand_inputs, start.cand_context[rows])
     return h, model.output_features(h, embedded, start.out_context[rows])
 

@@ -97,7 +97,7 @@ class _EncoderRecurrence(torch.autograd.Function):
     """h⟨N⟩ of each row ([B, d], rows sorted longest first) from the per-step input projections.
 
     ``running[t]`` rows are still reading at step t (the first ones); a finished row keeps its
-    state, exactly as ``RNNEncoderDecoder._run_encoder`` does.
+    state, exactly as the encoder of :meth:`RNNEncoderDecoder.encode` does.
     """
 
     @staticmethod

@@ -45,7 +45,9 @@ private methods, so that the equations live here once and a change to them reach
   :meth:`~RNNEncoderDecoder.summary`: the encoder one step at a time, for batches of the caller's
   shape (prefix-tree levels, static shapes);
 * :meth:`~RNNEncoderDecoder.decoder_states` and :meth:`~RNNEncoderDecoder.decoder_step`: the decoder
-  over whole targets or one step;
+  over whole targets or one step, the step's arguments from :meth:`~RNNEncoderDecoder.decoder_init`,
+  :meth:`~RNNEncoderDecoder.decoder_context` (once per source) and
+  :meth:`~RNNEncoderDecoder.decoder_inputs` (per previous word);
 * :meth:`~RNNEncoderDecoder.output_features` (the maxout units s) and
   :meth:`~RNNEncoderDecoder.logits` (G s + b), with :attr:`~RNNEncoderDecoder.score_dtype`.
 
@@ -286,8 +288,7 @@ class RNNEncoderDecoder(nn.Module):
         gate_inputs = inputs[:, :, : 2 * d] + context[:, : 2 * d]  # [T, B, 2d]
         cand_inputs = inputs[:, :, 2 * d :]  # [T, B, d]
         cand_context = context[:, 2 * d :] + self.dec_cand_bias  # [B, d]
-        # States kept in the parameters' dtype (fp32) even under autocast, like the encoder's.
-        h = torch.tanh(self.dec_init(c)).to(self.dec_rec.weight.dtype)
+        h = self.decoder_init(c)
         states: list[Tensor] = []
         gate_inputs = gate_inputs.to(h.dtype)
         cand_inputs = cand_inputs.to(h.dtype)
@@ -303,6 +304,34 @@ class RNNEncoderDecoder(nn.Module):
         all_states = torch.stack(states, dim=1) if states else c.new_zeros(batch, 0, d)
         return all_states, prev
 
+    def decoder_init(self, c: Tensor) -> Tensor:
+        """h'⟨0⟩ = tanh(V' c + b) of each summary ([B, d]), in the states' dtype (fp32 even under autocast).
+
+        Public, with :meth:`decoder_context` and :meth:`decoder_inputs`, so that callers running
+        :meth:`decoder_step` on batches of their own (prefix-tree levels, beam hypotheses) build its
+        arguments from the model's equations instead of from its parameter layout.
+        """
+        return torch.tanh(self.dec_init(c)).to(self.dec_rec.weight.dtype)
+
+    def decoder_context(self, c: Tensor) -> tuple[Tensor, Tensor]:
+        """The decoder's terms that depend on c alone, once per summary, in the states' dtype:
+        ([C_r c; C_z c] [B, 2d], C c + the bias the reset multiplies [B, d]).
+
+        The first is added to :meth:`decoder_inputs`' gate part to give :meth:`decoder_step`'s
+        ``gate_inputs``; the second is its ``cand_context``.
+        """
+        d, state_dtype = self.config.hidden, self.dec_rec.weight.dtype
+        context = self.dec_context(c)  # [B, 3d]: C_r c, C_z c, C c
+        return context[:, : 2 * d].to(state_dtype), (context[:, 2 * d :] + self.dec_cand_bias).to(state_dtype)
+
+    def decoder_inputs(self, embedded: Tensor) -> tuple[Tensor, Tensor]:
+        """The decoder's terms of the previous word's embedding e(y_{t−1}) ([n, emb]), in the
+        states' dtype: ([W'_r; W'_z] e + b [n, 2d], W' e + b [n, d]), the latter being
+        :meth:`decoder_step`'s ``cand_inputs``."""
+        d = self.config.hidden
+        inputs = self.dec_input(embedded).to(self.dec_rec.weight.dtype)
+        return inputs[:, : 2 * d], inputs[:, 2 * d :]
+
     def _decoder_weights(self) -> tuple[Tensor, Tensor]:
         """[U'_r; U'_z]ᵀ and U'ᵀ, the decoder step's two recurrent matrices as views."""
         d = self.config.hidden
@@ -317,7 +346,8 @@ class RNNEncoderDecoder(nn.Module):
         Public because the prefix-tree scorer and the beam searches (:mod:`rescorer.model.tree_scoring`,
         :mod:`rescorer.model.generation`) advance their own batches of states one step at a time.
         ``gate_inputs`` = [W'_r; W'_z] e + [C_r; C_z] c + b ([n, 2d]); ``cand_inputs`` = W' e + b
-        ([n, d]); ``cand_context`` = C c + its bias ([n, d]), which the reset r' multiplies.
+        ([n, d]); ``cand_context`` = C c + its bias ([n, d]), which the reset r' multiplies: the
+        parts come from :meth:`decoder_inputs` and :meth:`decoder_context`, h'⟨0⟩ from :meth:`decoder_init`.
         ``weights``: the two recurrent matrices, taken once by the loop of :meth:`decoder_states`; other
         callers leave it None.
         """

@@ -60,9 +60,8 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
     embedded = model.tgt_embed(tree.token)
     embedded[:roots] = 0
     # What depends on c alone, once per source: C_r c, C_z c and C c + its bias (kept apart
-    # from W' e because the reset multiplies it), h'⟨0⟩ = tanh(V' c) and O_c c.
-    context = model.dec_context(c).to(state_dtype)
-    context[:, 2 * d :] += model.dec_cand_bias
+    # from W' e because the reset multiplies it); h'⟨0⟩ = tanh(V' c) per piece of roots, O_c c below.
+    gate_context, cand_context = model.decoder_context(c)
     states = torch.empty(tree.nodes, d, dtype=state_dtype, device=c.device)
     # Work in pieces of at most ``rows`` nodes: on CPU the temporaries then stay small enough to
     # be reused from the allocator and to sit in cache (fresh large buffers cost page faults).
@@ -72,13 +71,12 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
         for lo in range(start, start + size, rows):
             hi = min(lo + rows, start + size)
             # The parents' states; for the roots h'⟨0⟩ = tanh(V' c), in fp32 like every state.
-            h = torch.tanh(model.dec_init(c[lo:hi])).to(state_dtype) if level == 0 else states[tree.parent[lo:hi]]
-            # One GRU step for a piece of the level: the decoder equations of RNNEncoderDecoder.decoder_states.
-            pre_context = context.index_select(0, tree.source[lo:hi])  # [n, 3d]
-            inputs = model.dec_input(embedded[lo:hi]).to(state_dtype)
-            pre_context[:, : 2 * d] += inputs[:, : 2 * d]
-            gate_inputs, cand_context = pre_context[:, : 2 * d], pre_context[:, 2 * d :]
-            model.decoder_step(h, gate_inputs, inputs[:, 2 * d :], cand_context, out=states[lo:hi])
+            h = model.decoder_init(c[lo:hi]) if level == 0 else states[tree.parent[lo:hi]]
+            # One GRU step for a piece of the level, each node with its source's context terms.
+            sources = tree.source[lo:hi]
+            gate_inputs, cand_inputs = model.decoder_inputs(embedded[lo:hi])
+            gate_inputs += gate_context.index_select(0, sources)
+            model.decoder_step(h, gate_inputs, cand_inputs, cand_context.index_select(0, sources), out=states[lo:hi])
         start += size
     out_context = model.out_context(c)  # [S, 2m]
     output_matrix = normalizer.output_matrix(model.out_vocab)

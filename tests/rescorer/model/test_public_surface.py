@@ -88,3 +88,19 @@ def test_the_model_modules_import_each_other_without_a_cycle():
 
     for module in graph:
         visit(module, [])
+
+
+def test_only_the_model_builds_the_decoder_steps_arguments_from_its_layers():
+    """The decoder step's arguments (h'⟨0⟩, the context terms, the input terms) are the model's
+    ``decoder_init``/``decoder_context``/``decoder_inputs``: a search or scorer that sliced the
+    layers itself would silently diverge when the parameter layout changes. The tests' reference
+    equations read the layers on purpose, so only the code is scanned."""
+    layers = {"dec_init", "dec_context", "dec_input", "dec_cand_bias"}
+    wrong = []
+    for path in sorted(p for d in ("rescorer", "benchmarks") for p in (ROOT / d).rglob("*.py")):
+        if path == MODEL / "network.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in layers:
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} reads the model's {node.attr}")
+    assert not wrong, "\n".join(wrong)
