@@ -9,17 +9,20 @@ checked end to end on a filtered table (a few sources, many targets each).
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pytest
 import torch
 from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs
 
+from infrastructure.errors import UserError
 from infrastructure.files import open_input
 from neural.vocab import EOS, UNK, Vocab
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
+from rescorer.pipeline import partial_output
 from rescorer.pipeline.reader import table_chunks
 from rescorer.pipeline.shards import ShardFilter
 from rescorer.tables.chunks import count_lines, iter_line_chunks
@@ -114,3 +117,37 @@ def test_shards_of_a_filtered_table_concatenate_to_the_whole_run(tmp_path, tiny_
     sizes = [len(lines_of(part)) for part in parts]
     assert sum(sizes) == len(lines)
     assert all(abs(size * shards / len(lines) - 1) <= TOLERANCE for size in sizes), sizes
+
+
+def test_a_stopped_shard_resumes_to_the_bytes_of_an_uninterrupted_one(tmp_path, tiny_checkpoint, monkeypatch):
+    """Ctrl-C as shard 2/3 of a filtered table writes its second chunk of lines, then ``--resume``
+    (which continues from the shard filter's recorded state, past the shard's start): the shard's
+    bytes are an uninterrupted run's, so the shards still concatenate to the whole run. (A shard
+    stopped before its first line keeps nothing to resume.)"""
+    lines = write_table(tmp_path / "pt.gz", 3 * 800 // 40, 40)
+    table = tmp_path / "pt.gz"
+
+    def run(out: Path, shard: tuple[int, int] | None, **kw: object) -> object:
+        return rescore(table, out, tiny_checkpoint, chunk_lines=150, token_budget=512, shard=shard, **kw)
+
+    whole, parts = shard_outputs(run, tmp_path, 3)
+    real_write = partial_output.DurableWriter.write
+    written: list[int] = []
+
+    def stopped(self, data, *rest):
+        if any(written):
+            raise KeyboardInterrupt
+        written.append(len(data))
+        return real_write(self, data, *rest)
+
+    monkeypatch.setattr(partial_output.DurableWriter, "write", stopped)
+    out = tmp_path / "resumed.gz"
+    with pytest.raises((KeyboardInterrupt, UserError)):
+        run(out, (2, 3))
+    monkeypatch.undo()
+    progress = json.loads((tmp_path / ".resumed.gz.progress.json").read_text())
+    assert 0 < progress["output_bytes"] == sum(written) < parts[1].stat().st_size
+    assert len(lines) // 3 < progress["lines_done"] < 2 * len(lines) // 3  # inside the shard
+    run(out, (2, 3), resume=True)
+    assert_same_output(out, parts[1])
+    assert_same_output(b"".join(p.read_bytes() for p in (parts[0], out, parts[2])), whole)
