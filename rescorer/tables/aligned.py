@@ -146,6 +146,34 @@ def shard_points(chunk: LineChunk, previous: tuple[int, int] | None) -> tuple[np
     return points, last
 
 
+def grid_points(chunks: Iterable[LineChunk]) -> tuple[np.ndarray, int]:
+    """The 1-based line numbers of the table's *grid points*, and its line count, from its chunks in
+    order (from the first line, cut anywhere).
+
+    A grid point is the first block start at or past a line of the grid (:func:`grid_cells`): a
+    function of the table's lines alone, whatever the chunks. Each is a shard point of whatever
+    chunk holds it (:func:`shard_points` finds the same block starts, and more at chunk starts), so
+    a gzip member starts at each in every run, and a shard may start at any of them
+    (:mod:`rescorer.pipeline.shards`). The table's first line is one.
+    """
+    found: list[np.ndarray] = []
+    previous: tuple[int, int] | None = None  # key of the last line seen
+    last_start = -1  # 0-based index of the last block start seen (-1: none yet)
+    lines = 0
+    for chunk in chunks:
+        starts, _, previous = block_starts(chunk, previous)
+        lines = chunk.last_line_no if len(chunk) else lines
+        at = chunk.first_line_no - 1 + np.flatnonzero(starts)
+        if not len(at):
+            continue
+        before = np.concatenate([[last_start], at[:-1]])
+        lengths, cells = grid_cells(at)
+        before_lengths, before_cells = grid_cells(np.maximum(before, 0))
+        found.append(at[(before < 0) | (lengths != before_lengths) | (cells != before_cells)] + 1)
+        last_start = int(at[-1])
+    return (np.concatenate(found) if found else np.zeros(0, dtype=np.int64)), lines
+
+
 def aligned_chunks(chunks: Iterable[LineChunk], chunk_lines: int) -> Iterator[LineChunk]:
     """Re-cut consecutive chunks (from :func:`~rescorer.tables.chunks.iter_line_chunks`, from the
     table's first line) at content-fixed places; each chunk's ``sync`` says whether it starts at a

@@ -12,6 +12,7 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs
@@ -24,8 +25,10 @@ from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline import partial_output
 from rescorer.pipeline.reader import table_chunks
-from rescorer.pipeline.shards import ShardFilter
-from rescorer.tables.chunks import count_lines, iter_line_chunks
+from rescorer.pipeline.shards import PASS_CHUNK_LINES, ShardFilter, shard_cuts
+from rescorer.tables.aligned import grid_points
+from rescorer.tables.chunks import iter_line_chunks
+from shared_paths import shared_file
 
 WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
 TOLERANCE = 0.10  # what a shard may hold more or less than an equal share
@@ -58,14 +61,26 @@ def shard_ranges(path: Path, shards: int, chunk_lines: int) -> list[tuple[int, i
 
 
 @pytest.mark.parametrize("data", [b"", b"a ||| b ||| 1\n", b"a ||| b ||| 1\nc ||| d ||| 1", b"\n\n\n"])
-def test_the_lines_a_shard_counts_are_the_lines_read(tmp_path, data):
-    """Every line, a last one without a newline included, plain or gzip: as the reader cuts them."""
+def test_the_pass_that_finds_the_cuts_counts_every_line(tmp_path, data):
+    """A last line without a newline included, plain or gzip, read as the shard's pass reads them."""
     for path in (tmp_path / "pt.txt", tmp_path / "pt.gz"):
         path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
         with open_input(path, decompress_thread=True) as fh:
-            counted = count_lines(fh, str(path))
-        with open_input(path) as fh:
-            assert counted == sum(len(chunk) for chunk in iter_line_chunks(fh, str(path), 2))
+            _, counted = grid_points(iter_line_chunks(fh, str(path), PASS_CHUNK_LINES))
+        assert counted == data.count(b"\n") + (not data.endswith(b"\n") and bool(data))
+
+
+@pytest.mark.parametrize(("points", "lines", "shards", "cuts"), [
+    ([1, 51], 100, 2, [1, 51, 101]),  # share 2 starts at line 51, a grid point
+    ([1, 40, 61], 100, 2, [1, 61, 101]),  # 61 is 10 lines after 51, 40 is 11 before
+    ([1, 41, 61], 100, 2, [1, 41, 101]),  # as near: the earlier
+    ([1, 30], 100, 2, [1, 30, 101]),  # the table's end (line 101) is 50 lines away
+    ([1], 10, 4, [1, 1, 1, 11, 11]),  # one source block: shards 1, 2 and 4 empty
+    ([1, 4, 7, 10], 12, 3, [1, 4, 10, 13]),  # shares start at 1, 5 and 9
+    ([], 0, 3, [1, 1, 1, 1]),  # an empty table
+])
+def test_each_cut_is_the_grid_point_nearest_to_an_equal_share(points, lines, shards, cuts):
+    assert shard_cuts(np.array(points, dtype=np.int64), lines, shards) == cuts
 
 
 def source(line: bytes) -> bytes:
@@ -82,8 +97,9 @@ CASES = [(targets, shards, max(50, 20 * targets) * shards // targets)
 @pytest.mark.parametrize(("targets", "shards", "sources"), CASES)
 def test_every_shard_holds_an_equal_share_and_no_source_is_split(tmp_path, name, targets, shards, sources):
     lines = write_table(tmp_path / name, sources, targets)
-    for chunk_lines in (333, 100_000):
-        ranges = shard_ranges(tmp_path / name, shards, chunk_lines)
+    cut = [shard_ranges(tmp_path / name, shards, chunk_lines) for chunk_lines in (333, 100_000)]
+    assert cut[0] == cut[1]  # the same cuts whatever --chunk-lines
+    for chunk_lines, ranges in zip((333, 100_000), cut, strict=True):
         assert ranges[0][0] == 1 and ranges[-1][1] == len(lines) + 1
         assert all(before[1] == after[0] for before, after in zip(ranges, ranges[1:], strict=False)), ranges
         share = len(lines) / shards
@@ -91,6 +107,22 @@ def test_every_shard_holds_an_equal_share_and_no_source_is_split(tmp_path, name,
         assert all(abs(size / share - 1) <= TOLERANCE for size in sizes), (chunk_lines, sizes, share)
         for first, _ in ranges[1:]:  # each shard starts a source block
             assert source(lines[first - 1]) != source(lines[first - 2])
+
+
+@pytest.mark.parametrize("shards", [2, 3, 8])
+def test_the_fixtures_filtered_table_is_cut_into_equal_shares(shards):
+    """A real filtered table (253,257 lines, 6,282 sources, one of 4,976 targets): within ±10% in 8
+    shards too, whose nominal cut falls inside that block (the first point past it gave +10.5% and
+    -10.6%), and each cut at a source block's start."""
+    path = shared_file("fixtures/hansard-enfr/filtered/phrase-table.0-0.1.1.gz")
+    with open_input(path, decompress_thread=True) as fh:
+        points, lines = grid_points(iter_line_chunks(fh, str(path), PASS_CHUNK_LINES))
+    cuts = shard_cuts(points, lines, shards)
+    sizes = np.diff(cuts)
+    assert lines == 253_257 and abs(sizes * shards / lines - 1).max() <= TOLERANCE, sizes
+    with gzip.open(path) as fh:
+        table = fh.read().splitlines()
+    assert all(source(table[cut - 1]) != source(table[cut - 2]) for cut in cuts[1:-1])
 
 
 @pytest.fixture(scope="module")
