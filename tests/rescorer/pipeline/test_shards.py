@@ -15,12 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from click.testing import CliRunner
 from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs
 
 from infrastructure.errors import UserError
 from infrastructure.files import open_input
 from neural.vocab import EOS, UNK, Vocab
-from rescorer.model.checkpoint import Checkpoint
+from rescorer.cli import rescore_phrase_table_command
+from rescorer.model.checkpoint import Checkpoint, save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline import partial_output
@@ -183,3 +185,26 @@ def test_a_stopped_shard_resumes_to_the_bytes_of_an_uninterrupted_one(tmp_path, 
     run(out, (2, 3), resume=True)
     assert_same_output(out, parts[1])
     assert_same_output(b"".join(p.read_bytes() for p in (parts[0], out, parts[2])), whole)
+
+
+def test_the_command_line_shards_of_a_filtered_table_cat_to_one_run(tmp_path, tiny_checkpoint):
+    """`rescore-phrase-table … --shard K/3` three times, as the docs' xargs example runs it: `cat`
+    of the outputs is the unsharded command's file, and each holds a third of the lines within 10%."""
+    ck = tiny_checkpoint
+    model = tmp_path / "tiny.pt"
+    save_checkpoint(model, model=ck.model, config=ck.config, src_vocab=ck.src_vocab, tgt_vocab=ck.tgt_vocab)
+    lines = write_table(tmp_path / "pt.gz", 3 * 800 // 40, 40)
+
+    def command(out: Path, *extra: str) -> None:
+        res = CliRunner().invoke(rescore_phrase_table_command, [
+            str(tmp_path / "pt.gz"), str(out), "--model", str(model), "--chunk-lines", "250", "--threads", "1",
+            "-q", "-j", "0", "--device", "cpu", *extra])
+        assert res.exit_code == 0, res.output
+
+    command(tmp_path / "whole.gz")
+    parts = [tmp_path / f"out.{k}.gz" for k in (1, 2, 3)]
+    for k, part in enumerate(parts, start=1):
+        command(part, "--shard", f"{k}/3")
+    assert_same_output(b"".join(part.read_bytes() for part in parts), tmp_path / "whole.gz")
+    sizes = [len(lines_of(part)) for part in parts]
+    assert sum(sizes) == len(lines) and all(abs(size * 3 / len(lines) - 1) <= TOLERANCE for size in sizes), sizes
