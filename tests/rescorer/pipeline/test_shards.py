@@ -27,7 +27,7 @@ from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline import partial_output
 from rescorer.pipeline.reader import table_chunks
-from rescorer.pipeline.shards import PASS_CHUNK_LINES, ShardFilter, shard_cuts
+from rescorer.pipeline.shards import PASS_CHUNK_LINES, ShardError, ShardFilter, shard_cuts
 from rescorer.tables.aligned import grid_points
 from rescorer.tables.chunks import iter_line_chunks
 from shared_paths import shared_file
@@ -109,6 +109,18 @@ def test_every_shard_holds_an_equal_share_and_no_source_is_split(tmp_path, name,
         assert all(abs(size / share - 1) <= TOLERANCE for size in sizes), (chunk_lines, sizes, share)
         for first, _ in ranges[1:]:  # each shard starts a source block
             assert source(lines[first - 1]) != source(lines[first - 2])
+
+
+def test_a_shard_resumed_on_a_table_cut_elsewhere_is_refused(tmp_path):
+    """The progress record holds the shard's lines; a table that now cuts elsewhere (changed, yet
+    with the size and time the record knows) would splice two different slices."""
+    write_table(tmp_path / "pt.txt", 300, 1)
+    recorded = ShardFilter.of_table(str(tmp_path / "pt.txt"), (2, 3)).state()
+    assert recorded == {"lines": [101, 201]}
+    write_table(tmp_path / "pt.txt", 25, 12)  # 300 lines in blocks of 12: cut at 97 and 205
+    with pytest.raises(ShardError, match=r"cannot --resume shard 2/3: .*pt.txt is now cut into lines 97..204, "
+                                         r"the interrupted run's were \[101, 201\]; start over without --resume"):
+        ShardFilter.of_table(str(tmp_path / "pt.txt"), (2, 3), recorded)
 
 
 @pytest.mark.parametrize("shards", [2, 3, 8])
