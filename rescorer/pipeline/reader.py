@@ -132,7 +132,7 @@ def read_to_spool(settings: ReaderSettings, out_q, stop) -> None:
     ``stop`` is set (nobody would take what it puts).
 
     Gzip is decompressed in a thread of its own (no GIL), so cutting the lines has this core to
-    itself. A shard's reader first counts the table's lines (:meth:`ShardFilter.of_table`)."""
+    itself. A shard's reader first finds where the table is cut (:meth:`ShardFilter.of_table`)."""
     die_with_parent(settings.parent_pid)
     leave_interrupts_to_parent()
     started, thread_started = time.process_time(), time.thread_time()

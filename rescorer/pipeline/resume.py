@@ -24,8 +24,9 @@ from infrastructure.resume_record import check_same_options, shown
 # 5: a gzip member starts at every shard point, and the shard state holds the last source key;
 # 6: shard points (and so gzip members) follow a grid of lines, not a hash of the sources; 7: models
 # by content (content_identity), partial files beside a symlinked output's target; 8: every option but those
-# that may differ (infrastructure.resume_record)
-PROGRESS_VERSION = 8
+# that may differ (infrastructure.resume_record); 9: shards cut at the grid points nearest to equal
+# shares (rescorer.pipeline.shards), the shard state holds the shard's lines
+PROGRESS_VERSION = 9
 
 
 class ResumeError(UserError):

@@ -1,22 +1,24 @@
 """``--shard K/N``: cut a table into N contiguous slices of equal shares of lines, byte-identical to one run.
 
 Each SLURM array task scores one slice; the slices concatenate to the whole output, byte for
-byte. With L the table's lines, shard k starts at the first *shard point*
-(:func:`rescorer.tables.aligned.shard_points`: the first source-block start at or past each line of
-a grid whose spacing is under 1/256 of the line number, at most 512 lines) at or after line
-floor((k-1)·L/N) + 1, and ends where shard k+1 starts. Shard points follow the lines, not the
-sources, so a filtered table (a few sources with hundreds of targets each) has as many as any
-other: each shard holds its share of the lines within 1/256 of the table and a source block, and
-no source block is split between two shards. Each task finds its points alone: it counts the
-table's lines in a pass of its own that only decompresses (:func:`~rescorer.tables.chunks.count_lines`,
-~1M lines/s on a loaded 2-core machine; compressed bytes, which need no pass, give shares 18% off
-in lines where a stretch of the table compresses better), then reads from the table's first line
-to the end of its slice (the chunks it cuts are the whole run's, :mod:`rescorer.tables.aligned`).
+byte. With L the table's lines, the slices are cut at the *grid points*
+(:func:`rescorer.tables.aligned.grid_points`: the first source-block start at or past each line of
+a grid whose spacing is under 1/256 of the line number, at most 512 lines) nearest to the lines
+(k-1)·L/N + 1, the earlier of two as near. Grid points follow the lines, not the sources, so a
+filtered table (a few sources with hundreds of targets each) has as many as any other, and no
+source block is split between two shards: a cut moves from its exact share by at most half the
+gap between the two grid points around it, which is under the grid's spacing there plus the
+source block the share ends in. Each task finds the cuts alone, in a pass of its own over the
+whole table that decompresses it and compares each line's source with the line before's (~1M lines/s on a
+loaded 2-core machine; compressed bytes, which need no pass, give shares 18% off in lines where a
+stretch of the table compresses better), then reads from the table's first line to the end of its
+slice (the chunks it cuts are the whole run's, :mod:`rescorer.tables.aligned`). The cuts depend on
+the table alone, not on ``--chunk-lines``.
 
 A shard's ends fall anywhere within the chunks a whole run cuts, so a shard scores the chunks
 that hold its ends whole, in the whole run's batches, and writes only its own lines of them:
-every printed digit is the whole run's. Every run starts a gzip member at every shard point, so
-the bytes match too.
+every printed digit is the whole run's. A grid point is a shard point of the chunk that holds it,
+and every run starts a gzip member at every shard point, so the bytes match too.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ import numpy as np
 
 from infrastructure.errors import UserError
 from infrastructure.files import open_input
-from rescorer.tables.aligned import shard_points
-from rescorer.tables.chunks import LineChunk, count_lines
+from rescorer.tables.aligned import grid_points
+from rescorer.tables.chunks import LineChunk, iter_line_chunks
+
+PASS_CHUNK_LINES = 65_536  # lines read at a time by the pass that finds the cuts (any size cuts alike)
 
 
 class ShardError(UserError):
-    """A malformed ``--shard``."""
+    """A malformed ``--shard``, or a table that changed under an interrupted shard."""
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -44,57 +48,59 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-class ShardFilter:
-    """Keeps the lines of shard K/N: contiguous, from one shard point to another."""
+def shard_cuts(points: np.ndarray, table_lines: int, shards: int) -> list[int]:
+    """The first line of each of ``shards`` shards, and the line after the table: the grid point
+    (or the table's end) nearest to each equal share's first line, the earlier of two as near.
 
-    def __init__(self, shard: tuple[int, int], table_lines: int, state: dict | None = None) -> None:
-        k, n = shard
-        self.start_line = (k - 1) * table_lines // n + 1
-        self.end_line = k * table_lines // n + 1  # nominal start of the next shard
-        self.last_shard = k == n
-        state = state or {}
-        self.started = state.get("started", k == 1)
-        self.finished = state.get("finished", False)
-        previous = state.get("previous")  # source key of the last line seen (shard_points)
-        self.previous: tuple[int, int] | None = tuple(previous) if previous is not None else None
+    ``points`` are the table's grid points, ascending (:func:`~rescorer.tables.aligned.grid_points`).
+    Two shares may get the same point: the shard between them is empty.
+    """
+    candidates = np.append(points, table_lines + 1).astype(np.int64)
+    cuts = []
+    for k in range(shards):
+        share_start = k * table_lines // shards + 1
+        at = int(np.searchsorted(candidates, share_start))  # candidates[at] >= share_start
+        after = int(candidates[at])
+        before = int(candidates[at - 1]) if at else after
+        cuts.append(before if share_start - before <= after - share_start else after)
+    return [*cuts, table_lines + 1]
+
+
+class ShardFilter:
+    """Keeps the lines of shard K/N: ``[first_line, next_line)``, from one grid point to another."""
+
+    def __init__(self, first_line: int, next_line: int) -> None:
+        self.first_line, self.next_line = first_line, next_line
+        self.finished = False  # the chunk that holds the shard's last line (or its end) was seen
 
     @classmethod
     def of_table(cls, path: str, shard: tuple[int, int], state: dict | None = None) -> ShardFilter:
-        """The filter of shard K/N of the table at ``path``, whose lines it counts first."""
+        """The filter of shard K/N of the table at ``path``, whose grid points it finds first.
+
+        ``state`` is what an interrupted run of the shard recorded (:meth:`state`): the table must
+        still be cut at the same lines.
+        """
         with open_input(path, decompress_thread=True) as fh:
-            return cls(shard, count_lines(fh, path), state)
+            points, lines = grid_points(iter_line_chunks(fh, path, PASS_CHUNK_LINES))
+        k, n = shard
+        cuts = shard_cuts(points, lines, n)
+        found = cls(cuts[k - 1], cuts[k])
+        if state is not None and state != found.state():
+            raise ShardError(f"cannot --resume shard {k}/{n}: {path} is now cut into lines "
+                             f"{found.first_line}..{found.next_line - 1}, the interrupted run's were "
+                             f"{state.get('lines')}; start over without --resume")
+        return found
 
     def state(self) -> dict:
-        """What a resumed run needs to continue the filter exactly (stored in the progress file)."""
-        return {"started": self.started, "finished": self.finished,
-                "previous": list(self.previous) if self.previous is not None else None}
+        """What a resumed run checks (stored in the progress file): the shard's lines."""
+        return {"lines": [self.first_line, self.next_line]}
 
     def rows(self, chunk: LineChunk) -> tuple[int, int] | None:
         """The rows ``[a, b)`` of the chunk that belong to this shard (None: none), for chunks of
-        :func:`rescorer.tables.aligned.aligned_chunks`, in table order.
-
-        The shard starts at the first shard point at or past its nominal first line, and ends
-        before the first one at or past the next shard's.
-        """
+        :func:`rescorer.tables.aligned.aligned_chunks`, in table order."""
         n = len(chunk)
-        if not n or self.finished:
-            return None
-        edge = self.start_line if not self.started else None if self.last_shard else self.end_line
-        if edge is None or chunk.last_line_no < edge:  # no end of this shard in the chunk
-            self.previous = shard_points(chunk.slice(n - 1, n), None)[1]
-            return (0, n) if self.started else None
-        points, self.previous = shard_points(chunk, self.previous)
-        ends = np.flatnonzero(points)  # where a shard may start or end
-        at = chunk.first_line_no + ends
-        first = 0
-        if not self.started:
-            found = ends[at >= self.start_line]
-            if not len(found):
-                return None
-            self.started, first = True, int(found[0])
-        last = n
-        if not self.last_shard:
-            found = ends[(at >= self.end_line) & (ends >= first)]
-            if len(found):
-                self.finished, last = True, int(found[0])
-        return (first, last) if last > first else None
+        if chunk.first_line_no + n >= self.next_line:
+            self.finished = True
+        a = min(max(self.first_line - chunk.first_line_no, 0), n)
+        b = min(max(self.next_line - chunk.first_line_no, 0), n)
+        return (a, b) if b > a else None

@@ -29,10 +29,11 @@ from rescorer.tables.chunks import FIELD_SEPARATOR, LineChunk
 
 # Shard points follow a grid of lines whose spacing grows with the line number: 1 line up to line
 # 2**GRID_BITS, then 2**(e - GRID_BITS) lines among the lines of bit length e (between 1/512 and
-# 1/256 of the line number), and at most GRID_MAX_LINES lines. So a shard's ends fall within
-# 1/256 of the table's lines of where its bytes say, in a table of any length (shares within 10% up
-# to 25 shards), and a table has a few thousand points, plus one every 512 lines past line 131,072:
-# each starts a gzip member. Never change them: they decide where every gzip member starts.
+# 1/256 of the line number), and at most GRID_MAX_LINES lines. So a cut between shards falls within
+# half of (1/256 of the table's lines + a source block) of an equal share's start, in a table of any
+# length (rescorer.pipeline.shards), and a table has a few thousand points, plus one every 512
+# lines past line 131,072: each starts a gzip member. Never change them: they decide where every
+# gzip member starts.
 GRID_BITS = 9
 GRID_MAX_LINES = 512
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads the key's bits over the high ones
@@ -122,11 +123,12 @@ def shard_points(chunk: LineChunk, previous: tuple[int, int] | None) -> tuple[np
     after the block start before it, up to and including itself. So a chunk's points after its
     first row need no line before it: :func:`rescorer.pipeline.output_chunks.format_lines` finds
     them in the chunk alone and starts a gzip member at each (and at the first row), and a shard
-    starts at one (:mod:`rescorer.pipeline.shards`), so a shard's output is the whole run's bytes
-    from there. The first row is a point when it starts a block (the table's first line always).
-    The grid follows line numbers, so points come as densely in a filtered table (few sources,
-    many targets each) as in any other. Every run with the same ``--chunk-lines`` cuts the same
-    chunks and so finds the same points; a chunk start adds at most one. ``previous`` as in
+    starts at one (a grid point, :func:`grid_points`; :mod:`rescorer.pipeline.shards`), so a
+    shard's output is the whole run's bytes from there. The first row is a point when it starts a
+    block (the table's first line always). The grid follows line numbers, so points come as
+    densely in a filtered table (few sources, many targets each) as in any other. Every run with
+    the same ``--chunk-lines`` cuts the same chunks and so finds the same points; a chunk start
+    adds at most one. ``previous`` as in
     :func:`block_starts`.
     """
     starts, _, last = block_starts(chunk, previous)
@@ -144,6 +146,34 @@ def shard_points(chunk: LineChunk, previous: tuple[int, int] | None) -> tuple[np
     points = starts & crossed
     points[0] = starts[0]
     return points, last
+
+
+def grid_points(chunks: Iterable[LineChunk]) -> tuple[np.ndarray, int]:
+    """The 1-based line numbers of the table's *grid points*, and its line count, from its chunks in
+    order (from the first line, cut anywhere).
+
+    A grid point is the first block start at or past a line of the grid (:func:`grid_cells`): a
+    function of the table's lines alone, whatever the chunks. Each is a shard point of whatever
+    chunk holds it (:func:`shard_points` finds the same block starts, and more at chunk starts), so
+    a gzip member starts at each in every run, and a shard may start at any of them
+    (:mod:`rescorer.pipeline.shards`). The table's first line is one.
+    """
+    found: list[np.ndarray] = []
+    previous: tuple[int, int] | None = None  # key of the last line seen
+    last_start = -1  # 0-based index of the last block start seen (-1: none yet)
+    lines = 0
+    for chunk in chunks:
+        starts, _, previous = block_starts(chunk, previous)
+        lines = chunk.last_line_no if len(chunk) else lines
+        at = chunk.first_line_no - 1 + np.flatnonzero(starts)
+        if not len(at):
+            continue
+        before = np.concatenate([[last_start], at[:-1]])
+        lengths, cells = grid_cells(at)
+        before_lengths, before_cells = grid_cells(np.maximum(before, 0))
+        found.append(at[(before < 0) | (lengths != before_lengths) | (cells != before_cells)] + 1)
+        last_start = int(at[-1])
+    return (np.concatenate(found) if found else np.zeros(0, dtype=np.int64)), lines
 
 
 def aligned_chunks(chunks: Iterable[LineChunk], chunk_lines: int) -> Iterator[LineChunk]:

@@ -140,18 +140,6 @@ def iter_line_chunks(
         yield from chunks
 
 
-def count_lines(fh: BinaryIO, path: str) -> int:
-    """The lines of a table (a last line without a newline counts): one pass that only decompresses
-    and counts newlines, ~1M lines/s on a loaded 2-core machine, which is what ``--shard`` pays to
-    cut equal shares of lines (:mod:`rescorer.pipeline.shards`)."""
-    lines, last = 0, b"\n"
-    read = _reader(fh)
-    while block := _read_block(read, path, lines + 1):
-        lines += block.count(b"\n")
-        last = block[-1:]
-    return lines + (last != b"\n")
-
-
 def _reader(fh: BinaryIO) -> Callable[[int], bytes]:
     """How to read the stream: read1 returns what one decompression step gives, so a corrupt tail
     loses only that step and the error names a line close to where the damage is."""

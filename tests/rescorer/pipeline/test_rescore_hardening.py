@@ -31,6 +31,7 @@ from rescorer.pipeline import rescore as rescore_module
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.partial_output import ChunkProgress
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.resume import PROGRESS_VERSION
 from rescorer.pipeline.scoring import ScoringOptions
 
 NBSP = "\u00a0"
@@ -395,7 +396,8 @@ def test_a_progress_record_of_an_earlier_version_is_refused_in_one_line(tmp_path
     record["version"] = 7
     progress.write_text(json.dumps(record))
     with pytest.raises(RescoreError, match=rf"^cannot --resume: {progress} was written by another version of this "
-                                           rf"program \(progress record version 7, this one writes 8\); remove "):
+                                           rf"program \(progress record version 7, this one writes "
+                                           rf"{PROGRESS_VERSION}\); remove "):
         run(table, tmp_path / "out.gz", ck, chunk_lines=100, skip_bad_lines=True, resume=True)
 
 

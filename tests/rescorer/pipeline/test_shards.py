@@ -9,20 +9,28 @@ checked end to end on a filtered table (a few sources, many targets each).
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from click.testing import CliRunner
 from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs
 
+from infrastructure.errors import UserError
 from infrastructure.files import open_input
 from neural.vocab import EOS, UNK, Vocab
-from rescorer.model.checkpoint import Checkpoint
+from rescorer.cli import rescore_phrase_table_command
+from rescorer.model.checkpoint import Checkpoint, save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
+from rescorer.pipeline import partial_output
 from rescorer.pipeline.reader import table_chunks
-from rescorer.pipeline.shards import ShardFilter
-from rescorer.tables.chunks import count_lines, iter_line_chunks
+from rescorer.pipeline.shards import PASS_CHUNK_LINES, ShardError, ShardFilter, shard_cuts
+from rescorer.tables.aligned import grid_points
+from rescorer.tables.chunks import iter_line_chunks
+from shared_paths import shared_file
 
 WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
 TOLERANCE = 0.10  # what a shard may hold more or less than an equal share
@@ -55,14 +63,26 @@ def shard_ranges(path: Path, shards: int, chunk_lines: int) -> list[tuple[int, i
 
 
 @pytest.mark.parametrize("data", [b"", b"a ||| b ||| 1\n", b"a ||| b ||| 1\nc ||| d ||| 1", b"\n\n\n"])
-def test_the_lines_a_shard_counts_are_the_lines_read(tmp_path, data):
-    """Every line, a last one without a newline included, plain or gzip: as the reader cuts them."""
+def test_the_pass_that_finds_the_cuts_counts_every_line(tmp_path, data):
+    """A last line without a newline included, plain or gzip, read as the shard's pass reads them."""
     for path in (tmp_path / "pt.txt", tmp_path / "pt.gz"):
         path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
         with open_input(path, decompress_thread=True) as fh:
-            counted = count_lines(fh, str(path))
-        with open_input(path) as fh:
-            assert counted == sum(len(chunk) for chunk in iter_line_chunks(fh, str(path), 2))
+            _, counted = grid_points(iter_line_chunks(fh, str(path), PASS_CHUNK_LINES))
+        assert counted == data.count(b"\n") + (not data.endswith(b"\n") and bool(data))
+
+
+@pytest.mark.parametrize(("points", "lines", "shards", "cuts"), [
+    ([1, 51], 100, 2, [1, 51, 101]),  # share 2 starts at line 51, a grid point
+    ([1, 40, 61], 100, 2, [1, 61, 101]),  # 61 is 10 lines after 51, 40 is 11 before
+    ([1, 41, 61], 100, 2, [1, 41, 101]),  # as near: the earlier
+    ([1, 30], 100, 2, [1, 30, 101]),  # the table's end (line 101) is 50 lines away
+    ([1], 10, 4, [1, 1, 1, 11, 11]),  # one source block: shards 1, 2 and 4 empty
+    ([1, 4, 7, 10], 12, 3, [1, 4, 10, 13]),  # shares start at 1, 5 and 9
+    ([], 0, 3, [1, 1, 1, 1]),  # an empty table
+])
+def test_each_cut_is_the_grid_point_nearest_to_an_equal_share(points, lines, shards, cuts):
+    assert shard_cuts(np.array(points, dtype=np.int64), lines, shards) == cuts
 
 
 def source(line: bytes) -> bytes:
@@ -79,8 +99,9 @@ CASES = [(targets, shards, max(50, 20 * targets) * shards // targets)
 @pytest.mark.parametrize(("targets", "shards", "sources"), CASES)
 def test_every_shard_holds_an_equal_share_and_no_source_is_split(tmp_path, name, targets, shards, sources):
     lines = write_table(tmp_path / name, sources, targets)
-    for chunk_lines in (333, 100_000):
-        ranges = shard_ranges(tmp_path / name, shards, chunk_lines)
+    cut = [shard_ranges(tmp_path / name, shards, chunk_lines) for chunk_lines in (333, 100_000)]
+    assert cut[0] == cut[1]  # the same cuts whatever --chunk-lines
+    for chunk_lines, ranges in zip((333, 100_000), cut, strict=True):
         assert ranges[0][0] == 1 and ranges[-1][1] == len(lines) + 1
         assert all(before[1] == after[0] for before, after in zip(ranges, ranges[1:], strict=False)), ranges
         share = len(lines) / shards
@@ -88,6 +109,34 @@ def test_every_shard_holds_an_equal_share_and_no_source_is_split(tmp_path, name,
         assert all(abs(size / share - 1) <= TOLERANCE for size in sizes), (chunk_lines, sizes, share)
         for first, _ in ranges[1:]:  # each shard starts a source block
             assert source(lines[first - 1]) != source(lines[first - 2])
+
+
+def test_a_shard_resumed_on_a_table_cut_elsewhere_is_refused(tmp_path):
+    """The progress record holds the shard's lines; a table that now cuts elsewhere (changed, yet
+    with the size and time the record knows) would splice two different slices."""
+    write_table(tmp_path / "pt.txt", 300, 1)
+    recorded = ShardFilter.of_table(str(tmp_path / "pt.txt"), (2, 3)).state()
+    assert recorded == {"lines": [101, 201]}
+    write_table(tmp_path / "pt.txt", 25, 12)  # 300 lines in blocks of 12: cut at 97 and 205
+    with pytest.raises(ShardError, match=r"cannot --resume shard 2/3: .*pt.txt is now cut into lines 97..204, "
+                                         r"the interrupted run's were \[101, 201\]; start over without --resume"):
+        ShardFilter.of_table(str(tmp_path / "pt.txt"), (2, 3), recorded)
+
+
+@pytest.mark.parametrize("shards", [2, 3, 8])
+def test_the_fixtures_filtered_table_is_cut_into_equal_shares(shards):
+    """A real filtered table (253,257 lines, 6,282 sources, one of 4,976 targets): within ±10% in 8
+    shards too, whose nominal cut falls inside that block (the first point past it gave +10.5% and
+    -10.6%), and each cut at a source block's start."""
+    path = shared_file("fixtures/hansard-enfr/filtered/phrase-table.0-0.1.1.gz")
+    with open_input(path, decompress_thread=True) as fh:
+        points, lines = grid_points(iter_line_chunks(fh, str(path), PASS_CHUNK_LINES))
+    cuts = shard_cuts(points, lines, shards)
+    sizes = np.diff(cuts)
+    assert lines == 253_257 and abs(sizes * shards / lines - 1).max() <= TOLERANCE, sizes
+    with gzip.open(path) as fh:
+        table = fh.read().splitlines()
+    assert all(source(table[cut - 1]) != source(table[cut - 2]) for cut in cuts[1:-1])
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +163,60 @@ def test_shards_of_a_filtered_table_concatenate_to_the_whole_run(tmp_path, tiny_
     sizes = [len(lines_of(part)) for part in parts]
     assert sum(sizes) == len(lines)
     assert all(abs(size * shards / len(lines) - 1) <= TOLERANCE for size in sizes), sizes
+
+
+def test_a_stopped_shard_resumes_to_the_bytes_of_an_uninterrupted_one(tmp_path, tiny_checkpoint, monkeypatch):
+    """Ctrl-C as shard 2/3 of a filtered table writes its second chunk of lines, then ``--resume``
+    (which continues from the shard filter's recorded state, past the shard's start): the shard's
+    bytes are an uninterrupted run's, so the shards still concatenate to the whole run. (A shard
+    stopped before its first line keeps nothing to resume.)"""
+    lines = write_table(tmp_path / "pt.gz", 3 * 800 // 40, 40)
+    table = tmp_path / "pt.gz"
+
+    def run(out: Path, shard: tuple[int, int] | None, **kw: object) -> object:
+        return rescore(table, out, tiny_checkpoint, chunk_lines=150, token_budget=512, shard=shard, **kw)
+
+    whole, parts = shard_outputs(run, tmp_path, 3)
+    real_write = partial_output.DurableWriter.write
+    written: list[int] = []
+
+    def stopped(self, data, *rest):
+        if any(written):
+            raise KeyboardInterrupt
+        written.append(len(data))
+        return real_write(self, data, *rest)
+
+    monkeypatch.setattr(partial_output.DurableWriter, "write", stopped)
+    out = tmp_path / "resumed.gz"
+    with pytest.raises((KeyboardInterrupt, UserError)):
+        run(out, (2, 3))
+    monkeypatch.undo()
+    progress = json.loads((tmp_path / ".resumed.gz.progress.json").read_text())
+    assert 0 < progress["output_bytes"] == sum(written) < parts[1].stat().st_size
+    assert len(lines) // 3 < progress["lines_done"] < 2 * len(lines) // 3  # inside the shard
+    run(out, (2, 3), resume=True)
+    assert_same_output(out, parts[1])
+    assert_same_output(b"".join(p.read_bytes() for p in (parts[0], out, parts[2])), whole)
+
+
+def test_the_command_line_shards_of_a_filtered_table_cat_to_one_run(tmp_path, tiny_checkpoint):
+    """`rescore-phrase-table … --shard K/3` three times, as the docs' xargs example runs it: `cat`
+    of the outputs is the unsharded command's file, and each holds a third of the lines within 10%."""
+    ck = tiny_checkpoint
+    model = tmp_path / "tiny.pt"
+    save_checkpoint(model, model=ck.model, config=ck.config, src_vocab=ck.src_vocab, tgt_vocab=ck.tgt_vocab)
+    lines = write_table(tmp_path / "pt.gz", 3 * 800 // 40, 40)
+
+    def command(out: Path, *extra: str) -> None:
+        res = CliRunner().invoke(rescore_phrase_table_command, [
+            str(tmp_path / "pt.gz"), str(out), "--model", str(model), "--chunk-lines", "250", "--threads", "1",
+            "-q", "-j", "0", "--device", "cpu", *extra])
+        assert res.exit_code == 0, res.output
+
+    command(tmp_path / "whole.gz")
+    parts = [tmp_path / f"out.{k}.gz" for k in (1, 2, 3)]
+    for k, part in enumerate(parts, start=1):
+        command(part, "--shard", f"{k}/3")
+    assert_same_output(b"".join(part.read_bytes() for part in parts), tmp_path / "whole.gz")
+    sizes = [len(lines_of(part)) for part in parts]
+    assert sum(sizes) == len(lines) and all(abs(size * 3 / len(lines) - 1) <= TOLERANCE for size in sizes), sizes
