@@ -157,3 +157,20 @@ def test_training_compiles_the_update_at_the_sizes_that_repay_it() -> None:
     big = torch.nn.Linear(1000, COMPILE_MIN_ELEMENTS // 1000)
     assert FusedAdadelta(big.parameters())._compile
     assert isinstance(make_optimizer(torch.nn.Linear(2, 2), TrainConfig()), FusedAdadelta)
+
+
+def test_the_update_is_compiled_once_for_each_kind_of_call() -> None:
+    """The trial compilation is the one the steps use (a weight with and without a bf16 copy): each
+    compilation takes seconds, and one made for the trial alone doubled the first step's wait."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    params = _params(7)
+    opt = FusedAdadelta(params, compile=True)
+    matmul_weight(params[0], torch.bfloat16)  # one weight with a copy, the others without
+    for step in range(2):
+        _set_grads(params, step)
+        opt.step(max_grad_norm=0.5)
+    assert opt._kernel is not None
+    assert counters["stats"]["unique_graphs"] == 2
