@@ -298,6 +298,9 @@ def _run_updates(kinds: list[str], start: list[torch.Tensor], copies: list[int],
     weights = {k: [p.detach() for p in params[k]] for k in kinds}  # what the caller compares
     updates = {k: UPDATES[k](params[k], cfg.clip_norm, cfg) for k in kinds}
     elements = sum(p.numel() for p in start)
+    for kind in kinds:  # the copies a bf16 training has made by its first step, so the untimed one writes them
+        for i in copies:
+            matmul_weight(params[kind][i], torch.bfloat16)
     elapsed, cpu = dict.fromkeys(kinds, 0.0), dict.fromkeys(kinds, 0.0)
     for n in range(-1, steps):
         g = torch.Generator().manual_seed(n + 1)
