@@ -1,4 +1,5 @@
-"""The machine's measured matmul throughput per precision: the yardstick every benchmark reports against.
+"""The machine's measured matmul throughput per precision, and its memory bandwidth: the yardsticks
+the benchmarks report against.
 
 A fraction of a measured peak says more than pairs/s alone: it tells how much of the hardware the
 implementation uses, on whatever machine the benchmark runs. Each precision is measured in its own
