@@ -1,4 +1,5 @@
-"""The machine's measured matmul throughput per precision: the yardstick every benchmark reports against.
+"""The machine's measured matmul throughput per precision, and its memory bandwidth: the yardsticks
+the benchmarks report against.
 
 A fraction of a measured peak says more than pairs/s alone: it tells how much of the hardware the
 implementation uses, on whatever machine the benchmark runs. Each precision is measured in its own
@@ -93,6 +94,32 @@ def matmul_peaks(device: torch.device | str, precisions: Iterable[str], size: in
                 torch.backends.cuda.matmul.allow_tf32 = before
         peaks[name] = measured[key]
     return peaks
+
+
+def memory_bandwidth(device: torch.device | str = "cpu", elements: int = 1 << 25, seconds: float = 2.0,
+                     clock: Callable[[], float] = time.perf_counter) -> float:
+    """Best sustained bytes/s of ``c = a + b`` over fp32 vectors of ``elements`` (128 MB each by default,
+    far beyond any cache), after a warm-up: the yardstick of memory-bound work such as the optimiser's
+    update, which reads and writes its streams once each and does too little arithmetic to be held
+    back by it. Counted as 3 streams of 4 bytes per element (two read, one written); ``clock`` as in
+    :func:`matmul_peak_flops`.
+    """
+    device = torch.device(device)
+    a = torch.rand(elements, device=device)
+    b = torch.rand(elements, device=device)
+    out = torch.empty(elements, device=device)
+    torch.add(a, b, out=out)
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = clock()
+        torch.add(a, b, out=out)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = max(best, 3 * 4 * elements / max(clock() - t0, 1e-9))
+    return best
 
 
 if __name__ == "__main__":

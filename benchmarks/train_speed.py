@@ -2,6 +2,8 @@
 
 Usage: python -m benchmarks.train_speed [--sizes paper,small] [--steps 10] [--device auto] [--threads N]
        [--train-step eager,static,captured] [--batch-size 64] [--precision fp32,bf16]
+       python -m benchmarks.train_speed --optimizer-only [--sizes paper] [--steps 10] [--threads N]
+       [--precision fp32,bf16] [--updates torch,torch-foreach,chunked,fused] [--grad-norm 5]
 
 Times the step callable of ``rescorer.training.step`` (:func:`make_train_step`), the very updates
 ``rescorer train --train-step MODE`` runs, on minibatches drawn as training draws them (10
@@ -25,6 +27,17 @@ on all of them alike; each precision's share is taken of its own matmul peak (th
 bf16, measured in the same run by ``machine_peak.matmul_peaks``), and the last lines give each
 precision's pairs/s against the first's: ``--precision fp32,bf16`` is the CPU's side-by-side run.
 
+``--optimizer-only`` times the optimiser's step alone on the CPU (gradient-norm clipping at 1 and
+Adadelta over every parameter of the size, on random gradients of norm ``--grad-norm``), for each
+implementation in ``--updates`` on its own copy of the weights, interleaved step by step:
+``torch`` (``torch.optim.Adadelta`` after ``clip_grad_norm_``, one tensor at a time),
+``torch-foreach`` (the same in torch's multi-tensor kernels), ``chunked`` (:class:`ChunkedAdadelta`)
+and ``fused`` (:class:`FusedAdadelta`'s compiled pass, what training runs). In bf16 each step also
+leaves current bf16 copies of the weights the training's matmuls read through
+``neural.weight_copies`` (written by the step, or cast again after it, as training would). The
+share is of the memory bandwidth measured in the same run (``c = a + b``), counting the bytes an
+update cannot avoid; each line also gives the weights' difference from the first implementation.
+
 GPU: ``--device cuda --sizes paper --train-step eager,captured --steps 200`` gives the eager and
 captured pairs/s and updates/s of the paper's 64-pair updates side by side.
 """
@@ -36,6 +49,7 @@ import functools
 import gzip
 import os
 import time
+from collections.abc import Callable
 
 from infrastructure.threads import prefer_passive_waits, same_sums_whatever_the_threads
 
@@ -45,10 +59,12 @@ same_sums_whatever_the_threads()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks.machine_peak import matmul_peaks  # noqa: E402
+from benchmarks.machine_peak import matmul_peaks, memory_bandwidth  # noqa: E402
 from benchmarks.shared_data import shared_dir  # noqa: E402
+from neural.adadelta import ChunkedAdadelta, FusedAdadelta  # noqa: E402
 from neural.config import PRECISIONS  # noqa: E402
 from neural.device import autocast_dtype, matmul_precision, select_device, training_precision  # noqa: E402
+from neural.weight_copies import kept_copy, matmul_weight  # noqa: E402
 from rescorer.model.config import ModelConfig, TrainConfig  # noqa: E402
 from rescorer.model.flops import count_flops_per_pair  # noqa: E402
 from rescorer.model.network import RNNEncoderDecoder  # noqa: E402
@@ -199,6 +215,121 @@ def profile(step, batches: list) -> None:
               f"{e.self_cpu_time_total / 1e3 / len(batches):8.1f} ms/step  ({e.count // len(batches)} calls/step)")
 
 
+# --optimizer-only: the update's implementations, each a factory of (parameters, clip norm, cfg) -> one step.
+# "torch" is torch.optim.Adadelta with clip_grad_norm_ as a training would write them (one tensor at a
+# time); "torch-foreach" the same with torch's multi-tensor kernels; "chunked" and "fused" are
+# neural.adadelta's (the training's own: FusedAdadelta compiles at COMPILE_MIN_ELEMENTS and up).
+def _torch_update(params: list[torch.Tensor], clip: float, cfg: TrainConfig, foreach: bool) -> Callable[[], None]:
+    opt = torch.optim.Adadelta(params, lr=1.0, rho=cfg.rho, eps=cfg.eps, foreach=foreach)
+
+    def step() -> None:
+        torch.nn.utils.clip_grad_norm_(params, clip, foreach=foreach)
+        opt.step()
+    return step
+
+
+def _own_update(params: list[torch.Tensor], clip: float, cfg: TrainConfig, fused: bool) -> Callable[[], None]:
+    opt = (FusedAdadelta(params, lr=1.0, rho=cfg.rho, eps=cfg.eps, compile=True) if fused
+           else ChunkedAdadelta(params, lr=1.0, rho=cfg.rho, eps=cfg.eps))
+    return lambda: opt.step(max_grad_norm=clip)
+
+
+UPDATES: dict[str, Callable[[list[torch.Tensor], float, TrainConfig], Callable[[], None]]] = {
+    "torch": functools.partial(_torch_update, foreach=False),
+    "torch-foreach": functools.partial(_torch_update, foreach=True),
+    "chunked": functools.partial(_own_update, fused=False),
+    "fused": functools.partial(_own_update, fused=True),
+}
+
+
+def _copied_weights(config: ModelConfig) -> list[int]:
+    """Which parameters (by position) bf16 training reads through a kept copy (neural.weight_copies): found by
+    one bf16 update of a tiny model of the same layout, since the parameter order does not depend on the sizes."""
+    tiny = ModelConfig(src_vocab_size=20, tgt_vocab_size=20, hidden=4, embedding=3, maxout_units=2, output_rank=2)
+    torch.manual_seed(0)
+    model = RNNEncoderDecoder(tiny)
+    step = make_train_step("eager", model, make_optimizer(model, TrainConfig()), TrainConfig(), torch.device("cpu"),
+                           torch.bfloat16)
+    step((torch.tensor([[2, 3, 1]]), torch.tensor([3]), torch.tensor([[4, 1]]), torch.tensor([2])))
+    copied = [i for i, p in enumerate(model.parameters()) if kept_copy(p) is not None]
+    assert len(list(model.parameters())) == len(list(RNNEncoderDecoder(config, device="meta").parameters()))
+    return copied
+
+
+def time_updates(name: str, args: argparse.Namespace, precisions: list[str], bandwidth: float,
+                 cpu_bandwidth: float) -> None:
+    """The optimiser's step alone (clip and Adadelta, and in bf16 the weights' bf16 copies for the next
+    update), each implementation of :data:`UPDATES` on its own copy of the size's parameters, all given
+    the same gradients and interleaved step by step; its bytes per second as a share of the memory
+    bandwidth the same run measured."""
+    config = ModelConfig(src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, **SIZES[name])
+    torch.manual_seed(0)
+    start = [p.detach() for p in RNNEncoderDecoder(config).parameters()]
+    elements = sum(p.numel() for p in start)
+    copied = _copied_weights(config)
+    print(f"\n== {name}: the optimiser's step alone, {elements / 1e6:.1f}M parameters in {len(start)} tensors, "
+          f"gradients of norm {args.grad_norm:g} clipped at {TrainConfig().clip_norm:g}")
+    kinds = args.updates.split(",")
+    for precision in precisions:
+        copies = copied if training_precision(torch.device("cpu"), precision) == "bf16" else []
+        # Bytes an update cannot avoid: the gradient read twice (the norm, then the step), the weight
+        # and both running averages read and written once each, and the bf16 copies written.
+        least = 32 * elements + 2 * sum(start[i].numel() for i in copies)
+        elapsed, cpu, params = _run_updates(kinds, start, copies, args.steps, args.grad_norm)
+        for kind in kinds:
+            wall, per_cpu = elapsed[kind] / args.steps, cpu[kind] / args.steps
+            diff = max(float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+                       for a, b in zip(params[kind], params[kinds[0]], strict=True))
+            print(f"[{precision}] {kind}: {1e3 * wall:.1f} ms per step ({1e3 * per_cpu:.1f} CPU-ms), "
+                  f"{least / wall / 1e9:.2f} GB/s = {100 * least / wall / bandwidth:.1f}% of the memory bandwidth "
+                  f"({100 * least / per_cpu / cpu_bandwidth:.1f}% per CPU-second), "
+                  f"{elapsed[kinds[0]] / elapsed[kind]:.2f}× {kinds[0]}'s speed; after {args.steps + 1} steps "
+                  f"the weights differ from {kinds[0]}'s by {diff:.1e} of a tensor's largest")
+
+
+def _run_updates(kinds: list[str], start: list[torch.Tensor], copies: list[int], steps: int, grad_norm: float,
+                 ) -> tuple[dict[str, float], dict[str, float], dict[str, list[torch.Tensor]]]:
+    """Seconds and CPU-seconds of ``steps`` timed steps of each implementation after one untimed (the
+    compilation, the state's allocation, the first copies), and the weights each ended with. The bf16
+    copies of the parameters at ``copies`` are asked for after each step, as the next update's matmuls
+    ask: current where the step wrote them, else cast again."""
+    cfg = TrainConfig()
+    params = {k: [torch.nn.Parameter(p.clone()) for p in start] for k in kinds}
+    weights = {k: [p.detach() for p in params[k]] for k in kinds}  # what the caller compares
+    updates = {k: UPDATES[k](params[k], cfg.clip_norm, cfg) for k in kinds}
+    elements = sum(p.numel() for p in start)
+    for kind in kinds:  # the copies a bf16 training has made by its first step, so the untimed one writes them
+        for i in copies:
+            matmul_weight(params[kind][i], torch.bfloat16)
+    elapsed, cpu = dict.fromkeys(kinds, 0.0), dict.fromkeys(kinds, 0.0)
+    for n in range(-1, steps):
+        g = torch.Generator().manual_seed(n + 1)
+        grads = [torch.randn(p.shape, generator=g) * (grad_norm / elements**0.5) for p in start]
+        for kind in kinds:
+            for p, grad in zip(params[kind], grads, strict=True):
+                p.grad = grad.clone()
+            t0, c0 = time.perf_counter(), time.process_time()
+            updates[kind]()
+            for i in copies:
+                matmul_weight(params[kind][i], torch.bfloat16)
+            if n >= 0:
+                elapsed[kind] += time.perf_counter() - t0
+                cpu[kind] += time.process_time() - c0
+    return elapsed, cpu, weights
+
+
+def optimizer_only(args: argparse.Namespace, precisions: list[str]) -> None:
+    """``--optimizer-only``: :func:`time_updates` for each size, against the memory bandwidth measured first."""
+    bandwidth = memory_bandwidth("cpu")
+    cpu_bandwidth = memory_bandwidth("cpu", clock=time.process_time)
+    print(f"device: cpu ({torch.get_num_threads()} threads); memory bandwidth measured (c = a + b, fp32): "
+          f"{bandwidth / 1e9:.2f} GB/s, {cpu_bandwidth / 1e9:.2f} GB per CPU-second")
+    for name in args.sizes.split(","):
+        time_updates(name.strip(), args, precisions, bandwidth, cpu_bandwidth)
+    print(f"\nmemory bandwidth (measured before/after): {bandwidth / 1e9:.2f} / "
+          f"{memory_bandwidth('cpu') / 1e9:.2f} GB/s; shares above use the first")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="paper,small", help="comma-separated: paper, small")
@@ -211,12 +342,23 @@ def main() -> None:
     parser.add_argument("--train-step", default="auto", help="comma-separated modes of rescorer train --train-step")
     parser.add_argument("--precision", default="auto",
                         help=f"comma-separated, each of {', '.join(PRECISIONS)}: e.g. fp32,bf16 side by side")
+    parser.add_argument("--optimizer-only", action="store_true",
+                        help="time the optimiser's step alone (clip and Adadelta) on the CPU, per implementation")
+    parser.add_argument("--updates", default=",".join(UPDATES),
+                        help=f"with --optimizer-only, comma-separated, each of {', '.join(UPDATES)}")
+    parser.add_argument("--grad-norm", type=float, default=5.0,
+                        help="with --optimizer-only, the random gradients' norm (the clip is at 1)")
     args = parser.parse_args()
     precisions = args.precision.split(",")
     if any(p not in PRECISIONS for p in precisions):
         parser.error(f"--precision: each of {', '.join(PRECISIONS)}, got {args.precision!r}")
+    if any(u not in UPDATES for u in args.updates.split(",")):
+        parser.error(f"--updates: each of {', '.join(UPDATES)}, got {args.updates!r}")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.optimizer_only:
+        optimizer_only(args, precisions)
+        return
     device = select_device(args.device)
     peak_of = {p: peak_name(device, p) for p in precisions}
     peaks = matmul_peaks(device, peak_of.values())

@@ -228,7 +228,9 @@ class FusedAdadelta(ChunkedAdadelta):
             kernel = torch.compile(_fused_update, dynamic=True, fullgraph=True)
             try:
                 for copy in (None, torch.empty(3, dtype=torch.bfloat16)):
-                    state = [torch.ones(3) for _ in range(4)]
+                    # The weight requires grad, as every parameter the step updates does: a probe that
+                    # did not would be compiled for nothing, the real call failing its guard.
+                    state = [torch.ones(3, requires_grad=True)] + [torch.ones(3) for _ in range(3)]
                     kernel(*state, copy, torch.ones(()), 0.95, 1e-6, 1.0)
             except Exception as exc:
                 warnings.warn(f"Adadelta runs uncompiled: torch.compile failed ({type(exc).__name__}: "

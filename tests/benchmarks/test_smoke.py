@@ -119,3 +119,16 @@ def test_nmt_speed_prints_both_models_target_units_per_second(run_benchmark: Run
         assert re.search(rf"^{precision}: nmt {NUMBER} target units/s, torch peer \(nn.GRU\) {NUMBER}: {NUMBER}x$",
                          out, re.M), out
     assert re.search(rf"^n-best scoring: {NUMBER} hypotheses/s .*beam search .*: {NUMBER} sentences/s$", out, re.M), out
+
+
+def test_train_speed_times_the_optimisers_step_alone_against_the_memory_bandwidth(
+        run_benchmark: RunBenchmark) -> None:
+    out = run_benchmark("train_speed", "--optimizer-only", "--sizes", "small", "--vocab", "50", "--steps", "1",
+                        "--threads", "1", "--precision", "fp32,bf16", "--updates", "torch,chunked")
+    assert re.search(rf"memory bandwidth measured \(c = a \+ b, fp32\): {NUMBER} GB/s", out), out
+    for precision in ("fp32", "bf16"):
+        for kind in ("torch", "chunked"):
+            assert re.search(rf"^\[{precision}\] {kind}: {NUMBER} ms per step \({NUMBER} CPU-ms\), {NUMBER} GB/s = "
+                             rf"{NUMBER}% of the memory bandwidth \({NUMBER}% per CPU-second\), {NUMBER}× torch's "
+                             rf"speed; after 2 steps the weights differ from torch's by 0.0e\+00 of a tensor's "
+                             "largest$", out, re.M), out  # the chunked step is torch's bit for bit

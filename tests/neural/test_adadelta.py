@@ -4,6 +4,7 @@ matmuls' bf16 weight copies."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -99,13 +100,13 @@ FUSED_RTOL, FUSED_ATOL = 1e-5, 1e-7
 @pytest.mark.parametrize("max_norm", [0.5, 1e6])
 def test_compiled_update_is_torch_adadelta_and_clip_grad_norm_within_tolerance(max_norm: float) -> None:
     reference, fused = _params(4), _params(4)
-    ref_opt = torch.optim.Adadelta(reference, lr=1.0, rho=0.95, eps=1e-6)
+    ref_opt = torch.optim.Adadelta(reference, lr=1.0, rho=0.95, eps=1e-6, foreach=False)
     opt = FusedAdadelta(fused, lr=1.0, rho=0.95, eps=1e-6, compile=True)
     start = [p.detach().clone() for p in reference]
     for step in range(6):
         _set_grads(reference, step)
         _set_grads(fused, step)
-        torch.nn.utils.clip_grad_norm_(reference, max_norm)
+        torch.nn.utils.clip_grad_norm_(reference, max_norm, foreach=False)
         ref_opt.step()
         opt.step(max_grad_norm=max_norm)
     assert opt._kernel is not None  # the compiled pass ran, not the chunked fallback
@@ -157,3 +158,54 @@ def test_training_compiles_the_update_at_the_sizes_that_repay_it() -> None:
     big = torch.nn.Linear(1000, COMPILE_MIN_ELEMENTS // 1000)
     assert FusedAdadelta(big.parameters())._compile
     assert isinstance(make_optimizer(torch.nn.Linear(2, 2), TrainConfig()), FusedAdadelta)
+
+
+def test_the_update_is_compiled_once_for_each_kind_of_call() -> None:
+    """The trial compilation is the one the steps use (a weight with and without a bf16 copy): each
+    compilation takes seconds, and one made for the trial alone doubled the first step's wait."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    params = _params(7)
+    opt = FusedAdadelta(params, compile=True)
+    matmul_weight(params[0], torch.bfloat16)  # one weight with a copy, the others without
+    for step in range(2):
+        _set_grads(params, step)
+        opt.step(max_grad_norm=0.5)
+    assert opt._kernel is not None
+    assert counters["stats"]["unique_graphs"] == 2
+
+
+STORED_RNN = Path(__file__).resolve().parents[1] / "data" / "old_checkpoints" / "rnn" / "m.pt.last"
+
+
+def test_a_stored_training_state_resumes_in_the_compiled_update() -> None:
+    """A training state written by earlier code (torch's Adadelta state, tests/data/old_checkpoints)
+    continues in the compiled update as in torch's own Adadelta and clip, within the stated tolerance,
+    and what it saves loads back into torch's."""
+    from rescorer.model.checkpoint import load_checkpoint
+
+    stored = load_checkpoint(STORED_RNN)
+    assert stored.optimizer_state is not None and stored.optimizer_state["state"]
+    steps_before = float(stored.optimizer_state["state"][0]["step"])
+    reference, fused = (list(copy.deepcopy(stored.model).parameters()) for _ in range(2))
+    ref_opt = torch.optim.Adadelta(reference, lr=1.0, rho=0.95, eps=1e-6, foreach=False)
+    opt = FusedAdadelta(fused, lr=1.0, rho=0.95, eps=1e-6, compile=True)
+    ref_opt.load_state_dict(copy.deepcopy(stored.optimizer_state))
+    opt.load_state_dict(copy.deepcopy(stored.optimizer_state))
+    for step in range(3):
+        _set_grads(reference, step)
+        _set_grads(fused, step)
+        torch.nn.utils.clip_grad_norm_(reference, 1.0, foreach=False)
+        ref_opt.step()
+        opt.step(max_grad_norm=1.0)
+    assert opt._kernel is not None
+    for a, b in zip(reference, fused, strict=True):
+        torch.testing.assert_close(b, a, rtol=FUSED_RTOL, atol=FUSED_ATOL)
+        for key in ("square_avg", "acc_delta"):
+            torch.testing.assert_close(opt.state[b][key], ref_opt.state[a][key], rtol=FUSED_RTOL, atol=1e-12)
+        assert float(opt.state[b]["step"]) == steps_before + 3
+    saved = opt.state_dict()
+    assert list(saved["param_groups"][0]) == list(stored.optimizer_state["param_groups"][0])
+    torch.optim.Adadelta(copy.deepcopy(fused)).load_state_dict(saved)
