@@ -33,6 +33,16 @@ def main() -> None:
     """Schwenk's CSLM (SPEC §5): a 7-gram neural LM, in the decoder (export-nplm) or on n-best lists."""
 
 
+#: The command line's limits on the sizes a user chooses. A layer or an embedding of up to 8192 (5 times the
+#: paper's 1,536): ``--hidden 1000000,1000000`` asked torch for 4 TB and failed in an allocation traceback.
+MAX_SIZE = 8192
+#: The largest n: 4 times the paper's 7; the history is embedded word by word (``(order - 1) x
+#: --embedding`` inputs), and ``--order 100000`` trained for minutes on 300 lines of histories of padding.
+MAX_ORDER = 32
+#: The largest shortlist: more words than any target language's corpus holds in practice (the output layer
+#: is shortlist x last hidden layer), as ``rescorer``'s.
+MAX_SHORTLIST = 1_000_000
+
 RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralLM adds for the model's "
             "export-nplm file [default: exact log-probabilities]")
 
@@ -42,13 +52,14 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
 @click.argument("model_out", type=OutputPath(path_type=Path, also_writes=MODEL_ALSO_WRITES))
 @click.option("--valid", type=OneLinePath(exists=True, dir_okay=False),
               help="validation text [default: a random 0.1% of CORPUS's lines, at least 500, at most a tenth]")
-@click.option("--order", type=IntRange(min=2), default=7, show_default=True, help="n of the n-gram model")
-@click.option("--shortlist", type=IntRange(min=1), default=15000, show_default=True,
+@click.option("--order", type=IntRange(min=2, max=MAX_ORDER), default=7, show_default=True,
+              help="n of the n-gram model")
+@click.option("--shortlist", type=IntRange(min=1, max=MAX_SHORTLIST), default=15000, show_default=True,
               help="output words, [UNK] included")
-@click.option("--embedding", type=IntRange(min=1), default=512, show_default=True,
+@click.option("--embedding", type=IntRange(min=1, max=MAX_SIZE), default=512, show_default=True,
               help="embedding size of each history word")
-@click.option("--hidden", type=NumberList(IntRange(min=1)), default="1536,1024", show_default=True,
-              help="ReLU hidden layer sizes, comma-separated (each >= 1)")
+@click.option("--hidden", type=NumberList(IntRange(min=1, max=MAX_SIZE)), default="1536,1024",
+              show_default=True, help=f"ReLU hidden layer sizes, comma-separated (each 1 to {MAX_SIZE})")
 @click.option("--max-time", type=FiniteFloat(min=0, min_open=True), help="stop after this many seconds of training")
 @click.option("--max-epochs", type=IntRange(min=1), help="stop after this many epochs")
 @click.option("--patience", type=IntRange(min=1), default=10, show_default=True,

@@ -28,6 +28,7 @@ from infrastructure.cli_options import (
     threads_option,
 )
 from infrastructure.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
+from moses_integration.phrase_table import MAX_PHRASE_WORDS
 from neural.config import PRECISIONS, TRAIN_STEPS
 from neural.training import MODEL_ALSO_WRITES
 from rescorer.model.config import (
@@ -45,6 +46,13 @@ from rescorer.model.config import (
 MAX_CHUNK_LINES = 10_000_000
 #: The most padded tokens a batch holds: 16 times what a GPU's automatic budget reaches (rescorer.pipeline.scoring).
 MAX_TOKEN_BUDGET = 1 << 24
+#: The widest beam: 25 times propose's 40 with a reverse model. A beam weighs beam x shortlist candidates
+#: at each step (15M at 1000 with the paper's shortlist); ``--beam 1000000000000`` asked torch for
+#: petabytes and failed in an allocation traceback.
+MAX_BEAM = 1000
+#: The most targets drawn from the decoder for a source: they are drawn all at once, samples x shortlist
+#: probabilities a step (600 MB at 10,000 with the paper's shortlist).
+MAX_SAMPLES = 10_000
 
 
 def _model_size_options(fn: Callable) -> Callable:
@@ -179,12 +187,12 @@ def _load(model_path: str, device: str = "cpu"):
 @main.command("sample")
 @click.argument("model_path", metavar="MODEL", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("source")
-@click.option("-n", "--samples", type=IntRange(min=0), default=50, show_default=True,
+@click.option("-n", "--samples", type=IntRange(min=0, max=MAX_SAMPLES), default=50, show_default=True,
               help="targets drawn from the decoder")
-@click.option("--beam", type=IntRange(min=0), default=5, show_default=True,
+@click.option("--beam", type=IntRange(min=0, max=MAX_BEAM), default=5, show_default=True,
               help="beam width; its best targets are listed too")
 @seed_option()
-@click.option("--max-words", type=IntRange(min=1), default=30, show_default=True,
+@click.option("--max-words", type=IntRange(min=1, max=MAX_PHRASE_WORDS), default=30, show_default=True,
               help="a target still going after this many words is cut")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a Markdown table")
 @device_option()
@@ -315,9 +323,9 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
               help="a long source phrase has at least this many words")
 @click.option("--sample-sources", type=IntRange(min=0), default=4, show_default=True,
               help="sources whose samples are shown")
-@click.option("-n", "--samples", type=IntRange(min=0), default=50, show_default=True,
+@click.option("-n", "--samples", type=IntRange(min=0, max=MAX_SAMPLES), default=50, show_default=True,
               help="targets drawn from the decoder for each of those sources")
-@click.option("--beam", type=IntRange(min=0), default=5, show_default=True,
+@click.option("--beam", type=IntRange(min=0, max=MAX_BEAM), default=5, show_default=True,
               help="beam width for each of those sources; its best targets are listed too")
 @click.option("--score-sources", type=IntRange(min=0), default=5000, show_default=True,
               help="random source phrases whose lines are scored for the score scatter and phrase map")
@@ -488,9 +496,10 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               "[default: every source of the table]")
 @click.option("--thin-below", type=IntRange(min=1), default=3, show_default=True,
               help="with --for-text: an n-gram with fewer targets than this in the table is thin")
-@click.option("--max-source-words", type=IntRange(min=1),
+@click.option("--max-source-words", type=IntRange(min=1, max=MAX_PHRASE_WORDS),
               help="with --for-text: the longest n-gram [default: the table's longest source]")
-@click.option("--beam", type=IntRange(min=1), help="beam width per source [default: 10, 40 with --reverse-model]")
+@click.option("--beam", type=IntRange(min=1, max=MAX_BEAM),
+              help="beam width per source [default: 10, 40 with --reverse-model]")
 @click.option("--per-source", type=IntRange(min=1), default=5, show_default=True,
               help="proposals kept per source: the beam's best targets the table does not hold (with "
               "--reverse-model: the best by the reranking)")
@@ -503,7 +512,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 @click.option("--rerank-length-weight", type=FiniteFloat(), default=None,
               help="with --reverse-model: the weight of the table's log P(target length | source length) in the "
               "reranking [default: 0]")
-@click.option("--max-target-words", type=IntRange(min=1),
+@click.option("--max-target-words", type=IntRange(min=1, max=MAX_PHRASE_WORDS),
               help="longest proposed target [default: the table's longest target]")
 @click.option("--lex-e2f", type=OneLinePath(dir_okay=False),
               help="Moses' word table lex.e2f [default: beside INPUT_TABLE]")
@@ -598,9 +607,9 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
               help="an n-gram with fewer targets than this in the table is thin (as propose --thin-below)")
 @click.option("--per-source", type=IntRange(min=1), default=5, show_default=True,
               help="proposals kept per source (as propose --per-source)")
-@click.option("--beam", type=IntRange(min=1), help="the collecting beam's width [default: propose's with "
+@click.option("--beam", type=IntRange(min=1, max=MAX_BEAM), help="the collecting beam's width [default: propose's with "
               "--reverse-model, 40]")
-@click.option("--plain-beam", type=IntRange(min=1),
+@click.option("--plain-beam", type=IntRange(min=1, max=MAX_BEAM),
               help="also measure the proposals of a plain beam this wide without the reverse model")
 @click.option("--measure", is_flag=True, help="print the figures and choose nothing (text other than dev, e.g. test)")
 @click.option("--lex-e2f", type=OneLinePath(dir_okay=False), help="Moses' word table lex.e2f [default: beside "

@@ -461,6 +461,21 @@ def test_training_on_an_empty_corpus_leaves_nothing_behind(tmp_path: Path, model
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["empty.txt"]
 
 
+@pytest.mark.parametrize("option, value", [
+    ("--hidden", "1000000,1000000"),  # asked torch for 4 TB: an allocation traceback, and MODEL.data/ left
+    ("--hidden", "512,9000"),
+    ("--embedding", "10000000"),
+    ("--order", "100000"),  # trained minutes on histories of padding
+    ("--shortlist", str(10**11)),
+])
+def test_sizes_beyond_their_limits_are_one_line_before_any_work(tmp_path: Path, option: str, value: str) -> None:
+    (tmp_path / "fr.txt").write_text("le chat\n")
+    res = CliRunner().invoke(main, ["train", str(tmp_path / "fr.txt"), str(tmp_path / "m.pt"), "-q",
+                                    "--max-epochs", "1", "--threads", "1", option, value])
+    _one_error_line(res, f"'{option}'", "is not in the range")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fr.txt"]
+
+
 def test_auto_trains_the_cslm_in_fp32_on_a_cpu_and_bf16_only_when_named(tmp_path: Path, capsys) -> None:
     """As the RNN's training, ``auto`` on a CPU is fp32, AMX or not (bf16 updates are slower there:
     docs/training-speed.md); the run says so, records it, and computes exactly what fp32 computes.
