@@ -9,8 +9,6 @@ more feature.
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +16,16 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs, sigkill_after_chunks
+from rescore_runs import (
+    RESCORE_SCRIPT,
+    assert_ran,
+    assert_same_output,
+    lines_of,
+    rescore,
+    run_command,
+    shard_outputs,
+    sigkill_after_chunks,
+)
 
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
@@ -110,18 +117,19 @@ def test_scores_parquet_holds_the_reverse_log_probability(sample, models, both, 
 
 
 def test_resume_after_sigkill_is_byte_identical_and_keeps_the_reverse_model(sample, models, both, tmp_path):
+    """Only the killed run needs a process of its own; the others run in this process."""
     out = tmp_path / "out.gz"
     progress = tmp_path / ".out.gz.progress.json"
-    cmd = [str(Path(sys.executable).parent / "rescore-phrase-table"), str(sample), str(out), "--model",
-           str(models[0]), "--reverse-model", str(models[1]), "--chunk-lines", "100", "-j", "0",
-           "--token-budget", "4096", "--device", "cpu", "--quiet"]
+    forward = ["--model", str(models[0])]
+    options = ["--chunk-lines", "100", "-j", "0", "--token-budget", "4096", "--device", "cpu", "--quiet"]
+    both_models = [*forward, "--reverse-model", str(models[1]), *options]
     expected = tmp_path / "expected.gz"
-    subprocess.run([*cmd[:2], str(expected), *cmd[3:]], check=True)
-    sigkill_after_chunks(cmd, progress)
+    assert_ran(run_command([str(sample), str(expected), *both_models]))
+    sigkill_after_chunks([RESCORE_SCRIPT, str(sample), str(out), *both_models], progress)
     # continuing without the reverse model would splice lines of two layouts: refused
-    without = subprocess.run([*cmd[:5], *cmd[7:], "--resume"], capture_output=True, text=True)
-    assert without.returncode != 0 and without.stderr.startswith("Error:"), without.stderr
-    subprocess.run([*cmd, "--resume"], check=True)
+    without = run_command([str(sample), str(out), *forward, *options, "--resume"])
+    assert without.exit_code != 0 and without.stderr.startswith("Error:"), without.output
+    assert_ran(run_command([str(sample), str(out), *both_models, "--resume"]))
     assert_same_output(out, expected)
 
 
