@@ -11,6 +11,7 @@ import subprocess
 import sys
 import zlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from click.testing import CliRunner, Result
@@ -19,10 +20,23 @@ from waiting import sigkill_when
 from infrastructure.files import GZIP_MAGIC
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import Checkpoint
+from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore_phrase_table
 from rescorer.pipeline.scoring import ScoringOptions
+from rescorer.training.train import train_on_phrase_table
 
 RESCORE_SCRIPT = str(Path(sys.executable).parent / "rescore-phrase-table")  # the installed command, for a real process
+SAMPLE_TABLE = "fixtures/hansard-enfr/phrase-table.sample.gz"  # under the shared data
+SMALL = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
+
+
+def train_small(table: Path, out: Path, direction: str = "forward") -> Path:
+    """A :data:`SMALL` model of ``direction`` trained for 30 steps on ``table`` (seconds): scores that
+    are the model's own, not a uniform guess."""
+    train_on_phrase_table(str(table), out, model_sizes=replace(SMALL, direction=direction),
+                          train_config=TrainConfig(max_steps=30, valid_every=30, patience=None),
+                          shortlist=3000, device="cpu", progress=False)
+    return out
 
 
 def rescore(inp: Path, out: Path, forward: Checkpoint, reverse: Checkpoint | None = None,

@@ -17,6 +17,7 @@ import torch
 from click.testing import CliRunner
 from rescore_runs import (
     RESCORE_SCRIPT,
+    SAMPLE_TABLE,
     assert_ran,
     assert_same_output,
     lines_of,
@@ -29,25 +30,18 @@ from rescore_runs import (
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.errors import RescoreError
-from rescorer.training.train import train_on_phrase_table
 from shared_paths import shared_file
-
-SMALL = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
 
 
 @pytest.fixture(scope="module")
 def sample() -> Path:
-    return shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")
+    return shared_file(SAMPLE_TABLE)
 
 
 @pytest.fixture(scope="module")
-def model_path(sample, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("model") / "small.pt"
-    train_on_phrase_table(str(sample), out, model_sizes=SMALL, train_config=TrainConfig(max_steps=30, valid_every=30,
-                          patience=None), shortlist=3000, device="cpu", progress=False)
-    return out
+def model_path(sample_model) -> Path:
+    return sample_model
 
 
 @pytest.fixture(scope="module")

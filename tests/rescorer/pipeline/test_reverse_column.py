@@ -18,6 +18,8 @@ import torch
 from click.testing import CliRunner
 from rescore_runs import (
     RESCORE_SCRIPT,
+    SAMPLE_TABLE,
+    SMALL,
     assert_ran,
     assert_same_output,
     lines_of,
@@ -25,37 +27,27 @@ from rescore_runs import (
     run_command,
     shard_outputs,
     sigkill_after_chunks,
+    train_small,
 )
 
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.pipeline.scoring import ScoringOptions
-from rescorer.training.train import train_on_phrase_table
 from shared_paths import shared_file
 
-SMALL = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
 LINES = 5166
 
 
 @pytest.fixture(scope="module")
 def sample() -> Path:
-    return shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")
-
-
-def _train(sample: Path, out: Path, direction: str) -> Path:
-    train_on_phrase_table(str(sample), out, model_sizes=replace(SMALL, direction=direction),
-                          train_config=TrainConfig(max_steps=30, valid_every=30, patience=None),
-                          shortlist=3000, device="cpu", progress=False)
-    return out
+    return shared_file(SAMPLE_TABLE)
 
 
 @pytest.fixture(scope="module")
-def models(sample, tmp_path_factory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("models")
-    return _train(sample, folder / "fwd.pt", "forward"), _train(sample, folder / "rev.pt", "reverse")
+def models(sample, sample_model, tmp_path_factory) -> tuple[Path, Path]:
+    return sample_model, train_small(sample, tmp_path_factory.mktemp("models") / "rev.pt", "reverse")
 
 
 def rescore_both(inp: Path, out: Path, models: tuple[Path, Path], **kw: object) -> None:
