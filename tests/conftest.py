@@ -32,6 +32,15 @@ def fixture_dir() -> Path:
     return shared_file("fixtures/hansard-enfr")
 
 
+@pytest.fixture(scope="session")
+def sample_model(tmp_path_factory) -> Path:
+    """The forward model of :func:`rescore_runs.train_small` on the fixture's sample table, trained once
+    per test run for every module that rescores the sample with it (read only: copy it to change it)."""
+    from rescore_runs import SAMPLE_TABLE, train_small
+
+    return train_small(shared_file(SAMPLE_TABLE), tmp_path_factory.mktemp("sample-model") / "small.pt")
+
+
 @pytest.fixture(autouse=True)
 def torch_threads_restored() -> object:
     """Every test starts with the threads above: a command run in this process through CliRunner sets

@@ -1,22 +1,42 @@
 """Running the rescoring pipeline in tests: one call taking the options the tests vary, its output's
-lines, the sharded run whose parts must concatenate to the whole, the command SIGKILLed mid-run, and
-the check that two outputs are the same bytes, which says what differs: lines, members or compressed bytes."""
+lines, the sharded run whose parts must concatenate to the whole, the command line run in this process,
+the command SIGKILLed mid-run (a real process), and the check that two outputs are the same bytes,
+which says what differs: lines, members or compressed bytes."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import subprocess
+import sys
 import zlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+from click.testing import CliRunner, Result
 from waiting import sigkill_when
 
 from infrastructure.files import GZIP_MAGIC
+from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import Checkpoint
+from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore_phrase_table
 from rescorer.pipeline.scoring import ScoringOptions
+from rescorer.training.train import train_on_phrase_table
+
+RESCORE_SCRIPT = str(Path(sys.executable).parent / "rescore-phrase-table")  # the installed command, for a real process
+SAMPLE_TABLE = "fixtures/hansard-enfr/phrase-table.sample.gz"  # under the shared data
+SMALL = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
+
+
+def train_small(table: Path, out: Path, direction: str = "forward") -> Path:
+    """A :data:`SMALL` model of ``direction`` trained for 30 steps on ``table`` (seconds): scores that
+    are the model's own, not a uniform guess."""
+    train_on_phrase_table(str(table), out, model_sizes=replace(SMALL, direction=direction),
+                          train_config=TrainConfig(max_steps=30, valid_every=30, patience=None),
+                          shortlist=3000, device="cpu", progress=False)
+    return out
 
 
 def rescore(inp: Path, out: Path, forward: Checkpoint, reverse: Checkpoint | None = None,
@@ -26,6 +46,19 @@ def rescore(inp: Path, out: Path, forward: Checkpoint, reverse: Checkpoint | Non
     scoring = ScoringOptions(token_budget=kw.pop("token_budget", 4096))
     opts = RescoreOptions(progress=False, device="cpu", workers=kw.pop("workers", 0), scoring=scoring, **kw)
     return rescore_phrase_table(str(inp), str(out), forward, opts, reverse)
+
+
+def run_command(args: list[str], **kw: object) -> Result:
+    """``rescore-phrase-table args`` in this process through click's test runner (``kw`` to
+    :meth:`CliRunner.invoke`, e.g. ``input``): the command's own parsing, checks, messages and exit
+    status without a fresh interpreter importing torch. A test that needs a real process (a signal,
+    its stdin file) runs :data:`RESCORE_SCRIPT`."""
+    return CliRunner().invoke(rescore_phrase_table_command, args, **kw)
+
+
+def assert_ran(result: Result) -> None:
+    """The command exited 0; else its output and the exception that ended it."""
+    assert result.exit_code == 0, f"{result.output[-3000:]}\n{result.exception!r}"
 
 
 def lines_of(path: Path) -> list[bytes]:

@@ -1,24 +1,27 @@
 """``make demo`` as README describes it: the Makefile's own command line, run on the sample.
 
 The command is read from the Makefile's ``demo`` recipe rather than copied here, so a change to the
-demo is what gets tested; its outputs go to a temporary folder instead of ``demo-out/``.
+demo is what gets tested; its outputs go to a temporary folder instead of ``demo-out/``. It runs in this
+process through the command's click entry point, not as a process of its own: what is checked is the
+command's output and what it writes to a standard error that is not a terminal (a log file's).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
+
+from rescorer.cli import rescore_phrase_table_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def demo_command(out: Path) -> list[str]:
-    """The demo recipe's ``rescore-phrase-table`` call, with ``demo-out/`` moved to ``out``."""
+    """The arguments of the demo recipe's ``rescore-phrase-table`` call, with ``demo-out/`` moved to ``out``."""
     makefile = (ROOT / "Makefile").read_text()
     recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
     assert recipe, "no demo target in the Makefile"
@@ -26,21 +29,20 @@ def demo_command(out: Path) -> list[str]:
     (call,) = [line for line in lines if "rescore-phrase-table" in line]
     words = shlex.split(call)
     assert words[0] == "$(BIN)/rescore-phrase-table"
-    words[0] = str(Path(sys.executable).parent / "rescore-phrase-table")
-    return [str(out / w.removeprefix("demo-out/")) if w.startswith("demo-out/") else w for w in words]
+    return [str(out / w.removeprefix("demo-out/")) if w.startswith("demo-out/") else w for w in words[1:]]
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, str]:
-    """One run of the demo, stderr to a file as in ``make demo > log 2>&1``: (result, stderr)."""
+def demo_run(tmp_path_factory) -> tuple[Result, str]:
+    """One run of the demo from the checkout, stderr not a terminal as in ``make demo > log 2>&1``:
+    (result, stderr with each redraw's \\r as it was written)."""
     out = tmp_path_factory.mktemp("demo-out")
-    log = out / "stderr.log"
-    with open(log, "w") as err:
-        result = subprocess.run(demo_command(out), cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
-    assert result.returncode == 0, log.read_text()[-3000:]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        result = CliRunner().invoke(rescore_phrase_table_command, demo_command(out))
+    assert result.exit_code == 0, f"{result.stderr[-3000:]}\n{result.exception!r}"
     assert (out / "phrase-table.rnn.gz").is_file() and (out / "moses.ini").is_file()
-    with open(log, encoding="utf-8", newline="") as fh:  # keep each redraw's \r as it was written
-        return result, fh.read()
+    return result, result.stderr_bytes.decode("utf-8")
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -46,11 +47,9 @@ def test_threads_hold_for_torch_loaded_after_the_command_chose_them() -> None:
     """``mert tune --threads 1`` chooses 1 before a CSLM feature loads torch: torch must still use 1,
     not its own default (the machine's cores)."""
     pytest.importorskip("torch")
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    default = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=env,
-                             capture_output=True, text=True, check=True).stdout.strip()
-    if int(default) < 2:
+    if _torch_default_threads() < 2:
         pytest.skip("torch starts with one thread here: nothing to limit")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     wanted = 1
     code = (
         "import sys\n"
@@ -75,7 +74,9 @@ def test_every_command_runs_with_sleeping_openmp_threads_unless_told_otherwise()
     assert told.stdout.strip() == "ACTIVE"
 
 
+@functools.cache
 def _torch_default_threads() -> int:
+    """Torch's own thread count in a fresh interpreter told nothing: asked once, a fresh torch costs seconds."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=env,
                          capture_output=True, text=True, check=True).stdout

@@ -9,38 +9,39 @@ from __future__ import annotations
 
 import gzip
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs, sigkill_after_chunks
+from rescore_runs import (
+    RESCORE_SCRIPT,
+    SAMPLE_TABLE,
+    assert_ran,
+    assert_same_output,
+    lines_of,
+    rescore,
+    run_command,
+    shard_outputs,
+    sigkill_after_chunks,
+)
 
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.errors import RescoreError
-from rescorer.training.train import train_on_phrase_table
 from shared_paths import shared_file
-
-SMALL = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
 
 
 @pytest.fixture(scope="module")
 def sample() -> Path:
-    return shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")
+    return shared_file(SAMPLE_TABLE)
 
 
 @pytest.fixture(scope="module")
-def model_path(sample, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("model") / "small.pt"
-    train_on_phrase_table(str(sample), out, model_sizes=SMALL, train_config=TrainConfig(max_steps=30, valid_every=30,
-                          patience=None), shortlist=3000, device="cpu", progress=False)
-    return out
+def model_path(sample_model) -> Path:
+    return sample_model
 
 
 @pytest.fixture(scope="module")
@@ -112,16 +113,16 @@ def test_shards_concatenate_to_the_whole_run_byte_for_byte(sample, checkpoint, t
 
 def test_resume_after_sigkill_is_byte_identical(sample, model_path, tmp_path):
     """The killed and resumed command ends with the bytes of the same command left alone (the same
-    --threads too: on some CPUs the thread count moves a score's last bits)."""
+    --threads too: on some CPUs the thread count moves a score's last bits). Only the killed run needs
+    a process of its own; the one left alone and the resumed one run in this process."""
     out = tmp_path / "out.gz"
     progress = tmp_path / ".out.gz.progress.json"
-    cmd = [str(Path(sys.executable).parent / "rescore-phrase-table"), str(sample), str(out), "--model",
-           str(model_path), "--chunk-lines", "100", "-j", "0", "--device", "cpu", "--quiet"]
+    options = ["--model", str(model_path), "--chunk-lines", "100", "-j", "0", "--device", "cpu", "--quiet"]
     expected = tmp_path / "expected.gz"
-    subprocess.run([*cmd[:2], str(expected), *cmd[3:]], check=True)
-    sigkill_after_chunks(cmd, progress)
+    assert_ran(run_command([str(sample), str(expected), *options]))
+    sigkill_after_chunks([RESCORE_SCRIPT, str(sample), str(out), *options], progress)
     assert not out.exists() and progress.exists()
-    subprocess.run([*cmd, "--resume"], check=True)
+    assert_ran(run_command([str(sample), str(out), *options, "--resume"]))
     assert_same_output(out, expected)
     assert not progress.exists()
 
@@ -217,13 +218,12 @@ def test_scores_parquet_matches_the_written_columns(sample, checkpoint, referenc
 
 
 def test_stdin_to_stdout(sample, model_path, reference_output):
-    exe = str(Path(sys.executable).parent / "rescore-phrase-table")
-    result = subprocess.run([exe, "-", "-", "--model", str(model_path), "--chunk-lines", "1000", "-j", "0",
-                             "--token-budget", "4096",
-                             "--device", "cpu", "--quiet"], input=gzip.decompress(sample.read_bytes()),
-                            capture_output=True, check=True)
-    assert result.stdout.splitlines() == lines_of(reference_output)
-    assert b"rescored 5166 lines" in result.stderr
+    result = run_command(["-", "-", "--model", str(model_path), "--chunk-lines", "1000", "-j", "0",
+                          "--token-budget", "4096", "--device", "cpu", "--quiet"],
+                         input=gzip.decompress(sample.read_bytes()))
+    assert_ran(result)
+    assert result.stdout_bytes.splitlines() == lines_of(reference_output)
+    assert "rescored 5166 lines" in result.stderr
 
 
 def test_empty_table_gives_a_valid_empty_gzip(tmp_path, checkpoint):

@@ -9,8 +9,6 @@ more feature.
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,37 +16,38 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs, sigkill_after_chunks
+from rescore_runs import (
+    RESCORE_SCRIPT,
+    SAMPLE_TABLE,
+    SMALL,
+    assert_ran,
+    assert_same_output,
+    lines_of,
+    rescore,
+    run_command,
+    shard_outputs,
+    sigkill_after_chunks,
+    train_small,
+)
 
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
 from rescorer.pipeline.scoring import ScoringOptions
-from rescorer.training.train import train_on_phrase_table
 from shared_paths import shared_file
 
-SMALL = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
 LINES = 5166
 
 
 @pytest.fixture(scope="module")
 def sample() -> Path:
-    return shared_file("fixtures/hansard-enfr/phrase-table.sample.gz")
-
-
-def _train(sample: Path, out: Path, direction: str) -> Path:
-    train_on_phrase_table(str(sample), out, model_sizes=replace(SMALL, direction=direction),
-                          train_config=TrainConfig(max_steps=30, valid_every=30, patience=None),
-                          shortlist=3000, device="cpu", progress=False)
-    return out
+    return shared_file(SAMPLE_TABLE)
 
 
 @pytest.fixture(scope="module")
-def models(sample, tmp_path_factory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("models")
-    return _train(sample, folder / "fwd.pt", "forward"), _train(sample, folder / "rev.pt", "reverse")
+def models(sample, sample_model, tmp_path_factory) -> tuple[Path, Path]:
+    return sample_model, train_small(sample, tmp_path_factory.mktemp("models") / "rev.pt", "reverse")
 
 
 def rescore_both(inp: Path, out: Path, models: tuple[Path, Path], **kw: object) -> None:
@@ -110,18 +109,19 @@ def test_scores_parquet_holds_the_reverse_log_probability(sample, models, both, 
 
 
 def test_resume_after_sigkill_is_byte_identical_and_keeps_the_reverse_model(sample, models, both, tmp_path):
+    """Only the killed run needs a process of its own; the others run in this process."""
     out = tmp_path / "out.gz"
     progress = tmp_path / ".out.gz.progress.json"
-    cmd = [str(Path(sys.executable).parent / "rescore-phrase-table"), str(sample), str(out), "--model",
-           str(models[0]), "--reverse-model", str(models[1]), "--chunk-lines", "100", "-j", "0",
-           "--token-budget", "4096", "--device", "cpu", "--quiet"]
+    forward = ["--model", str(models[0])]
+    options = ["--chunk-lines", "100", "-j", "0", "--token-budget", "4096", "--device", "cpu", "--quiet"]
+    both_models = [*forward, "--reverse-model", str(models[1]), *options]
     expected = tmp_path / "expected.gz"
-    subprocess.run([*cmd[:2], str(expected), *cmd[3:]], check=True)
-    sigkill_after_chunks(cmd, progress)
+    assert_ran(run_command([str(sample), str(expected), *both_models]))
+    sigkill_after_chunks([RESCORE_SCRIPT, str(sample), str(out), *both_models], progress)
     # continuing without the reverse model would splice lines of two layouts: refused
-    without = subprocess.run([*cmd[:5], *cmd[7:], "--resume"], capture_output=True, text=True)
-    assert without.returncode != 0 and without.stderr.startswith("Error:"), without.stderr
-    subprocess.run([*cmd, "--resume"], check=True)
+    without = run_command([str(sample), str(out), *forward, *options, "--resume"])
+    assert without.exit_code != 0 and without.stderr.startswith("Error:"), without.output
+    assert_ran(run_command([str(sample), str(out), *both_models, "--resume"]))
     assert_same_output(out, expected)
 
 

@@ -1,7 +1,9 @@
 """Runs stopped from outside, as a user (Ctrl-C) or a scheduler (SIGTERM, SIGKILL) stops them.
 
-Each test runs the real command in a subprocess with a mark in its environment
+Each test that stops a run starts the real command in a subprocess with a mark in its environment
 (:mod:`leftovers`), so that every process it starts can be found afterwards, also once re-parented.
+A run that only has to start or end (a resume, the next run a spool waits for) runs in this process
+through click's runner, unless the test needs it to be another process than the test's own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from leftovers import GONE_SECONDS, marked_env, marked_processes, wait_until_gone
+from rescore_runs import RESCORE_SCRIPT, assert_ran, run_command
 from waiting import SAFETY_SECONDS, wait_until
 
 from infrastructure.processes import process_tag
@@ -32,7 +35,6 @@ from rescorer.pipeline.spool import Spool
 from shared_paths import shared_file
 
 WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
-RESCORE = str(Path(sys.executable).parent / "rescore-phrase-table")
 SPOOL_BASES = [Path("/dev/shm"), Path(tempfile.gettempdir())]
 
 
@@ -85,7 +87,12 @@ def start_and_wait_for_workers(cmd: list[str], out: Path, env: dict, mark: str) 
 
 
 def rescore_cmd(table: Path, out: Path, model: Path, *extra: str) -> list[str]:
-    return [RESCORE, str(table), str(out), "--model", str(model), "-j", "2", "--chunk-lines", "200",
+    return [RESCORE_SCRIPT, *rescore_args(table, out, model, *extra)]
+
+
+def rescore_args(table: Path, out: Path, model: Path, *extra: str) -> list[str]:
+    """The arguments of :func:`rescore_cmd`, for the command run in this process."""
+    return [str(table), str(out), "--model", str(model), "-j", "2", "--chunk-lines", "200",
             "--token-budget", "64", "--device", "cpu", "-q", *extra]
 
 
@@ -159,6 +166,7 @@ def remove_spools(*folders: Path) -> None:
 
 
 def test_a_spool_whose_owner_is_dead_is_removed_by_the_next_run(tmp_path, model_file) -> None:
+    """The run is a process of its own: the spool kept is a live process's other than the run's."""
     abandoned = old_spool(dead_tag())
     live = old_spool(process_tag())  # this test's own: kept
     table = tmp_path / "pt.txt"
@@ -184,11 +192,11 @@ def test_a_spool_locked_by_an_owner_in_another_pid_namespace_is_kept(tmp_path, m
     try:
         assert holder.stdout.readline() == "locked\n"
         os.utime(shared, (time.time() - 60, time.time() - 60))  # old: only the lock keeps it
-        subprocess.run(rescore_cmd(table, tmp_path / "out.gz", model_file), check=True)
+        assert_ran(run_command(rescore_args(table, tmp_path / "out.gz", model_file)))
         assert (shared / "0.chunk").exists(), "a live run's spool was removed"
         holder.kill()
         holder.wait()
-        subprocess.run(rescore_cmd(table, tmp_path / "out2.gz", model_file), check=True)
+        assert_ran(run_command(rescore_args(table, tmp_path / "out2.gz", model_file)))
         assert not shared.exists()  # its owner gone, the next run frees it
     finally:
         holder.kill()
@@ -204,7 +212,7 @@ def test_a_young_spool_is_kept_even_when_its_owner_looks_dead(tmp_path, model_fi
     table = tmp_path / "pt.txt"
     table.write_text("the house ||| la maison ||| 0.5 0.5 0.5 0.5\n")
     try:
-        subprocess.run(rescore_cmd(table, tmp_path / "out.gz", model_file), check=True)
+        assert_ran(run_command(rescore_args(table, tmp_path / "out.gz", model_file)))
         assert young.exists()
     finally:
         remove_spools(young)
@@ -263,7 +271,7 @@ def test_a_stopped_parallel_rescore_says_what_it_kept_in_one_line(tmp_path, mode
     assert_one_stop_line(stderr, how, f"good bytes kept in {out.parent / '.out.gz.partial'}")
     assert not wait_until_gone(mark)
     if how == "sigterm":  # what the line says holds: --resume completes the table
-        subprocess.run([*cmd, "--resume"], check=True, capture_output=True)
+        assert_ran(run_command([*cmd[1:], "--resume"]))
         with gzip.open(out) as fh:
             assert sum(1 for _ in fh) == sum(1 for _ in long_table.open("rb"))
 
