@@ -48,6 +48,8 @@ class RnnSettings:
     shortlist: int
     max_time: float  # seconds of training
     patience: int = 10
+    # updates of training as well, where set: a budget a loaded machine cannot shrink (the tests' tiny runs)
+    max_steps: int | None = None
     init_std: float = 0.01  # SPEC §1's N(0, 0.01²); see SMALL for why the small scale departs from it
 
 

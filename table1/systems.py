@@ -278,7 +278,7 @@ def rnn_train_command(exp: Experiment, model: Path, reverse: bool = False, max_s
             # shortlists: the most frequent words of the training text, as in the paper
             "--vocab-corpus-src", f"{exp.train_corpus}.{exp.src}",
             "--vocab-corpus-tgt", f"{exp.train_corpus}.{exp.tgt}", *(["--reverse"] if reverse else []),
-            *(["--max-steps", str(max_steps)] if max_steps else []),
+            *(["--max-steps", str(max_steps or r.max_steps)] if max_steps or r.max_steps else []),
             "--patience", str(r.patience), "--device", exp.device, "--threads", str(exp.jobs), "--resume", "--quiet"]
 
 

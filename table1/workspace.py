@@ -184,7 +184,7 @@ class Experiment:
         if path.exists():
             before = json.loads(path.read_text(encoding="utf-8"))
             # a setting added since the folder was made, and off (None), changes nothing it holds
-            before.update({k: None for k, v in current.items() if v is None and k not in before})
+            _take_new_offs(before, current)
             # nor does one that only steps not run yet read: it is recorded now, and holds from here on
             taken = {k: v for k, v in current.items() if k in STEP_SETTINGS and not self.read_yet(STEP_SETTINGS[k])
                      and before.get(k) != json.loads(json.dumps(v))}
@@ -335,6 +335,17 @@ class StepClock:
         path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             path.parent.rmdir()
+
+
+def _take_new_offs(before: dict, current: dict) -> None:
+    """Give ``before`` (a folder's recorded settings) each setting of ``current`` it lacks whose value is None
+    (off), at any depth: a field added to a group of settings since the folder was made, and off, changes
+    nothing the folder holds."""
+    for key, value in current.items():
+        if value is None and key not in before:
+            before[key] = None
+        elif isinstance(value, dict) and isinstance(before.get(key), dict):
+            _take_new_offs(before[key], value)
 
 
 def run_tool(command: list, log: Path, stdout: Path | None = None) -> dict[str, object]:

@@ -180,6 +180,19 @@ def test_a_folder_takes_on_the_proposals_settings_until_that_step_runs(tmp_path)
         small_experiment(tmp_path)
 
 
+def test_a_folder_made_before_a_nested_setting_existed_is_kept_when_it_is_off(tmp_path):
+    """The RNN's settings gained ``max_steps`` (None: off): a folder recorded without it goes on; a value refuses."""
+    exp = small_experiment(tmp_path)
+    settings = json.loads((exp.work / "settings.json").read_text())
+    assert settings["rnn"].pop("max_steps") is None and settings["reranking"]["big_rnn"].pop("max_steps") is None
+    (exp.work / "settings.json").write_text(json.dumps(settings))
+    small_experiment(tmp_path)
+    settings["rnn"]["max_steps"] = 5
+    (exp.work / "settings.json").write_text(json.dumps(settings))
+    with pytest.raises(workspace.ExperimentError, match=r"other settings \(rnn differ"):
+        small_experiment(tmp_path)
+
+
 def test_the_reranking_settings_may_change_until_any_reranking_step_has_run(tmp_path):
     exp = small_experiment(tmp_path)
     settings = json.loads((exp.work / "settings.json").read_text())
