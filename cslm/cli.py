@@ -24,7 +24,7 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from neural.config import PRECISIONS, TRAIN_STEPS
+from neural.config import MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
 from neural.training import MODEL_ALSO_WRITES
 
 
@@ -33,9 +33,6 @@ def main() -> None:
     """Schwenk's CSLM (SPEC §5): a 7-gram neural LM, in the decoder (export-nplm) or on n-best lists."""
 
 
-#: The command line's limits on the sizes a user chooses. A layer or an embedding of up to 8192 (5 times the
-#: paper's 1,536): ``--hidden 1000000,1000000`` asked torch for 4 TB and failed in an allocation traceback.
-MAX_SIZE = 8192
 #: The largest n: 4 times the paper's 7; the history is embedded word by word (``(order - 1) x
 #: --embedding`` inputs), and ``--order 100000`` trained for minutes on 300 lines of histories of padding.
 MAX_ORDER = 32
@@ -56,10 +53,10 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
               help="n of the n-gram model")
 @click.option("--shortlist", type=IntRange(min=1, max=MAX_SHORTLIST), default=15000, show_default=True,
               help="output words, [UNK] included")
-@click.option("--embedding", type=IntRange(min=1, max=MAX_SIZE), default=512, show_default=True,
+@click.option("--embedding", type=IntRange(min=1, max=MAX_LAYER_SIZE), default=512, show_default=True,
               help="embedding size of each history word")
-@click.option("--hidden", type=NumberList(IntRange(min=1, max=MAX_SIZE)), default="1536,1024",
-              show_default=True, help=f"ReLU hidden layer sizes, comma-separated (each 1 to {MAX_SIZE})")
+@click.option("--hidden", type=NumberList(IntRange(min=1, max=MAX_LAYER_SIZE)), default="1536,1024",
+              show_default=True, help=f"ReLU hidden layer sizes, comma-separated (each 1 to {MAX_LAYER_SIZE})")
 @click.option("--max-time", type=FiniteFloat(min=0, min_open=True), help="stop after this many seconds of training")
 @click.option("--max-epochs", type=IntRange(min=1), help="stop after this many epochs")
 @click.option("--patience", type=IntRange(min=1), default=10, show_default=True,

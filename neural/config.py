@@ -18,6 +18,10 @@ PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
 
 # --train-step choices (rescorer.training.step gives their meaning), torch-free for the CLI too.
 TRAIN_STEPS = ("auto", "eager", "static", "captured")
+#: The command lines' limit on a layer's or an embedding's size, for every model: 8 times the phrase RNN
+#: paper's d = 1000 (a GRU of d = 8192 holds ~0.5 G weights, 2 GB in fp32, and trains for weeks on a CPU);
+#: ``--hidden 1000000`` asked torch for terabytes and failed in a 50-frame allocation traceback.
+MAX_LAYER_SIZE = 8192
 
 
 _C = TypeVar("_C")

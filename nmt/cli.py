@@ -23,7 +23,7 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from neural.config import PRECISIONS
+from neural.config import MAX_LAYER_SIZE, PRECISIONS
 from neural.training import MODEL_ALSO_WRITES
 
 INPUT = OneLinePath(exists=True, dir_okay=False)
@@ -45,11 +45,14 @@ def main() -> None:
               help="pairs held out of the bitext (at most a tenth of it) without --valid-src")
 @click.option("--vocab-size", type=IntRange(min=300), default=8000, show_default=True,
               help="sentencepiece units per side, at most (256 of them are bytes)")
-@click.option("--embedding", type=IntRange(min=1), default=256, show_default=True, help="R, each side's embeddings")
-@click.option("--hidden", type=IntRange(min=1), default=256, show_default=True,
+@click.option("--embedding", type=IntRange(min=1, max=MAX_LAYER_SIZE), default=256, show_default=True,
+              help="R, each side's embeddings")
+@click.option("--hidden", type=IntRange(min=1, max=MAX_LAYER_SIZE), default=256, show_default=True,
               help="H, each encoder direction's and the decoder's state")
-@click.option("--alignment", type=IntRange(min=1), default=256, show_default=True, help="N, the attention MLP's")
-@click.option("--maxout", type=IntRange(min=1), default=256, show_default=True, help="L, the maxout units")
+@click.option("--alignment", type=IntRange(min=1, max=MAX_LAYER_SIZE), default=256, show_default=True,
+              help="N, the attention MLP's")
+@click.option("--maxout", type=IntRange(min=1, max=MAX_LAYER_SIZE), default=256, show_default=True,
+              help="L, the maxout units")
 @click.option("--batch-size", type=IntRange(min=1), default=64, show_default=True, help="sentence pairs per update")
 @click.option("--lr", type=FiniteFloat(min=0, min_open=True), default=5e-4, show_default=True,
               help="Adam's learning rate")

@@ -29,13 +29,12 @@ from infrastructure.cli_options import (
 )
 from infrastructure.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
 from moses_integration.phrase_table import MAX_PHRASE_WORDS
-from neural.config import PRECISIONS, TRAIN_STEPS
+from neural.config import MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
 from neural.training import MODEL_ALSO_WRITES
 from rescorer.model.config import (
     DEFAULT_SHORTLIST,
     DEFAULT_TRAIN_TIME,
     MAX_INIT_STD,
-    MAX_MODEL_SIZE,
     MAX_SHORTLIST,
     ModelSizes,
     TrainConfig,
@@ -64,7 +63,7 @@ def _model_size_options(fn: Callable) -> Callable:
         ("maxout-units", defaults.maxout_units, "maxout units of the deep output"),
         ("output-rank", defaults.output_rank, "rank of the output matrix G = G_l G_r"),
     ]):
-        fn = click.option(f"--{name}", type=IntRange(min=1, max=MAX_MODEL_SIZE), default=default, show_default=True,
+        fn = click.option(f"--{name}", type=IntRange(min=1, max=MAX_LAYER_SIZE), default=default, show_default=True,
                           help=help_)(fn)
     fn = click.option("--shortlist", type=IntRange(min=1, max=MAX_SHORTLIST), default=DEFAULT_SHORTLIST,
                       show_default=True,

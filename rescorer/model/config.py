@@ -36,10 +36,6 @@ def _check_sizes(owner: str, config: ModelSizes | ModelConfig) -> None:
 
 #: Words per language kept in the vocabulary ([UNK] included): the paper's shortlist.
 DEFAULT_SHORTLIST = 15000
-#: The command lines' limits on the sizes a user chooses. The largest size: 8 times the paper's d = 1000
-#: (a GRU of d = 8192 holds ~0.5 G weights, 2 GB in fp32, and trains for weeks on a CPU); ``--hidden
-#: 1000000`` would ask torch for terabytes and fail in a 50-frame allocation traceback.
-MAX_MODEL_SIZE = 8192
 #: The largest shortlist: more words than any phrase table's side holds in practice (the output layer is
 #: shortlist × output rank).
 MAX_SHORTLIST = 1_000_000

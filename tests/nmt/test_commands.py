@@ -205,6 +205,17 @@ def test_a_bad_bitext_is_one_line_with_file_and_line(tmp_path, src, tgt, message
     assert not (tmp_path / "m.pt").exists()
 
 
+@pytest.mark.parametrize("option", ["--embedding", "--hidden", "--alignment", "--maxout"])
+def test_a_size_beyond_its_limit_is_one_line_before_any_work(tmp_path, option):
+    (tmp_path / "src").write_text("a b\n" * 20, encoding="utf-8")
+    (tmp_path / "tgt").write_text("x y\n" * 20, encoding="utf-8")
+    result = CliRunner().invoke(main, ["train", str(tmp_path / "src"), str(tmp_path / "tgt"),
+                                       str(tmp_path / "m.pt"), option, "1000000"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert f"'{option}'" in result.output and "is not in the range" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "tgt"]
+
+
 def test_a_model_file_of_another_kind_is_one_line(tmp_path):
     other = tmp_path / "cslm.pt"
     write_model_file(other, "moses-rnn-rescorer-cslm", 1, {"config": {}})
