@@ -55,17 +55,28 @@ def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seco
     out = torch.empty(size, size, device=device, dtype=dtype)
     for _ in range(3):
         torch.mm(a, b, out=out)
+
+    def four_products() -> None:
+        for _ in range(4):
+            torch.mm(a, b, out=out)
+
+    return best_rate(four_products, 4 * 2 * size**3, device, seconds, clock)
+
+
+def best_rate(work: Callable[[], None], amount: float, device: torch.device, seconds: float,
+              clock: Callable[[], float]) -> float:
+    """The best ``amount`` per second (per ``clock``) of ``work`` run again and again for ``seconds``: the
+    timing loop of every yardstick here, the GPU synchronised around each round."""
     best = 0.0
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = clock()
-        for _ in range(4):
-            torch.mm(a, b, out=out)
+        work()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        best = max(best, 4 * 2 * size**3 / max(clock() - t0, 1e-9))
+        best = max(best, amount / max(clock() - t0, 1e-9))
     return best
 
 
@@ -109,17 +120,7 @@ def memory_bandwidth(device: torch.device | str = "cpu", elements: int = 1 << 25
     b = torch.rand(elements, device=device)
     out = torch.empty(elements, device=device)
     torch.add(a, b, out=out)
-    best = 0.0
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = clock()
-        torch.add(a, b, out=out)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = max(best, 3 * 4 * elements / max(clock() - t0, 1e-9))
-    return best
+    return best_rate(lambda: torch.add(a, b, out=out), 3 * 4 * elements, device, seconds, clock)
 
 
 if __name__ == "__main__":
