@@ -323,21 +323,22 @@ def available_sets(exp: Experiment) -> tuple[list[FeatureSet], list[str]]:
     return feature_sets(ready), [label for label, spec in specs.items() if not spec]
 
 
-def sentences(exp: Experiment, split: str) -> int:
-    return len(read_source_sentences(exp.prepared(split, exp.src)))
+def sentence_counts(exp: Experiment) -> dict[str, int]:
+    """Sentences of dev and test, read once for the whole plan."""
+    return {split: len(read_source_sentences(exp.prepared(split, exp.src))) for split in SPLITS}
 
 
-def decode_rate(exp: Experiment, runs: int) -> tuple[float, str] | None:
+def decode_rate(exp: Experiment, runs: int, sentences: dict[str, int]) -> tuple[float, str] | None:
     """Seconds per sentence of a list's decode: measured on the lists done, else the tuning's 100-best
     decodes of dev (a lower bound: a deeper list takes longer)."""
     done = [(exp.read_stamp(list_stamp(k, s)), s) for k in range(1, runs + 1) for s in SPLITS
             if exp.done(list_stamp(k, s))]
     done = [(d, s) for d, s in done if "decode_seconds" in d]
     if done:
-        return sum(float(d["decode_seconds"]) for d, _ in done) / sum(sentences(exp, s) for _, s in done), "measured"
+        return sum(float(d["decode_seconds"]) for d, _ in done) / sum(sentences[s] for _, s in done), "measured"
     decodes = [float(it["decode_seconds"]) for it in tuning_iterations(exp, {"baseline"}) if "decode_seconds" in it]
     if decodes:
-        return sum(decodes) / len(decodes) / sentences(exp, "dev"), "at least: the tuning's 100-best decodes"
+        return sum(decodes) / len(decodes) / sentences["dev"], "at least: the tuning's 100-best decodes"
     return None
 
 
@@ -353,8 +354,9 @@ def plan_lines(exp: Experiment, runs: int, sets: list[FeatureSet], missing: list
     """What is still to do, in hours where a rate has been measured (the reranking's time plan)."""
     r = exp.settings.reranking
     todo = [(k, s) for k in range(1, runs + 1) for s in SPLITS if not exp.done(list_stamp(k, s))]
-    rate = decode_rate(exp, runs) if todo else None
-    hours = "" if rate is None else f": {sum(sentences(exp, s) for _, s in todo) * rate[0] / 3600:.1f} h ({rate[1]})"
+    sentences = sentence_counts(exp)
+    rate = decode_rate(exp, runs, sentences) if todo else None
+    hours = "" if rate is None else f": {sum(sentences[s] for _, s in todo) * rate[0] / 3600:.1f} h ({rate[1]})"
     lines = [f"reranking: {len(todo)} of {2 * runs} lists to decode ({r.nbest_size}-best distinct, the first "
              f"{r.rerank_size} scored){hours}"]
     labels = dict.fromkeys(f for fset in sets for f in fset.features if f != LIST_FEATURE)
@@ -362,7 +364,7 @@ def plan_lines(exp: Experiment, runs: int, sets: list[FeatureSet], missing: list
         left = [(k, s) for k in range(1, runs + 1) for s in SPLITS if not exp.done(scores_stamp(label, k, s))]
         if left:
             per = scoring_rate(exp, label, runs)
-            size = sum(sentences(exp, s) for _, s in left) * r.rerank_size
+            size = sum(sentences[s] for _, s in left) * r.rerank_size
             lines.append(f"reranking: {label}: {len(left)} lists to score, at most {size:,} hypotheses"
                          + (f", {size * per / 3600:.1f} h at its measured rate (less: hypotheses other runs' lists "
                             "hold are not scored again)" if per else "; its rate is measured on the first"))
