@@ -27,6 +27,7 @@ from torch import nn
 from infrastructure.errors import UserError
 from neural.config import DictConfig, check_positive_int
 from neural.layers import embedding_layer
+from nmt.recurrence import decoder_states, encoder_states
 
 #: Ids every vocabulary of this package reserves (nmt.subwords trains sentencepiece with them).
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -80,7 +81,14 @@ class GRUWeights(nn.Module):
 
 
 class AttentionNMT(nn.Module):
-    """Bahdanau et al.'s RNNsearch: p(y | x) for source and target id sequences."""
+    """Bahdanau et al.'s RNNsearch: p(y | x) for source and target id sequences.
+
+    ``hand_written_backward`` (on): when a gradient will be asked for, the recurrences run through
+    :mod:`nmt.recurrence` (the same values; each weight's gradient one matmul over all steps); off,
+    through plain autograd, the tests' reference.
+    """
+
+    hand_written_backward: bool = True
 
     def __init__(self, config: NMTConfig, device: torch.device | str | None = None) -> None:
         super().__init__()
@@ -106,6 +114,8 @@ class AttentionNMT(nn.Module):
         A padded position keeps the state before it, so the backward direction starts at each
         sentence's last real position from zeros, as it would alone.
         """
+        if self._hand_written_backward():
+            return self._encode_for_training(src, src_mask)
         B, J = src.shape
         H = self.config.hidden
         emb = self.src_embedding(src)
@@ -122,6 +132,28 @@ class AttentionNMT(nn.Module):
             states.append(torch.stack(out, dim=1))
         annotations = torch.cat(states, dim=2)
         first = torch.tanh(self.init_state(states[1][:, 0]))
+        return annotations, first
+
+    def _hand_written_backward(self) -> bool:
+        """Whether the recurrences take :mod:`nmt.recurrence`'s path: when a gradient will be asked for."""
+        return self.hand_written_backward and torch.is_grad_enabled() and self.decoder.gates.weight.requires_grad
+
+    def _encode_for_training(self, src: torch.Tensor, src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`encode` through :func:`nmt.recurrence.encoder_states`: both directions as a batch of
+        two, the backward one fed its positions in reverse; the same values, one weight gradient each."""
+        B, J = src.shape
+        H = self.config.hidden
+        f, b = self.encoder_forward, self.encoder_backward
+        both = nn.functional.linear(self.src_embedding(src.t()), torch.cat([f.input.weight, b.input.weight]),
+                                    torch.cat([f.input.bias, b.input.bias])).view(J, B, 2, 3 * H)
+        projected = torch.stack([both[:, :, 0], both[:, :, 1].flip(0)], dim=1)  # [J, 2, B, 3H]
+        keep = src_mask.t().unsqueeze(-1)
+        keep = torch.stack([keep, keep.flip(0)], dim=1)
+        states = encoder_states(projected, keep, torch.stack([f.gates.weight, b.gates.weight]),
+                                torch.stack([f.candidate.weight, b.candidate.weight]))
+        backward_states = states[:, 1].flip(0)
+        annotations = torch.cat([states[:, 0], backward_states], dim=2).transpose(0, 1)
+        first = torch.tanh(self.init_state(backward_states[0]))
         return annotations, first
 
     # ----------------------------------------------------------------------------- one step
@@ -158,24 +190,36 @@ class AttentionNMT(nn.Module):
                         tgt_in: torch.Tensor, keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The maxout outputs ``[B, I, L]`` for target inputs ``tgt_in`` (BOS, y_1..y_{I−1}) and the
         attention weights ``[B, I, J]``; ``keys`` (:meth:`annotation_keys`) when already computed."""
+        emb, states, contexts, weights = self.teacher_forced(annotations, first, src_mask, tgt_in, keys)
+        # The maxout layer needs no recurrence: one map over every step at once.
+        return self.maxout(emb, states, contexts).transpose(0, 1), weights.transpose(0, 1)
+
+    def teacher_forced(self, annotations: torch.Tensor, first: torch.Tensor, src_mask: torch.Tensor,
+                       tgt_in: torch.Tensor, keys: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The decoder run over ``tgt_in``, time-major: the embeddings E y_{i−1} ``[I, B, R]``, the
+        states s_i ``[I, B, H]``, the contexts c_i ``[I, B, 2H]`` and the attention weights ``[I, B, J]``."""
         if keys is None:
             keys = self.annotation_keys(annotations)
-        emb = self.tgt_embedding(tgt_in)
+        emb = self.tgt_embedding(tgt_in.t())
         R = self.config.embedding
         # The embedding's share of the decoder's input map, for every step at once.
         emb_projected = nn.functional.linear(emb, self.decoder.input.weight[:, :R], self.decoder.input.bias)
         context_weight = self.decoder.input.weight[:, R:]
+        if self._hand_written_backward():
+            states, contexts, weights = decoder_states(
+                emb_projected, first, keys, annotations, src_mask, self.attention_state.weight,
+                self.attention_v.weight, context_weight, self.decoder.gates.weight, self.decoder.candidate.weight)
+            return emb, states, contexts, weights
         s = first
         states, contexts, weights = [], [], []
-        for step_input in emb_projected.unbind(1):
+        for step_input in emb_projected.unbind(0):
             context, alpha = self.attend(s, keys, annotations, src_mask)
             s = self.decoder.step(step_input + nn.functional.linear(context, context_weight), s)
             states.append(s)
             contexts.append(context)
             weights.append(alpha)
-        # The maxout layer needs no recurrence: one map over every step at once.
-        outputs = self.maxout(emb, torch.stack(states, dim=1), torch.stack(contexts, dim=1))
-        return outputs, torch.stack(weights, dim=1)
+        return emb, torch.stack(states), torch.stack(contexts), torch.stack(weights)
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor,
                 tgt_out: torch.Tensor, tgt_mask: torch.Tensor) -> torch.Tensor:
@@ -185,11 +229,15 @@ class AttentionNMT(nn.Module):
 
     def target_log_probs(self, annotations: torch.Tensor, first: torch.Tensor, src_mask: torch.Tensor,
                          tgt_in: torch.Tensor, tgt_out: torch.Tensor, tgt_mask: torch.Tensor) -> torch.Tensor:
-        """:meth:`forward` from encoded sources (the n-best scorer encodes each source once)."""
-        outputs, _ = self.decoder_outputs(annotations, first, src_mask, tgt_in)
-        logits = at_least_fp32(self.output(outputs))
-        picked = logits.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-        return picked.masked_fill(~tgt_mask, 0.0)
+        """:meth:`forward` from encoded sources (the n-best scorer encodes each source once).
+
+        The maxout and output layers run on the real target positions only (a batch's padding is a
+        fifth of its positions), and the softmax's log and gradient are one fused cross-entropy."""
+        emb, states, contexts, _ = self.teacher_forced(annotations, first, src_mask, tgt_in)
+        real = tgt_mask.t()
+        logits = at_least_fp32(self.output(self.maxout(emb[real], states[real], contexts[real])))
+        picked = -nn.functional.cross_entropy(logits, tgt_out.t()[real], reduction="none")
+        return picked.new_zeros(real.shape).masked_scatter(real, picked).t()
 
 
 def pad_batch(sequences: list[list[int]], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
