@@ -124,23 +124,26 @@ class _DecoderRecurrence(torch.autograd.Function):
         device = emb_projected.device
         mm_dtype = matmul_dtype(device, dtype)
         with no_autocast(device):
-            state_t = state_weight.to(mm_dtype).t()
+            # tanh(a) = 2σ(2a) − 1, and a softmax ignores the constant −Σv it adds to each score:
+            # the scores are σ(2 keys + 2 W_a s)·2v, a sigmoid being a quarter of a tanh's cost here.
+            state_t = (2 * state_weight).to(mm_dtype).t()
+            keys = 2 * keys
             context_t = context_weight.to(mm_dtype).t()
             gate_t, cand_t = gate_weight.to(mm_dtype).t(), cand_weight.to(mm_dtype).t()
-            v_vec = v.reshape(-1).to(dtype)
+            v_vec = 2 * v.reshape(-1).to(dtype)
             emb_projected, keys, annotations = emb_projected.to(dtype), keys.to(dtype), annotations.to(dtype)
             padding = ~src_mask
             states = emb_projected.new_empty(steps, rows, H)
             contexts = emb_projected.new_empty(steps, rows, annotations.shape[2])
             alphas = emb_projected.new_empty(steps, rows, J)
-            tanhs = emb_projected.new_empty(steps, rows, J, keys.shape[2])
+            halves = emb_projected.new_empty(steps, rows, J, keys.shape[2])  # σ(2a) = (tanh(a) + 1) / 2
             gates = emb_projected.new_empty(steps, rows, 2 * H)
             candidates = torch.empty_like(states)
             reset_h = torch.empty_like(states)
             s = first.to(dtype)
             for i in range(steps):
-                torch.tanh(keys + _mm(s, state_t, mm_dtype).unsqueeze(1), out=tanhs[i])
-                scores = torch.matmul(tanhs[i], v_vec).masked_fill_(padding, float("-inf"))
+                torch.add(keys, _mm(s, state_t, mm_dtype).unsqueeze(1), out=halves[i]).sigmoid_()
+                scores = torch.matmul(halves[i], v_vec).masked_fill_(padding, float("-inf"))
                 alphas[i] = torch.softmax(scores, dim=-1)
                 contexts[i] = torch.bmm(alphas[i].unsqueeze(1), annotations).squeeze(1)
                 pre = emb_projected[i] + _mm(contexts[i], context_t, mm_dtype)
@@ -150,7 +153,7 @@ class _DecoderRecurrence(torch.autograd.Function):
                 torch.lerp(s, candidates[i], gates[i, :, H:], out=states[i])
                 s = states[i]
         ctx.save_for_backward(first, annotations, state_weight, v, context_weight, gate_weight, cand_weight,
-                              states, contexts, alphas, tanhs, gates, candidates, reset_h)
+                              states, contexts, alphas, halves, gates, candidates, reset_h)
         ctx.mm_dtype = mm_dtype
         ctx.dtypes = (emb_projected.dtype, first.dtype, keys.dtype, annotations.dtype)
         ctx.mark_non_differentiable(alphas)
@@ -159,38 +162,40 @@ class _DecoderRecurrence(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_states: Tensor, grad_contexts: Tensor, _grad_alphas: Tensor) -> tuple[Tensor | None, ...]:
         (first, annotations, state_weight, v, context_weight, gate_weight, cand_weight,
-         states, contexts, alphas, tanhs, gates, candidates, reset_h) = ctx.saved_tensors
+         states, contexts, alphas, halves, gates, candidates, reset_h) = ctx.saved_tensors
         mm_dtype = ctx.mm_dtype
         steps, rows, H = states.shape
         dtype = states.dtype
         with no_autocast(states.device):
             state_mm, context_mm = state_weight.to(mm_dtype), context_weight.to(mm_dtype)
             gate_mm, cand_mm = gate_weight.to(mm_dtype), cand_weight.to(mm_dtype)
-            v_vec = v.reshape(-1).to(dtype)
+            v_vec = 4 * v.reshape(-1).to(dtype)  # tanh'(a) = 1 − tanh(a)² = 4σ(2a)(1 − σ(2a))
             grad_states, grad_contexts = grad_states.to(dtype), grad_contexts.to(dtype)
             s_prev = torch.cat([first.to(dtype).unsqueeze(0), states[:-1]])
             grad_pre = states.new_empty(steps, rows, 3 * H)  # ∂ of the input map's output, every step
             grad_ctx = torch.empty_like(contexts)
             grad_scores = torch.empty_like(alphas)
-            grad_query = states.new_empty(steps, rows, tanhs.shape[3])  # ∂ W_a s_{i−1}
-            grad_keys = torch.zeros_like(tanhs[0])
+            grad_query = states.new_empty(steps, rows, halves.shape[3])  # ∂ W_a s_{i−1}
+            grad_keys = torch.zeros_like(halves[0])
             grad_s = torch.zeros_like(states[0])
             for i in reversed(range(steps)):
                 grad_s = grad_s + grad_states[i]
                 grad_s = _gru_backward(grad_s, s_prev[i], gates[i], candidates[i], gate_mm, cand_mm, grad_pre[i],
                                        mm_dtype)
                 torch.add(grad_contexts[i], _mm(grad_pre[i], context_mm, mm_dtype), out=grad_ctx[i])
-                grad_alpha = torch.matmul(annotations, grad_ctx[i].unsqueeze(2)).squeeze(2)
+                # a product and a sum: a batch of matrix-vector products is slower on a CPU
+                grad_alpha = (annotations * grad_ctx[i].unsqueeze(1)).sum(2)
                 alpha = alphas[i]
                 torch.mul(alpha, grad_alpha - (alpha * grad_alpha).sum(-1, keepdim=True), out=grad_scores[i])
-                tanh = tanhs[i]
-                grad_tanh_pre = (grad_scores[i].unsqueeze(2) * v_vec) * (1 - tanh * tanh)
+                half = halves[i]
+                grad_tanh_pre = torch.addcmul(half, half, half, value=-1).mul_(v_vec).mul_(grad_scores[i].unsqueeze(2))
                 grad_keys += grad_tanh_pre
                 torch.sum(grad_tanh_pre, dim=1, out=grad_query[i])
                 grad_s += _mm(grad_query[i], state_mm, mm_dtype)
             # Each weight's gradient once, over all steps.
             grad_state_w = _weight_grad(grad_query, s_prev, mm_dtype)
-            grad_v = torch.mm(grad_scores.reshape(1, -1), tanhs.reshape(-1, tanhs.shape[3]))
+            # Σ ∂score · tanh = 2 Σ ∂score · σ(2a) − Σ ∂score, and each row's ∂scores sum to 0
+            grad_v = 2 * torch.mm(grad_scores.reshape(1, -1), halves.reshape(-1, halves.shape[3]))
             grad_context_w = _weight_grad(grad_pre, contexts, mm_dtype)
             grad_gate_w = _weight_grad(grad_pre[..., : 2 * H], s_prev, mm_dtype)
             grad_cand_w = _weight_grad(grad_pre[..., 2 * H :], reset_h, mm_dtype)
