@@ -3,9 +3,10 @@
 The peer is what one would write with torch's own layers at the same sizes: an ``nn.GRU`` bidirectional
 encoder over packed sequences, an ``nn.GRUCell`` decoder, the same attention MLP, maxout and softmax.
 Both train with Adam on the same random batches of ``--batch`` pairs of about ``--length`` units; the
-figure is target units (EOS counted) per second of updates, after one untimed warm-up update each,
-timed in turns so that a change in the machine's load touches both. ``--device cuda`` runs both on a GPU
-(the clock read after the device's queue has drained); ``benchmarks/gpu_suite.sh`` does.
+figure is target units (EOS counted) per second of updates, after one untimed warm-up update each;
+the two models take turns, one update each, so that a change in the machine's load touches both.
+``--device cuda`` runs both on a GPU (the clock read after the device's queue has drained);
+``benchmarks/gpu_suite.sh`` does.
 
     python -m benchmarks.nmt_speed --dim 256 --vocab 8000 --steps 10 --threads 1
 """
@@ -84,23 +85,36 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_updates(model: nn.Module, loss_of, data: list[PairBatch], amp: torch.dtype | None) -> float:
-    """Target units per second over ``data`` (the first batch an untimed warm-up), on the model's device."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-4)
-    device = next(model.parameters()).device
-    units, started = 0, 0.0
-    for n, batch in enumerate(data):
-        if n == 1:
-            synchronize(device)
-            started = time.perf_counter()
-        with autocast(device, amp):
-            loss = -loss_of(model, batch).sum() / batch.target_tokens
-        optimizer.zero_grad()
+class TimedTraining:
+    """Adam updates of one model, each timed on its own, so that two models can take turns."""
+
+    def __init__(self, model: nn.Module, loss_of, amp: torch.dtype | None) -> None:
+        self.model, self.loss_of, self.amp = model, loss_of, amp
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=5e-4)
+        self.device = next(model.parameters()).device
+        self.seconds = 0.0
+
+    def update(self, batch: PairBatch, *, timed: bool = True) -> None:
+        synchronize(self.device)
+        started = time.perf_counter()
+        with autocast(self.device, self.amp):
+            loss = -self.loss_of(self.model, batch).sum() / batch.target_tokens
+        self.optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
-        units += batch.target_tokens if n else 0
-    synchronize(device)
-    return units / (time.perf_counter() - started)
+        self.optimizer.step()
+        synchronize(self.device)
+        if timed:
+            self.seconds += time.perf_counter() - started
+
+
+def units_per_second(ours: TimedTraining, peer: TimedTraining, data: list[PairBatch]) -> tuple[float, float]:
+    """Target units per second of each over ``data``, the first batch an untimed warm-up: the two
+    take turns, one update each, so that the machine's load, which moves, touches both alike."""
+    for n, batch in enumerate(data):
+        for training in (ours, peer) if n % 2 else (peer, ours):
+            training.update(batch, timed=n > 0)
+    units = sum(batch.target_tokens for batch in data[1:])
+    return units / ours.seconds, units / peer.seconds
 
 
 def main() -> None:
@@ -127,9 +141,10 @@ def main() -> None:
     for precision in args.precision.split(","):
         amp = autocast_dtype(device, precision)
         torch.manual_seed(0)
-        ours = timed_updates(AttentionNMT(config).to(device), pair_log_probs, data, amp)
+        ours_training = TimedTraining(AttentionNMT(config).to(device), pair_log_probs, amp)
         torch.manual_seed(0)
-        peer = timed_updates(TorchPeer(config).to(device), lambda m, b: m(b), data, amp)
+        peer_training = TimedTraining(TorchPeer(config).to(device), lambda m, b: m(b), amp)
+        ours, peer = units_per_second(ours_training, peer_training, data)
         print(f"{precision}: nmt {ours:,.0f} target units/s, torch peer (nn.GRU) {peer:,.0f}: {ours / peer:.2f}x")
     search_speeds(config, args, device)
 

@@ -178,17 +178,20 @@ class _DecoderRecurrence(torch.autograd.Function):
             grad_query = states.new_empty(steps, rows, halves.shape[3])  # ∂ W_a s_{i−1}
             grad_keys = torch.zeros_like(halves[0])
             grad_s = torch.zeros_like(states[0])
+            # Scratch reused by every step: a fresh allocation of this size per step costs as much as its product.
+            products, grad_tanh_pre = torch.empty_like(annotations), torch.empty_like(grad_keys)
             for i in reversed(range(steps)):
                 grad_s = grad_s + grad_states[i]
                 grad_s = _gru_backward(grad_s, s_prev[i], gates[i], candidates[i], gate_mm, cand_mm, grad_pre[i],
                                        mm_dtype)
                 torch.add(grad_contexts[i], _mm(grad_pre[i], context_mm, mm_dtype), out=grad_ctx[i])
                 # a product and a sum: a batch of matrix-vector products is slower on a CPU
-                grad_alpha = (annotations * grad_ctx[i].unsqueeze(1)).sum(2)
+                grad_alpha = torch.mul(annotations, grad_ctx[i].unsqueeze(1), out=products).sum(2)
                 alpha = alphas[i]
                 torch.mul(alpha, grad_alpha - (alpha * grad_alpha).sum(-1, keepdim=True), out=grad_scores[i])
                 half = halves[i]
-                grad_tanh_pre = torch.addcmul(half, half, half, value=-1).mul_(v_vec).mul_(grad_scores[i].unsqueeze(2))
+                torch.addcmul(half, half, half, value=-1, out=grad_tanh_pre).mul_(v_vec)
+                grad_tanh_pre.mul_(grad_scores[i].unsqueeze(2))
                 grad_keys += grad_tanh_pre
                 torch.sum(grad_tanh_pre, dim=1, out=grad_query[i])
                 grad_s += _mm(grad_query[i], state_mm, mm_dtype)
