@@ -1,5 +1,6 @@
 """The attention encoder–decoder against ground truth: finite differences, a naive per-step sum,
-one pair or one sentence at a time, greedy search, and a toy task it must learn exactly."""
+one pair or one sentence at a time, greedy search, a toy task it must learn exactly, and the training
+path's hand-written backward (nmt.recurrence, nmt.output_layer) against plain autograd."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 import pytest
 import torch
 
-from nmt.model import BOS_ID, EOS_ID, AttentionNMT, NMTConfig, make_batch, pair_log_probs
+from nmt.model import BOS_ID, EOS_ID, AttentionNMT, NMTConfig, PairBatch, make_batch, pair_log_probs
 from nmt.scoring import score_grouped, score_pairs
 from nmt.search import beam_search, greedy_search
 
@@ -221,3 +222,86 @@ def test_decoded_hypotheses_are_single_spaced_even_when_cut_after_a_word_boundar
     boundary = subwords.processor.piece_to_id("▁")
     ids = subwords.encode(["le chat"])[0]
     assert subwords.decode([ids + [boundary], [boundary] + ids + [boundary, boundary]]) == ["le chat", "le chat"]
+
+
+# ----------------------------------------------------------------------------- the training path
+
+HAND_WRITTEN = {"_EncoderRecurrenceBackward", "_DecoderRecurrenceBackward", "_PickedLogProbsBackward"}
+
+
+def graph_nodes(tensor: torch.Tensor) -> set[str]:
+    """The names of the backward nodes ``tensor`` depends on."""
+    seen, todo, names = set(), [tensor.grad_fn], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        todo.extend(next_fn for next_fn, _ in node.next_functions)
+    return names
+
+
+def gradients(model: AttentionNMT, batch: PairBatch, *, hand_written: bool,
+              row: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The pairs' log p and each parameter's gradient of their sum (of pair ``row`` alone if given)."""
+    model.hand_written_backward = hand_written
+    model.zero_grad(set_to_none=True)
+    log_probs = pair_log_probs(model, batch)
+    assert (graph_nodes(log_probs) >= HAND_WRITTEN) == hand_written  # the path under test is the one taken
+    (log_probs.sum() if row is None else log_probs[row]).backward()
+    return log_probs.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def padded_batch(seed: int, pairs: int = 5) -> PairBatch:
+    rng = random.Random(seed)
+    return make_batch([random_ids(rng, 11, 1, 7) for _ in range(pairs)],
+                      [random_ids(rng, 13, 1, 7) for _ in range(pairs)])
+
+
+def assert_same_gradients(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], rtol: float) -> None:
+    for name, value in expected.items():
+        scale = float(value.abs().max())
+        assert scale > 0, name  # every parameter takes part
+        assert float((got[name] - value).abs().max()) <= rtol * scale, name
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_hand_written_backward_equals_plain_autograd_for_every_parameter(seed):
+    model = tiny_model(seed, dtype=torch.float64).train()
+    batch = padded_batch(seed)
+    assert not bool(batch.src_mask.all()) and not bool(batch.tgt_mask.all())  # padding on both sides
+    plain_values, plain = gradients(model, batch, hand_written=False)
+    values, got = gradients(model, batch, hand_written=True)
+    torch.testing.assert_close(values, plain_values, rtol=1e-12, atol=1e-12)
+    assert_same_gradients(got, plain, rtol=1e-10)
+
+
+def test_padding_a_batch_changes_no_gradient():
+    model = tiny_model(3, dtype=torch.float64).train()
+    rng = random.Random(3)
+    short = ([5, 6], [7, 8, 9])
+    longer = [(random_ids(rng, 11, 6, 8), random_ids(rng, 13, 6, 8)) for _ in range(3)]
+    alone = make_batch([short[0]], [short[1]])
+    together = make_batch([short[0]] + [s for s, _ in longer], [short[1]] + [t for _, t in longer])
+    value_alone, grads_alone = gradients(model, alone, hand_written=True)
+    values, grads_in_batch = gradients(model, together, hand_written=True, row=0)
+    torch.testing.assert_close(values[:1], value_alone, rtol=1e-12, atol=1e-12)
+    assert_same_gradients(grads_in_batch, grads_alone, rtol=1e-10)
+
+
+def test_under_bf16_autocast_the_hand_written_backward_stays_near_plain_autograd():
+    """What a GPU's default training precision runs: matmuls in bf16, states and softmaxes in fp32."""
+    model = tiny_model(4, embedding=16, hidden=16, alignment=16, maxout=8).train()
+    batch = padded_batch(4, pairs=6)
+    _, exact = gradients(model, batch, hand_written=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain_values, plain = gradients(model, batch, hand_written=False)
+        values, got = gradients(model, batch, hand_written=True)
+    assert values.dtype == torch.float32
+    torch.testing.assert_close(values, plain_values, rtol=0.03, atol=0.1)
+    for name, value in plain.items():
+        # bf16 keeps 8 bits: both paths are ~1% from fp32, and no nearer to each other
+        scale = float(exact[name].abs().max())
+        assert float((got[name] - exact[name]).abs().max()) <= 0.05 * scale, name
+        assert float((value - exact[name]).abs().max()) <= 0.05 * scale, name
