@@ -425,6 +425,8 @@ class _Run:
             identity["options"]["reverse_scorer"] = scorer_identity(reverse.scorer)
         self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
             else ChunkProgress()
+        for chunk_scorer, budget in zip(self._scorers(), self.done.token_budgets or [], strict=False):
+            chunk_scorer.token_budget = budget  # the identity holds the first budget, a halving the one since
         self.summary = RescoreSummary(**(self.done.summary or {}))
         self.summary.seconds, self.summary.resumed_lines, self.summary.stage_seconds = 0.0, self.summary.lines, {}
         if self.parts_dir:
@@ -459,6 +461,10 @@ class _Run:
         self.in_flight: list[tuple[futures.Future | tuple, bytes, ChunkProgress]] = []
         self.chunks_done = self.done.chunks_done
         self.warned = False
+
+    def _scorers(self) -> list[ChunkScorer]:
+        """The run's scorers: the forward model's, then the reverse model's."""
+        return [self.scorer] + ([self.reverse.scorer] if self.reverse is not None else [])
 
     def start_stages(self) -> None:
         """The worker pool (-j 2 and more) and the reading stage: a reader process and a thread that
@@ -528,7 +534,7 @@ class _Run:
         progress = ChunkProgress(
             lines_done=pending.last_line_no, chunks_done=self.chunks_done, summary=asdict(summary),
             shard_state=pending.shard_state, prev_source=self.carried.prev_source,
-            num_scores=self.carried.num_scores,
+            num_scores=self.carried.num_scores, token_budgets=[s.token_budget for s in self._scorers()],
         )
         self.in_flight.append((job, rejects, progress))
         if pending.position is not None:
