@@ -81,6 +81,21 @@ def worker_pool(workers: int, src_words: list[str], tgt_words: list[str],
     return pool
 
 
+class InlineExecutor(futures.Executor):
+    """Runs each task in the calling thread when it is submitted: the executor of ``-j 0/1``, so that
+    the pipeline takes the same path whether chunks are prepared and formatted by worker processes or
+    here. Its futures are done when :meth:`submit` returns; a task's error is its future's, as a
+    worker's is (an interrupt is not caught: it stops the run where it comes)."""
+
+    def submit(self, fn: Callable, /, *args, **kwargs) -> futures.Future:
+        future: futures.Future = futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+
 @dataclass
 class PrepareTask:
     """A chunk's lines of this run (the shard's rows) and how to prepare them."""

@@ -1,7 +1,7 @@
 """``--shard K/N`` cuts: equal shares for any table, found by each shard's reader alone.
 
-The shards are cut here exactly as each shard's reader cuts them (:func:`table_chunks` with a
-:class:`ShardFilter`, one reader per shard, each from the file alone), without a model: the lines
+The shards are cut here exactly as each shard's reader cuts them (:func:`read_chunks` of the
+shard, one reader per shard, each from the file alone), without a model: the lines
 each keeps are what its run scores and writes. That the written bytes are the whole run's is
 checked end to end on a filtered table (a few sources, many targets each).
 """
@@ -26,7 +26,7 @@ from rescorer.model.checkpoint import Checkpoint, save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline import partial_output
-from rescorer.pipeline.reader import table_chunks
+from rescorer.pipeline.reader import ReadingSettings, read_chunks
 from rescorer.pipeline.shards import PASS_CHUNK_LINES, ShardError, ShardFilter, shard_cuts
 from rescorer.tables.aligned import grid_points
 from rescorer.tables.chunks import iter_line_chunks
@@ -51,12 +51,11 @@ def shard_ranges(path: Path, shards: int, chunk_lines: int) -> list[tuple[int, i
     ranges = []
     for k in range(1, shards + 1):
         kept: list[int] = []
-        shard = ShardFilter.of_table(str(path), (k, shards))
         with open_input(path, decompress_thread=True) as fh:
-            for item in table_chunks(fh, str(path), chunk_lines, 0, shard):
+            for item in read_chunks(ReadingSettings(str(path), chunk_lines, 0, (k, shards), None), fh):
                 if item.in_run:
-                    a, b = item.keep or (0, len(item.chunk))
-                    kept += [item.chunk.first_line_no + a, item.chunk.first_line_no + b]
+                    a, b = item.keep or (0, len(item.lines))
+                    kept += [item.first_line_no + a, item.first_line_no + b]
         assert kept == sorted(kept) and all(x == y for x, y in zip(kept[1:-1:2], kept[2::2], strict=True)), kept
         ranges.append((kept[0], kept[-1]) if kept else (0, 0))
     return ranges
