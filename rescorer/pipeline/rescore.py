@@ -6,13 +6,17 @@ the same chunks: each chunk gets a second plan with its rows grouped by target p
 
 The run is a pipeline of overlapping stages, so that no stage waits on another:
 
-* a reader thread decompresses the table and cuts it into chunks of whole lines (vectorised);
+* the reading stage (:mod:`rescorer.pipeline.reader`) decompresses the table and cuts it into chunks
+  of whole lines (vectorised), in a reader process of its own or a thread of this one, and hands
+  each chunk to be prepared;
 * ``-j`` worker processes validate and parse each chunk, map words to ids (pyarrow) and build its
   prefix trees (:mod:`rescorer.pipeline.chunk_prep`), so all of that overlaps the model;
 * the main thread scores each chunk with the model (torch releases the GIL), in chunk order;
 * the same worker processes format the lines and compress each chunk into its own gzip member.
 
-With ``-j 1`` the reader thread parses and builds the trees itself and the main thread formats.
+With ``-j 0/1`` the same stages prepare and format through
+:class:`~rescorer.pipeline.chunk_prep.InlineExecutor`: the reading thread prepares each chunk as
+it hands it on, and the main thread formats.
 Memory is bounded by a few chunks per worker whatever the table size. Output goes to a hidden partial file
 next to the destination and is renamed only when complete; every chunk is recorded as durable
 (:mod:`rescorer.pipeline.partial_output`, :mod:`rescorer.pipeline.resume`), so ``--resume`` continues a killed run.
