@@ -109,6 +109,21 @@ class ReadChunk:
         kept = self.kept(prep)
         return self.first_line_no + (rows[kept] if kept is not None else rows)
 
+    def new_sources(self, prep: PreparedChunk, prev_source: str | None) -> int:
+        """How many distinct sources the rows written add to those before (``prev_source``: the last
+        source written): a source block cut by the chunk's start counts once, and a shard's first row,
+        at a shard point, starts a source."""
+        if prep.plan is None:
+            return 0
+        continues = prev_source is not None and prep.first_source == prev_source
+        kept = self.kept(prep)
+        if kept is None:
+            return prep.source_changes + int(not continues)
+        sources = prep.plan.source_of_row[kept]  # a chunk holding an end of the shard: its rows only
+        if not len(sources):
+            return 0
+        return int(np.count_nonzero(np.diff(sources))) + int(self.keep[0] > 0 or not continues)  # type: ignore[index]
+
     def rejected_lines(self, prep: PreparedChunk | None) -> list[tuple[int, str, bytes]]:
         """``(line number, reason, raw line)`` of the lines set aside by ``--skip-bad-lines`` (the shard's)."""
         if prep is None or not prep.bad_rows or self.lines is None:

@@ -572,16 +572,8 @@ def _prepared_in_table_order(pending: ReadChunk, carried: _CarriedAcrossChunks, 
         carried.num_scores = prep.num_scores
     summary.add_stage("parse", prep.parse_seconds)
     summary.add_stage("trees", prep.tree_seconds)
-    kept = pending.kept(prep)
-    if prep.plan is not None and kept is not None:  # a chunk holding an end of the shard: its rows only
-        sources = prep.plan.source_of_row[kept]
-        # From a shard point on, the first row starts a source; from the chunk's start, as above.
-        first_new = pending.keep[0] > 0 or carried.prev_source is None or prep.first_source != carried.prev_source
-        summary.distinct_sources += int(np.count_nonzero(np.diff(sources))) + int(first_new) if len(sources) else 0
-        carried.prev_source = prep.last_source
-    elif prep.plan is not None:
-        new = prep.source_changes + (carried.prev_source is None or prep.first_source != carried.prev_source)
-        summary.distinct_sources += int(new)
+    summary.distinct_sources += pending.new_sources(prep, carried.prev_source)
+    if prep.plan is not None:
         carried.prev_source = prep.last_source
     return prep
 
