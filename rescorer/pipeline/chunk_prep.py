@@ -1,8 +1,9 @@
 """Everything done to a chunk before and after the model, in worker processes: no torch here.
 
-``rescore-phrase-table`` reads the table in one thread, which only decompresses and cuts it into
-chunks of whole lines (:func:`rescorer.tables.chunks.iter_line_chunks`). Each chunk then goes to a
-pool of processes that validate and parse it, map words to ids and build its prefix trees
+``rescore-phrase-table`` reads the table in its reading stage (:mod:`rescorer.pipeline.reader`),
+which only decompresses and cuts it into chunks of whole lines. Each chunk then goes to a pool of
+processes (or, with ``-j 0/1``, :class:`InlineExecutor`, which runs each task where it is
+submitted) that validate and parse it, map words to ids and build its prefix trees
 (:func:`prepare_chunk`); after scoring, the same pool formats and compresses it
 (:func:`rescorer.pipeline.output_chunks.format_chunk`). Results are consumed in chunk order, so the output,
 the progress record and the error for a bad line are those of a serial run. Each task reports
@@ -79,6 +80,21 @@ def worker_pool(workers: int, src_words: list[str], tgt_words: list[str],
     for _ in range(workers):
         pool.submit(os.getpid)
     return pool
+
+
+class InlineExecutor(futures.Executor):
+    """Runs each task in the calling thread when it is submitted: the executor of ``-j 0/1``, so that
+    the pipeline takes the same path whether chunks are prepared and formatted by worker processes or
+    here. Its futures are done when :meth:`submit` returns; a task's error is its future's, as a
+    worker's is (an interrupt is not caught: it stops the run where it comes)."""
+
+    def submit(self, fn: Callable, /, *args, **kwargs) -> futures.Future:
+        future: futures.Future = futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
 
 
 @dataclass

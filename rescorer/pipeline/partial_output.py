@@ -41,6 +41,10 @@ class ChunkProgress:
     shard_state: dict | None = None  # rescorer.pipeline.shards.ShardFilter's state (--shard)
     prev_source: str | None = None  # the last source phrase written (distinct sources across chunks)
     num_scores: int | None = None  # score columns every line must have, once fixed
+    # Each scorer's token budget after the chunk (the forward model's, then the reverse one's): an
+    # out-of-memory error halves it for the rest of the run, and a resume goes on with it, as the
+    # budget decides the groups and so the printed digits.
+    token_budgets: list[int] | None = None
     output_bytes: int = 0
     rejects_bytes: int = 0
 

@@ -6,13 +6,17 @@ the same chunks: each chunk gets a second plan with its rows grouped by target p
 
 The run is a pipeline of overlapping stages, so that no stage waits on another:
 
-* a reader thread decompresses the table and cuts it into chunks of whole lines (vectorised);
+* the reading stage (:mod:`rescorer.pipeline.reader`) decompresses the table and cuts it into chunks
+  of whole lines (vectorised), in a reader process of its own or a thread of this one, and hands
+  each chunk to be prepared;
 * ``-j`` worker processes validate and parse each chunk, map words to ids (pyarrow) and build its
   prefix trees (:mod:`rescorer.pipeline.chunk_prep`), so all of that overlaps the model;
 * the main thread scores each chunk with the model (torch releases the GIL), in chunk order;
 * the same worker processes format the lines and compress each chunk into its own gzip member.
 
-With ``-j 1`` the reader thread parses and builds the trees itself and the main thread formats.
+With ``-j 0/1`` the same stages prepare and format through
+:class:`~rescorer.pipeline.chunk_prep.InlineExecutor`: the reading thread prepares each chunk as
+it hands it on, and the main thread formats.
 Memory is bounded by a few chunks per worker whatever the table size. Output goes to a hidden partial file
 next to the destination and is renamed only when complete; every chunk is recorded as durable
 (:mod:`rescorer.pipeline.partial_output`, :mod:`rescorer.pipeline.resume`), so ``--resume`` continues a killed run.
@@ -28,7 +32,6 @@ import concurrent.futures as futures
 import contextlib
 import functools
 import hashlib
-import multiprocessing
 import os
 import queue
 import sys
@@ -57,12 +60,12 @@ from neural.device import autocast_dtype, matmul_precision, scoring_precision, s
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.pipeline import score_parquet
 from rescorer.pipeline.chunk_prep import (
+    InlineExecutor,
     PreparedChunk,
     PrepareTask,
     arrow_vocab,
     prepare_chunk,
     prepare_spooled,
-    prepared,
     timed,
     worker_pool,
 )
@@ -70,11 +73,14 @@ from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
 from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, default_model_path, stop_error
 from rescorer.pipeline.reader import (
-    ReaderSettings,
-    SkippedChunk,
-    put_unless_stopped,
-    read_to_spool,
-    table_chunks,
+    Preparing,
+    ReadChunk,
+    ReaderProcess,
+    ReadingEnd,
+    ReadingSettings,
+    drain,
+    feed,
+    read_here,
 )
 from rescorer.pipeline.resume import (
     PROGRESS_VERSION,
@@ -86,8 +92,7 @@ from rescorer.pipeline.resume import (
 )
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget
 from rescorer.pipeline.scoring_plan import ScoringPlan
-from rescorer.pipeline.shards import ShardFilter
-from rescorer.pipeline.spool import Spool, SpooledChunk, lines_of
+from rescorer.pipeline.spool import Spool, SpooledChunk
 from rescorer.tables.chunks import LineChunk, UnreadableInputError
 
 WP_SIDES = ("target", "source", "both")
@@ -185,76 +190,6 @@ class ChunkScorer(Protocol):
     options: ScoringOptions
 
     def score_plan(self, plan: ScoringPlan) -> np.ndarray: ...
-
-
-@dataclass
-class _Preparation:
-    """A chunk's preparation: in a worker (``future``), or made in the reader thread (-j 1): the
-    prepared chunk (``done``) or the malformed line that stopped it (``error``)."""
-
-    future: futures.Future | None = None
-    done: PreparedChunk | None = None
-    error: PhraseTableError | None = None
-
-    def result(self) -> PreparedChunk:
-        """The prepared chunk, waiting for the worker; the preparation's error is raised."""
-        if self.error is not None:
-            raise self.error
-        if self.future is not None:
-            return prepared(self.future.result())
-        return self.done  # type: ignore[return-value]
-
-
-@dataclass
-class _Pending:
-    """A chunk between the reader and the writer, with its preparation (done or in a worker).
-
-    With worker processes, its lines stay in the spool (``task.lines`` is a :class:`SpooledChunk`):
-    the main process holds only their place."""
-
-    first_line_no: int
-    last_line_no: int
-    task: PrepareTask | None  # None when no line belongs to this run (outside the shard)
-    preparation: _Preparation | None  # None with task None
-    shard_state: dict | None = None
-    position: int | None = None  # file bytes read when the reader sent it (progress bar)
-    # Rows [a, b) of this run's shard in a chunk that holds an end of it (None: all): the chunk is
-    # scored whole, in the whole run's batches, and only these rows are written and counted.
-    keep: tuple[int, int] | None = None
-
-    def kept(self, prep: PreparedChunk) -> np.ndarray | None:
-        """Which of the scored (good) rows are written: a mask over them, None for all."""
-        if self.keep is None:
-            return None
-        rows = np.asarray(prep.good_rows, dtype=np.int64)
-        return (rows >= self.keep[0]) & (rows < self.keep[1])
-
-    def format_args(self, prep: PreparedChunk | None) -> tuple[LineChunk | SpooledChunk, np.ndarray | None]:
-        """The lines to format and which of them (None: all), for :func:`format_lines`: the scored
-        rows, and of those the shard's."""
-        if prep is None or self.task is None:
-            return LineChunk.from_lines(self.first_line_no, []), None
-        kept = self.kept(prep)
-        if kept is not None:
-            return self.task.lines, np.asarray(prep.good_rows, dtype=np.int64)[kept]
-        return self.task.lines, (prep.good_rows if prep.bad_rows else None)
-
-    def good_line_numbers(self, prep: PreparedChunk | None) -> np.ndarray:
-        """The 1-based input line numbers of the lines written (those :meth:`format_args` formats)."""
-        if prep is None:
-            return np.zeros(0, dtype=np.int64)
-        rows = np.asarray(prep.good_rows, dtype=np.int64) if prep.bad_rows else np.arange(len(self.task.lines))
-        kept = self.kept(prep)
-        return self.task.lines.first_line_no + (rows[kept] if kept is not None else rows)
-
-    def rejected_lines(self, prep: PreparedChunk | None) -> list[tuple[int, str, bytes]]:
-        """``(line number, reason, raw line)`` of the lines set aside by ``--skip-bad-lines`` (the shard's)."""
-        if prep is None or not prep.bad_rows:
-            return []
-        lines = lines_of(self.task.lines)  # read back from the spool: rare, and only these lines
-        first, last = (lines.first_line_no + self.keep[0], lines.first_line_no + self.keep[1]) if self.keep \
-            else (lines.first_line_no, lines.last_line_no + 1)
-        return [(n, why, lines.line(n - lines.first_line_no)) for n, why in prep.bad_rows if first <= n < last]
 
 
 @dataclass
@@ -425,6 +360,8 @@ class _Run:
             identity["options"]["reverse_scorer"] = scorer_identity(reverse.scorer)
         self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
             else ChunkProgress()
+        for chunk_scorer, budget in zip(self._scorers(), self.done.token_budgets or [], strict=False):
+            chunk_scorer.token_budget = budget  # the identity holds the first budget, a halving the one since
         self.summary = RescoreSummary(**(self.done.summary or {}))
         self.summary.seconds, self.summary.resumed_lines, self.summary.stage_seconds = 0.0, self.summary.lines, {}
         if self.parts_dir:
@@ -435,8 +372,6 @@ class _Run:
         if self.reader_process:
             self.fh.close()
         try:
-            self.shard_filter = (ShardFilter.of_table(input_path, opts.shard, self.done.shard_state)
-                                 if opts.shard and not self.reader_process else None)
             self.writer = DurableWriter(self.files, self.to_stdout, identity, self.done)
         except BaseException:
             self.fh.close()
@@ -449,56 +384,63 @@ class _Run:
         self.vocab = arrow_vocab(*self.words)  # for chunks prepared in this process
         self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
         self.stop = threading.Event()
-        # Started by start_stages: the pool that parses and formats (with -j 1 this process does
-        # both), and the reader process with its stop flag.
-        self.pool: futures.ProcessPoolExecutor | None = None
-        self.process_stop: multiprocessing.synchronize.Event | None = None
-        self.reader: multiprocessing.process.BaseProcess | None = None
+        # What parses and formats the chunks: this process (-j 0/1), or the worker pool that
+        # start_stages starts, with the reader process where there is one.
+        self.executor: futures.Executor = InlineExecutor()
+        self.reader: ReaderProcess | None = None
         num_scores = opts.num_scores if opts.num_scores is not None else self.done.num_scores
         self.carried = _CarriedAcrossChunks(num_scores, self.done.prev_source)
-        self.in_flight: list[tuple[futures.Future | tuple, bytes, ChunkProgress]] = []
+        self.in_flight: list[_Formatting] = []
         self.chunks_done = self.done.chunks_done
         self.warned = False
 
+    def _scorers(self) -> list[ChunkScorer]:
+        """The run's scorers: the forward model's, then the reverse model's."""
+        return [self.scorer] + ([self.reverse.scorer] if self.reverse is not None else [])
+
     def start_stages(self) -> None:
-        """The worker pool (-j 2 and more) and the reading stage: a reader process and a thread that
-        hands its chunks to the workers, or (-j 1, stdin) one thread that reads and hands on (or
-        prepares) each chunk itself.
+        """The reading stage (:mod:`rescorer.pipeline.reader`) and what prepares the chunks: with a
+        file and -j 2 and more, a reader process and a worker pool; with stdin, the reading in a
+        thread of this process and the pool; with -j 0/1, the reading in that thread and this
+        process' executor. One thread hands the chunks read to the executor and on, in order.
 
         The processes start with Ctrl-C and SIGTERM held back (a stop while one starts would leave
         it half-started), and the semaphores they share are named after the spool, which is how a
         later run finds and removes them if this whole process group is killed.
         """
-        read_q = None
+        opts = self.opts
+        settings = ReadingSettings(self.input_path, opts.chunk_lines, self.done.lines_done, opts.shard,
+                                   self.done.shard_state)
+        prepare = functools.partial(prepare_chunk, vocab=self.vocab)
         if self.spool is not None:
             with self.spool.semaphores(), held_while_starting_children():
-                self.pool = worker_pool(self.opts.workers, *self.words)
+                self.executor, prepare = worker_pool(opts.workers, *self.words), prepare_spooled
                 if self.reader_process:
-                    context = multiprocessing.get_context("spawn")
-                    self.process_stop = context.Event()
-                    read_q = context.Queue(maxsize=2 * self.opts.workers)
-                    settings = ReaderSettings(self.input_path, self.opts.chunk_lines, self.done.lines_done,
-                                              self.opts.shard, self.done.shard_state, str(self.spool.folder),
-                                              os.getpid())
-                    self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
-                                                  daemon=True, name="rescore-reader")
-                    self.reader.start()
-        stage = _Stage(self.input_path, self.opts, self.scorer, self.carried, self.pool, self.vocab, self.spool,
-                       self.prepared_q, self.stop, self.summary, self.reverse is not None)
-        if read_q is None:
-            target, args = _read_stage, (stage, self.fh, self.done, self.shard_filter)
-        else:
-            target, args = _feed_stage, (stage, read_q)
-        threading.Thread(target=target, args=args, daemon=True).start()
+                    self.reader = ReaderProcess(settings, self.spool, queue_size=2 * opts.workers)
+        messages = self.reader.messages(self.stop) if self.reader else read_here(settings, self.fh, self.spool)
+        preparing = Preparing(self.executor, prepare, self._task, lambda: self.carried.num_scores)
+        threading.Thread(target=feed, args=(messages, preparing, self.prepared_q, self.stop), daemon=True,
+                         name="rescore-feed").start()
 
-    def next_chunk(self) -> _Pending | None:
-        """The next chunk in table order (None at the end); the reader's error, after its chunks."""
+    def _task(self, lines: LineChunk | SpooledChunk, num_scores: int | None) -> PrepareTask:
+        """How a chunk is prepared: the options, and the scorer's budget as it is now."""
+        scorer, opts = self.scorer, self.opts
+        return PrepareTask(lines, self.input_path, num_scores, opts.skip_bad_lines, bool(opts.scores_parquet),
+                           scorer.token_budget, scorer.options.share_sources, scorer.options.sort_by_length,
+                           self.reverse is not None)
+
+    def next_chunk(self) -> ReadChunk | None:
+        """The next chunk in table order (None at the end); the reading's error, after its chunks."""
         item = self.prepared_q.get()
-        if isinstance(item, BaseException):
-            raise item
+        if isinstance(item, ReadingEnd):
+            for stage, seconds in item.cpu.items():
+                self.summary.add_stage(stage, seconds)
+            if item.error is not None:
+                raise item.error
+            return None
         return item
 
-    def score_and_format(self, pending: _Pending) -> None:
+    def score_and_format(self, pending: ReadChunk) -> None:
         """Score one chunk here, report its rejected lines, and send it off to be formatted."""
         summary = self.summary
         prep = _prepared_in_table_order(pending, self.carried, self.vocab, summary)
@@ -523,20 +465,20 @@ class _Run:
         formatting = functools.partial(format_lines, lines, good_rows, log_p, n_unk,
                                        compress_level=self.compress_level, flags=self._flags(pending, prep),
                                        reverse_log_probs=reverse_log_p)
-        job = self.pool.submit(timed, formatting) if self.pool else timed(formatting)
+        job = self.executor.submit(timed, formatting)
         self.chunks_done += 1
         progress = ChunkProgress(
             lines_done=pending.last_line_no, chunks_done=self.chunks_done, summary=asdict(summary),
             shard_state=pending.shard_state, prev_source=self.carried.prev_source,
-            num_scores=self.carried.num_scores,
+            num_scores=self.carried.num_scores, token_budgets=[s.token_budget for s in self._scorers()],
         )
-        self.in_flight.append((job, rejects, progress))
+        self.in_flight.append(_Formatting(job, rejects, progress))
         if pending.position is not None:
             self.bar.update(pending.position - self.bar.n)
         rate = summary.lines / (time.monotonic() - self.started)
         self.bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{rate:.0f}")
 
-    def _flags(self, pending: _Pending, prep: PreparedChunk | None) -> np.ndarray | None:
+    def _flags(self, pending: ReadChunk, prep: PreparedChunk | None) -> np.ndarray | None:
         """Which of the chunk's scored lines are among ``flag_lines`` (None without the option)."""
         wanted = self.opts.flag_lines
         if wanted is None:
@@ -547,8 +489,11 @@ class _Run:
 
     def write_finished(self, window: int) -> None:
         """Append formatted chunks in order: those done, and any beyond ``window`` in flight."""
-        while self.in_flight and (len(self.in_flight) > window or _is_formatted(self.in_flight[0][0])):
-            self.writer.write(*_result(self.in_flight.pop(0), self.summary))
+        while self.in_flight and (len(self.in_flight) > window or self.in_flight[0].job.done()):
+            done = self.in_flight.pop(0)
+            data, seconds = done.job.result()
+            self.summary.add_stage("format", seconds)
+            self.writer.write(data, done.rejects, done.progress)
 
     def finish(self) -> None:
         # An empty table is still a valid gzip file; an empty shard writes no byte, so that the
@@ -572,15 +517,12 @@ class _Run:
         ends, and print a traceback."""
         self.bar.close()
         self.stop.set()
-        if self.process_stop is not None:
-            self.process_stop.set()
-        _drain(self.prepared_q)
-        if self.pool:
-            self.pool.shutdown(cancel_futures=True)
         if self.reader is not None:
-            self.reader.join(timeout=10)
-            if self.reader.is_alive():
-                self.reader.kill()
+            self.reader.stop.set()
+        drain(self.prepared_q)
+        self.executor.shutdown(cancel_futures=True)
+        if self.reader is not None:
+            self.reader.close()
         if self.spool is not None:
             self.spool.close()
         self.fh.close()
@@ -603,7 +545,7 @@ class _CarriedAcrossChunks:
     prev_source: str | None
 
 
-def _prepared_in_table_order(pending: _Pending, carried: _CarriedAcrossChunks, vocab,
+def _prepared_in_table_order(pending: ReadChunk, carried: _CarriedAcrossChunks, vocab,
                               summary: RescoreSummary) -> PreparedChunk | None:
     """The chunk's preparation, exactly as a serial run would have made it (or its error), taken in
     table order: it waits for the worker, and updates what ``carried`` holds and the summary's counts.
@@ -616,7 +558,7 @@ def _prepared_in_table_order(pending: _Pending, carried: _CarriedAcrossChunks, v
     if pending.task is None:
         return None
     try:
-        prep = pending.preparation.result()  # type: ignore[union-attr]
+        prep = pending.prepared()
     except PhraseTableError:
         if pending.task.num_scores is not None or carried.num_scores is None:
             raise
@@ -630,38 +572,20 @@ def _prepared_in_table_order(pending: _Pending, carried: _CarriedAcrossChunks, v
         carried.num_scores = prep.num_scores
     summary.add_stage("parse", prep.parse_seconds)
     summary.add_stage("trees", prep.tree_seconds)
-    kept = pending.kept(prep)
-    if prep.plan is not None and kept is not None:  # a chunk holding an end of the shard: its rows only
-        sources = prep.plan.source_of_row[kept]
-        # From a shard point on, the first row starts a source; from the chunk's start, as above.
-        first_new = pending.keep[0] > 0 or carried.prev_source is None or prep.first_source != carried.prev_source
-        summary.distinct_sources += int(np.count_nonzero(np.diff(sources))) + int(first_new) if len(sources) else 0
-        carried.prev_source = prep.last_source
-    elif prep.plan is not None:
-        new = prep.source_changes + (carried.prev_source is None or prep.first_source != carried.prev_source)
-        summary.distinct_sources += int(new)
+    summary.distinct_sources += pending.new_sources(prep, carried.prev_source)
+    if prep.plan is not None:
         carried.prev_source = prep.last_source
     return prep
 
 
-def _drain(q: queue.Queue) -> None:
-    """Empty the queue so that a reader blocked on it sees the stop flag."""
-    with contextlib.suppress(queue.Empty):
-        while True:
-            q.get_nowait()
+@dataclass
+class _Formatting:
+    """A chunk scored and sent to be formatted: the executor's future of its bytes (and the CPU
+    seconds they took), its rejected lines' bytes, and the progress record once it is written."""
 
-
-def _result(entry: tuple[futures.Future | tuple, bytes, ChunkProgress],
-            summary: RescoreSummary) -> tuple[bytes, bytes, ChunkProgress]:
-    job, rejects, progress = entry
-    data, seconds = job.result() if isinstance(job, futures.Future) else job
-    summary.add_stage("format", seconds)
-    return data, rejects, progress
-
-
-def _is_formatted(job: futures.Future | tuple) -> bool:
-    """Whether a chunk's formatting (a worker's future, or its result when formatted here) is done."""
-    return not isinstance(job, futures.Future) or job.done()
+    job: futures.Future
+    rejects: bytes
+    progress: ChunkProgress
 
 
 def _report_rejects(rejected: list[tuple[int, str, bytes]], input_path: str) -> bytes:
@@ -670,110 +594,6 @@ def _report_rejects(rejected: list[tuple[int, str, bytes]], input_path: str) -> 
     for line_no, reason, _ in rejected:
         sys.stderr.write(f"{name}:{line_no}: {reason} (rejected)\n")
     return b"".join(raw + b"\n" for _, _, raw in rejected)
-
-
-@dataclass
-class _Stage:
-    """What the reading stage shares with the run: where chunks go and how they are prepared."""
-
-    path: str
-    opts: RescoreOptions
-    scorer: ChunkScorer
-    carried: _CarriedAcrossChunks
-    pool: futures.ProcessPoolExecutor | None
-    vocab: tuple[pa.Array, pa.Array]
-    spool: Spool | None
-    out_q: queue.Queue
-    stop: threading.Event
-    summary: RescoreSummary
-    reverse: bool = False  # plan the reverse model's scoring too
-
-    def task(self, lines: LineChunk | SpooledChunk, num_scores: int | None) -> PrepareTask:
-        scorer, opts = self.scorer, self.opts
-        return PrepareTask(lines, self.path, num_scores, opts.skip_bad_lines, bool(opts.scores_parquet),
-                           scorer.token_budget, scorer.options.share_sources, scorer.options.sort_by_length,
-                           self.reverse)
-
-    def submit(self, lines: SpooledChunk, shard_state: dict | None, position: int | None,
-               keep: tuple[int, int] | None) -> None:
-        """Send a spooled chunk to a worker to be prepared, and on to the scorer."""
-        task = self.task(lines, self.carried.num_scores)
-        preparation = _Preparation(future=self.pool.submit(prepare_spooled, task))
-        pending = _Pending(lines.first_line_no, lines.last_line_no, task, preparation, shard_state, position, keep)
-        put_unless_stopped(self.out_q, pending, self.stop)
-
-
-def _read_stage(stage: _Stage, fh, done: ChunkProgress, shard_filter: ShardFilter | None) -> None:
-    """Reader thread (-j 1, or stdin): chunks of whole lines, each prepared here or sent off, in order.
-
-    With ``-j 1`` the chunk is prepared here; with a pool its lines go to the spool and a worker
-    prepares it. Errors travel to the main thread, after the chunks before them.
-    """
-    num_scores = stage.carried.num_scores  # with -j 1: the count fixed so far, exactly as a serial run
-    busy = 0.0  # CPU seconds of preparing chunks here (-j 1), which are not reading
-    started = time.thread_time()
-    try:
-        for index, item in enumerate(table_chunks(fh, stage.path, stage.opts.chunk_lines, done.lines_done,
-                                                  shard_filter)):
-            if stage.stop.is_set():
-                return
-            chunk = item.chunk
-            if not item.in_run:
-                skipped = _Pending(chunk.first_line_no, chunk.last_line_no, None, None, item.shard_state,
-                                   item.position)
-                put_unless_stopped(stage.out_q, skipped, stage.stop)
-                continue
-            if stage.pool is not None:
-                stage.submit(stage.spool.put(index, chunk), item.shard_state, item.position, item.keep)
-                continue
-            task = stage.task(chunk, num_scores)
-            before = time.thread_time()
-            try:
-                prep = prepare_chunk(task, stage.vocab)
-                num_scores = prep.num_scores if prep.num_scores is not None else num_scores
-                preparation = _Preparation(done=prep)
-            except PhraseTableError as exc:
-                preparation = _Preparation(error=exc)
-            busy += time.thread_time() - before
-            pending = _Pending(chunk.first_line_no, chunk.last_line_no, task, preparation, item.shard_state,
-                               item.position, item.keep)
-            put_unless_stopped(stage.out_q, pending, stage.stop)
-            if preparation.error is not None:
-                break
-        put_unless_stopped(stage.out_q, None, stage.stop)
-    except BaseException as exc:  # handed to the main thread, which re-raises
-        put_unless_stopped(stage.out_q, exc, stage.stop)
-    finally:
-        stage.summary.add_stage("read", time.thread_time() - started - busy)
-
-
-def _feed_stage(stage: _Stage, read_q) -> None:
-    """Thread of the main process that hands the reader process' chunks to the workers, in order.
-
-    It touches no line: a chunk is a spool file's name here. The reader's CPU time comes with its
-    last message; its error goes to the main thread after the chunks before it.
-    """
-    try:
-        while not stage.stop.is_set():
-            try:
-                message = read_q.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            kind = message[0]
-            if kind == "chunk":
-                _, ref, shard_state, position, keep = message
-                if isinstance(ref, SkippedChunk):
-                    skipped = _Pending(ref.first_line_no, ref.last_line_no, None, None, shard_state, position)
-                    put_unless_stopped(stage.out_q, skipped, stage.stop)
-                else:
-                    stage.submit(ref, shard_state, position, keep)
-                continue
-            for name, seconds in message[-1].items():
-                stage.summary.add_stage(name, seconds)
-            put_unless_stopped(stage.out_q, message[1] if kind == "error" else None, stage.stop)
-            return
-    except BaseException as exc:  # handed to the main thread, which re-raises
-        put_unless_stopped(stage.out_q, exc, stage.stop)
 
 
 def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: str, summary: RescoreSummary,

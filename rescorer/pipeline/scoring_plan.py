@@ -1,8 +1,8 @@
 """What the scorer will compute for a chunk, decided before the model runs: groups and prefix trees.
 
 Grouping the rows and building their prefix trees (:mod:`rescorer.model.prefix_tree`) is NumPy work
-that does not need the model, so it runs where the chunk is parsed (a worker process, or the
-reader thread with ``-j 1``) and overlaps the model instead of holding up the scoring thread. The
+that does not need the model, so it runs where the chunk is parsed (a worker process, or with
+``-j 1`` the thread that hands the chunks read on) and overlaps the model instead of holding up the scoring thread. The
 plan depends only on the chunk, the token budget and the scoring options, so a plan made in a
 worker gives exactly the groups, trees and scores :meth:`rescorer.pipeline.scoring.PairScorer.score`
 would make itself. Torch-free: worker processes import no torch.

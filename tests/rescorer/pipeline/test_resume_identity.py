@@ -6,6 +6,7 @@ partial output without ``--resume``); limits on what cannot work are one line be
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,16 +16,18 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from rescore_runs import SAMPLE_TABLE, assert_same_output, rescore
 
 from infrastructure.threads import available_cpus
 from moses_integration.phrase_table import MAX_PHRASE_WORDS, PhraseTableError
 from neural.vocab import EOS, UNK, Vocab
 from rescorer.cli import rescore_phrase_table_command, train_command
-from rescorer.model.checkpoint import Checkpoint, save_checkpoint
+from rescorer.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline import partial_output
 from rescorer.tables.chunks import LineChunk, parse_chunk
+from shared_paths import shared_file
 
 WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
 RESCORE = str(Path(sys.executable).parent / "rescore-phrase-table")
@@ -354,3 +357,39 @@ def test_a_phrase_longer_than_the_limit_is_a_bad_line_with_its_number(tmp_path: 
     assert f"pt.txt:21: target phrase of {MAX_PHRASE_WORDS + 1} words" in res.output
     assert (tmp_path / "out.txt.rejects").read_bytes() == lines[20] + b"\n"
     assert len((tmp_path / "out.txt").read_bytes().splitlines()) == len(lines) - 1
+
+
+def test_a_resume_after_an_out_of_memory_error_groups_as_the_stopped_run_did(tmp_path: Path, sample_model: Path,
+                                                                                 monkeypatch) -> None:
+    """An out-of-memory error halves the token budget for the rest of the run, and the budget decides the
+    groups, so the matmuls' shapes and the printed digits. A run stopped after such an error continues
+    with the halved budget: its output is the bytes of one run with the same error, not the chunks after
+    the stop grouped by the first budget (63 of the sample's 5,166 lines differ between 1024 and 2048)."""
+    table = shared_file(SAMPLE_TABLE)
+
+    def out_of_memory_once(ck: Checkpoint) -> Checkpoint:
+        """The model's first decoder step fails as a GPU out of memory does; the others run."""
+        real_step, calls = ck.model.decoder_step, []
+
+        def step(*args, **kw):
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return real_step(*args, **kw)
+
+        ck.model.decoder_step = step
+        return ck
+
+    def run(out: Path, ck: Checkpoint, **kw: object) -> object:
+        return rescore(table, out, ck, chunk_lines=300, token_budget=2048, **kw)
+
+    straight = tmp_path / "straight.gz"
+    run(straight, out_of_memory_once(load_checkpoint(sample_model)))
+    stop_after_two_chunks(monkeypatch)
+    out = tmp_path / "out.gz"
+    with pytest.raises(KeyboardInterrupt, match="good bytes kept"):
+        run(out, out_of_memory_once(load_checkpoint(sample_model)))
+    monkeypatch.undo()
+    assert json.loads((tmp_path / ".out.gz.progress.json").read_text())["chunks_done"] == 2
+    run(out, load_checkpoint(sample_model), resume=True)
+    assert_same_output(out, straight)

@@ -1,7 +1,7 @@
 """``--shard K/N`` cuts: equal shares for any table, found by each shard's reader alone.
 
-The shards are cut here exactly as each shard's reader cuts them (:func:`table_chunks` with a
-:class:`ShardFilter`, one reader per shard, each from the file alone), without a model: the lines
+The shards are cut here exactly as each shard's reader cuts them (:func:`read_chunks` of the
+shard, one reader per shard, each from the file alone), without a model: the lines
 each keeps are what its run scores and writes. That the written bytes are the whole run's is
 checked end to end on a filtered table (a few sources, many targets each).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from rescorer.model.checkpoint import Checkpoint, save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline import partial_output
-from rescorer.pipeline.reader import table_chunks
+from rescorer.pipeline.reader import ReadingSettings, read_chunks
 from rescorer.pipeline.shards import PASS_CHUNK_LINES, ShardError, ShardFilter, shard_cuts
 from rescorer.tables.aligned import grid_points
 from rescorer.tables.chunks import iter_line_chunks
@@ -51,12 +52,11 @@ def shard_ranges(path: Path, shards: int, chunk_lines: int) -> list[tuple[int, i
     ranges = []
     for k in range(1, shards + 1):
         kept: list[int] = []
-        shard = ShardFilter.of_table(str(path), (k, shards))
         with open_input(path, decompress_thread=True) as fh:
-            for item in table_chunks(fh, str(path), chunk_lines, 0, shard):
+            for item in read_chunks(ReadingSettings(str(path), chunk_lines, 0, (k, shards), None), fh):
                 if item.in_run:
-                    a, b = item.keep or (0, len(item.chunk))
-                    kept += [item.chunk.first_line_no + a, item.chunk.first_line_no + b]
+                    a, b = item.keep or (0, len(item.lines))
+                    kept += [item.first_line_no + a, item.first_line_no + b]
         assert kept == sorted(kept) and all(x == y for x, y in zip(kept[1:-1:2], kept[2::2], strict=True)), kept
         ranges.append((kept[0], kept[-1]) if kept else (0, 0))
     return ranges
@@ -220,3 +220,40 @@ def test_the_command_line_shards_of_a_filtered_table_cat_to_one_run(tmp_path, ti
     assert_same_output(b"".join(part.read_bytes() for part in parts), tmp_path / "whole.gz")
     sizes = [len(lines_of(part)) for part in parts]
     assert sum(sizes) == len(lines) and all(abs(size * 3 / len(lines) - 1) <= TOLERANCE for size in sizes), sizes
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_resumed_on_a_table_cut_elsewhere_stops_alike_with_and_without_workers(tmp_path, tiny_checkpoint,
+                                                                                        monkeypatch, workers):
+    """The table changed under a stopped shard, yet kept its size and time: the resume says so in one
+    line and leaves no partial output, so that the run it advises, without --resume, can start; the
+    reading finds the cut in every layout, and a shard's reader in a process or this one's thread stop
+    the run alike."""
+    def write(sources_every: int) -> Path:
+        lines = [f"la s{i // sources_every * sources_every:04d} ||| the t ||| 0.5 0.5 0.5 0.5\n" for i in range(300)]
+        (tmp_path / "pt.txt").write_text("".join(lines))
+        return tmp_path / "pt.txt"
+
+    table, out = write(1), tmp_path / "out.gz"
+    real_write = partial_output.DurableWriter.write
+
+    def stopped(self, data, *rest):
+        if data:
+            real_write(self, data, *rest)
+            raise KeyboardInterrupt
+        return real_write(self, data, *rest)
+
+    monkeypatch.setattr(partial_output.DurableWriter, "write", stopped)
+    with pytest.raises((KeyboardInterrupt, UserError), match="good bytes kept"):
+        rescore(table, out, tiny_checkpoint, chunk_lines=50, token_budget=512, shard=(2, 3), workers=workers)
+    monkeypatch.undo()
+    times = table.stat()
+    write(12)  # blocks of 12 lines: cut at 97 and 205; the same bytes in all
+    os.utime(table, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert table.stat().st_size == times.st_size
+    with pytest.raises(ShardError, match=r"cannot --resume shard 2/3: .* now cut into lines 97\.\.204"):
+        rescore(table, out, tiny_checkpoint, chunk_lines=50, token_budget=512, shard=(2, 3), workers=workers,
+                resume=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pt.txt"]
+    rescore(table, out, tiny_checkpoint, chunk_lines=50, token_budget=512, shard=(2, 3), workers=workers)
+    assert len(lines_of(out)) == 108
