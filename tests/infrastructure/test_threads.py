@@ -15,6 +15,7 @@ from infrastructure.threads import available_cpus, limit_threads, resolve_thread
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
 
 
+@pytest.mark.slow
 @needs_affinity
 def test_default_follows_the_affinity_mask_like_a_slurm_job() -> None:
     one_cpu = min(os.sched_getaffinity(0))
@@ -83,6 +84,7 @@ def _torch_default_threads() -> int:
     return int(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("torch_loaded", ["before the command", "by the command body"])
 def test_the_threads_option_applies_itself_whenever_torch_loads(torch_loaded: str) -> None:
     """A command that only declares ``--threads`` (no call in its body) runs torch on that many threads,

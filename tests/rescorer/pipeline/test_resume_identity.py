@@ -170,6 +170,7 @@ def few_sources_many_targets(sources: int, targets: int) -> list[bytes]:
             "0.5 0.5 0.5 0.5".encode() for i in range(sources) for j in range(targets)]
 
 
+@pytest.mark.slow
 def test_the_output_is_the_same_bytes_whatever_the_threads(tmp_path: Path) -> None:
     """Real processes: MKL takes its mode when it starts. Without its strict mode, 6 sources (one decoder
     group of 6 rows) and a model whose scores are not all alike (std 0.2) gave other bytes on 2 threads.
