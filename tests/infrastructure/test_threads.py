@@ -44,6 +44,7 @@ def test_explicit_threads_and_bad_values() -> None:
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_threads_hold_for_torch_loaded_after_the_command_chose_them() -> None:
     """``mert tune --threads 1`` chooses 1 before a CSLM feature loads torch: torch must still use 1,
     not its own default (the machine's cores)."""
