@@ -1,7 +1,12 @@
 """Running the rescoring pipeline in tests: one call taking the options the tests vary, its output's
 lines, the sharded run whose parts must concatenate to the whole, the command line run in this process,
 the command SIGKILLed mid-run (a real process), and the check that two outputs are the same bytes,
-which says what differs: lines, members or compressed bytes."""
+which says what differs: lines, members or compressed bytes.
+
+The rescorer is imported where a function needs it: the GPU suite's identity check imports
+:func:`assert_same_output` from here in a fresh interpreter per comparison, which then starts in a
+fraction of a second instead of importing torch and the pipeline (``rescorer.model.config`` is
+torch-free)."""
 
 from __future__ import annotations
 
@@ -13,17 +18,18 @@ import zlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from click.testing import CliRunner, Result
 from waiting import sigkill_when
 
 from infrastructure.files import GZIP_MAGIC
-from rescorer.cli import rescore_phrase_table_command
-from rescorer.model.checkpoint import Checkpoint
-from rescorer.model.config import ModelSizes, TrainConfig
-from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore_phrase_table
-from rescorer.pipeline.scoring import ScoringOptions
-from rescorer.training.train import train_on_phrase_table
+from rescorer.model.config import ModelSizes, TrainConfig  # torch-free
+
+if TYPE_CHECKING:
+    from click.testing import Result
+
+    from rescorer.model.checkpoint import Checkpoint
+    from rescorer.pipeline.rescore import RescoreSummary
 
 RESCORE_SCRIPT = str(Path(sys.executable).parent / "rescore-phrase-table")  # the installed command, for a real process
 SAMPLE_TABLE = "fixtures/hansard-enfr/phrase-table.sample.gz"  # under the shared data
@@ -33,6 +39,8 @@ SMALL = ModelSizes(hidden=32, embedding=16, maxout_units=16, output_rank=16)
 def train_small(table: Path, out: Path, direction: str = "forward") -> Path:
     """A :data:`SMALL` model of ``direction`` trained for 30 steps on ``table`` (seconds): scores that
     are the model's own, not a uniform guess."""
+    from rescorer.training.train import train_on_phrase_table
+
     train_on_phrase_table(str(table), out, model_sizes=replace(SMALL, direction=direction),
                           train_config=TrainConfig(max_steps=30, valid_every=30, patience=None),
                           shortlist=3000, device="cpu", progress=False)
@@ -43,6 +51,9 @@ def rescore(inp: Path, out: Path, forward: Checkpoint, reverse: Checkpoint | Non
             **kw: object) -> RescoreSummary:
     """``rescore-phrase-table`` on CPU without progress; ``token_budget`` and ``workers`` as given,
     any other :class:`RescoreOptions` field through ``kw``; the run's summary."""
+    from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+    from rescorer.pipeline.scoring import ScoringOptions
+
     scoring = ScoringOptions(token_budget=kw.pop("token_budget", 4096))
     opts = RescoreOptions(progress=False, device="cpu", workers=kw.pop("workers", 0), scoring=scoring, **kw)
     return rescore_phrase_table(str(inp), str(out), forward, opts, reverse)
@@ -53,6 +64,10 @@ def run_command(args: list[str], **kw: object) -> Result:
     :meth:`CliRunner.invoke`, e.g. ``input``): the command's own parsing, checks, messages and exit
     status without a fresh interpreter importing torch. A test that needs a real process (a signal,
     its stdin file) runs :data:`RESCORE_SCRIPT`."""
+    from click.testing import CliRunner
+
+    from rescorer.cli import rescore_phrase_table_command
+
     return CliRunner().invoke(rescore_phrase_table_command, args, **kw)
 
 

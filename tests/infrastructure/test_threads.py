@@ -15,6 +15,7 @@ from infrastructure.threads import available_cpus, limit_threads, resolve_thread
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
 
 
+@pytest.mark.slow
 @needs_affinity
 def test_default_follows_the_affinity_mask_like_a_slurm_job() -> None:
     one_cpu = min(os.sched_getaffinity(0))
@@ -43,6 +44,7 @@ def test_explicit_threads_and_bad_values() -> None:
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_threads_hold_for_torch_loaded_after_the_command_chose_them() -> None:
     """``mert tune --threads 1`` chooses 1 before a CSLM feature loads torch: torch must still use 1,
     not its own default (the machine's cores)."""
@@ -83,6 +85,7 @@ def _torch_default_threads() -> int:
     return int(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("torch_loaded", ["before the command", "by the command body"])
 def test_the_threads_option_applies_itself_whenever_torch_loads(torch_loaded: str) -> None:
     """A command that only declares ``--threads`` (no call in its body) runs torch on that many threads,

@@ -117,6 +117,7 @@ def test_several_start_points_and_lockstep_give_the_same_runs() -> None:
     np.testing.assert_allclose([r.bleu for r in one.runs], [r.bleu for r in many.runs], atol=1e-9)
 
 
+@pytest.mark.slow
 def test_threads_give_the_same_result_to_the_bit() -> None:
     """The start points shared out among threads (``mert tune --threads``, ``mert optimize --threads``):
     every run, and so the winner, exactly as on one thread, on the real fixture list with a held
@@ -157,6 +158,7 @@ def _small_data() -> MertData:
 # Merging n-best lists
 
 
+@pytest.mark.slow
 def test_merging_drops_repeated_hypotheses(tmp_path: Path) -> None:
     lines = _fixture_lines()
     once = merge_nbest_lists([shared_file(NBEST)])

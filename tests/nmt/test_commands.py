@@ -83,6 +83,7 @@ def _tiny_run(bitext, out: Path, steps: int, resume: bool = False, **options):
                      progress=False, resume=resume)
 
 
+@pytest.mark.slow
 def test_a_training_stopped_by_ctrl_c_and_resumed_ends_with_the_uninterrupted_model(bitext, tmp_path, monkeypatch):
     straight = _tiny_run(bitext, tmp_path / "straight.pt", 10)  # 81 pairs in 6 batches: two epochs
     update = nmt_train.update_step

@@ -188,6 +188,7 @@ def test_the_searches_stop_at_the_length_limit_with_eos():
     assert len(greedy_search(model, [[4, 5]], max_length=4)[0].ids) == 3
 
 
+@pytest.mark.slow
 def test_a_tiny_model_learns_to_reverse_and_translates_exactly():
     torch.manual_seed(0)
     rng = random.Random(0)

@@ -12,6 +12,7 @@ from table1.settings import CONFIGURATIONS_BY_KEY, RunPlan, select_configuration
 from table1_folders import six_column_ini, small_experiment, write_lines, write_rnn_system
 
 
+@pytest.mark.slow
 def test_report_from_finished_runs(tmp_path):
     """Two Baseline runs and two +RNN runs, +RNN copying the reference: hand-checkable numbers."""
     exp = small_experiment(tmp_path)

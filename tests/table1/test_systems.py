@@ -223,6 +223,7 @@ def _dev_system(exp: workspace.Experiment) -> None:
     exp.prepared("dev", "fr").write_text("".join(f"{t} le budget\n" for _, t in pairs))
 
 
+@pytest.mark.slow
 def test_the_weights_step_runs_rerank_weights_on_dev_and_proposes_with_its_choice(tmp_path) -> None:
     """``proposals-both/weights`` runs ``rescorer rerank-weights`` on dev (the whole of it: it has fewer
     sentences than the setting asks for) with the scale's grid and the rows' own models, keeps its

@@ -127,6 +127,7 @@ print(json.dumps({"before": before, "during": during, "after": folders(), "lines
 """
 
 
+@pytest.mark.slow
 def test_processes_leave_nothing_in_dev_shm_or_the_temp_dir(tmp_path):
     """A killed ``table1`` leaves what joblib made outside the work folder: it must make nothing there,
     and nothing left in the work folder either."""

@@ -247,6 +247,7 @@ def test_from_dict_rejects_unknown_and_missing_keys() -> None:
         TrainConfig(rho=1.5)
 
 
+@pytest.mark.slow
 def test_loading_a_model_file_initialises_nothing_and_loads_no_compiler(tmp_path: Path) -> None:
     """A command's start-up is import + load: building the layers on the meta device must neither
     run the random init nor import torch._dynamo (2.5 s of a 2.7 s start-up when it did), for the

@@ -80,6 +80,7 @@ def run(table: Path, out: Path, ck: Checkpoint, workers: int, **kw):
     return rescore_phrase_table(str(table), str(out), ck, opts)
 
 
+@pytest.mark.slow
 def test_workers_give_the_serial_output_rejects_and_messages(real_lines, checkpoint, tmp_path, capfd):
     lines = with_bad_lines(real_lines)
     table = tmp_path / "pt.gz"
@@ -145,6 +146,7 @@ def test_a_first_chunk_of_only_malformed_lines_is_skipped_alike(real_lines, chec
     assert got[1][1:] == (2 * CHUNK, CHUNK, CHUNK)
 
 
+@pytest.mark.slow
 def test_with_workers_the_main_process_reads_no_line_and_the_spool_goes_with_the_run(
     real_lines, checkpoint, tmp_path, monkeypatch
 ):

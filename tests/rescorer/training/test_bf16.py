@@ -4,6 +4,7 @@ per update, ``auto`` keeps fp32 on a CPU, and the model saved is an ordinary fp3
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -36,6 +37,7 @@ def _batches(count: int, seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
     return out
 
 
+@pytest.mark.slow
 def test_bf16_updates_agree_with_fp32_over_50_updates(one_torch_thread):
     batches = _batches(50)
     exact, exact_model = losses(EagerStep, batches)

@@ -152,6 +152,7 @@ def _train(out: Path, steps: int, train_step: str, resume: bool = False):
                                  resume=resume, progress=False)
 
 
+@pytest.mark.slow
 def test_static_training_matches_eager_and_resumes_to_the_same_model(tmp_path, one_torch_thread):
     eager = _train(tmp_path / "eager.pt", 50, "eager")
     static = _train(tmp_path / "static.pt", 50, "static")
@@ -208,6 +209,7 @@ def _shapes_per_update(step, batches: list) -> list[set]:
     return shapes
 
 
+@pytest.mark.slow
 def test_static_updates_build_no_new_matmul_shape_once_each_bucket_was_seen(one_torch_thread):
     """Every static update of a bucket runs the same matmul shapes whatever its rows and lengths, so
     that after one update per bucket no update builds a kernel; the eager step meets new shapes
