@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from infrastructure.processes import die_with_parent, leave_interrupts_to_parent
+from rescorer.pipeline.columns.reverse import plan_reverse
 from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
 from rescorer.pipeline.spool import SpooledChunk, SpooledObject, lines_of
 from rescorer.tables.chunks import LineChunk, TokenIds, parse_chunk, phrases_to_ids
@@ -157,28 +158,6 @@ def prepare_chunk(task: PrepareTask, vocab: tuple[pa.Array, ...] | None = None) 
     else:
         out.parse_seconds = time.thread_time() - started
     return out
-
-
-def plan_reverse(source: pa.Array, target: pa.Array, rev_src_words: pa.Array, rev_tgt_words: pa.Array,
-                 task: PrepareTask) -> ScoringPlan:
-    """The reverse model's plan of a chunk: its rows grouped by target phrase, roles swapped.
-
-    The table is sorted by source, so a target recurs across the chunk ("de" under hundreds of
-    sources). Its distinct targets are the reverse model's sources, each encoded once; sorted by
-    their bytes, a phrase and its extensions fall in the same encoder group, as sources do in the
-    table. Each row's source phrase is the reverse model's target, decoded in the trees of
-    :func:`rescorer.pipeline.scoring_plan.plan_scoring`, whose rows are the chunk's rows: the
-    scores come back in line order.
-    """
-    encoded = pc.dictionary_encode(target)
-    order = pc.array_sort_indices(encoded.dictionary).to_numpy(zero_copy_only=False)
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    rev_sources = phrases_to_ids(encoded.dictionary.take(pa.array(order)), rev_src_words)
-    target_of_row = rank[encoded.indices.to_numpy(zero_copy_only=False)]
-    rev_targets = phrases_to_ids(source, rev_tgt_words)
-    return plan_scoring(rev_sources, target_of_row, rev_targets, task.token_budget,
-                        share_sources=task.share_sources, sort_by_length=task.sort_by_length)
 
 
 def prepare_spooled(task: PrepareTask) -> SpooledObject:

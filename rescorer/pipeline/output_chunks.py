@@ -14,29 +14,18 @@ gives the same bytes.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from infrastructure.files import compress_member
-from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, append_score_columns_bulk, format_log_probability
+from moses_integration.phrase_table import SEPARATOR, append_score_columns_bulk, format_log_probability
+from rescorer.pipeline.columns.rnn import probability_column
 from rescorer.pipeline.spool import SpooledChunk, lines_of
 from rescorer.tables.aligned import shard_points
 from rescorer.tables.chunks import LineChunk
 
 NEWLINE = ord("\n")
-
-
-def probability_column(log_probs: np.ndarray) -> pa.Array:
-    """exp(log p) floored at exp(-100) per line, as Moses reads it back (the same text as
-    :func:`format_log_probability`: same ``math.exp``, same ``.6g``)."""
-    bad = np.isnan(log_probs) | (log_probs == math.inf)
-    if bad.any():
-        format_log_probability(float(log_probs[np.flatnonzero(bad)[0]]))  # raises, naming the value
-    exp = math.exp
-    return pa.array([f"{exp(x):.6g}" for x in np.maximum(log_probs, LOG_FLOOR).tolist()], pa.string())
 
 
 def score_columns(log_probs: np.ndarray, n_unknown: np.ndarray, flags: np.ndarray | None = None,

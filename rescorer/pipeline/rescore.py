@@ -2,7 +2,7 @@
 
 With ``--reverse-model``, a reverse model's p(f|e) is one more column, computed in the same run from
 the same chunks: each chunk gets a second plan with its rows grouped by target phrase
-(:func:`rescorer.pipeline.chunk_prep.plan_reverse`), scored by a second scorer.
+(:func:`rescorer.pipeline.columns.reverse.plan_reverse`), scored by a second scorer.
 
 The run is a pipeline of overlapping stages, so that no stage waits on another:
 
@@ -34,7 +34,6 @@ import queue
 import sys
 import threading
 import time
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -66,6 +65,7 @@ from rescorer.pipeline.chunk_prep import (
     timed,
     worker_pool,
 )
+from rescorer.pipeline.columns.rnn import warn_low_overlap
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
 from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, default_model_path, stop_error
@@ -91,7 +91,6 @@ from rescorer.pipeline.spool import Spool, SpooledChunk, lines_of
 from rescorer.tables.chunks import LineChunk, UnreadableInputError
 
 WP_SIDES = ("target", "source", "both")
-LOW_OVERLAP_PERCENT = 50.0
 
 
 @dataclass
@@ -507,9 +506,9 @@ class _Run:
         reverse_log_p = _score_reverse(prep, self.reverse, summary, kept)
         if not self.warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
             self.warned = True
-            _warn_low_overlap(prep.plan)
+            warn_low_overlap(prep.plan)
             if prep.reverse_plan is not None:
-                _warn_low_overlap(prep.reverse_plan, "reverse ")
+                warn_low_overlap(prep.reverse_plan, "reverse ")
         rejected = pending.rejected_lines(prep)
         rejects = _report_rejects(rejected, self.input_path)
         summary.rejected += len(rejected)
@@ -814,22 +813,6 @@ def _score_reverse(prep: PreparedChunk | None, reverse: ReverseScoring | None, s
         log_p = log_p[kept]
     summary.sum_reverse_log_prob = (summary.sum_reverse_log_prob or 0.0) + float(log_p.sum())
     return log_p
-
-
-def _warn_low_overlap(plan: ScoringPlan, which: str = "") -> None:
-    """Warn when the first chunk's words are mostly outside a model's shortlists (``which``: "reverse "
-    for the reverse model, whose sources are the table's targets: the message names the table's sides)."""
-    src_known = 100.0 * (1 - plan.sources.n_unk.sum() / max(1, len(plan.sources.ids)))
-    tgt_known = 100.0 * (1 - plan.targets.n_unk.sum() / max(1, len(plan.targets.ids)))
-    if which:
-        src_known, tgt_known = tgt_known, src_known
-    if min(src_known, tgt_known) < LOW_OVERLAP_PERCENT:
-        warnings.warn(
-            f"only {src_known:.1f}% of source words and {tgt_known:.1f}% of target words in the first chunk "
-            f"are in the {which}model's shortlists; is this model trained for this table's languages and "
-            "tokenisation?",
-            stacklevel=2,
-        )
 
 
 def _whole_number_at_least(value: object, minimum: int) -> bool:

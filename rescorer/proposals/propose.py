@@ -56,9 +56,9 @@ from moses_integration.tokens import split_tokens
 from neural.device import autocast_dtype, scoring_precision, select_device
 from neural.vocab import UNK_ID
 from rescorer.model.checkpoint import Checkpoint
+from rescorer.pipeline.columns.rnn import LOW_OVERLAP_PERCENT
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import (
-    LOW_OVERLAP_PERCENT,
     RescoreOptions,
     RescoreSummary,
     check_directions,

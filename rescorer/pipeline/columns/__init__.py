@@ -1,0 +1,1 @@
+"""The score columns ``rescore-phrase-table`` appends to each line."""
