@@ -48,6 +48,9 @@ if __name__ == "__main__":
     from benchmarks.score_speed import default_table
     from infrastructure.files import DEFAULT_MEMBER_LEVEL, compress_member
     from infrastructure.threads import available_cpus
+    from rescorer.pipeline.columns.base import ScoringModel
+    from rescorer.pipeline.columns.rnn import probability_column
+    from rescorer.pipeline.columns.unknown import unknown_column
     from rescorer.pipeline.output_chunks import format_chunk
     from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore_with_scorer
     from rescorer.pipeline.scoring import CPU_TOKEN_BUDGET, ScoringOptions
@@ -83,7 +86,8 @@ def run(table: Path, workers: int, chunk_lines: int, vocab: tuple[list[str], lis
     with tempfile.TemporaryDirectory() as tmp:
         opts = RescoreOptions(chunk_lines=chunk_lines, workers=workers, progress=False)
         wall, cpu, child = time.perf_counter(), time.process_time(), children_cpu()
-        summary = rescore_with_scorer(str(table), str(Path(tmp) / "out.gz"), ConstantScorer(), *vocab, None, opts)
+        constant = ScoringModel(ConstantScorer(), *vocab, None)
+        summary = rescore_with_scorer(str(table), str(Path(tmp) / "out.gz"), constant, opts)
         return (summary, time.perf_counter() - wall, time.process_time() - cpu, children_cpu() - child)
 
 
@@ -94,7 +98,7 @@ def format_and_gzip_apart(table: Path, chunk_lines: int, chunks: int = 3) -> tup
         for chunk in itertools.islice(iter_line_chunks(fh, str(table), chunk_lines), chunks):
             log_p, n_unk = np.full(len(chunk), -2.0), np.zeros(len(chunk), dtype=np.int64)
             started = time.thread_time()
-            text = format_chunk(chunk, log_p, n_unk, None)
+            text = format_chunk(chunk, [(probability_column, log_p), (unknown_column, n_unk)], None)
             formatted = time.thread_time()
             compress_member(text)
             fmt, gz, lines = fmt + formatted - started, gz + time.thread_time() - formatted, lines + len(chunk)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import concurrent.futures as futures
 import contextlib
 import functools
-import hashlib
 import multiprocessing
 import os
 import queue
@@ -36,7 +35,6 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -58,14 +56,15 @@ from rescorer.pipeline import score_parquet
 from rescorer.pipeline.chunk_prep import (
     PreparedChunk,
     PrepareTask,
-    arrow_vocab,
     prepare_chunk,
     prepare_spooled,
     prepared,
     timed,
     worker_pool,
 )
-from rescorer.pipeline.columns.rnn import warn_low_overlap
+from rescorer.pipeline.columns import columns_of_run
+from rescorer.pipeline.columns.base import ChunkRows, ChunkScorer, Column, Planner, ScoringModel
+from rescorer.pipeline.columns.unknown import WP_SIDES
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
 from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, default_model_path, stop_error
@@ -79,18 +78,14 @@ from rescorer.pipeline.reader import (
 from rescorer.pipeline.resume import (
     PROGRESS_VERSION,
     ResumeError,
-    content_identity,
     file_identity,
     load_progress,
     recorded_options,
 )
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget
-from rescorer.pipeline.scoring_plan import ScoringPlan
 from rescorer.pipeline.shards import ShardFilter
 from rescorer.pipeline.spool import Spool, SpooledChunk, lines_of
 from rescorer.tables.chunks import LineChunk, UnreadableInputError
-
-WP_SIDES = ("target", "source", "both")
 
 
 @dataclass
@@ -117,15 +112,15 @@ class RescoreOptions:
     #: what is shown, and ``skip_bad_lines`` (up to the first bad line the output is the same either way,
     #: so a run stopped by a malformed line can continue with ``--skip-bad-lines --resume``). The device,
     #: precision and token budget asked for may differ too: the ones they resolved to are recorded
-    #: instead (:func:`scorer_identity`). Every other option is in the record.
+    #: instead (:func:`rescorer.pipeline.columns.base.scorer_identity`). Every other option is in the record.
     MAY_DIFFER = frozenset({"workers", "progress", "resume", "skip_bad_lines", "device", "precision",
                             "token_budget"})
+    #: Options their column records itself (:meth:`~rescorer.pipeline.columns.base.Column.record_identity`).
+    RECORDED_BY_COLUMNS = frozenset({"flag_lines"})
 
     def identity(self) -> dict:
-        """Every option but :attr:`MAY_DIFFER`: a resume must use the same ones (``flag_lines`` by its digest)."""
-        flags = None if self.flag_lines is None else hashlib.sha1(
-            np.ascontiguousarray(self.flag_lines, dtype=np.int64).tobytes()).hexdigest()
-        return options_record(self, self.MAY_DIFFER, recorded_as={"flag_lines": flags})
+        """Every option but :attr:`MAY_DIFFER` and :attr:`RECORDED_BY_COLUMNS`: a resume must use the same ones."""
+        return options_record(self, self.MAY_DIFFER | self.RECORDED_BY_COLUMNS)
 
 
 @dataclass
@@ -174,16 +169,6 @@ class RescoreSummary:
             f"target words outside the shortlist {100 * self.unknown_share:.2f}%; "
             f"{self.seconds:.1f} s ({rate:.0f} pairs/s)"
         )
-
-
-class ChunkScorer(Protocol):
-    """What the pipeline needs of a scorer: :class:`rescorer.pipeline.scoring.PairScorer`, or a stand-in
-    (``benchmarks/pipeline_speed.py`` measures the pipeline with a constant one)."""
-
-    token_budget: int  # tokens per tree group, read when a chunk's trees are planned
-    options: ScoringOptions
-
-    def score_plan(self, plan: ScoringPlan) -> np.ndarray: ...
 
 
 @dataclass
@@ -256,17 +241,6 @@ class _Pending:
         return [(n, why, lines.line(n - lines.first_line_no)) for n, why in prep.bad_rows if first <= n < last]
 
 
-@dataclass
-class ReverseScoring:
-    """A reverse model's part of a run (``--reverse-model``): its scorer and its shortlists, whose
-    source words are the table's target language."""
-
-    scorer: ChunkScorer
-    src_words: list[str]
-    tgt_words: list[str]
-    model_path: str | os.PathLike | None  # identifies the model for --resume (None: none to check)
-
-
 def check_directions(model: Checkpoint | None, reverse: Checkpoint | None, model_name: str | None = None,
                      reverse_name: str | None = None) -> None:
     """A forward model (p(e|f)) for ``--model`` and a reverse one (p(f|e), ``rescorer train --reverse``)
@@ -324,24 +298,15 @@ def rescore_checked(input_path: str, output_path: str, checkpoint: Checkpoint, o
         # One budget for both plans of a chunk: the smaller, as the larger output layer needs.
         scoring = replace(scoring, token_budget=min(auto_token_budget(device, checkpoint.config),
                                                     auto_token_budget(device, reverse.config)))
-    scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, precision), scoring, precision)
-    reverse_scoring = None if reverse is None else ReverseScoring(
-        PairScorer(reverse.model, device, autocast_dtype(device, precision), scoring, precision),
-        reverse.src_vocab.words, reverse.tgt_vocab.words, getattr(reverse, "path", None))
+
+    def scoring_model(model: Checkpoint) -> ScoringModel:
+        scorer = PairScorer(model.model, device, autocast_dtype(device, precision), scoring, precision)
+        return ScoringModel(scorer, model.src_vocab.words, model.tgt_vocab.words, getattr(model, "path", None))
+
+    forward = scoring_model(checkpoint)
+    columns = columns_of_run(forward, None if reverse is None else scoring_model(reverse), opts)
     with matmul_precision(precision):
-        return _run_pipeline(input_path, output_path, scorer, checkpoint.src_vocab.words, checkpoint.tgt_vocab.words,
-                             getattr(checkpoint, "path", None), opts, reverse_scoring)
-
-
-def scorer_identity(scorer: ChunkScorer) -> dict:
-    """What decides the scores beyond the options: device type, precision and token budget.
-
-    The budget decides the groups and so the shapes of every matmul, whose kernels may round
-    differently; a resume with any of these changed would splice two different computations.
-    """
-    device = getattr(scorer, "device", None)
-    return {"device": device.type if device is not None else None, "precision": getattr(scorer, "precision", None),
-            "token_budget": scorer.token_budget}
+        return _run_pipeline(input_path, output_path, columns, forward.scorer, opts)
 
 
 def _progress_so_far(files: OutputFiles, identity: dict) -> ChunkProgress:
@@ -353,33 +318,20 @@ def _progress_so_far(files: OutputFiles, identity: dict) -> ChunkProgress:
         raise RescoreError(str(exc)) from exc
 
 
-def rescore_with_scorer(
-    input_path: str,
-    output_path: str,
-    scorer: ChunkScorer,
-    src_words: list[str],
-    tgt_words: list[str],
-    model_path: str | os.PathLike | None,
-    opts: RescoreOptions,
-    *,
-    reverse: ReverseScoring | None = None,
-) -> RescoreSummary:
-    """The pipeline of :func:`rescore_phrase_table` around any scorer of the model's shortlists.
-
-    ``model_path`` identifies the model for ``--resume`` (None: none to check). The run holds
-    ``output_path`` (:func:`exclusive_use`): a second run writing it would share its partial output.
-    With ``reverse``, its scorer's p(f|e) is a third new column (before ``opts.flag_lines``' flag).
-    """
+def rescore_with_scorer(input_path: str, output_path: str, forward: ScoringModel, opts: RescoreOptions,
+                        reverse: ScoringModel | None = None) -> RescoreSummary:
+    """The pipeline of :func:`rescore_phrase_table` around any scorer of the models' shortlists."""
     check_options(input_path, output_path, opts)
-    return _run_pipeline(input_path, output_path, scorer, src_words, tgt_words, model_path, opts, reverse)
+    return _run_pipeline(input_path, output_path, columns_of_run(forward, reverse, opts), forward.scorer, opts)
 
 
-def _run_pipeline(input_path: str, output_path: str, scorer: ChunkScorer, src_words: list[str], tgt_words: list[str],
-                  model_path: str | os.PathLike | None, opts: RescoreOptions,
-                  reverse: ReverseScoring | None = None) -> RescoreSummary:
-    """The pipeline itself, for checked options (:func:`rescore_with_scorer` says what it does)."""
+def _run_pipeline(input_path: str, output_path: str, columns: list[Column], scorer: ChunkScorer,
+                  opts: RescoreOptions) -> RescoreSummary:
+    """The pipeline itself, for checked options: ``columns`` appended to each line, the chunks'
+    trees grouped for ``scorer``'s token budget. The run holds ``output_path`` (:func:`exclusive_use`):
+    a second run writing it would share its partial output."""
     with exclusive_use(output_path):
-        run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts, reverse)
+        run = _Run(input_path, output_path, columns, scorer, opts)
         try:
             run.start_stages()
             while (pending := run.next_chunk()) is not None:
@@ -405,23 +357,19 @@ class _Run:
     in order as they come back (:meth:`write_finished`), keeping a bounded window in flight.
     """
 
-    def __init__(self, input_path: str, output_path: str, scorer: ChunkScorer, src_words: list[str],
-                 tgt_words: list[str], model_path: str | os.PathLike | None, opts: RescoreOptions,
-                 reverse: ReverseScoring | None = None) -> None:
-        self.input_path, self.scorer, self.opts, self.reverse = input_path, scorer, opts, reverse
+    def __init__(self, input_path: str, output_path: str, columns: list[Column], scorer: ChunkScorer,
+                 opts: RescoreOptions) -> None:
+        self.input_path, self.columns, self.scorer, self.opts = input_path, columns, scorer, opts
         self.started = time.monotonic()
         self.to_stdout = output_path == "-"
         self.files = OutputFiles.beside(output_path)
         self.parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
         # The gzip member level of a .gz output; None: plain text.
         self.compress_level = opts.compress_level if output_path.endswith(".gz") else None
-        identity = {
-            "version": PROGRESS_VERSION, "input": file_identity(input_path),
-            "model": content_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
-        }
-        if reverse is not None:  # only then: progress records of runs without it stay valid
-            identity["options"]["reverse_model"] = content_identity(reverse.model_path)
-            identity["options"]["reverse_scorer"] = scorer_identity(reverse.scorer)
+        identity = {"version": PROGRESS_VERSION, "input": file_identity(input_path), "model": None,
+                    "options": opts.identity()}
+        for column in columns:
+            column.record_identity(identity)
         self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
             else ChunkProgress()
         self.summary = RescoreSummary(**(self.done.summary or {}))
@@ -444,8 +392,7 @@ class _Run:
         in_size = None if input_path == "-" else os.path.getsize(input_path)
         self.bar = progress_bar(total=in_size, unit="B", unit_scale=True, desc="rescoring", show=opts.progress,
                                 dynamic_ncols=True)
-        self.words = (src_words, tgt_words, (reverse.src_words, reverse.tgt_words) if reverse is not None else None)
-        self.vocab = arrow_vocab(*self.words)  # for chunks prepared in this process
+        self.planners = tuple(column.planner for column in columns if column.planner is not None)
         self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
         self.stop = threading.Event()
         # Started by start_stages: the pool that parses and formats (with -j 1 this process does
@@ -471,7 +418,7 @@ class _Run:
         read_q = None
         if self.spool is not None:
             with self.spool.semaphores(), held_while_starting_children():
-                self.pool = worker_pool(self.opts.workers, *self.words)
+                self.pool = worker_pool(self.opts.workers, self.planners)
                 if self.reader_process:
                     context = multiprocessing.get_context("spawn")
                     self.process_stop = context.Event()
@@ -482,8 +429,8 @@ class _Run:
                     self.reader = context.Process(target=read_to_spool, args=(settings, read_q, self.process_stop),
                                                   daemon=True, name="rescore-reader")
                     self.reader.start()
-        stage = _Stage(self.input_path, self.opts, self.scorer, self.carried, self.pool, self.vocab, self.spool,
-                       self.prepared_q, self.stop, self.summary, self.reverse is not None)
+        stage = _Stage(self.input_path, self.opts, self.scorer, self.carried, self.pool, self.planners, self.spool,
+                       self.prepared_q, self.stop, self.summary)
         if read_q is None:
             target, args = _read_stage, (stage, self.fh, self.done, self.shard_filter)
         else:
@@ -500,28 +447,16 @@ class _Run:
     def score_and_format(self, pending: _Pending) -> None:
         """Score one chunk here, report its rejected lines, and send it off to be formatted."""
         summary = self.summary
-        prep = _prepared_in_table_order(pending, self.carried, self.vocab, summary)
-        kept = pending.kept(prep) if prep is not None else None
-        log_p, n_unk = _score_prepared(prep, self.scorer, self.opts.wp_side, summary, kept)
-        reverse_log_p = _score_reverse(prep, self.reverse, summary, kept)
-        if not self.warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
-            self.warned = True
-            warn_low_overlap(prep.plan)
-            if prep.reverse_plan is not None:
-                warn_low_overlap(prep.reverse_plan, "reverse ")
+        prep = _prepared_in_table_order(pending, self.carried, self.planners, summary)
+        values = self._score(pending, prep)
         rejected = pending.rejected_lines(prep)
         rejects = _report_rejects(rejected, self.input_path)
         summary.rejected += len(rejected)
-        if self.parts_dir and prep is not None and len(log_p):
-            source, target, scores = prep.source, prep.target, prep.scores
-            if kept is not None:
-                source, target, scores = source.filter(pa.array(kept)), target.filter(pa.array(kept)), scores[kept]
-            score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), source, target,
-                                     scores, log_p, n_unk, reverse_log_p)
+        if self.parts_dir and len(values[0]):
+            self._write_parquet_part(pending.kept(prep), prep, values)
         lines, good_rows = pending.format_args(prep)
-        formatting = functools.partial(format_lines, lines, good_rows, log_p, n_unk,
-                                       compress_level=self.compress_level, flags=self._flags(pending, prep),
-                                       reverse_log_probs=reverse_log_p)
+        columns = [(column.format, column_values) for column, column_values in zip(self.columns, values, strict=True)]
+        formatting = functools.partial(format_lines, lines, good_rows, columns, compress_level=self.compress_level)
         job = self.pool.submit(timed, formatting) if self.pool else timed(formatting)
         self.chunks_done += 1
         progress = ChunkProgress(
@@ -535,14 +470,34 @@ class _Run:
         rate = summary.lines / (time.monotonic() - self.started)
         self.bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{rate:.0f}")
 
-    def _flags(self, pending: _Pending, prep: PreparedChunk | None) -> np.ndarray | None:
-        """Which of the chunk's scored lines are among ``flag_lines`` (None without the option)."""
-        wanted = self.opts.flag_lines
-        if wanted is None:
-            return None
-        line_nos = pending.good_line_numbers(prep)
-        at = np.minimum(np.searchsorted(wanted, line_nos), max(len(wanted) - 1, 0))
-        return wanted[at] == line_nos if len(wanted) else np.zeros(len(line_nos), dtype=bool)
+    def _score(self, pending: _Pending, prep: PreparedChunk | None) -> list[np.ndarray]:
+        """Each column's values of the chunk's lines written (a shard's end: all rows are scored, its
+        own written), with their figures added to the summary; the first chunk with lines is shown
+        to each column (its warnings)."""
+        if prep is None or not prep.scored:
+            return [np.zeros(0) for _ in self.columns]
+        rows = ChunkRows(prep, pending.kept(prep), pending.good_line_numbers(prep))
+        started = time.thread_time()
+        values = [column.score(rows) for column in self.columns]
+        self.summary.add_stage("score", time.thread_time() - started)
+        self.summary.lines += len(values[0])
+        for column, column_values in zip(self.columns, values, strict=True):
+            column.summarise(column_values, rows, self.summary)
+        if not self.warned:
+            self.warned = True
+            for column in self.columns:
+                column.first_chunk(rows)
+        return values
+
+    def _write_parquet_part(self, kept: np.ndarray | None, prep: PreparedChunk, values: list[np.ndarray]) -> None:
+        """The chunk's rows written, with their phrases, table scores and each column's values."""
+        source, target, scores = prep.source, prep.target, prep.scores
+        if kept is not None:
+            source, target, scores = source.filter(pa.array(kept)), target.filter(pa.array(kept)), scores[kept]
+        fields = {column.parquet: column_values for column, column_values in zip(self.columns, values, strict=True)
+                  if column.parquet is not None}
+        score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), source, target, scores,
+                                 fields)
 
     def write_finished(self, window: int) -> None:
         """Append formatted chunks in order: those done, and any beyond ``window`` in flight."""
@@ -602,7 +557,7 @@ class _CarriedAcrossChunks:
     prev_source: str | None
 
 
-def _prepared_in_table_order(pending: _Pending, carried: _CarriedAcrossChunks, vocab,
+def _prepared_in_table_order(pending: _Pending, carried: _CarriedAcrossChunks, planners: tuple[Planner, ...],
                               summary: RescoreSummary) -> PreparedChunk | None:
     """The chunk's preparation, exactly as a serial run would have made it (or its error), taken in
     table order: it waits for the worker, and updates what ``carried`` holds and the summary's counts.
@@ -624,19 +579,19 @@ def _prepared_in_table_order(pending: _Pending, carried: _CarriedAcrossChunks, v
         prep is None or prep.bad_rows or prep.num_scores not in (None, carried.num_scores)
     ):
         pending.task.num_scores = carried.num_scores
-        prep = prepare_chunk(pending.task, vocab)
+        prep = prepare_chunk(pending.task, planners)
     if prep.num_scores is not None:
         carried.num_scores = prep.num_scores
     summary.add_stage("parse", prep.parse_seconds)
     summary.add_stage("trees", prep.tree_seconds)
     kept = pending.kept(prep)
-    if prep.plan is not None and kept is not None:  # a chunk holding an end of the shard: its rows only
-        sources = prep.plan.source_of_row[kept]
+    if prep.scored and kept is not None:  # a chunk holding an end of the shard: its rows only
+        sources = prep.source_of_row[kept]
         # From a shard point on, the first row starts a source; from the chunk's start, as above.
         first_new = pending.keep[0] > 0 or carried.prev_source is None or prep.first_source != carried.prev_source
         summary.distinct_sources += int(np.count_nonzero(np.diff(sources))) + int(first_new) if len(sources) else 0
         carried.prev_source = prep.last_source
-    elif prep.plan is not None:
+    elif prep.scored:
         new = prep.source_changes + (carried.prev_source is None or prep.first_source != carried.prev_source)
         summary.distinct_sources += int(new)
         carried.prev_source = prep.last_source
@@ -680,18 +635,16 @@ class _Stage:
     scorer: ChunkScorer
     carried: _CarriedAcrossChunks
     pool: futures.ProcessPoolExecutor | None
-    vocab: tuple[pa.Array, pa.Array]
+    planners: tuple[Planner, ...]
     spool: Spool | None
     out_q: queue.Queue
     stop: threading.Event
     summary: RescoreSummary
-    reverse: bool = False  # plan the reverse model's scoring too
 
     def task(self, lines: LineChunk | SpooledChunk, num_scores: int | None) -> PrepareTask:
         scorer, opts = self.scorer, self.opts
         return PrepareTask(lines, self.path, num_scores, opts.skip_bad_lines, bool(opts.scores_parquet),
-                           scorer.token_budget, scorer.options.share_sources, scorer.options.sort_by_length,
-                           self.reverse)
+                           scorer.token_budget, scorer.options.share_sources, scorer.options.sort_by_length)
 
     def submit(self, lines: SpooledChunk, shard_state: dict | None, position: int | None,
                keep: tuple[int, int] | None) -> None:
@@ -728,7 +681,7 @@ def _read_stage(stage: _Stage, fh, done: ChunkProgress, shard_filter: ShardFilte
             task = stage.task(chunk, num_scores)
             before = time.thread_time()
             try:
-                prep = prepare_chunk(task, stage.vocab)
+                prep = prepare_chunk(task, stage.planners)
                 num_scores = prep.num_scores if prep.num_scores is not None else num_scores
                 preparation = _Preparation(done=prep)
             except PhraseTableError as exc:
@@ -773,46 +726,6 @@ def _feed_stage(stage: _Stage, read_q) -> None:
             return
     except BaseException as exc:  # handed to the main thread, which re-raises
         put_unless_stopped(stage.out_q, exc, stage.stop)
-
-
-def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: str, summary: RescoreSummary,
-                    kept: np.ndarray | None = None):
-    """RNN log-probabilities and unknown-word counts of the chunk's good lines, in order; with
-    ``kept`` (a mask over them: a shard's end), all are scored and those kept are returned."""
-    if prep is None or prep.plan is None:
-        return np.zeros(0), np.zeros(0, dtype=np.int64)
-    started = time.thread_time()
-    log_p = scorer.score_plan(prep.plan)
-    summary.add_stage("score", time.thread_time() - started)
-    plan = prep.plan
-    src_unk = plan.sources.n_unk[plan.source_of_row]
-    tgt_unk = plan.targets.n_unk
-    n_unk = {"target": tgt_unk, "source": src_unk, "both": src_unk + tgt_unk}[wp_side].astype(np.int64)
-    tgt_tokens = plan.targets.lengths
-    if kept is not None:
-        log_p, n_unk, tgt_unk, tgt_tokens = log_p[kept], n_unk[kept], tgt_unk[kept], tgt_tokens[kept]
-    summary.lines += len(log_p)
-    summary.sum_log_prob += float(log_p.sum())
-    summary.target_tokens += int(tgt_tokens.sum())
-    summary.target_unknown += int(tgt_unk.sum())
-    return log_p, n_unk
-
-
-def _score_reverse(prep: PreparedChunk | None, reverse: ReverseScoring | None, summary: RescoreSummary,
-                   kept: np.ndarray | None = None) -> np.ndarray | None:
-    """The reverse model's log p(f|e) of the chunk's good lines, in order (None without one); as
-    :func:`_score_prepared`, all are scored and ``kept`` are returned."""
-    if reverse is None:
-        return None
-    if prep is None or prep.reverse_plan is None:
-        return np.zeros(0)
-    started = time.thread_time()
-    log_p = reverse.scorer.score_plan(prep.reverse_plan)
-    summary.add_stage("score", time.thread_time() - started)
-    if kept is not None:
-        log_p = log_p[kept]
-    summary.sum_reverse_log_prob = (summary.sum_reverse_log_prob or 0.0) + float(log_p.sum())
-    return log_p
 
 
 def _whole_number_at_least(value: object, minimum: int) -> bool:
