@@ -46,8 +46,9 @@ if __name__ == "__main__":
     from rescorer.model.config import ModelConfig
     from rescorer.model.flops import count_flops, count_flops_per_pair
     from rescorer.model.network import RNNEncoderDecoder
-    from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+    from rescorer.pipeline.rescore import RescoreOptions, rescore
     from rescorer.pipeline.scoring import ScoringOptions
+    from rescorer.pipeline.train_or_load import Models
 
 SIZES = {
     "paper": {"hidden": 1000, "embedding": 100, "maxout_units": 500, "output_rank": 100},
@@ -96,7 +97,7 @@ def run(table: Path, ck: Checkpoint, device: str, workers: int, chunk_lines: int
         out = Path(tmp) / "out.gz"
         opts = RescoreOptions(chunk_lines=chunk_lines, workers=workers, progress=False, device=device, scoring=scoring)
         t0 = time.perf_counter()
-        rescore_phrase_table(str(table), str(out), ck, opts, reverse)
+        rescore(str(table), str(out), Models(ck, reverse), opts)
         return time.perf_counter() - t0
 
 

@@ -21,8 +21,10 @@ from infrastructure.files import GZIP_MAGIC
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
-from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore_phrase_table
+from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary
+from rescorer.pipeline.rescore import rescore as rescore_table
 from rescorer.pipeline.scoring import ScoringOptions
+from rescorer.pipeline.train_or_load import Models
 from rescorer.training.train import train_on_phrase_table
 
 RESCORE_SCRIPT = str(Path(sys.executable).parent / "rescore-phrase-table")  # the installed command, for a real process
@@ -45,7 +47,7 @@ def rescore(inp: Path, out: Path, forward: Checkpoint, reverse: Checkpoint | Non
     any other :class:`RescoreOptions` field through ``kw``; the run's summary."""
     scoring = ScoringOptions(token_budget=kw.pop("token_budget", 4096))
     opts = RescoreOptions(progress=False, device="cpu", workers=kw.pop("workers", 0), scoring=scoring, **kw)
-    return rescore_phrase_table(str(inp), str(out), forward, opts, reverse)
+    return rescore_table(str(inp), str(out), Models(forward, reverse), opts)
 
 
 def run_command(args: list[str], **kw: object) -> Result:

@@ -67,7 +67,7 @@ from rescorer.pipeline.columns.base import ChunkRows, ChunkScorer, Column, Plann
 from rescorer.pipeline.columns.unknown import WP_SIDES
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
-from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, default_model_path, stop_error
+from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, check_partial_output, stop_error
 from rescorer.pipeline.reader import (
     ReaderSettings,
     SkippedChunk,
@@ -85,6 +85,7 @@ from rescorer.pipeline.resume import (
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget
 from rescorer.pipeline.shards import ShardFilter
 from rescorer.pipeline.spool import Spool, SpooledChunk, lines_of
+from rescorer.pipeline.train_or_load import Models
 from rescorer.tables.chunks import LineChunk, UnreadableInputError
 
 
@@ -241,51 +242,20 @@ class _Pending:
         return [(n, why, lines.line(n - lines.first_line_no)) for n, why in prep.bad_rows if first <= n < last]
 
 
-def check_directions(model: Checkpoint | None, reverse: Checkpoint | None, model_name: str | None = None,
-                     reverse_name: str | None = None) -> None:
-    """A forward model (p(e|f)) for ``--model`` and a reverse one (p(f|e), ``rescorer train --reverse``)
-    for ``--reverse-model``: either one in the other's place would give a column that means the
-    opposite of its name, which nothing downstream could notice."""
-    if model is not None and model.config.direction != "forward":
-        raise RescoreError(f"{model_name or model.path}: a reverse model (it scores p(f|e), from rescorer train "
-                           "--reverse): give it to --reverse-model, not --model")
-    if reverse is not None and reverse.config.direction != "reverse":
-        raise RescoreError(f"{reverse_name or reverse.path}: a forward model (it scores p(e|f)): --reverse-model "
-                           "needs one trained with rescorer train --reverse")
+def rescore(input_path: str, output_path: str, models: Models, options: RescoreOptions | None = None) -> RescoreSummary:
+    """Stream ``input_path`` to ``output_path`` with the run's score columns appended to each line
+    (:func:`rescorer.pipeline.columns.columns_of_run`): the one entry point of the pipeline.
 
-
-def finished_training_of(output_path: str, save_model: str | None = None) -> str | None:
-    """The model an interrupted run trained, if that run got as far as scoring; else None.
-
-    Scoring starts only after training has finished, so a progress record beside the output
-    means the saved model is final: ``--resume`` must reuse it, not train it further (which would
-    also change the model file and make the partial output unusable).
+    In order, before any long work: the options are checked (:func:`check_options`), a stopped run's
+    partial output is refused without ``--resume`` and a ``--resume`` of a finished output does nothing
+    but say so (the summary's ``finished_already``, :func:`check_partial_output`); both models are
+    loaded and checked, or the forward one trained first (:meth:`Models.load`). See the module doc.
     """
-    model = default_model_path(output_path, save_model)
-    if output_path != "-" and OutputFiles.beside(output_path).progress.exists() and Path(model).exists():
-        return model
-    return None
-
-
-def rescore_phrase_table(
-    input_path: str,
-    output_path: str,
-    checkpoint: Checkpoint,
-    options: RescoreOptions | None = None,
-    reverse: Checkpoint | None = None,
-) -> RescoreSummary:
-    """Stream ``input_path`` to ``output_path`` with two more score columns (three with a ``reverse``
-    model's p(f|e)). See module doc."""
     opts = options or RescoreOptions()
     check_options(input_path, output_path, opts)
-    return rescore_checked(input_path, output_path, checkpoint, opts, reverse)
-
-
-def rescore_checked(input_path: str, output_path: str, checkpoint: Checkpoint, opts: RescoreOptions,
-                    reverse: Checkpoint | None = None) -> RescoreSummary:
-    """:func:`rescore_phrase_table` with options that :func:`check_options` has passed: for a caller that
-    checks them before long work of its own (``rescore-phrase-table`` trains first), so each is checked once."""
-    check_directions(checkpoint, reverse)
+    if check_partial_output(output_path, opts.resume):
+        return RescoreSummary(finished_already=output_path)
+    forward, reverse = models.load(input_path, output_path, opts)
     device = select_device(opts.device)
     precision = scoring_precision(opts.precision)
     scoring = opts.scoring
@@ -294,19 +264,21 @@ def rescore_checked(input_path: str, output_path: str, checkpoint: Checkpoint, o
         # its groups, and hence its bytes, are those of the interrupted run.
         recorded = recorded_options(OutputFiles.beside(output_path).progress)
         scoring = replace(scoring, token_budget=recorded.get("token_budget"))
-    if reverse is not None and scoring.token_budget is None:
+    if isinstance(reverse, Checkpoint) and isinstance(forward, Checkpoint) and scoring.token_budget is None:
         # One budget for both plans of a chunk: the smaller, as the larger output layer needs.
-        scoring = replace(scoring, token_budget=min(auto_token_budget(device, checkpoint.config),
+        scoring = replace(scoring, token_budget=min(auto_token_budget(device, forward.config),
                                                     auto_token_budget(device, reverse.config)))
 
-    def scoring_model(model: Checkpoint) -> ScoringModel:
+    def scoring_model(model: Checkpoint | ScoringModel) -> ScoringModel:
+        if isinstance(model, ScoringModel):
+            return model
         scorer = PairScorer(model.model, device, autocast_dtype(device, precision), scoring, precision)
         return ScoringModel(scorer, model.src_vocab.words, model.tgt_vocab.words, getattr(model, "path", None))
 
-    forward = scoring_model(checkpoint)
-    columns = columns_of_run(forward, None if reverse is None else scoring_model(reverse), opts)
+    forward_model = scoring_model(forward)
+    columns = columns_of_run(forward_model, None if reverse is None else scoring_model(reverse), opts)
     with matmul_precision(precision):
-        return _run_pipeline(input_path, output_path, columns, forward.scorer, opts)
+        return _run_pipeline(input_path, output_path, columns, forward_model.scorer, opts)
 
 
 def _progress_so_far(files: OutputFiles, identity: dict) -> ChunkProgress:
@@ -316,13 +288,6 @@ def _progress_so_far(files: OutputFiles, identity: dict) -> ChunkProgress:
         return ChunkProgress.from_record(load_progress(files.progress, files.counted_partials(), identity, fresh))
     except ResumeError as exc:
         raise RescoreError(str(exc)) from exc
-
-
-def rescore_with_scorer(input_path: str, output_path: str, forward: ScoringModel, opts: RescoreOptions,
-                        reverse: ScoringModel | None = None) -> RescoreSummary:
-    """The pipeline of :func:`rescore_phrase_table` around any scorer of the models' shortlists."""
-    check_options(input_path, output_path, opts)
-    return _run_pipeline(input_path, output_path, columns_of_run(forward, reverse, opts), forward.scorer, opts)
 
 
 def _run_pipeline(input_path: str, output_path: str, columns: list[Column], scorer: ChunkScorer,

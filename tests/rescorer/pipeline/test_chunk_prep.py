@@ -28,9 +28,10 @@ from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline.chunk_prep import PrepareTask, prepare_chunk
 from rescorer.pipeline.columns.rnn import FORWARD, ForwardPlanner
-from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.rescore import RescoreOptions, rescore
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions
 from rescorer.pipeline.spool import SpooledObject
+from rescorer.pipeline.train_or_load import Models
 from rescorer.tables.aligned import aligned_chunks
 from rescorer.tables.chunks import LineChunk, iter_line_chunks
 from shared_paths import shared_file
@@ -78,7 +79,7 @@ def with_bad_lines(lines: list[bytes]) -> list[bytes]:
 def run(table: Path, out: Path, ck: Checkpoint, workers: int, **kw):
     opts = RescoreOptions(progress=False, device="cpu", workers=workers, chunk_lines=CHUNK,
                           scoring=ScoringOptions(token_budget=256), **kw)
-    return rescore_phrase_table(str(table), str(out), ck, opts)
+    return rescore(str(table), str(out), Models(ck), opts)
 
 
 def test_workers_give_the_serial_output_rejects_and_messages(real_lines, checkpoint, tmp_path, capfd):
