@@ -1,8 +1,10 @@
-"""``rescore-phrase-table``: stream a Moses table, append the RNN and unknown-word columns.
+"""``rescore-phrase-table``: stream a Moses table, append score columns: :func:`rescore`, the one entry point.
 
-With ``--reverse-model``, a reverse model's p(f|e) is one more column, computed in the same run from
-the same chunks: each chunk gets a second plan with its rows grouped by target phrase
-(:func:`rescorer.pipeline.columns.reverse.plan_reverse`), scored by a second scorer.
+The columns are those of :func:`rescorer.pipeline.columns.columns_of_run`: the RNN's p(e|f) and the
+unknown-word count, with ``--reverse-model`` a reverse model's p(f|e) (computed in the same run from the
+same chunks, each with a second plan), with ``flag_lines`` ``rescorer propose``'s indicator. Each is a
+:class:`rescorer.pipeline.columns.base.Column`: the run plans, scores, writes and records whatever
+columns it is given.
 
 The run is a pipeline of overlapping stages, so that no stage waits on another:
 
