@@ -54,6 +54,7 @@ from infrastructure.threads import available_cpus
 from moses_integration.phrase_table import PhraseTableError
 from neural.device import autocast_dtype, matmul_precision, scoring_precision, select_device
 from rescorer.model.checkpoint import Checkpoint
+from rescorer.pipeline import columns as registered
 from rescorer.pipeline import score_parquet
 from rescorer.pipeline.chunk_prep import (
     PreparedChunk,
@@ -64,7 +65,6 @@ from rescorer.pipeline.chunk_prep import (
     timed,
     worker_pool,
 )
-from rescorer.pipeline.columns import columns_of_run
 from rescorer.pipeline.columns.base import ChunkRows, ChunkScorer, Column, Planner, ScoringModel
 from rescorer.pipeline.columns.unknown import WP_SIDES
 from rescorer.pipeline.errors import RescoreError
@@ -278,7 +278,7 @@ def rescore(input_path: str, output_path: str, models: Models, options: RescoreO
         return ScoringModel(scorer, model.src_vocab.words, model.tgt_vocab.words, getattr(model, "path", None))
 
     forward_model = scoring_model(forward)
-    columns = columns_of_run(forward_model, None if reverse is None else scoring_model(reverse), opts)
+    columns = registered.columns_of_run(forward_model, None if reverse is None else scoring_model(reverse), opts)
     with matmul_precision(precision):
         return _run_pipeline(input_path, output_path, columns, forward_model.scorer, opts)
 
