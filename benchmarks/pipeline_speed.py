@@ -4,7 +4,7 @@ Usage: python -m benchmarks.pipeline_speed [--table T] [--lines N] [--workers 1,
 
 A GPU scores hundreds of thousands of pairs per second; then reading, parsing, prefix-tree
 building, formatting and compression bound the run. This runs the real pipeline
-(:func:`rescorer.pipeline.rescore.rescore_with_scorer`: the same reader, worker processes, trees, writer,
+(:func:`rescorer.pipeline.rescore.rescore`: the same reader, worker processes, trees, writer,
 progress record and gzip output as ``rescore-phrase-table``) on the whole fixture phrase table,
 with the model replaced by a constant scorer, once per ``-j`` given. It prints, for each run:
 
@@ -48,10 +48,14 @@ if __name__ == "__main__":
     from benchmarks.score_speed import default_table
     from infrastructure.files import DEFAULT_MEMBER_LEVEL, compress_member
     from infrastructure.threads import available_cpus
+    from rescorer.pipeline.columns.base import ScoringModel
+    from rescorer.pipeline.columns.rnn import probability_column
+    from rescorer.pipeline.columns.unknown import unknown_column
     from rescorer.pipeline.output_chunks import format_chunk
-    from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore_with_scorer
+    from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore
     from rescorer.pipeline.scoring import CPU_TOKEN_BUDGET, ScoringOptions
     from rescorer.pipeline.scoring_plan import ScoringPlan
+    from rescorer.pipeline.train_or_load import Models
     from rescorer.tables.chunks import iter_line_chunks
 
 PARALLEL_STAGES = ("parse", "trees", "format")
@@ -83,7 +87,8 @@ def run(table: Path, workers: int, chunk_lines: int, vocab: tuple[list[str], lis
     with tempfile.TemporaryDirectory() as tmp:
         opts = RescoreOptions(chunk_lines=chunk_lines, workers=workers, progress=False)
         wall, cpu, child = time.perf_counter(), time.process_time(), children_cpu()
-        summary = rescore_with_scorer(str(table), str(Path(tmp) / "out.gz"), ConstantScorer(), *vocab, None, opts)
+        constant = ScoringModel(ConstantScorer(), *vocab, None)
+        summary = rescore(str(table), str(Path(tmp) / "out.gz"), Models(constant), opts)
         return (summary, time.perf_counter() - wall, time.process_time() - cpu, children_cpu() - child)
 
 
@@ -94,7 +99,7 @@ def format_and_gzip_apart(table: Path, chunk_lines: int, chunks: int = 3) -> tup
         for chunk in itertools.islice(iter_line_chunks(fh, str(table), chunk_lines), chunks):
             log_p, n_unk = np.full(len(chunk), -2.0), np.zeros(len(chunk), dtype=np.int64)
             started = time.thread_time()
-            text = format_chunk(chunk, log_p, n_unk, None)
+            text = format_chunk(chunk, [(probability_column, log_p), (unknown_column, n_unk)], None)
             formatted = time.thread_time()
             compress_member(text)
             fmt, gz, lines = fmt + formatted - started, gz + time.thread_time() - formatted, lines + len(chunk)

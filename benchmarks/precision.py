@@ -44,6 +44,7 @@ from rescorer.model.config import ModelConfig
 from rescorer.model.flops import count_flops
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline.chunk_prep import PrepareTask, init_worker, prepare_chunk
+from rescorer.pipeline.columns.rnn import FORWARD, ForwardPlanner
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget
 from rescorer.pipeline.scoring_plan import ScoringPlan
 from rescorer.tables.chunks import LineChunk
@@ -67,9 +68,9 @@ def plan_chunks(lines: list[bytes], ck: Checkpoint, token_budget: int, chunk_lin
                     token_budget)
         for start in range(0, len(lines), chunk_lines)
     ]
-    with futures.ProcessPoolExecutor(workers, initializer=init_worker,
-                                     initargs=(ck.src_vocab.words, ck.tgt_vocab.words)) as pool:
-        return [prep.plan for prep in pool.map(prepare_chunk, tasks)]
+    planners = (ForwardPlanner.of_words(ck.src_vocab.words, ck.tgt_vocab.words),)
+    with futures.ProcessPoolExecutor(workers, initializer=init_worker, initargs=(planners,)) as pool:
+        return [prep.plans[FORWARD] for prep in pool.map(prepare_chunk, tasks)]
 
 
 def performed_flops(config: ModelConfig, plans: list[ScoringPlan]) -> float:

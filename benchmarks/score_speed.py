@@ -46,8 +46,9 @@ if __name__ == "__main__":
     from rescorer.model.config import ModelConfig
     from rescorer.model.flops import count_flops, count_flops_per_pair
     from rescorer.model.network import RNNEncoderDecoder
-    from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+    from rescorer.pipeline.rescore import RescoreOptions, rescore
     from rescorer.pipeline.scoring import ScoringOptions
+    from rescorer.pipeline.train_or_load import Models
 
 SIZES = {
     "paper": {"hidden": 1000, "embedding": 100, "maxout_units": 500, "output_rank": 100},
@@ -96,7 +97,7 @@ def run(table: Path, ck: Checkpoint, device: str, workers: int, chunk_lines: int
         out = Path(tmp) / "out.gz"
         opts = RescoreOptions(chunk_lines=chunk_lines, workers=workers, progress=False, device=device, scoring=scoring)
         t0 = time.perf_counter()
-        rescore_phrase_table(str(table), str(out), ck, opts, reverse)
+        rescore(str(table), str(out), Models(ck, reverse), opts)
         return time.perf_counter() - t0
 
 
@@ -105,22 +106,25 @@ def model_seconds(lines: list[bytes], ck: Checkpoint, rev: Checkpoint, device: t
     """Seconds of the model alone for the forward and the reverse column of ``lines``, each the
     fastest of ``repeat`` passes over the same plans (prepared once, as the workers prepare them),
     the two directions timed in turns so that the machine's drift hits both alike."""
-    from rescorer.pipeline.chunk_prep import PrepareTask, arrow_vocab, prepare_chunk
+    from rescorer.pipeline.chunk_prep import PrepareTask, prepare_chunk
+    from rescorer.pipeline.columns.reverse import REVERSE, ReversePlanner
+    from rescorer.pipeline.columns.rnn import FORWARD, ForwardPlanner
     from rescorer.pipeline.scoring import PairScorer
     from rescorer.tables.chunks import LineChunk
 
     forward = PairScorer(ck.model, device, options=ScoringOptions(token_budget=token_budget))
     reverse = PairScorer(rev.model, device, options=ScoringOptions(token_budget=forward.token_budget))
-    vocab = arrow_vocab(ck.src_vocab.words, ck.tgt_vocab.words, (rev.src_vocab.words, rev.tgt_vocab.words))
+    planners = (ForwardPlanner.of_words(ck.src_vocab.words, ck.tgt_vocab.words),
+                ReversePlanner.of_words(rev.src_vocab.words, rev.tgt_vocab.words))
     plans = [prepare_chunk(PrepareTask(LineChunk.from_lines(start + 1, lines[start : start + chunk_lines]), "table",
-                                       None, False, False, forward.token_budget, reverse=True), vocab)
+                                       None, False, False, forward.token_budget), planners)
              for start in range(0, len(lines), chunk_lines)]
     best = [float("inf"), float("inf")]
     for _ in range(max(1, repeat)):
-        for i, (scorer, which) in enumerate(((forward, "plan"), (reverse, "reverse_plan"))):
+        for i, (scorer, which) in enumerate(((forward, FORWARD), (reverse, REVERSE))):
             t0 = time.perf_counter()
             for prepared in plans:
-                scorer.score_plan(getattr(prepared, which))
+                scorer.score_plan(prepared.plans[which])
             best[i] = min(best[i], time.perf_counter() - t0)
     return best[0], best[1]
 

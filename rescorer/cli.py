@@ -434,12 +434,11 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 
     INPUT_TABLE and OUTPUT_TABLE may be plain or .gz, or - for stdin/stdout.
     """
-    from rescorer.model.checkpoint import load_checkpoint
     from rescorer.pipeline.moses_config import check_moses_ini, check_table_path_for_ini, write_moses_ini
-    from rescorer.pipeline.rescore import RescoreOptions
+    from rescorer.pipeline.rescore import RescoreOptions, rescore
     from rescorer.pipeline.scoring import ScoringOptions
     from rescorer.pipeline.shards import parse_shard
-    from rescorer.pipeline.train_or_load import TrainingWithoutModel, rescore_with_model_or_training
+    from rescorer.pipeline.train_or_load import Models, TrainingWithoutModel
 
     if bool(moses_ini) != bool(moses_ini_out):
         raise click.UsageError("--moses-ini and --moses-ini-out go together")
@@ -451,9 +450,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         raise click.UsageError("training without --model needs INPUT_TABLE as a file, not stdin")
     if moses_ini_out:
         check_table_path_for_ini(output_table, moses_ini_out)
-    reverse = load_checkpoint(reverse_model) if reverse_model else None
     # Everything Moses will check is checked now, before hours of training and scoring.
-    weights = (rnn_weight, wp_weight, reverse_weight) if reverse else (rnn_weight, wp_weight)
+    weights = (rnn_weight, wp_weight, reverse_weight) if reverse_model else (rnn_weight, wp_weight)
     num_scores = check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out,
                                  table_name=table_name, new_columns=len(weights), cslm=cslm, cslm_name=cslm_name,
                                  cslm_weight=cslm_weight) if moses_ini else None
@@ -467,8 +465,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         save_model=save_model, max_steps=train_steps, max_time=train_time, shortlist=shortlist, seed=seed,
         sizes=_model_sizes(hidden, embedding, maxout_units, output_rank, init_std), train_step=train_step,
     )
-    summary = rescore_with_model_or_training(input_table, output_table, model_path, training, options,
-                                             reverse)
+    summary = rescore(input_table, output_table, Models(model_path, reverse_model, training), options)
     click.echo(summary.report(), err=True)
     empty = summary.lines == 0 and summary.finished_already is None
     if empty and shard:
@@ -630,7 +627,7 @@ def rerank_weights_command(phrase_table, model_path, reverse_path, text, referen
     (docs/proposals.md). Give the weights to propose as --rerank-reverse-weight and
     --rerank-length-weight.
     """
-    from rescorer.pipeline.rescore import check_directions
+    from rescorer.pipeline.train_or_load import check_directions
     from rescorer.proposals.propose import lex_paths
     from rescorer.proposals.weights import ChoiceInputs, RerankGrid, check_parallel, choose_point, grid_figures
 

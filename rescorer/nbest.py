@@ -3,7 +3,7 @@
 The value of a hypothesis is what Moses would have put in its n-best list for the p_RNN column of a
 table that ``rescore-phrase-table`` rescored with the same model: the sum, over the hypothesis'
 phrase pairs, of ln p as Moses reads it from the column (the probability the table holds, written
-by :func:`rescorer.pipeline.output_chunks.probability_column`, parsed as a float32, its ln floored at
+by :func:`rescorer.pipeline.columns.rnn.probability_column`, parsed as a float32, its ln floored at
 −100). So a model can be tried by reranking n-best lists without rescoring whole tables. A model
 trained with ``rescorer train --reverse`` gives p(f|e), the column of ``--reverse-model``; the model
 file says which direction it scores.
@@ -41,7 +41,7 @@ from moses_integration.phrase_table import LOG_FLOOR
 from moses_integration.tokens import split_tokens
 from neural.device import autocast_dtype, matmul_precision, scoring_precision, select_device
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint
-from rescorer.pipeline.output_chunks import probability_column
+from rescorer.pipeline.columns.rnn import probability_column
 from rescorer.pipeline.scoring import PairScorer
 from rescorer.tables.chunks import iter_line_chunks, parse_chunk, phrases_to_ids
 

@@ -51,12 +51,14 @@ def rescore(inp: Path, out: Path, forward: Checkpoint, reverse: Checkpoint | Non
             **kw: object) -> RescoreSummary:
     """``rescore-phrase-table`` on CPU without progress; ``token_budget`` and ``workers`` as given,
     any other :class:`RescoreOptions` field through ``kw``; the run's summary."""
-    from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+    from rescorer.pipeline.rescore import RescoreOptions
+    from rescorer.pipeline.rescore import rescore as rescore_table
     from rescorer.pipeline.scoring import ScoringOptions
+    from rescorer.pipeline.train_or_load import Models
 
     scoring = ScoringOptions(token_budget=kw.pop("token_budget", 4096))
     opts = RescoreOptions(progress=False, device="cpu", workers=kw.pop("workers", 0), scoring=scoring, **kw)
-    return rescore_phrase_table(str(inp), str(out), forward, opts, reverse)
+    return rescore_table(str(inp), str(out), Models(forward, reverse), opts)
 
 
 def run_command(args: list[str], **kw: object) -> Result:

@@ -18,44 +18,36 @@ import multiprocessing.synchronize
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from infrastructure.processes import die_with_parent, leave_interrupts_to_parent
-from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
+from rescorer.pipeline.columns.base import ChunkPhrases, Planner, PlanSettings
+from rescorer.pipeline.scoring_plan import ScoringPlan
 from rescorer.pipeline.spool import SpooledChunk, SpooledObject, lines_of
-from rescorer.tables.chunks import LineChunk, TokenIds, parse_chunk, phrases_to_ids
+from rescorer.tables.chunks import LineChunk, parse_chunk
 
-# (source words, target words) of this worker's forward model, then, with a reverse model, that
-# model's (source words, target words): the table's target language first.
-_VOCAB: tuple[pa.Array, ...] | None = None
-
-
-def arrow_vocab(src_words: list[str], tgt_words: list[str],
-                reverse_words: tuple[list[str], list[str]] | None = None) -> tuple[pa.Array, ...]:
-    """The shortlists as Arrow arrays, the forward model's and then, if any, the reverse model's."""
-    words = (src_words, tgt_words, *(reverse_words or ()))
-    return tuple(pa.array(w, pa.string()) for w in words)
+# The planners of this worker's columns (the models' shortlists), sent once (:func:`init_worker`).
+_PLANNERS: tuple[Planner, ...] | None = None
 
 
-def init_worker(src_words: list[str], tgt_words: list[str], parent_pid: int | None = None,
-                all_started: multiprocessing.synchronize.Barrier | None = None,
-                reverse_words: tuple[list[str], list[str]] | None = None) -> None:
-    """Pool initializer: the shortlists, sent once per worker rather than with every chunk.
+def init_worker(planners: tuple[Planner, ...], parent_pid: int | None = None,
+                all_started: multiprocessing.synchronize.Barrier | None = None) -> None:
+    """Pool initializer: the columns' planners (with the shortlists), sent once per worker rather than
+    with every chunk.
 
     With ``parent_pid``, the worker ends with that process (:func:`die_with_parent`) and leaves
     Ctrl-C and SIGTERM to it (:func:`leave_interrupts_to_parent`). With
     ``all_started``, it waits until every worker of the pool has started (:func:`worker_pool`).
-    ``reverse_words`` are the reverse model's shortlists (``--reverse-model``).
     """
-    global _VOCAB
+    global _PLANNERS
     if parent_pid is not None:
         die_with_parent(parent_pid)
         leave_interrupts_to_parent()
-    _VOCAB = arrow_vocab(src_words, tgt_words, reverse_words)
+    _PLANNERS = planners
     if all_started is not None:
         all_started.wait(timeout=_START_SECONDS)
 
@@ -63,8 +55,7 @@ def init_worker(src_words: list[str], tgt_words: list[str], parent_pid: int | No
 _START_SECONDS = 600.0  # a worker still not started by then will not be (a loaded machine takes seconds)
 
 
-def worker_pool(workers: int, src_words: list[str], tgt_words: list[str],
-                reverse_words: tuple[list[str], list[str]] | None = None) -> futures.ProcessPoolExecutor:
+def worker_pool(workers: int, planners: tuple[Planner, ...]) -> futures.ProcessPoolExecutor:
     """``workers`` processes that prepare and format chunks, all started now, by this thread.
 
     Each ends with this process, SIGKILL included (:func:`die_with_parent`), which the kernel ties
@@ -76,7 +67,7 @@ def worker_pool(workers: int, src_words: list[str], tgt_words: list[str],
     context = multiprocessing.get_context("spawn")
     all_started = context.Barrier(workers)
     pool = futures.ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker,
-                                       initargs=(src_words, tgt_words, os.getpid(), all_started, reverse_words))
+                                       initargs=(planners, os.getpid(), all_started))
     for _ in range(workers):
         pool.submit(os.getpid)
     return pool
@@ -109,7 +100,6 @@ class PrepareTask:
     token_budget: int
     share_sources: bool = True
     sort_by_length: bool = True
-    reverse: bool = False  # plan the reverse model's scoring too (--reverse-model)
 
 
 @dataclass
@@ -119,9 +109,9 @@ class PreparedChunk:
     good_rows: np.ndarray  # rows of the task's lines that were parsed (the others are bad_rows)
     bad_rows: list[tuple[int, str]]  # (line number, reason) set aside by --skip-bad-lines
     num_scores: int | None
-    plan: ScoringPlan | None  # None when no line is good
-    # With a reverse model, the same rows with the roles swapped: grouped by target (reverse_plan).
-    reverse_plan: ScoringPlan | None = None
+    # Each planning column's plan (Planner.name: plan); none when no line is good.
+    plans: dict[str, ScoringPlan] = field(default_factory=dict)
+    source_of_row: np.ndarray | None = None  # each good row's index among the chunk's distinct sources
     source_changes: int = 0  # rows whose source differs from the row before, within the chunk
     first_source: str | None = None
     last_source: str | None = None
@@ -132,69 +122,40 @@ class PreparedChunk:
     tree_seconds: float = 0.0  # CPU time of grouping and prefix trees
 
     @property
-    def sources(self) -> TokenIds | None:
-        return self.plan.sources if self.plan else None
-
-    @property
-    def targets(self) -> TokenIds | None:
-        return self.plan.targets if self.plan else None
+    def scored(self) -> int:
+        """How many rows were parsed, planned and scored."""
+        return 0 if self.source_of_row is None else len(self.source_of_row)
 
 
-def prepare_chunk(task: PrepareTask, vocab: tuple[pa.Array, ...] | None = None) -> PreparedChunk:
-    """Validate and parse the lines, map words to ids, and plan the scoring (groups and trees).
+def prepare_chunk(task: PrepareTask, planners: tuple[Planner, ...] | None = None) -> PreparedChunk:
+    """Validate and parse the lines, and make each column's plan (groups and trees).
 
     A malformed line raises :class:`moses_integration.phrase_table.PhraseTableError` naming it,
-    unless ``skip_bad_lines``. ``vocab`` defaults to the worker's (:func:`init_worker`); with
-    ``task.reverse`` it holds the reverse model's shortlists too (:func:`arrow_vocab`).
+    unless ``skip_bad_lines``. ``planners`` default to the worker's (:func:`init_worker`).
     """
-    vocab = vocab if vocab is not None else _VOCAB
-    src_words, tgt_words = vocab[:2]
+    planners = planners if planners is not None else _PLANNERS
     started = time.thread_time()
     parsed = parse_chunk(lines_of(task.lines), task.path, num_scores=task.num_scores,
                          skip_bad_lines=task.skip_bad_lines, want_scores=task.keep_phrases)
-    out = PreparedChunk(parsed.good_rows, parsed.bad_rows, parsed.num_scores, None)
+    out = PreparedChunk(parsed.good_rows, parsed.bad_rows, parsed.num_scores)
     if task.keep_phrases:
         out.source, out.target, out.scores = parsed.source, parsed.target, parsed.scores
     n = len(parsed.source)
     if n:
         encoded = pc.dictionary_encode(parsed.source)
-        sources = phrases_to_ids(encoded.dictionary, src_words)
         source_of_row = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        targets = phrases_to_ids(parsed.target, tgt_words)
+        phrases = ChunkPhrases(parsed.source, parsed.target, encoded.dictionary, source_of_row)
+        out.source_of_row = source_of_row
         out.source_changes = int(np.count_nonzero(np.diff(source_of_row)))
         out.first_source, out.last_source = parsed.source[0].as_py(), parsed.source[n - 1].as_py()
         parsed_at = time.thread_time()
         out.parse_seconds = parsed_at - started
-        out.plan = plan_scoring(sources, source_of_row, targets, task.token_budget,
-                                share_sources=task.share_sources, sort_by_length=task.sort_by_length)
-        if task.reverse:
-            out.reverse_plan = plan_reverse(parsed.source, parsed.target, vocab[2], vocab[3], task)
+        settings = PlanSettings(task.token_budget, task.share_sources, task.sort_by_length)
+        out.plans = {planner.name: planner.plan(phrases, settings) for planner in planners}
         out.tree_seconds = time.thread_time() - parsed_at
     else:
         out.parse_seconds = time.thread_time() - started
     return out
-
-
-def plan_reverse(source: pa.Array, target: pa.Array, rev_src_words: pa.Array, rev_tgt_words: pa.Array,
-                 task: PrepareTask) -> ScoringPlan:
-    """The reverse model's plan of a chunk: its rows grouped by target phrase, roles swapped.
-
-    The table is sorted by source, so a target recurs across the chunk ("de" under hundreds of
-    sources). Its distinct targets are the reverse model's sources, each encoded once; sorted by
-    their bytes, a phrase and its extensions fall in the same encoder group, as sources do in the
-    table. Each row's source phrase is the reverse model's target, decoded in the trees of
-    :func:`rescorer.pipeline.scoring_plan.plan_scoring`, whose rows are the chunk's rows: the
-    scores come back in line order.
-    """
-    encoded = pc.dictionary_encode(target)
-    order = pc.array_sort_indices(encoded.dictionary).to_numpy(zero_copy_only=False)
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    rev_sources = phrases_to_ids(encoded.dictionary.take(pa.array(order)), rev_src_words)
-    target_of_row = rank[encoded.indices.to_numpy(zero_copy_only=False)]
-    rev_targets = phrases_to_ids(source, rev_tgt_words)
-    return plan_scoring(rev_sources, target_of_row, rev_targets, task.token_budget,
-                        share_sources=task.share_sources, sort_by_length=task.sort_by_length)
 
 
 def prepare_spooled(task: PrepareTask) -> SpooledObject:

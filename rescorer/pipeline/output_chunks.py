@@ -14,14 +14,14 @@ gives the same bytes.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from infrastructure.files import compress_member
-from moses_integration.phrase_table import LOG_FLOOR, SEPARATOR, append_score_columns_bulk, format_log_probability
+from moses_integration.phrase_table import SEPARATOR, append_score_columns_bulk
 from rescorer.pipeline.spool import SpooledChunk, lines_of
 from rescorer.tables.aligned import shard_points
 from rescorer.tables.chunks import LineChunk
@@ -29,59 +29,31 @@ from rescorer.tables.chunks import LineChunk
 NEWLINE = ord("\n")
 
 
-def probability_column(log_probs: np.ndarray) -> pa.Array:
-    """exp(log p) floored at exp(-100) per line, as Moses reads it back (the same text as
-    :func:`format_log_probability`: same ``math.exp``, same ``.6g``)."""
-    bad = np.isnan(log_probs) | (log_probs == math.inf)
-    if bad.any():
-        format_log_probability(float(log_probs[np.flatnonzero(bad)[0]]))  # raises, naming the value
-    exp = math.exp
-    return pa.array([f"{exp(x):.6g}" for x in np.maximum(log_probs, LOG_FLOOR).tolist()], pa.string())
+#: A column's values and the function that writes them (:attr:`rescorer.pipeline.columns.base.Column.format`).
+ColumnValues = tuple[Callable[[np.ndarray], pa.Array], np.ndarray]
 
 
-def score_columns(log_probs: np.ndarray, n_unknown: np.ndarray, flags: np.ndarray | None = None,
-                  reverse_log_probs: np.ndarray | None = None) -> pa.Array:
-    """``"P U"`` per line: exp(log p) floored at exp(-100), and exp(-n_unk), as Moses reads them.
-
-    The second column takes few values, so each is formatted once. With ``reverse_log_probs``
-    (``--reverse-model``), a third column is exp(log p(f|e)), written as the first. With ``flags``
-    (bool per line), a last column holds exp(1) for a flagged line and exp(0) = 1 for the others,
-    which Moses reads back as 1 and 0: the feature counts the flagged phrase pairs a translation uses.
-    """
-    first = probability_column(log_probs)
-    n = n_unknown.astype(np.int64)
-    known = pa.array([format_log_probability(-float(k)) for k in range(int(n.max(initial=0)) + 1)], pa.string())
-    columns = [first, pc.take(known, pa.array(n))]
-    if reverse_log_probs is not None:
-        columns.append(probability_column(reverse_log_probs))
-    if flags is not None:
-        values = pa.array([format_log_probability(0.0), format_log_probability(1.0)], pa.string())
-        columns.append(pc.take(values, pa.array(flags.astype(np.int8))))
-    return pc.binary_join_element_wise(*columns, " ")
+def score_columns(columns: Sequence[ColumnValues]) -> pa.Array:
+    """``"C1 C2 …"`` per line: each column's text of its values, in order, as Moses reads them."""
+    return pc.binary_join_element_wise(*(write(values) for write, values in columns), " ")
 
 
 def format_chunk(
     lines: LineChunk,
-    log_probs: np.ndarray,
-    n_unknown: np.ndarray,
+    columns: Sequence[ColumnValues],
     compress_level: int | None,
-    flags: np.ndarray | None = None,
     members: np.ndarray | None = None,
-    reverse_log_probs: np.ndarray | None = None,
 ) -> bytes:
-    """Lines with the two new columns; every line is scored (rejected lines never get here).
+    """Lines with the new columns; every line is scored (rejected lines never get here).
 
-    Column 1 is exp(log p) floored at exp(-100); column 2 is exp(-n_unk), which Moses reads back
-    as -n_unk; with ``reverse_log_probs``, then exp(log p(f|e)); with ``flags``, the flag last
-    (:func:`score_columns`).
     ``compress_level=None`` returns plain text; else one gzip member, or with ``members`` (the
     increasing rows, after the first, where a new member starts) one member per stretch.
     """
-    if len(lines) != len(log_probs) or any(x is not None and len(x) != len(lines) for x in (flags, reverse_log_probs)):
-        raise ValueError(f"{len(lines)} lines but {len(log_probs)} scores")
+    if any(len(values) != len(lines) for _, values in columns):
+        raise ValueError(f"{len(lines)} lines but {[len(values) for _, values in columns]} scores")
     if not len(lines):  # no member for no lines: a shard's skipped chunks add no bytes to the output
         return b""
-    data = _append_columns(lines, score_columns(log_probs, n_unknown, flags, reverse_log_probs))
+    data = _append_columns(lines, score_columns(columns))
     if compress_level is None:
         return bytes(data)
     if members is None or not len(members):
@@ -138,11 +110,8 @@ def _append_per_line(lines: LineChunk, columns: pa.Array) -> bytes:
 def format_lines(
     lines: LineChunk | SpooledChunk,
     good_rows: np.ndarray | None,
-    log_probs: np.ndarray,
-    n_unknown: np.ndarray,
+    columns: Sequence[ColumnValues],
     compress_level: int | None,
-    flags: np.ndarray | None = None,
-    reverse_log_probs: np.ndarray | None = None,
 ) -> bytes:
     """:func:`format_chunk` of the scored rows (``good_rows``, None: all) of lines in memory or in the
     spool; a spool file is deleted once read, as this is its last use.
@@ -161,5 +130,4 @@ def format_lines(
         points = np.cumsum(shard_points(chunk, None)[0])  # points at or before each row
         at = points[good_rows] if good_rows is not None else points
         members = np.flatnonzero(np.diff(at)) + 1
-    return format_chunk(chunk.take(good_rows) if good_rows is not None else chunk, log_probs, n_unknown,
-                        compress_level, flags, members, reverse_log_probs)
+    return format_chunk(chunk.take(good_rows) if good_rows is not None else chunk, columns, compress_level, members)

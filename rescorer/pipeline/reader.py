@@ -113,13 +113,13 @@ class ReadChunk:
         """How many distinct sources the rows written add to those before (``prev_source``: the last
         source written): a source block cut by the chunk's start counts once, and a shard's first row,
         at a shard point, starts a source."""
-        if prep.plan is None:
+        if not prep.scored:
             return 0
         continues = prev_source is not None and prep.first_source == prev_source
         kept = self.kept(prep)
         if kept is None:
             return prep.source_changes + int(not continues)
-        sources = prep.plan.source_of_row[kept]  # a chunk holding an end of the shard: its rows only
+        sources = prep.source_of_row[kept]  # a chunk holding an end of the shard: its rows only
         if not len(sources):
             return 0
         return int(np.count_nonzero(np.diff(sources))) + int(self.keep[0] > 0 or not continues)  # type: ignore[index]

@@ -1,8 +1,10 @@
-"""``rescore-phrase-table``: stream a Moses table, append the RNN and unknown-word columns.
+"""``rescore-phrase-table``: stream a Moses table, append score columns: :func:`rescore`, the one entry point.
 
-With ``--reverse-model``, a reverse model's p(f|e) is one more column, computed in the same run from
-the same chunks: each chunk gets a second plan with its rows grouped by target phrase
-(:func:`rescorer.pipeline.chunk_prep.plan_reverse`), scored by a second scorer.
+The columns are those of :func:`rescorer.pipeline.columns.columns_of_run`: the RNN's p(e|f) and the
+unknown-word count, with ``--reverse-model`` a reverse model's p(f|e) (computed in the same run from the
+same chunks, each with a second plan), with ``flag_lines`` ``rescorer propose``'s indicator. Each is a
+:class:`rescorer.pipeline.columns.base.Column`: the run plans, scores, writes and records whatever
+columns it is given.
 
 The run is a pipeline of overlapping stages, so that no stage waits on another:
 
@@ -31,16 +33,13 @@ from __future__ import annotations
 import concurrent.futures as futures
 import contextlib
 import functools
-import hashlib
 import os
 import queue
 import sys
 import threading
 import time
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -58,20 +57,22 @@ from infrastructure.threads import available_cpus
 from moses_integration.phrase_table import PhraseTableError
 from neural.device import autocast_dtype, matmul_precision, scoring_precision, select_device
 from rescorer.model.checkpoint import Checkpoint
+from rescorer.pipeline import columns as registered
 from rescorer.pipeline import score_parquet
 from rescorer.pipeline.chunk_prep import (
     InlineExecutor,
     PreparedChunk,
     PrepareTask,
-    arrow_vocab,
     prepare_chunk,
     prepare_spooled,
     timed,
     worker_pool,
 )
+from rescorer.pipeline.columns.base import ChunkRows, ChunkScorer, Column, Planner, ScoringModel
+from rescorer.pipeline.columns.unknown import WP_SIDES
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.output_chunks import format_lines
-from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, default_model_path, stop_error
+from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, check_partial_output, stop_error
 from rescorer.pipeline.reader import (
     Preparing,
     ReadChunk,
@@ -85,18 +86,14 @@ from rescorer.pipeline.reader import (
 from rescorer.pipeline.resume import (
     PROGRESS_VERSION,
     ResumeError,
-    content_identity,
     file_identity,
     load_progress,
     recorded_options,
 )
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget
-from rescorer.pipeline.scoring_plan import ScoringPlan
 from rescorer.pipeline.spool import Spool, SpooledChunk
+from rescorer.pipeline.train_or_load import Models
 from rescorer.tables.chunks import LineChunk, UnreadableInputError
-
-WP_SIDES = ("target", "source", "both")
-LOW_OVERLAP_PERCENT = 50.0
 
 
 @dataclass
@@ -123,15 +120,15 @@ class RescoreOptions:
     #: what is shown, and ``skip_bad_lines`` (up to the first bad line the output is the same either way,
     #: so a run stopped by a malformed line can continue with ``--skip-bad-lines --resume``). The device,
     #: precision and token budget asked for may differ too: the ones they resolved to are recorded
-    #: instead (:func:`scorer_identity`). Every other option is in the record.
+    #: instead (:func:`rescorer.pipeline.columns.base.scorer_identity`). Every other option is in the record.
     MAY_DIFFER = frozenset({"workers", "progress", "resume", "skip_bad_lines", "device", "precision",
                             "token_budget"})
+    #: Options their column records itself (:meth:`~rescorer.pipeline.columns.base.Column.record_identity`).
+    RECORDED_BY_COLUMNS = frozenset({"flag_lines"})
 
     def identity(self) -> dict:
-        """Every option but :attr:`MAY_DIFFER`: a resume must use the same ones (``flag_lines`` by its digest)."""
-        flags = None if self.flag_lines is None else hashlib.sha1(
-            np.ascontiguousarray(self.flag_lines, dtype=np.int64).tobytes()).hexdigest()
-        return options_record(self, self.MAY_DIFFER, recorded_as={"flag_lines": flags})
+        """Every option but :attr:`MAY_DIFFER` and :attr:`RECORDED_BY_COLUMNS`: a resume must use the same ones."""
+        return options_record(self, self.MAY_DIFFER | self.RECORDED_BY_COLUMNS)
 
 
 @dataclass
@@ -182,72 +179,20 @@ class RescoreSummary:
         )
 
 
-class ChunkScorer(Protocol):
-    """What the pipeline needs of a scorer: :class:`rescorer.pipeline.scoring.PairScorer`, or a stand-in
-    (``benchmarks/pipeline_speed.py`` measures the pipeline with a constant one)."""
+def rescore(input_path: str, output_path: str, models: Models, options: RescoreOptions | None = None) -> RescoreSummary:
+    """Stream ``input_path`` to ``output_path`` with the run's score columns appended to each line
+    (:func:`rescorer.pipeline.columns.columns_of_run`): the one entry point of the pipeline.
 
-    token_budget: int  # tokens per tree group, read when a chunk's trees are planned
-    options: ScoringOptions
-
-    def score_plan(self, plan: ScoringPlan) -> np.ndarray: ...
-
-
-@dataclass
-class ReverseScoring:
-    """A reverse model's part of a run (``--reverse-model``): its scorer and its shortlists, whose
-    source words are the table's target language."""
-
-    scorer: ChunkScorer
-    src_words: list[str]
-    tgt_words: list[str]
-    model_path: str | os.PathLike | None  # identifies the model for --resume (None: none to check)
-
-
-def check_directions(model: Checkpoint | None, reverse: Checkpoint | None, model_name: str | None = None,
-                     reverse_name: str | None = None) -> None:
-    """A forward model (p(e|f)) for ``--model`` and a reverse one (p(f|e), ``rescorer train --reverse``)
-    for ``--reverse-model``: either one in the other's place would give a column that means the
-    opposite of its name, which nothing downstream could notice."""
-    if model is not None and model.config.direction != "forward":
-        raise RescoreError(f"{model_name or model.path}: a reverse model (it scores p(f|e), from rescorer train "
-                           "--reverse): give it to --reverse-model, not --model")
-    if reverse is not None and reverse.config.direction != "reverse":
-        raise RescoreError(f"{reverse_name or reverse.path}: a forward model (it scores p(e|f)): --reverse-model "
-                           "needs one trained with rescorer train --reverse")
-
-
-def finished_training_of(output_path: str, save_model: str | None = None) -> str | None:
-    """The model an interrupted run trained, if that run got as far as scoring; else None.
-
-    Scoring starts only after training has finished, so a progress record beside the output
-    means the saved model is final: ``--resume`` must reuse it, not train it further (which would
-    also change the model file and make the partial output unusable).
+    In order, before any long work: the options are checked (:func:`check_options`), a stopped run's
+    partial output is refused without ``--resume`` and a ``--resume`` of a finished output does nothing
+    but say so (the summary's ``finished_already``, :func:`check_partial_output`); both models are
+    loaded and checked, or the forward one trained first (:meth:`Models.load`). See the module doc.
     """
-    model = default_model_path(output_path, save_model)
-    if output_path != "-" and OutputFiles.beside(output_path).progress.exists() and Path(model).exists():
-        return model
-    return None
-
-
-def rescore_phrase_table(
-    input_path: str,
-    output_path: str,
-    checkpoint: Checkpoint,
-    options: RescoreOptions | None = None,
-    reverse: Checkpoint | None = None,
-) -> RescoreSummary:
-    """Stream ``input_path`` to ``output_path`` with two more score columns (three with a ``reverse``
-    model's p(f|e)). See module doc."""
     opts = options or RescoreOptions()
     check_options(input_path, output_path, opts)
-    return rescore_checked(input_path, output_path, checkpoint, opts, reverse)
-
-
-def rescore_checked(input_path: str, output_path: str, checkpoint: Checkpoint, opts: RescoreOptions,
-                    reverse: Checkpoint | None = None) -> RescoreSummary:
-    """:func:`rescore_phrase_table` with options that :func:`check_options` has passed: for a caller that
-    checks them before long work of its own (``rescore-phrase-table`` trains first), so each is checked once."""
-    check_directions(checkpoint, reverse)
+    if check_partial_output(output_path, opts.resume):
+        return RescoreSummary(finished_already=output_path)
+    forward, reverse = models.load(input_path, output_path, opts)
     device = select_device(opts.device)
     precision = scoring_precision(opts.precision)
     scoring = opts.scoring
@@ -256,28 +201,21 @@ def rescore_checked(input_path: str, output_path: str, checkpoint: Checkpoint, o
         # its groups, and hence its bytes, are those of the interrupted run.
         recorded = recorded_options(OutputFiles.beside(output_path).progress)
         scoring = replace(scoring, token_budget=recorded.get("token_budget"))
-    if reverse is not None and scoring.token_budget is None:
+    if isinstance(reverse, Checkpoint) and isinstance(forward, Checkpoint) and scoring.token_budget is None:
         # One budget for both plans of a chunk: the smaller, as the larger output layer needs.
-        scoring = replace(scoring, token_budget=min(auto_token_budget(device, checkpoint.config),
+        scoring = replace(scoring, token_budget=min(auto_token_budget(device, forward.config),
                                                     auto_token_budget(device, reverse.config)))
-    scorer = PairScorer(checkpoint.model, device, autocast_dtype(device, precision), scoring, precision)
-    reverse_scoring = None if reverse is None else ReverseScoring(
-        PairScorer(reverse.model, device, autocast_dtype(device, precision), scoring, precision),
-        reverse.src_vocab.words, reverse.tgt_vocab.words, getattr(reverse, "path", None))
+
+    def scoring_model(model: Checkpoint | ScoringModel) -> ScoringModel:
+        if isinstance(model, ScoringModel):
+            return model
+        scorer = PairScorer(model.model, device, autocast_dtype(device, precision), scoring, precision)
+        return ScoringModel(scorer, model.src_vocab.words, model.tgt_vocab.words, getattr(model, "path", None))
+
+    forward_model = scoring_model(forward)
+    columns = registered.columns_of_run(forward_model, None if reverse is None else scoring_model(reverse), opts)
     with matmul_precision(precision):
-        return _run_pipeline(input_path, output_path, scorer, checkpoint.src_vocab.words, checkpoint.tgt_vocab.words,
-                             getattr(checkpoint, "path", None), opts, reverse_scoring)
-
-
-def scorer_identity(scorer: ChunkScorer) -> dict:
-    """What decides the scores beyond the options: device type, precision and token budget.
-
-    The budget decides the groups and so the shapes of every matmul, whose kernels may round
-    differently; a resume with any of these changed would splice two different computations.
-    """
-    device = getattr(scorer, "device", None)
-    return {"device": device.type if device is not None else None, "precision": getattr(scorer, "precision", None),
-            "token_budget": scorer.token_budget}
+        return _run_pipeline(input_path, output_path, columns, forward_model.scorer, opts)
 
 
 def _progress_so_far(files: OutputFiles, identity: dict) -> ChunkProgress:
@@ -289,33 +227,13 @@ def _progress_so_far(files: OutputFiles, identity: dict) -> ChunkProgress:
         raise RescoreError(str(exc)) from exc
 
 
-def rescore_with_scorer(
-    input_path: str,
-    output_path: str,
-    scorer: ChunkScorer,
-    src_words: list[str],
-    tgt_words: list[str],
-    model_path: str | os.PathLike | None,
-    opts: RescoreOptions,
-    *,
-    reverse: ReverseScoring | None = None,
-) -> RescoreSummary:
-    """The pipeline of :func:`rescore_phrase_table` around any scorer of the model's shortlists.
-
-    ``model_path`` identifies the model for ``--resume`` (None: none to check). The run holds
-    ``output_path`` (:func:`exclusive_use`): a second run writing it would share its partial output.
-    With ``reverse``, its scorer's p(f|e) is a third new column (before ``opts.flag_lines``' flag).
-    """
-    check_options(input_path, output_path, opts)
-    return _run_pipeline(input_path, output_path, scorer, src_words, tgt_words, model_path, opts, reverse)
-
-
-def _run_pipeline(input_path: str, output_path: str, scorer: ChunkScorer, src_words: list[str], tgt_words: list[str],
-                  model_path: str | os.PathLike | None, opts: RescoreOptions,
-                  reverse: ReverseScoring | None = None) -> RescoreSummary:
-    """The pipeline itself, for checked options (:func:`rescore_with_scorer` says what it does)."""
+def _run_pipeline(input_path: str, output_path: str, columns: list[Column], scorer: ChunkScorer,
+                  opts: RescoreOptions) -> RescoreSummary:
+    """The pipeline itself, for checked options: ``columns`` appended to each line, the chunks'
+    trees grouped for ``scorer``'s token budget. The run holds ``output_path`` (:func:`exclusive_use`):
+    a second run writing it would share its partial output."""
     with exclusive_use(output_path):
-        run = _Run(input_path, output_path, scorer, src_words, tgt_words, model_path, opts, reverse)
+        run = _Run(input_path, output_path, columns, scorer, opts)
         try:
             run.start_stages()
             while (pending := run.next_chunk()) is not None:
@@ -341,23 +259,19 @@ class _Run:
     in order as they come back (:meth:`write_finished`), keeping a bounded window in flight.
     """
 
-    def __init__(self, input_path: str, output_path: str, scorer: ChunkScorer, src_words: list[str],
-                 tgt_words: list[str], model_path: str | os.PathLike | None, opts: RescoreOptions,
-                 reverse: ReverseScoring | None = None) -> None:
-        self.input_path, self.scorer, self.opts, self.reverse = input_path, scorer, opts, reverse
+    def __init__(self, input_path: str, output_path: str, columns: list[Column], scorer: ChunkScorer,
+                 opts: RescoreOptions) -> None:
+        self.input_path, self.columns, self.scorer, self.opts = input_path, columns, scorer, opts
         self.started = time.monotonic()
         self.to_stdout = output_path == "-"
         self.files = OutputFiles.beside(output_path)
         self.parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
         # The gzip member level of a .gz output; None: plain text.
         self.compress_level = opts.compress_level if output_path.endswith(".gz") else None
-        identity = {
-            "version": PROGRESS_VERSION, "input": file_identity(input_path),
-            "model": content_identity(model_path), "options": {**opts.identity(), **scorer_identity(scorer)},
-        }
-        if reverse is not None:  # only then: progress records of runs without it stay valid
-            identity["options"]["reverse_model"] = content_identity(reverse.model_path)
-            identity["options"]["reverse_scorer"] = scorer_identity(reverse.scorer)
+        identity = {"version": PROGRESS_VERSION, "input": file_identity(input_path), "model": None,
+                    "options": opts.identity()}
+        for column in columns:
+            column.record_identity(identity)
         self.done = _progress_so_far(self.files, identity) if opts.resume and not self.to_stdout \
             else ChunkProgress()
         for chunk_scorer, budget in zip(self._scorers(), self.done.token_budgets or [], strict=False):
@@ -380,8 +294,7 @@ class _Run:
         in_size = None if input_path == "-" else os.path.getsize(input_path)
         self.bar = progress_bar(total=in_size, unit="B", unit_scale=True, desc="rescoring", show=opts.progress,
                                 dynamic_ncols=True)
-        self.words = (src_words, tgt_words, (reverse.src_words, reverse.tgt_words) if reverse is not None else None)
-        self.vocab = arrow_vocab(*self.words)  # for chunks prepared in this process
+        self.planners = tuple(column.planner for column in columns if column.planner is not None)
         self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
         self.stop = threading.Event()
         # What parses and formats the chunks: this process (-j 0/1), or the worker pool that
@@ -395,8 +308,10 @@ class _Run:
         self.warned = False
 
     def _scorers(self) -> list[ChunkScorer]:
-        """The run's scorers: the forward model's, then the reverse model's."""
-        return [self.scorer] + ([self.reverse.scorer] if self.reverse is not None else [])
+        """The run's scorers, in their columns' order (the forward model's, then the reverse model's):
+        whose token budgets the progress record carries."""
+        return [column.model.scorer for column in self.columns if isinstance(getattr(column, "model", None),
+                                                                             ScoringModel)]
 
     def start_stages(self) -> None:
         """The reading stage (:mod:`rescorer.pipeline.reader`) and what prepares the chunks: with a
@@ -411,10 +326,10 @@ class _Run:
         opts = self.opts
         settings = ReadingSettings(self.input_path, opts.chunk_lines, self.done.lines_done, opts.shard,
                                    self.done.shard_state)
-        prepare = functools.partial(prepare_chunk, vocab=self.vocab)
+        prepare = functools.partial(prepare_chunk, planners=self.planners)
         if self.spool is not None:
             with self.spool.semaphores(), held_while_starting_children():
-                self.executor, prepare = worker_pool(opts.workers, *self.words), prepare_spooled
+                self.executor, prepare = worker_pool(opts.workers, self.planners), prepare_spooled
                 if self.reader_process:
                     self.reader = ReaderProcess(settings, self.spool, queue_size=2 * opts.workers)
         messages = self.reader.messages(self.stop) if self.reader else read_here(settings, self.fh, self.spool)
@@ -426,8 +341,7 @@ class _Run:
         """How a chunk is prepared: the options, and the scorer's budget as it is now."""
         scorer, opts = self.scorer, self.opts
         return PrepareTask(lines, self.input_path, num_scores, opts.skip_bad_lines, bool(opts.scores_parquet),
-                           scorer.token_budget, scorer.options.share_sources, scorer.options.sort_by_length,
-                           self.reverse is not None)
+                           scorer.token_budget, scorer.options.share_sources, scorer.options.sort_by_length)
 
     def next_chunk(self) -> ReadChunk | None:
         """The next chunk in table order (None at the end); the reading's error, after its chunks."""
@@ -443,28 +357,16 @@ class _Run:
     def score_and_format(self, pending: ReadChunk) -> None:
         """Score one chunk here, report its rejected lines, and send it off to be formatted."""
         summary = self.summary
-        prep = _prepared_in_table_order(pending, self.carried, self.vocab, summary)
-        kept = pending.kept(prep) if prep is not None else None
-        log_p, n_unk = _score_prepared(prep, self.scorer, self.opts.wp_side, summary, kept)
-        reverse_log_p = _score_reverse(prep, self.reverse, summary, kept)
-        if not self.warned and prep is not None and prep.targets is not None and len(prep.targets.ids):
-            self.warned = True
-            _warn_low_overlap(prep.plan)
-            if prep.reverse_plan is not None:
-                _warn_low_overlap(prep.reverse_plan, "reverse ")
+        prep = _prepared_in_table_order(pending, self.carried, self.planners, summary)
+        values = self._score(pending, prep)
         rejected = pending.rejected_lines(prep)
         rejects = _report_rejects(rejected, self.input_path)
         summary.rejected += len(rejected)
-        if self.parts_dir and prep is not None and len(log_p):
-            source, target, scores = prep.source, prep.target, prep.scores
-            if kept is not None:
-                source, target, scores = source.filter(pa.array(kept)), target.filter(pa.array(kept)), scores[kept]
-            score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), source, target,
-                                     scores, log_p, n_unk, reverse_log_p)
+        if self.parts_dir and len(values[0]):
+            self._write_parquet_part(pending.kept(prep), prep, values)
         lines, good_rows = pending.format_args(prep)
-        formatting = functools.partial(format_lines, lines, good_rows, log_p, n_unk,
-                                       compress_level=self.compress_level, flags=self._flags(pending, prep),
-                                       reverse_log_probs=reverse_log_p)
+        columns = [(column.format, column_values) for column, column_values in zip(self.columns, values, strict=True)]
+        formatting = functools.partial(format_lines, lines, good_rows, columns, compress_level=self.compress_level)
         job = self.executor.submit(timed, formatting)
         self.chunks_done += 1
         progress = ChunkProgress(
@@ -478,14 +380,34 @@ class _Run:
         rate = summary.lines / (time.monotonic() - self.started)
         self.bar.set_postfix(lines=f"{summary.lines:,}", pairs_s=f"{rate:.0f}")
 
-    def _flags(self, pending: ReadChunk, prep: PreparedChunk | None) -> np.ndarray | None:
-        """Which of the chunk's scored lines are among ``flag_lines`` (None without the option)."""
-        wanted = self.opts.flag_lines
-        if wanted is None:
-            return None
-        line_nos = pending.good_line_numbers(prep)
-        at = np.minimum(np.searchsorted(wanted, line_nos), max(len(wanted) - 1, 0))
-        return wanted[at] == line_nos if len(wanted) else np.zeros(len(line_nos), dtype=bool)
+    def _score(self, pending: ReadChunk, prep: PreparedChunk | None) -> list[np.ndarray]:
+        """Each column's values of the chunk's lines written (a shard's end: all rows are scored, its
+        own written), with their figures added to the summary; the first chunk with lines is shown
+        to each column (its warnings)."""
+        if prep is None or not prep.scored:
+            return [np.zeros(0) for _ in self.columns]
+        rows = ChunkRows(prep, pending.kept(prep), pending.good_line_numbers(prep))
+        started = time.thread_time()
+        values = [column.score(rows) for column in self.columns]
+        self.summary.add_stage("score", time.thread_time() - started)
+        self.summary.lines += len(values[0])
+        for column, column_values in zip(self.columns, values, strict=True):
+            column.summarise(column_values, rows, self.summary)
+        if not self.warned:
+            self.warned = True
+            for column in self.columns:
+                column.first_chunk(rows)
+        return values
+
+    def _write_parquet_part(self, kept: np.ndarray | None, prep: PreparedChunk, values: list[np.ndarray]) -> None:
+        """The chunk's rows written, with their phrases, table scores and each column's values."""
+        source, target, scores = prep.source, prep.target, prep.scores
+        if kept is not None:
+            source, target, scores = source.filter(pa.array(kept)), target.filter(pa.array(kept)), scores[kept]
+        fields = {column.parquet: column_values for column, column_values in zip(self.columns, values, strict=True)
+                  if column.parquet is not None}
+        score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), source, target, scores,
+                                 fields)
 
     def write_finished(self, window: int) -> None:
         """Append formatted chunks in order: those done, and any beyond ``window`` in flight."""
@@ -545,7 +467,7 @@ class _CarriedAcrossChunks:
     prev_source: str | None
 
 
-def _prepared_in_table_order(pending: ReadChunk, carried: _CarriedAcrossChunks, vocab,
+def _prepared_in_table_order(pending: ReadChunk, carried: _CarriedAcrossChunks, planners: tuple[Planner, ...],
                               summary: RescoreSummary) -> PreparedChunk | None:
     """The chunk's preparation, exactly as a serial run would have made it (or its error), taken in
     table order: it waits for the worker, and updates what ``carried`` holds and the summary's counts.
@@ -567,13 +489,13 @@ def _prepared_in_table_order(pending: ReadChunk, carried: _CarriedAcrossChunks, 
         prep is None or prep.bad_rows or prep.num_scores not in (None, carried.num_scores)
     ):
         pending.task.num_scores = carried.num_scores
-        prep = prepare_chunk(pending.task, vocab)
+        prep = prepare_chunk(pending.task, planners)
     if prep.num_scores is not None:
         carried.num_scores = prep.num_scores
     summary.add_stage("parse", prep.parse_seconds)
     summary.add_stage("trees", prep.tree_seconds)
     summary.distinct_sources += pending.new_sources(prep, carried.prev_source)
-    if prep.plan is not None:
+    if prep.scored:
         carried.prev_source = prep.last_source
     return prep
 
@@ -596,60 +518,6 @@ def _report_rejects(rejected: list[tuple[int, str, bytes]], input_path: str) -> 
     return b"".join(raw + b"\n" for _, _, raw in rejected)
 
 
-def _score_prepared(prep: PreparedChunk | None, scorer: ChunkScorer, wp_side: str, summary: RescoreSummary,
-                    kept: np.ndarray | None = None):
-    """RNN log-probabilities and unknown-word counts of the chunk's good lines, in order; with
-    ``kept`` (a mask over them: a shard's end), all are scored and those kept are returned."""
-    if prep is None or prep.plan is None:
-        return np.zeros(0), np.zeros(0, dtype=np.int64)
-    started = time.thread_time()
-    log_p = scorer.score_plan(prep.plan)
-    summary.add_stage("score", time.thread_time() - started)
-    plan = prep.plan
-    src_unk = plan.sources.n_unk[plan.source_of_row]
-    tgt_unk = plan.targets.n_unk
-    n_unk = {"target": tgt_unk, "source": src_unk, "both": src_unk + tgt_unk}[wp_side].astype(np.int64)
-    tgt_tokens = plan.targets.lengths
-    if kept is not None:
-        log_p, n_unk, tgt_unk, tgt_tokens = log_p[kept], n_unk[kept], tgt_unk[kept], tgt_tokens[kept]
-    summary.lines += len(log_p)
-    summary.sum_log_prob += float(log_p.sum())
-    summary.target_tokens += int(tgt_tokens.sum())
-    summary.target_unknown += int(tgt_unk.sum())
-    return log_p, n_unk
-
-
-def _score_reverse(prep: PreparedChunk | None, reverse: ReverseScoring | None, summary: RescoreSummary,
-                   kept: np.ndarray | None = None) -> np.ndarray | None:
-    """The reverse model's log p(f|e) of the chunk's good lines, in order (None without one); as
-    :func:`_score_prepared`, all are scored and ``kept`` are returned."""
-    if reverse is None:
-        return None
-    if prep is None or prep.reverse_plan is None:
-        return np.zeros(0)
-    started = time.thread_time()
-    log_p = reverse.scorer.score_plan(prep.reverse_plan)
-    summary.add_stage("score", time.thread_time() - started)
-    if kept is not None:
-        log_p = log_p[kept]
-    summary.sum_reverse_log_prob = (summary.sum_reverse_log_prob or 0.0) + float(log_p.sum())
-    return log_p
-
-
-def _warn_low_overlap(plan: ScoringPlan, which: str = "") -> None:
-    """Warn when the first chunk's words are mostly outside a model's shortlists (``which``: "reverse "
-    for the reverse model, whose sources are the table's targets: the message names the table's sides)."""
-    src_known = 100.0 * (1 - plan.sources.n_unk.sum() / max(1, len(plan.sources.ids)))
-    tgt_known = 100.0 * (1 - plan.targets.n_unk.sum() / max(1, len(plan.targets.ids)))
-    if which:
-        src_known, tgt_known = tgt_known, src_known
-    if min(src_known, tgt_known) < LOW_OVERLAP_PERCENT:
-        warnings.warn(
-            f"only {src_known:.1f}% of source words and {tgt_known:.1f}% of target words in the first chunk "
-            f"are in the {which}model's shortlists; is this model trained for this table's languages and "
-            "tokenisation?",
-            stacklevel=2,
-        )
 
 
 def _whole_number_at_least(value: object, minimum: int) -> bool:

@@ -30,23 +30,25 @@ def drop_parts_from(parts_dir: Path, first_chunk: int) -> None:
             part.unlink()
 
 
-def write_part(
-    path: Path, source: pa.Array, target: pa.Array, scores: np.ndarray | None, log_p: np.ndarray, n_unk: np.ndarray,
-    reverse_log_p: np.ndarray | None = None,
-) -> None:
-    """One chunk's rows."""
-    scores = scores if scores is not None else np.zeros((len(log_p), 0))
+#: The fields of a part in their order; a new column's field goes after them.
+FIELD_ORDER = ("source", "target", "log_p", "n_unk", "table_scores", "reverse_log_p")
+
+
+def write_part(path: Path, source: pa.Array, target: pa.Array, scores: np.ndarray | None,
+               columns: dict[tuple[str, pa.DataType], np.ndarray]) -> None:
+    """One chunk's rows: their phrases, table scores and the columns' values (by field name and type)."""
+    rows = len(source)
+    scores = scores if scores is not None else np.zeros((rows, 0))
     width = scores.shape[1]
     flat = pa.array(scores.reshape(-1), pa.float64())
-    table = pa.table({
-        "source": source, "target": target, "log_p": pa.array(log_p, pa.float64()),
-        "n_unk": pa.array(n_unk, pa.int32()),
-        "table_scores": pa.FixedSizeListArray.from_arrays(flat, width) if width else pa.nulls(len(log_p)),
-    })
-    if reverse_log_p is not None:
-        table = table.append_column("reverse_log_p", pa.array(reverse_log_p, pa.float64()))
+    fields = {
+        "source": source, "target": target,
+        "table_scores": pa.FixedSizeListArray.from_arrays(flat, width) if width else pa.nulls(rows),
+        **{name: pa.array(values, kind) for (name, kind), values in columns.items()},
+    }
+    order = [name for name in FIELD_ORDER if name in fields] + [name for name in fields if name not in FIELD_ORDER]
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(pa.table({name: fields[name] for name in order}), tmp)
 
 
 def merge_parts(parts_dir: Path, dest: Path) -> None:

@@ -1,6 +1,6 @@
-"""What ``rescore-phrase-table`` scores with: the ``--model`` it is given, or a model it trains first.
+"""What ``rescore-phrase-table`` scores with: :class:`Models`, loaded, checked, or trained first, in one place.
 
-Given no ``--model``, the command does what the paper did: it trains a model on the unique pairs of
+Given no forward model, the command does what the paper did: it trains a model on the unique pairs of
 the input table, to a budget (:meth:`TrainConfig.for_budget`), saves it beside the output (or at
 ``--save-model``) and scores with it. A ``--resume`` of a run that had started scoring reuses that
 model as it is: training it further would change the model under the partial output.
@@ -8,22 +8,21 @@ model as it is: training it further would change the model under the partial out
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint
 from rescorer.model.config import DEFAULT_SHORTLIST, ModelSizes, TrainConfig
-from rescorer.pipeline.partial_output import check_partial_output, default_model_path
-from rescorer.pipeline.rescore import (
-    RescoreOptions,
-    RescoreSummary,
-    check_directions,
-    check_options,
-    finished_training_of,
-    rescore_checked,
-)
+from rescorer.pipeline.columns.base import ScoringModel
+from rescorer.pipeline.errors import RescoreError
+from rescorer.pipeline.partial_output import OutputFiles, default_model_path
 from rescorer.training.train import train_on_phrase_table
+
+if TYPE_CHECKING:
+    from rescorer.pipeline.rescore import RescoreOptions
 
 
 @dataclass
@@ -48,33 +47,72 @@ class TrainingWithoutModel:
                                       train_step=self.train_step)
 
 
-def rescore_with_model_or_training(input_table: str, output_table: str, model_path: str | None,
-                                   training: TrainingWithoutModel, options: RescoreOptions,
-                                   reverse: Checkpoint | None = None) -> RescoreSummary:
-    """Score ``input_table`` into ``output_table`` with ``model_path``, or with a model trained first.
+#: A model as :class:`Models` takes it: loaded, its file, or (a benchmark's stand-in) a scorer of one's own.
+ModelGiven = Checkpoint | str | os.PathLike | ScoringModel
 
-    With ``reverse`` (a model of p(f|e)), its column follows.
-    The options are checked once, before any training, and so is the output: a stopped run's partial
-    output is refused without ``--resume`` (:func:`check_partial_output`), and a ``--resume`` of a finished
-    output does nothing but say so (the summary's ``finished_already``). Training reads ``input_table`` as a file: the
-    caller refuses ``-`` (stdin) without a model.
-    """
-    check_options(input_table, output_table, options)
-    if check_partial_output(output_table, options.resume):
-        return RescoreSummary(finished_already=output_table)
-    # A model given in the other's place is refused before any training (each file read once).
-    given = load_checkpoint(model_path) if model_path is not None else None
-    check_directions(given, reverse)
-    if model_path is None and options.resume:
-        model_path = finished_training_of(output_table, training.save_model)
-        if model_path is not None:
-            print(f"--resume: scoring had started, so the model {model_path} is reused as it is", file=sys.stderr)
-    if model_path is None:
-        model_path = default_model_path(output_table, training.save_model)
-        print(f"no --model: training on the unique pairs of {input_table} into {model_path}", file=sys.stderr)
+
+@dataclass
+class Models:
+    """What a run scores with: the forward model, p(e|f), whose columns every run has, and a reverse
+    one, p(f|e), whose column follows (``--reverse-model``). Without a forward model one is trained
+    first on the input table, as ``training`` says (the table must then be a file, not stdin)."""
+
+    forward: ModelGiven | None = None
+    reverse: ModelGiven | None = None
+    training: TrainingWithoutModel = field(default_factory=TrainingWithoutModel)
+
+    def load(self, input_path: str, output_path: str, options: RescoreOptions) -> tuple[ModelGiven, ModelGiven | None]:
+        """Both models, each file read once: a model in the other's place is refused before any
+        training (:func:`check_directions`); then, without a forward model, the one a ``--resume``d
+        run had finished training, or one trained now."""
+        forward, reverse = _loaded(self.forward), _loaded(self.reverse)
+        check_directions(forward, reverse)
+        if forward is None:
+            forward = load_checkpoint(self._trained(input_path, output_path, options))
+        return forward, reverse
+
+    def _trained(self, input_path: str, output_path: str, options: RescoreOptions) -> str:
+        """The file of the model to score with when none is given (trained now unless a resume reuses it)."""
+        if options.resume:
+            model_path = finished_training_of(output_path, self.training.save_model)
+            if model_path is not None:
+                print(f"--resume: scoring had started, so the model {model_path} is reused as it is", file=sys.stderr)
+                return model_path
+        model_path = default_model_path(output_path, self.training.save_model)
+        print(f"no --model: training on the unique pairs of {input_path} into {model_path}", file=sys.stderr)
         train_on_phrase_table(
-            input_table, Path(model_path), model_sizes=training.sizes, train_config=training.train_config(),
-            shortlist=training.shortlist, device=options.device, precision=options.precision, resume=options.resume,
-            progress=options.progress,
+            input_path, Path(model_path), model_sizes=self.training.sizes, train_config=self.training.train_config(),
+            shortlist=self.training.shortlist, device=options.device, precision=options.precision,
+            resume=options.resume, progress=options.progress,
         )
-    return rescore_checked(input_table, output_table, given or load_checkpoint(model_path), options, reverse)
+        return model_path
+
+
+def _loaded(model: ModelGiven | None) -> ModelGiven | None:
+    return load_checkpoint(model) if isinstance(model, (str, os.PathLike)) else model
+
+
+def check_directions(model: ModelGiven | None, reverse: ModelGiven | None, model_name: str | None = None,
+                     reverse_name: str | None = None) -> None:
+    """A forward model (p(e|f)) for ``--model`` and a reverse one (p(f|e), ``rescorer train --reverse``)
+    for ``--reverse-model``: either one in the other's place would give a column that means the
+    opposite of its name, which nothing downstream could notice."""
+    if model is not None and not isinstance(model, ScoringModel) and model.config.direction != "forward":
+        raise RescoreError(f"{model_name or model.path}: a reverse model (it scores p(f|e), from rescorer train "
+                           "--reverse): give it to --reverse-model, not --model")
+    if reverse is not None and not isinstance(reverse, ScoringModel) and reverse.config.direction != "reverse":
+        raise RescoreError(f"{reverse_name or reverse.path}: a forward model (it scores p(e|f)): --reverse-model "
+                           "needs one trained with rescorer train --reverse")
+
+
+def finished_training_of(output_path: str, save_model: str | None = None) -> str | None:
+    """The model an interrupted run trained, if that run got as far as scoring; else None.
+
+    Scoring starts only after training has finished, so a progress record beside the output
+    means the saved model is final: ``--resume`` must reuse it, not train it further (which would
+    also change the model file and make the partial output unusable).
+    """
+    model = default_model_path(output_path, save_model)
+    if output_path != "-" and OutputFiles.beside(output_path).progress.exists() and Path(model).exists():
+        return model
+    return None

@@ -15,7 +15,7 @@ letting the RNN Encoder–Decoder propose target phrases". A run goes:
 3. the table's lines, byte for byte, and the listing's proposed lines are merged into sorted order
    (what ``LC_ALL=C sort`` gives and Moses' training writes);
 4. that table goes through ``rescore-phrase-table``'s own pipeline
-   (:func:`rescorer.pipeline.rescore.rescore_phrase_table`), which appends the RNN and
+   (:func:`rescorer.pipeline.rescore.rescore`), which appends the RNN and
    unknown-word columns to every line, with a reverse model its p_RNN(f|e) column too (so the
    table carries the RNN both ways, as ``rescore-phrase-table --reverse-model`` writes it), and,
    for the proposed lines, an indicator column exp(1) (1 elsewhere), so that Moses' feature counts
@@ -56,16 +56,12 @@ from moses_integration.tokens import split_tokens
 from neural.device import autocast_dtype, scoring_precision, select_device
 from neural.vocab import UNK_ID
 from rescorer.model.checkpoint import Checkpoint
+from rescorer.pipeline.columns.rnn import LOW_OVERLAP_PERCENT
 from rescorer.pipeline.errors import RescoreError
-from rescorer.pipeline.rescore import (
-    LOW_OVERLAP_PERCENT,
-    RescoreOptions,
-    RescoreSummary,
-    check_directions,
-    rescore_phrase_table,
-)
+from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore
 from rescorer.pipeline.resume import content_identity, file_identity
 from rescorer.pipeline.scoring import PairScorer
+from rescorer.pipeline.train_or_load import Models, check_directions
 from rescorer.proposals.beam import default_rows_per_step, search_sources
 from rescorer.proposals.lexical import WordTable, lexical_scores, read_word_table
 from rescorer.proposals.rerank import (
@@ -306,7 +302,7 @@ def _run(table: str, output: str, models: tuple[Checkpoint, Checkpoint | None], 
         state["phase"] = "merged"
         work.record(identity, state)
     rescore_opts = replace(opts.rescore, flag_lines=np.load(work.flagged), num_scores=len(MOSES_COLUMNS), resume=True)
-    summary.rescore = rescore_phrase_table(str(work.merged), str(work.table), checkpoint, rescore_opts, reverse)
+    summary.rescore = rescore(str(work.merged), str(work.table), Models(checkpoint, reverse), rescore_opts)
     if opts.list_path is not None:
         with atomic_path(opts.list_path) as tmp:
             shutil.copyfile(work.listing, tmp)  # a copy: the folder stays whole until the output is in place

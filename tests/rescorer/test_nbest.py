@@ -24,7 +24,8 @@ from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.nbest import RNNFeature, RNNFeatureError
 from rescorer.pipeline.moses_config import write_moses_ini
-from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.rescore import RescoreOptions, rescore
+from rescorer.pipeline.train_or_load import Models
 from rescorer.training.train import train_on_phrase_table
 from small_system import SmallSystem, small_system
 
@@ -53,9 +54,9 @@ def trained(tmp_path_factory) -> Trained:
                               train_config=TrainConfig(max_steps=20, valid_every=20, patience=None),
                               shortlist=300, device="cpu", progress=False)
     rescored = folder / "phrase-table.rnn-both.gz"
-    rescore_phrase_table(str(system.table), str(rescored), load_checkpoint(models["forward"]),
-                         RescoreOptions(progress=False, device="cpu", workers=0),
-                         reverse=load_checkpoint(models["reverse"]))
+    rescore(str(system.table), str(rescored),
+            Models(load_checkpoint(models["forward"]), reverse=load_checkpoint(models["reverse"])),
+            RescoreOptions(progress=False, device="cpu", workers=0))
     return Trained(system, models["forward"], models["reverse"], rescored)
 
 
@@ -176,8 +177,8 @@ def test_in_moses_the_feature_equals_the_decoders_p_rnn_column(trained, tmp_path
     bindir = moses_bin_dir()
     system = trained.system
     six = tmp_path / "phrase-table.rnn.gz"
-    rescore_phrase_table(str(system.table), str(six), load_checkpoint(trained.forward),
-                         RescoreOptions(progress=False, device="cpu", workers=0))
+    rescore(str(system.table), str(six), Models(load_checkpoint(trained.forward)),
+            RescoreOptions(progress=False, device="cpu", workers=0))
     write_moses_ini(str(system.ini), str(tmp_path / "moses.rnn.ini"), str(six), (0.0, 0.2))
     source = tmp_path / "dev.en"
     source.write_text("\n".join(system.sentences) + "\n")

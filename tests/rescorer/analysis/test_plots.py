@@ -15,7 +15,8 @@ from analysis_checkpoint import EXAMPLE_TABLE, png_size, write_random_checkpoint
 from infrastructure.errors import UserError
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint
-from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.rescore import RescoreOptions, rescore
+from rescorer.pipeline.train_or_load import Models
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def scores_parquet(checkpoint_path, tmp_path_factory) -> Path:
     """The file rescore-phrase-table --scores-parquet writes, for the built-in table."""
     out = tmp_path_factory.mktemp("scores")
     options = RescoreOptions(scores_parquet=str(out / "scores.parquet"), progress=False, workers=1, device="cpu")
-    rescore_phrase_table(str(EXAMPLE_TABLE), str(out / "table.gz"), load_checkpoint(checkpoint_path), options)
+    rescore(str(EXAMPLE_TABLE), str(out / "table.gz"), Models(load_checkpoint(checkpoint_path)), options)
     return out / "scores.parquet"
 
 

@@ -27,9 +27,11 @@ from rescorer.model.checkpoint import Checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline.chunk_prep import PrepareTask, prepare_chunk
-from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.columns.rnn import FORWARD, ForwardPlanner
+from rescorer.pipeline.rescore import RescoreOptions, rescore
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions
 from rescorer.pipeline.spool import SpooledObject
+from rescorer.pipeline.train_or_load import Models
 from rescorer.tables.aligned import aligned_chunks
 from rescorer.tables.chunks import LineChunk, iter_line_chunks
 from shared_paths import shared_file
@@ -77,7 +79,7 @@ def with_bad_lines(lines: list[bytes]) -> list[bytes]:
 def run(table: Path, out: Path, ck: Checkpoint, workers: int, **kw):
     opts = RescoreOptions(progress=False, device="cpu", workers=workers, chunk_lines=CHUNK,
                           scoring=ScoringOptions(token_budget=256), **kw)
-    return rescore_phrase_table(str(table), str(out), ck, opts)
+    return rescore(str(table), str(out), Models(ck), opts)
 
 
 @pytest.mark.slow
@@ -123,11 +125,11 @@ def test_a_malformed_line_stops_workers_where_it_stops_a_serial_run(real_lines, 
 
 
 def test_a_plan_made_in_a_worker_scores_exactly_as_the_scorer(real_lines, checkpoint):
-    vocab = tuple(__import__("pyarrow").array(v.words) for v in (checkpoint.src_vocab, checkpoint.tgt_vocab))
+    planner = ForwardPlanner.of_words(checkpoint.src_vocab.words, checkpoint.tgt_vocab.words)
     scorer = PairScorer(checkpoint.model, torch.device("cpu"), options=ScoringOptions(token_budget=64))
     task = PrepareTask(LineChunk.from_lines(1, real_lines[:400]), "pt", None, False, False, scorer.token_budget)
-    prepared = pickle.loads(pickle.dumps(prepare_chunk(task, vocab)))  # as it comes back from a process
-    plan = prepared.plan
+    prepared = pickle.loads(pickle.dumps(prepare_chunk(task, (planner,))))  # as it comes back from a process
+    plan = prepared.plans[FORWARD]
     assert len(plan.decoder_groups) > 1 and len(plan.encoder_groups) >= 1
     expected = scorer.score(plan.sources, plan.source_of_row, plan.targets)
     assert np.array_equal(scorer.score_plan(plan), expected)

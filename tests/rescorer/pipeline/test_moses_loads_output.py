@@ -16,7 +16,8 @@ from moses_integration.nbest import read_nbest
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.pipeline.moses_config import write_moses_ini
-from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.rescore import RescoreOptions, rescore
+from rescorer.pipeline.train_or_load import Models
 from rescorer.training.train import train_on_phrase_table
 from shared_paths import moses_bin_dir
 from small_system import small_system
@@ -43,7 +44,7 @@ def test_moses_decodes_with_the_rescored_table(tmp_path, with_bad_line):
         table.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
     out = tmp_path / "phrase-table.rnn.gz"
     options = RescoreOptions(progress=False, device="cpu", workers=0, skip_bad_lines=with_bad_line)
-    summary = rescore_phrase_table(str(table), str(out), load_checkpoint(model), options)
+    summary = rescore(str(table), str(out), Models(load_checkpoint(model)), options)
     assert summary.rejected == int(with_bad_line)
     write_moses_ini(str(tmp_path / "moses.ini"), str(tmp_path / "moses.rnn.ini"), str(out), (0.2, 0.2))
 

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from moses_integration.phrase_table import append_score_columns_bulk, format_log_probability
+from rescorer.pipeline.columns.rnn import probability_column
+from rescorer.pipeline.columns.unknown import unknown_column
 from rescorer.pipeline.output_chunks import format_chunk
 from rescorer.tables.chunks import LineChunk
 from shared_paths import shared_file
@@ -19,6 +21,11 @@ ODD = [
     b"a ||| b ||| 0.5  ||| 0-0",  # blanks before the next field
     b"a ||| b ||| 0.5 ||| 0-0 ||| 1 1 1 ||| |||",
 ]
+
+
+def two_columns(log_p: np.ndarray, n_unk: np.ndarray) -> list:
+    """The RNN's and the unknown-word column's values, with the functions that write them."""
+    return [(probability_column, log_p), (unknown_column, n_unk)]
 
 
 def per_line(lines: list[bytes], log_p: np.ndarray, n_unk: np.ndarray) -> bytes:
@@ -39,17 +46,17 @@ def test_real_lines_get_the_per_line_bytes(odd):
     n_unk = rng.integers(0, 5, len(lines))
     chunk = LineChunk.from_lines(1, lines)
     expected = per_line(lines, log_p, n_unk)
-    assert format_chunk(chunk, log_p, n_unk, None) == expected
-    assert gzip.decompress(format_chunk(chunk, log_p, n_unk, 3)) == expected
+    assert format_chunk(chunk, two_columns(log_p, n_unk), None) == expected
+    assert gzip.decompress(format_chunk(chunk, two_columns(log_p, n_unk), 3)) == expected
 
 
 def test_an_empty_chunk_is_an_empty_gzip_member():
     empty = LineChunk.from_lines(1, [])
-    assert format_chunk(empty, np.zeros(0), np.zeros(0, dtype=np.int64), None) == b""
-    assert format_chunk(empty, np.zeros(0), np.zeros(0, dtype=np.int64), 3) == b""  # no member at all
+    assert format_chunk(empty, two_columns(np.zeros(0), np.zeros(0, dtype=np.int64)), None) == b""
+    assert format_chunk(empty, two_columns(np.zeros(0), np.zeros(0, dtype=np.int64)), 3) == b""  # no member at all
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_an_impossible_score_is_refused(bad):
     with pytest.raises(ValueError, match="cannot write log-probability"):
-        format_chunk(LineChunk.from_lines(1, ODD[:1]), np.array([bad]), np.array([0]), None)
+        format_chunk(LineChunk.from_lines(1, ODD[:1]), two_columns(np.array([bad]), np.array([0])), None)

@@ -26,13 +26,14 @@ from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.pipeline import partial_output
+from rescorer.pipeline import partial_output, train_or_load
 from rescorer.pipeline import rescore as rescore_module
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.partial_output import ChunkProgress
-from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.rescore import RescoreOptions, rescore
 from rescorer.pipeline.resume import PROGRESS_VERSION
 from rescorer.pipeline.scoring import ScoringOptions
+from rescorer.pipeline.train_or_load import Models
 
 NBSP = "\u00a0"
 WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
@@ -51,7 +52,7 @@ def run(inp: Path, out: Path, ck: Checkpoint, **kw):
     kw.setdefault("scoring", ScoringOptions(token_budget=512))
     kw.setdefault("workers", 0)
     opts = RescoreOptions(progress=False, device="cpu", **kw)
-    return rescore_phrase_table(str(inp), str(out), ck, opts)
+    return rescore(str(inp), str(out), Models(ck), opts)
 
 
 def added_columns(path: Path) -> list[list[float]]:
@@ -267,7 +268,8 @@ def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypat
     model = tmp_path / "out.txt.model.pt"
     trained = {p.name: p.read_bytes() for p in (model, tmp_path / "out.txt.model.pt.last")}
     monkeypatch.undo()
-    checks, lookups = counted(monkeypatch, "check_options"), counted(monkeypatch, "finished_training_of")
+    checks = counted(monkeypatch, rescore_module, "check_options")
+    lookups = counted(monkeypatch, train_or_load, "finished_training_of")
     res = cli(*args, "--resume")
     assert res.exit_code == 0, res.output
     assert "reused as it is" in res.output
@@ -276,17 +278,16 @@ def test_resume_without_model_reuses_the_trained_model(tmp_path: Path, monkeypat
     assert (len(checks), len(lookups)) == (1, 1), "each option is checked once, the trained model looked up once"
 
 
-def counted(monkeypatch, name: str) -> list[tuple]:
-    """The calls to ``rescorer.pipeline.rescore``'s function ``name``, wherever the run calls it from."""
+def counted(monkeypatch, module, name: str) -> list[tuple]:
+    """The calls to ``module``'s function ``name``."""
     calls: list[tuple] = []
-    real = getattr(rescore_module, name)
+    real = getattr(module, name)
 
     def counting(*args, **kwargs):
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rescore_module, name, counting)
-    monkeypatch.setattr(f"rescorer.pipeline.train_or_load.{name}", counting)
+    monkeypatch.setattr(module, name, counting)
     return calls
 
 
@@ -421,11 +422,11 @@ def test_a_new_option_is_in_the_resume_record_unless_listed_as_one_that_may_diff
                               scoring=ScoringOptions(token_budget=512), **kw)
 
     with pytest.raises(PhraseTableError):
-        rescore_phrase_table(str(table), str(out), ck, options(new_knob=1))
+        rescore(str(table), str(out), Models(ck), options(new_knob=1))
     assert json.loads((tmp_path / ".out.gz.progress.json").read_text())["options"]["new_knob"] == 1
     with pytest.raises(RescoreError, match="out.gz.progress.json was made with --new-knob 1, now 2; resume with"):
-        rescore_phrase_table(str(table), str(out), ck, options(new_knob=2, resume=True, skip_bad_lines=True))
-    summary = rescore_phrase_table(str(table), str(out), ck, options(new_knob=1, resume=True, skip_bad_lines=True))
+        rescore(str(table), str(out), Models(ck), options(new_knob=2, resume=True, skip_bad_lines=True))
+    summary = rescore(str(table), str(out), Models(ck), options(new_knob=1, resume=True, skip_bad_lines=True))
     assert summary.resumed_lines > 0 and summary.lines == 299  # went on from the recorded chunks
     monkeypatch.setattr(WithANewOption, "MAY_DIFFER", RescoreOptions.MAY_DIFFER | {"new_knob"})
     assert "new_knob" not in options().identity()
@@ -473,7 +474,7 @@ def no_work(monkeypatch) -> None:
         raise AssertionError("work started before the bad value was refused")
 
     monkeypatch.setattr("rescorer.pipeline.train_or_load.train_on_phrase_table", started)
-    monkeypatch.setattr("rescorer.pipeline.train_or_load.rescore_checked", started)
+    monkeypatch.setattr("rescorer.pipeline.train_or_load.Models.load", started)
     monkeypatch.setattr("rescorer.pipeline.reader.iter_line_chunks", started)
 
 
@@ -540,7 +541,7 @@ def test_folder_as_output_is_refused_before_any_work(tmp_path: Path, model_file:
 @pytest.mark.parametrize("case", ["chunk_lines", "workers", "input folder", "output folder"])
 def test_library_refuses_what_cannot_work_before_reading(tmp_path: Path, tiny_checkpoint, monkeypatch,
                                                          case: str) -> None:
-    """The same checks for callers of :func:`rescore_phrase_table` (no hang, nothing written)."""
+    """The same checks for callers of :func:`rescore` (no hang, nothing written)."""
     table = write_table(tmp_path / "pt.txt", table_lines(30))
     out = tmp_path / "out.txt"
     kw: dict = {}
@@ -562,7 +563,7 @@ def test_library_refuses_what_cannot_work_before_reading(tmp_path: Path, tiny_ch
     word = {"chunk_lines": "--chunk-lines", "workers": "--workers", "input folder": "is a folder",
             "output folder": "is a folder"}[case]
     with pytest.raises(RescoreError, match=word):
-        rescore_phrase_table(str(table), str(out), tiny_checkpoint, opts)
+        rescore(str(table), str(out), Models(tiny_checkpoint), opts)
     assert listing(tmp_path) == before
 
 

@@ -85,7 +85,7 @@ def no_work(monkeypatch) -> None:
         raise AssertionError("work started before the refusal")
 
     monkeypatch.setattr("rescorer.pipeline.train_or_load.train_on_phrase_table", started)
-    monkeypatch.setattr("rescorer.pipeline.train_or_load.rescore_checked", started)
+    monkeypatch.setattr("rescorer.pipeline.train_or_load.Models.load", started)
     monkeypatch.setattr("rescorer.training.train.train_on_phrase_table", started)
 
 
@@ -249,7 +249,7 @@ def test_resume_of_a_finished_output_says_so_and_scores_nothing(tmp_path: Path, 
     def scored(*_a, **_k):
         raise AssertionError("a finished output was scored again")
 
-    monkeypatch.setattr("rescorer.pipeline.train_or_load.rescore_checked", scored)
+    monkeypatch.setattr("rescorer.pipeline.train_or_load.Models.load", scored)
     res = cli(str(table), str(out), "--model", str(model_file), "--resume")
     assert res.exit_code == 0, res.output
     assert f"{out} is finished already" in res.output
@@ -325,11 +325,11 @@ def test_threads_and_workers_beyond_the_cpus_are_cut_to_them_with_a_warning(tmp_
                                                                            monkeypatch) -> None:
     seen = {}
 
-    def scored(_in, _out, _ck, options, _reverse=None):
+    def scored(_in, _out, _models, options):
         seen["workers"] = options.workers
         raise SystemExit(0)
 
-    monkeypatch.setattr("rescorer.pipeline.train_or_load.rescore_checked", scored)
+    monkeypatch.setattr("rescorer.pipeline.rescore.rescore", scored)
     table = write_table(tmp_path / "pt.txt", table_lines(30))
     cpus = available_cpus()
     res = cli(str(table), str(tmp_path / "out.gz"), "--model", str(model_file), "-j", "1000", "--threads", "999")

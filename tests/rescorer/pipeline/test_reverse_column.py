@@ -32,9 +32,11 @@ from rescore_runs import (
 
 from rescorer.cli import rescore_phrase_table_command
 from rescorer.model.checkpoint import load_checkpoint
+from rescorer.pipeline import rescore as pipeline
 from rescorer.pipeline.errors import RescoreError
-from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.rescore import RescoreOptions
 from rescorer.pipeline.scoring import ScoringOptions
+from rescorer.pipeline.train_or_load import Models
 from shared_paths import shared_file
 
 LINES = 5166
@@ -173,4 +175,4 @@ def test_a_reverse_model_of_other_languages_is_warned_about(sample, models, tmp_
     opts = RescoreOptions(progress=False, device="cpu", workers=0, scoring=ScoringOptions(token_budget=4096))
     with pytest.warns(UserWarning, match=r"0\.0% of source words and 0\.0% of target words in the first chunk are "
                       r"in the reverse model's shortlists"):
-        rescore_phrase_table(str(sample), str(tmp_path / "o.gz"), load_checkpoint(models[0]), opts, reverse)
+        pipeline.rescore(str(sample), str(tmp_path / "o.gz"), Models(load_checkpoint(models[0]), reverse), opts)

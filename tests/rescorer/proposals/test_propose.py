@@ -32,7 +32,8 @@ from proposal_system import EXAMPLE_INI, example_system, pair_log_p, propose_opt
 from rescorer.cli import main
 from rescorer.model.checkpoint import load_checkpoint, save_checkpoint
 from rescorer.pipeline.errors import RescoreError
-from rescorer.pipeline.rescore import RescoreOptions, rescore_phrase_table
+from rescorer.pipeline.rescore import RescoreOptions, rescore
+from rescorer.pipeline.train_or_load import Models
 from rescorer.proposals import propose as propose_module
 from rescorer.proposals.lexical import lexical_scores, read_word_table
 from rescorer.proposals.propose import ProposeOptions, propose
@@ -233,7 +234,7 @@ def test_the_pipeline_flags_lines_by_input_line_number_even_around_rejected_line
     table.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
     options = RescoreOptions(progress=False, device="cpu", workers=0, skip_bad_lines=True, chunk_lines=3,
                              flag_lines=np.array([2, 4, 6, 9]))
-    rescore_phrase_table(str(table), str(out), load_checkpoint(system / "model.pt"), options)
+    rescore(str(table), str(out), Models(load_checkpoint(system / "model.pt")), options)
     flags = [_split(line)[1][-1] for line in _lines(out)]
     # Output rows are input lines 1-3 and 5-9; lines 2, 6 and 9 are flagged.
     assert flags == [b"1", b"2.71828", b"1", b"1", b"2.71828", b"1", b"1", b"2.71828"]
@@ -261,7 +262,7 @@ def _kind_counts(summary) -> dict:
     return {kind: vars(k) for kind, k in summary.kinds.items()}
 
 
-@pytest.mark.parametrize(("where", "on_call"), [("search_sources", 4), ("rescore_phrase_table", 1)])
+@pytest.mark.parametrize(("where", "on_call"), [("search_sources", 4), ("rescore", 1)])
 def test_a_failed_run_keeps_its_work_and_resume_ends_byte_identical(system, tmp_path, monkeypatch, where,
                                                                     on_call) -> None:
     """Stopped in the 4th batch of the search, or while rescoring: --resume gives an uninterrupted run's bytes."""
@@ -310,7 +311,7 @@ def _stopped_while_rescoring(system: Path, tmp_path: Path, monkeypatch) -> Path:
     out = tmp_path / "out.gz"
     options = propose_options(beam=3, per_source=1, lex_e2f=str(system / "lex.e2f"), lex_f2e=str(system / "lex.f2e"))
     with monkeypatch.context() as patch:
-        _failing(patch, "rescore_phrase_table", 1)
+        _failing(patch, "rescore", 1)
         with pytest.raises(OSError, match="disk full"):
             propose(str(system / "phrase-table.gz"), str(out), load_checkpoint(system / "model.pt"), options)
     return out
