@@ -287,7 +287,9 @@ class RNNEncoderDecoder(nn.Module):
         inputs = self.dec_input(prev.transpose(0, 1))  # [T, B, 3d], time-major (see the encoder)
         gate_inputs = inputs[:, :, : 2 * d] + context[:, : 2 * d]  # [T, B, 2d]
         cand_inputs = inputs[:, :, 2 * d :]  # [T, B, d]
-        cand_context = context[:, 2 * d :] + self.dec_cand_bias  # [B, d]
+        # Widened before the (fp32) bias is added: under autocast the context is bf16, and an add of
+        # mixed dtypes converts element by element inside the add.
+        cand_context = context[:, 2 * d :].to(self.dec_cand_bias.dtype) + self.dec_cand_bias  # [B, d]
         h = self.decoder_init(c)
         states: list[Tensor] = []
         gate_inputs = gate_inputs.to(h.dtype)
