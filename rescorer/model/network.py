@@ -71,7 +71,7 @@ from neural.layers import embedding_layer
 from neural.vocab import EOS_ID
 from rescorer.model import block_sizes, normalizer
 from rescorer.model.config import ModelConfig
-from rescorer.model.gru import decoder_recurrence, encoder_recurrence
+from rescorer.model.gru import decoder_recurrence, encoder_recurrence, hold_state_at_padding, step_rows
 from rescorer.model.output_layer import target_log_probs
 
 
@@ -108,6 +108,18 @@ def lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
     :meth:`RNNEncoderDecoder.decoder_states` takes."""
     positions = torch.arange(max_len, device=lengths.device)
     return positions.unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def _training_positions(mask: Tensor) -> Tensor:
+    """Flat indices into ``mask`` ([B, T]) of the positions training's output layer scores: the real
+    ones (True) in order, then padding ones up to a multiple of :data:`block_sizes.TRAIN_POSITIONS`
+    (at most all B·T), so that its matmuls' rows and K come from a small fixed set."""
+    flat = mask.flatten()
+    real = flat.nonzero().squeeze(1)
+    wanted = min(flat.numel(), -(-real.numel() // block_sizes.TRAIN_POSITIONS) * block_sizes.TRAIN_POSITIONS)
+    if wanted == real.numel():
+        return real
+    return torch.cat([real, (~flat).nonzero().squeeze(1)[: wanted - real.numel()]])
 
 
 def _check_batch(ids: Tensor, lengths: Tensor, what: str) -> int:
@@ -209,8 +221,12 @@ class RNNEncoderDecoder(nn.Module):
         restore = torch.empty_like(order)
         restore[order] = torch.arange(batch, device=order.device)
         if torch.is_grad_enabled() and self.enc_rec_cand.weight.requires_grad:
-            # Training: the same steps with a backward through time written by hand (rescorer.model.gru).
-            h = encoder_recurrence(inputs, self.enc_rec_gates.weight, self.enc_rec_cand.weight, running, state_dtype)
+            # Training: the same steps with a backward through time written by hand (rescorer.model.gru),
+            # each on a row count from a small fixed set, the rows added holding their state.
+            rows = step_rows(running, batch)
+            if rows != running:
+                inputs = hold_state_at_padding(inputs, mask)
+            h = encoder_recurrence(inputs, self.enc_rec_gates.weight, self.enc_rec_cand.weight, rows, state_dtype)
             return h[restore]
         h = torch.zeros(batch, d, dtype=state_dtype, device=src.device)
         for t, n in enumerate(running):
@@ -404,14 +420,22 @@ class RNNEncoderDecoder(nn.Module):
         out = torch.zeros(tgt.shape, dtype=score_dtype, device=tgt.device)
         if mask.numel() == 0:
             return out
-        s = self.output_features(states, prev, self.out_context(c).unsqueeze(1))[mask]  # [P, m], P real positions
-        targets = tgt[:, : mask.shape[1]][mask]
+        features = self.output_features(states, prev, self.out_context(c).unsqueeze(1))
         if torch.is_grad_enabled() and self.out_vocab.weight.requires_grad:
             # Training: the same values through a backward that recomputes the logits per block
-            # instead of storing them (rescorer.model.output_layer).
-            picked = target_log_probs(self.out_rank(s), self.out_vocab.weight, self.out_vocab.bias, targets)
-            out[:, : mask.shape[1]][mask] = picked.to(score_dtype)
+            # instead of storing them (rescorer.model.output_layer), on a number of positions from a
+            # small fixed set: the real ones, then padding ones whose scores are dropped (zero gradient).
+            positions = _training_positions(mask)
+            targets = tgt[:, : mask.shape[1]].masked_fill(~mask, EOS_ID).flatten()[positions]
+            picked = target_log_probs(self.out_rank(features.flatten(0, 1)[positions]), self.out_vocab.weight,
+                                      self.out_vocab.bias, targets)
+            real = int(mask.sum())
+            scores = out.new_zeros(mask.numel())
+            scores[positions[:real]] = picked[:real].to(score_dtype)
+            out[:, : mask.shape[1]] = scores.view(mask.shape)
             return out
+        s = features[mask]  # [P, m], P real positions
+        targets = tgt[:, : mask.shape[1]][mask]
         rows = block_sizes.CPU_OUTPUT_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
         output_matrix = normalizer.output_matrix(self.out_vocab)
         scores = [
