@@ -116,7 +116,7 @@ class _EncoderRecurrence(torch.autograd.Function):
                 offsets.append(offsets[-1] + n)
             # The packed steps' rows, the K of the weights' gradients, rounded up to a fixed set of sizes
             # (block_sizes.TRAIN_PACKED_ROWS): the rows past the steps' are zero in the gradients' operands.
-            packed = _round_up(offsets[-1], block_sizes.TRAIN_PACKED_ROWS)
+            packed = _round_up(offsets[-1], shape_multiple(block_sizes.TRAIN_PACKED_ROWS, inputs.device, mm_dtype))
             entered = inputs.new_empty(packed, d, dtype=state_dtype)  # h⟨t−1⟩ of running rows
             entered[offsets[-1] :] = 0
             gates = inputs.new_empty(packed, 2 * d, dtype=state_dtype)
@@ -173,12 +173,20 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def step_rows(running: list[int], batch: int) -> list[int]:
+def shape_multiple(size: int, device: torch.device, mm_dtype: torch.dtype) -> int:
+    """``size`` (one of ``block_sizes.TRAIN_*``) where training's matmuls, running in ``mm_dtype`` on
+    ``device``, build a kernel for each new shape: bf16 or fp16 on the CPU (oneDNN). Else 1, the exact
+    shapes, which run faster where a new shape costs nothing (block_sizes' note)."""
+    reduced = device.type == "cpu" and mm_dtype in (torch.bfloat16, torch.float16)
+    return size if reduced or (device.type == "cpu" and block_sizes.TRAIN_FIXED_SHAPES_IN_FP32) else 1
+
+
+def step_rows(running: list[int], batch: int, multiple: int) -> list[int]:
     """The rows each encoder step runs, each of ``running`` (the rows still reading, longest first)
-    rounded up to a multiple of :data:`block_sizes.TRAIN_STEP_ROWS`, at most ``batch``: the steps'
+    rounded up to a multiple of ``multiple`` (:func:`shape_multiple`), at most ``batch``: the steps'
     matmuls then have one of a few row counts. The rows added must hold their state
     (:func:`hold_state_at_padding`)."""
-    return [min(batch, _round_up(n, block_sizes.TRAIN_STEP_ROWS)) for n in running]
+    return [min(batch, _round_up(n, multiple)) for n in running]
 
 
 def hold_state_at_padding(inputs: Tensor, mask: Tensor) -> Tensor:

@@ -67,11 +67,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from neural.device import matmul_dtype
 from neural.layers import embedding_layer
 from neural.vocab import EOS_ID
 from rescorer.model import block_sizes, normalizer
 from rescorer.model.config import ModelConfig
-from rescorer.model.gru import decoder_recurrence, encoder_recurrence, hold_state_at_padding, step_rows
+from rescorer.model.gru import decoder_recurrence, encoder_recurrence, hold_state_at_padding, shape_multiple, step_rows
 from rescorer.model.output_layer import target_log_probs
 
 
@@ -110,13 +111,13 @@ def lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
     return positions.unsqueeze(0) < lengths.unsqueeze(1)
 
 
-def _training_positions(mask: Tensor) -> Tensor:
+def _training_positions(mask: Tensor, multiple: int) -> Tensor:
     """Flat indices into ``mask`` ([B, T]) of the positions training's output layer scores: the real
-    ones (True) in order, then padding ones up to a multiple of :data:`block_sizes.TRAIN_POSITIONS`
-    (at most all B·T), so that its matmuls' rows and K come from a small fixed set."""
+    ones (True) in order, then padding ones up to a multiple of ``multiple`` (at most all B·T), so
+    that its matmuls' rows and K come from a small fixed set (:func:`rescorer.model.gru.shape_multiple`)."""
     flat = mask.flatten()
     real = flat.nonzero().squeeze(1)
-    wanted = min(flat.numel(), -(-real.numel() // block_sizes.TRAIN_POSITIONS) * block_sizes.TRAIN_POSITIONS)
+    wanted = min(flat.numel(), -(-real.numel() // multiple) * multiple)
     if wanted == real.numel():
         return real
     return torch.cat([real, (~flat).nonzero().squeeze(1)[: wanted - real.numel()]])
@@ -223,7 +224,8 @@ class RNNEncoderDecoder(nn.Module):
         if torch.is_grad_enabled() and self.enc_rec_cand.weight.requires_grad:
             # Training: the same steps with a backward through time written by hand (rescorer.model.gru),
             # each on a row count from a small fixed set, the rows added holding their state.
-            rows = step_rows(running, batch)
+            mm_dtype = matmul_dtype(src.device, self.enc_rec_cand.weight.dtype)
+            rows = step_rows(running, batch, shape_multiple(block_sizes.TRAIN_STEP_ROWS, src.device, mm_dtype))
             if rows != running:
                 inputs = hold_state_at_padding(inputs, mask)
             h = encoder_recurrence(inputs, self.enc_rec_gates.weight, self.enc_rec_cand.weight, rows, state_dtype)
@@ -425,7 +427,8 @@ class RNNEncoderDecoder(nn.Module):
             # Training: the same values through a backward that recomputes the logits per block
             # instead of storing them (rescorer.model.output_layer), on a number of positions from a
             # small fixed set: the real ones, then padding ones whose scores are dropped (zero gradient).
-            positions = _training_positions(mask)
+            mm_dtype = matmul_dtype(mask.device, self.out_vocab.weight.dtype)
+            positions = _training_positions(mask, shape_multiple(block_sizes.TRAIN_POSITIONS, mask.device, mm_dtype))
             targets = tgt[:, : mask.shape[1]].masked_fill(~mask, EOS_ID).flatten()[positions]
             picked = target_log_probs(self.out_rank(features.flatten(0, 1)[positions]), self.out_vocab.weight,
                                       self.out_vocab.bias, targets)

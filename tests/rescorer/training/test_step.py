@@ -246,7 +246,9 @@ PADDED_RTOL = {None: 1e-5, torch.bfloat16: 1e-5}
 @pytest.mark.parametrize("amp", [None, torch.bfloat16], ids=["fp32", "bf16"])
 def test_padded_eager_updates_give_the_exact_shapes_losses(one_torch_thread, monkeypatch, amp):
     """Every batch of 8 pairs is padded (the encoder's steps to 8 rows, the output layer to all 8·T
-    positions); 50 updates give the losses and the model that the minibatches' own shapes give."""
+    positions); 50 updates give the losses and the model that the minibatches' own shapes give.
+    (fp32 keeps the exact shapes in training, where padding only costs: set here to check it.)"""
+    monkeypatch.setattr(block_sizes, "TRAIN_FIXED_SHAPES_IN_FP32", True)
     batches = _batches(50)
     padded, padded_model = losses(EagerStep, batches, amp)
     _exact_shapes(monkeypatch)
