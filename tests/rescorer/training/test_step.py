@@ -209,10 +209,11 @@ def _shapes_per_update(step, batches: list) -> list[set]:
     return shapes
 
 
-def test_static_updates_build_no_new_matmul_shape_once_each_bucket_was_seen(one_torch_thread):
+def test_static_updates_build_no_new_matmul_shape_once_each_bucket_was_seen(one_torch_thread, monkeypatch):
     """Every static update of a bucket runs the same matmul shapes whatever its rows and lengths, so
-    that after one update per bucket no update builds a kernel; the eager step meets new shapes
-    in update after update (the encoder's running rows, the gradients' K, the output positions)."""
+    that after one update per bucket no update builds a kernel; the eager step on the minibatches' own
+    shapes meets new shapes in update after update (the encoder's running rows, the gradients' K, the
+    output positions)."""
     batches = _batches(40)
     torch.manual_seed(3)
     model = RNNEncoderDecoder(CONFIG)
@@ -222,6 +223,7 @@ def test_static_updates_build_no_new_matmul_shape_once_each_bucket_was_seen(one_
     for batch, shapes in zip(batches, _shapes_per_update(static, batches), strict=True):
         key = static.pack(batch)[1]
         assert by_bucket.setdefault(key, shapes) == shapes, key  # the bucket alone decides
+    _exact_shapes(monkeypatch)
     torch.manual_seed(3)
     model = RNNEncoderDecoder(CONFIG)
     eager = EagerStep(model, make_optimizer(model, cfg), cfg, torch.device("cpu"), torch.bfloat16)
