@@ -20,6 +20,12 @@ bucket's graph is captured on its second batch), so that no timed update meets a
 matmul peak is measured in the same run, before the sizes (and again at the end, to show drift).
 On the CPU a profile of a few steps of the first mode prints its top five entries by self CPU time.
 
+Each mode's line also counts the distinct matmul shapes (operation, operand shapes: what oneDNN builds a
+kernel for the first time it meets one, in bf16 on a CPU) of its first pass over the minibatches, and how
+many were new in the second half of them. ``--train-step eager-exact`` runs the eager step on the
+minibatches' own shapes (the code before the fixed set of ``rescorer.model.block_sizes``, and fp32's
+default), ``eager-fixed`` on the fixed set in fp32 too (bf16's default on a CPU).
+
 ``--precision`` takes a comma-separated list: each precision then runs every mode on the same
 minibatches from the same initial model, interleaved step by step (each minibatch's update in
 every precision before the next minibatch, each timed apart), so that the machine's load falls
@@ -65,6 +71,7 @@ from neural.adadelta import ChunkedAdadelta, FusedAdadelta  # noqa: E402
 from neural.config import PRECISIONS  # noqa: E402
 from neural.device import autocast_dtype, matmul_precision, select_device, training_precision  # noqa: E402
 from neural.weight_copies import kept_copy, matmul_weight  # noqa: E402
+from rescorer.model import block_sizes  # noqa: E402
 from rescorer.model.config import ModelConfig, TrainConfig  # noqa: E402
 from rescorer.model.flops import count_flops_per_pair  # noqa: E402
 from rescorer.model.network import RNNEncoderDecoder  # noqa: E402
@@ -139,20 +146,29 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, precisio
     rates: dict[str, dict[str, tuple[float, float]]] = {p: {} for p in precisions}
     reference: dict[str, list[float]] = {}
     for i, mode in enumerate(modes):
+        train_step = mode.removesuffix(EXACT).removesuffix(FIXED)
         steps = {}
         for precision in precisions:
             torch.manual_seed(0)
             model = RNNEncoderDecoder(config).to(device)
-            steps[precision] = make_train_step(mode, model, make_optimizer(model, cfg), cfg, device, amps[precision])
+            steps[precision] = make_train_step(train_step, model, make_optimizer(model, cfg), cfg, device,
+                                               amps[precision])
+            if mode.endswith((EXACT, FIXED)):
+                steps[precision] = _on_shapes(steps[precision], exact=mode.endswith(EXACT))
         # Warm-up on the timed minibatches themselves: every shape they use has been seen (kernels
         # built, oneDNN primitives made, the optimiser compiled) before the clock starts; twice where
-        # a mode captures (each bucket's graph is captured on its second batch).
-        captures = any(resolve_train_step(mode, device, amps[p]) == "captured" for p in precisions)
-        losses = {p: [] for p in precisions}
-        for _ in range(2 if captures else 1):
+        # a mode captures (each bucket's graph is captured on its second batch). The first pass also
+        # records each update's matmul shapes.
+        captures = any(resolve_train_step(train_step, device, amps[p]) == "captured" for p in precisions)
+        losses: dict[str, list] = {p: [] for p in precisions}
+        shapes: dict[str, list[set]] = {p: [] for p in precisions}
+        for rep in range(2 if captures else 1):
             for precision in precisions:
                 with matmul_precision(precision):
-                    losses[precision] += [steps[precision](b[0]) for b in batches]
+                    if rep == 0:
+                        losses[precision], shapes[precision] = matmul_shapes(steps[precision], [b[0] for b in batches])
+                    else:
+                        losses[precision] += [steps[precision](b[0]) for b in batches]
         elapsed = dict.fromkeys(precisions, 0.0)
         cpu = dict.fromkeys(precisions, 0.0)
         for b in batches:
@@ -169,6 +185,7 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, precisio
             print(f"[{precision}] ", end="")
             rates[precision][mode] = report(mode, batches, elapsed[precision], cpu[precision], device, peaks[peak],
                                             cpu_peaks[peak], peak)
+            print("  " + shapes_line(shapes[precision]))
             values = [float(v) for v in losses[precision]]
             if precision not in reference:
                 reference[precision] = values
@@ -201,6 +218,61 @@ def report(mode: str, timed: list, elapsed: float, cpu: float, device: torch.dev
               f"{peak_label} matmul peak per CPU-second (the steadier figure on a shared machine)")
     print(f"  padded decoder steps: {100 * padded / (padded + real):.1f}% of decoder steps")
     return pairs / elapsed, pairs / cpu
+
+
+# A mode named MODE + EXACT runs --train-step MODE on the minibatches' own shapes (no encoder row, packed
+# step or output position rounded up to the fixed set of rescorer.model.block_sizes: the code before it,
+# and what fp32 runs); MODE + FIXED on the fixed set in fp32 too (what bf16 runs on a CPU).
+EXACT, FIXED = "-exact", "-fixed"
+MATMULS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm"}
+
+
+def _on_shapes(step: Callable, exact: bool) -> Callable:
+    """``step`` with the training's matmul shapes exact (``exact``) or from the fixed set in any precision."""
+    names = ("TRAIN_STEP_ROWS", "TRAIN_PACKED_ROWS", "TRAIN_POSITIONS") if exact else ("TRAIN_FIXED_SHAPES_IN_FP32",)
+
+    def run(batch):
+        kept = {name: getattr(block_sizes, name) for name in names}
+        try:
+            for name in names:
+                setattr(block_sizes, name, 1 if exact else True)
+            return step(batch)
+        finally:
+            for name, value in kept.items():
+                setattr(block_sizes, name, value)
+    return run
+
+
+def matmul_shapes(step: Callable, batches: list) -> tuple[list[torch.Tensor], list[set[tuple]]]:
+    """Each update's loss and the (operation, operand shapes) of every matmul it ran: what oneDNN builds
+    a kernel for the first time it meets it (bf16 on a CPU). From torch's profiler, one session for all
+    the updates: a dispatch mode would keep the compiled optimiser from running."""
+    losses = []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        for i, batch in enumerate(batches):
+            with torch.profiler.record_function(f"update {i}"):
+                losses.append(step(batch))
+    events = prof.events()
+    spans = {e.name: e.time_range for e in events if e.name.startswith("update ")}
+    shapes: list[set[tuple]] = []
+    for i in range(len(batches)):
+        span = spans[f"update {i}"]
+        shapes.append({(e.name, *(tuple(shape) for shape in e.input_shapes)) for e in events
+                       if e.name in MATMULS and span.start <= e.time_range.start <= span.end})
+    return losses, shapes
+
+
+def shapes_line(per_update: list[set]) -> str:
+    """How many distinct matmul shapes the updates met, and how late new ones kept coming."""
+    seen: set = set()
+    new = []
+    for shapes in per_update:
+        new.append(len(shapes - seen))
+        seen |= shapes
+    half = len(per_update) // 2
+    last = max((i + 1 for i, n in enumerate(new) if n), default=0)
+    return (f"matmul shapes: {len(seen)} distinct in {len(per_update)} updates, {sum(new[half:])} of them new in "
+            f"the last {len(per_update) - half}; the last new one in update {last}")
 
 
 def profile(step, batches: list) -> None:

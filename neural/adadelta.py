@@ -173,8 +173,8 @@ COMPILE_MIN_ELEMENTS = 1_000_000
 
 def _fused_update(param: Tensor, grad: Tensor, square_avg: Tensor, acc_delta: Tensor, copy: Tensor | None,
                   scale: Tensor, rho: float, eps: float, lr: float) -> None:
-    """torch's Adadelta on one tensor after the clip's ``scale``, as one compiled pass (module doc of
-    :class:`FusedAdadelta`): each element read once, the state, the weight and its copy written once."""
+    """torch's Adadelta on one tensor after the clip's ``scale``: each element read once, the state,
+    the weight and its copy written once (module doc of :class:`FusedAdadelta`)."""
     g = grad * scale
     square = square_avg * rho + (1 - rho) * (g * g)
     delta = (acc_delta + eps).sqrt() / (square + eps).sqrt() * g
@@ -186,17 +186,30 @@ def _fused_update(param: Tensor, grad: Tensor, square_avg: Tensor, acc_delta: Te
         copy.copy_(updated)
 
 
+def _fused_updates(params: list[Tensor], grads: list[Tensor], square_avgs: list[Tensor], acc_deltas: list[Tensor],
+                   copies: list[Tensor | None], scale: Tensor, rho: float, eps: float, lr: float) -> None:
+    """:func:`_fused_update` of every tensor of the lists: compiled, one call for all parameters."""
+    for param, grad, square_avg, acc_delta, copy in zip(params, grads, square_avgs, acc_deltas, copies, strict=True):
+        _fused_update(param, grad, square_avg, acc_delta, copy, scale, rho, eps, lr)
+
+
 class FusedAdadelta(ChunkedAdadelta):
-    """:class:`ChunkedAdadelta` whose CPU update of each parameter is one compiled pass (torch.compile).
+    """:class:`ChunkedAdadelta` whose CPU update is one compiled pass over every parameter (torch.compile).
 
     The chunked step runs twelve element-wise operations per chunk from Python; compiled, the
     clip's scaling, the two running averages, the step and the bf16 copy of the weight
-    (:mod:`neural.weight_copies`) are one loop over each tensor. Measured on a 2-core AMD EPYC
-    (AVX2), one thread, 18.3M paper-size parameters, clip included, under load: 49 CPU-ms per
-    step against 113–151 for the chunked step. The arithmetic is torch's, in its order, but the
-    compiler may contract a multiply and an add into one rounding: the results agree with
+    (:mod:`neural.weight_copies`) are one loop over each tensor, and all the tensors' loops are
+    one compiled call (one guard check and one entry into the generated code per step, where a
+    call per parameter paid them 22 times). Measured on a 2-core AMD EPYC (AVX2), one thread,
+    18.3M paper-size parameters, clip included, under load: 49 CPU-ms per step against 113–151
+    for the chunked step (docs/training-speed.md). The arithmetic is torch's, in its order, but
+    the compiler may contract a multiply and an add into one rounding: the results agree with
     ``torch.optim.Adadelta`` and ``clip_grad_norm_`` to a few float32 ulps per step (tested), not
     bit for bit. Unlike ``clip_grad_norm_`` the compiled pass leaves the gradients unscaled.
+
+    The compiled call is specialised to the list of tensors (how many, which have a bf16 copy),
+    not to their sizes; it is compiled again only if that list changes (a parameter that got no
+    gradient in a step, a copy made later).
 
     ``compile``: None compiles where the parameters hold at least :data:`COMPILE_MIN_ELEMENTS`
     elements. Where compiling fails (no C++ compiler), a warning says so and the chunked step runs.
@@ -210,32 +223,56 @@ class FusedAdadelta(ChunkedAdadelta):
             compile = elements >= COMPILE_MIN_ELEMENTS
         self._compile = compile
         self._kernel: Callable | None = None
+        self._tried: set[tuple] = set()  # the kinds of call whose compilation was tried
 
     def _run_chunks(self, work: list, scale: Tensor | None) -> None:
-        kernel = self._compiled() if self._compile else None
-        if kernel is None:
+        if not self._compile:
             super()._run_chunks(work, scale)
             return
         factor = torch.ones((), dtype=work[0][0].dtype) if scale is None else scale.to(work[0][0].dtype)
-        for param, grad, square_avg, acc_delta, group, copy in work:
-            flat = (t.view(-1) for t in (param, grad, square_avg, acc_delta))  # one kernel for every shape
-            kernel(*flat, None if copy is None else copy.view(-1), factor, group["rho"], group["eps"], group["lr"])
+        by_settings: dict[tuple[float, float, float], list] = {}  # one call per set of hyper-parameters
+        for item in work:
+            group = item[4]
+            by_settings.setdefault((group["rho"], group["eps"], group["lr"]), []).append(item)
+        calls = []
+        for (rho, eps, lr), items in by_settings.items():
+            # Flat views: the compiled call depends on how many tensors there are, not on their shapes.
+            lists = [[t.view(-1) for t in column] for column in list(zip(*items, strict=True))[:4]]
+            copies = [None if item[5] is None else item[5].view(-1) for item in items]
+            calls.append((*lists, copies, rho, eps, lr))
+        kernel = self._compiled(calls)
+        if kernel is None:
+            super()._run_chunks(work, scale)
+            return
+        for params, grads, square_avgs, acc_deltas, copies, rho, eps, lr in calls:
+            kernel(params, grads, square_avgs, acc_deltas, copies, factor, rho, eps, lr)
 
-    def _compiled(self) -> Callable | None:
-        """The compiled update, tried first on small tensors of each kind this run uses (with and
-        without a bf16 copy), so that a failing compilation touches no parameter; None if it fails."""
+    def _compiled(self, calls: list[tuple]) -> Callable | None:
+        """The compiled update, tried first on small tensors shaped as each call of this step (as many,
+        the same dtypes, equal sizes where theirs are equal, a bf16 copy where they have one), so that
+        a failing compilation touches no parameter and the trial is the compilation the step then
+        uses; None if it fails."""
         if self._kernel is None:
-            kernel = torch.compile(_fused_update, dynamic=True, fullgraph=True)
+            self._kernel = torch.compile(_fused_updates, dynamic=True, fullgraph=True)
+        for params, grads, square_avgs, acc_deltas, copies, rho, eps, lr in calls:
+            kind = (tuple(p.numel() for p in params), tuple(c is None for c in copies), rho, eps, lr)
+            if kind in self._tried:
+                continue
+            self._tried.add(kind)
+            # Trial sizes from 2 (0 and 1 would be specialised), equal where the real sizes are.
+            sizes = {n: 2 + i for i, n in enumerate(dict.fromkeys(kind[0]))}
+            trial = [[torch.ones(sizes[p.numel()], dtype=t.dtype) for p, t in zip(params, column, strict=True)]
+                     for column in (params, grads, square_avgs, acc_deltas)]
+            for p in trial[0]:
+                p.requires_grad_(True)  # as every parameter the step updates: else the trial's guard differs
+            trial_copies = [None if c is None else torch.empty(sizes[p.numel()], dtype=c.dtype)
+                            for p, c in zip(params, copies, strict=True)]
             try:
-                for copy in (None, torch.empty(3, dtype=torch.bfloat16)):
-                    # The weight requires grad, as every parameter the step updates does: a probe that
-                    # did not would be compiled for nothing, the real call failing its guard.
-                    state = [torch.ones(3, requires_grad=True)] + [torch.ones(3) for _ in range(3)]
-                    kernel(*state, copy, torch.ones(()), 0.95, 1e-6, 1.0)
+                with torch.no_grad():
+                    self._kernel(*trial, trial_copies, torch.ones((), dtype=params[0].dtype), rho, eps, lr)
             except Exception as exc:
                 warnings.warn(f"Adadelta runs uncompiled: torch.compile failed ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0] if str(exc) else ''})", stacklevel=2)
                 self._compile = False
                 return None
-            self._kernel = kernel
         return self._kernel

@@ -37,3 +37,21 @@ TOP_K_CHUNK = 64
 # [P, block] block of logits for a 64-pair minibatch (a few hundred target positions) stays in L2
 # between its matmul, its maximum and its exp.
 CPU_TRAIN_BLOCK_VOCAB = 1024
+
+# Training's matmul shapes where its matmuls run in bf16 or fp16 on the CPU (rescorer.model.gru.shape_multiple):
+# rounded up to a small fixed set, so that after a few updates no update meets a shape it has not met
+# before. oneDNN, which runs the CPU's bf16 matmuls, builds (JIT-compiles) a kernel for each new shape:
+# about 17 ms each on a CPU with AMX, and exact shapes made 532-618 distinct ones in 40 updates, new ones
+# in every update. Each padded row or position holds its state or scores nothing and gets exactly zero
+# gradient, so the updates are the exact shapes' (1 = exact shapes). The encoder's rows still reading at
+# a time step, a multiple of:
+TRAIN_STEP_ROWS = 8
+# The rows of the encoder's packed time steps (K of its recurrent weights' gradients), a multiple of:
+TRAIN_PACKED_ROWS = 64
+# The target positions the output layer scores (its matmuls' rows, K of its gradients), a multiple of
+# (64, a full minibatch's row: minibatches grouped by target length then score what the static step
+# scores, B x T; 16 and 32 still met new shapes after 30 updates of benchmarks/train_speed.py's):
+TRAIN_POSITIONS = 64
+# In fp32 MKL builds nothing per shape and the padding is only extra work (6% of a d = 256 update on one
+# thread: docs/training-speed.md), so fp32 keeps the exact shapes unless this is set (tests, benchmarks).
+TRAIN_FIXED_SHAPES_IN_FP32 = False

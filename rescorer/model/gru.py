@@ -21,11 +21,14 @@ current (:mod:`neural.weight_copies`), not even that.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 from neural.device import matmul_dtype, no_autocast
 from neural.weight_copies import matmul_weight
+from rescorer.model import block_sizes
 
 
 def _mm(a: Tensor, b: Tensor, dtype: torch.dtype, out_dtype: torch.dtype) -> Tensor:
@@ -111,9 +114,13 @@ class _EncoderRecurrence(torch.autograd.Function):
             offsets = [0]
             for n in running:
                 offsets.append(offsets[-1] + n)
-            entered = inputs.new_empty(offsets[-1], d, dtype=state_dtype)  # h⟨t−1⟩ of running rows
-            gates = inputs.new_empty(offsets[-1], 2 * d, dtype=state_dtype)
-            candidates = inputs.new_empty(offsets[-1], d, dtype=state_dtype)
+            # The packed steps' rows, the K of the weights' gradients, rounded up to a fixed set of sizes
+            # (block_sizes.TRAIN_PACKED_ROWS): the rows past the steps' are zero in the gradients' operands.
+            packed = _round_up(offsets[-1], shape_multiple(block_sizes.TRAIN_PACKED_ROWS, inputs.device, mm_dtype))
+            entered = inputs.new_empty(packed, d, dtype=state_dtype)  # h⟨t−1⟩ of running rows
+            entered[offsets[-1] :] = 0
+            gates = inputs.new_empty(packed, 2 * d, dtype=state_dtype)
+            candidates = inputs.new_empty(packed, d, dtype=state_dtype)
             h = inputs.new_zeros(batch, d, dtype=state_dtype)
             for t, n in enumerate(running):
                 lo, hi = offsets[t], offsets[t + 1]
@@ -141,6 +148,8 @@ class _EncoderRecurrence(torch.autograd.Function):
             grad_gates = torch.empty_like(gates)  # ∂ pre-activations of r, z (packed rows)
             grad_cand = torch.empty_like(candidates)  # ∂ pre-activation of the candidate
             reset_entered = torch.empty_like(entered)  # r ⊙ h⟨t−1⟩, the candidate matmul's input
+            for padding in (grad_gates, grad_cand, reset_entered):  # the rows past the steps' (forward)
+                padding[offsets[-1] :] = 0
             for t in reversed(range(len(running))):
                 n, lo, hi = running[t], offsets[t], offsets[t + 1]
                 g_h, h_prev = grad_h[:n], entered[lo:hi]
@@ -158,6 +167,39 @@ class _EncoderRecurrence(torch.autograd.Function):
             grad_gate_weight = _mm(grad_gates.t(), entered, mm_dtype, ctx.weight_dtypes[0])
             grad_cand_weight = _mm(grad_cand.t(), reset_entered, mm_dtype, ctx.weight_dtypes[1])
         return grad_inputs.to(ctx.input_dtype), grad_gate_weight, grad_cand_weight, None, None
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def shape_multiple(size: int, device: torch.device, mm_dtype: torch.dtype) -> int:
+    """``size`` (one of ``block_sizes.TRAIN_*``) where training's matmuls, running in ``mm_dtype`` on
+    ``device``, build a kernel for each new shape: bf16 or fp16 on the CPU (oneDNN). Else 1, the exact
+    shapes, which run faster where a new shape costs nothing (block_sizes' note)."""
+    reduced = device.type == "cpu" and mm_dtype in (torch.bfloat16, torch.float16)
+    return size if reduced or (device.type == "cpu" and block_sizes.TRAIN_FIXED_SHAPES_IN_FP32) else 1
+
+
+def step_rows(running: list[int], batch: int, multiple: int) -> list[int]:
+    """The rows each encoder step runs, each of ``running`` (the rows still reading, longest first)
+    rounded up to a multiple of ``multiple`` (:func:`shape_multiple`), at most ``batch``: the steps'
+    matmuls then have one of a few row counts. The rows added must hold their state
+    (:func:`hold_state_at_padding`)."""
+    return [min(batch, _round_up(n, multiple)) for n in running]
+
+
+def hold_state_at_padding(inputs: Tensor, mask: Tensor) -> Tensor:
+    """The encoder's step inputs ([T, B, 3d]: [W_r; W_z; W] e + b) with the update gate's pre-activation
+    +inf where ``mask`` ([B, T]) is False, so that a step run on a padded position changes nothing.
+
+    There z = 1 exactly and the GRU returns h⟨t−1⟩ bit for bit (``lerp`` with weight 1 returns its end
+    point); the hand-written backward then passes the gradient through unchanged and gives the step's
+    inputs and weights exactly zero gradient (z(1 − z) = 0, 1 − z = 0).
+    """
+    d = inputs.shape[-1] // 3
+    update_gate = (torch.arange(3 * d, device=inputs.device) // d) == 1  # the z block of [r; z; candidate]
+    return inputs.masked_fill(~mask.t().unsqueeze(2) & update_gate, math.inf)
 
 
 def decoder_recurrence(h0: Tensor, gate_inputs: Tensor, cand_inputs: Tensor, cand_context: Tensor,

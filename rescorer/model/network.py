@@ -67,11 +67,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from neural.device import matmul_dtype
 from neural.layers import embedding_layer
 from neural.vocab import EOS_ID
 from rescorer.model import block_sizes, normalizer
 from rescorer.model.config import ModelConfig
-from rescorer.model.gru import decoder_recurrence, encoder_recurrence
+from rescorer.model.gru import decoder_recurrence, encoder_recurrence, hold_state_at_padding, shape_multiple, step_rows
 from rescorer.model.output_layer import target_log_probs
 
 
@@ -108,6 +109,18 @@ def lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
     :meth:`RNNEncoderDecoder.decoder_states` takes."""
     positions = torch.arange(max_len, device=lengths.device)
     return positions.unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def _training_positions(mask: Tensor, multiple: int) -> Tensor:
+    """Flat indices into ``mask`` ([B, T]) of the positions training's output layer scores: the real
+    ones (True) in order, then padding ones up to a multiple of ``multiple`` (at most all B·T), so
+    that its matmuls' rows and K come from a small fixed set (:func:`rescorer.model.gru.shape_multiple`)."""
+    flat = mask.flatten()
+    real = flat.nonzero().squeeze(1)
+    wanted = min(flat.numel(), -(-real.numel() // multiple) * multiple)
+    if wanted == real.numel():
+        return real
+    return torch.cat([real, (~flat).nonzero().squeeze(1)[: wanted - real.numel()]])
 
 
 def _check_batch(ids: Tensor, lengths: Tensor, what: str) -> int:
@@ -209,8 +222,13 @@ class RNNEncoderDecoder(nn.Module):
         restore = torch.empty_like(order)
         restore[order] = torch.arange(batch, device=order.device)
         if torch.is_grad_enabled() and self.enc_rec_cand.weight.requires_grad:
-            # Training: the same steps with a backward through time written by hand (rescorer.model.gru).
-            h = encoder_recurrence(inputs, self.enc_rec_gates.weight, self.enc_rec_cand.weight, running, state_dtype)
+            # Training: the same steps with a backward through time written by hand (rescorer.model.gru),
+            # each on a row count from a small fixed set, the rows added holding their state.
+            mm_dtype = matmul_dtype(src.device, self.enc_rec_cand.weight.dtype)
+            rows = step_rows(running, batch, shape_multiple(block_sizes.TRAIN_STEP_ROWS, src.device, mm_dtype))
+            if rows != running:
+                inputs = hold_state_at_padding(inputs, mask)
+            h = encoder_recurrence(inputs, self.enc_rec_gates.weight, self.enc_rec_cand.weight, rows, state_dtype)
             return h[restore]
         h = torch.zeros(batch, d, dtype=state_dtype, device=src.device)
         for t, n in enumerate(running):
@@ -287,7 +305,9 @@ class RNNEncoderDecoder(nn.Module):
         inputs = self.dec_input(prev.transpose(0, 1))  # [T, B, 3d], time-major (see the encoder)
         gate_inputs = inputs[:, :, : 2 * d] + context[:, : 2 * d]  # [T, B, 2d]
         cand_inputs = inputs[:, :, 2 * d :]  # [T, B, d]
-        cand_context = context[:, 2 * d :] + self.dec_cand_bias  # [B, d]
+        # Widened before the (fp32) bias is added: under autocast the context is bf16, and an add of
+        # mixed dtypes converts element by element inside the add.
+        cand_context = context[:, 2 * d :].to(self.dec_cand_bias.dtype) + self.dec_cand_bias  # [B, d]
         h = self.decoder_init(c)
         states: list[Tensor] = []
         gate_inputs = gate_inputs.to(h.dtype)
@@ -402,14 +422,23 @@ class RNNEncoderDecoder(nn.Module):
         out = torch.zeros(tgt.shape, dtype=score_dtype, device=tgt.device)
         if mask.numel() == 0:
             return out
-        s = self.output_features(states, prev, self.out_context(c).unsqueeze(1))[mask]  # [P, m], P real positions
-        targets = tgt[:, : mask.shape[1]][mask]
+        features = self.output_features(states, prev, self.out_context(c).unsqueeze(1))
         if torch.is_grad_enabled() and self.out_vocab.weight.requires_grad:
             # Training: the same values through a backward that recomputes the logits per block
-            # instead of storing them (rescorer.model.output_layer).
-            picked = target_log_probs(self.out_rank(s), self.out_vocab.weight, self.out_vocab.bias, targets)
-            out[:, : mask.shape[1]][mask] = picked.to(score_dtype)
+            # instead of storing them (rescorer.model.output_layer), on a number of positions from a
+            # small fixed set: the real ones, then padding ones whose scores are dropped (zero gradient).
+            mm_dtype = matmul_dtype(mask.device, self.out_vocab.weight.dtype)
+            positions = _training_positions(mask, shape_multiple(block_sizes.TRAIN_POSITIONS, mask.device, mm_dtype))
+            targets = tgt[:, : mask.shape[1]].masked_fill(~mask, EOS_ID).flatten()[positions]
+            picked = target_log_probs(self.out_rank(features.flatten(0, 1)[positions]), self.out_vocab.weight,
+                                      self.out_vocab.bias, targets)
+            real = int(mask.sum())
+            scores = out.new_zeros(mask.numel())
+            scores[positions[:real]] = picked[:real].to(score_dtype)
+            out[:, : mask.shape[1]] = scores.view(mask.shape)
             return out
+        s = features[mask]  # [P, m], P real positions
+        targets = tgt[:, : mask.shape[1]][mask]
         rows = block_sizes.CPU_OUTPUT_BLOCK_ROWS if s.device.type == "cpu" else max(1, s.shape[0])
         output_matrix = normalizer.output_matrix(self.out_vocab)
         scores = [

@@ -90,7 +90,8 @@ class _TargetLogProbs(torch.autograd.Function):
                     torch.mm(neg_p.t(), low_mm, out=grad_weight[j : j + width])
                 else:
                     neg_p_mm = neg_p.to(mm_dtype)
-                    grad_low += torch.mm(neg_p_mm, w)
+                    # Widened before it is added: a bf16 + fp32 add converts per element inside the add.
+                    grad_low += torch.mm(neg_p_mm, w).to(score_dtype)
                     grad_weight[j : j + width] = torch.mm(neg_p_mm.t(), low_mm)
                 torch.sum(neg_p, dim=0, out=grad_bias[j : j + block])
             # The picked logit's part: +g at each row's target word.

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from neural.vocab import EOS_ID
-from rescorer.model.gru import encoder_recurrence
+from rescorer.model.gru import encoder_recurrence, hold_state_at_padding
 from rescorer.model.network import RNNEncoderDecoder, lengths_mask
 from rescorer.model.output_layer import target_log_probs
 
@@ -24,11 +22,8 @@ def static_log_likelihood(
     ragged path skips (every row runs all N encoder steps; the output layer covers padded
     positions), which is why the CPU keeps that path.
 
-    * Encoder: at a padded step the update gate's pre-activation is +inf, so z = 1 exactly and
-      the GRU returns h⟨t−1⟩ bit for bit (``lerp`` with weight 1 returns its end point); the
-      hand-written backward (:mod:`rescorer.model.gru`) then passes the gradient through
-      unchanged and gives the step's inputs and weights exactly zero gradient (z(1 − z) = 0,
-      1 − z = 0).
+    * Encoder: every row runs every step, and a padded step holds its row's state bit for bit
+      with exactly zero gradient (:func:`rescorer.model.gru.hold_state_at_padding`).
     * Output layer: every position is scored and the padded ones are dropped by ``where``, so
       they get exactly zero gradient.
 
@@ -40,11 +35,9 @@ def static_log_likelihood(
             or tgt_len.shape != (batch,):
         raise ValueError(f"static batch shapes do not fit: src {tuple(src.shape)}, src_len "
                          f"{tuple(src_len.shape)}, tgt {tuple(tgt.shape)}, tgt_len {tuple(tgt_len.shape)}")
-    d = model.config.hidden
     src_mask = lengths_mask(src_len, src.shape[1])  # [B, N]
     inputs = model.encoder_inputs(src.masked_fill(~src_mask, EOS_ID).t())
-    update_gate = (torch.arange(3 * d, device=src.device) // d) == 1  # the z block of [r; z; candidate]
-    inputs = inputs.masked_fill(~src_mask.t().unsqueeze(2) & update_gate, math.inf)
+    inputs = hold_state_at_padding(inputs, src_mask)
     h = encoder_recurrence(inputs, model.enc_rec_gates.weight, model.enc_rec_cand.weight, [batch] * src.shape[1],
                            inputs.dtype)
     c = model.summary(h)

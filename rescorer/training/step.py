@@ -2,7 +2,9 @@
 
 * ``eager``: the minibatch as drawn, through :meth:`RNNEncoderDecoder.forward`: the encoder
   steps only the rows still reading, the output layer covers only real positions. The least
-  arithmetic, so the CPU's default.
+  arithmetic, so the CPU's default. Where its matmuls run in bf16 or fp16 on the CPU, those row
+  and position counts are rounded up to a small fixed set (``rescorer.model.block_sizes``), so that
+  oneDNN, which builds a kernel for each new shape, stops meeting new ones after a few updates.
 * ``static``: the same update with shapes that never change within a bucket: the minibatch is
   filled up to the fixed batch size with empty rows (length 0: no score, no gradient) and padded
   to its bucket's widths (:func:`bucket_width`), scored by

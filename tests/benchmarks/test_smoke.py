@@ -132,3 +132,16 @@ def test_train_speed_times_the_optimisers_step_alone_against_the_memory_bandwidt
                              rf"{NUMBER}% of the memory bandwidth \({NUMBER}% per CPU-second\), {NUMBER}× torch's "
                              rf"speed; after 2 steps the weights differ from torch's by 0.0e\+00 of a tensor's "
                              "largest$", out, re.M), out  # the chunked step is torch's bit for bit
+
+
+def test_train_speed_counts_each_modes_matmul_shapes(run_benchmark: RunBenchmark) -> None:
+    out = run_benchmark("train_speed", "--sizes", "small", "--vocab", "50", "--steps", "4", "--profile-steps", "0",
+                        "--threads", "1", "--precision", "fp32", "--train-step", "eager-exact,eager-fixed")
+    distinct = {}
+    for mode in ("eager-exact", "eager-fixed"):
+        assert re.search(rf"^\[fp32\] {mode}: {NUMBER} pairs/s", out, re.M), out
+        found = re.search(rf"^\[fp32\] {mode}: (?:.*\n)*?  matmul shapes: (\d+) distinct in 4 updates, \d+ of them "
+                          r"new in the last 2; the last new one in update \d$", out, re.M)
+        assert found, out
+        distinct[mode] = int(found.group(1))
+    assert distinct["eager-fixed"] < distinct["eager-exact"], distinct

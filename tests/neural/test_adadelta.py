@@ -160,9 +160,11 @@ def test_training_compiles_the_update_at_the_sizes_that_repay_it() -> None:
     assert isinstance(make_optimizer(torch.nn.Linear(2, 2), TrainConfig()), FusedAdadelta)
 
 
-def test_the_update_is_compiled_once_for_each_kind_of_call() -> None:
-    """The trial compilation is the one the steps use (a weight with and without a bf16 copy): each
-    compilation takes seconds, and one made for the trial alone doubled the first step's wait."""
+def test_the_update_is_one_compiled_call_over_all_parameters_compiled_once() -> None:
+    """One call of the compiled code per step, whatever the number of parameters (a call per
+    parameter paid its guards and wrapper each time), and one compilation, the trial's, which the
+    steps then use (each compilation takes seconds; one made for the trial alone doubled the first
+    step's wait). A step over another list of tensors (a parameter without a gradient) compiles once more."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
@@ -170,11 +172,19 @@ def test_the_update_is_compiled_once_for_each_kind_of_call() -> None:
     params = _params(7)
     opt = FusedAdadelta(params, compile=True)
     matmul_weight(params[0], torch.bfloat16)  # one weight with a copy, the others without
-    for step in range(2):
+    _set_grads(params, 0)
+    opt.step(max_grad_norm=0.5)
+    kernel, calls = opt._kernel, []
+    assert kernel is not None
+    opt._kernel = lambda *args: calls.append(len(args[0])) or kernel(*args)
+    for step in range(1, 3):
         _set_grads(params, step)
         opt.step(max_grad_norm=0.5)
-    assert opt._kernel is not None
-    assert counters["stats"]["unique_graphs"] == 2
+    assert calls == [len(params)] * 2
+    assert counters["stats"]["unique_graphs"] == 1
+    params[1].grad = None
+    opt.step(max_grad_norm=0.5)
+    assert calls[-1] == len(params) - 1 and counters["stats"]["unique_graphs"] == 2
 
 
 STORED_RNN = Path(__file__).resolve().parents[1] / "data" / "old_checkpoints" / "rnn" / "m.pt.last"

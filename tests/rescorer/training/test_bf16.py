@@ -9,10 +9,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from neural.device import training_precision
+from rescorer.model import block_sizes
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.training.step import EagerStep
+from rescorer.training.step import EagerStep, StaticStep
 from rescorer.training.train import make_optimizer, train_on_phrase_table
 from shared_paths import shared_file
 from small_training import BATCH, CONFIG, losses
@@ -92,6 +93,41 @@ def test_each_weight_is_cast_to_bf16_once_per_update(one_torch_thread):
                  "out_vocab.weight", "out_rank.weight"):
         assert casts.casts.get(name) == 1, (name, casts.casts)
     assert max(casts.casts.values()) == 1, casts.casts
+
+
+class _MixedDtypeOps(TorchDispatchMode):
+    """Every operation (other than a conversion) whose floating-point tensor operands differ in dtype:
+    such an add converts one operand element by element inside the add, slower than the same add in
+    one dtype (bf16 + fp32 in the output layer measured 1.5× a widening copy and an fp32 add)."""
+
+    CONVERSIONS = ("aten._to_copy", "aten.copy_", "aten.copy.")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, tuple[torch.dtype, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        operands = [a for a in (*args, *(kwargs or {}).values())
+                    if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() > 0]
+        if len({t.dtype for t in operands}) > 1 and not str(func).startswith(self.CONVERSIONS):
+            self.seen.append((str(func), tuple(t.dtype for t in operands)))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("make_step", [EagerStep, StaticStep])
+def test_a_bf16_update_adds_no_bf16_to_fp32(one_torch_thread, monkeypatch, make_step):
+    """bf16 matmul results are widened before an fp32 operand is added to them (the decoder's
+    reset-multiplied bias, the output layer's gradient of G_r s summed over vocabulary blocks)."""
+    monkeypatch.setattr(block_sizes, "CPU_TRAIN_BLOCK_VOCAB", 16)  # several blocks of the 50 words
+    torch.manual_seed(3)
+    model = RNNEncoderDecoder(CONFIG)
+    cfg = TrainConfig(batch_size=BATCH)
+    step = make_step(model, make_optimizer(model, cfg), cfg, torch.device("cpu"), torch.bfloat16)
+    batch = _batches(1)[0]
+    step(batch)
+    with _MixedDtypeOps() as mixed:
+        step(batch)
+    assert mixed.seen == []
 
 
 def test_named_precisions_are_kept_and_auto_is_fp32_on_a_cpu():

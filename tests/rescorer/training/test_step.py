@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from infrastructure.errors import UserError
 from rescorer.cli import main
+from rescorer.model import block_sizes
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
@@ -210,10 +211,11 @@ def _shapes_per_update(step, batches: list) -> list[set]:
 
 
 @pytest.mark.slow
-def test_static_updates_build_no_new_matmul_shape_once_each_bucket_was_seen(one_torch_thread):
+def test_static_updates_build_no_new_matmul_shape_once_each_bucket_was_seen(one_torch_thread, monkeypatch):
     """Every static update of a bucket runs the same matmul shapes whatever its rows and lengths, so
-    that after one update per bucket no update builds a kernel; the eager step meets new shapes
-    in update after update (the encoder's running rows, the gradients' K, the output positions)."""
+    that after one update per bucket no update builds a kernel; the eager step on the minibatches' own
+    shapes meets new shapes in update after update (the encoder's running rows, the gradients' K, the
+    output positions)."""
     batches = _batches(40)
     torch.manual_seed(3)
     model = RNNEncoderDecoder(CONFIG)
@@ -223,9 +225,80 @@ def test_static_updates_build_no_new_matmul_shape_once_each_bucket_was_seen(one_
     for batch, shapes in zip(batches, _shapes_per_update(static, batches), strict=True):
         key = static.pack(batch)[1]
         assert by_bucket.setdefault(key, shapes) == shapes, key  # the bucket alone decides
+    _exact_shapes(monkeypatch)
     torch.manual_seed(3)
     model = RNNEncoderDecoder(CONFIG)
     eager = EagerStep(model, make_optimizer(model, cfg), cfg, torch.device("cpu"), torch.bfloat16)
     eager_shapes = set().union(*_shapes_per_update(eager, batches))
     static_shapes = set().union(*by_bucket.values())
     assert len(static_shapes) < len(eager_shapes) / 2, (len(static_shapes), len(eager_shapes))
+
+
+def _exact_shapes(monkeypatch) -> None:
+    """The eager step on the minibatch's own shapes: no row or position rounded up."""
+    for name in ("TRAIN_STEP_ROWS", "TRAIN_PACKED_ROWS", "TRAIN_POSITIONS"):
+        monkeypatch.setattr(block_sizes, name, 1)
+
+
+# The stated tolerance of the padded shapes: the padded rows and positions add exactly nothing (their
+# state held bit for bit, their scores dropped, zero gradient), so the only difference is the float
+# rounding of matmuls with more rows. Measured over these 50 updates: fp32 losses within 1.4e-7 of the
+# exact shapes' (relative; the first update's equal), bf16 losses identical.
+PADDED_RTOL = {None: 1e-5, torch.bfloat16: 1e-5}
+
+
+@pytest.mark.parametrize("amp", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_padded_eager_updates_give_the_exact_shapes_losses(one_torch_thread, monkeypatch, amp):
+    """Every batch of 8 pairs is padded (the encoder's steps to 8 rows, the output layer to all 8·T
+    positions); 50 updates give the losses and the model that the minibatches' own shapes give.
+    (fp32 keeps the exact shapes in training, where padding only costs: set here to check it.)"""
+    monkeypatch.setattr(block_sizes, "TRAIN_FIXED_SHAPES_IN_FP32", True)
+    batches = _batches(50)
+    padded, padded_model = losses(EagerStep, batches, amp)
+    _exact_shapes(monkeypatch)
+    exact, exact_model = losses(EagerStep, batches, amp)
+    assert padded[0] == pytest.approx(exact[0], rel=1e-6)  # the same weights: the same loss
+    np.testing.assert_allclose(padded, exact, rtol=PADDED_RTOL[amp])
+    torch.manual_seed(3)
+    start = RNNEncoderDecoder(CONFIG)
+    for (name, a), b, s in zip(exact_model.named_parameters(), padded_model.parameters(), start.parameters(),
+                               strict=True):
+        moved = float((a - s).detach().abs().max())
+        assert moved > 0 and float((b - a).detach().abs().max()) <= 1e-3 * moved, name
+
+
+def _full_batches(count: int, rows: int = 64, seed: int = 5) -> list[tuple[torch.Tensor, ...]]:
+    """Minibatches of 64 pairs of 1–7 words (plus </s>), as training draws them from a phrase table:
+    sources of any length, targets of about one length (a minibatch is cut from pairs sorted by it)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        longest = int(rng.integers(2, 9))
+        src_len, tgt_len = rng.integers(1, 9, rows), rng.integers(longest - 1, longest + 1, rows)
+        src = rng.integers(2, CONFIG.src_vocab_size, (rows, src_len.max()))
+        tgt = rng.integers(2, CONFIG.tgt_vocab_size, (rows, tgt_len.max()))
+        out.append(tuple(torch.from_numpy(a) for a in (src, src_len, tgt, tgt_len)))
+    return out
+
+
+def _eager_shapes(batches: list) -> tuple[set, set]:
+    """The matmul shapes of a bf16 eager training's first half of ``batches`` and of its second half."""
+    torch.manual_seed(3)
+    model = RNNEncoderDecoder(CONFIG)
+    cfg = TrainConfig(batch_size=64)
+    step = EagerStep(model, make_optimizer(model, cfg), cfg, torch.device("cpu"), torch.bfloat16)
+    shapes = _shapes_per_update(step, batches)
+    return set().union(*shapes[: len(batches) // 2]), set().union(*shapes[len(batches) // 2 :])
+
+
+def test_eager_updates_meet_no_new_matmul_shape_after_a_warm_up(one_torch_thread, monkeypatch):
+    """The eager step's matmul shapes come from a small fixed set: after 40 updates, 40 more meet no
+    shape not met before (oneDNN builds a kernel for each new shape it meets in bf16). On the
+    minibatches' own shapes (the running rows, the packed steps, the positions) they keep coming."""
+    batches = _full_batches(80)
+    warm_up, later = _eager_shapes(batches)
+    assert later <= warm_up, later - warm_up
+    _exact_shapes(monkeypatch)
+    exact_warm_up, exact_later = _eager_shapes(batches)
+    assert len(exact_later - exact_warm_up) > 20
+    assert len(warm_up) < len(exact_warm_up | exact_later) / 2, (len(warm_up), len(exact_warm_up | exact_later))
