@@ -27,7 +27,7 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from infrastructure.files import DEFAULT_MEMBER_LEVEL, MEMBER_LEVELS
+from infrastructure.files import DEFAULT_MEMBER_LEVEL
 from moses_integration.phrase_table import MAX_PHRASE_WORDS
 from neural.config import MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
 from neural.training import MODEL_ALSO_WRITES
@@ -39,12 +39,8 @@ from rescorer.model.config import (
     ModelSizes,
     TrainConfig,
 )
+from rescorer.pipeline.option_rules import WHOLE_NUMBERS
 
-#: The most lines a chunk holds: a chunk is in memory several times over (its lines, ids, trees, scores),
-#: and 10M lines of a real table are some GB.
-MAX_CHUNK_LINES = 10_000_000
-#: The most padded tokens a batch holds: 16 times what a GPU's automatic budget reaches (rescorer.pipeline.scoring).
-MAX_TOKEN_BUDGET = 1 << 24
 #: The widest beam: 25 times propose's 40 with a reverse model. A beam weighs beam x shortlist candidates
 #: at each step (15M at 1000 with the paper's shortlist); ``--beam 1000000000000`` asked torch for
 #: petabytes and failed in an allocation traceback.
@@ -370,6 +366,13 @@ def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> l
     return files
 
 
+def _rescore_number(field: str) -> IntRange:
+    """The click type of a ``RescoreOptions`` number: its one rule (:mod:`rescorer.pipeline.option_rules`),
+    applied while parsing, so a bad value is refused before ``-j`` is cut to the CPUs."""
+    rule = WHOLE_NUMBERS[field]
+    return IntRange(min=rule.minimum, max=rule.maximum)
+
+
 @click.command("rescore-phrase-table", cls=Command)
 # INPUT_TABLE must exist and be readable, OUTPUT_TABLE must not be a folder: both refused while parsing,
 # before any training or scoring, in one line.
@@ -403,15 +406,15 @@ def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> l
               help="initial weight of the --cslm feature (0: the untuned system is the original one)")
 @click.option("--wp-side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True,
               help="which side's words outside the shortlist the penalty counts")
-@click.option("-j", "--workers", type=IntRange(min=0, max=MAX_THREADS), default=None, callback=cap_workers,
+@click.option("-j", "--workers", type=_rescore_number("workers"), default=None, callback=cap_workers,
               help="worker processes that parse chunks, build their prefix trees, format and compress them "
               "(0 or 1: all in this process) [default: --threads]")
-@click.option("--chunk-lines", type=IntRange(min=1, max=MAX_CHUNK_LINES), default=100_000, show_default=True,
+@click.option("--chunk-lines", type=_rescore_number("chunk_lines"), default=100_000, show_default=True,
               help="lines per chunk read, scored and written at a time (what --resume continues from)")
-@click.option("--compress-level", type=IntRange(min=MEMBER_LEVELS[0], max=MEMBER_LEVELS[-1]),
+@click.option("--compress-level", type=_rescore_number("compress_level"),
               default=DEFAULT_MEMBER_LEVEL, show_default=True,
               help="gzip level of a .gz OUTPUT_TABLE, as gzip's -1 .. -9 (0 stores uncompressed)")
-@click.option("--token-budget", type=IntRange(min=1, max=MAX_TOKEN_BUDGET),
+@click.option("--token-budget", type=_rescore_number("token_budget"),
               help="padded tokens per batch [default: 8192 on CPU, from free memory on GPU; halved on OOM]")
 @click.option("--skip-bad-lines", is_flag=True,
               help="move malformed lines to OUTPUT_TABLE.rejects (as they are) instead of stopping")

@@ -71,6 +71,7 @@ from rescorer.pipeline.chunk_prep import (
 from rescorer.pipeline.columns.base import ChunkRows, ChunkScorer, Column, Planner, ScoringModel
 from rescorer.pipeline.columns.unknown import WP_SIDES
 from rescorer.pipeline.errors import RescoreError
+from rescorer.pipeline.option_rules import WHOLE_NUMBERS
 from rescorer.pipeline.output_chunks import format_lines
 from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, check_partial_output, stop_error
 from rescorer.pipeline.reader import (
@@ -129,6 +130,17 @@ class RescoreOptions:
     def identity(self) -> dict:
         """Every option but :attr:`MAY_DIFFER` and :attr:`RECORDED_BY_COLUMNS`: a resume must use the same ones."""
         return options_record(self, self.MAY_DIFFER | self.RECORDED_BY_COLUMNS)
+
+    def check(self) -> None:
+        """Refuse a value no run can use, in one line naming the option: the rules of
+        :mod:`rescorer.pipeline.option_rules`, the ones the command line parses with."""
+        if self.wp_side not in WP_SIDES:
+            raise RescoreError(f"--wp-side must be one of {', '.join(WP_SIDES)}")
+        for name, rule in WHOLE_NUMBERS.items():
+            value = self.scoring.token_budget if name == "token_budget" else getattr(self, name)
+            problem = None if value is None and name == "token_budget" else rule.problem(value)
+            if problem is not None:
+                raise RescoreError(f"Invalid value for {rule.hint}: {problem}")
 
 
 @dataclass
@@ -520,22 +532,10 @@ def _report_rejects(rejected: list[tuple[int, str, bytes]], input_path: str) -> 
 
 
 
-def _whole_number_at_least(value: object, minimum: int) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= minimum
-
-
 def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> None:
-    """Refuse settings that cannot work, before any training or scoring starts."""
-    if opts.wp_side not in WP_SIDES:
-        raise RescoreError(f"--wp-side must be one of {', '.join(WP_SIDES)}")
-    # A chunk of 0 lines never fills: the reader would take the whole table into memory.
-    if not _whole_number_at_least(opts.chunk_lines, 1):
-        raise RescoreError(f"--chunk-lines must be a whole number >= 1, got {opts.chunk_lines!r}")
-    if not _whole_number_at_least(opts.workers, 0):
-        raise RescoreError(f"-j/--workers must be a whole number >= 0, got {opts.workers!r}")
-    budget = opts.scoring.token_budget
-    if budget is not None and not _whole_number_at_least(budget, 1):
-        raise RescoreError(f"--token-budget must be a whole number >= 1, got {budget!r}")
+    """Refuse settings that cannot work, before any training or scoring starts: the values
+    (:meth:`RescoreOptions.check`), then the paths and what they allow."""
+    opts.check()
     if input_path != "-":
         if Path(input_path).is_dir():
             raise RescoreError(f"input {input_path} is a folder, not a phrase table")
