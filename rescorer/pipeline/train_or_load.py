@@ -61,12 +61,19 @@ class Models:
     reverse: ModelGiven | None = None
     training: TrainingWithoutModel = field(default_factory=TrainingWithoutModel)
 
+    def __post_init__(self) -> None:
+        """A model given loaded is checked now (:func:`check_directions`), before a caller's long work
+        (``rescorer propose``'s search); one given as a file, when :meth:`load` reads it: each once."""
+        check_directions(_unless_file(self.forward), _unless_file(self.reverse))
+
     def load(self, input_path: str, output_path: str, options: RescoreOptions) -> tuple[ModelGiven, ModelGiven | None]:
         """Both models, each file read once: a model in the other's place is refused before any
         training (:func:`check_directions`); then, without a forward model, the one a ``--resume``d
         run had finished training, or one trained now."""
         forward, reverse = _loaded(self.forward), _loaded(self.reverse)
-        check_directions(forward, reverse)
+        read_now = (forward if forward is not self.forward else None, reverse if reverse is not self.reverse else None)
+        if any(model is not None for model in read_now):
+            check_directions(*read_now)  # those given loaded were checked when given
         if forward is None:
             forward = load_checkpoint(self._trained(input_path, output_path, options))
         return forward, reverse
@@ -90,6 +97,11 @@ class Models:
 
 def _loaded(model: ModelGiven | None) -> ModelGiven | None:
     return load_checkpoint(model) if isinstance(model, (str, os.PathLike)) else model
+
+
+def _unless_file(model: ModelGiven | None) -> ModelGiven | None:
+    """``model`` when it is given loaded, None when it is a file (or not given)."""
+    return None if isinstance(model, (str, os.PathLike)) else model
 
 
 def check_directions(model: ModelGiven | None, reverse: ModelGiven | None, model_name: str | None = None,

@@ -61,7 +61,7 @@ from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore
 from rescorer.pipeline.resume import content_identity, file_identity
 from rescorer.pipeline.scoring import PairScorer
-from rescorer.pipeline.train_or_load import Models, check_directions
+from rescorer.pipeline.train_or_load import Models
 from rescorer.proposals.beam import default_rows_per_step, search_sources
 from rescorer.proposals.lexical import WordTable, lexical_scores, read_word_table
 from rescorer.proposals.rerank import (
@@ -216,7 +216,7 @@ def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOption
     """
     started = time.monotonic()
     check_propose_paths(table, output, opts)
-    check_directions(checkpoint, reverse)  # a reverse model in the other's place would propose sources for targets
+    models = Models(checkpoint, reverse)  # refuses a reverse model as the forward one: it would propose sources
     device = select_device(opts.rescore.device)
     rows = opts.rows_per_step or default_rows_per_step(device)
     work = ProposeWork(output)
@@ -224,7 +224,7 @@ def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOption
     with exclusive_use(output):
         state = work.start(identity, opts.resume)  # before any input is read: a refusal costs nothing
         try:
-            summary = _run(table, output, (checkpoint, reverse), opts, device, rows, work, identity, state)
+            summary = _run(table, output, models, opts, device, rows, work, identity, state)
         except BaseException:
             work.discard_if_empty()
             raise
@@ -270,10 +270,10 @@ def _identity_if_present(path: str | os.PathLike | None, identity=file_identity)
     return identity(path) if path is not None and os.path.isfile(path) else None
 
 
-def _run(table: str, output: str, models: tuple[Checkpoint, Checkpoint | None], opts: ProposeOptions,
+def _run(table: str, output: str, models: Models, opts: ProposeOptions,
          device: torch.device, rows: int, work: ProposeWork, identity: dict, state: dict) -> ProposeSummary:
     """The phases from ``state`` on: search (batch by batch), merge, rescoring, and the renames into place."""
-    checkpoint, reverse = models
+    checkpoint, reverse = models.forward, models.reverse
     e2f, f2e = lex_paths(table, opts.lex_e2f, opts.lex_f2e)
     word_tables = (read_word_table(f2e), read_word_table(e2f))
     summary, sources, total = _choose_sources(table, checkpoint, opts, reverse)
@@ -302,7 +302,7 @@ def _run(table: str, output: str, models: tuple[Checkpoint, Checkpoint | None], 
         state["phase"] = "merged"
         work.record(identity, state)
     rescore_opts = replace(opts.rescore, flag_lines=np.load(work.flagged), num_scores=len(MOSES_COLUMNS), resume=True)
-    summary.rescore = rescore(str(work.merged), str(work.table), Models(checkpoint, reverse), rescore_opts)
+    summary.rescore = rescore(str(work.merged), str(work.table), models, rescore_opts)
     if opts.list_path is not None:
         with atomic_path(opts.list_path) as tmp:
             shutil.copyfile(work.listing, tmp)  # a copy: the folder stays whole until the output is in place

@@ -446,3 +446,23 @@ def test_a_reverse_model_is_refused_before_the_search(system, tmp_path):
     with pytest.raises(RescoreError, match="a reverse model"):
         propose(str(system / "phrase-table.gz"), str(tmp_path / "out.gz"), ck, propose_options())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_directions_are_checked_once_per_run_before_the_search(system, tmp_path, monkeypatch):
+    """``propose`` checks the model's direction before its search, and the rescoring it ends with does
+    not check the same models again."""
+    from rescorer.pipeline import train_or_load
+
+    calls = []
+    real = train_or_load.check_directions
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_or_load, "check_directions", counting)
+    monkeypatch.setattr(propose_module, "check_directions", counting, raising=False)
+    checkpoint = load_checkpoint(system / "model.pt")
+    summary = propose(str(system / "phrase-table.gz"), str(tmp_path / "out.gz"), checkpoint, propose_options())
+    assert summary.proposals > 0 and (tmp_path / "out.gz").exists()
+    assert len(calls) == 1 and calls[0][0] is checkpoint
