@@ -39,7 +39,7 @@ from rescorer.model.config import (
     ModelSizes,
     TrainConfig,
 )
-from rescorer.pipeline.option_rules import WHOLE_NUMBERS
+from rescorer.pipeline.option_rules import WHOLE_NUMBERS, WP_SIDES
 
 #: The widest beam: 25 times propose's 40 with a reverse model. A beam weighs beam x shortlist candidates
 #: at each step (15M at 1000 with the paper's shortlist); ``--beam 1000000000000`` asked torch for
@@ -404,7 +404,7 @@ def _rescore_number(field: str) -> IntRange:
               help="moses.ini name of the --cslm feature (letters and digits: '_' makes it sparse to MERT)")
 @click.option("--cslm-weight", type=FiniteFloat(), default=0.0, show_default=True,
               help="initial weight of the --cslm feature (0: the untuned system is the original one)")
-@click.option("--wp-side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True,
+@click.option("--wp-side", type=click.Choice(WP_SIDES), default="target", show_default=True,
               help="which side's words outside the shortlist the penalty counts")
 @click.option("-j", "--workers", type=_rescore_number("workers"), default=None, callback=cap_workers,
               help="worker processes that parse chunks, build their prefix trees, format and compress them "

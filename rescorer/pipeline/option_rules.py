@@ -1,4 +1,4 @@
-"""The value rules of ``rescore-phrase-table``'s numeric options, stated once (torch-free).
+"""The value rules of ``rescore-phrase-table``'s numbers and ``--wp-side``, stated once (torch-free).
 
 :meth:`rescorer.pipeline.rescore.RescoreOptions.check` applies them to a library caller's options,
 and ``rescorer/cli.py`` builds each option's click type from the same rule, so the command line
@@ -41,6 +41,15 @@ class WholeNumber:
         if not self.minimum <= value <= self.maximum:
             return f"{value} is not in the range {self.minimum}<=x<={self.maximum}."
         return None
+
+
+#: Whose words outside the shortlist ``--wp-side`` counts (:mod:`rescorer.pipeline.columns.unknown`).
+WP_SIDES = ("target", "source", "both")
+
+
+def wp_side_problem(value: object) -> str | None:
+    """What is wrong with a ``--wp-side`` value, in click's words for a choice; None when it is one."""
+    return None if value in WP_SIDES else f"{value!r} is not one of {', '.join(map(repr, WP_SIDES))}."
 
 
 #: ``RescoreOptions`` field (``token_budget``: of its ``scoring``) -> its rule. A chunk of 0 lines never

@@ -69,9 +69,8 @@ from rescorer.pipeline.chunk_prep import (
     worker_pool,
 )
 from rescorer.pipeline.columns.base import ChunkRows, ChunkScorer, Column, Planner, ScoringModel
-from rescorer.pipeline.columns.unknown import WP_SIDES
 from rescorer.pipeline.errors import RescoreError
-from rescorer.pipeline.option_rules import WHOLE_NUMBERS
+from rescorer.pipeline.option_rules import WHOLE_NUMBERS, wp_side_problem
 from rescorer.pipeline.output_chunks import format_lines
 from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, check_partial_output, stop_error
 from rescorer.pipeline.reader import (
@@ -134,8 +133,8 @@ class RescoreOptions:
     def check(self) -> None:
         """Refuse a value no run can use, in one line naming the option: the rules of
         :mod:`rescorer.pipeline.option_rules`, the ones the command line parses with."""
-        if self.wp_side not in WP_SIDES:
-            raise RescoreError(f"--wp-side must be one of {', '.join(WP_SIDES)}")
+        if (problem := wp_side_problem(self.wp_side)) is not None:
+            raise RescoreError(f"Invalid value for '--wp-side': {problem}")
         for name, rule in WHOLE_NUMBERS.items():
             value = self.scoring.token_budget if name == "token_budget" else getattr(self, name)
             problem = None if value is None and name == "token_budget" else rule.problem(value)

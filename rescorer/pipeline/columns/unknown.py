@@ -20,9 +20,6 @@ from rescorer.pipeline.columns.rnn import FORWARD
 if TYPE_CHECKING:
     from rescorer.pipeline.rescore import RescoreSummary
 
-WP_SIDES = ("target", "source", "both")
-
-
 def unknown_column(n_unknown: np.ndarray) -> pa.Array:
     """exp(-n) per line, as Moses reads it back; the column takes few values, so each is formatted once."""
     n = n_unknown.astype(np.int64)

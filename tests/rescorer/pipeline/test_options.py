@@ -88,8 +88,15 @@ def test_the_library_refuses_a_bad_value_in_the_line_the_command_prints(table, c
     ({"workers": "4"}, "'-j' / '--workers': '4' is not a whole number."),
     ({"workers": 2000}, "'-j' / '--workers': 2000 is not in the range 0<=x<=1024."),
     ({"compress_level": -1}, "'--compress-level': -1 is not in the range 0<=x<=9."),
-    ({"wp_side": "left"}, "--wp-side must be one of target, source, both"),
 ])
 def test_the_library_refuses_what_the_command_line_cannot_spell(table, checkpoint, no_work, options,
                                                                words) -> None:
     assert library_refusal(table, checkpoint, **options).endswith(words)
+
+
+def test_a_side_the_unknown_word_column_lacks_is_refused_as_the_command_line_does(table, checkpoint, no_work,
+                                                                                  tmp_path) -> None:
+    message = library_refusal(table, checkpoint, wp_side="left")
+    assert message == "Invalid value for '--wp-side': 'left' is not one of 'target', 'source', 'both'."
+    res = CliRunner().invoke(rescore_phrase_table_command, [str(table), str(tmp_path / "out.gz"), "--wp-side", "left"])
+    assert res.exit_code != 0 and res.output.startswith(f"Error: {message[:-1]}"), res.output
