@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from infrastructure.cli_options import (
-    MAX_THREADS,
     Command,
     FiniteFloat,
     Group,
@@ -529,9 +528,9 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               help="initial weight of the indicator column (Moses reads 1 per proposed pair used)")
 @click.option("--rows-per-step", type=IntRange(min=1),
               help="hypotheses per decoder step of the search [default: 4096 on CPU, 16384 on GPU]")
-@click.option("-j", "--workers", type=IntRange(min=0, max=MAX_THREADS), default=None, callback=cap_workers,
+@click.option("-j", "--workers", type=_rescore_number("workers"), default=None, callback=cap_workers,
               help="worker processes of the rescoring pipeline [default: --threads]")
-@click.option("--token-budget", type=IntRange(min=1), help="padded tokens per scoring batch")
+@click.option("--token-budget", type=_rescore_number("token_budget"), help="padded tokens per scoring batch")
 @resume_option("continue a killed or failed run from its work folder .OUTPUT_TABLE.propose/ (same inputs and "
                "options)")
 @_run_options

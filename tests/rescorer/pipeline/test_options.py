@@ -100,3 +100,20 @@ def test_a_side_the_unknown_word_column_lacks_is_refused_as_the_command_line_doe
     assert message == "Invalid value for '--wp-side': 'left' is not one of 'target', 'source', 'both'."
     res = CliRunner().invoke(rescore_phrase_table_command, [str(table), str(tmp_path / "out.gz"), "--wp-side", "left"])
     assert res.exit_code != 0 and res.output.startswith(f"Error: {message[:-1]}"), res.output
+
+
+def test_propose_refuses_while_parsing_a_budget_its_rescoring_would_refuse_after_the_search(table, checkpoint,
+                                                                                          tmp_path) -> None:
+    """``rescorer propose`` ends with the rescoring pipeline: its ``-j`` and ``--token-budget`` follow the
+    same rules, so a value that pipeline refuses is refused before the search, not after it."""
+    from rescorer.cli import main
+
+    model = tmp_path / "tiny.pt"
+    save_checkpoint(model, model=checkpoint.model, config=checkpoint.config, src_vocab=checkpoint.src_vocab,
+                    tgt_vocab=checkpoint.tgt_vocab)
+    before = sorted(tmp_path.iterdir())
+    res = CliRunner().invoke(main, ["propose", str(table), str(tmp_path / "out.gz"), "--model", str(model),
+                                    "--token-budget", str(1 << 25)])
+    assert res.exit_code == 1
+    assert res.output == f"Error: Invalid value for '--token-budget': {1 << 25} is not in the range 1<=x<={1 << 24}.\n"
+    assert sorted(tmp_path.iterdir()) == before
