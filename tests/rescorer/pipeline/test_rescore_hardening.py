@@ -641,8 +641,10 @@ def test_shards_hold_equal_shares_at_the_default_chunk_lines(tmp_path: Path, tin
     table.write_bytes(gzip.compress(b"\n".join(table_lines(60_000)) + b"\n"))
     whole = run(table, tmp_path / "whole.gz", tiny_checkpoint)
     parts, sources = [], 0
-    for k in range(1, 5):  # through the reader process and workers (-j 2), the whole run without
-        sources += run(table, tmp_path / f"part{k}.gz", tiny_checkpoint, shard=(k, 4), workers=2).distinct_sources
+    for k in range(1, 5):  # shard 2 (a start and an end inside the table) through the reader process and
+        # workers (-j 2), the others and the whole run in this process: both ways cut at the same lines
+        workers = 2 if k == 2 else 0
+        sources += run(table, tmp_path / f"part{k}.gz", tiny_checkpoint, shard=(k, 4), workers=workers).distinct_sources
         parts.append((tmp_path / f"part{k}.gz").read_bytes())
     assert sources == whole.distinct_sources  # each shard counts its own lines only
     sizes = [len(gzip.decompress(p).splitlines()) for p in parts]

@@ -49,16 +49,27 @@ def model_file(tmp_path_factory) -> Path:
     return path
 
 
+def write_table(path: Path, n: int) -> Path:
+    """``n`` sorted lines over :data:`WORDS`, a few targets per source."""
+    lines = []
+    for i in range(n):
+        src = f"{WORDS[(i // 3) % 4]} {WORDS[(i // 12) % 7]}{i // 84}"
+        lines.append(f"{src} ||| {WORDS[i % 3]} {WORDS[(i // 3) % 5]} ||| 0.5 0.5 0.5 0.5\n")
+    path.write_text("".join(lines))
+    return path
+
+
 @pytest.fixture(scope="module")
 def long_table(tmp_path_factory) -> Path:
     """Long enough (in 200-line chunks) that a run is still going when it is stopped."""
-    lines = []
-    for i in range(60_000):
-        src = f"{WORDS[(i // 3) % 4]} {WORDS[(i // 12) % 7]}{i // 84}"
-        lines.append(f"{src} ||| {WORDS[i % 3]} {WORDS[(i // 3) % 5]} ||| 0.5 0.5 0.5 0.5\n")
-    path = tmp_path_factory.mktemp("table") / "pt.txt"
-    path.write_text("".join(lines))
-    return path
+    return write_table(tmp_path_factory.mktemp("table") / "pt.txt", 60_000)
+
+
+@pytest.fixture(scope="module")
+def resumable_table(tmp_path_factory) -> Path:
+    """A quarter of :func:`long_table`: still 75 chunks, seconds of work after the first is durable, so
+    a run is still going when it is stopped; short enough that a test may resume it to the end."""
+    return write_table(tmp_path_factory.mktemp("table") / "pt.txt", 15_000)
 
 
 def spools_of(pid: int) -> list[Path]:
@@ -260,10 +271,11 @@ def assert_one_stop_line(stderr: str, how: str, kept: str) -> None:
 
 
 @pytest.mark.parametrize("how", sorted(STOPS))
-def test_a_stopped_parallel_rescore_says_what_it_kept_in_one_line(tmp_path, model_file, long_table, how) -> None:
+def test_a_stopped_parallel_rescore_says_what_it_kept_in_one_line(tmp_path, model_file, resumable_table,
+                                                                  how) -> None:
     out = tmp_path / "out.gz"
     env, mark = marked_env()
-    cmd = rescore_cmd(long_table, out, model_file)
+    cmd = rescore_cmd(resumable_table, out, model_file)
     proc = start_and_wait_for_workers(cmd, out, env, mark)
     stop(proc, how)
     _, stderr = proc.communicate(timeout=SAFETY_SECONDS)
@@ -273,7 +285,7 @@ def test_a_stopped_parallel_rescore_says_what_it_kept_in_one_line(tmp_path, mode
     if how == "sigterm":  # what the line says holds: --resume completes the table
         assert_ran(run_command([*cmd[1:], "--resume"]))
         with gzip.open(out) as fh:
-            assert sum(1 for _ in fh) == sum(1 for _ in long_table.open("rb"))
+            assert sum(1 for _ in fh) == sum(1 for _ in resumable_table.open("rb"))
 
 
 def workers_starting(mark: str) -> int:
