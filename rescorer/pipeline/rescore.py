@@ -321,8 +321,7 @@ class _Run:
     def _scorers(self) -> list[ChunkScorer]:
         """The run's scorers, in their columns' order (the forward model's, then the reverse model's):
         whose token budgets the progress record carries."""
-        return [column.model.scorer for column in self.columns if isinstance(getattr(column, "model", None),
-                                                                             ScoringModel)]
+        return [column.model.scorer for column in self.columns if column.model is not None]
 
     def start_stages(self) -> None:
         """The reading stage (:mod:`rescorer.pipeline.reader`) and what prepares the chunks: with a

@@ -103,6 +103,9 @@ class Column(Protocol):
 
     #: Its prepared chunk's plan is made by this, in the workers (None: it needs no plan of its own).
     planner: Planner | None
+    #: The model it scores with (None: none). The run keeps each model's token budget in its progress
+    #: record, as an out-of-memory halving left it, so that a resume groups the chunks as before.
+    model: ScoringModel | None
     #: Its field in ``--scores-parquet`` and that field's type (None: not written there).
     parquet: ClassVar[tuple[str, pa.DataType] | None]
 

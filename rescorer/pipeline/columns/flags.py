@@ -32,6 +32,7 @@ class ProposalFlags:
     parquet = None
     format = staticmethod(flag_column)
     planner = None
+    model = None
 
     def __init__(self, lines: np.ndarray) -> None:
         self.lines = lines

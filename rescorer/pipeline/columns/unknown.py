@@ -33,6 +33,7 @@ class UnknownWords:
     parquet = ("n_unk", pa.int32())
     format = staticmethod(unknown_column)
     planner = None  # the forward model's plan holds the counts
+    model = None
 
     def __init__(self, side: str) -> None:
         self.side = side

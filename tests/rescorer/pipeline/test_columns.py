@@ -32,6 +32,7 @@ class LineNumbers:
     parquet = ("line_number", pa.int64())
     format = staticmethod(line_number_text)
     planner = None
+    model = None
 
     def __init__(self, version: str = "v1") -> None:
         self.version = version
