@@ -11,7 +11,8 @@ way, its chunks reach one thread of the main process (:func:`feed`) as :class:`R
 the stage's one message, and its end as :class:`ReadingEnd`. That thread hands each chunk to an
 executor to be prepared (:class:`Preparing`: worker processes, or with ``-j 0/1``
 :class:`~rescorer.pipeline.chunk_prep.InlineExecutor`, which prepares it there and then) and on to
-the run, in table order. The layouts differ only in where :func:`read_chunks` runs and which
+the run, which takes each chunk's preparation in table order (:func:`prepared_in_table_order`,
+checking its column count against the chunks before it). The layouts differ only in where :func:`read_chunks` runs and which
 executor prepares.
 
 The shard's part of the reading is here too: the cut found (:meth:`ShardFilter.of_table`) where the
@@ -31,17 +32,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from infrastructure.files import input_position, open_input
 from infrastructure.processes import die_with_parent, leave_interrupts_to_parent
-from rescorer.pipeline.chunk_prep import PreparedChunk, PrepareTask, prepared
+from moses_integration.phrase_table import PhraseTableError
+from rescorer.pipeline.chunk_prep import PreparedChunk, PrepareTask, prepare_chunk, prepared
+from rescorer.pipeline.columns.base import Planner
 from rescorer.pipeline.shards import ShardFilter
 from rescorer.pipeline.spool import Spool, SpooledChunk, lines_of
 from rescorer.tables.aligned import aligned_chunks
 from rescorer.tables.chunks import LineChunk, iter_line_chunks
+
+if TYPE_CHECKING:
+    from rescorer.pipeline.rescore import RescoreSummary
 
 
 @dataclass(frozen=True)
@@ -342,6 +348,51 @@ def feed(messages: Iterator[ReadChunk | ReadingEnd], preparing: Preparing, out_q
                 return
     except BaseException as exc:  # handed to the main thread, which re-raises
         put_unless_stopped(out_q, ReadingEnd({}, exc), stop)
+
+
+@dataclass
+class CarriedAcrossChunks:
+    """What carries from one chunk to the next, as known in chunk order.
+
+    The reader sends each chunk with the column count known when it is sent; the main thread,
+    which takes the chunks in order, checks it against the count fixed by the chunks before.
+    """
+
+    num_scores: int | None
+    prev_source: str | None
+
+
+def prepared_in_table_order(pending: ReadChunk, carried: CarriedAcrossChunks, planners: tuple[Planner, ...],
+                              summary: RescoreSummary) -> PreparedChunk | None:
+    """The chunk's preparation, exactly as a serial run would have made it (or its error), taken in
+    table order: it waits for the worker, and updates what ``carried`` holds and the summary's counts.
+
+    A chunk sent before the table's column count was known was parsed with the count of its own
+    first good line; if that differs from the count fixed by earlier chunks, or any line was
+    bad, it is parsed again here with the right count, so the same lines are rejected (or the same
+    line stops the run) as in a serial run.
+    """
+    if pending.task is None:
+        return None
+    try:
+        prep = pending.prepared()
+    except PhraseTableError:
+        if pending.task.num_scores is not None or carried.num_scores is None:
+            raise
+        prep = None
+    if pending.task.num_scores is None and carried.num_scores is not None and (
+        prep is None or prep.bad_rows or prep.num_scores not in (None, carried.num_scores)
+    ):
+        pending.task.num_scores = carried.num_scores
+        prep = prepare_chunk(pending.task, planners)
+    if prep.num_scores is not None:
+        carried.num_scores = prep.num_scores
+    summary.add_stage("parse", prep.parse_seconds)
+    summary.add_stage("trees", prep.tree_seconds)
+    summary.distinct_sources += pending.new_sources(prep, carried.prev_source)
+    if prep.scored:
+        carried.prev_source = prep.last_source
+    return prep
 
 
 def put_unless_stopped(q, item, stop) -> bool:

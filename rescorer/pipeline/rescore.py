@@ -68,12 +68,13 @@ from rescorer.pipeline.chunk_prep import (
     timed,
     worker_pool,
 )
-from rescorer.pipeline.columns.base import ChunkRows, ChunkScorer, Column, Planner, ScoringModel
+from rescorer.pipeline.columns.base import ChunkRows, ChunkScorer, Column, ScoringModel
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.option_rules import WHOLE_NUMBERS, wp_side_problem
 from rescorer.pipeline.output_chunks import format_lines
 from rescorer.pipeline.partial_output import ChunkProgress, DurableWriter, OutputFiles, check_partial_output, stop_error
 from rescorer.pipeline.reader import (
+    CarriedAcrossChunks,
     Preparing,
     ReadChunk,
     ReaderProcess,
@@ -81,6 +82,7 @@ from rescorer.pipeline.reader import (
     ReadingSettings,
     drain,
     feed,
+    prepared_in_table_order,
     read_here,
 )
 from rescorer.pipeline.resume import (
@@ -313,7 +315,7 @@ class _Run:
         self.executor: futures.Executor = InlineExecutor()
         self.reader: ReaderProcess | None = None
         num_scores = opts.num_scores if opts.num_scores is not None else self.done.num_scores
-        self.carried = _CarriedAcrossChunks(num_scores, self.done.prev_source)
+        self.carried = CarriedAcrossChunks(num_scores, self.done.prev_source)
         self.in_flight: list[_Formatting] = []
         self.chunks_done = self.done.chunks_done
         self.warned = False
@@ -367,7 +369,7 @@ class _Run:
     def score_and_format(self, pending: ReadChunk) -> None:
         """Score one chunk here, report its rejected lines, and send it off to be formatted."""
         summary = self.summary
-        prep = _prepared_in_table_order(pending, self.carried, self.planners, summary)
+        prep = prepared_in_table_order(pending, self.carried, self.planners, summary)
         values = self._score(pending, prep)
         rejected = pending.rejected_lines(prep)
         rejects = _report_rejects(rejected, self.input_path)
@@ -463,51 +465,6 @@ class _Run:
         self.summary.seconds = time.monotonic() - self.started
         self.summary.rejects_path = str(self.files.rejects) if self.summary.rejected else None
         return self.summary
-
-
-@dataclass
-class _CarriedAcrossChunks:
-    """What carries from one chunk to the next, as known in chunk order.
-
-    The reader sends each chunk with the column count known when it is sent; the main thread,
-    which takes the chunks in order, checks it against the count fixed by the chunks before.
-    """
-
-    num_scores: int | None
-    prev_source: str | None
-
-
-def _prepared_in_table_order(pending: ReadChunk, carried: _CarriedAcrossChunks, planners: tuple[Planner, ...],
-                              summary: RescoreSummary) -> PreparedChunk | None:
-    """The chunk's preparation, exactly as a serial run would have made it (or its error), taken in
-    table order: it waits for the worker, and updates what ``carried`` holds and the summary's counts.
-
-    A chunk sent before the table's column count was known was parsed with the count of its own
-    first good line; if that differs from the count fixed by earlier chunks, or any line was
-    bad, it is parsed again here with the right count, so the same lines are rejected (or the same
-    line stops the run) as in a serial run.
-    """
-    if pending.task is None:
-        return None
-    try:
-        prep = pending.prepared()
-    except PhraseTableError:
-        if pending.task.num_scores is not None or carried.num_scores is None:
-            raise
-        prep = None
-    if pending.task.num_scores is None and carried.num_scores is not None and (
-        prep is None or prep.bad_rows or prep.num_scores not in (None, carried.num_scores)
-    ):
-        pending.task.num_scores = carried.num_scores
-        prep = prepare_chunk(pending.task, planners)
-    if prep.num_scores is not None:
-        carried.num_scores = prep.num_scores
-    summary.add_stage("parse", prep.parse_seconds)
-    summary.add_stage("trees", prep.tree_seconds)
-    summary.distinct_sources += pending.new_sources(prep, carried.prev_source)
-    if prep.scored:
-        carried.prev_source = prep.last_source
-    return prep
 
 
 @dataclass
