@@ -12,8 +12,8 @@ the stage's one message, and its end as :class:`ReadingEnd`. That thread hands e
 executor to be prepared (:class:`Preparing`: worker processes, or with ``-j 0/1``
 :class:`~rescorer.pipeline.chunk_prep.InlineExecutor`, which prepares it there and then) and on to
 the run, which takes each chunk's preparation in table order (:func:`prepared_in_table_order`,
-checking its column count against the chunks before it). The layouts differ only in where :func:`read_chunks` runs and which
-executor prepares.
+checking its column count against the chunks before it). The layouts differ only in where
+:func:`read_chunks` runs and which executor prepares.
 
 The shard's part of the reading is here too: the cut found (:meth:`ShardFilter.of_table`) where the
 reading runs, the chunks before the shard passed on without their lines (the progress record
