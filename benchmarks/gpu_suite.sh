@@ -37,12 +37,13 @@ case $PYTHON in */*) PYTHON=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYT
 CPUS=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))')
 JOBS=${JOBS:-$(( CPUS > 3 ? CPUS - 2 : 2 ))}
 if [ -n "${TINY:-}" ]; then
-  LINES=20000; SIZE=tiny; CHUNK=200; COPIES=2; PRECISIONS=fp32; E2E_PRECISIONS=fp32; TRAIN="--sizes small --steps 1 --profile-steps 1 --train-step eager,static"
+  LINES=20000; PRECISION_LINES=4000; SIZE=tiny; CHUNK=200; COPIES=2; PRECISIONS=fp32; E2E_PRECISIONS=fp32
+  TRAIN="--sizes small --steps 1 --profile-steps 0 --train-step eager,static"
   CSLM="--sentences 5 --train-steps 2 --embedding 16 --hidden 32 --vocab 200 --train-step eager,static"
   NMT="--dim 32 --vocab 300 --batch 4 --steps 1 --sources 2 --hypotheses 5 --precision fp32"
   NMT_TRAIN="--embedding 16 --hidden 16 --alignment 16 --maxout 16 --vocab-size 400 --max-steps 4 --valid-every 2 --bleu-sentences 2"
 else
-  LINES=0; SIZE=paper; CHUNK=100000; COPIES=10; PRECISIONS=fp32,tf32,bf16; E2E_PRECISIONS="tf32 fp32"
+  LINES=0; PRECISION_LINES=0; SIZE=paper; CHUNK=100000; COPIES=10; PRECISIONS=fp32,tf32,bf16; E2E_PRECISIONS="tf32 fp32"
   TRAIN="--sizes paper --batch-size 64 --steps 200 --profile-steps 0 --train-step eager,captured"
   CSLM="--sentences 50 --train-steps 200 --train-step eager,captured"
   NMT="--dim 512 --vocab 16000 --batch 80 --steps 20 --sources 50 --hypotheses 100 --precision fp32,bf16"
@@ -76,7 +77,7 @@ fi
 bench random_checkpoint "$IN" "$WORK/model.pt" --size "$SIZE" > /dev/null
 
 # 1. Model-only scoring at each precision.
-bench precision --table "$IN" --lines 0 --model "$WORK/model.pt" --device "$DEVICE" \
+bench precision --table "$IN" --lines "$PRECISION_LINES" --model "$WORK/model.pt" --device "$DEVICE" \
   --precisions "$PRECISIONS" --cpu-lines 0 --small-budget 0 --chunk-lines "$CHUNK" > "$OUT/precision.log" 2>&1 \
   || failed precision
 note "precision: $(grep -Ei 'pairs/s' "$OUT/precision.log" | tail -3 | tr '\n' ' ')"
