@@ -420,6 +420,8 @@ def _rescore_number(field: str) -> IntRange:
 @click.option("--shard", metavar="K/N", help="score only slice K of N (1-based), cut at source-phrase boundaries")
 @resume_option("continue a killed run from its last completed chunk")
 @click.option("--scores-parquet", type=OutputPath(), help="also write the scores to Parquet")
+@click.option("-v", "--verbose", is_flag=True, help="after the summary, where the time went: each phase's time "
+              "since the command started, and what the main thread spent per chunk")
 @seed_option("seed of the training without --model (initial weights, batch order)")
 @_train_step_option
 @_run_options
@@ -428,9 +430,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
                                  shortlist, hidden, embedding, maxout_units, output_rank, init_std, moses_ini,
                                  moses_ini_out, table_name, rnn_weight, wp_weight, cslm, cslm_name, cslm_weight,
                                  wp_side, workers, chunk_lines, compress_level, token_budget, skip_bad_lines, shard,
-                                 resume,
-                                 scores_parquet, seed, device, precision, train_step, threads, quiet, reverse_model,
-                                 reverse_weight) -> None:
+                                 resume, scores_parquet, verbose, seed, device, precision, train_step, threads, quiet,
+                                 reverse_model, reverse_weight) -> None:
     """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table
     (and p_RNN(source|target) with --reverse-model).
 
@@ -440,6 +441,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     from rescorer.pipeline.rescore import RescoreOptions, rescore
     from rescorer.pipeline.scoring import ScoringOptions
     from rescorer.pipeline.shards import parse_shard
+    from rescorer.pipeline.timeline import Timeline
     from rescorer.pipeline.train_or_load import Models, TrainingWithoutModel
 
     if bool(moses_ini) != bool(moses_ini_out):
@@ -462,6 +464,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
         shard=parse_shard(shard) if shard else None, resume=resume, scores_parquet=scores_parquet,
         progress=not quiet, device=device, precision=precision, scoring=ScoringOptions(token_budget=token_budget),
         num_scores=num_scores, workers=workers if workers is not None else threads,
+        timeline=Timeline.since_process_start() if verbose else None,
     )
     training = TrainingWithoutModel(
         save_model=save_model, max_steps=train_steps, max_time=train_time, shortlist=shortlist, seed=seed,
@@ -469,6 +472,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     )
     summary = rescore(input_table, output_table, Models(model_path, reverse_model, training), options)
     click.echo(summary.report(), err=True)
+    if verbose and summary.finished_already is None:
+        click.echo(options.timeline.report(), err=True)
     empty = summary.lines == 0 and summary.finished_already is None
     if empty and shard:
         click.echo(f"warning: shard {shard} holds no line of {input_table} (a shard starts at a source "

@@ -94,6 +94,7 @@ from rescorer.pipeline.resume import (
 )
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget
 from rescorer.pipeline.spool import Spool, SpooledChunk
+from rescorer.pipeline.timeline import Timeline
 from rescorer.pipeline.train_or_load import Models
 from rescorer.tables.chunks import LineChunk, UnreadableInputError
 
@@ -117,6 +118,9 @@ class RescoreOptions:
     # Sorted 1-based input line numbers that get exp(1) in a third new column, every other line 1
     # (``rescorer propose``'s indicator of proposed pairs); None: two new columns only.
     flag_lines: np.ndarray | None = None
+    # Where the run's time goes (``-v``): its phases and the main thread's seconds per chunk are noted
+    # in this timeline, made by the caller at its start; None: the run keeps one of its own.
+    timeline: Timeline | None = None
 
     #: Options a resumed run may change, as they leave the output's bytes alone: how many processes,
     #: what is shown, and ``skip_bad_lines`` (up to the first bad line the output is the same either way,
@@ -124,7 +128,7 @@ class RescoreOptions:
     #: precision and token budget asked for may differ too: the ones they resolved to are recorded
     #: instead (:func:`rescorer.pipeline.columns.base.scorer_identity`). Every other option is in the record.
     MAY_DIFFER = frozenset({"workers", "progress", "resume", "skip_bad_lines", "device", "precision",
-                            "token_budget"})
+                            "token_budget", "timeline"})
     #: Options their column records itself (:meth:`~rescorer.pipeline.columns.base.Column.record_identity`).
     RECORDED_BY_COLUMNS = frozenset({"flag_lines"})
 
@@ -203,6 +207,8 @@ def rescore(input_path: str, output_path: str, models: Models, options: RescoreO
     """
     opts = options or RescoreOptions()
     check_options(input_path, output_path, opts)
+    timeline = opts.timeline = opts.timeline or Timeline()
+    timeline.mark("options checked")
     if check_partial_output(output_path, opts.resume):
         return RescoreSummary(finished_already=output_path)
     forward, reverse = models.load(input_path, output_path, opts)
@@ -227,6 +233,7 @@ def rescore(input_path: str, output_path: str, models: Models, options: RescoreO
 
     forward_model = scoring_model(forward)
     columns = registered.columns_of_run(forward_model, None if reverse is None else scoring_model(reverse), opts)
+    timeline.mark("models ready")
     with matmul_precision(precision):
         return _run_pipeline(input_path, output_path, columns, forward_model.scorer, opts)
 
@@ -249,11 +256,13 @@ def _run_pipeline(input_path: str, output_path: str, columns: list[Column], scor
         run = _Run(input_path, output_path, columns, scorer, opts)
         try:
             run.start_stages()
+            run.timeline.mark("stages started")
             while (pending := run.next_chunk()) is not None:
                 run.score_and_format(pending)
                 run.write_finished(window=2 * max(1, opts.workers))
             run.write_finished(window=0)
             run.finish()
+            run.timeline.mark("done")
         except BaseException as exc:
             replacement = run.stopped(exc)
             if replacement is exc:
@@ -275,6 +284,7 @@ class _Run:
     def __init__(self, input_path: str, output_path: str, columns: list[Column], scorer: ChunkScorer,
                  opts: RescoreOptions) -> None:
         self.input_path, self.columns, self.scorer, self.opts = input_path, columns, scorer, opts
+        self.timeline = opts.timeline or Timeline()
         self.started = time.monotonic()
         self.to_stdout = output_path == "-"
         self.files = OutputFiles.beside(output_path)
@@ -357,7 +367,9 @@ class _Run:
 
     def next_chunk(self) -> ReadChunk | None:
         """The next chunk in table order (None at the end); the reading's error, after its chunks."""
-        item = self.prepared_q.get()
+        with self.timeline.timing("prepared"):
+            item = self.prepared_q.get()
+        self.timeline.mark("first chunk prepared")
         if isinstance(item, ReadingEnd):
             for stage, seconds in item.cpu.items():
                 self.summary.add_stage(stage, seconds)
@@ -369,8 +381,12 @@ class _Run:
     def score_and_format(self, pending: ReadChunk) -> None:
         """Score one chunk here, report its rejected lines, and send it off to be formatted."""
         summary = self.summary
-        prep = prepared_in_table_order(pending, self.carried, self.planners, summary)
-        values = self._score(pending, prep)
+        with self.timeline.timing("prepared", same_chunk=True):  # its worker may not be done with it
+            prep = prepared_in_table_order(pending, self.carried, self.planners, summary)
+        with self.timeline.timing("score"):
+            values = self._score(pending, prep)
+        if len(values[0]):
+            self.timeline.mark("first chunk scored")
         rejected = pending.rejected_lines(prep)
         rejects = _report_rejects(rejected, self.input_path)
         summary.rejected += len(rejected)
@@ -425,9 +441,13 @@ class _Run:
         """Append formatted chunks in order: those done, and any beyond ``window`` in flight."""
         while self.in_flight and (len(self.in_flight) > window or self.in_flight[0].job.done()):
             done = self.in_flight.pop(0)
-            data, seconds = done.job.result()
+            with self.timeline.timing("format"):
+                data, seconds = done.job.result()
             self.summary.add_stage("format", seconds)
-            self.writer.write(data, done.rejects, done.progress)
+            with self.timeline.timing("write"):
+                self.writer.write(data, done.rejects, done.progress)
+            self.timeline.mark("first chunk written")
+            self.timeline.mark("last chunk written", again=True)
 
     def finish(self) -> None:
         # An empty table is still a valid gzip file; an empty shard writes no byte, so that the
