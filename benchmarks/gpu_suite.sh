@@ -13,7 +13,9 @@
 #   JOBS=N           worker processes of the end-to-end runs [default: the CPUs less 2]
 # What it writes to OUT (one log per step, summary.txt the figures):
 #   precision.log    model-only scoring, fp32 / TF32 / bf16 (python -m benchmarks.precision)
-#   e2e.<p>.log, gpu-util.<p>.csv   end to end on the table, TF32 and fp32, GPU utilisation sampled
+#   e2e.<p>.log, gpu-util.<p>.csv   end to end on the table, TF32 and fp32, GPU utilisation sampled;
+#                    with -v's timeline: the fixed cost (command start to the first scored chunk)
+#                    and the main thread's seconds per chunk, in summary.txt
 #   e2e-copies.<p>.log   end to end on 10 copies of the table (TINY: 2) in the first precision: with
 #                    the one-copy run, the steady lines/s and the fixed cost apart (summary.txt)
 #   startup.log      command start to exit with a paper-size model on 200 lines
@@ -86,7 +88,14 @@ note "precision: $(grep -Ei 'pairs/s' "$OUT/precision.log" | tail -3 | tr '\n' '
 e2e() {  # e2e PRECISION OUTPUT [extra options]; exec: run in the background, its pid is the command's
   local precision=$1 output=$2; shift 2
   exec $RESCORE "${E2E_IN:-$IN}" "$output" --model "$WORK/model.pt" --device "$DEVICE" --precision "$precision" \
-    -j "$JOBS" --chunk-lines "$CHUNK" -q "$@"
+    -j "$JOBS" --chunk-lines "$CHUNK" -q -v "$@"
+}
+# A run's figures from its log: the summary line, and from -v's timeline the fixed cost (start to the
+# first scored chunk) and the main thread's seconds per chunk.
+figures() {
+  echo "$(grep '^rescored' "$1" | tail -1); fixed cost (command start to first scored chunk)" \
+    "$(grep -o 'first chunk scored [0-9.]*' "$1" | tail -1 | awk '{print $4}') s;" \
+    "$(grep '^main thread over' "$1" | tail -1)"
 }
 declare -A walls  # each precision's wall time of the end-to-end run on one copy of the table
 for p in $E2E_PRECISIONS; do
@@ -99,7 +108,7 @@ for p in $E2E_PRECISIONS; do
   (e2e "$p" "$WORK/e2e.$p.gz") > "$OUT/e2e.$p.log" 2>&1
   wall=$(since "$start")
   if [ -n "$sampler" ]; then kill "$sampler"; fi
-  note "e2e $p: $(tail -1 "$OUT/e2e.$p.log"); wall with start-up $wall s"
+  note "e2e $p: $(figures "$OUT/e2e.$p.log"); wall with start-up $wall s"
   walls[$p]=$wall
 done
 
@@ -114,7 +123,7 @@ start=$(date +%s.%N)
   || failed "e2e-copies.$steady"
 wall_k=$(since "$start")
 rm -f "$WORK/copies.gz" "$WORK/copies.out.gz"
-note "e2e $steady, $COPIES copies of the table: $(tail -1 "$OUT/e2e-copies.$steady.log"); wall with start-up $wall_k s"
+note "e2e $steady, $COPIES copies of the table: $(figures "$OUT/e2e-copies.$steady.log"); wall with start-up $wall_k s"
 note "e2e $steady steady: $("$PYTHON" - "$IN" "$COPIES" "${walls[$steady]}" "$wall_k" <<'EOF'
 import gzip, sys
 lines = sum(1 for _ in gzip.open(sys.argv[1]))

@@ -42,6 +42,10 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
     identity = (out / "identity.log").read_text()
     assert "rerun: byte-identical" in identity and "kill + --resume: byte-identical" in identity, identity
     assert "pairs/s" in (out / "e2e.fp32.log").read_text()
+    # -v's timeline: the fixed cost and the main thread's time per chunk, for each end-to-end run
+    fixed = r"; fixed cost \(command start to first scored chunk\) [\d.]+ s; main thread over \d+ chunks: waiting"
+    assert re.search(rf"^e2e fp32: rescored 20000 lines.*{fixed}", summary, re.M), summary
+    assert re.search(rf"^e2e fp32, 2 copies of the table: rescored 40000 lines.*{fixed}", summary, re.M), summary
     # Two copies of the 20,000 lines: the steady rate from the difference, and the fixed cost apart.
     assert re.search(r"^e2e fp32 steady: [\d,]+ lines/s = \(L2 - L1\) / \(T2 - T1\) with L1 = 20,000 lines, .*"
                      r"fixed cost T1 - L1 / rate = -?[\d.]+ s$", summary, re.M), summary
