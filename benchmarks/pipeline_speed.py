@@ -55,6 +55,7 @@ if __name__ == "__main__":
     from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore
     from rescorer.pipeline.scoring import CPU_TOKEN_BUDGET, ScoringOptions
     from rescorer.pipeline.scoring_plan import ScoringPlan
+    from rescorer.pipeline.timeline import Timeline
     from rescorer.pipeline.train_or_load import Models
     from rescorer.tables.chunks import iter_line_chunks
 
@@ -82,14 +83,16 @@ def children_cpu() -> float:
 
 
 def run(table: Path, workers: int, chunk_lines: int, vocab: tuple[list[str], list[str]],
-        ) -> tuple[RescoreSummary, float, float, float]:
-    """One run: the summary, wall seconds, CPU seconds of this process and of its workers."""
+        ) -> tuple[RescoreSummary, float, float, float, Timeline]:
+    """One run: the summary, wall seconds, CPU seconds of this process and of its workers, and its
+    timeline (where the main thread's time went, chunk by chunk)."""
     with tempfile.TemporaryDirectory() as tmp:
-        opts = RescoreOptions(chunk_lines=chunk_lines, workers=workers, progress=False)
+        timeline = Timeline()
+        opts = RescoreOptions(chunk_lines=chunk_lines, workers=workers, progress=False, timeline=timeline)
         wall, cpu, child = time.perf_counter(), time.process_time(), children_cpu()
         constant = ScoringModel(ConstantScorer(), *vocab, None)
         summary = rescore(str(table), str(Path(tmp) / "out.gz"), Models(constant), opts)
-        return (summary, time.perf_counter() - wall, time.process_time() - cpu, children_cpu() - child)
+        return (summary, time.perf_counter() - wall, time.process_time() - cpu, children_cpu() - child, timeline)
 
 
 def format_and_gzip_apart(table: Path, chunk_lines: int, chunks: int = 3) -> tuple[float, float]:
@@ -127,8 +130,9 @@ def main() -> None:
               f"constant scorer; chunks of {args.chunk_lines} lines; {available_cpus()} CPUs")
         for workers in (int(w) for w in args.workers.split(",")):
             load = os.getloadavg()[0]
-            summary, wall, cpu, child = run(table, workers, args.chunk_lines, vocab)
+            summary, wall, cpu, child, timeline = run(table, workers, args.chunk_lines, vocab)
             report(summary, workers, wall, cpu, child, load, args.cores)
+            print("  " + timeline.report().splitlines()[1])
         fmt, gz = format_and_gzip_apart(table, args.chunk_lines)
         print(f"format stage apart, per core: formatting {fmt / 1e3:,.0f}k lines/s, "
               f"gzip member (zlib level {DEFAULT_MEMBER_LEVEL}) {gz / 1e3:,.0f}k lines/s")
