@@ -91,11 +91,11 @@ e2e() {  # e2e PRECISION OUTPUT [extra options]; exec: run in the background, it
     -j "$JOBS" --chunk-lines "$CHUNK" -q -v "$@"
 }
 # A run's figures from its log: the summary line, and from -v's timeline the fixed cost (start to the
-# first scored chunk) and the main thread's seconds per chunk.
+# first scored chunk), the main thread's seconds per chunk and the writing thread's.
 figures() {
   echo "$(grep '^rescored' "$1" | tail -1); fixed cost (command start to first scored chunk)" \
     "$(grep -o 'first chunk scored [0-9.]*' "$1" | tail -1 | awk '{print $4}') s;" \
-    "$(grep '^main thread over' "$1" | tail -1)"
+    "$(grep '^main thread over' "$1" | tail -1); $(grep '^writing thread' "$1" | tail -1)"
 }
 declare -A walls  # each precision's wall time of the end-to-end run on one copy of the table
 for p in $E2E_PRECISIONS; do

@@ -132,7 +132,8 @@ def main() -> None:
             load = os.getloadavg()[0]
             summary, wall, cpu, child, timeline = run(table, workers, args.chunk_lines, vocab)
             report(summary, workers, wall, cpu, child, load, args.cores)
-            print("  " + timeline.report().splitlines()[1])
+            for line in timeline.report().splitlines()[1:]:
+                print("  " + line)
         fmt, gz = format_and_gzip_apart(table, args.chunk_lines)
         print(f"format stage apart, per core: formatting {fmt / 1e3:,.0f}k lines/s, "
               f"gzip member (zlib level {DEFAULT_MEMBER_LEVEL}) {gz / 1e3:,.0f}k lines/s")

@@ -96,6 +96,7 @@ from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_bud
 from rescorer.pipeline.spool import Spool, SpooledChunk
 from rescorer.pipeline.timeline import Timeline
 from rescorer.pipeline.train_or_load import Models
+from rescorer.pipeline.writing import Formatting, WritingStage
 from rescorer.tables.chunks import LineChunk, UnreadableInputError
 
 
@@ -259,8 +260,6 @@ def _run_pipeline(input_path: str, output_path: str, columns: list[Column], scor
             run.timeline.mark("stages started")
             while (pending := run.next_chunk()) is not None:
                 run.score_and_format(pending)
-                run.write_finished(window=2 * max(1, opts.workers))
-            run.write_finished(window=0)
             run.finish()
             run.timeline.mark("done")
         except BaseException as exc:
@@ -277,8 +276,9 @@ class _Run:
     """One run of the pipeline: its files, its stages and the chunks in flight.
 
     The main thread takes the prepared chunks in order (:meth:`next_chunk`), scores each and sends
-    it to be formatted (:meth:`score_and_format`), and appends the formatted chunks to the output
-    in order as they come back (:meth:`write_finished`), keeping a bounded window in flight.
+    it to be formatted (:meth:`score_and_format`), and hands it to the writing stage
+    (:class:`~rescorer.pipeline.writing.WritingStage`), a thread that appends the formatted chunks to the
+    output in order as they come back, keeping a bounded window in flight.
     """
 
     def __init__(self, input_path: str, output_path: str, columns: list[Column], scorer: ChunkScorer,
@@ -326,7 +326,8 @@ class _Run:
         self.reader: ReaderProcess | None = None
         num_scores = opts.num_scores if opts.num_scores is not None else self.done.num_scores
         self.carried = CarriedAcrossChunks(num_scores, self.done.prev_source)
-        self.in_flight: list[_Formatting] = []
+        # The formatted chunks' bytes in memory: those being formatted and those queued to be written.
+        self.writing = WritingStage(self.writer, 2 * max(1, opts.workers), self.timeline)
         self.chunks_done = self.done.chunks_done
         self.warned = False
 
@@ -402,7 +403,7 @@ class _Run:
             shard_state=pending.shard_state, prev_source=self.carried.prev_source,
             num_scores=self.carried.num_scores, token_budgets=[s.token_budget for s in self._scorers()],
         )
-        self.in_flight.append(_Formatting(job, rejects, progress))
+        self.writing.submit(Formatting(job, rejects, progress))
         if pending.position is not None:
             self.bar.update(pending.position - self.bar.n)
         rate = summary.lines / (time.monotonic() - self.started)
@@ -437,19 +438,9 @@ class _Run:
         score_parquet.write_part(score_parquet.part_path(self.parts_dir, self.chunks_done), source, target, scores,
                                  fields)
 
-    def write_finished(self, window: int) -> None:
-        """Append formatted chunks in order: those done, and any beyond ``window`` in flight."""
-        while self.in_flight and (len(self.in_flight) > window or self.in_flight[0].job.done()):
-            done = self.in_flight.pop(0)
-            with self.timeline.timing("format"):
-                data, seconds = done.job.result()
-            self.summary.add_stage("format", seconds)
-            with self.timeline.timing("write"):
-                self.writer.write(data, done.rejects, done.progress)
-            self.timeline.mark("first chunk written")
-            self.timeline.mark("last chunk written", again=True)
-
     def finish(self) -> None:
+        self.writing.finish()
+        self.summary.add_stage("format", self.writing.format_seconds)
         # An empty table is still a valid gzip file; an empty shard writes no byte, so that the
         # shards concatenate to the whole run's output.
         self.writer.finish(self.compress_level is not None and self.opts.shard is None)
@@ -462,7 +453,8 @@ class _Run:
         if isinstance(exc, PhraseTableError) and not isinstance(exc, UnreadableInputError):
             # The chunks before a malformed line are complete: keep them all, as a serial run does.
             with contextlib.suppress(Exception):
-                self.write_finished(window=0)
+                self.writing.finish()
+        self.writing.stop()
         return stop_error(exc, self.writer, self.files, self.to_stdout, self.input_path == "-")
 
     def close(self) -> None:
@@ -471,6 +463,7 @@ class _Run:
         ends, and print a traceback."""
         self.bar.close()
         self.stop.set()
+        self.writing.stop()
         if self.reader is not None:
             self.reader.stop.set()
         drain(self.prepared_q)
@@ -485,16 +478,6 @@ class _Run:
         self.summary.seconds = time.monotonic() - self.started
         self.summary.rejects_path = str(self.files.rejects) if self.summary.rejected else None
         return self.summary
-
-
-@dataclass
-class _Formatting:
-    """A chunk scored and sent to be formatted: the executor's future of its bytes (and the CPU
-    seconds they took), its rejected lines' bytes, and the progress record once it is written."""
-
-    job: futures.Future
-    rejects: bytes
-    progress: ChunkProgress
 
 
 def _report_rejects(rejected: list[tuple[int, str, bytes]], input_path: str) -> bytes:

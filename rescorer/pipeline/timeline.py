@@ -4,8 +4,8 @@
 ``rescore-phrase-table -v`` prints it after the summary; ``benchmarks/gpu_suite.sh`` reads the fixed
 cost from it (start to the first scored chunk), which a GPU run must keep small: the time before the
 first chunk is scored is paid once per table, the rest per line. The main thread is the one that
-drives the model, so every second it waits for a prepared chunk, for a chunk's formatting or on the
-disk is a second the device is idle.
+drives the model, so every second it waits for a prepared chunk or for the writing stage (whose
+thread waits for each chunk's formatting and writes it, shown apart) is a second the device is idle.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from pathlib import Path
 PHASES = ("options checked", "models ready", "stages started", "first chunk prepared", "first chunk scored",
           "first chunk written", "last chunk written", "done")
 #: What the main thread does per chunk, and how the report names it.
-WAITS = {"prepared": "waiting for a prepared chunk", "score": "scoring",
-         "format": "waiting for its formatting", "write": "writing (data, fsync, progress record)"}
+WAITS = {"prepared": "waiting for a prepared chunk", "score": "scoring", "writer": "waiting for the writing stage"}
+#: What the writing stage's thread (:mod:`rescorer.pipeline.writing`) does per chunk.
+WRITING = {"format": "waiting for its formatting", "write": "writing (data, fsync, progress record)"}
 
 
 def process_age() -> float | None:
@@ -48,7 +49,7 @@ class Timeline:
     origin: float = field(default_factory=time.monotonic)
     from_process_start: bool = False
     marks: dict[str, float] = field(default_factory=dict)
-    waits: dict[str, list[float]] = field(default_factory=lambda: {kind: [] for kind in WAITS})
+    waits: dict[str, list[float]] = field(default_factory=lambda: {kind: [] for kind in {**WAITS, **WRITING}})
 
     @classmethod
     def since_process_start(cls) -> Timeline:
@@ -80,15 +81,20 @@ class Timeline:
         return self.marks.get("first chunk scored")
 
     def report(self) -> str:
-        """Two lines: the phases with their times, and the main thread's seconds per kind of work."""
+        """Three lines: the phases with their times, the main thread's seconds per kind of work, and
+        the writing thread's."""
         start = "the command's start" if self.from_process_start else "the run's start"
         phases = "; ".join(f"{phase} {self.marks[phase]:.2f}" for phase in PHASES if phase in self.marks)
+        chunks = len(self.waits["score"])
+        return (f"timeline, seconds since {start}: {phases}\n"
+                f"main thread over {chunks} chunk{'s' * (chunks != 1)}: {self._spent(WAITS)}\n"
+                f"writing thread: {self._spent(WRITING)}")
+
+    def _spent(self, kinds: dict[str, str]) -> str:
         parts = []
-        for kind, name in WAITS.items():
+        for kind, name in kinds.items():
             seconds = self.waits[kind]
             if seconds:
                 parts.append(f"{name} {sum(seconds):.2f} s (median {statistics.median(seconds):.3f}, "
                              f"max {max(seconds):.3f})")
-        chunks = len(self.waits["score"])
-        return (f"timeline, seconds since {start}: {phases}\n"
-                f"main thread over {chunks} chunk{'s' * (chunks != 1)}: {'; '.join(parts) or 'no chunk'}")
+        return "; ".join(parts) or "nothing"

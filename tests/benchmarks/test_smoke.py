@@ -50,6 +50,8 @@ def test_pipeline_speed_prints_each_stage_per_core_and_the_start_up(run_benchmar
         assert re.search(rf"^-j {workers}: 366 lines in {NUMBER} s = {NUMBER} lines/s end to end", out, re.M), out
     assert len(re.findall(rf"^  per core, lines/s: .*read {NUMBER}k, .*format {NUMBER}k$", out, re.M)) == 2, out
     assert len(re.findall(rf"^  main thread over \d+ chunks: waiting for a prepared chunk {NUMBER} s .*; "
+                          rf"waiting for the writing stage {NUMBER} s", out, re.M)) == 2, out
+    assert len(re.findall(rf"^  writing thread: waiting for its formatting {NUMBER} s .*; "
                           rf"writing \(data, fsync, progress record\) {NUMBER} s", out, re.M)) == 2, out
     assert re.search(rf"projected for 16 cores .*: {NUMBER}M lines/s", out), out
     assert re.search(rf"format stage apart, per core: formatting {NUMBER}k lines/s", out), out
