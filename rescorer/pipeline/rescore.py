@@ -120,7 +120,7 @@ class RescoreOptions:
     # (``rescorer propose``'s indicator of proposed pairs); None: two new columns only.
     flag_lines: np.ndarray | None = None
     # Where the run's time goes (``-v``): its phases and the main thread's seconds per chunk are noted
-    # in this timeline, made by the caller at its start; None: the run keeps one of its own.
+    # in this timeline, made by the caller at its start; None: rescore() makes one for the run.
     timeline: Timeline | None = None
 
     #: Options a resumed run may change, as they leave the output's bytes alone: how many processes,
@@ -208,7 +208,8 @@ def rescore(input_path: str, output_path: str, models: Models, options: RescoreO
     """
     opts = options or RescoreOptions()
     check_options(input_path, output_path, opts)
-    timeline = opts.timeline = opts.timeline or Timeline()
+    opts = replace(opts, timeline=opts.timeline or Timeline())  # the caller's, or one of the run's own
+    timeline = opts.timeline
     timeline.mark("options checked")
     if check_partial_output(output_path, opts.resume):
         return RescoreSummary(finished_already=output_path)
@@ -284,7 +285,7 @@ class _Run:
     def __init__(self, input_path: str, output_path: str, columns: list[Column], scorer: ChunkScorer,
                  opts: RescoreOptions) -> None:
         self.input_path, self.columns, self.scorer, self.opts = input_path, columns, scorer, opts
-        self.timeline = opts.timeline or Timeline()
+        self.timeline: Timeline = opts.timeline  # set by rescore()
         self.started = time.monotonic()
         self.to_stdout = output_path == "-"
         self.files = OutputFiles.beside(output_path)
