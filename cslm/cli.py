@@ -17,6 +17,7 @@ from infrastructure.cli_options import (
     NumberList,
     OneLinePath,
     OutputPath,
+    checkpoint_every_option,
     device_option,
     friendly_errors,
     quiet_option,
@@ -24,7 +25,7 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from neural.config import MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
+from neural.config import CHECKPOINT_EVERY, MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
 from neural.training import MODEL_ALSO_WRITES
 
 
@@ -72,6 +73,7 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
                    "Moses' NeuralLM adds are log-probabilities; needed for export-nplm")
 @seed_option()
 @resume_option("continue the run saved in MODEL_OUT(.last)")
+@checkpoint_every_option(CHECKPOINT_EVERY)
 @device_option()
 @click.option("--precision", type=click.Choice([p for p in PRECISIONS if p != "tf32"]), default="auto",
               show_default=True, help="auto: fp32 on the CPU, bf16 autocast on a GPU")
@@ -83,7 +85,8 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
 @quiet_option()
 @friendly_errors()
 def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hidden, max_time, max_epochs, patience,
-                       epoch_size, batch_size, optimizer, lr, self_normalize, seed, resume, device, precision,
+                       epoch_size, batch_size, optimizer, lr, self_normalize, seed, resume, checkpoint_every, device,
+                       precision,
                        train_step, threads, quiet):
     """Train a CSLM on tokenized target-language text CORPUS (plain or .gz) into MODEL_OUT."""
     from cslm.model import CSLMConfig
@@ -94,7 +97,8 @@ def cslm_train_command(corpus, model_out, valid, order, shortlist, embedding, hi
         model_config=CSLMConfig(vocab_size=2, order=order, embedding=embedding, hidden=hidden),
         train_config=CSLMTrainConfig(batch_size=batch_size, optimizer=optimizer, lr=lr, epoch_size=epoch_size,
                                      max_epochs=max_epochs, max_time=max_time, patience=patience, seed=seed,
-                                     self_normalize=self_normalize, train_step=train_step),
+                                     self_normalize=self_normalize, train_step=train_step,
+                                     checkpoint_every=checkpoint_every),
         shortlist=shortlist, valid=valid, device=device, precision=precision, resume=resume, progress=not quiet,
     )
     best = result.best

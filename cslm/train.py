@@ -28,7 +28,6 @@ import json
 import math
 import os
 import sys
-import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, write_json
 from infrastructure.progress import progress_bar
 from moses_integration.tokens import split_tokens
-from neural.config import TRAIN_STEPS, DictConfig, check_positive_int
+from neural.config import CHECKPOINT_EVERY, TRAIN_STEPS, DictConfig, check_positive_int
 from neural.device import select_device
 from neural.training import (
     Training,
@@ -81,7 +80,7 @@ class CSLMTrainConfig(DictConfig):
     max_time: float | None = None
     patience: int | None = 10
     seed: int = 1234
-    checkpoint_every: float = 600.0  # seconds between mid-epoch saves of MODEL.last
+    checkpoint_every: float = CHECKPOINT_EVERY  # seconds between mid-epoch saves of MODEL.last
     self_normalize: float = 0.0  # alpha of the alpha * (log Z)^2 penalty (Devlin et al. 2014); 0 = off
     train_step: str = "auto"  # how an update runs (cslm.step); the same updates to ~1e-6 whichever
 
@@ -361,7 +360,7 @@ def train_cslm(
     with training_files(Path(model_out), resume):
         run = _CSLMTraining.start(corpus, Path(model_out), model_config, train_config, shortlist=shortlist,
                                   valid=valid, device=device, precision=precision, resume=resume, progress=progress)
-        stopped_by = run.run(progress=progress)
+        stopped_by = run.run(progress=progress, checkpoint_every=train_config.checkpoint_every)
         state = run.state
         return CSLMTrainResult(state.epoch, state.examples, state.elapsed, stopped_by, state.history)
 
@@ -390,7 +389,6 @@ class _CSLMTraining(Training):
     vocab: Vocab
     train_split: NgramSplit
     valid_split: NgramSplit
-    last_save: float = 0.0
     since_save: _IntervalSums = field(default_factory=_IntervalSums)
     out_of_time_now: bool = False  # max_time ran out at the last update
     trained: bool = False  # an update (or an epoch's end) happened in this process
@@ -429,7 +427,7 @@ class _CSLMTraining(Training):
                                     batch_size=cfg.batch_size, optimizer_name=cfg.optimizer, device=dev,
                                     amp_dtype=amp_dtype)
         return cls(model_out, dev, amp_dtype, model, optimizer, state, cfg, train_step, vocab, train_split,
-                   valid_split, last_save=time.monotonic())
+                   valid_split)
 
     @property
     def epoch_len(self) -> int:
@@ -441,9 +439,8 @@ class _CSLMTraining(Training):
                   optimizer_state=self.optimizer.state_dict(), train_state=self.state.to_dict())
 
     def save(self, improved: bool) -> None:
-        """As every training's save; the clock and the sums of the next heartbeat start again."""
+        """As every training's save; the sums of the next heartbeat start again."""
         super().save(improved)
-        self.last_save = time.monotonic()
         self.since_save = _IntervalSums()
 
     def measure(self) -> tuple[Validation, float]:
@@ -493,23 +490,17 @@ class _CSLMTraining(Training):
                 self.out_of_time_now = True
                 bar.close()  # the lines that say where it stopped come after the bar, not under it
                 return
-            if time.monotonic() - self.last_save >= cfg.checkpoint_every:
-                self.heartbeat(len(order))
         if state.position >= len(order):
             state.epoch += 1
             state.position = 0
 
-    def heartbeat(self, epoch_len: int) -> None:
-        """A save of ``MODEL.last`` in mid-epoch, and a line saying so."""
+    def checkpoint_line(self) -> str:
+        """Where in its epoch the run stands, and how it trained since the last save."""
         state = self.state
-        progress_since = self.training_figures()
-        self.save(False)
-        # An epoch of a large corpus outlasts a session: this line is the run's heartbeat in
-        # a --quiet log (table1's), and says how far a --resume will pick up.
-        tqdm.write(f"saved {last_checkpoint_path(self.model_out)}: epoch {state.epoch + 1}, "
-                   f"{state.position:,} of {epoch_len:,} n-grams, {state.examples:,} in "
-                   f"{state.elapsed:.0f} s ({state.examples / max(state.elapsed, 1e-9):.0f} "
-                   f"n-grams/s), {progress_since}", file=sys.stderr)
+        return (f"saved {last_checkpoint_path(self.model_out)}: epoch {state.epoch + 1}, "
+                f"{state.position:,} of {self.epoch_len:,} n-grams, {state.examples:,} in "
+                f"{state.elapsed:.0f} s ({state.examples / max(state.elapsed, 1e-9):.0f} "
+                f"n-grams/s), {self.training_figures()}")
 
     def validation_due(self) -> bool:
         """At the end of each epoch, and when time runs out."""

@@ -279,6 +279,13 @@ def seed_option(help: str = "random seed") -> Callable[[F], F]:
                         help=help)
 
 
+def checkpoint_every_option(default: float) -> Callable[[F], F]:
+    """A training's ``--checkpoint-every SECONDS`` (``default``: its config's); ``--resume`` may change it."""
+    return click.option("--checkpoint-every", type=FiniteFloat(min=0), default=default, show_default=True,
+                        metavar="SECONDS", help="also save MODEL_OUT.last this often between validations, so that "
+                        "a killed run loses at most this much training (0: after every update)")
+
+
 def resume_option(help: str, *aliases: str) -> Callable[[F], F]:
     """``--resume`` (with older spellings in ``aliases``, e.g. ``mert tune``'s ``--continue``)."""
     return click.option("--resume", *aliases, "resume", is_flag=True, help=help)

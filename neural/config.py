@@ -23,6 +23,11 @@ TRAIN_STEPS = ("auto", "eager", "static", "captured")
 #: ``--hidden 1000000`` asked torch for terabytes and failed in a 50-frame allocation traceback.
 MAX_LAYER_SIZE = 8192
 
+#: Seconds between saves of ``MODEL.last`` in between validations (every training's ``checkpoint_every``):
+#: a run killed outright (no signal handler sees SIGKILL, the end of a session, a power cut) loses at most
+#: this much training, for a save that takes seconds.
+CHECKPOINT_EVERY = 600.0
+
 
 _C = TypeVar("_C")
 

@@ -13,7 +13,9 @@ Defined here once, for ``rescorer train``, ``cslm train``, ``nmt train`` and any
   the data's fingerprint);
 - the loop (:meth:`Training.run`): a first validation, the clock ``max_time`` reads (kept across
   ``--resume``), a validation and a save of ``MODEL.last`` (and of ``MODEL`` when better) whenever the
-  model says one is due, the stop reason asked before the first update and after each validation,
+  model says one is due, a save of ``MODEL.last`` alone every ``checkpoint_every`` seconds between
+  them (a killed run, which no signal handler sees, loses at most that much), the stop reason asked
+  before the first update and after each validation,
   Ctrl-C and SIGTERM (``MODEL.last`` saved, one :class:`~infrastructure.interrupts.Interrupted` line);
 - a loss or validation that is not a number: training stops in one line (:class:`DivergedError`),
   and ``MODEL`` and ``MODEL.last`` keep the last finite state.
@@ -282,6 +284,7 @@ class Training:
     optimizer: Any  # its torch optimiser
     state: TrainingState
     started: float = field(default=0.0, init=False)
+    last_save: float = field(default=0.0, init=False)  # monotonic time of the last save, or of the run's start
     losses: LossWatch = field(default_factory=LossWatch, init=False)
 
     #: What a user can change when the loss diverges, for the line that says so.
@@ -328,6 +331,12 @@ class Training:
     def first_validation(self) -> None:
         """The validation of the untrained (or freshly loaded) model: recorded, not saved, by default."""
         self.validate()
+
+    def checkpoint_line(self) -> str:
+        """The line a save between validations prints, taken just before it: in a ``--quiet`` log it is
+        the run's heartbeat, and it says where a ``--resume`` will pick up."""
+        return (f"saved {last_checkpoint_path(self.model_out)}: {self.position()}, "
+                f"{self.state.elapsed:.0f} s trained")
 
     # ---- what the base gives a model
 
@@ -394,9 +403,17 @@ class Training:
         with held_while_starting_children():
             for path in (last, self.model_out) if improved or not self.model_out.exists() else (last,):
                 self.write(path)
+        self.last_save = time.monotonic()
 
-    def run(self, *, progress: bool) -> str:
+    def checkpoint(self) -> None:
+        """A save of ``MODEL.last`` between validations, and its line (:meth:`checkpoint_line`)."""
+        line = self.checkpoint_line()
+        self.save(False)
+        tqdm.write(line, file=sys.stderr)
+
+    def run(self, *, progress: bool, checkpoint_every: float | None = None) -> str:
         """Updates, validations and saves until the model gives a reason to stop; returns that reason.
+        ``MODEL.last`` is saved also whenever ``checkpoint_every`` seconds have passed since the last save.
 
         A run that has a reason to stop before its first update takes none: ``--resume`` after a
         finished RNN training (its budget spent) or a CSLM's last epoch reuses the model as it is.
@@ -404,7 +421,8 @@ class Training:
         if not self.state.history:
             self.first_validation()
         self.model.train()
-        self.started = time.monotonic() - self.state.elapsed
+        self.last_save = time.monotonic()
+        self.started = self.last_save - self.state.elapsed
         bar = self.progress_bar(progress)
         try:
             stopped_by = self.reason_to_stop()
@@ -413,6 +431,8 @@ class Training:
                 if self.validation_due():
                     self.save(self.validate())
                     stopped_by = self.reason_to_stop()
+                elif checkpoint_every is not None and time.monotonic() - self.last_save >= checkpoint_every:
+                    self.checkpoint()
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the state for --resume, and say so
             self.save(False)
             raise Interrupted(f"training state at {self.position()} kept in {last_checkpoint_path(self.model_out)}, "

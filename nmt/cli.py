@@ -16,6 +16,7 @@ from infrastructure.cli_options import (
     IntRange,
     OneLinePath,
     OutputPath,
+    checkpoint_every_option,
     device_option,
     friendly_errors,
     quiet_option,
@@ -23,7 +24,7 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from neural.config import MAX_LAYER_SIZE, PRECISIONS
+from neural.config import CHECKPOINT_EVERY, MAX_LAYER_SIZE, PRECISIONS
 from neural.training import MODEL_ALSO_WRITES
 
 INPUT = OneLinePath(exists=True, dir_okay=False)
@@ -66,8 +67,9 @@ def main() -> None:
 @click.option("--patience", type=IntRange(min=1), default=10, show_default=True,
               help="stop after this many validations without a better perplexity")
 @seed_option()
-@resume_option("continue the run saved in MODEL_OUT(.last), with its sizes, subwords and recipe; only the stops "
-               "(--max-*, --patience) given here apply")
+@resume_option("continue the run saved in MODEL_OUT(.last), with its subwords; the sizes and the recipe must be "
+               "the run's, the stops (--max-*, --patience) and --checkpoint-every may change")
+@checkpoint_every_option(CHECKPOINT_EVERY)
 @device_option()
 @click.option("--precision", type=click.Choice([p for p in PRECISIONS if p != "tf32"]), default="auto",
               show_default=True, help="auto: fp32 on the CPU, bf16 autocast on a GPU")
@@ -76,7 +78,7 @@ def main() -> None:
 @friendly_errors()
 def nmt_train_command(src, tgt, model_out, valid_src, valid_tgt, valid_lines, vocab_size, embedding, hidden,
                       alignment, maxout, batch_size, lr, valid_every, bleu_sentences, max_steps, max_epochs, max_time,
-                      patience, seed, resume, device, precision, threads, quiet):
+                      patience, seed, resume, checkpoint_every, device, precision, threads, quiet):
     """Train p(TGT | SRC) on a tokenised bitext (one sentence per line, plain or .gz) into MODEL_OUT.
 
     The reverse model p(SRC | TGT), for a second n-best column, is the same command on the swapped bitext.
@@ -92,7 +94,8 @@ def nmt_train_command(src, tgt, model_out, valid_src, valid_tgt, valid_lines, vo
                                maxout=maxout),
         train_config=NMTTrainConfig(vocab_size=vocab_size, batch_size=batch_size, lr=lr, valid_every=valid_every,
                                     max_steps=max_steps, max_epochs=max_epochs, max_time=max_time, patience=patience,
-                                    seed=seed, valid_lines=valid_lines, bleu_sentences=bleu_sentences),
+                                    seed=seed, valid_lines=valid_lines, bleu_sentences=bleu_sentences,
+                                    checkpoint_every=checkpoint_every),
         valid_src=valid_src, valid_tgt=valid_tgt, device=device, precision=precision,
         resume=resume, progress=not quiet,
     )

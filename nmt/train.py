@@ -34,7 +34,8 @@ from tqdm import tqdm
 
 from infrastructure.errors import UserError
 from infrastructure.progress import progress_bar
-from neural.config import DictConfig, check_positive_int
+from infrastructure.resume_record import check_same_options, options_record
+from neural.config import CHECKPOINT_EVERY, DictConfig, check_positive_int
 from neural.device import autocast
 from neural.training import (
     Training,
@@ -42,6 +43,7 @@ from neural.training import (
     announce,
     check_resumable,
     check_same_data,
+    check_same_recipe,
     resume_source,
     training_device,
     training_files,
@@ -70,6 +72,12 @@ class NMTTrainConfig(DictConfig):
     seed: int = 1234
     valid_lines: int = 1000  # held out of the bitext when no validation files are given
     bleu_sentences: int = 100  # held-out pairs greedily decoded at each validation
+    checkpoint_every: float = CHECKPOINT_EVERY  # seconds between saves of MODEL.last in between validations
+
+    #: What a ``--resume`` may change (neural.training.check_same_recipe): when to stop and how often the
+    #: state is saved; the rest of the recipe is the interrupted run's.
+    RESUME_MAY_DIFFER: ClassVar[frozenset[str]] = frozenset({"max_steps", "max_epochs", "max_time", "patience",
+                                                             "checkpoint_every"})
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "batch_size", "valid_every", "valid_lines"):
@@ -83,6 +91,8 @@ class NMTTrainConfig(DictConfig):
                 raise ValueError(f"NMTTrainConfig.{name} must be > 0, got {getattr(self, name)!r}")
         if self.max_time is not None and not float(self.max_time) > 0:
             raise ValueError(f"NMTTrainConfig.max_time must be > 0 seconds, got {self.max_time!r}")
+        if not float(self.checkpoint_every) >= 0:
+            raise ValueError(f"NMTTrainConfig.checkpoint_every must be >= 0 seconds, got {self.checkpoint_every!r}")
 
 
 @dataclass
@@ -228,17 +238,17 @@ def train_nmt(src: str, tgt: str, model_out: Path, *, model_config: NMTConfig, t
               progress: bool = True) -> NMTTrainResult:
     """What ``nmt train`` does; ``model_config``'s vocabulary sizes are replaced by the subwords'.
 
-    With ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``) with that file's config,
-    subwords, recipe (its vocabulary size, held-out lines, seed) and position; only the stops are this
-    call's. The bitext must be the one it was trained on. The subwords live in the model file, so
-    the run fills no ``MODEL.data`` folder.
+    With ``resume`` the run continues from ``MODEL.last`` (or ``MODEL``) with that file's subwords and
+    position; its sizes and recipe must be this call's, but for :attr:`NMTTrainConfig.RESUME_MAY_DIFFER`
+    (the stops, how often the state is saved). The bitext must be the one it was trained on. The
+    subwords live in the model file, so the run fills no ``MODEL.data`` folder.
     """
     model_out = Path(model_out)
     with training_files(model_out, resume):
         run = _NMTTraining.start(src, tgt, model_out, model_config, train_config,
                                  valid_src=valid_src, valid_tgt=valid_tgt, device=device, precision=precision,
                                  resume=resume)
-        stopped_by = run.run(progress=progress)
+        stopped_by = run.run(progress=progress, checkpoint_every=train_config.checkpoint_every)
         return NMTTrainResult(run.state.step, run.state.elapsed, stopped_by, run.state.history,
                               run.state.target_tokens)
 
@@ -268,10 +278,12 @@ class _NMTTraining(Training):
             assert resume_from is not None
             check_resumable(resume_from, loaded.train_state, loaded.optimizer_state)
             check_resumable(resume_from, loaded.train_config, loaded.optimizer_state)  # the recipe is part of it
+            check_same_recipe(resume_from, loaded.train_config, cfg, cfg.RESUME_MAY_DIFFER)
+            vocabularies = {"src_vocab", "tgt_vocab"}  # the subwords' sizes, set from the data below
+            check_same_options(options_record(loaded.model.config, vocabularies),
+                               options_record(model_config, vocabularies), resume_from,
+                               advice="resume with the same sizes, or train into another MODEL")
             model_config = loaded.model.config
-            cfg = NMTTrainConfig.from_dict({**loaded.train_config, "max_steps": cfg.max_steps,
-                                            "max_epochs": cfg.max_epochs, "max_time": cfg.max_time,
-                                            "patience": cfg.patience})
         data = prepare_data(src, tgt, cfg, valid_src=valid_src, valid_tgt=valid_tgt,
                             subwords=(loaded.src_subwords, loaded.tgt_subwords) if loaded else None)
         model_config = dataclasses.replace(model_config, src_vocab=len(data.src_subwords),

@@ -19,6 +19,7 @@ from infrastructure.cli_options import (
     OneLinePath,
     OutputPath,
     cap_workers,
+    checkpoint_every_option,
     device_option,
     friendly_errors,
     quiet_option,
@@ -142,17 +143,19 @@ def main() -> None:
               help="phrase pairs per update (the paper's 64)")
 @seed_option()
 @resume_option("continue the run saved in MODEL_OUT")
+@checkpoint_every_option(TrainConfig.checkpoint_every)
 @_train_step_option
 @_run_options
 @friendly_errors()
 def train_command(phrase_table, model_out, vocab_corpus_src, vocab_corpus_tgt, shortlist, hidden, embedding,
                   maxout_units, output_rank, init_std, max_steps, max_time, patience, valid_every, batch_size, seed,
-                  resume, device, precision, train_step, threads, quiet, reverse) -> None:
+                  resume, checkpoint_every, device, precision, train_step, threads, quiet, reverse) -> None:
     """Train on the unique phrase pairs of PHRASE_TABLE and write the model to MODEL_OUT."""
     from rescorer.training.train import train_on_phrase_table
 
     train_config = TrainConfig(batch_size=batch_size, seed=seed, valid_every=valid_every, max_steps=max_steps,
-                               max_time=max_time, patience=patience, train_step=train_step)
+                               max_time=max_time, patience=patience, train_step=train_step,
+                               checkpoint_every=checkpoint_every)
     sizes = _model_sizes(hidden, embedding, maxout_units, output_rank, init_std)
     result = train_on_phrase_table(
         phrase_table, model_out, model_sizes=replace(sizes, direction="reverse") if reverse else sizes,

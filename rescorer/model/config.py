@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
-from neural.config import TRAIN_STEPS, DictConfig, check_positive_int
+from neural.config import CHECKPOINT_EVERY, TRAIN_STEPS, DictConfig, check_positive_int
 
 # What a model scores: "forward" p(e|f), the table's target given its source (the paper's model), or
 # "reverse" p(f|e), trained on the same pairs with sources and targets swapped (`rescorer train --reverse`).
@@ -134,6 +135,12 @@ class TrainConfig(DictConfig):
     max_time: float | None = None
     patience: int | None = 10
     train_step: str = "auto"
+    checkpoint_every: float = CHECKPOINT_EVERY  # seconds between saves of MODEL.last in between validations
+
+    #: What a ``--resume`` may change (neural.training.check_same_recipe): when to stop, how often the state
+    #: is saved, how an update runs; the rest of the recipe is the interrupted run's.
+    RESUME_MAY_DIFFER: ClassVar[frozenset[str]] = frozenset({"max_steps", "max_time", "patience", "train_step",
+                                                             "checkpoint_every"})
 
     def __post_init__(self) -> None:
         check_positive_int("TrainConfig", "batch_size", self.batch_size)
@@ -157,6 +164,8 @@ class TrainConfig(DictConfig):
             check_positive_int("TrainConfig", "max_steps", self.max_steps)
         if self.patience is not None:
             check_positive_int("TrainConfig", "patience", self.patience)
+        if not float(self.checkpoint_every) >= 0.0:
+            raise ValueError(f"TrainConfig.checkpoint_every must be >= 0 seconds, got {self.checkpoint_every!r}")
         if self.max_time is not None:
             if not float(self.max_time) > 0.0:
                 raise ValueError(f"TrainConfig.max_time must be > 0 seconds or None, got {self.max_time!r}")

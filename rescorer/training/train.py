@@ -16,7 +16,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from infrastructure.errors import UserError
 from infrastructure.progress import progress_bar
+from infrastructure.resume_record import check_same_options, options_record
 from neural.adadelta import FusedAdadelta
 from neural.device import matmul_precision
 from neural.training import (
@@ -34,6 +35,7 @@ from neural.training import (
     announce,
     check_resumable,
     check_same_data,
+    check_same_recipe,
     data_folder,
     resume_source,
     training_device,
@@ -137,13 +139,14 @@ class RNNTrainingState(TrainingState):
 
 
 def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: torch.optim.Optimizer,
-             fingerprint: object) -> RNNTrainingState:
+             fingerprint: object, cfg: TrainConfig) -> RNNTrainingState:
     """Load model and optimiser from checkpoint ``path`` and return its training state, after
-    checking that it continues this very run (same data, same model configuration)."""
+    checking that it continues this very run (same data, model configuration and recipe)."""
     ck = load_checkpoint(path, map_location=next(model.parameters()).device)
     check_resumable(path, ck.train_state, ck.optimizer_state)
     assert ck.train_state is not None
     check_same_data(path, ck.train_state, fingerprint, data.path)
+    check_same_recipe(path, ck.train_config.to_dict() if ck.train_config else None, cfg, cfg.RESUME_MAY_DIFFER)
     if ck.config != model.config:
         raise UserError(f"{path}: checkpoint config {ck.config} differs from the requested {model.config}")
     model.load_state_dict(ck.model.state_dict())
@@ -172,7 +175,7 @@ def train(
     with matmul_precision(precision):
         run = _Training.start(data, Path(model_out), model_config, train_config, src_vocab, tgt_vocab, device,
                               precision, resume)
-        stopped_by = run.run(progress=progress)
+        stopped_by = run.run(progress=progress, checkpoint_every=train_config.checkpoint_every)
         return TrainResult(run.state.step, run.state.elapsed, stopped_by, run.state.history)
 
 
@@ -208,7 +211,7 @@ class _Training(Training):
         state = RNNTrainingState(data=data.fingerprint())
         resume_from = resume_source(model_out, resume)
         if resume_from is not None:
-            state = _restore(resume_from, data, model, optimizer, state.data)
+            state = _restore(resume_from, data, model, optimizer, state.data, cfg)
         announce(state, dev, precision, step_mode)
         train_step = make_train_step(step_mode, model, optimizer, cfg, dev, amp_dtype)
         return cls(model_out, dev, amp_dtype, model, optimizer, state, data, model_config, cfg, src_vocab, tgt_vocab,
@@ -359,10 +362,10 @@ def train_on_phrase_table(
             if ck.config.direction != model_sizes.direction:
                 hint = "with --reverse" if ck.config.direction == "reverse" else "without --reverse"
                 raise UserError(f"{resume_from}: that run trains a {ck.config.direction} model; resume it {hint}")
-            vocabs, model_config = (ck.src_vocab, ck.tgt_vocab), ck.config
-            # The budget and how updates run are this run's choice; the recipe is the checkpoint's.
-            train_config = replace(ck.train_config, max_steps=train_config.max_steps, max_time=train_config.max_time,
-                                   train_step=train_config.train_step)
+            trained_sizes = ModelSizes(**{f.name: getattr(ck.config, f.name) for f in fields(ModelSizes)})
+            check_same_options(options_record(trained_sizes, ()), options_record(model_sizes, ()), resume_from,
+                               advice="resume with the same sizes, or train into another MODEL")
+            vocabs, model_config = (ck.src_vocab, ck.tgt_vocab), ck.config  # the recipe: checked by train()
         workdir = data_folder(model_out)
         made_workdir = not workdir.exists()
         try:

@@ -105,6 +105,27 @@ def test_validations_and_saves_come_when_the_run_says_and_the_stop_reason_is_the
     assert run.state.history == [0, 3, 6, 7] and run.state.best == 7
 
 
+def test_between_validations_the_latest_state_is_saved_when_checkpoint_every_has_passed(tmp_path, capsys):
+    """A run killed outright (SIGKILL, the end of a session) loses what it trained since its last save:
+    with ``checkpoint_every`` seconds passed (0: always) ``MODEL.last`` alone is saved after an update
+    that ends no stretch between validations (``MODEL`` too while there is none), and a line says where a
+    resume picks up."""
+    run = _CountingRun.make(tmp_path)
+    assert run.run(progress=False, checkpoint_every=0) == "max_steps"
+    assert run.events == ["validate 0", "save model.last 1", "save model 1", "save model.last 2", "validate 3",
+                          "save model.last 3",
+                          "save model 3", "save model.last 4", "save model.last 5", "validate 6", "save model.last 6",
+                          "save model 6", "validate 7", "save model.last 7", "save model 7"]
+    assert capsys.readouterr().err.splitlines() == [f"saved {run.model_out}.last: step {n}, 0 s trained"
+                                                    for n in (1, 2, 4, 5)]
+    (tmp_path / "seldom").mkdir()
+    seldom = _CountingRun.make(tmp_path / "seldom")
+    assert seldom.run(progress=False, checkpoint_every=3600) == "max_steps"
+    assert seldom.events == ["validate 0", "validate 3", "save model.last 3", "save model 3", "validate 6",
+                             "save model.last 6", "save model 6", "validate 7", "save model.last 7", "save model 7"]
+    assert capsys.readouterr().err == ""
+
+
 def test_a_run_with_its_budget_spent_takes_no_update(tmp_path):
     run = _CountingRun.make(tmp_path, done=7)
     assert run.run(progress=False) == "max_steps"

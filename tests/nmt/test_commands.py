@@ -14,6 +14,7 @@ import torch
 from click.testing import CliRunner
 
 import nmt.train as nmt_train
+from infrastructure.errors import UserError
 from infrastructure.interrupts import Interrupted
 from mert.features import load_feature
 from moses_integration.nbest import read_nbest
@@ -102,14 +103,55 @@ def test_a_training_stopped_by_ctrl_c_and_resumed_ends_with_the_uninterrupted_mo
     kept = load_nmt(tmp_path / "split.pt.last").train_state
     assert (kept["step"], kept["epoch"], kept["position"]) == (7, 1, 1)
     monkeypatch.setattr(nmt_train, "update_step", update)
-    # The file's recipe wins over other sizes given with --resume; only the stops are the call's.
-    resumed = _tiny_run(bitext, tmp_path / "split.pt", 10, resume=True, vocab_size=8000, batch_size=99)
+    with pytest.raises(UserError) as refused:  # another recipe would splice another training onto this one
+        _tiny_run(bitext, tmp_path / "split.pt", 10, resume=True, vocab_size=8000, batch_size=99)
+    assert str(refused.value) == (f"cannot --resume: {tmp_path / 'split.pt.last'} was made with --batch-size 16, now "
+                                  "99; with --vocab-size 400, now 8000; resume with the same options, or train into "
+                                  "another MODEL")
+    resumed = _tiny_run(bitext, tmp_path / "split.pt", 10, resume=True, checkpoint_every=0)  # the stops may differ
     assert resumed.steps == straight.steps == 10 and resumed.stopped_by == "max_steps"
     a = load_nmt(tmp_path / "straight.pt.last").model.state_dict()
     b = load_nmt(tmp_path / "split.pt.last").model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [(v.step, v.perplexity) for v in resumed.history] == [(v.step, v.perplexity) for v in straight.history]
     assert [v.step for v in straight.history] == [0, 3, 6, 9, 10]
+
+
+def test_a_run_killed_between_validations_resumes_from_its_last_checkpoint(bitext, tmp_path, monkeypatch):
+    """SIGKILL (the end of a session) runs no handler: what survives is the last save. With
+    --checkpoint-every passed, MODEL.last holds the update before the kill, not the last validation's."""
+    update = nmt_train.update_step
+    calls = itertools.count(1)
+
+    def killed_at_the_8th(*args, **kwargs):
+        if next(calls) == 8:
+            raise SystemExit(137)  # unwinds like a kill: no save on the way out
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(nmt_train, "update_step", killed_at_the_8th)
+    with pytest.raises(SystemExit):
+        _tiny_run(bitext, tmp_path / "m.pt", 10, checkpoint_every=0)
+    assert load_nmt(tmp_path / "m.pt.last").train_state["step"] == 7  # validations came at 3 and 6
+    monkeypatch.setattr(nmt_train, "update_step", update)
+    _tiny_run(bitext, tmp_path / "m.pt", 10, resume=True)
+    _tiny_run(bitext, tmp_path / "straight.pt", 10)
+    a = load_nmt(tmp_path / "straight.pt.last").model.state_dict()
+    b = load_nmt(tmp_path / "m.pt.last").model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_resume_with_other_sizes_is_refused_in_one_line(models, bitext, tmp_path):
+    model = tmp_path / "m.pt"
+    model.write_bytes(models[0].read_bytes())
+    args = ["train", str(bitext[0]), str(bitext[1]), str(model), *TINY, "--max-steps", "8", "--valid-every", "4",
+            "--valid-lines", "10", "--bleu-sentences", "3", "--batch-size", "16", "--lr", "0.01", "-q",
+            "--threads", "1", "--resume"]
+    result = CliRunner().invoke(main, [*args, "--hidden", "16"])
+    assert result.exit_code == 1
+    assert result.output == (f"Error: cannot --resume: {model} was made with --hidden 8, now 16; resume with the same "
+                             "sizes, or train into another MODEL\n")
+    assert model.read_bytes() == models[0].read_bytes()
+    assert CliRunner().invoke(main, [*args, "--max-steps", "9"]).exit_code == 0  # a stop may change
 
 
 def test_a_nan_loss_stops_the_training_in_one_line_and_keeps_the_last_finite_model(bitext, tmp_path, monkeypatch):

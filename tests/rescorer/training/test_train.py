@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,8 @@ SMALL = ModelSizes(hidden=48, embedding=24, maxout_units=24, output_rank=24)
 
 
 def run(table: str, out: Path, steps: int, resume: bool = False, **kw):
-    cfg = TrainConfig(max_steps=steps, valid_every=kw.pop("valid_every", 4), patience=None, seed=7)
+    cfg = TrainConfig(max_steps=steps, valid_every=kw.pop("valid_every", 4), patience=None, seed=7,
+                      batch_size=kw.pop("batch_size", 64), checkpoint_every=kw.pop("checkpoint_every", 600.0))
     return train_on_phrase_table(table, out, model_sizes=SMALL, train_config=cfg, shortlist=kw.pop("shortlist", 300),
                                  device="cpu", resume=resume, progress=False, **kw)
 
@@ -48,6 +50,23 @@ def test_resume_continues_to_the_same_model(tmp_path):
     b = load_checkpoint(tmp_path / "killed.pt").model.state_dict()
     for name in a:
         assert torch.equal(a[name], b[name]), name
+
+
+def test_resume_refuses_another_recipe_by_name_and_takes_other_stops(tmp_path):
+    """The updates after a resume with another --batch-size would be another training's, spliced on."""
+    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    run(table, tmp_path / "m.pt", 2)
+    with pytest.raises(UserError) as refused:
+        run(table, tmp_path / "m.pt", 4, resume=True, batch_size=32)
+    assert str(refused.value) == (f"cannot --resume: {tmp_path / 'm.pt.last'} was made with --batch-size 64, now 32; "
+                                  "resume with the same options, or train into another MODEL")
+    with pytest.raises(UserError) as refused:
+        train_on_phrase_table(table, tmp_path / "m.pt", model_sizes=replace(SMALL, hidden=32),
+                              train_config=TrainConfig(max_steps=4, valid_every=4, patience=None, seed=7),
+                              shortlist=300, device="cpu", resume=True, progress=False)
+    assert str(refused.value) == (f"cannot --resume: {tmp_path / 'm.pt.last'} was made with --hidden 48, now 32; "
+                                  "resume with the same sizes, or train into another MODEL")
+    assert run(table, tmp_path / "m.pt", 4, resume=True, checkpoint_every=0).steps == 4
 
 
 def test_resume_refuses_other_data(tmp_path):
