@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from infrastructure.cli_options import (
     Command,
@@ -39,6 +40,8 @@ from rescorer.model.config import (
     ModelSizes,
     TrainConfig,
 )
+from rescorer.pipeline.columns import COLUMNS, column_kinds
+from rescorer.pipeline.columns.base import Column
 from rescorer.pipeline.option_rules import WHOLE_NUMBERS, WP_SIDES
 
 #: The widest beam: 25 times propose's 40 with a reverse model. A beam weighs beam x shortlist candidates
@@ -89,18 +92,30 @@ def _run_options(fn: Callable) -> Callable:
     return fn
 
 
-def _column_weight_options(fn: Callable) -> Callable:
-    """The start weights of the columns a command appends, in the moses.ini it writes: shared by
-    ``rescore-phrase-table`` and ``propose``.
+def _column_weight_options(kinds: list[type[Column]]) -> Callable[[Callable], Callable]:
+    """The start weights, in the moses.ini a command writes, of the columns it can append (``kinds``):
+    each column's option (:class:`~rescorer.pipeline.columns.base.StartWeight`), 0 by default."""
+    def add(fn: Callable) -> Callable:
+        for kind in reversed(kinds):
+            weight = kind.start_weight
+            fn = click.option(f"--{weight.option}", weight.parameter, type=FiniteFloat(), default=0.0,
+                              show_default=True, help=f"initial weight of {weight.weighs} (0: the untuned system "
+                              "decodes as the original)")(fn)
+        return fn
+    return add
 
-    Start weights 0: the untuned system then decodes exactly as before (a weight of 0.2 on log p_RNN,
-    about ten times the table's log-probabilities in size, dropped the fixture's dev BLEU from 24.05
-    to 19.44), and MERT's random restarts explore the new columns from there."""
-    for name, column in reversed([("rnn-weight", "the RNN column"), ("wp-weight", "the unknown-word column"),
-                                  ("reverse-weight", "the --reverse-model column, p_RNN(source|target)")]):
-        fn = click.option(f"--{name}", type=FiniteFloat(), default=0.0, show_default=True,
-                          help=f"initial weight of {column} (0: the untuned system decodes as the original)")(fn)
-    return fn
+
+def _start_weights(kinds: list[type[Column]], given: Mapping[str, float]) -> tuple[float, ...]:
+    """The start weights of the columns a run appends (``kinds``, in order) from the command's ``given``
+    weight options; one given for a column the run does not append is refused, not dropped."""
+    ctx = click.get_current_context()
+    wanted = {kind.start_weight.parameter for kind in kinds}
+    for kind in COLUMNS:
+        weight = kind.start_weight
+        if weight.parameter in given and weight.parameter not in wanted and \
+                ctx.get_parameter_source(weight.parameter) is ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"--{weight.option} weighs {weight.weighs}, which this run does not append")
+    return tuple(given[kind.start_weight.parameter] for kind in kinds)
 
 
 def _train_step_option(fn: Callable) -> Callable:
@@ -398,7 +413,7 @@ def _rescore_number(field: str) -> IntRange:
               "(3 with --reverse-model)")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini (its name=, e.g. TranslationModel0) "
               "INPUT_TABLE is; needed when the ini has several")
-@_column_weight_options
+@_column_weight_options(column_kinds(reverse=True, flags=False))
 @click.option("--cslm", type=OneLinePath(exists=True, dir_okay=False),
               help="NPLM model (from `cslm export-nplm`) to add to the written moses.ini as Moses' "
               "in-decoder NeuralLM feature")
@@ -431,10 +446,10 @@ def _rescore_number(field: str) -> IntRange:
 @friendly_errors()
 def rescore_phrase_table_command(input_table, output_table, model_path, save_model, train_time, train_steps,
                                  shortlist, hidden, embedding, maxout_units, output_rank, init_std, moses_ini,
-                                 moses_ini_out, table_name, rnn_weight, wp_weight, cslm, cslm_name, cslm_weight,
+                                 moses_ini_out, table_name, cslm, cslm_name, cslm_weight,
                                  wp_side, workers, chunk_lines, compress_level, token_budget, skip_bad_lines, shard,
                                  resume, scores_parquet, verbose, seed, device, precision, train_step, threads, quiet,
-                                 reverse_model, reverse_weight) -> None:
+                                 reverse_model, **weights: float) -> None:
     """Append p_RNN(target|source) and exp(-#unknown words) to every line of a Moses phrase table
     (and p_RNN(source|target) with --reverse-model).
 
@@ -458,9 +473,9 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     if moses_ini_out:
         check_table_path_for_ini(output_table, moses_ini_out)
     # Everything Moses will check is checked now, before hours of training and scoring.
-    weights = (rnn_weight, wp_weight, reverse_weight) if reverse_model else (rnn_weight, wp_weight)
+    start = _start_weights(column_kinds(reverse=reverse_model is not None, flags=False), weights)
     num_scores = check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out,
-                                 table_name=table_name, new_columns=len(weights), cslm=cslm, cslm_name=cslm_name,
+                                 table_name=table_name, new_columns=len(start), cslm=cslm, cslm_name=cslm_name,
                                  cslm_weight=cslm_weight) if moses_ini else None
     options = RescoreOptions(
         chunk_lines=chunk_lines, compress_level=compress_level, wp_side=wp_side, skip_bad_lines=skip_bad_lines,
@@ -485,10 +500,10 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
     elif empty:
         click.echo(f"warning: {input_table} holds no phrase-table lines, so {output_table} is empty too", err=True)
     if moses_ini:
-        neural_lm = write_moses_ini(moses_ini, moses_ini_out, output_table, weights, table_name,
+        neural_lm = write_moses_ini(moses_ini, moses_ini_out, output_table, start, table_name,
                                     cslm=cslm, cslm_name=cslm_name, cslm_weight=cslm_weight)
         extra = f", NeuralLM {neural_lm.name} (order {neural_lm.args['order']})" if neural_lm else ""
-        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, {len(weights)} more features{extra}",
+        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, {len(start)} more features{extra}",
                    err=True)
 
 
@@ -531,9 +546,7 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               help="write a moses.ini that uses OUTPUT_TABLE, with 3 more features and weights (4 with "
               "--reverse-model)")
 @click.option("--table", "table_name", help="which phrase table of --moses-ini INPUT_TABLE is (its name=)")
-@_column_weight_options
-@click.option("--proposed-weight", type=FiniteFloat(), default=0.0, show_default=True,
-              help="initial weight of the indicator column (Moses reads 1 per proposed pair used)")
+@_column_weight_options(column_kinds(reverse=True, flags=True))
 @click.option("--rows-per-step", type=IntRange(min=1),
               help="hypotheses per decoder step of the search [default: 4096 on CPU, 16384 on GPU]")
 @click.option("-j", "--workers", type=_rescore_number("workers"), default=None, callback=cap_workers,
@@ -545,9 +558,8 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
 @friendly_errors()
 def propose_command(input_table, output_table, model_path, for_text, thin_below, max_source_words, beam, per_source,
                     reverse_path, rerank_reverse_weight, rerank_length_weight, max_target_words, lex_e2f, lex_f2e,
-                    list_path, moses_ini, moses_ini_out, table_name, rnn_weight, wp_weight, reverse_weight,
-                    proposed_weight, rows_per_step, workers, token_budget, resume, device, precision,
-                    threads, quiet) -> None:
+                    list_path, moses_ini, moses_ini_out, table_name, rows_per_step, workers, token_budget, resume,
+                    device, precision, threads, quiet, **weights: float) -> None:
     """Complete a Moses phrase table with the targets the RNN proposes (the paper's future work).
 
     Writes INPUT_TABLE's lines byte for byte and the proposed pairs, in sorted order, each with
@@ -558,15 +570,14 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
     from rescorer.pipeline.moses_config import check_moses_ini, write_moses_ini
     from rescorer.pipeline.rescore import RescoreOptions
     from rescorer.pipeline.scoring import ScoringOptions
-    from rescorer.proposals.propose import ProposeOptions, check_propose_paths, new_columns, propose
+    from rescorer.proposals.propose import ProposeOptions, check_propose_paths, propose
     from rescorer.proposals.rerank import DEFAULT_WEIGHTS, RERANK_BEAM, RerankWeights
 
     if bool(moses_ini) != bool(moses_ini_out):
         raise click.UsageError("--moses-ini and --moses-ini-out go together")
-    if reverse_path is None and (rerank_reverse_weight is not None or rerank_length_weight is not None
-                                 or reverse_weight != 0.0):
-        raise click.UsageError("--rerank-reverse-weight, --rerank-length-weight and --reverse-weight need "
-                               "--reverse-model")
+    if reverse_path is None and (rerank_reverse_weight is not None or rerank_length_weight is not None):
+        raise click.UsageError("--rerank-reverse-weight and --rerank-length-weight need --reverse-model")
+    start = _start_weights(column_kinds(reverse=reverse_path is not None, flags=True), weights)
     rerank = RerankWeights(DEFAULT_WEIGHTS.reverse if rerank_reverse_weight is None else rerank_reverse_weight,
                            DEFAULT_WEIGHTS.length if rerank_length_weight is None else rerank_length_weight)
     if beam is None:
@@ -580,17 +591,15 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
                                workers=workers if workers is not None else threads),
     )
     check_propose_paths(input_table, output_table, options)
-    added = new_columns(reverse=reverse_path is not None)
     if moses_ini:
         check_moses_ini(moses_ini, input_table, output_table, ini_out=moses_ini_out, table_name=table_name,
-                        new_columns=added)
+                        new_columns=len(start))
     reverse = _load(reverse_path) if reverse_path is not None else None
     summary = propose(input_table, output_table, _load(model_path), options, reverse)
     click.echo(summary.report(), err=True)
     if moses_ini:
-        weights = (rnn_weight, wp_weight, *([reverse_weight] if reverse is not None else []), proposed_weight)
-        write_moses_ini(moses_ini, moses_ini_out, output_table, weights, table_name)
-        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, {added} more features", err=True)
+        write_moses_ini(moses_ini, moses_ini_out, output_table, start, table_name)
+        click.echo(f"wrote {moses_ini_out}: phrase table {output_table}, {len(start)} more features", err=True)
 
 
 @main.command("rerank-weights")

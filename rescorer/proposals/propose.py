@@ -93,12 +93,6 @@ from rescorer.proposals.work import PROGRESS_VERSION as WORK_VERSION
 from rescorer.proposals.work import ProposeWork
 
 
-def new_columns(*, reverse: bool) -> int:
-    """How many columns ``propose`` appends: p_RNN, exp(-unknown words), with a reverse model its
-    p_RNN(f|e) (as ``rescore-phrase-table --reverse-model`` writes it), and the proposed indicator."""
-    return 3 + int(reverse)
-
-
 @dataclass
 class ProposeOptions:
     for_text: str | None = None  # None: every source of the table

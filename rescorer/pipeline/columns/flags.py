@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from moses_integration.phrase_table import format_log_probability
-from rescorer.pipeline.columns.base import ChunkRows
+from rescorer.pipeline.columns.base import ChunkRows, StartWeight
 
 if TYPE_CHECKING:
     from rescorer.pipeline.rescore import RescoreSummary
@@ -31,6 +31,7 @@ class ProposalFlags:
 
     parquet = None
     format = staticmethod(flag_column)
+    start_weight = StartWeight("proposed-weight", "the indicator column (Moses reads 1 per proposed pair used)")
     planner = None
     model = None
 

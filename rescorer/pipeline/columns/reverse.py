@@ -13,7 +13,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rescorer.pipeline.columns.base import ChunkPhrases, ChunkRows, PlanSettings, ScoringModel, scorer_identity
+from rescorer.pipeline.columns.base import (
+    ChunkPhrases,
+    ChunkRows,
+    PlanSettings,
+    ScoringModel,
+    StartWeight,
+    scorer_identity,
+)
 from rescorer.pipeline.columns.rnn import probability_column, warn_low_overlap
 from rescorer.pipeline.resume import content_identity
 from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
@@ -70,6 +77,7 @@ class ReverseColumn:
 
     parquet = ("reverse_log_p", pa.float64())
     format = staticmethod(probability_column)
+    start_weight = StartWeight("reverse-weight", "the --reverse-model column, p_RNN(source|target)")
 
     def __init__(self, model: ScoringModel) -> None:
         self.model = model

@@ -14,7 +14,14 @@ import numpy as np
 import pyarrow as pa
 
 from moses_integration.phrase_table import LOG_FLOOR, format_log_probability
-from rescorer.pipeline.columns.base import ChunkPhrases, ChunkRows, PlanSettings, ScoringModel, scorer_identity
+from rescorer.pipeline.columns.base import (
+    ChunkPhrases,
+    ChunkRows,
+    PlanSettings,
+    ScoringModel,
+    StartWeight,
+    scorer_identity,
+)
 from rescorer.pipeline.resume import content_identity
 from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
 from rescorer.tables.chunks import phrases_to_ids
@@ -78,6 +85,7 @@ class RNNColumn:
 
     parquet = ("log_p", pa.float64())
     format = staticmethod(probability_column)
+    start_weight = StartWeight("rnn-weight", "the RNN column")
 
     def __init__(self, model: ScoringModel) -> None:
         self.model = model

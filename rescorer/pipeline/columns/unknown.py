@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from moses_integration.phrase_table import format_log_probability
-from rescorer.pipeline.columns.base import ChunkRows
+from rescorer.pipeline.columns.base import ChunkRows, StartWeight
 from rescorer.pipeline.columns.rnn import FORWARD
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ class UnknownWords:
 
     parquet = ("n_unk", pa.int32())
     format = staticmethod(unknown_column)
+    start_weight = StartWeight("wp-weight", "the unknown-word column")
     planner = None  # the forward model's plan holds the counts
     model = None
 

@@ -161,6 +161,17 @@ def test_moses_ini_gets_a_feature_and_a_weight_for_the_reverse_column(sample, mo
     assert all(len(line.split(b" ||| ")[2].split()) == 7 for line in lines_of(tmp_path / "o.gz"))
 
 
+def test_a_reverse_weight_without_a_reverse_model_is_refused_not_dropped(sample, tmp_path):
+    res = CliRunner().invoke(rescore_phrase_table_command, [
+        str(sample), str(tmp_path / "o.gz"), "--model", str(sample), "--moses-ini",
+        str(shared_file("fixtures/hansard-enfr/filtered/moses.ini")), "--moses-ini-out", str(tmp_path / "moses.ini"),
+        "--reverse-weight", "0.05"])
+    assert res.exit_code == 1 and res.output.count("\n") == 1
+    assert res.output.startswith("Error: --reverse-weight weighs the --reverse-model column, p_RNN(source|target), "
+                                 "which this run does not append; see ")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_reverse_model_of_other_languages_is_warned_about(sample, models, tmp_path):
     """The forward model knows the table's words; a reverse model whose shortlists hold none of them
     gets the low-overlap warning too, naming it."""
