@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import tempfile
 import time
 from concurrent import futures
 from pathlib import Path
@@ -43,7 +44,7 @@ from rescorer.model.checkpoint import Checkpoint, load_checkpoint
 from rescorer.model.config import ModelConfig
 from rescorer.model.flops import count_flops
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.pipeline.chunk_prep import PrepareTask, init_worker, prepare_chunk
+from rescorer.pipeline.chunk_prep import PrepareTask, init_worker, prepare_chunk, send_planners
 from rescorer.pipeline.columns.rnn import FORWARD, ForwardPlanner
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions, auto_token_budget
 from rescorer.pipeline.scoring_plan import ScoringPlan
@@ -69,8 +70,10 @@ def plan_chunks(lines: list[bytes], ck: Checkpoint, token_budget: int, chunk_lin
         for start in range(0, len(lines), chunk_lines)
     ]
     planners = (ForwardPlanner.of_words(ck.src_vocab.words, ck.tgt_vocab.words),)
-    with futures.ProcessPoolExecutor(workers, initializer=init_worker, initargs=(planners,)) as pool:
-        return [prep.plans[FORWARD] for prep in pool.map(prepare_chunk, tasks)]
+    with tempfile.TemporaryDirectory() as folder:
+        send_planners(planners, folder)
+        with futures.ProcessPoolExecutor(workers, initializer=init_worker, initargs=(folder,)) as pool:
+            return [prep.plans[FORWARD] for prep in pool.map(prepare_chunk, tasks)]
 
 
 def performed_flops(config: ModelConfig, plans: list[ScoringPlan]) -> float:

@@ -16,9 +16,11 @@ import concurrent.futures as futures
 import multiprocessing
 import multiprocessing.synchronize
 import os
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -30,24 +32,33 @@ from rescorer.pipeline.scoring_plan import ScoringPlan
 from rescorer.pipeline.spool import SpooledChunk, SpooledObject, lines_of
 from rescorer.tables.chunks import LineChunk, parse_chunk
 
-# The planners of this worker's columns (the models' shortlists), sent once (:func:`init_worker`).
+#: The file, in the folder a pool is started with (the run's spool), that holds the planners of the
+#: run's columns (the models' shortlists): written once (:func:`send_planners`), read by each worker.
+PLANNERS_FILE = "planners.pickle"
+# This worker's folder (:func:`init_worker`), and the planners read from it on the first chunk.
+_FOLDER: Path | None = None
 _PLANNERS: tuple[Planner, ...] | None = None
 
 
-def init_worker(planners: tuple[Planner, ...], parent_pid: int | None = None,
+def init_worker(folder: str, parent_pid: int | None = None,
                 all_started: multiprocessing.synchronize.Barrier | None = None) -> None:
-    """Pool initializer: the columns' planners (with the shortlists), sent once per worker rather than
-    with every chunk.
+    """Pool initializer: where this worker finds the columns' planners (:func:`send_planners`).
+
+    The planners are not the initializer's arguments: those go down the pipe a spawned process is
+    started through, which holds 64 KiB, and a paper-size model's shortlists pickle to several
+    hundred, so each process start would block until the child had imported its modules and read
+    them, and the pool's workers would start one after the other. They are read from ``folder``
+    instead, once per worker, on its first chunk, so they may be written after the pool starts.
 
     With ``parent_pid``, the worker ends with that process (:func:`die_with_parent`) and leaves
     Ctrl-C and SIGTERM to it (:func:`leave_interrupts_to_parent`). With
     ``all_started``, it waits until every worker of the pool has started (:func:`worker_pool`).
     """
-    global _PLANNERS
+    global _FOLDER, _PLANNERS
     if parent_pid is not None:
         die_with_parent(parent_pid)
         leave_interrupts_to_parent()
-    _PLANNERS = planners
+    _FOLDER, _PLANNERS = Path(folder), None
     if all_started is not None:
         all_started.wait(timeout=_START_SECONDS)
 
@@ -55,19 +66,38 @@ def init_worker(planners: tuple[Planner, ...], parent_pid: int | None = None,
 _START_SECONDS = 600.0  # a worker still not started by then will not be (a loaded machine takes seconds)
 
 
-def worker_pool(workers: int, planners: tuple[Planner, ...]) -> futures.ProcessPoolExecutor:
-    """``workers`` processes that prepare and format chunks, all started now, by this thread.
+def send_planners(planners: tuple[Planner, ...], folder: str | Path) -> None:
+    """Leave the planners in ``folder`` for the workers started with it (:func:`init_worker`):
+    before the first chunk is submitted to them."""
+    (Path(folder) / PLANNERS_FILE).write_bytes(pickle.dumps(planners, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _worker_planners() -> tuple[Planner, ...]:
+    """This worker's planners, read on its first chunk (:func:`send_planners`)."""
+    global _PLANNERS
+    if _PLANNERS is None:
+        if _FOLDER is None:
+            raise RuntimeError("prepare_chunk without planners, outside a worker started by init_worker")
+        _PLANNERS = pickle.loads((_FOLDER / PLANNERS_FILE).read_bytes())
+    return _PLANNERS
+
+
+def worker_pool(workers: int, folder: str | Path) -> futures.ProcessPoolExecutor:
+    """``workers`` processes that prepare and format chunks, all started now, by this thread; they
+    read the planners from ``folder`` (:func:`send_planners`).
 
     Each ends with this process, SIGKILL included (:func:`die_with_parent`), which the kernel ties
     to the thread that started it. A pool starts its processes on demand, from whichever thread
     submits, and the thread that hands the reader's chunks to the pool ends before the run does;
     so here the calling thread (the run's own) submits one task per worker, each held until all
-    workers have started, which makes the pool start every one of them in this call.
+    workers have started, which makes the pool start every one of them in this call. Each process
+    start returns once the child is launched (what it is sent fits the pipe: :func:`init_worker`),
+    so the workers import their modules side by side.
     """
     context = multiprocessing.get_context("spawn")
     all_started = context.Barrier(workers)
     pool = futures.ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker,
-                                       initargs=(planners, os.getpid(), all_started))
+                                       initargs=(str(folder), os.getpid(), all_started))
     for _ in range(workers):
         pool.submit(os.getpid)
     return pool
@@ -131,9 +161,9 @@ def prepare_chunk(task: PrepareTask, planners: tuple[Planner, ...] | None = None
     """Validate and parse the lines, and make each column's plan (groups and trees).
 
     A malformed line raises :class:`moses_integration.phrase_table.PhraseTableError` naming it,
-    unless ``skip_bad_lines``. ``planners`` default to the worker's (:func:`init_worker`).
+    unless ``skip_bad_lines``. ``planners`` default to the worker's (:func:`send_planners`).
     """
-    planners = planners if planners is not None else _PLANNERS
+    planners = planners if planners is not None else _worker_planners()
     started = time.thread_time()
     parsed = parse_chunk(lines_of(task.lines), task.path, num_scores=task.num_scores,
                          skip_bad_lines=task.skip_bad_lines, want_scores=task.keep_phrases)

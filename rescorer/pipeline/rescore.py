@@ -65,6 +65,7 @@ from rescorer.pipeline.chunk_prep import (
     PrepareTask,
     prepare_chunk,
     prepare_spooled,
+    send_planners,
     timed,
     worker_pool,
 )
@@ -353,7 +354,8 @@ class _Run:
         prepare = functools.partial(prepare_chunk, planners=self.planners)
         if self.spool is not None:
             with self.spool.semaphores(), held_while_starting_children():
-                self.executor, prepare = worker_pool(opts.workers, self.planners), prepare_spooled
+                send_planners(self.planners, self.spool.folder)
+                self.executor, prepare = worker_pool(opts.workers, self.spool.folder), prepare_spooled
                 if self.reader_process:
                     self.reader = ReaderProcess(settings, self.spool, queue_size=2 * opts.workers)
         messages = self.reader.messages(self.stop) if self.reader else read_here(settings, self.fh, self.spool)
