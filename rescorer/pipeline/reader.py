@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
@@ -242,16 +243,21 @@ class Prefetched:
             worker.join()
 
 
-def read_to_spool(settings: ReadingSettings, spool_folder: str, parent_pid: int, out_q, stop) -> None:
+def read_to_spool(settings_from: Connection, spool_folder: str, parent_pid: int, out_q, stop) -> None:
     """Reader process: :func:`read_chunks` with each chunk's lines in the spool, each message on
     ``out_q``, then a :class:`ReadingEnd` whose CPU seconds are those of its three threads: "gunzip",
     "read" (finding the lines) and "align" (sync points, chunks, spool writes). Ends with the run's
     process ``parent_pid``, and gives up when ``stop`` is set (nobody would take what it puts).
 
-    Gzip is decompressed in a thread of its own (no GIL), so cutting the lines has this core to
-    itself."""
+    It starts before the run knows where to read from (a ``--resume``'s line, a shard's cut: after the
+    models are loaded), so it takes its :class:`ReadingSettings` from ``settings_from`` when they come
+    (:meth:`ReaderProcess.read`). Gzip is decompressed in a thread of its own (no GIL), so cutting the
+    lines has this core to itself."""
     die_with_parent(parent_pid)
     leave_interrupts_to_parent()
+    settings = _settings_when_sent(settings_from, stop)
+    if settings is None:
+        return
     started, thread_started = time.process_time(), time.thread_time()
 
     prefetch = Prefetched()
@@ -271,18 +277,38 @@ def read_to_spool(settings: ReadingSettings, spool_folder: str, parent_pid: int,
         put_unless_stopped(out_q, ReadingEnd(cpu(), exc), stop)
 
 
+def _settings_when_sent(settings_from: Connection, stop) -> ReadingSettings | None:
+    """The reading's settings once the run sends them; None if it stops first."""
+    try:
+        while not stop.is_set():
+            if settings_from.poll(0.1):
+                return settings_from.recv()
+    except (EOFError, OSError):  # the run ended without sending them
+        pass
+    return None
+
+
 class ReaderProcess:
     """:func:`read_to_spool` in a process of its own (spawned: it imports no torch), its queue of
     messages and its stop flag. Start it with the run's interrupts held and its semaphores named
-    (:meth:`~rescorer.pipeline.spool.Spool.semaphores`), as the worker pool."""
+    (:meth:`~rescorer.pipeline.spool.Spool.semaphores`), as the worker pool; it starts before the run
+    knows what to read, and reads when told (:meth:`read`), so its start-up overlaps the models'."""
 
-    def __init__(self, settings: ReadingSettings, spool: Spool, queue_size: int) -> None:
+    def __init__(self, spool: Spool, queue_size: int) -> None:
         context = multiprocessing.get_context("spawn")
         self.stop = context.Event()
         self.queue = context.Queue(maxsize=queue_size)
+        settings_from, self._settings_to = context.Pipe(duplex=False)
         self.process = context.Process(target=read_to_spool, daemon=True, name="rescore-reader",
-                                       args=(settings, str(spool.folder), os.getpid(), self.queue, self.stop))
-        self.process.start()
+                                       args=(settings_from, str(spool.folder), os.getpid(), self.queue, self.stop))
+        try:
+            self.process.start()
+        finally:
+            settings_from.close()  # the child's end: its copy is the child's now
+
+    def read(self, settings: ReadingSettings) -> None:
+        """Start reading the table as ``settings`` say (once)."""
+        self._settings_to.send(settings)
 
     def messages(self, stop: threading.Event) -> Iterator[ReadChunk | ReadingEnd]:
         """Its messages, in order, up to its end (or until ``stop`` is set)."""
@@ -298,6 +324,7 @@ class ReaderProcess:
     def close(self) -> None:
         """Stop it and wait for it (a few seconds at most, then SIGKILL)."""
         self.stop.set()
+        self._settings_to.close()
         self.process.join(timeout=10)
         if self.process.is_alive():
             self.process.kill()

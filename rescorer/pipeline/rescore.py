@@ -205,7 +205,8 @@ def rescore(input_path: str, output_path: str, models: Models, options: RescoreO
     In order, before any long work: the options are checked (:func:`check_options`), a stopped run's
     partial output is refused without ``--resume`` and a ``--resume`` of a finished output does nothing
     but say so (the summary's ``finished_already``, :func:`check_partial_output`); both models are
-    loaded and checked, or the forward one trained first (:meth:`Models.load`). See the module doc.
+    loaded and checked, or the forward one trained first (:meth:`Models.load`). The run's other
+    processes start before the models are loaded (:class:`_ChildProcesses`). See the module doc.
     """
     opts = options or RescoreOptions()
     check_options(input_path, output_path, opts)
@@ -214,6 +215,25 @@ def rescore(input_path: str, output_path: str, models: Models, options: RescoreO
     timeline.mark("options checked")
     if check_partial_output(output_path, opts.resume):
         return RescoreSummary(finished_already=output_path)
+    # Spawned, they import no torch, yet each takes a second or so to start: overlapped with the
+    # loading, not after it. Not before a training, which would keep them waiting for hours.
+    children = _ChildProcesses(opts.workers, input_path != "-") if models.forward is not None else None
+    try:
+        columns, scorer, precision = _columns_of_models(input_path, output_path, models, opts)
+        timeline.mark("models ready")
+        with matmul_precision(precision):
+            children = children or _ChildProcesses(opts.workers, input_path != "-")
+            return _run_pipeline(input_path, output_path, columns, scorer, opts, children)
+    finally:
+        if children is not None:
+            children.close()
+
+
+def _columns_of_models(input_path: str, output_path: str, models: Models,
+                       opts: RescoreOptions) -> tuple[list[Column], ChunkScorer, str]:
+    """The run's columns with their models loaded (:meth:`Models.load`), on the device and at the
+    precision the options resolve to; the forward model's scorer (whose budget the chunks are planned
+    for) and the precision."""
     forward, reverse = models.load(input_path, output_path, opts)
     device = select_device(opts.device)
     precision = scoring_precision(opts.precision)
@@ -236,9 +256,7 @@ def rescore(input_path: str, output_path: str, models: Models, options: RescoreO
 
     forward_model = scoring_model(forward)
     columns = registered.columns_of_run(forward_model, None if reverse is None else scoring_model(reverse), opts)
-    timeline.mark("models ready")
-    with matmul_precision(precision):
-        return _run_pipeline(input_path, output_path, columns, forward_model.scorer, opts)
+    return columns, forward_model.scorer, precision
 
 
 def _progress_so_far(files: OutputFiles, identity: dict) -> ChunkProgress:
@@ -251,12 +269,12 @@ def _progress_so_far(files: OutputFiles, identity: dict) -> ChunkProgress:
 
 
 def _run_pipeline(input_path: str, output_path: str, columns: list[Column], scorer: ChunkScorer,
-                  opts: RescoreOptions) -> RescoreSummary:
+                  opts: RescoreOptions, children: _ChildProcesses) -> RescoreSummary:
     """The pipeline itself, for checked options: ``columns`` appended to each line, the chunks'
-    trees grouped for ``scorer``'s token budget. The run holds ``output_path`` (:func:`exclusive_use`):
-    a second run writing it would share its partial output."""
+    trees grouped for ``scorer``'s token budget, prepared by ``children``. The run holds ``output_path``
+    (:func:`exclusive_use`): a second run writing it would share its partial output."""
     with exclusive_use(output_path):
-        run = _Run(input_path, output_path, columns, scorer, opts)
+        run = _Run(input_path, output_path, columns, scorer, opts, children)
         try:
             run.start_stages()
             run.timeline.mark("stages started")
@@ -274,6 +292,53 @@ def _run_pipeline(input_path: str, output_path: str, columns: list[Column], scor
         return run.final_summary()
 
 
+class _ChildProcesses:
+    """The run's processes besides this one, with ``-j`` 2 and more: the worker pool
+    (:func:`~rescorer.pipeline.chunk_prep.worker_pool`), the reader process on a file (stdin only a
+    thread of this process can read), and the spool they share; with ``-j 0/1``, none.
+
+    They start before the models are loaded, as soon as the options are checked: spawned, they
+    import no torch, but each takes a second or so (more on a loaded machine) to import what it
+    needs, which then overlaps the loading of the models and of torch's device instead of coming
+    after it. What they work with comes when the run starts its stages: the planners, which need the
+    models (:func:`~rescorer.pipeline.chunk_prep.send_planners`), and the reading's settings, which
+    need the progress record (:meth:`~rescorer.pipeline.reader.ReaderProcess.read`).
+
+    They start with Ctrl-C and SIGTERM held back (a stop while one starts would leave it
+    half-started), and the semaphores they share are named after the spool, which is how a later
+    run finds and removes them if this whole process group is killed.
+    """
+
+    def __init__(self, workers: int, reads_file: bool) -> None:
+        self.spool: Spool | None = None
+        self.pool: futures.ProcessPoolExecutor | None = None
+        self.reader: ReaderProcess | None = None
+        if workers <= 1:
+            return
+        self.spool = Spool()
+        try:
+            with self.spool.semaphores(), held_while_starting_children():
+                self.pool = worker_pool(workers, self.spool.folder)
+                if reads_file:
+                    self.reader = ReaderProcess(self.spool, queue_size=2 * workers)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """End them: the workers (waited for, also one still starting, which would otherwise find the
+        semaphores it shares removed as this process ends, and print a traceback), the reader, then
+        the spool. Once: a second call does nothing."""
+        pool, reader, spool = self.pool, self.reader, self.spool
+        self.pool = self.reader = self.spool = None
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        if reader is not None:
+            reader.close()
+        if spool is not None:
+            spool.close()
+
+
 class _Run:
     """One run of the pipeline: its files, its stages and the chunks in flight.
 
@@ -284,8 +349,9 @@ class _Run:
     """
 
     def __init__(self, input_path: str, output_path: str, columns: list[Column], scorer: ChunkScorer,
-                 opts: RescoreOptions) -> None:
+                 opts: RescoreOptions, children: _ChildProcesses) -> None:
         self.input_path, self.columns, self.scorer, self.opts = input_path, columns, scorer, opts
+        self.children = children
         self.timeline: Timeline = opts.timeline  # set by rescore()
         self.started = time.monotonic()
         self.to_stdout = output_path == "-"
@@ -307,25 +373,24 @@ class _Run:
             score_parquet.drop_parts_from(self.parts_dir, self.done.chunks_done)
         self.fh = open_input(input_path)  # before any output file exists: an unreadable input leaves none
         # With worker processes, a reader process reads the table (stdin only a thread can read).
-        self.reader_process = opts.workers > 1 and input_path != "-"
-        if self.reader_process:
+        if children.reader is not None:
             self.fh.close()
         try:
             self.writer = DurableWriter(self.files, self.to_stdout, identity, self.done)
         except BaseException:
             self.fh.close()
             raise
-        self.spool = Spool() if opts.workers > 1 else None
+        self.spool = children.spool
         in_size = None if input_path == "-" else os.path.getsize(input_path)
         self.bar = progress_bar(total=in_size, unit="B", unit_scale=True, desc="rescoring", show=opts.progress,
                                 dynamic_ncols=True)
         self.planners = tuple(column.planner for column in columns if column.planner is not None)
         self.prepared_q: queue.Queue = queue.Queue(maxsize=2 * max(1, opts.workers))
         self.stop = threading.Event()
-        # What parses and formats the chunks: this process (-j 0/1), or the worker pool that
-        # start_stages starts, with the reader process where there is one.
-        self.executor: futures.Executor = InlineExecutor()
-        self.reader: ReaderProcess | None = None
+        # What parses and formats the chunks: this process (-j 0/1), or the worker pool, with the
+        # reader process where there is one.
+        self.executor: futures.Executor = children.pool or InlineExecutor()
+        self.reader = children.reader
         num_scores = opts.num_scores if opts.num_scores is not None else self.done.num_scores
         self.carried = CarriedAcrossChunks(num_scores, self.done.prev_source)
         # The formatted chunks' bytes in memory: those being formatted and those queued to be written.
@@ -343,21 +408,18 @@ class _Run:
         file and -j 2 and more, a reader process and a worker pool; with stdin, the reading in a
         thread of this process and the pool; with -j 0/1, the reading in that thread and this
         process' executor. One thread hands the chunks read to the executor and on, in order.
-
-        The processes start with Ctrl-C and SIGTERM held back (a stop while one starts would leave
-        it half-started), and the semaphores they share are named after the spool, which is how a
-        later run finds and removes them if this whole process group is killed.
+        The processes are started already (:class:`_ChildProcesses`): they are told now what to
+        work with, the workers the planners and the reader the settings.
         """
         opts = self.opts
         settings = ReadingSettings(self.input_path, opts.chunk_lines, self.done.lines_done, opts.shard,
                                    self.done.shard_state)
         prepare = functools.partial(prepare_chunk, planners=self.planners)
-        if self.spool is not None:
-            with self.spool.semaphores(), held_while_starting_children():
-                send_planners(self.planners, self.spool.folder)
-                self.executor, prepare = worker_pool(opts.workers, self.spool.folder), prepare_spooled
-                if self.reader_process:
-                    self.reader = ReaderProcess(settings, self.spool, queue_size=2 * opts.workers)
+        if self.children.pool is not None:
+            send_planners(self.planners, self.spool.folder)
+            prepare = prepare_spooled
+        if self.reader is not None:
+            self.reader.read(settings)
         messages = self.reader.messages(self.stop) if self.reader else read_here(settings, self.fh, self.spool)
         preparing = Preparing(self.executor, prepare, self._task, lambda: self.carried.num_scores)
         threading.Thread(target=feed, args=(messages, preparing, self.prepared_q, self.stop), daemon=True,
@@ -461,20 +523,14 @@ class _Run:
         return stop_error(exc, self.writer, self.files, self.to_stdout, self.input_path == "-")
 
     def close(self) -> None:
-        """End the stages: each child process is waited for, also one still starting (a stop just
-        after start-up), which would otherwise find the semaphores it shares removed as this process
-        ends, and print a traceback."""
+        """End the stages, the child processes with them (:meth:`_ChildProcesses.close`)."""
         self.bar.close()
         self.stop.set()
         self.writing.stop()
         if self.reader is not None:
             self.reader.stop.set()
         drain(self.prepared_q)
-        self.executor.shutdown(cancel_futures=True)
-        if self.reader is not None:
-            self.reader.close()
-        if self.spool is not None:
-            self.spool.close()
+        self.children.close()
         self.fh.close()
 
     def final_summary(self) -> RescoreSummary:

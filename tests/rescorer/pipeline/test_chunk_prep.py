@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import multiprocessing
 import pickle
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.pipeline.chunk_prep import PrepareTask, prepare_chunk, send_planners, worker_pool
 from rescorer.pipeline.columns.rnn import FORWARD, ForwardPlanner
+from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import RescoreOptions, rescore
 from rescorer.pipeline.scoring import PairScorer, ScoringOptions
 from rescorer.pipeline.spool import SpooledObject
@@ -165,6 +167,44 @@ def test_a_pool_starts_its_workers_side_by_side_with_a_paper_size_shortlist(real
     assert launched < one_import / 2, (launched, one_import)
     here = pickle.dumps(prepare_chunk(task, planners).plans)
     assert all(pickle.dumps(prepared.plans) == here for prepared in in_workers)
+
+
+def test_the_workers_and_the_reader_start_while_the_models_load_and_end_when_the_load_fails(
+    real_lines, checkpoint, tmp_path, monkeypatch
+):
+    """-j 2 on a file: the two workers and the reader process are running when the models are
+    loaded, so that their start-up (their imports, a second or so each) overlaps the loading instead
+    of following it, and the output is the serial run's; a load that fails ends them all, and the
+    spool with them."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(gzip.compress(b"\n".join(real_lines) + b"\n"))
+    serial = tmp_path / "serial.gz"
+    run(table, serial, checkpoint, 1)
+    loading_beside: list[list[bool]] = []
+    ours = f"rescore-spool-{process_tag()}-*"  # this process' spools: other runs on the machine make theirs
+
+    def spools() -> set[Path]:
+        return {*Path(tempfile.gettempdir()).glob(ours), *Path("/dev/shm").glob(ours)}
+
+    before = spools()
+    loaded = Models.load
+
+    def load(self, *args):
+        loading_beside.append(sorted(child.name == "rescore-reader" for child in multiprocessing.active_children()))
+        if len(loading_beside) == 2:
+            assert len(spools() - before) == 1
+            raise RescoreError("this model does not load")
+        return loaded(self, *args)
+
+    monkeypatch.setattr(Models, "load", load)
+    out = tmp_path / "out.gz"
+    run(table, out, checkpoint, 2)
+    assert_same_output(out, serial)
+    with pytest.raises(RescoreError, match="does not load"):
+        run(table, tmp_path / "failed.gz", checkpoint, 2)
+    assert loading_beside == [[False, False, True]] * 2  # two workers and the reader
+    assert spools() == before
+    assert multiprocessing.active_children() == []
 
 
 def test_a_first_chunk_of_only_malformed_lines_is_skipped_alike(real_lines, checkpoint, tmp_path, capfd):

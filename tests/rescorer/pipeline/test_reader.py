@@ -32,7 +32,8 @@ def read_both_ways(settings: ReadingSettings) -> list[list]:
         here = list(read_here(settings, fh, None))
     spool = Spool()
     try:
-        reader = ReaderProcess(settings, spool, queue_size=4)
+        reader = ReaderProcess(spool, queue_size=4)
+        reader.read(settings)
         there = list(reader.messages(threading.Event()))
         reader.close()
         return [[(m.first_line_no, m.last_line_no, m.keep, m.shard_state, m.in_run and lines_of(m.lines).data)
