@@ -21,6 +21,9 @@ with the model replaced by a constant scorer, once per ``-j`` given. It prints, 
   stages that do not scale with ``-j``;
 * the rate that C cores could sustain: the serial parts on their own cores, the parallel stages
   shared by the others;
+* the run's timeline (:mod:`rescorer.pipeline.timeline`): when each phase was reached, from the
+  run's start (its worker processes' start-up is in "first chunk prepared"), and the main and
+  writing threads' seconds per chunk;
 * the start-up of the real command with a paper-size checkpoint.
 
 The shortlists are the 15,000 most frequent words of each side of the table's first 200,000
@@ -132,7 +135,7 @@ def main() -> None:
             load = os.getloadavg()[0]
             summary, wall, cpu, child, timeline = run(table, workers, args.chunk_lines, vocab)
             report(summary, workers, wall, cpu, child, load, args.cores)
-            for line in timeline.report().splitlines()[1:]:
+            for line in timeline.report().splitlines():  # the phases (the run's fixed cost), then per chunk
                 print("  " + line)
         fmt, gz = format_and_gzip_apart(table, args.chunk_lines)
         print(f"format stage apart, per core: formatting {fmt / 1e3:,.0f}k lines/s, "

@@ -49,6 +49,8 @@ def test_pipeline_speed_prints_each_stage_per_core_and_the_start_up(run_benchmar
     for workers in (1, 2):
         assert re.search(rf"^-j {workers}: 366 lines in {NUMBER} s = {NUMBER} lines/s end to end", out, re.M), out
     assert len(re.findall(rf"^  per core, lines/s: .*read {NUMBER}k, .*format {NUMBER}k$", out, re.M)) == 2, out
+    assert len(re.findall(rf"^  timeline, seconds since the run's start: .*first chunk prepared {NUMBER}; "
+                          rf"first chunk scored {NUMBER};", out, re.M)) == 2, out
     assert len(re.findall(rf"^  main thread over \d+ chunks: waiting for a prepared chunk {NUMBER} s .*; "
                           rf"waiting for the writing stage {NUMBER} s", out, re.M)) == 2, out
     assert len(re.findall(rf"^  writing thread: waiting for its formatting {NUMBER} s .*; "
