@@ -297,12 +297,13 @@ class _ChildProcesses:
     (:func:`~rescorer.pipeline.chunk_prep.worker_pool`), the reader process on a file (stdin only a
     thread of this process can read), and the spool they share; with ``-j 0/1``, none.
 
-    They start before the models are loaded, as soon as the options are checked: spawned, they
-    import no torch, but each takes a second or so (more on a loaded machine) to import what it
-    needs, which then overlaps the loading of the models and of torch's device instead of coming
-    after it. What they work with comes when the run starts its stages: the planners, which need the
-    models (:func:`~rescorer.pipeline.chunk_prep.send_planners`), and the reading's settings, which
-    need the progress record (:meth:`~rescorer.pipeline.reader.ReaderProcess.read`).
+    They start before the models are loaded, as soon as the options are checked (unless a model is
+    to be trained first): spawned, they import no torch, but each takes a second or so (more on a
+    loaded machine) to import what it needs, which then overlaps the loading of the models and of
+    torch's device instead of coming after it. What they work with comes when the run starts its
+    stages: the planners, which need the models (:func:`~rescorer.pipeline.chunk_prep.send_planners`),
+    and the reading's settings, which need the progress record
+    (:meth:`~rescorer.pipeline.reader.ReaderProcess.read`).
 
     They start with Ctrl-C and SIGTERM held back (a stop while one starts would leave it
     half-started), and the semaphores they share are named after the spool, which is how a later
