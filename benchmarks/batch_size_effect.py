@@ -19,17 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from infrastructure.threads import prefer_passive_waits, same_sums_whatever_the_threads
+import torch
 
-prefer_passive_waits()  # as the commands run (infrastructure.cli_options): before torch starts OpenMP
-same_sums_whatever_the_threads()
-
-import torch  # noqa: E402
-
-from benchmarks.shared_data import shared_path  # noqa: E402
-from rescorer.model.config import ModelSizes, TrainConfig  # noqa: E402
-from rescorer.training.train import Validation, train_on_phrase_table  # noqa: E402
-from table1.settings import SMALL  # noqa: E402
+from benchmarks.shared_data import shared_path
+from rescorer.model.config import ModelSizes, TrainConfig
+from rescorer.training.train import Validation, train_on_phrase_table
+from table1.settings import SMALL
 
 SIZES = {
     "small": {"hidden": SMALL.rnn.hidden, "embedding": SMALL.rnn.embedding,

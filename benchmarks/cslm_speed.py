@@ -24,25 +24,20 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from infrastructure.threads import prefer_passive_waits, same_sums_whatever_the_threads
+import numpy as np
+import torch
 
-prefer_passive_waits()  # as the commands run (infrastructure.cli_options): before torch starts OpenMP
-same_sums_whatever_the_threads()
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from benchmarks.machine_peak import matmul_peaks  # noqa: E402
-from benchmarks.shared_data import shared_path  # noqa: E402
-from cslm.model import CSLM, CSLMConfig  # noqa: E402
-from cslm.model_file import load_cslm  # noqa: E402
-from cslm.scoring import ScoreStats, sentence_log_probs  # noqa: E402
-from cslm.step import make_cslm_step  # noqa: E402
-from moses_integration.nbest import read_nbest  # noqa: E402
-from moses_integration.tokens import split_tokens  # noqa: E402
-from neural.config import PRECISIONS  # noqa: E402
-from neural.device import autocast_dtype, select_device, training_precision  # noqa: E402
-from neural.vocab import Vocab  # noqa: E402
+from benchmarks.machine_peak import matmul_peaks
+from benchmarks.shared_data import shared_path
+from cslm.model import CSLM, CSLMConfig
+from cslm.model_file import load_cslm
+from cslm.scoring import ScoreStats, sentence_log_probs
+from cslm.step import make_cslm_step
+from moses_integration.nbest import read_nbest
+from moses_integration.tokens import split_tokens
+from neural.config import PRECISIONS
+from neural.device import autocast_dtype, select_device, training_precision
+from neural.vocab import Vocab
 
 
 def nbest_path() -> Path:

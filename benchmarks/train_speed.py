@@ -57,27 +57,22 @@ import os
 import time
 from collections.abc import Callable
 
-from infrastructure.threads import prefer_passive_waits, same_sums_whatever_the_threads
+import numpy as np
+import torch
 
-prefer_passive_waits()  # as the commands run (infrastructure.cli_options): before torch starts OpenMP
-same_sums_whatever_the_threads()
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from benchmarks.machine_peak import matmul_peaks, memory_bandwidth  # noqa: E402
-from benchmarks.shared_data import shared_dir  # noqa: E402
-from neural.adadelta import ChunkedAdadelta, FusedAdadelta  # noqa: E402
-from neural.config import PRECISIONS  # noqa: E402
-from neural.device import autocast_dtype, matmul_precision, select_device, training_precision  # noqa: E402
-from neural.weight_copies import kept_copy, matmul_weight  # noqa: E402
-from rescorer.model import block_sizes  # noqa: E402
-from rescorer.model.config import ModelConfig, TrainConfig  # noqa: E402
-from rescorer.model.flops import count_flops_per_pair  # noqa: E402
-from rescorer.model.network import RNNEncoderDecoder  # noqa: E402
-from rescorer.training.step import make_train_step, resolve_train_step  # noqa: E402
-from rescorer.training.train import make_optimizer  # noqa: E402
-from table1.settings import SMALL  # noqa: E402
+from benchmarks.machine_peak import matmul_peaks, memory_bandwidth
+from benchmarks.shared_data import shared_dir
+from neural.adadelta import ChunkedAdadelta, FusedAdadelta
+from neural.config import PRECISIONS
+from neural.device import autocast_dtype, matmul_precision, select_device, training_precision
+from neural.weight_copies import kept_copy, matmul_weight
+from rescorer.model import block_sizes
+from rescorer.model.config import ModelConfig, TrainConfig
+from rescorer.model.flops import count_flops_per_pair
+from rescorer.model.network import RNNEncoderDecoder
+from rescorer.training.step import make_train_step, resolve_train_step
+from rescorer.training.train import make_optimizer
+from table1.settings import SMALL
 
 SIZES = {
     "paper": {"hidden": 1000, "embedding": 100, "maxout_units": 500, "output_rank": 100},

@@ -55,18 +55,13 @@ from infrastructure.files import (
     outputs_of_a_run,
 )
 from infrastructure.interrupts import stopped_runs_say_so
-from infrastructure.threads import (
-    available_cpus,
-    limit_threads,
-    prefer_passive_waits,
-    same_sums_whatever_the_threads,
-)
+from infrastructure.threads import available_cpus, before_torch_loads, limit_threads
 
 # Every command imports this module before torch (the commands import it lazily): idle OpenMP
-# threads then sleep instead of spinning against other processes (prefer_passive_waits says why), and
-# the output's bytes do not depend on --threads (same_sums_whatever_the_threads).
-prefer_passive_waits()
-same_sums_whatever_the_threads()
+# threads then sleep instead of spinning against other processes (prefer_passive_waits says why),
+# the output's bytes do not depend on --threads (same_sums_whatever_the_threads), and large tensors
+# sit in huge pages (huge_pages_for_large_tensors).
+before_torch_loads()
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from infrastructure.threads import prefer_passive_waits, same_sums_whatever_the_threads
+from infrastructure.threads import before_torch_loads
 
-prefer_passive_waits()  # before torch starts OpenMP: tests share the machine with other work
-same_sums_whatever_the_threads()  # as the commands run: the same bits whatever the thread count
+before_torch_loads()  # as the commands run: sleeping OpenMP threads, the same bits whatever the threads
 
 import torch  # noqa: E402
 

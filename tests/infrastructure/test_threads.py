@@ -6,6 +6,7 @@ import functools
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +75,34 @@ def test_every_command_runs_with_sleeping_openmp_threads_unless_told_otherwise()
     told = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
                           capture_output=True, text=True, check=True)
     assert told.stdout.strip() == "ACTIVE"
+
+
+def _huge_page_mode() -> str | None:
+    """The kernel's transparent huge page mode (``always``, ``madvise``, ``never``), None where unknown."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else None
+
+
+@pytest.mark.skipif(_huge_page_mode() not in ("madvise", "always"),
+                    reason="the kernel gives no transparent huge pages (transparent_hugepage: never, or not Linux)")
+def test_every_command_puts_large_tensors_in_huge_pages_unless_told_otherwise() -> None:
+    """A fresh interpreter that loads the CLI conventions before torch, as every command does, gets a
+    64 MB tensor in huge pages (the kernel's own count, /proc/self/smaps_rollup); one told
+    THP_MEM_ALLOC_ENABLE=0 gets none where the kernel gives them only when asked (madvise)."""
+    code = ("import infrastructure.cli_options, torch\n"
+            "x = torch.ones(16 << 20)\n"
+            "print(sum(int(line.split()[1]) for line in open('/proc/self/smaps_rollup') "
+            "if line.startswith('AnonHugePages:')))")
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(fresh.stdout) >= 2048, fresh.stdout  # kB: at least one 2 MB page
+    if _huge_page_mode() == "madvise":
+        told = subprocess.run([sys.executable, "-c", code], env={**env, "THP_MEM_ALLOC_ENABLE": "0"},
+                              capture_output=True, text=True, check=True)
+        assert int(told.stdout) == 0, told.stdout
 
 
 @functools.cache
