@@ -68,7 +68,8 @@ def main() -> None:
               help="stop after this many validations without a better perplexity")
 @seed_option()
 @resume_option("continue the run saved in MODEL_OUT(.last), with its subwords; the sizes and the recipe must be "
-               "the run's, the stops (--max-*, --patience) and --checkpoint-every may change")
+               "the run's; the stops (--max-*, --patience), --valid-every, --bleu-sentences and --checkpoint-every "
+               "may change")
 @checkpoint_every_option(CHECKPOINT_EVERY)
 @device_option()
 @click.option("--precision", type=click.Choice([p for p in PRECISIONS if p != "tf32"]), default="auto",

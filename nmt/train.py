@@ -74,10 +74,11 @@ class NMTTrainConfig(DictConfig):
     bleu_sentences: int = 100  # held-out pairs greedily decoded at each validation
     checkpoint_every: float = CHECKPOINT_EVERY  # seconds between saves of MODEL.last in between validations
 
-    #: What a ``--resume`` may change (neural.training.check_same_recipe): when to stop and how often the
-    #: state is saved; the rest of the recipe is the interrupted run's.
+    #: What a ``--resume`` may change (neural.training.check_same_recipe): when to stop, how often the run
+    #: validates and saves its state (a validation draws no random number: the updates stay the same); the
+    #: rest of the recipe is the interrupted run's.
     RESUME_MAY_DIFFER: ClassVar[frozenset[str]] = frozenset({"max_steps", "max_epochs", "max_time", "patience",
-                                                             "checkpoint_every"})
+                                                             "checkpoint_every", "valid_every", "bleu_sentences"})
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "batch_size", "valid_every", "valid_lines"):

@@ -137,10 +137,12 @@ class TrainConfig(DictConfig):
     train_step: str = "auto"
     checkpoint_every: float = CHECKPOINT_EVERY  # seconds between saves of MODEL.last in between validations
 
-    #: What a ``--resume`` may change (neural.training.check_same_recipe): when to stop, how often the state
-    #: is saved, how an update runs; the rest of the recipe is the interrupted run's.
+    #: What a ``--resume`` may change (neural.training.check_same_recipe): when to stop, how often the run
+    #: validates and saves its state, how an update runs: none of them changes an update (a validation draws
+    #: no random number). The rest of the recipe is the interrupted run's. ``rescore-phrase-table``'s budget
+    #: sets ``valid_every`` (:meth:`for_budget`), so a resume with another ``--train-steps`` changes it too.
     RESUME_MAY_DIFFER: ClassVar[frozenset[str]] = frozenset({"max_steps", "max_time", "patience", "train_step",
-                                                             "checkpoint_every"})
+                                                             "checkpoint_every", "valid_every"})
 
     def __post_init__(self) -> None:
         check_positive_int("TrainConfig", "batch_size", self.batch_size)
