@@ -65,8 +65,9 @@ what only it knows::
         def position(self):                            # for the lines an interruption or a NaN prints
             return f"step {self.state.step}"
 
-    with training_files(model_out, resume):
-        stopped_by = MyTraining(model_out, dev, amp_dtype, model, optimizer, state, cfg).run(progress=True)
+    with training_files(model_out, resume):                # check_same_recipe(..., cfg.RESUME_MAY_DIFFER) on resume
+        run = MyTraining(model_out, dev, amp_dtype, model, optimizer, state, cfg)
+        stopped_by = run.run(progress=True, checkpoint_every=cfg.checkpoint_every)
 
 Nothing here imports torch at module level: the command lines read :data:`MODEL_ALSO_WRITES`
 while ``--help`` must stay instant.
