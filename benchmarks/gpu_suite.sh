@@ -18,14 +18,15 @@
 #                    and the main thread's seconds per chunk, in summary.txt
 #   e2e-copies.<p>.log   end to end on 10 copies of the table (TINY: 2) in the first precision: with
 #                    the one-copy run, the steady lines/s and the fixed cost apart (summary.txt)
-#   startup.log      command start to exit with a paper-size model on 200 lines
+#   startup.log      command start to exit with a paper-size model (TINY: tiny) on 200 lines
 #   cuda-tests.log   tests/neural/test_cuda_graphs.py, whose GPU tests run only there
 #   train.log        training, paper size, 64 pairs per update: eager against the captured step
 #   cslm.log         CSLM training (and n-best scoring) speed
 #   nmt.log          the attention NMT model: training speed beside a torch peer, fp32 and bf16, n-best
 #                    scoring and beam search (python -m benchmarks.nmt_speed); then `nmt train`,
 #                    `nmt translate` and `nmt nbest` on the device from the command line, on the
-#                    fixture's 400 tokenised dev and test pairs, so its CUDA path has run end to end
+#                    fixture's 400 tokenised dev and test pairs (50 sources translated; TINY: 10), so
+#                    its CUDA path has run end to end
 #   identity.log     a rerun byte-identical to the first run, and a run killed after two chunks and
 #                    --resume'd byte-identical too (else what differs: lines, members, or members' bytes)
 set -euo pipefail
@@ -39,13 +40,16 @@ case $PYTHON in */*) PYTHON=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYT
 CPUS=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))')
 JOBS=${JOBS:-$(( CPUS > 3 ? CPUS - 2 : 2 ))}
 if [ -n "${TINY:-}" ]; then
-  LINES=20000; PRECISION_LINES=4000; SIZE=tiny; CHUNK=200; COPIES=2; PRECISIONS=fp32; E2E_PRECISIONS=fp32
-  TRAIN="--sizes small --steps 1 --profile-steps 0 --train-step eager,static"
+  LINES=6000; PRECISION_LINES=2000; SIZE=tiny; STARTUP_SIZE=tiny; CHUNK=200; COPIES=2; PRECISIONS=fp32
+  E2E_PRECISIONS=fp32
+  TRAIN="--sizes small --vocab 50 --steps 1 --profile-steps 0 --train-step eager,static"
   CSLM="--sentences 5 --train-steps 2 --embedding 16 --hidden 32 --vocab 200 --train-step eager,static"
   NMT="--dim 32 --vocab 300 --batch 4 --steps 1 --sources 2 --hypotheses 5 --precision fp32"
-  NMT_TRAIN="--embedding 16 --hidden 16 --alignment 16 --maxout 16 --vocab-size 400 --max-steps 4 --valid-every 2 --bleu-sentences 2"
+  NMT_TRAIN="--embedding 16 --hidden 16 --alignment 16 --maxout 16 --vocab-size 400 --batch-size 8 --max-steps 4 --valid-every 2 --bleu-sentences 2"
+  NMT_SOURCES=10
 else
-  LINES=0; PRECISION_LINES=0; SIZE=paper; CHUNK=100000; COPIES=10; PRECISIONS=fp32,tf32,bf16; E2E_PRECISIONS="tf32 fp32"
+  LINES=0; PRECISION_LINES=0; SIZE=paper; STARTUP_SIZE=paper; CHUNK=100000; COPIES=10; PRECISIONS=fp32,tf32,bf16
+  E2E_PRECISIONS="tf32 fp32"; NMT_SOURCES=50
   TRAIN="--sizes paper --batch-size 64 --steps 200 --profile-steps 0 --train-step eager,captured"
   CSLM="--sentences 50 --train-steps 200 --train-step eager,captured"
   NMT="--dim 512 --vocab 16000 --batch 80 --steps 20 --sources 50 --hypotheses 100 --precision fp32,bf16"
@@ -137,16 +141,17 @@ else:
 EOF
 )"
 
-# 3. Start-up: command start to exit, paper-size model (random weights), 200 lines.
-bench random_checkpoint "$IN" "$WORK/paper.pt" --size paper > /dev/null
+# 3. Start-up: command start to exit, paper-size model (random weights; TINY: the tiny one), 200 lines.
+if [ "$STARTUP_SIZE" = "$SIZE" ]; then cp "$WORK/model.pt" "$WORK/startup.pt"
+else bench random_checkpoint "$IN" "$WORK/startup.pt" --size "$STARTUP_SIZE" > /dev/null; fi
 "$PYTHON" - "$IN" "$WORK/head.gz" <<'EOF'
 import gzip, itertools, sys
 with gzip.open(sys.argv[1]) as src, gzip.open(sys.argv[2], "wb") as dst:
     dst.writelines(itertools.islice(src, 200))
 EOF
 start=$(date +%s.%N)
-$RESCORE "$WORK/head.gz" "$WORK/head.out.gz" --model "$WORK/paper.pt" --device "$DEVICE" -q > "$OUT/startup.log" 2>&1
-note "start-up (paper size, 200 lines, start to exit): $(since "$start") s"
+$RESCORE "$WORK/head.gz" "$WORK/head.out.gz" --model "$WORK/startup.pt" --device "$DEVICE" -q > "$OUT/startup.log" 2>&1
+note "start-up ($STARTUP_SIZE size, 200 lines, start to exit): $(since "$start") s"
 
 # 4. Training, paper size, 64 pairs per update: eager against the captured step (fp32, then TF32);
 #    first the CUDA-graph tests that only a GPU runs (an XPASS: the capture works now; pytest needed).
@@ -175,7 +180,7 @@ if [ -f "$TEXT/dev.tok.tc.en" ]; then
   started=$(date +%s.%N)
   for lang in en fr; do cat "$TEXT/dev.tok.tc.$lang" "$TEXT/test.tok.tc.$lang" > "$WORK/nmt.$lang"; done
   { nmt_cli train "$WORK/nmt.en" "$WORK/nmt.fr" "$WORK/nmt.pt" --device "$DEVICE" --valid-lines 40 $NMT_TRAIN \
-    && head -n 50 "$WORK/nmt.en" > "$WORK/nmt.src" \
+    && head -n "$NMT_SOURCES" "$WORK/nmt.en" > "$WORK/nmt.src" \
     && nmt_cli translate "$WORK/nmt.pt" "$WORK/nmt.src" "$WORK/nmt.out" --device "$DEVICE" --nbest 5 \
     && nmt_cli nbest "$WORK/nmt.pt" "$WORK/nmt.src" "$WORK/nmt.out" "$WORK/nmt.scored" --name NMT1 --device "$DEVICE"; } \
     >> "$OUT/nmt.log" 2>&1 || failed nmt

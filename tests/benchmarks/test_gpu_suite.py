@@ -34,8 +34,8 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
         assert step in summary, summary
     for log in ("precision.log", "e2e.fp32.log", "startup.log", "train.log", "cslm.log", "nmt.log", "identity.log"):
         assert (out / log).stat().st_size > 0, log
-    # the NMT model's commands ran on the device end to end: 50 sources, 5 hypotheses each, scored
-    assert re.search(r"^nmt commands on cpu: train, translate --nbest 5, nbest in [\d.]+ s; 250 n-best lines scored$",
+    # the NMT model's commands ran on the device end to end: 10 sources, 5 hypotheses each, scored
+    assert re.search(r"^nmt commands on cpu: train, translate --nbest 5, nbest in [\d.]+ s; 50 n-best lines scored$",
                      summary, re.M), summary
     assert re.search(r"^nmt: fp32: nmt [\d,]+ target units/s, torch peer \(nn.GRU\) [\d,]+: [\d.]+x n-best scoring: ",
                      summary, re.M), summary
@@ -44,10 +44,10 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
     assert "pairs/s" in (out / "e2e.fp32.log").read_text()
     # -v's timeline: the fixed cost and the main thread's time per chunk, for each end-to-end run
     fixed = r"; fixed cost \(command start to first scored chunk\) [\d.]+ s; main thread over \d+ chunks: waiting"
-    assert re.search(rf"^e2e fp32: rescored 20000 lines.*{fixed}", summary, re.M), summary
-    assert re.search(rf"^e2e fp32, 2 copies of the table: rescored 40000 lines.*{fixed}", summary, re.M), summary
-    # Two copies of the 20,000 lines: the steady rate from the difference, and the fixed cost apart.
-    assert re.search(r"^e2e fp32 steady: [\d,]+ lines/s = \(L2 - L1\) / \(T2 - T1\) with L1 = 20,000 lines, .*"
+    assert re.search(rf"^e2e fp32: rescored 6000 lines.*{fixed}", summary, re.M), summary
+    assert re.search(rf"^e2e fp32, 2 copies of the table: rescored 12000 lines.*{fixed}", summary, re.M), summary
+    # Two copies of the 6,000 lines: the steady rate from the difference, and the fixed cost apart.
+    assert re.search(r"^e2e fp32 steady: [\d,]+ lines/s = \(L2 - L1\) / \(T2 - T1\) with L1 = 6,000 lines, .*"
                      r"fixed cost T1 - L1 / rate = -?[\d.]+ s$", summary, re.M), summary
     assert "passed" in (out / "cuda-tests.log").read_text()  # the CPU's tests of the file; the GPU's skip
     # the suite's model is random_checkpoint's: the log must not call it trained (run 8's did)
