@@ -9,10 +9,33 @@ several times the fp32 one, and on a CPU with AVX512-BF16 alone can be below it 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 
 import torch
+
+#: The environment variable that sets how long each yardstick is timed, in seconds, where a caller
+#: gives no window of its own (default :data:`WINDOW_SECONDS`). The smoke tests and gpu_suite.sh's
+#: CPU check set it short: they check what a benchmark prints, and a benchmark measures its yardsticks
+#: up to six times (before and after, per wall- and CPU-second), 2 s each.
+WINDOW_ENV = "BENCHMARK_PEAK_SECONDS"
+WINDOW_SECONDS = 2.0
+
+
+def window(seconds: float | None) -> float:
+    """``seconds``, or the default window (:data:`WINDOW_ENV`, else :data:`WINDOW_SECONDS`)."""
+    if seconds is not None:
+        return seconds
+    value = os.environ.get(WINDOW_ENV, "")
+    try:
+        chosen = float(value) if value else WINDOW_SECONDS
+    except ValueError:
+        raise SystemExit(f"{WINDOW_ENV}={value!r}: not a number of seconds") from None
+    if not chosen > 0:
+        raise SystemExit(f"{WINDOW_ENV}={value!r}: must be above 0 seconds")
+    return chosen
+
 
 # The dtype each --precision multiplies in. tf32 is fp32 storage; on CUDA its peak is measured
 # with TF32 allowed, on the CPU (which has no TF32) it is the fp32 peak.
@@ -35,7 +58,7 @@ def _size_within(device: torch.device, dtype: torch.dtype, size: int, seconds: f
     return size
 
 
-def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seconds: float = 2.0,
+def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seconds: float | None = None,
                       clock: Callable[[], float] = time.perf_counter, dtype: torch.dtype = torch.float32) -> float:
     """Best sustained FLOP/s of a square matmul (fp32 unless ``dtype``), after a warm-up.
 
@@ -49,6 +72,7 @@ def matmul_peak_flops(device: torch.device | str = "cpu", size: int = 2048, seco
     least) until a round of 4 products fits in twice ``seconds``, so that the figure still comes in seconds.
     """
     device = torch.device(device)
+    seconds = window(seconds)
     size = _size_within(device, dtype, size, seconds)
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
@@ -81,7 +105,7 @@ def best_rate(work: Callable[[], None], amount: float, device: torch.device, sec
 
 
 def matmul_peaks(device: torch.device | str, precisions: Iterable[str], size: int | None = None,
-                 seconds: float = 2.0, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+                 seconds: float | None = None, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """The matmul peak of each precision (FLOP/s, or per CPU-second with ``time.process_time``), each in its dtype.
 
     Why one function: a benchmark that compares precisions must divide each one's throughput by
@@ -107,7 +131,7 @@ def matmul_peaks(device: torch.device | str, precisions: Iterable[str], size: in
     return peaks
 
 
-def memory_bandwidth(device: torch.device | str = "cpu", elements: int = 1 << 25, seconds: float = 2.0,
+def memory_bandwidth(device: torch.device | str = "cpu", elements: int = 1 << 25, seconds: float | None = None,
                      clock: Callable[[], float] = time.perf_counter) -> float:
     """Best sustained bytes/s of ``c = a + b`` over fp32 vectors of ``elements`` (128 MB each by default,
     far beyond any cache), after a warm-up: the yardstick of memory-bound work such as the optimiser's
@@ -120,7 +144,7 @@ def memory_bandwidth(device: torch.device | str = "cpu", elements: int = 1 << 25
     b = torch.rand(elements, device=device)
     out = torch.empty(elements, device=device)
     torch.add(a, b, out=out)
-    return best_rate(lambda: torch.add(a, b, out=out), 3 * 4 * elements, device, seconds, clock)
+    return best_rate(lambda: torch.add(a, b, out=out), 3 * 4 * elements, device, window(seconds), clock)
 
 
 if __name__ == "__main__":

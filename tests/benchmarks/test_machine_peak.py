@@ -40,3 +40,31 @@ def test_the_bf16_probe_multiplies_bf16_tensors(monkeypatch: pytest.MonkeyPatch)
 def test_an_unknown_precision_is_refused() -> None:
     with pytest.raises(ValueError, match="int8"):
         machine_peak.matmul_peaks("cpu", ["int8"], size=8, seconds=0.0)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, machine_peak.WINDOW_SECONDS), ("0.25", 0.25)])
+def test_the_environment_sets_the_window_each_yardstick_is_timed_for(
+        monkeypatch: pytest.MonkeyPatch, value: str | None, expected: float) -> None:
+    """The smoke tests time each yardstick briefly through the environment; a caller's own window wins."""
+    if value is None:
+        monkeypatch.delenv(machine_peak.WINDOW_ENV, raising=False)
+    else:
+        monkeypatch.setenv(machine_peak.WINDOW_ENV, value)
+    windows: list[float] = []
+
+    def best_rate(work, amount, device, seconds, clock):
+        windows.append(seconds)
+        return 1.0
+
+    monkeypatch.setattr(machine_peak, "best_rate", best_rate)
+    machine_peak.matmul_peaks("cpu", ["fp32"], size=64)
+    machine_peak.memory_bandwidth("cpu", elements=64)
+    machine_peak.matmul_peak_flops("cpu", size=64, seconds=0.5)
+    assert windows == [expected, expected, 0.5]
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1"])
+def test_a_window_that_is_not_a_positive_number_is_one_line(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(machine_peak.WINDOW_ENV, value)
+    with pytest.raises(SystemExit, match=rf"^BENCHMARK_PEAK_SECONDS='{value}': "):
+        machine_peak.memory_bandwidth("cpu", elements=64)
