@@ -22,7 +22,7 @@ prefixes (``</s>`` included). All sources then hang from one root, the empty pre
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -30,6 +30,13 @@ from rescorer.tables.chunks import EOS_ID, TokenIds
 
 if TYPE_CHECKING:  # torch is imported only where tensors are made, so worker processes build trees without it
     import torch
+
+
+class RaggedIds(Protocol):
+    """Id sequences end to end: ``ids[offsets[i]:offsets[i+1]]`` is sequence i."""
+
+    offsets: np.ndarray
+    ids: np.ndarray
 
 
 @dataclass
@@ -106,11 +113,13 @@ class TreeArrays:
         )
 
 
-def build_tree_arrays(source_of_row: np.ndarray, targets: TokenIds, rows: np.ndarray) -> TreeArrays:
+def build_tree_arrays(source_of_row: np.ndarray, targets: RaggedIds, rows: np.ndarray, *,
+                      end_id: int) -> TreeArrays:
     """The prefix tree of ``targets[rows]``, where row ``rows[i]`` belongs to source ``source_of_row[i]``.
 
     ``source_of_row`` holds dense source indices 0..S−1 (every one used), in the order of the c
-    that will be scored with the tree. Torch-free: a few vectorised NumPy calls per level;
+    that will be scored with the tree. ``end_id`` is the model's end of sequence: the last term of
+    each row, and the token of the roots. Torch-free: a few vectorised NumPy calls per level;
     :meth:`TreeArrays.tensors` makes the :class:`PrefixTree` the scorer uses.
     """
     starts = targets.offsets[rows]
@@ -123,7 +132,7 @@ def build_tree_arrays(source_of_row: np.ndarray, targets: TokenIds, rows: np.nda
 
     level_sizes = [n_sources]
     parents = [np.full(n_sources, -1, dtype=np.int64)]
-    tokens = [np.full(n_sources, EOS_ID, dtype=np.int64)]
+    tokens = [np.full(n_sources, end_id, dtype=np.int64)]
     sources = [np.arange(n_sources, dtype=np.int64)]
     position_node, position_next, position_row = [], [], []
     first_node = 0
@@ -132,7 +141,7 @@ def build_tree_arrays(source_of_row: np.ndarray, targets: TokenIds, rows: np.nda
     while len(active):
         # Every active row scores its next word (or </s> where its target ends) at its node.
         ending = lengths[active] == level
-        next_word = np.full(len(active), EOS_ID, dtype=np.int64)
+        next_word = np.full(len(active), end_id, dtype=np.int64)
         going = active[~ending]
         next_word[~ending] = targets.ids[starts[going] + level]
         position_node.append(node_of_row[active])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rescorer.model.prefix_tree import TreeArrays, build_tree_arrays, with_end_of_phrase
-from rescorer.tables.chunks import TokenIds
+from rescorer.tables.chunks import EOS_ID, TokenIds
 
 
 @dataclass
@@ -50,7 +50,7 @@ def encoder_groups(sequences: TokenIds, token_budget: int) -> list[np.ndarray]:
 
 def encoder_tree(sequences: TokenIds, rows: np.ndarray) -> TreeArrays:
     """All sources of ``rows`` under one root, the empty prefix."""
-    return build_tree_arrays(np.zeros(len(rows), dtype=np.int64), sequences, rows)
+    return build_tree_arrays(np.zeros(len(rows), dtype=np.int64), sequences, rows, end_id=EOS_ID)
 
 
 def source_groups(
@@ -83,7 +83,7 @@ def source_groups(
 def decoder_tree(source_of_row: np.ndarray, targets: TokenIds, rows: np.ndarray) -> tuple[np.ndarray, TreeArrays]:
     """The distinct sources of ``rows`` (the c the tree is scored with) and their targets' tree."""
     used, local_source = np.unique(source_of_row[rows], return_inverse=True)
-    return used, build_tree_arrays(local_source.reshape(-1), targets, rows)
+    return used, build_tree_arrays(local_source.reshape(-1), targets, rows, end_id=EOS_ID)
 
 
 def plan_scoring(

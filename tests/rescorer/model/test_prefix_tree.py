@@ -10,7 +10,7 @@ from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
 from rescorer.model.prefix_tree import build_tree_arrays, with_end_of_phrase
 from rescorer.model.tree_scoring import encode_prefix_tree, score_prefix_tree
-from rescorer.tables.chunks import TokenIds
+from rescorer.tables.chunks import EOS_ID, TokenIds
 
 A, B, C, D = 2, 3, 4, 5
 
@@ -25,7 +25,7 @@ def test_tree_holds_each_shared_prefix_once():
     # Source 0: "a b", "a c", "a", "d"; source 1: "a b". Prefix "a" of source 0 is shared by three
     # targets but is one node; source 1's "a" is a different node (another c).
     targets = ragged([[A, B], [A, C], [A], [D], [A, B]])
-    tree = build_tree_arrays(np.array([0, 0, 0, 0, 1]), targets, np.arange(5)).tensors()
+    tree = build_tree_arrays(np.array([0, 0, 0, 0, 1]), targets, np.arange(5), end_id=EOS_ID).tensors()
     assert tree.level_sizes == [2, 3, 3]
     assert tree.nodes == 8 and tree.rows == 5
     level1 = slice(2, 5)
@@ -45,7 +45,7 @@ def test_tree_holds_each_shared_prefix_once():
 def test_rows_subset_keeps_row_order():
     targets = ragged([[A], [B, C], [A, D], [C]])
     rows = np.array([3, 1])
-    tree = build_tree_arrays(np.array([0, 0]), targets, rows).tensors()
+    tree = build_tree_arrays(np.array([0, 0]), targets, rows, end_id=EOS_ID).tensors()
     assert tree.rows == 2
     # Local row 0 is table row 3 ("c"): it scores c then </s>.
     first = tree.position_row == 0
@@ -66,7 +66,7 @@ def test_tree_scores_equal_one_pair_at_a_time(float64_model):
     sources = [list(rng.integers(2, 20, rng.integers(1, 5))) for _ in range(6)]
     source_of_row = np.concatenate([np.arange(6), rng.integers(0, 6, 50)])
     targets = [list(rng.integers(1, 7, rng.integers(0, 6))) for _ in source_of_row]  # includes empty targets
-    tree = build_tree_arrays(source_of_row, ragged(targets), np.arange(len(targets))).tensors()
+    tree = build_tree_arrays(source_of_row, ragged(targets), np.arange(len(targets)), end_id=EOS_ID).tensors()
     assert tree.nodes < sum(len(t) + 1 for t in targets)  # the test does exercise sharing
     with torch.no_grad():
         c = torch.cat([model.encode(torch.tensor([s + [0]]), torch.tensor([len(s) + 1])) for s in sources])
@@ -84,7 +84,7 @@ def test_tree_scores_equal_one_pair_at_a_time(float64_model):
 
 
 def test_tree_rejects_summaries_of_the_wrong_shape(float64_model):
-    tree = build_tree_arrays(np.array([0, 1]), ragged([[A], [B]]), np.arange(2)).tensors()
+    tree = build_tree_arrays(np.array([0, 1]), ragged([[A], [B]]), np.arange(2), end_id=EOS_ID).tensors()
     with pytest.raises(ValueError, match="c must be"):
         score_prefix_tree(float64_model, torch.zeros(3, 12, dtype=torch.float64), tree)
 
@@ -101,7 +101,7 @@ def test_source_tree_summaries_equal_the_encoder(float64_model):
     sources = [[A], [A, B], [A, B, C], [A, C], [B], [B, B, B, B], [D, A]]
     sequences = with_end_of_phrase(ragged(sources))
     rows = np.array([6, 0, 1, 2, 3, 4, 5])
-    tree = build_tree_arrays(np.zeros(len(rows), dtype=np.int64), sequences, rows).tensors()
+    tree = build_tree_arrays(np.zeros(len(rows), dtype=np.int64), sequences, rows, end_id=EOS_ID).tensors()
     assert tree.nodes - 1 < sum(len(s) + 1 for s in sources)
     with torch.no_grad():
         got = encode_prefix_tree(model, tree)
@@ -123,7 +123,8 @@ def test_position_sums_equal_index_add_whatever_the_targets():
         source_of_row = np.sort(rng.integers(0, max(1, n // 3), n))
         source_of_row = np.unique(source_of_row, return_inverse=True)[1]
         rows = np.sort(rng.choice(n, size=int(rng.integers(1, n + 1)), replace=False))
-        tree = build_tree_arrays(source_of_row[rows] - source_of_row[rows].min(), targets, rows).tensors()
+        local = source_of_row[rows] - source_of_row[rows].min()
+        tree = build_tree_arrays(local, targets, rows, end_id=EOS_ID).tensors()
         scores = torch.from_numpy(rng.normal(size=len(tree.position_row)))
         expected = torch.zeros(tree.rows, dtype=torch.float64).index_add_(0, tree.position_row, scores)
         got = sum_positions(scores, tree.position_row, tree.rows, len(tree.level_sizes))
