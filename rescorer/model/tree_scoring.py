@@ -3,7 +3,7 @@
 The phrase-table scorer (:mod:`rescorer.pipeline.scoring`) uses :func:`encode_prefix_tree` and
 :func:`score_prefix_tree` instead of :meth:`RNNEncoderDecoder.encode` and
 :meth:`RNNEncoderDecoder.score_targets`: the same equations over prefix trees
-(:mod:`rescorer.model.prefix_tree`), so that a prefix shared by several phrases is computed once. The
+(:mod:`neural.prefix_tree`), so that a prefix shared by several phrases is computed once. The
 tests check both against the padded path at 1e-12 in float64.
 """
 
@@ -12,15 +12,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from neural.prefix_tree import PrefixTree
 from rescorer.model import block_sizes, normalizer
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.prefix_tree import PrefixTree
 
 
 def encode_prefix_tree(model: RNNEncoderDecoder, tree: PrefixTree) -> Tensor:
     """Summary c of each of the ``tree.rows`` sources in a one-root tree of sources + ``</s>``.
 
-    Each distinct source prefix is one encoder step (see :mod:`rescorer.model.prefix_tree`): the
+    Each distinct source prefix is one encoder step (see :mod:`neural.prefix_tree`): the
     root is the empty prefix with h⟨0⟩ = 0, each level one batched GRU step from the parents'
     states, and c = tanh(V h) at each source's final node (the one that read its ``</s>``).
     """
@@ -46,7 +46,7 @@ def score_prefix_tree(model: RNNEncoderDecoder, c: Tensor, tree: PrefixTree) -> 
 
     ``c`` [S, d] holds the summaries of the tree's sources. The same equations as
     :meth:`RNNEncoderDecoder.score_targets`, computed per distinct (source, prefix) node instead of per target
-    position (see :mod:`rescorer.model.prefix_tree`): what depends on c alone (h'⟨0⟩ = tanh(V' c),
+    position (see :mod:`neural.prefix_tree`): what depends on c alone (h'⟨0⟩ = tanh(V' c),
     C c, O_c c) once per source, each level of the tree as one batched GRU step, the maxout
     and the softmax normaliser once per node, and only the picked logit per position.
     """
@@ -101,7 +101,7 @@ def sum_positions(scores: Tensor, row: Tensor, rows: int, levels: int) -> Tensor
 
     ``index_add_`` would do, but on CUDA it adds with atomics in whatever order the threads come,
     so the same pair could get different last bits from run to run (and a resumed run different
-    bytes). Positions come level by level, each level's rows ascending (:mod:`rescorer.model.prefix_tree`),
+    bytes). Positions come level by level, each level's rows ascending (:mod:`neural.prefix_tree`),
     so a row's level is the number of times the row index fails to rise before it; each (level,
     row) is written once into a dense [levels, rows] matrix, which is summed over its few levels.
     ``levels`` is the tree's number of levels, known on the host (no device sync).

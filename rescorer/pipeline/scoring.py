@@ -8,7 +8,7 @@ This is the compute core of ``rescore-phrase-table``. Savings on real tables (SP
 * a source has two or more targets on average, so its summary c, and everything that depends on c
   alone, is computed once;
 * the targets of a source often begin alike, so each distinct (source, target prefix) is decoded
-  once (:mod:`rescorer.model.prefix_tree`).
+  once (:mod:`neural.prefix_tree`).
 
 Trees need no padding. Groups of sources are cut by a token budget; with ``sort_by_length``,
 sources whose targets are equally long go together. With ``share_sources`` off, every pair is
@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from neural.device import autocast, is_out_of_memory
+from neural.prefix_tree import TreeArrays
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.prefix_tree import TreeArrays, with_end_of_phrase
 from rescorer.model.tree_scoring import encode_prefix_tree, score_prefix_tree
 from rescorer.pipeline.scoring_plan import (
     ScoringPlan,
@@ -34,7 +34,7 @@ from rescorer.pipeline.scoring_plan import (
     encoder_tree,
     plan_scoring,
 )
-from rescorer.tables.chunks import TokenIds
+from rescorer.tables.chunks import TokenIds, with_end_of_phrase
 from rescorer.training.data import pad_with_eos
 
 

@@ -1,6 +1,6 @@
 """What the scorer will compute for a chunk, decided before the model runs: groups and prefix trees.
 
-Grouping the rows and building their prefix trees (:mod:`rescorer.model.prefix_tree`) is NumPy work
+Grouping the rows and building their prefix trees (:mod:`neural.prefix_tree`) is NumPy work
 that does not need the model, so it runs where the chunk is parsed (a worker process, or with
 ``-j 1`` the thread that hands the chunks read on) and overlaps the model instead of holding up the scoring thread. The
 plan depends only on the chunk, the token budget and the scoring options, so a plan made in a
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rescorer.model.prefix_tree import TreeArrays, build_tree_arrays, with_end_of_phrase
-from rescorer.tables.chunks import EOS_ID, TokenIds
+from neural.prefix_tree import TreeArrays, build_tree_arrays
+from rescorer.tables.chunks import EOS_ID, TokenIds, with_end_of_phrase
 
 
 @dataclass

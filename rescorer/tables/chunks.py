@@ -300,6 +300,13 @@ UNK_ID = 1
 EOS_ID = 0
 
 
+def with_end_of_phrase(phrases: TokenIds) -> TokenIds:
+    """The same phrases with ``</s>`` appended to each, as the encoder reads them."""
+    ids = np.insert(phrases.ids, phrases.offsets[1:], EOS_ID)
+    offsets = phrases.offsets + np.arange(len(phrases.offsets), dtype=np.int64)
+    return TokenIds(offsets, ids, phrases.n_unk)
+
+
 def phrases_to_ids(phrases: pa.Array, vocab_words: pa.Array) -> TokenIds:
     """Map phrases to shortlist ids in one vectorised pass, split into tokens as Moses splits them.
 

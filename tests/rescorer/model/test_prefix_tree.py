@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from neural.prefix_tree import build_tree_arrays
 from rescorer.model.config import ModelConfig
 from rescorer.model.network import RNNEncoderDecoder
-from rescorer.model.prefix_tree import build_tree_arrays, with_end_of_phrase
 from rescorer.model.tree_scoring import encode_prefix_tree, score_prefix_tree
-from rescorer.tables.chunks import EOS_ID, TokenIds
+from rescorer.tables.chunks import EOS_ID, TokenIds, with_end_of_phrase
 
 A, B, C, D = 2, 3, 4, 5
 

@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from rescorer.tables.chunks import EOS_ID, TokenIds
-
 if TYPE_CHECKING:  # torch is imported only where tensors are made, so worker processes build trees without it
     import torch
 
@@ -74,13 +72,6 @@ class PrefixTree:
             if isinstance(getattr(self, f.name), torch.Tensor)
         }
         return PrefixTree(level_sizes=self.level_sizes, rows=self.rows, **moved)
-
-
-def with_end_of_phrase(phrases: TokenIds) -> TokenIds:
-    """The same phrases with ``</s>`` appended to each, as the encoder reads them."""
-    ids = np.insert(phrases.ids, phrases.offsets[1:], EOS_ID)
-    offsets = phrases.offsets + np.arange(len(phrases.offsets), dtype=np.int64)
-    return TokenIds(offsets, ids, phrases.n_unk)
 
 
 @dataclass
