@@ -81,19 +81,3 @@ def epoch_batches(bitext: EncodedBitext, batch_size: int, seed: int, epoch: int)
         rows = rows[np.argsort(lengths[rows], kind="stable")]
         batches += [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
     return [batches[i] for i in rng.permutation(len(batches))]
-
-
-def length_sorted_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Rows grouped by length into batches of at most ``max_tokens`` padded units (one row at least)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for row in order:
-        width = max(lengths[row], lengths[current[-1]] if current else 0) + 1
-        if current and width * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current = []
-        current.append(row)
-    if current:
-        batches.append(current)
-    return batches

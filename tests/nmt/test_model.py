@@ -100,9 +100,35 @@ def test_batched_nbest_scoring_equals_one_hypothesis_at_a_time():
     sources = [random_ids(rng, 11) for _ in range(3)]
     groups = [0, 0, 0, 1, 1, 2, 2, 2, 2]
     hypotheses = [random_ids(rng, 13, 1, 8) for _ in groups]
-    batched = score_grouped(model, sources, groups, hypotheses, batch_tokens=40)
+    batched = score_grouped(model, sources, groups, hypotheses, batch_rows=3)
     alone = [score_grouped(model, [sources[g]], [0], [h])[0] for g, h in zip(groups, hypotheses, strict=True)]
     assert batched == pytest.approx(alone, abs=1e-5)
+
+
+def test_hypotheses_sharing_prefixes_score_as_each_alone_through_the_naive_sum():
+    """An n-best list's hypotheses share their prefixes (decoded once each); a hypothesis that is a
+    prefix of another, one seen twice and an empty one each get the naive per-step sum of their own."""
+    model = tiny_model()
+    rng = random.Random(6)
+    sources = [random_ids(rng, 11) for _ in range(4)]
+    stems = [random_ids(rng, 13, 3, 6) for _ in sources]
+    groups, hypotheses = [], []
+    for g, stem in enumerate(stems):
+        variants = [stem, stem[:2], stem + random_ids(rng, 13, 1, 3), stem[:1] + random_ids(rng, 13, 1, 4), stem, []]
+        variants += [stem[:rng.randint(0, len(stem))] + random_ids(rng, 13, 1, 3) for _ in range(6)]
+        groups += [g] * len(variants)
+        hypotheses += variants
+    order = list(range(len(groups)))
+    rng.shuffle(order)  # the n-best scorer is given hypotheses in any order
+    groups, hypotheses = [groups[i] for i in order], [hypotheses[i] for i in order]
+    with torch.no_grad():
+        naive = [naive_log_prob(model, sources[g], h) for g, h in zip(groups, hypotheses, strict=True)]
+        forced = pair_log_probs(model, make_batch([sources[g] for g in groups], hypotheses)).tolist()
+    for rows in (1, 5, 512):  # chunks of sources, and depths split across steps
+        scored = score_grouped(model, sources, groups, hypotheses, batch_rows=rows)
+        assert scored == pytest.approx(naive, abs=1e-5)
+        assert scored == pytest.approx(forced, abs=1e-5)  # and the teacher-forced training path's
+    assert len({round(v, 6) for v in naive}) > len(naive) // 2  # distinct values: not a flat model
 
 
 def test_batched_beam_search_equals_one_sentence_at_a_time_and_beam_one_is_greedy():
