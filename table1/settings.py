@@ -286,7 +286,7 @@ MEDIUM = ScaleSettings(
     tune_max_iterations=25,
     selection=SelectionBudget(train_words=6_000_000, lm_words=None),
     # 1000-best lists, of which the first 100 (the tuning's n-best size) are scored and reranked: the NMT
-    # model's two directions then take about 3.5 hours for 3 runs' dev and test on 2 cores, not 35.
+    # model's two directions then take about 2.3 hours for 3 runs' dev and test on 2 cores, not 23.
     reranking=RerankingSettings(rerank_size=100),
     # A run of 12-15 hours on a 2-core machine, which --resume lets one interrupt and continue.
     plan_hours=15.0,
