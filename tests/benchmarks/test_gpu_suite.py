@@ -46,9 +46,11 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
     fixed = r"; fixed cost \(command start to first scored chunk\) [\d.]+ s; main thread over \d+ chunks: waiting"
     assert re.search(rf"^e2e fp32: rescored 6000 lines.*{fixed}", summary, re.M), summary
     assert re.search(rf"^e2e fp32, 2 copies of the table: rescored 12000 lines.*{fixed}", summary, re.M), summary
-    # Two copies of the 6,000 lines: the steady rate from the difference, and the fixed cost apart.
-    assert re.search(r"^e2e fp32 steady: [\d,]+ lines/s = \(L2 - L1\) / \(T2 - T1\) with L1 = 6,000 lines, .*"
-                     r"fixed cost T1 - L1 / rate = -?[\d.]+ s$", summary, re.M), summary
+    # Two copies of the 6,000 lines: the steady rate from the difference, and the fixed cost apart; or, where
+    # a loaded machine made two copies no slower than one (timing, not a fault), the line that says so.
+    assert re.search(r"^e2e fp32 steady: (?:[\d,]+ lines/s = \(L2 - L1\) / \(T2 - T1\) with L1 = 6,000 lines, .*"
+                     r"fixed cost T1 - L1 / rate = -?[\d.]+ s|2 copies took no longer than one \([\d.]+ s against "
+                     r"[\d.]+ s\): no steady rate)$", summary, re.M), summary
     assert "passed" in (out / "cuda-tests.log").read_text()  # the CPU's tests of the file; the GPU's skip
     # the suite's model is random_checkpoint's: the log must not call it trained (run 8's did)
     assert "random weights, never trained: " in (out / "precision.log").read_text()
