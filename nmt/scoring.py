@@ -41,7 +41,7 @@ def _normalised(values: np.ndarray, targets: Sequence[Sequence[int]], normalize:
 
 @dataclass
 class _Ragged:
-    """The targets end to end, as :func:`neural.prefix_tree.build_tree_arrays` reads them."""
+    """A chunk's targets end to end, as :func:`neural.prefix_tree.build_tree_arrays` reads them."""
 
     offsets: np.ndarray
     ids: np.ndarray
@@ -63,22 +63,21 @@ def score_grouped(model: AttentionNMT, sources: Sequence[Sequence[int]], groups:
     for k, g in enumerate(groups):
         members.setdefault(g, []).append(k)
     values = np.zeros(len(targets), dtype=np.float64)
-    ragged = _Ragged.of(targets)
     chunk: list[int] = []
     rows = 0
     for g in sorted(members, key=lambda g: len(sources[g])):
         if chunk and rows + len(members[g]) > batch_rows:
-            _score_chunk(model, sources, members, chunk, ragged, values, batch_rows, amp_dtype)
+            _score_chunk(model, sources, members, chunk, targets, values, batch_rows, amp_dtype)
             chunk, rows = [], 0
         chunk.append(g)
         rows += len(members[g])
     if chunk:
-        _score_chunk(model, sources, members, chunk, ragged, values, batch_rows, amp_dtype)
+        _score_chunk(model, sources, members, chunk, targets, values, batch_rows, amp_dtype)
     return _normalised(values, targets, normalize)
 
 
 def _score_chunk(model: AttentionNMT, sources: Sequence[Sequence[int]], members: dict[int, list[int]],
-                 chunk: list[int], targets: _Ragged, values: np.ndarray, batch_rows: int,
+                 chunk: list[int], targets: Sequence[Sequence[int]], values: np.ndarray, batch_rows: int,
                  amp_dtype: torch.dtype | None) -> None:
     """Write into ``values`` the log-probabilities of the targets of the sources ``chunk``."""
     device = next(model.parameters()).device
@@ -88,7 +87,9 @@ def _score_chunk(model: AttentionNMT, sources: Sequence[Sequence[int]], members:
         keys = model.annotation_keys(annotations)
     rows = np.array([k for g in chunk for k in members[g]], dtype=np.int64)
     source_of_row = np.repeat(np.arange(len(chunk)), [len(members[g]) for g in chunk])
-    tree = build_tree_arrays(source_of_row, targets, rows, end_id=EOS_ID)
+    # The chunk's own targets only: the builder reads all it is given (its largest id, for one).
+    tree = build_tree_arrays(source_of_row, _Ragged.of([targets[k] for k in rows]), np.arange(len(rows)),
+                             end_id=EOS_ID)
     units = torch.from_numpy(tree.token.astype(np.int64))
     units[: tree.level_sizes[0]] = BOS_ID  # a root's step reads BOS
     node_source = torch.from_numpy(tree.source.astype(np.int64)).to(device)
