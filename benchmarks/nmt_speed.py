@@ -127,7 +127,8 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32,bf16")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--sources", type=int, default=10, help="sentences of the n-best and beam figures")
+    parser.add_argument("--sources", type=int, default=10,
+                        help="sentences of the n-best and beam figures (0: training figures only)")
     parser.add_argument("--hypotheses", type=int, default=100, help="n-best hypotheses per source")
     parser.add_argument("--beam", type=int, default=5)
     args = parser.parse_args()
@@ -146,7 +147,8 @@ def main() -> None:
         peer_training = TimedTraining(TorchPeer(config).to(device), lambda m, b: m(b), amp)
         ours, peer = units_per_second(ours_training, peer_training, data)
         print(f"{precision}: nmt {ours:,.0f} target units/s, torch peer (nn.GRU) {peer:,.0f}: {ours / peer:.2f}x")
-    search_speeds(config, args, device)
+    if args.sources:
+        search_speeds(config, args, device)
 
 
 def nbest_like(stem: list[int], count: int, vocab: int, rng: random.Random) -> list[list[int]]:

@@ -25,7 +25,7 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from neural.config import CHECKPOINT_EVERY, MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
+from neural.config import CHECKPOINT_EVERY, MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS, TRAINING_PRECISION_HELP
 from neural.training import MODEL_ALSO_WRITES
 
 
@@ -76,7 +76,7 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
 @checkpoint_every_option(CHECKPOINT_EVERY)
 @device_option()
 @click.option("--precision", type=click.Choice([p for p in PRECISIONS if p != "tf32"]), default="auto",
-              show_default=True, help="auto: fp32 on the CPU, bf16 autocast on a GPU")
+              show_default=True, help=TRAINING_PRECISION_HELP)
 @click.option("--train-step", type=click.Choice(TRAIN_STEPS), default="auto", show_default=True,
               help="how an update runs: eager, static (every minibatch filled up to --batch-size), captured "
               "(static, one CUDA graph, checked against eager; Adam only); auto: captured on a GPU with Adam, "

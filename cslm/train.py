@@ -400,7 +400,8 @@ class _CSLMTraining(Training):
     def start(cls, corpus: str, model_out: Path, model_config: CSLMConfig, cfg: CSLMTrainConfig, *, shortlist: int,
               valid: str | None, device: str, precision: str, resume: bool, progress: bool) -> _CSLMTraining:
         """A fresh run on ``corpus``, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
-        dev, precision, amp_dtype = training_device(device, precision)
+        width = max(model_config.hidden, default=model_config.embedding)
+        dev, precision, amp_dtype, why = training_device(device, precision, width)
         resume_from = resume_source(model_out, resume)
         loaded = load_cslm(resume_from, dev) if resume_from is not None else None
         if loaded is not None:
@@ -422,7 +423,7 @@ class _CSLMTraining(Training):
             model.load_state_dict(loaded.model.state_dict())
             optimizer.load_state_dict(loaded.optimizer_state)
             state = CSLMTrainingState.from_dict(loaded.train_state)
-        announce(state, dev, precision, resolve_cslm_step(cfg.train_step, dev, cfg.optimizer))
+        announce(state, dev, precision, resolve_cslm_step(cfg.train_step, dev, cfg.optimizer), why)
         train_step = make_cslm_step(state.train_step, model, optimizer, self_normalize=cfg.self_normalize,
                                     batch_size=cfg.batch_size, optimizer_name=cfg.optimizer, device=dev,
                                     amp_dtype=amp_dtype)

@@ -14,6 +14,17 @@ from typing import Any, TypeVar
 
 # --precision choices (neural.device gives their meaning): here, torch-free, for the CLI.
 PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
+#: ``auto`` trains in bf16 on a CPU whose bf16 matmuls, at the model's width, run at least this many
+#: times as fast as its fp32 ones: below that, the parts of an update that stay fp32 (states, gates,
+#: the softmax, the optimiser) and the casts eat the gain. Measured (docs/training-speed.md): on a
+#: Zen 5 EPYC with AVX512-BF16, 3.6–4.3× at widths 256–1000 gave whole updates 1.16–2.0× fp32's (the
+#: RNN at d = 256 and paper size, the CSLM, the NMT model); on a Xeon with AVX512-BF16 and no AMX,
+#: 0.55× gave 0.64–0.84×.
+CPU_BF16_PAYS_AT = 3.0
+#: What ``--precision auto`` means for a training (neural.device.training_precision).
+TRAINING_PRECISION_HELP = (f"auto: bf16 autocast on a GPU; on a CPU, bf16 where its bf16 matmuls measure "
+                           f"{CPU_BF16_PAYS_AT:g}x its fp32 ones at the model's width, else fp32 (the choice and why "
+                           "are printed and recorded)")
 
 
 # --train-step choices (rescorer.training.step gives their meaning), torch-free for the CLI too.

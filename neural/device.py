@@ -7,11 +7,14 @@ on CPU and CUDA, so CPU tests exercise the logic that runs on the GPU.
 from __future__ import annotations
 
 import contextlib
+import functools
+import time
 from collections.abc import Iterator
 
 import torch
 
 from infrastructure.errors import UserError
+from neural.config import CPU_BF16_PAYS_AT
 
 
 def select_device(name: str = "auto") -> torch.device:
@@ -38,23 +41,68 @@ def scoring_precision(precision: str) -> str:
     return "fp32" if precision == "auto" else precision
 
 
-def training_precision(device: torch.device, precision: str) -> str:
-    """The precision a training run uses: ``auto`` is fp32 on every CPU, bf16 autocast on CUDA.
+def training_precision(device: torch.device, precision: str, width: int | None = None) -> str:
+    """The precision a training run uses: ``auto`` is bf16 autocast on CUDA, and on a CPU bf16 where
+    :func:`cpu_bf16_speedup` at the model's ``width`` reaches :data:`CPU_BF16_PAYS_AT`, else fp32.
 
-    Why fp32 on a CPU, AMX or not: bf16 pays only where a whole update gets faster, not where its
-    matmuls alone do. Measured on a Xeon with AMX (docs/training-speed.md, 2026-11-28): 2048² bf16
-    matmuls 3.3× fp32's, yet training runs at 0.85× fp32's pairs/s at paper size and 0.70× at
-    d = 256 (the many small, ragged matmuls of a recurrence, one per time step and batch width; the
-    casts; the fp32 optimiser), the CSLM at 0.95×; and on a Xeon with AVX512-BF16 and no AMX at
-    0.64–0.84×. ``--precision bf16`` still runs it. On CUDA ``auto`` is what :func:`autocast_dtype`
-    picks (bf16 where supported, else fp16). Any other choice is kept as given; the result is always
-    a concrete name, the one a run prints and records.
+    Why measure rather than read the CPU's flags: the same flags mean opposite things. AVX512-BF16
+    matmuls were 0.55× fp32's on one Xeon and 3.6–4.3× on a Zen 5 EPYC, and what decides is whether a
+    whole update gets faster, not its matmuls (docs/training-speed.md). The measure takes a few
+    milliseconds once per process and width; without ``width`` (a check made before the model's size
+    is known) a CPU keeps fp32. On CUDA ``auto`` is what :func:`autocast_dtype` picks (bf16 where
+    supported, else fp16). Any other choice is kept as given; the result is always a concrete name,
+    the one a run prints and records.
     """
     if precision != "auto":
         return precision
     if device.type == "cuda":
         return "bf16" if autocast_dtype(device, "auto") == torch.bfloat16 else "fp16"
-    return "fp32"
+    if width is None:
+        return "fp32"
+    return "bf16" if cpu_bf16_speedup(width) >= CPU_BF16_PAYS_AT else "fp32"
+
+
+def cpu_bf16_speedup(width: int) -> float:
+    """How many times as fast this CPU multiplies in bf16 as in fp32 at a training's typical shape,
+    ``(64 × width)·(width × 3·width)`` (a minibatch's recurrent product); 0.0 where oneDNN has no
+    native bf16 kernels (it would emulate them, hundreds of times slower). Measured on one thread,
+    where another job's load moves it least (on a 2-core machine beside a compile, two threads' ratio
+    at width 256 ranged 2.5–3.6, one thread's 3.6–3.7), in interleaved rounds whose best is kept."""
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return 0.0
+    return _measured_speedup(width)
+
+
+@functools.cache
+def _measured_speedup(width: int) -> float:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _speedup_on_this_thread(width)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _speedup_on_this_thread(width: int) -> float:
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(64, width, generator=generator)
+    b = torch.randn(width, 3 * width, generator=generator)
+    operands = {dtype: (a.to(dtype), b.to(dtype)) for dtype in (torch.float32, torch.bfloat16)}
+    best = dict.fromkeys(operands, 0.0)
+    with torch.inference_mode():
+        for x, y in operands.values():
+            torch.mm(x, y)  # kernels built (oneDNN makes one per shape) before the clock starts
+        for _ in range(_SPEEDUP_ROUNDS):
+            for dtype, (x, y) in operands.items():
+                count, start = 0, time.perf_counter()
+                while (elapsed := time.perf_counter() - start) < _SPEEDUP_ROUND_SECONDS:
+                    torch.mm(x, y)
+                    count += 1
+                best[dtype] = max(best[dtype], count / elapsed)
+    return best[torch.bfloat16] / best[torch.float32]
+
+
+_SPEEDUP_ROUNDS, _SPEEDUP_ROUND_SECONDS = 5, 0.01
 
 
 def describe_precision(precision: str) -> str:
@@ -70,7 +118,8 @@ def autocast_dtype(device: torch.device, precision: str = "auto") -> torch.dtype
 
     ``precision`` is one of :data:`neural.config.PRECISIONS`. ``auto`` means bf16 autocast on CUDA for training
     (scoring resolves it with :func:`scoring_precision` first, training with
-    :func:`training_precision`, which keeps fp32 on a CPU); left unresolved on a CPU it keeps fp32.
+    :func:`training_precision`, which on a CPU measures whether bf16 pays); left unresolved on a CPU it
+    keeps fp32.
     ``tf32`` autocasts nothing: its fp32 matmuls use TF32 through :func:`matmul_precision`.
     """
     if precision in ("fp32", "tf32"):

@@ -167,21 +167,29 @@ def check_same_recipe(path: Path, recorded: Mapping[str, Any] | None, config: An
     check_same_options(then, now, path, advice="resume with the same options, or train into another MODEL")
 
 
-def training_device(device: str, precision: str) -> tuple[torch.device, str, torch.dtype | None]:
-    """The device a run trains on, its precision (``auto``: bf16 on a GPU, fp32 on a CPU) and autocast dtype."""
-    from neural.device import autocast_dtype, select_device, training_precision
+def training_device(device: str, precision: str,
+                    width: int | None = None) -> tuple[torch.device, str, torch.dtype | None, str]:
+    """The device a run trains on, its precision, autocast dtype, and why that precision where ``auto``
+    chose it on a CPU (else ""). ``auto`` is bf16 on a GPU; on a CPU it is bf16 where this CPU's bf16
+    matmuls at the model's ``width`` are fast enough to pay (:func:`neural.device.training_precision`)."""
+    from neural.device import CPU_BF16_PAYS_AT, autocast_dtype, cpu_bf16_speedup, select_device, training_precision
 
     dev = select_device(device)
-    precision = training_precision(dev, precision)
-    return dev, precision, autocast_dtype(dev, precision)
+    resolved = training_precision(dev, precision, width)
+    why = ""
+    if precision == "auto" and dev.type == "cpu" and width is not None:
+        why = (f" (auto: this CPU's bf16 matmuls at width {width} run {cpu_bf16_speedup(width):.1f}x its fp32 ones; "
+               f"{CPU_BF16_PAYS_AT:g}x pays)")
+    return dev, resolved, autocast_dtype(dev, resolved), why
 
 
-def announce(state: TrainingState, dev: torch.device, precision: str, train_step: str) -> None:
-    """Record in ``state`` how this run's updates run (the config keeps what was asked), and say it."""
+def announce(state: TrainingState, dev: torch.device, precision: str, train_step: str, why: str = "") -> None:
+    """Record in ``state`` how this run's updates run (the config keeps what was asked), and say it,
+    with ``why`` the precision (:func:`training_device`)."""
     from neural.device import describe_precision
 
     state.train_step, state.precision = train_step, precision
-    print(f"training on {dev} in {precision}: {describe_precision(precision)}", file=sys.stderr)
+    print(f"training on {dev} in {precision}{why}: {describe_precision(precision)}", file=sys.stderr)
 
 
 class DivergedError(UserError):

@@ -24,7 +24,7 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from neural.config import CHECKPOINT_EVERY, MAX_LAYER_SIZE, PRECISIONS
+from neural.config import CHECKPOINT_EVERY, MAX_LAYER_SIZE, PRECISIONS, TRAINING_PRECISION_HELP
 from neural.training import MODEL_ALSO_WRITES
 
 INPUT = OneLinePath(exists=True, dir_okay=False)
@@ -73,7 +73,7 @@ def main() -> None:
 @checkpoint_every_option(CHECKPOINT_EVERY)
 @device_option()
 @click.option("--precision", type=click.Choice([p for p in PRECISIONS if p != "tf32"]), default="auto",
-              show_default=True, help="auto: fp32 on the CPU, bf16 autocast on a GPU")
+              show_default=True, help=TRAINING_PRECISION_HELP)
 @threads_option()
 @quiet_option()
 @friendly_errors()

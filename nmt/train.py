@@ -272,7 +272,7 @@ class _NMTTraining(Training):
               valid_src: str | None, valid_tgt: str | None, device: str, precision: str,
               resume: bool) -> _NMTTraining:
         """A fresh run, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
-        dev, precision, amp_dtype = training_device(device, precision)
+        dev, precision, amp_dtype, why = training_device(device, precision, model_config.hidden)
         resume_from = resume_source(model_out, resume)
         loaded = load_nmt(resume_from, dev) if resume_from is not None else None
         if loaded is not None:
@@ -299,7 +299,7 @@ class _NMTTraining(Training):
             model.load_state_dict(loaded.model.state_dict())
             optimizer.load_state_dict(loaded.optimizer_state)
             state = NMTTrainingState.from_dict(loaded.train_state)
-        announce(state, dev, precision, "eager")
+        announce(state, dev, precision, "eager", why)
         print(f"{len(data.train)} pairs, {len(data.src_subwords)} and {len(data.tgt_subwords)} subword units",
               file=sys.stderr)
         return cls(model_out, dev, amp_dtype, model, optimizer, state, cfg, data)

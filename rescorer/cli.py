@@ -30,7 +30,7 @@ from infrastructure.cli_options import (
 )
 from infrastructure.files import DEFAULT_MEMBER_LEVEL
 from moses_integration.phrase_table import MAX_PHRASE_WORDS
-from neural.config import MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
+from neural.config import CPU_BF16_PAYS_AT, MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
 from neural.training import MODEL_ALSO_WRITES
 from rescorer.model.config import (
     DEFAULT_SHORTLIST,
@@ -81,8 +81,9 @@ def _run_options(fn: Callable) -> Callable:
     options = [
         device_option(),
         click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
-                     help="auto: fp32 scores (exact) on every device; bf16 matmuls for training on a GPU, fp32 on "
-                     "a CPU (the precision used is printed and saved with the model). "
+                     help="auto: fp32 scores (exact) on every device; bf16 matmuls for training on a GPU, and on "
+                     f"a CPU where its bf16 matmuls measure {CPU_BF16_PAYS_AT:g}x fp32's at the model's width, else "
+                     "fp32 (the precision used, and why, is printed and saved with the model). "
                      "tf32: TF32 matmuls on a GPU (faster; docs/gpu.md says by how much and what it changes)"),
         threads_option(),
         quiet_option("no progress bar"),

@@ -203,7 +203,7 @@ class _Training(Training):
     def start(cls, data: PairData, model_out: Path, model_config: ModelConfig, cfg: TrainConfig, src_vocab: Vocab,
               tgt_vocab: Vocab, device: str, precision: str, resume: bool) -> _Training:
         """A fresh run, or with ``resume`` the one saved in ``MODEL.last`` (else ``MODEL``)."""
-        dev, precision, amp_dtype = training_device(device, precision)
+        dev, precision, amp_dtype, why = training_device(device, precision, model_config.hidden)
         torch.manual_seed(cfg.seed)
         step_mode = resolve_train_step(cfg.train_step, dev, amp_dtype)  # a bad choice fails before any work
         model = RNNEncoderDecoder(model_config).to(dev)
@@ -212,7 +212,7 @@ class _Training(Training):
         resume_from = resume_source(model_out, resume)
         if resume_from is not None:
             state = _restore(resume_from, data, model, optimizer, state.data, cfg)
-        announce(state, dev, precision, step_mode)
+        announce(state, dev, precision, step_mode, why)
         train_step = make_train_step(step_mode, model, optimizer, cfg, dev, amp_dtype)
         return cls(model_out, dev, amp_dtype, model, optimizer, state, data, model_config, cfg, src_vocab, tgt_vocab,
                    train_step)
@@ -351,7 +351,7 @@ def train_on_phrase_table(
     stops before touching the model, its ``.last`` state or its ``.data`` folder.
     """
     model_out = Path(model_out)
-    dev, _, amp_dtype = training_device(device, precision)
+    dev, _, amp_dtype, _ = training_device(device, precision)
     resolve_train_step(train_config.train_step, dev, amp_dtype)  # a bad choice fails before any work
     with training_files(model_out, resume):
         vocabs = None

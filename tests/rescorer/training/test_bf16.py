@@ -1,5 +1,6 @@
 """bf16 training on the CPU: the updates track fp32's, each weight is cast to bf16 once
-per update, ``auto`` keeps fp32 on a CPU, and the model saved is an ordinary fp32 model."""
+per update, ``auto`` takes bf16 on a CPU only where it measures that it pays, and the model saved is an
+ordinary fp32 model."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from neural.device import training_precision
+from neural.device import CPU_BF16_PAYS_AT, cpu_bf16_speedup, training_precision
 from rescorer.model import block_sizes
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
@@ -130,10 +131,13 @@ def test_a_bf16_update_adds_no_bf16_to_fp32(one_torch_thread, monkeypatch, make_
     assert mixed.seen == []
 
 
-def test_named_precisions_are_kept_and_auto_is_fp32_on_a_cpu():
+def test_named_precisions_are_kept_and_auto_follows_the_measured_bf16_speed_on_a_cpu():
     cpu = torch.device("cpu")
     assert training_precision(cpu, "fp32") == "fp32" and training_precision(cpu, "bf16") == "bf16"
-    assert training_precision(cpu, "auto") == "fp32"  # AMX or not: bf16 updates are slower (docs/training-speed.md)
+    assert training_precision(cpu, "auto") == "fp32"  # no width: a check made before the model's size is known
+    for width in (8, 256):
+        pays = cpu_bf16_speedup(width) >= CPU_BF16_PAYS_AT
+        assert training_precision(cpu, "auto", width) == ("bf16" if pays else "fp32")
 
 
 def _train_table(out, precision: str):
@@ -144,17 +148,20 @@ def _train_table(out, precision: str):
                                  precision=precision, progress=False)
 
 
-def test_auto_training_on_a_cpu_runs_in_fp32_and_says_so(tmp_path, capsys):
-    """``auto`` on a CPU is fp32 whatever its bf16 units: the run says so, records it, and computes
-    exactly what ``--precision fp32`` computes."""
+def test_auto_training_on_a_cpu_takes_what_the_measure_says_and_says_so(tmp_path, capsys):
+    """``auto`` on a CPU is bf16 only where this CPU's bf16 matmuls at the model's width pay: the run
+    says the ratio and the choice, records it, and computes exactly what naming that precision computes."""
     _train_table(tmp_path / "auto.pt", "auto")
-    assert "training on cpu in fp32: everything in fp32" in capsys.readouterr().err
+    chosen = training_precision(torch.device("cpu"), "auto", 48)  # the measure is made once per process
+    err = capsys.readouterr().err
+    assert (f"training on cpu in {chosen} (auto: this CPU's bf16 matmuls at width 48 run {cpu_bf16_speedup(48):.1f}x "
+            f"its fp32 ones; {CPU_BF16_PAYS_AT:g}x pays): ") in err
     auto = load_checkpoint(tmp_path / "auto.pt")
-    assert auto.train_state["precision"] == "fp32"
-    _train_table(tmp_path / "fp32.pt", "fp32")
-    fp32 = load_checkpoint(tmp_path / "fp32.pt").model.state_dict()
+    assert auto.train_state["precision"] == chosen
+    _train_table(tmp_path / "named.pt", chosen)
+    named = load_checkpoint(tmp_path / "named.pt").model.state_dict()
     for name, value in auto.model.state_dict().items():
-        assert torch.equal(value, fp32[name]), name
+        assert torch.equal(value, named[name]), name
 
 
 def test_a_model_trained_in_bf16_loads_and_scores_in_fp32_like_any_other(tmp_path, capsys):
