@@ -147,7 +147,7 @@ def autocast(device: torch.device, dtype: torch.dtype | None, cache: bool = True
 def matmul_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
     """The dtype a plain matmul would run in on ``device``: the autocast dtype when autocast is on.
 
-    For the hand-written training Functions (:mod:`rescorer.model.gru`, :mod:`rescorer.model.output_layer`),
+    For the hand-written training Functions (:mod:`rescorer.model.gru`, :mod:`neural.output_layer`),
     which turn autocast off inside (:func:`no_autocast`) and cast themselves.
     """
     if torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(device.type):

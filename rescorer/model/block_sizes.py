@@ -33,10 +33,6 @@ CPU_GENERATION_BLOCK_ROWS = 128
 # cost more than the vocabulary matmul itself (benchmarks/propose_speed.py, docs/proposals.md).
 TOP_K_CHUNK = 64
 
-# Training's output layer (rescorer.model.output_layer): vocabulary columns per block on CPU; a
-# [P, block] block of logits for a 64-pair minibatch (a few hundred target positions) stays in L2
-# between its matmul, its maximum and its exp.
-CPU_TRAIN_BLOCK_VOCAB = 1024
 
 # Training's matmul shapes where its matmuls run in bf16 or fp16 on the CPU (rescorer.model.gru.shape_multiple):
 # rounded up to a small fixed set, so that after a few updates no update meets a shape it has not met

@@ -33,7 +33,7 @@ in one matmul since all act on h'); the deep output, maxout and softmax run for 
 after the loop, and the (large) vocabulary projection only for real, non-padding positions.
 
 Training (gradients enabled) runs the same equations through :mod:`rescorer.model.gru` and
-:mod:`rescorer.model.output_layer`, whose backward is written by hand (the tests compare it with
+:mod:`neural.output_layer`, whose backward is written by hand (the tests compare it with
 autograd on the plain equations in float64).
 
 This module holds the parameters, the encoder and decoder, and the training forward. The other
@@ -69,11 +69,11 @@ from torch import Tensor, nn
 
 from neural.device import matmul_dtype
 from neural.layers import embedding_layer
+from neural.output_layer import target_log_probs
 from neural.vocab import EOS_ID
 from rescorer.model import block_sizes, normalizer
 from rescorer.model.config import ModelConfig
 from rescorer.model.gru import decoder_recurrence, encoder_recurrence, hold_state_at_padding, shape_multiple, step_rows
-from rescorer.model.output_layer import target_log_probs
 
 
 def _orthogonal_(weight: Tensor, block: int) -> None:
@@ -425,7 +425,7 @@ class RNNEncoderDecoder(nn.Module):
         features = self.output_features(states, prev, self.out_context(c).unsqueeze(1))
         if torch.is_grad_enabled() and self.out_vocab.weight.requires_grad:
             # Training: the same values through a backward that recomputes the logits per block
-            # instead of storing them (rescorer.model.output_layer), on a number of positions from a
+            # instead of storing them (neural.output_layer), on a number of positions from a
             # small fixed set: the real ones, then padding ones whose scores are dropped (zero gradient).
             mm_dtype = matmul_dtype(mask.device, self.out_vocab.weight.dtype)
             positions = _training_positions(mask, shape_multiple(block_sizes.TRAIN_POSITIONS, mask.device, mm_dtype))

@@ -6,7 +6,7 @@ as a row-wise dot product (:func:`picked_logits`) minus the softmax normaliser l
 (:func:`log_normalizer`), computed in one of three ways: blocks of vocabulary whose logits stay in cache on
 the CPU (:func:`log_normalizer_in_place`), the fused kernel on GPUs (:mod:`rescorer.model.lse_kernel`),
 or per-block log-sum-exps (training, GPUs without Triton, CPU autocast). Training's own output layer,
-with its hand-written backward, is :mod:`rescorer.model.output_layer`.
+with its hand-written backward, is :mod:`neural.output_layer`.
 
 The functions take the output layer ``out_vocab`` (G_l and its bias, an ``nn.Linear``) and G_r s,
 not the model: they need nothing else of it, and the model imports this module.

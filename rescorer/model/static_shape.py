@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from neural.output_layer import target_log_probs
 from neural.vocab import EOS_ID
 from rescorer.model.gru import encoder_recurrence, hold_state_at_padding
 from rescorer.model.network import RNNEncoderDecoder, lengths_mask
-from rescorer.model.output_layer import target_log_probs
 
 
 def static_log_likelihood(

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from neural import output_layer
 from neural.device import CPU_BF16_PAYS_AT, cpu_bf16_speedup, training_precision
-from rescorer.model import block_sizes
 from rescorer.model.checkpoint import load_checkpoint
 from rescorer.model.config import ModelSizes, TrainConfig
 from rescorer.model.network import RNNEncoderDecoder
@@ -119,7 +119,7 @@ class _MixedDtypeOps(TorchDispatchMode):
 def test_a_bf16_update_adds_no_bf16_to_fp32(one_torch_thread, monkeypatch, make_step):
     """bf16 matmul results are widened before an fp32 operand is added to them (the decoder's
     reset-multiplied bias, the output layer's gradient of G_r s summed over vocabulary blocks)."""
-    monkeypatch.setattr(block_sizes, "CPU_TRAIN_BLOCK_VOCAB", 16)  # several blocks of the 50 words
+    monkeypatch.setattr(output_layer, "CPU_TRAIN_BLOCK_VOCAB", 16)  # several blocks of the 50 words
     torch.manual_seed(3)
     model = RNNEncoderDecoder(CONFIG)
     cfg = TrainConfig(batch_size=BATCH)

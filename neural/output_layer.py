@@ -28,7 +28,10 @@ from torch import Tensor
 
 from neural.device import matmul_dtype, no_autocast
 from neural.weight_copies import matmul_weight
-from rescorer.model import block_sizes
+
+# Vocabulary columns per block on CPU; a [P, block] block of logits for a 64-pair minibatch (a few
+# hundred target positions) stays in L2 between its matmul, its maximum and its exp.
+CPU_TRAIN_BLOCK_VOCAB = 1024
 
 
 class _TargetLogProbs(torch.autograd.Function):
@@ -109,5 +112,5 @@ def target_log_probs(low: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
     block size on CPU, the whole vocabulary elsewhere).
     """
     if block is None:
-        block = block_sizes.CPU_TRAIN_BLOCK_VOCAB if low.device.type == "cpu" else weight.shape[0]
+        block = CPU_TRAIN_BLOCK_VOCAB if low.device.type == "cpu" else weight.shape[0]
     return _TargetLogProbs.apply(low, weight, bias, targets, max(1, int(block)))
