@@ -27,7 +27,7 @@ from torch import nn
 from infrastructure.errors import UserError
 from neural.config import DictConfig, check_positive_int
 from neural.layers import embedding_layer
-from nmt.output_layer import picked_log_probs
+from neural.output_layer import target_log_probs
 from nmt.recurrence import decoder_states, encoder_states
 
 #: Ids every vocabulary of this package reserves (nmt.subwords trains sentencepiece with them).
@@ -233,12 +233,13 @@ class AttentionNMT(nn.Module):
         """:meth:`forward` from encoded sources (the n-best scorer encodes each source once).
 
         The maxout and output layers run on the real target positions only (a batch's padding is a
-        fifth of its positions); for training, the output layer is :mod:`nmt.output_layer`'s."""
+        fifth of its positions); for training, the output layer is :mod:`neural.output_layer`'s (the
+        RNN's too: in vocabulary blocks, with a hand-written backward)."""
         emb, states, contexts, _ = self.teacher_forced(annotations, first, src_mask, tgt_in)
         real = tgt_mask.t()
         features, targets = self.maxout(emb[real], states[real], contexts[real]), tgt_out.t()[real]
         if self._hand_written_backward():
-            picked = picked_log_probs(features, self.output.weight, self.output.bias, targets)
+            picked = target_log_probs(features, self.output.weight, self.output.bias, targets)
         else:
             logits = at_least_fp32(self.output(features))
             picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)

@@ -1,6 +1,6 @@
 """The attention encoder–decoder against ground truth: finite differences, a naive per-step sum,
 one pair or one sentence at a time, greedy search, a toy task it must learn exactly, and the training
-path's hand-written backward (nmt.recurrence, nmt.output_layer) against plain autograd."""
+path's hand-written backward (nmt.recurrence, neural.output_layer) against plain autograd."""
 
 from __future__ import annotations
 
@@ -253,7 +253,7 @@ def test_decoded_hypotheses_are_single_spaced_even_when_cut_after_a_word_boundar
 
 # ----------------------------------------------------------------------------- the training path
 
-HAND_WRITTEN = {"_EncoderRecurrenceBackward", "_DecoderRecurrenceBackward", "_PickedLogProbsBackward"}
+HAND_WRITTEN = {"_EncoderRecurrenceBackward", "_DecoderRecurrenceBackward", "_TargetLogProbsBackward"}
 
 
 def graph_nodes(tensor: torch.Tensor) -> set[str]:
