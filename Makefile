@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 lint: install
 	$(BIN)/ruff check .
