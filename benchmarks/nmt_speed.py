@@ -3,8 +3,10 @@
 The peer is what one would write with torch's own layers at the same sizes: an ``nn.GRU`` bidirectional
 encoder over packed sequences, an ``nn.GRUCell`` decoder, the same attention MLP, maxout and softmax.
 Both train with Adam on the same random batches of ``--batch`` pairs of about ``--length`` units; the
-figure is target units (EOS counted) per second of updates, after one untimed warm-up update each;
-the two models take turns, one update each, so that a change in the machine's load touches both.
+figure is target units (EOS counted) per second of updates, after one untimed warm-up update each,
+and on the CPU also per CPU-second of this process (the steadier figure on a shared machine, where the
+wall clock counts time the other jobs held the cores); the two models take turns, one update each, so
+that a change in the machine's load touches both.
 ``--device cuda`` runs both on a GPU (the clock read after the device's queue has drained);
 ``benchmarks/gpu_suite.sh`` does.
 
@@ -93,10 +95,11 @@ class TimedTraining:
         self.optimizer = torch.optim.Adam(model.parameters(), lr=5e-4)
         self.device = next(model.parameters()).device
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
 
     def update(self, batch: PairBatch, *, timed: bool = True) -> None:
         synchronize(self.device)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         with autocast(self.device, self.amp):
             loss = -self.loss_of(self.model, batch).sum() / batch.target_tokens
         self.optimizer.zero_grad()
@@ -105,16 +108,18 @@ class TimedTraining:
         synchronize(self.device)
         if timed:
             self.seconds += time.perf_counter() - started
+            self.cpu_seconds += time.process_time() - cpu_started
 
 
-def units_per_second(ours: TimedTraining, peer: TimedTraining, data: list[PairBatch]) -> tuple[float, float]:
-    """Target units per second of each over ``data``, the first batch an untimed warm-up: the two
-    take turns, one update each, so that the machine's load, which moves, touches both alike."""
+def units_per_second(ours: TimedTraining, peer: TimedTraining, data: list[PairBatch]) -> tuple[float, ...]:
+    """Target units per second, then per CPU-second, of each over ``data`` (ours, peer, ours, peer), the
+    first batch an untimed warm-up: the two take turns, one update each, so that the machine's load,
+    which moves, touches both alike."""
     for n, batch in enumerate(data):
         for training in (ours, peer) if n % 2 else (peer, ours):
             training.update(batch, timed=n > 0)
     units = sum(batch.target_tokens for batch in data[1:])
-    return units / ours.seconds, units / peer.seconds
+    return units / ours.seconds, units / peer.seconds, units / ours.cpu_seconds, units / peer.cpu_seconds
 
 
 def main() -> None:
@@ -145,8 +150,10 @@ def main() -> None:
         ours_training = TimedTraining(AttentionNMT(config).to(device), pair_log_probs, amp)
         torch.manual_seed(0)
         peer_training = TimedTraining(TorchPeer(config).to(device), lambda m, b: m(b), amp)
-        ours, peer = units_per_second(ours_training, peer_training, data)
-        print(f"{precision}: nmt {ours:,.0f} target units/s, torch peer (nn.GRU) {peer:,.0f}: {ours / peer:.2f}x")
+        ours, peer, ours_cpu, peer_cpu = units_per_second(ours_training, peer_training, data)
+        print(f"{precision}: nmt {ours:,.0f} target units/s, torch peer (nn.GRU) {peer:,.0f}: {ours / peer:.2f}x"
+              + (f"; per CPU-second {ours_cpu:,.0f} and {peer_cpu:,.0f}: {ours_cpu / peer_cpu:.2f}x"
+                 if device.type == "cpu" else ""))
     if args.sources:
         search_speeds(config, args, device)
 

@@ -37,7 +37,8 @@ def test_the_gpu_suite_runs_on_the_cpu_and_its_identity_checks_hold(tmp_path: Pa
     # the NMT model's commands ran on the device end to end: 10 sources, 5 hypotheses each, scored
     assert re.search(r"^nmt commands on cpu: train, translate --nbest 5, nbest in [\d.]+ s; 50 n-best lines scored$",
                      summary, re.M), summary
-    assert re.search(r"^nmt: fp32: nmt [\d,]+ target units/s, torch peer \(nn.GRU\) [\d,]+: [\d.]+x n-best scoring: ",
+    assert re.search(r"^nmt: fp32: nmt [\d,]+ target units/s, torch peer \(nn.GRU\) [\d,]+: [\d.]+x; per CPU-second "
+                     r"[\d,]+ and [\d,]+: [\d.]+x .*n-best scoring: ",
                      summary, re.M), summary
     identity = (out / "identity.log").read_text()
     assert "rerun: byte-identical" in identity and "kill + --resume: byte-identical" in identity, identity

@@ -122,11 +122,17 @@ def test_nmt_speed_prints_both_models_target_units_per_second(run_benchmark: Run
     out = run_benchmark("nmt_speed", "--dim", "8", "--vocab", "300", "--batch", "4", "--length", "5", "--steps", "1",
                         "--precision", "fp32,bf16", "--sources", "2", "--hypotheses", "3", "--beam", "2")
     for precision in ("fp32", "bf16"):
-        assert re.search(rf"^{precision}: nmt {NUMBER} target units/s, torch peer \(nn.GRU\) {NUMBER}: {NUMBER}x$",
-                         out, re.M), out
+        assert re.search(rf"^{precision}: nmt {NUMBER} target units/s, torch peer \(nn.GRU\) {NUMBER}: {NUMBER}x; "
+                         rf"per CPU-second {NUMBER} and {NUMBER}: {NUMBER}x$", out, re.M), out
     assert re.search(rf"^n-best scoring: {NUMBER} hypotheses/s sharing prefixes as an n-best list \({NUMBER} units "
                      rf"per decoder step\), {NUMBER} with nothing in common .*beam search .*: {NUMBER} sentences/s$",
                      out, re.M), out
+
+
+def test_nmt_speed_without_sources_prints_the_training_figures_alone(run_benchmark: RunBenchmark) -> None:
+    out = run_benchmark("nmt_speed", "--dim", "8", "--vocab", "300", "--batch", "4", "--length", "5", "--steps", "1",
+                        "--precision", "fp32", "--sources", "0")
+    assert re.search(rf"^fp32: nmt {NUMBER} target units/s", out, re.M) and "n-best scoring" not in out, out
 
 
 def test_train_speed_times_the_optimisers_step_alone_against_the_memory_bandwidth(
