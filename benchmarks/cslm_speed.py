@@ -86,7 +86,8 @@ def main() -> None:
                          hidden=[int(h) for h in args.hidden.split(",")])
         model = CSLM(cfg).to(device).eval()
     cfg = model.config
-    precisions = [training_precision(device, p) for p in args.precision.split(",")]  # as cslm train resolves them
+    width = max(cfg.hidden, default=cfg.embedding)  # as cslm train resolves auto
+    precisions = [training_precision(device, p, width) for p in args.precision.split(",")]
     peaks = matmul_peaks(device, ["fp32", *precisions])
     peak = peaks["fp32"]
     print(f"device {device}, {torch.get_num_threads()} threads; matmul peaks "

@@ -104,6 +104,17 @@ def best_rate(work: Callable[[], None], amount: float, device: torch.device, sec
     return best
 
 
+def peak_name(device: torch.device, precision: str, width: int | None = None) -> str:
+    """The peak a training precision's run is a share of: its matmuls' dtype, ``auto`` resolved as a
+    training of a model of that ``width`` resolves it (neural.device.training_precision)."""
+    from neural.device import autocast_dtype, training_precision
+
+    amp = autocast_dtype(device, training_precision(device, precision, width))
+    if amp is not None:
+        return "bf16" if amp == torch.bfloat16 else "fp16"
+    return "tf32" if precision == "tf32" else "fp32"
+
+
 def matmul_peaks(device: torch.device | str, precisions: Iterable[str], size: int | None = None,
                  seconds: float | None = None, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """The matmul peak of each precision (FLOP/s, or per CPU-second with ``time.process_time``), each in its dtype.

@@ -6,7 +6,10 @@ Both train with Adam on the same random batches of ``--batch`` pairs of about ``
 figure is target units (EOS counted) per second of updates, after one untimed warm-up update each,
 and on the CPU also per CPU-second of this process (the steadier figure on a shared machine, where the
 wall clock counts time the other jobs held the cores); the two models take turns, one update each, so
-that a change in the machine's load touches both.
+that a change in the machine's load touches both. Our model's matmul FLOPs per update (forward and
+backward, counted by torch's ``FlopCounterMode`` on the same batches) give its share of the matmul peak
+of its precision, measured in the same run (``benchmarks/machine_peak.py``); ``auto`` is resolved as
+``nmt train`` resolves it for a model of this width.
 ``--device cuda`` runs both on a GPU (the clock read after the device's queue has drained);
 ``benchmarks/gpu_suite.sh`` does.
 
@@ -21,8 +24,10 @@ import time
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
-from neural.device import autocast, autocast_dtype
+from benchmarks.machine_peak import matmul_peaks, peak_name
+from neural.device import autocast, autocast_dtype, training_precision
 from nmt.model import AttentionNMT, NMTConfig, PairBatch, make_batch, pair_log_probs
 from nmt.scoring import score_grouped
 from nmt.search import beam_search
@@ -110,6 +115,22 @@ class TimedTraining:
             self.seconds += time.perf_counter() - started
             self.cpu_seconds += time.process_time() - cpu_started
 
+    def flops(self, batch: PairBatch) -> int:
+        """The matmul FLOPs of one update's forward and backward on ``batch`` (the gradients it leaves
+        are cleared by the next update, and no weight moves)."""
+        # The in-place addmm_ (the output layer's backward accumulates with it) is not in torch's table.
+        with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.addmm_: _addmm_flops}) as counter:
+            with autocast(self.device, self.amp):
+                loss = -self.loss_of(self.model, batch).sum() / batch.target_tokens
+            loss.backward()
+        self.optimizer.zero_grad()
+        return counter.get_total_flops()
+
+
+def _addmm_flops(self_shape, a_shape, b_shape, out_shape=None, **kwargs) -> int:
+    """FLOPs of ``self.addmm_(a, b)``, as torch counts ``addmm``: the product's."""
+    return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+
 
 def units_per_second(ours: TimedTraining, peer: TimedTraining, data: list[PairBatch]) -> tuple[float, ...]:
     """Target units per second, then per CPU-second, of each over ``data`` (ours, peer, ours, peer), the
@@ -144,8 +165,14 @@ def main() -> None:
     data = batches(config, args.steps + 1, args.batch, args.length, seed=1, device=device)
     print(f"d={args.dim}, {args.vocab} units per side, {args.batch} pairs of about {args.length} units per update, "
           f"{args.steps} timed updates, device {device}, {args.threads} CPU thread(s)")
-    for precision in args.precision.split(","):
-        amp = autocast_dtype(device, precision)
+    precisions = args.precision.split(",")
+    names = {p: peak_name(device, p, args.dim) for p in precisions}
+    peaks = matmul_peaks(device, sorted(set(names.values())))
+    cpu_peaks = matmul_peaks(device, sorted(set(names.values())), clock=time.process_time) \
+        if device.type == "cpu" else peaks
+    print("matmul peaks measured: " + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in peaks.items()))
+    for precision in precisions:
+        amp = autocast_dtype(device, training_precision(device, precision, args.dim))  # as nmt train
         torch.manual_seed(0)
         ours_training = TimedTraining(AttentionNMT(config).to(device), pair_log_probs, amp)
         torch.manual_seed(0)
@@ -153,6 +180,13 @@ def main() -> None:
         ours, peer, ours_cpu, peer_cpu = units_per_second(ours_training, peer_training, data)
         print(f"{precision}: nmt {ours:,.0f} target units/s, torch peer (nn.GRU) {peer:,.0f}: {ours / peer:.2f}x"
               + (f"; per CPU-second {ours_cpu:,.0f} and {peer_cpu:,.0f}: {ours_cpu / peer_cpu:.2f}x"
+                 if device.type == "cpu" else ""))
+        flops = sum(ours_training.flops(batch) for batch in data[1:])
+        units = sum(batch.target_tokens for batch in data[1:])
+        share = flops / (units / ours) / peaks[names[precision]]
+        print(f"  nmt: {flops / len(data[1:]) / 1e9:.2f} GFLOP per update = {100 * share:.1f}% of the "
+              f"{names[precision]} matmul peak"
+              + (f" ({100 * flops / (units / ours_cpu) / cpu_peaks[names[precision]]:.1f}% per CPU-second)"
                  if device.type == "cpu" else ""))
     if args.sources:
         search_speeds(config, args, device)

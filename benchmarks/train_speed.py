@@ -60,7 +60,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from benchmarks.machine_peak import matmul_peaks, memory_bandwidth
+from benchmarks.machine_peak import matmul_peaks, memory_bandwidth, peak_name
 from benchmarks.shared_data import shared_dir
 from neural.adadelta import ChunkedAdadelta, FusedAdadelta
 from neural.config import PRECISIONS
@@ -134,10 +134,10 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, precisio
     # ones), so that figures stay comparable with earlier runs of this benchmark.
     drawn = training_batches(2 + args.steps + args.profile_steps, config, cfg, np.random.default_rng(0))
     batches, profiled = drawn[2 : 2 + args.steps], drawn[2 + args.steps :]
-    amps = {p: autocast_dtype(device, training_precision(device, p)) for p in precisions}  # as rescorer train
+    amps = {p: autocast_dtype(device, training_precision(device, p, config.hidden)) for p in precisions}  # as training
     print(f"\n== {name}: d={config.hidden}, embedding {config.embedding}, maxout {config.maxout_units}, rank "
           f"{config.output_rank}, vocab {args.vocab}, batch {cfg.batch_size}; "
-          + ", ".join(f"{p} runs in {training_precision(device, p)}" for p in precisions))
+          + ", ".join(f"{p} runs in {training_precision(device, p, config.hidden)}" for p in precisions))
     rates: dict[str, dict[str, tuple[float, float]]] = {p: {} for p in precisions}
     reference: dict[str, list[float]] = {}
     for i, mode in enumerate(modes):
@@ -176,7 +176,7 @@ def run_size(name: str, args: argparse.Namespace, device: torch.device, precisio
                 elapsed[precision] += time.perf_counter() - t0
                 cpu[precision] += time.process_time() - c0
         for precision in precisions:
-            peak = peak_name(device, precision)
+            peak = peak_name(device, precision, config.hidden)
             print(f"[{precision}] ", end="")
             rates[precision][mode] = report(mode, batches, elapsed[precision], cpu[precision], device, peaks[peak],
                                             cpu_peaks[peak], peak)
@@ -338,7 +338,7 @@ def time_updates(name: str, args: argparse.Namespace, precisions: list[str], ban
           f"gradients of norm {args.grad_norm:g} clipped at {TrainConfig().clip_norm:g}")
     kinds = args.updates.split(",")
     for precision in precisions:
-        copies = copied if training_precision(torch.device("cpu"), precision) == "bf16" else []
+        copies = copied if training_precision(torch.device("cpu"), precision, config.hidden) == "bf16" else []
         # Bytes an update cannot avoid: the gradient read twice (the norm, then the step), the weight
         # and both running averages read and written once each, and the bf16 copies written.
         least = 32 * elements + 2 * sum(start[i].numel() for i in copies)
@@ -427,9 +427,10 @@ def main() -> None:
         optimizer_only(args, precisions)
         return
     device = select_device(args.device)
-    peak_of = {p: peak_name(device, p) for p in precisions}
-    peaks = matmul_peaks(device, peak_of.values())
-    cpu_peaks = matmul_peaks(device, peak_of.values(), clock=time.process_time) if device.type == "cpu" else peaks
+    widths = [SIZES[name.strip()]["hidden"] for name in args.sizes.split(",")]
+    needed = sorted({peak_name(device, p, width) for p in precisions for width in widths})
+    peaks = matmul_peaks(device, needed)
+    cpu_peaks = matmul_peaks(device, needed, clock=time.process_time) if device.type == "cpu" else peaks
     print(f"device: {device} ({torch.get_num_threads()} threads); matmul peaks measured: "
           + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in peaks.items()))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
@@ -440,7 +441,7 @@ def main() -> None:
     for name in args.sizes.split(","):
         for precision, by_mode in run_size(name.strip(), args, device, precisions, peaks, cpu_peaks).items():
             rates[name.strip(), precision] = by_mode
-    peaks_after = matmul_peaks(device, peak_of.values())
+    peaks_after = matmul_peaks(device, needed)
     print("\nmatmul peaks (measured before/after): " + "; ".join(
         f"{k} {peaks[k] / 1e9:.1f} / {peaks_after[k] / 1e9:.1f} GFLOP/s" for k in peaks)
         + "; fractions above use the first" + ("; per CPU-second: " + ", ".join(
@@ -452,14 +453,6 @@ def main() -> None:
                 print(f"{name}: {precision} / {precisions[0]} pairs/s: " + ", ".join(
                     f"{mode} {by_mode[mode][0] / base[mode][0]:.2f}× (per CPU-second "
                     f"{by_mode[mode][1] / base[mode][1]:.2f}×)" for mode in by_mode))
-
-
-def peak_name(device: torch.device, precision: str) -> str:
-    """The peak a precision's run is a share of: its matmuls' dtype (``auto`` as training resolves it)."""
-    amp = autocast_dtype(device, training_precision(device, precision))  # as rescorer train resolves it
-    if amp is not None:
-        return "bf16" if amp == torch.bfloat16 else "fp16"
-    return "tf32" if precision == "tf32" else "fp32"
 
 
 if __name__ == "__main__":

@@ -124,6 +124,10 @@ def test_nmt_speed_prints_both_models_target_units_per_second(run_benchmark: Run
     for precision in ("fp32", "bf16"):
         assert re.search(rf"^{precision}: nmt {NUMBER} target units/s, torch peer \(nn.GRU\) {NUMBER}: {NUMBER}x; "
                          rf"per CPU-second {NUMBER} and {NUMBER}: {NUMBER}x$", out, re.M), out
+        assert re.search(rf"^  nmt: {NUMBER} GFLOP per update = {NUMBER}% of the {precision} matmul peak "
+                         rf"\({NUMBER}% per CPU-second\)$", out, re.M), out
+    flops = re.findall(rf"^  nmt: ({NUMBER}) GFLOP per update", out, re.M)
+    assert len(flops) == 2 and flops[0] == flops[1], out  # the same matmuls, whatever their precision
     assert re.search(rf"^n-best scoring: {NUMBER} hypotheses/s sharing prefixes as an n-best list \({NUMBER} units "
                      rf"per decoder step\), {NUMBER} with nothing in common .*beam search .*: {NUMBER} sentences/s$",
                      out, re.M), out
