@@ -47,8 +47,8 @@ def training_precision(device: torch.device, precision: str, width: int | None =
 
     Why measure rather than read the CPU's flags: the same flags mean opposite things. AVX512-BF16
     matmuls were 0.55× fp32's on one Xeon and 3.6–4.3× on a Zen 5 EPYC, and what decides is whether a
-    whole update gets faster, not its matmuls (docs/training-speed.md). The measure takes a few
-    milliseconds once per process and width; without ``width`` (a check made before the model's size
+    whole update gets faster, not its matmuls (docs/training-speed.md). The measure takes 0.1–0.8 s
+    once per process and width; without ``width`` (a check made before the model's size
     is known) a CPU keeps fp32. On CUDA ``auto`` is what :func:`autocast_dtype` picks (bf16 where
     supported, else fp16). Any other choice is kept as given; the result is always a concrete name,
     the one a run prints and records.

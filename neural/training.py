@@ -172,14 +172,16 @@ def training_device(device: str, precision: str,
     """The device a run trains on, its precision, autocast dtype, and why that precision where ``auto``
     chose it on a CPU (else ""). ``auto`` is bf16 on a GPU; on a CPU it is bf16 where this CPU's bf16
     matmuls at the model's ``width`` are fast enough to pay (:func:`neural.device.training_precision`)."""
-    from neural.device import CPU_BF16_PAYS_AT, autocast_dtype, cpu_bf16_speedup, select_device, training_precision
+    from neural.config import CPU_BF16_PAYS_AT
+    from neural.device import autocast_dtype, cpu_bf16_speedup, select_device, training_precision
 
     dev = select_device(device)
     resolved = training_precision(dev, precision, width)
     why = ""
     if precision == "auto" and dev.type == "cpu" and width is not None:
-        why = (f" (auto: this CPU's bf16 matmuls at width {width} run {cpu_bf16_speedup(width):.1f}x its fp32 ones; "
-               f"{CPU_BF16_PAYS_AT:g}x pays)")
+        speedup = cpu_bf16_speedup(width)
+        why = (f" (auto: this CPU's bf16 matmuls at width {width} run {speedup:.1f}x its fp32 ones; "
+               f"{CPU_BF16_PAYS_AT:g}x pays)" if speedup else " (auto: this CPU has no native bf16 matmuls)")
     return dev, resolved, autocast_dtype(dev, resolved), why
 
 
