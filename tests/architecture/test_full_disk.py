@@ -1,7 +1,7 @@
 """A full disk is one line in every command that writes, and leaves nothing it created: in
 ``rescorer train`` and ``cslm train`` not a ~50-line traceback (``OSError ENOSPC``, then torch's
 ``RuntimeError … inline_container.cc``) and no ``MODEL.data/``. ``rescore-phrase-table``'s own
-handling (what it keeps for ``--resume``) is tested in tests/rescorer/pipeline/test_rescore_hardening.py."""
+handling (what it keeps for ``--resume``) is tested in tests/rescorer/pipeline/test_partial_output.py."""
 
 from __future__ import annotations
 
