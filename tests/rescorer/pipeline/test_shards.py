@@ -15,17 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 from rescore_runs import assert_same_output, lines_of, rescore, shard_outputs
+from tiny_rescore import WORDS
 
 from infrastructure.errors import UserError
 from infrastructure.files import open_input
-from neural.vocab import EOS, UNK, Vocab
 from rescorer.cli import rescore_phrase_table_command
-from rescorer.model.checkpoint import Checkpoint, save_checkpoint
-from rescorer.model.config import ModelConfig
-from rescorer.model.network import RNNEncoderDecoder
+from rescorer.model.checkpoint import save_checkpoint
 from rescorer.pipeline import partial_output
 from rescorer.pipeline.reader import ReadingSettings, read_chunks
 from rescorer.pipeline.shards import PASS_CHUNK_LINES, ShardError, ShardFilter, shard_cuts
@@ -33,7 +30,6 @@ from rescorer.tables.aligned import grid_points
 from rescorer.tables.chunks import iter_line_chunks
 from shared_paths import shared_file
 
-WORDS = ["la", "maison", "the", "house", "a", "b", "c"]
 TOLERANCE = 0.10  # what a shard may hold more or less than an equal share
 
 
@@ -137,15 +133,6 @@ def test_the_fixtures_filtered_table_is_cut_into_equal_shares(shards):
     with gzip.open(path) as fh:
         table = fh.read().splitlines()
     assert all(source(table[cut - 1]) != source(table[cut - 2]) for cut in cuts[1:-1])
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint() -> Checkpoint:
-    vocab = Vocab([EOS, UNK, *WORDS])
-    config = ModelConfig(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), hidden=8, embedding=4,
-                         maxout_units=4, output_rank=4)
-    torch.manual_seed(0)
-    return Checkpoint(RNNEncoderDecoder(config).eval(), config, vocab, vocab)
 
 
 @pytest.mark.parametrize(("targets", "shards", "chunk_lines", "workers"),
