@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from infrastructure.files import compress_member
 from moses_integration.phrase_table import SEPARATOR, append_score_columns_bulk
 from rescorer.pipeline.spool import SpooledChunk, lines_of
-from rescorer.tables.aligned import shard_points
+from rescorer.tables.aligned import grid_rows
 from rescorer.tables.chunks import LineChunk
 
 NEWLINE = ord("\n")
@@ -116,18 +116,18 @@ def format_lines(
     """:func:`format_chunk` of the scored rows (``good_rows``, None: all) of lines in memory or in the
     spool; a spool file is deleted once read, as this is its last use.
 
-    A gzip member starts at the chunk's first line and at each of its shard points
-    (:func:`rescorer.tables.aligned.shard_points`, which after the first line need no line before
-    the chunk), where a shard may start: so a shard's output, a stretch of the whole run's chunks
-    from one shard point on, is also the whole run's bytes. Of a subset of rows, a member starts
-    at a row if a shard point lies after the row before it.
+    A gzip member starts at the chunk's first line and at each of its grid points
+    (:func:`rescorer.tables.aligned.grid_rows`, found from the line numbers alone), where a shard may
+    start: so a shard's output, a stretch of the whole run's chunks from one grid point on, is also
+    the whole run's bytes. Of a subset of rows, a member starts at a row if a grid point lies after
+    the row before it.
     """
     chunk = lines_of(lines)
     if isinstance(lines, SpooledChunk):
         lines.drop()
     members = None
     if compress_level is not None and len(chunk):
-        points = np.cumsum(shard_points(chunk, None)[0])  # points at or before each row
+        points = np.cumsum(grid_rows(chunk))  # grid points at or before each row
         at = points[good_rows] if good_rows is not None else points
         members = np.flatnonzero(np.diff(at)) + 1
     return format_chunk(chunk.take(good_rows) if good_rows is not None else chunk, columns, compress_level, members)

@@ -118,8 +118,8 @@ class ReadChunk:
 
     def new_sources(self, prep: PreparedChunk, prev_source: str | None) -> int:
         """How many distinct sources the rows written add to those before (``prev_source``: the last
-        source written): a source block cut by the chunk's start counts once, and a shard's first row,
-        at a shard point, starts a source."""
+        source written): a source block cut by the chunk's start counts once, and a shard's first row
+        starts a source of its own (a source block split between two shards counts in both)."""
         if not prep.scored:
             return 0
         continues = prev_source is not None and prep.first_source == prev_source

@@ -25,8 +25,9 @@ from infrastructure.resume_record import check_same_options, shown
 # 6: shard points (and so gzip members) follow a grid of lines, not a hash of the sources; 7: models
 # by content (content_identity), partial files beside a symlinked output's target; 8: every option but those
 # that may differ (infrastructure.resume_record); 9: shards cut at the grid points nearest to equal
-# shares (rescorer.pipeline.shards), the shard state holds the shard's lines
-PROGRESS_VERSION = 9
+# shares (rescorer.pipeline.shards), the shard state holds the shard's lines; 10: grid points are the
+# grid's lines themselves, inside a source block too (rescorer.tables.aligned.grid_rows)
+PROGRESS_VERSION = 10
 
 
 class ResumeError(UserError):

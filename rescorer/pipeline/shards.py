@@ -2,23 +2,21 @@
 
 Each SLURM array task scores one slice; the slices concatenate to the whole output, byte for
 byte. With L the table's lines, the slices are cut at the *grid points*
-(:func:`rescorer.tables.aligned.grid_points`: the first source-block start at or past each line of
-a grid whose spacing is under 1/256 of the line number, at most 512 lines) nearest to the lines
-(k-1)·L/N + 1, the earlier of two as near. Grid points follow the lines, not the sources, so a
-filtered table (a few sources with hundreds of targets each) has as many as any other, and no
-source block is split between two shards: a cut moves from its exact share by at most half the
-gap between the two grid points around it, which is under the grid's spacing there plus the
-source block the share ends in. Each task finds the cuts alone, in a pass of its own over the
-whole table that decompresses it and compares each line's source with the line before's (~1M lines/s on a
-loaded 2-core machine; compressed bytes, which need no pass, give shares 18% off in lines where a
-stretch of the table compresses better), then reads from the table's first line to the end of its
-slice (the chunks it cuts are the whole run's, :mod:`rescorer.tables.aligned`). The cuts depend on
-the table alone, not on ``--chunk-lines``.
+(:func:`rescorer.tables.aligned.grid_points`: every line up to line 512, then lines spaced under
+1/256 of the line number, at most 512 lines apart) nearest to the lines (k-1)·L/N + 1, the earlier
+of two as near. The grid follows the lines, not the sources, so a cut moves from its exact share by
+at most half the grid's spacing there, in any table: a filtered table (a few sources with hundreds
+or thousands of targets each) is cut as evenly as any other, and a cut may fall inside a source
+block, whose lines the two shards then share. Each task counts the table's lines alone, in a pass of
+its own over the whole table that decompresses it (compressed bytes, which need no pass, give shares
+18% off in lines where a stretch of the table compresses better), then reads from the table's
+first line to the end of its slice (the chunks it cuts are the whole run's,
+:mod:`rescorer.tables.aligned`). The cuts depend on the line count alone, not on ``--chunk-lines``.
 
 A shard's ends fall anywhere within the chunks a whole run cuts, so a shard scores the chunks
 that hold its ends whole, in the whole run's batches, and writes only its own lines of them:
-every printed digit is the whole run's. A grid point is a shard point of the chunk that holds it,
-and every run starts a gzip member at every shard point, so the bytes match too.
+every printed digit is the whole run's. Every run starts a gzip member at every grid point, so the
+bytes match too.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from infrastructure.files import open_input
 from rescorer.tables.aligned import grid_points
 from rescorer.tables.chunks import LineChunk, iter_line_chunks
 
-PASS_CHUNK_LINES = 65_536  # lines read at a time by the pass that finds the cuts (any size cuts alike)
+PASS_CHUNK_LINES = 65_536  # lines read at a time by the pass that counts the table's lines
 
 
 class ShardError(UserError):
@@ -53,7 +51,7 @@ def shard_cuts(points: np.ndarray, table_lines: int, shards: int) -> list[int]:
     (or the table's end) nearest to each equal share's first line, the earlier of two as near.
 
     ``points`` are the table's grid points, ascending (:func:`~rescorer.tables.aligned.grid_points`).
-    Two shares may get the same point: the shard between them is empty.
+    Two shares may get the same point (more shards than lines): the shard between them is empty.
     """
     candidates = np.append(points, table_lines + 1).astype(np.int64)
     cuts = []
@@ -66,6 +64,15 @@ def shard_cuts(points: np.ndarray, table_lines: int, shards: int) -> list[int]:
     return [*cuts, table_lines + 1]
 
 
+def count_lines(path: str) -> int:
+    """The table's lines, a last line without a newline included (the count the reader numbers by)."""
+    lines = 0
+    with open_input(path, decompress_thread=True) as fh:
+        for chunk in iter_line_chunks(fh, path, PASS_CHUNK_LINES):
+            lines = chunk.last_line_no if len(chunk) else lines
+    return lines
+
+
 class ShardFilter:
     """Keeps the lines of shard K/N: ``[first_line, next_line)``, from one grid point to another."""
 
@@ -75,15 +82,14 @@ class ShardFilter:
 
     @classmethod
     def of_table(cls, path: str, shard: tuple[int, int], state: dict | None = None) -> ShardFilter:
-        """The filter of shard K/N of the table at ``path``, whose grid points it finds first.
+        """The filter of shard K/N of the table at ``path``, whose lines it counts first.
 
         ``state`` is what an interrupted run of the shard recorded (:meth:`state`): the table must
         still be cut at the same lines.
         """
-        with open_input(path, decompress_thread=True) as fh:
-            points, lines = grid_points(iter_line_chunks(fh, path, PASS_CHUNK_LINES))
+        lines = count_lines(path)
         k, n = shard
-        cuts = shard_cuts(points, lines, n)
+        cuts = shard_cuts(grid_points(lines), lines, n)
         found = cls(cuts[k - 1], cuts[k])
         if state is not None and state != found.state():
             raise ShardError(f"cannot --resume shard {k}/{n}: {path} is now cut into lines "

@@ -8,9 +8,9 @@ cut at *sync points* that depend on the content alone: a line whose source phras
 previous line's (a *block start*, :func:`block_starts`) and whose hash falls in a 1-in-``chunk_lines``
 class. Between two sync points, chunks are cut every ``chunk_lines`` lines from the first. Every
 run reads the table from its first line and so cuts every stretch of it at the same lines and
-scores it in the same batches: whole, sharded, resumed or not. A shard starts at a block start,
-wherever that falls in a chunk (:mod:`rescorer.pipeline.shards`), and scores the chunks that hold
-its ends whole.
+scores it in the same batches: whole, sharded, resumed or not. A shard starts at a grid point
+(:func:`grid_rows`, a line number), wherever that falls in a chunk (:mod:`rescorer.pipeline.shards`),
+and scores the chunks that hold its ends whole.
 
 With about two lines per source in a Moses table, sync points come every ~2·``chunk_lines`` lines,
 and chunks hold ~0.8·``chunk_lines`` lines on average, at most ``chunk_lines``.
@@ -30,10 +30,11 @@ from rescorer.tables.chunks import FIELD_SEPARATOR, LineChunk
 # Shard points follow a grid of lines whose spacing grows with the line number: 1 line up to line
 # 2**GRID_BITS, then 2**(e - GRID_BITS) lines among the lines of bit length e (between 1/512 and
 # 1/256 of the line number), and at most GRID_MAX_LINES lines. So a cut between shards falls within
-# half of (1/256 of the table's lines + a source block) of an equal share's start, in a table of any
-# length (rescorer.pipeline.shards), and a table has a few thousand points, plus one every 512
-# lines past line 131,072: each starts a gzip member. Never change them: they decide where every
-# gzip member starts.
+# half the spacing (under 1/512 of the table's lines, and at most 256 lines) of an equal share's
+# start, in a table of any length and whatever its sources (rescorer.pipeline.shards), and a table
+# has about 2,600 points, plus one every 512 lines past line 131,072: each starts a gzip member.
+# Never change them without rescorer.pipeline.resume.PROGRESS_VERSION: they decide where every gzip
+# member starts.
 GRID_BITS = 9
 GRID_MAX_LINES = 512
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads the key's bits over the high ones
@@ -113,67 +114,33 @@ def grid_cells(line_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lengths, line_index >> shift
 
 
-def shard_points(chunk: LineChunk, previous: tuple[int, int] | None) -> tuple[np.ndarray, tuple | None]:
-    """Which rows of ``chunk`` are *shard points*, and the key of its last line (for the next chunk).
+def grid_rows(chunk: LineChunk) -> np.ndarray:
+    """Which rows of ``chunk`` are *grid points*: lines where a grid line (:func:`grid_cells`) lies,
+    the table's first line included.
 
-    A shard point is a block start (a source differing from the line before) past a line of the
-    grid (:func:`grid_cells`) that no block start lies between: the first block start at or past
-    each grid line. Within a chunk it is found from the chunk's lines alone, the chunk's first row
-    aside: after it, the first block start is a point, and each next one is if a grid line lies
-    after the block start before it, up to and including itself. So a chunk's points after its
-    first row need no line before it: :func:`rescorer.pipeline.output_chunks.format_lines` finds
-    them in the chunk alone and starts a gzip member at each (and at the first row), and a shard
-    starts at one (a grid point, :func:`grid_points`; :mod:`rescorer.pipeline.shards`), so a
-    shard's output is the whole run's bytes from there. The first row is a point when it starts a
-    block (the table's first line always). The grid follows line numbers, so points come as
-    densely in a filtered table (few sources, many targets each) as in any other. Every run with
-    the same ``--chunk-lines`` cuts the same chunks and so finds the same points; a chunk start
-    adds at most one. ``previous`` as in
-    :func:`block_starts`.
+    A shard may start at each (:mod:`rescorer.pipeline.shards`), and so every run starts a gzip
+    member at each (:func:`rescorer.pipeline.output_chunks.format_lines`): a shard's output is then
+    the whole run's bytes from there. They follow the line numbers alone, not the sources, so a
+    filtered table (few sources, many targets each) has as many as any other, and a shard may start
+    inside a source block; a chunk finds its own from its first line number, whatever was read before.
     """
-    starts, _, last = block_starts(chunk, previous)
-    n = len(starts)
-    if not n:
-        return starts, last
-    rows = np.arange(n)
-    # The block start before each row, the first row aside (-1: none).
-    after_first = np.where(starts & (rows > 0), rows, -1)
-    before = np.full(n, -1, dtype=np.int64)
-    before[1:] = np.maximum.accumulate(after_first)[:-1]
-    lengths, cells = grid_cells(chunk.first_line_no - 1 + rows)
-    at = np.maximum(before, 0)
-    crossed = (before < 0) | (lengths != lengths[at]) | (cells != cells[at])
-    points = starts & crossed
-    points[0] = starts[0]
-    return points, last
+    index = chunk.first_line_no - 1 + np.arange(len(chunk), dtype=np.int64)
+    lengths, cells = grid_cells(index)
+    before_lengths, before_cells = grid_cells(np.maximum(index - 1, 0))
+    return (index == 0) | (lengths != before_lengths) | (cells != before_cells)
 
 
-def grid_points(chunks: Iterable[LineChunk]) -> tuple[np.ndarray, int]:
-    """The 1-based line numbers of the table's *grid points*, and its line count, from its chunks in
-    order (from the first line, cut anywhere).
-
-    A grid point is the first block start at or past a line of the grid (:func:`grid_cells`): a
-    function of the table's lines alone, whatever the chunks. Each is a shard point of whatever
-    chunk holds it (:func:`shard_points` finds the same block starts, and more at chunk starts), so
-    a gzip member starts at each in every run, and a shard may start at any of them
-    (:mod:`rescorer.pipeline.shards`). The table's first line is one.
-    """
-    found: list[np.ndarray] = []
-    previous: tuple[int, int] | None = None  # key of the last line seen
-    last_start = -1  # 0-based index of the last block start seen (-1: none yet)
-    lines = 0
-    for chunk in chunks:
-        starts, _, previous = block_starts(chunk, previous)
-        lines = chunk.last_line_no if len(chunk) else lines
-        at = chunk.first_line_no - 1 + np.flatnonzero(starts)
-        if not len(at):
-            continue
-        before = np.concatenate([[last_start], at[:-1]])
-        lengths, cells = grid_cells(at)
-        before_lengths, before_cells = grid_cells(np.maximum(before, 0))
-        found.append(at[(before < 0) | (lengths != before_lengths) | (cells != before_cells)] + 1)
-        last_start = int(at[-1])
-    return (np.concatenate(found) if found else np.zeros(0, dtype=np.int64)), lines
+def grid_points(lines: int) -> np.ndarray:
+    """The 1-based line numbers of the grid points (:func:`grid_rows`) of a table of ``lines`` lines,
+    ascending: every line up to line 512, then every 2**(e - GRID_BITS) lines among the line indices
+    of bit length e, at most every GRID_MAX_LINES lines (about 2,600 points below line 131,072, then
+    one every 512 lines)."""
+    found = []
+    for length in range(lines.bit_length() + 1):
+        low, high = (1 << length) >> 1, 1 << length  # 0-based indices of this bit length: [low, high)
+        shift = min(max(length - GRID_BITS, 0), GRID_MAX_LINES.bit_length() - 1)
+        found.append(np.arange(low, min(high, lines), 1 << shift, dtype=np.int64))
+    return np.concatenate(found) + 1
 
 
 def aligned_chunks(chunks: Iterable[LineChunk], chunk_lines: int) -> Iterator[LineChunk]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import bisect
 import io
 
 import numpy as np
 import pytest
 
-from rescorer.tables.aligned import aligned_chunks, grid_points, shard_points, source_keys
+from rescorer.tables.aligned import aligned_chunks, grid_points, grid_rows, source_keys
 from rescorer.tables.chunks import LineChunk, iter_line_chunks
 
 
@@ -71,35 +70,24 @@ def test_end_offsets_follow_the_lines():
     assert [c.end_offset for c in chunks] == [int(ends[c.last_line_no - 1]) for c in chunks]
 
 
-def brute_force_grid_points(lines: list[bytes]) -> list[int]:
-    """The first block start at or past each grid line, from the definition, line by line: every
-    line up to line 512, then every 2**(e-9)-th line of those whose 0-based index has bit length
-    e, at most every 512th (1-based line numbers)."""
-    sources = [line.split(b" ||| ")[0] for line in lines]
-    starts = [i for i in range(len(lines)) if i == 0 or sources[i] != sources[i - 1]]
-    grid = [i for i in range(len(lines)) if i % min(max(2 ** (i.bit_length() - 9), 1), 512) == 0]
-    return sorted({starts[bisect.bisect_left(starts, g)] + 1 for g in grid if g <= starts[-1]})
+def brute_force_grid_points(lines: int) -> list[int]:
+    """From the definition, line by line: every line up to line 512, then every 2**(e-9)-th line of
+    those whose 0-based index has bit length e, at most every 512th (1-based line numbers)."""
+    return [i + 1 for i in range(lines) if i % min(2 ** max(i.bit_length() - 9, 0), 512) == 0]
 
 
-@pytest.mark.parametrize("targets", [1, 3, 40, 700])
-def test_grid_points_follow_their_definition_whatever_the_reads(targets):
-    lines = [f"src {s} ||| t{t} ||| 0.5".encode() for s in range(300_000 // targets // 20) for t in range(targets)]
-    expected = brute_force_grid_points(lines)
-    assert len(expected) > 20
-    data = b"".join(x + b"\n" for x in lines)
-    for read_lines in (97, 333, 10**6):
-        points, counted = grid_points(iter_line_chunks(io.BytesIO(data), "t", read_lines))
-        assert points.tolist() == expected and counted == len(lines)
+@pytest.mark.parametrize("lines", [0, 1, 2, 511, 512, 513, 514, 1025, 131_073, 300_000])
+def test_grid_points_follow_their_definition(lines):
+    assert grid_points(lines).tolist() == brute_force_grid_points(lines)
 
 
-def test_grid_points_are_shard_points_of_any_chunks():
-    """So a gzip member starts at each in every run, whatever --chunk-lines."""
-    lines = table(3000)
-    data = b"".join(x + b"\n" for x in lines)
-    grid = set(grid_points(iter_line_chunks(io.BytesIO(data), "t", 1000))[0].tolist())
+@pytest.mark.parametrize("targets", [1, 40, 700])
+def test_grid_points_are_the_grid_rows_of_any_chunks(targets):
+    """So a gzip member starts at each in every run, whatever --chunk-lines and the sources."""
+    lines = [f"src {s} ||| t{t} ||| 0.5".encode() for s in range(2800 // targets + 1) for t in range(targets)]
+    grid = set(grid_points(len(lines)).tolist())
     for chunk_lines in (97, 1000, 100_000):
-        chunk_points, previous = set(), None
+        found = set()
         for chunk in chunks_of(lines, 500, chunk_lines):
-            points, previous = shard_points(chunk, previous)
-            chunk_points |= set((chunk.first_line_no + np.flatnonzero(points)).tolist())
-        assert grid <= chunk_points and len(grid) > 100
+            found |= set((chunk.first_line_no + np.flatnonzero(grid_rows(chunk))).tolist())
+        assert found == grid and len(grid) > 1000
