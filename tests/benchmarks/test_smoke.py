@@ -152,8 +152,8 @@ def test_train_speed_times_the_optimisers_step_alone_against_the_memory_bandwidt
                              "largest$", out, re.M), out  # the chunked step is torch's bit for bit
 
 
-def test_train_speed_counts_each_modes_matmul_shapes(run_benchmark: RunBenchmark) -> None:
-    out = run_benchmark("train_speed", "--sizes", "small", "--vocab", "50", "--steps", "4", "--profile-steps", "0",
+def test_train_speed_counts_each_modes_matmul_shapes_and_the_recurrences_share(run_benchmark: RunBenchmark) -> None:
+    out = run_benchmark("train_speed", "--sizes", "small", "--vocab", "50", "--steps", "4", "--profile-steps", "1",
                         "--threads", "1", "--precision", "fp32", "--train-step", "eager-exact,eager-fixed")
     distinct = {}
     for mode in ("eager-exact", "eager-fixed"):
@@ -163,3 +163,16 @@ def test_train_speed_counts_each_modes_matmul_shapes(run_benchmark: RunBenchmark
         assert found, out
         distinct[mode] = int(found.group(1))
     assert distinct["eager-fixed"] < distinct["eager-exact"], distinct
+    shares = re.search(rf"^  recurrences: ({NUMBER})% of the CPU time, of which not matmuls {NUMBER}% "
+                       rf"\(({NUMBER})% of the update: the most a fused GRU step could remove\)$", out, re.M)
+    assert shares and 0 < float(shares.group(2)) <= float(shares.group(1)) <= 100, out
+
+
+def test_gru_fusion_prints_eager_and_compiled_times_and_their_difference(run_benchmark: RunBenchmark) -> None:
+    out = run_benchmark("gru_fusion", "--sizes", "8", "--rows", "4", "--rounds", "1")
+    assert re.search(rf"memory bandwidth measured \(c = a \+ b, fp32\): {NUMBER} GB/s", out), out
+    for kind in ("GRU backward step, H=8 rows=4", "attention scores, A=8 rows=4 source=28"):
+        found = re.search(rf"^{re.escape(kind)}: eager {NUMBER} us \({NUMBER} GB/s = {NUMBER}% of the memory "
+                          rf"bandwidth\), compiled {NUMBER} us \({NUMBER}%\): {NUMBER}x; largest difference "
+                          rf"({NUMBER}e[-+]\d+)$", out, re.M)
+        assert found and float(found.group(1)) < 1e-5, out  # the same arithmetic, compiled
