@@ -83,8 +83,10 @@ def keep_freed_memory() -> None:
     thread, fresh processes alternated five times, docs/performance.md): a d = 256 RNN update took a
     median 84 CPU-ms against 97 (lower in all five pairs), with 140 minor faults against 286; a
     medium NMT update 1,035 against 1,096 CPU-ms, 194 faults against 3,205, system time 5–26 ms
-    against 36–143; the same losses; peak memory 812 MB against 793. The cost: a process keeps up
-    to that much freed memory mapped, at its peak.
+    against 36–143; the same losses; peak memory 812 MB against 793. Not every block is refilled in
+    place: a small allocation placed where a freed block was sends the next one to fresh memory, so
+    the gain is an average, not a guarantee. The cost: a process keeps up to that much freed memory
+    mapped, at its peak.
     """
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return

@@ -112,22 +112,24 @@ def _glibc() -> bool:
 
 @pytest.mark.skipif(not _glibc(), reason="keeping freed memory is glibc's mallopt; other C libraries differ")
 def test_every_command_refills_freed_memory_without_faults_unless_told_otherwise() -> None:
-    """A fresh interpreter that loads the CLI conventions before torch, as every command does, allocates,
-    fills and frees a 64 MB tensor five times, as a training's updates do with their activations, and
-    faults on (almost) none of its pages after the first: it reuses the memory. One told
-    MALLOC_MMAP_THRESHOLD_ (glibc's own setting, here its default) faults on every new block again
-    (the kernel's count, getrusage; in huge pages, the commands' default: 544 faults a block here)."""
-    code = ("import infrastructure.cli_options, resource, torch\n"
-            "x = torch.ones(16 << 20); del x\n"
+    """A fresh interpreter that loads the CLI conventions, as every command does, gets a freed 64 MB
+    block back from the C library with its pages still there: filling it again faults on (almost) no
+    page. One told MALLOC_MMAP_THRESHOLD_ (glibc's own setting, here its default) gets a fresh mapping,
+    and faults on every 4 KiB page of it (the kernel's count, getrusage). Read through malloc itself:
+    what torch's allocations gain from it depends on what else the allocator placed around them, and
+    is measured in docs/performance.md."""
+    code = ("import ctypes, resource, infrastructure.cli_options\n"
+            "libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p; libc.free.argtypes = [ctypes.c_void_p]\n"
+            "size = 64 << 20\n"
+            "block = libc.malloc(size); ctypes.memset(block, 1, size); libc.free(block)\n"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
-            "for _ in range(5):\n"
-            "    x = torch.ones(16 << 20); del x\n"
+            "block = libc.malloc(size); ctypes.memset(block, 1, size); libc.free(block)\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)")
-    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "THP_MEM_ALLOC_ENABLE")}
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
     kept = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     told = subprocess.run([sys.executable, "-c", code], env={**env, "MALLOC_MMAP_THRESHOLD_": "131072"},
                           capture_output=True, text=True, check=True)
-    assert int(kept.stdout) < 50 and int(told.stdout) > 5 * 100, (kept.stdout, told.stdout)
+    assert int(kept.stdout) < 50 and int(told.stdout) >= 16_000, (kept.stdout, told.stdout)
 
 
 @functools.cache
