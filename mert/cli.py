@@ -298,32 +298,38 @@ def evaluate_command(
     mean ± std; --baseline/--baseline-ini add paired bootstrap resampling (sacrebleu).
     """
 
-    from infrastructure.files import write_json
-    from mert.evaluate import decode_test_set, evaluate
+    from infrastructure.files import check_outputs_are_not_inputs, write_json
+    from mert.evaluate import check_inputs_agree, decode_plan, decode_test_set, evaluate
+    from mert.features import sidecar_path
 
     if not hyps and not inis:
         raise click.UsageError("give --hyp FILE or --moses-ini INI --src SRC")
     if (inis or baseline_inis) and source is None:
         raise click.UsageError("--moses-ini/--baseline-ini need --src (the test source)")
     out_dir = output_dir or Path("eval")
-    if inis or baseline_inis:  # only a decode writes there: scoring --hyp files needs no writable folder
+    decoding = bool(inis or baseline_inis)
+    if decoding:  # only a decode writes there: scoring --hyp files needs no writable folder
         check_output_place(out_dir, folder=True)
+        system_out, baseline_out, written = decode_plan(out_dir, hyps, inis, baselines, baseline_inis)
+        inputs = [("--ref", p) for p in refs] + [("--tok-ref", p) for p in tok_refs] + \
+            [("--hyp", p) for p in hyps] + [("--baseline", p) for p in baselines] + [("--src", source)] + \
+            [("--moses-ini", p) for p in inis] + [("--baseline-ini", p) for p in baseline_inis] + \
+            [("the extra features of --moses-ini", sidecar_path(p)) for p in [*inis, *baseline_inis]]
+        check_outputs_are_not_inputs([("written in --output-dir", p) for p in written], inputs)
+    check_inputs_agree(references=refs, tokenized_references=tok_refs, hypotheses=[*hyps, *baselines],
+                       source=source if decoding else None)
 
-    def decoded(configs: tuple[Path, ...], label: str) -> list[Path]:
-        outputs = []
-        for k, ini in enumerate(configs, start=1):
+    def decoded(configs: tuple[Path, ...], outs: list[Path]) -> list[Path]:
+        for ini, out in zip(configs, outs, strict=True):
             assert source is not None
-            out = out_dir / f"{label}.run{k}.tok"
             if not quiet:
                 click.echo(f"decoding {source} with {ini} -> {out}", err=True)
-            outputs.append(
-                decode_test_set(ini, source, out, moses_bin_dir=moses_bin_dir, threads=threads,
-                                nbest_size=nbest_size, decoder_cwd=decoder_cwd)
-            )
-        return outputs
+            decode_test_set(ini, source, out, moses_bin_dir=moses_bin_dir, threads=threads,
+                            nbest_size=nbest_size, decoder_cwd=decoder_cwd)
+        return outs
 
-    system = list(hyps) + decoded(inis, "system")
-    baseline = list(baselines) + decoded(baseline_inis, "baseline")
+    system = list(hyps) + (decoded(inis, system_out) if decoding else [])
+    baseline = list(baselines) + (decoded(baseline_inis, baseline_out) if decoding else [])
     report = evaluate(
         system,
         refs,

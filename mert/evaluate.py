@@ -241,6 +241,90 @@ def paired_bootstrap(
 
 
 # --------------------------------------------------------------------------------------------
+# Checks before any decode
+
+
+def check_inputs_agree(
+    *,
+    references: Sequence[PathArg],
+    tokenized_references: Sequence[PathArg] = (),
+    hypotheses: Sequence[PathArg] = (),
+    source: PathArg | None = None,
+) -> None:
+    """Every file has one line per test sentence, and there is at least one: checked before decoding.
+
+    A test set decodes for half an hour; a reference one line short, or a ``--hyp`` of another test
+    set, found only afterwards, costs that half hour. The count is the source's when there is one,
+    else the first hypothesis file's; the message names the file and its first missing or extra line.
+    """
+    counted = [*([source] if source is not None else []), *hypotheses]
+    if not counted:
+        raise EvaluationError("no system output to evaluate")
+    first = counted[0]
+    n = len(read_text_lines(first))
+    against = (f"the source {display_name(first)} has {n}" if source is not None
+               else f"the hypotheses {display_name(first)} have {n}")
+    if n == 0:
+        raise EvaluationError(f"{display_name(first)}: empty: no sentence to score")
+    for path in counted[1:]:
+        count = len(read_text_lines(path))
+        if count != n:
+            raise EvaluationError(f"{display_name(path)}:{min(count, n) + 1}: hypotheses have {count} lines "
+                                  f"but {against}")
+    for path in [*references, *tokenized_references]:
+        count = len(read_reference_lines(path))
+        if count != n:
+            raise ReferenceFileError(display_name(path), min(count, n) + 1,
+                                     f"reference has {count} lines but {against}")
+
+
+def decoded_files(output: PathArg) -> list[Path]:
+    """Every file :func:`decode_test_set` writes or replaces for ``output``, beside it: the output, the
+    decoder's log, and with n-best features Moses' own 1-best, its log and the n-best lists."""
+    output = Path(output)
+    return [output, *(output.with_name(output.name + suffix)
+                      for suffix in (".log", ".moses-1best", ".moses-1best.log", ".nbest", ".nbest.gz"))]
+
+
+def run_names(paths: Sequence[PathArg]) -> list[str]:
+    """The name of each scored file in the report, and of its ``NAME.detok`` (``detok_dir``): its file
+    name, with ``#2``, ``#3``… where two files share one."""
+    used: set[str] = set()
+    names = []
+    for path in paths:
+        base = Path(os.fspath(path)).name
+        name, k = base, 2
+        while name in used:
+            name, k = f"{base}#{k}", k + 1
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def detok_name(run_name: str) -> str:
+    """The file a run's post-processed output is written to in ``detok_dir``."""
+    return f"{run_name.replace('#', '.')}.detok"
+
+
+def decode_plan(
+    output_dir: PathArg,
+    hyps: Sequence[PathArg],
+    inis: Sequence[PathArg],
+    baselines: Sequence[PathArg],
+    baseline_inis: Sequence[PathArg],
+) -> tuple[list[Path], list[Path], list[Path]]:
+    """Where ``mert evaluate`` decodes each ``--moses-ini`` and ``--baseline-ini`` (``LABEL.runK.tok`` in
+    ``output_dir``), and every file the run writes there: known before any decode, so that one which is
+    an input is refused first (a decode replaces its output, and the report its ``.detok`` files)."""
+    folder = Path(output_dir)
+    system = [folder / f"system.run{k}.tok" for k in range(1, len(inis) + 1)]
+    baseline = [folder / f"baseline.run{k}.tok" for k in range(1, len(baseline_inis) + 1)]
+    written = [f for out in [*system, *baseline] for f in decoded_files(out)]
+    written += [folder / detok_name(name) for name in run_names([*hyps, *system, *baselines, *baseline])]
+    return system, baseline, written
+
+
+# --------------------------------------------------------------------------------------------
 # Decoding a test set
 
 
@@ -418,26 +502,18 @@ def evaluate(
     runs, not only the best one. ``detok_dir`` receives each post-processed output as
     ``<name>.detok`` for inspection.
     """
-    if not system_hyps:
-        raise EvaluationError("no system output to evaluate")
+    check_inputs_agree(references=references, tokenized_references=tokenized_references,
+                       hypotheses=[*system_hyps, *baseline_hyps])
     refs = [read_reference_lines(p) for p in references]
     tok_refs = [read_reference_lines(p) for p in tokenized_references]
     processor = None if already_detokenized else PostProcessor(lang)
-    used: set[str] = set()
-
-    def unique_name(path: PathArg) -> str:
-        base = Path(os.fspath(path)).name
-        name, k = base, 2
-        while name in used:
-            name, k = f"{base}#{k}", k + 1
-        used.add(name)
-        return name
+    names = iter(run_names([*system_hyps, *baseline_hyps]))
 
     def score_all(paths: Sequence[PathArg]) -> list[SystemScore]:
         scores = []
         for path in paths:
             score = score_system(
-                unique_name(path),
+                next(names),
                 path,
                 read_text_lines(path),
                 refs,
@@ -450,7 +526,7 @@ def evaluate(
             )
             if detok_dir is not None:
                 Path(detok_dir).mkdir(parents=True, exist_ok=True)
-                with atomic_output(Path(detok_dir) / f"{score.name.replace('#', '.')}.detok") as fh:
+                with atomic_output(Path(detok_dir) / detok_name(score.name)) as fh:
                     fh.write("".join(f"{line}\n" for line in score.detokenized).encode("utf-8"))
             scores.append(score)
         return scores

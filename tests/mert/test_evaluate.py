@@ -271,6 +271,63 @@ def test_decode_failure_and_missing_moses(fake_system: dict[str, Path], tmp_path
     assert result.exit_code == 1 and result.output.count("\n") == 1 and "need --src" in result.output
 
 
+def _counting_moses(tmp_path: Path) -> tuple[Path, Path]:
+    """A moses that copies its input and counts its calls in a file outside every output folder."""
+    bin_dir, calls = tmp_path / "counting-bin", tmp_path / "moses-calls"
+    bin_dir.mkdir()
+    script = bin_dir / "moses"
+    script.write_text(f"#!/bin/sh\necho called >> {calls}\ncat\n", encoding="utf-8")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return bin_dir, calls
+
+
+@pytest.mark.parametrize("written", ["system.run1.tok", "system.run1.tok.log", "system.run1.tok.detok"])
+def test_cli_evaluate_refuses_an_input_it_would_write_over_before_decoding(fake_system: dict[str, Path],
+                                                                          tmp_path: Path, written: str) -> None:
+    """An input named as a file the run writes in --output-dir (a decode's output or log, a .detok) is
+    one line before any decode, and is left as it was."""
+    bin_dir, calls = _counting_moses(tmp_path)
+    out_dir = tmp_path / "eval"
+    out_dir.mkdir()
+    ref = out_dir / written
+    ref.write_bytes(fake_system["src"].read_bytes())
+    args = ["evaluate", "--moses-ini", str(fake_system["ini"]), "--src", str(fake_system["src"]), "--ref", str(ref),
+            "--moses-bin-dir", str(bin_dir), "--output-dir", str(out_dir), "--threads", "1"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert f"(written in --output-dir) is the input --ref {ref}" in result.output
+    assert ref.read_bytes() == fake_system["src"].read_bytes() and not calls.exists()
+    assert sorted(p.name for p in out_dir.iterdir()) == [written]
+
+
+def test_cli_evaluate_checks_line_counts_before_decoding(fake_system: dict[str, Path], tmp_path: Path) -> None:
+    """A reference, a --hyp or a --baseline of another length than the source is found before the
+    decode (which takes half an hour on a real test set), named with its first extra or missing line."""
+    bin_dir, calls = _counting_moses(tmp_path)
+    src = fake_system["src"]
+    short = tmp_path / "short.txt"
+    short.write_text("".join(f"{x}\n" for x in read_text_lines(src)[:3]), encoding="utf-8")
+    common = ["evaluate", "--moses-ini", str(fake_system["ini"]), "--src", str(src), "--moses-bin-dir", str(bin_dir),
+              "--output-dir", str(tmp_path / "eval"), "--threads", "1"]
+    for extra, message in ((["--ref", str(short)], f"{short}:4: reference has 3 lines but the source {src} has 4"),
+                           (["--ref", str(src), "--baseline", str(short)],
+                            f"{short}:4: hypotheses have 3 lines but the source {src} has 4")):
+        result = CliRunner().invoke(main, common + extra)
+        assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+        assert message in result.output
+    assert not calls.exists() and not (tmp_path / "eval").exists()
+    result = CliRunner().invoke(main, common + ["--ref", str(src)])  # the same files, lengths agreeing
+    assert result.exit_code == 0 and calls.read_text() == "called\n", result.output
+
+
+def test_cli_evaluate_an_empty_test_set_is_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    result = CliRunner().invoke(main, ["evaluate", "--ref", str(empty), "--hyp", str(empty)])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert f"{empty}: empty: no sentence to score" in result.output
+
+
 @pytest.mark.slow
 @pytest.mark.moses
 def test_real_moses_decode_reproduces_the_fixture_and_prints_a_signature(tmp_path: Path) -> None:
