@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import os
 import sys
@@ -136,6 +137,8 @@ class NumberList(OneLineValue, click.ParamType):
         numbers = [self.item.convert(part, param, ctx) for part in parts]
         if self.ascending and numbers != sorted(numbers):
             self.fail(f"{value!r}: each number must be at least the one before.", param, ctx)
+        if self.ascending and not all(math.isfinite(b - a) for a, b in itertools.pairwise(numbers)):
+            self.fail(f"{value!r}: the numbers are further apart than a float holds.", param, ctx)
         return numbers
 
 

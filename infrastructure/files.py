@@ -349,6 +349,31 @@ def lock_held(path: PathArg) -> bool | None:
     return False
 
 
+def streamed_output(path: PathArg) -> bool:
+    """Whether an output is a stream, written in place and never replaced: ``-`` (stdout), or a path that
+    is (or points to) a device, a pipe or a socket (``/dev/null``, ``/dev/stdout`` on a pipe, a FIFO).
+
+    A rename over such a path puts a regular file where the device was: as root, over ``/dev/null``
+    itself, which every program on the machine then writes into. A stream cannot be written all or
+    nothing anyway, as stdout cannot.
+    """
+    name = os.fspath(path)
+    if name == STDIO_NAME:
+        return True
+    try:
+        mode = os.stat(name).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def replaced_path(path: PathArg) -> Path:
+    """The file an output's new content is renamed over: ``path``, or for a symlink the file it points
+    to, so that the link stays (and the temp file is made on the target's file system, where the
+    rename can happen: ``/dev/stdout`` redirected to a file is that file)."""
+    return Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+
+
 @contextlib.contextmanager
 def atomic_path(path: PathArg) -> Iterator[Path]:
     """The project's one atomic write: a temp file beside ``path``, fsync, then rename over it.
@@ -359,9 +384,14 @@ def atomic_path(path: PathArg) -> Iterator[Path]:
     name. The temp file lives in the destination folder so the rename is an atomic
     same-filesystem ``os.replace``; the file gets the permissions a plain ``open()`` would give.
     The temp file is locked while it is written, so that the next write of ``path`` (a rerun)
-    removes what a SIGKILLed writer left (:func:`remove_dead_temps`).
+    removes what a SIGKILLed writer left (:func:`remove_dead_temps`). A symlink is written where it
+    points (:func:`replaced_path`); a device or a pipe (:func:`streamed_output`) is yielded as it is,
+    and written straight into.
     """
-    dest = Path(path)
+    if streamed_output(path) and os.fspath(path) != STDIO_NAME:
+        yield Path(path)
+        return
+    dest = replaced_path(path)
     remove_dead_temps(dest)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     tmp = Path(tmp_name)
@@ -552,6 +582,10 @@ def check_output_place(path: PathArg, *, folder: bool = False) -> None:
     """
     name = os.fspath(path)
     if name == STDIO_NAME:
+        return
+    if not folder and streamed_output(name):  # written in place (atomic_path): only the stream itself counts
+        if not os.access(name, os.W_OK):
+            raise OutputPlaceError(f"cannot write {name}: permission denied")
         return
     target = Path(os.path.abspath(name))
     if folder and target.exists() and not target.is_dir():

@@ -11,6 +11,7 @@ Everything here is library code so that the CLI only parses arguments.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -155,10 +156,15 @@ _NAMED_LINE = re.compile(r"^\s*(\S+)=\s*(.*)$")
 
 
 def _floats(text: str, path: PathArg, line_no: int) -> list[float]:
+    """The numbers of a weights line: finite ones, since a weight of nan or inf scores every hypothesis alike."""
     try:
-        return [float(tok) for tok in text.split()]
+        values = [float(tok) for tok in text.split()]
     except ValueError as exc:
         raise WeightsError(path, line_no, f"not a number ({exc})") from None
+    for tok, value in zip(text.split(), values, strict=True):
+        if not math.isfinite(value):
+            raise WeightsError(path, line_no, f"{tok!r} is not a finite number")
+    return values
 
 
 class InlineWeights(str):
@@ -250,6 +256,14 @@ def read_init_opt(path: PathArg, num_columns: int) -> tuple[np.ndarray, np.ndarr
         raise WeightsError(path, 1, "empty init file")
     if len(rows) == 2:
         raise WeightsError(path, 2, "minima without maxima (line 3 is missing)")
+    if len(rows) == 3:
+        for column, (low, high) in enumerate(zip(rows[1].tolist(), rows[2].tolist(), strict=True), start=1):
+            if not low <= high:
+                raise WeightsError(path, 3, f"value {column}: the random-restart maximum {high:g} is below "
+                                   f"the minimum {low:g} of line 2")
+            if not math.isfinite(high - low):
+                raise WeightsError(path, 3, f"value {column}: the random-restart range {low:g} to {high:g} is "
+                                   "wider than a float holds")
     return rows[0], (rows[1] if len(rows) == 3 else None), (rows[2] if len(rows) == 3 else None)
 
 

@@ -123,10 +123,15 @@ def _parse_features(text: str, path: str, line_no: int) -> list[tuple[str, list[
             values = list(map(float, tokens[start + 1 : end]))
         except ValueError:
             values = [_parse_float(tok, f"feature {name}", path, line_no) for tok in tokens[start + 1 : end]]
-        if math.isnan(sum(values)) and any(math.isnan(v) for v in values):
-            # NaN breaks every comparison MERT makes. Moses writes it when a phrase-table score
-            # was negative (it takes the log of it, SPEC §6): the table needs fixing.
-            raise NBestError(path, line_no, f"feature {name}: value is NaN")
+        if not math.isfinite(sum(values)):
+            if any(math.isnan(v) for v in values):
+                # NaN breaks every comparison MERT makes. Moses writes it when a phrase-table score
+                # was negative (it takes the log of it, SPEC §6): the table needs fixing.
+                raise NBestError(path, line_no, f"feature {name}: value is NaN")
+            if any(math.isinf(v) for v in values):
+                # Moses floors a zero probability's log at -100; an infinite score is a broken
+                # feature, and MERT's line search has no intersection with it.
+                raise NBestError(path, line_no, f"feature {name}: value is infinite")
         features.append((name, values))
     return features
 

@@ -373,9 +373,10 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
 def _written_beside_the_table(output_table: str, params: Mapping[str, Any]) -> list[tuple[str, str]]:
     """What ``rescore-phrase-table`` writes besides OUTPUT_TABLE, so that none of it is an input: its
     partial, rejects and progress files, and without ``--model`` or ``--save-model`` the model it trains."""
+    from infrastructure.files import streamed_output
     from rescorer.pipeline.partial_output import OutputFiles, default_model_path
 
-    beside = [] if output_table == "-" else OutputFiles.beside(output_table).written()
+    beside = [] if streamed_output(output_table) else OutputFiles.beside(output_table).written()
     files = [("written with OUTPUT_TABLE", str(path)) for path in beside]
     if params.get("model_path") is None and params.get("save_model") is None:
         model = default_model_path(output_table)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from infrastructure.files import compress_member
+from infrastructure.files import STDIO_NAME, compress_member, streamed_output
 from infrastructure.interrupts import Interrupted
 from moses_integration.phrase_table import PhraseTableError
 from rescorer.pipeline.errors import RescoreError
@@ -70,7 +70,7 @@ class OutputFiles:
         points: the partial file must be on the target's file system for the final rename, which
         replaces the target (the link stays); a partial beside the link, on another file system, could
         not be renamed there ("Invalid cross-device link") after the whole table was scored."""
-        if output_path == "-":
+        if streamed_output(output_path):  # never written: a stream is written in place, as stdout is
             return cls(output_path, Path.cwd() / ".-.partial", Path.cwd() / "-.rejects",
                        Path.cwd() / ".-.rejects.partial", Path.cwd() / ".-.progress.json")
         target = Path(os.path.realpath(output_path))
@@ -96,7 +96,7 @@ class OutputFiles:
 
 def default_model_path(output_path: str, save_model: str | None = None) -> str:
     """Where a model trained by ``rescore-phrase-table`` without ``--model`` is saved."""
-    return save_model or (output_path + ".model.pt" if output_path != "-" else "rescorer.model.pt")
+    return save_model or (output_path + ".model.pt" if not streamed_output(output_path) else "rescorer.model.pt")
 
 
 #: What a run that read its table from standard input says when it stops: nothing is kept, as a rerun
@@ -160,7 +160,7 @@ def check_partial_output(output_path: str, resume: bool) -> bool:
     to overwrite a model; an output in place without a partial file or a progress record beside it is
     one that a run completed, and a ``--resume`` of it must not score the table again.
     """
-    if output_path == "-":
+    if streamed_output(output_path):
         return False
     files = OutputFiles.beside(output_path)
     if not resume and files.partial.exists():
@@ -183,8 +183,8 @@ class DurableWriter:
         self.durable_rejects = done.rejects_bytes
         resuming = done.output_bytes > 0 or done.chunks_done > 0
         self.rejects: BinaryIO | None = None
-        if to_stdout:
-            self.out: BinaryIO = sys.stdout.buffer
+        if to_stdout:  # stdout, or a device or pipe written in place (streamed_output)
+            self.out: BinaryIO = sys.stdout.buffer if files.output == STDIO_NAME else open(files.output, "wb")  # noqa: SIM115
             return
         self.out = _open_at(files.partial, self.durable, resuming)
         if resuming and self.durable_rejects:
@@ -219,6 +219,8 @@ class DurableWriter:
             self.write(compress_member(b""), b"", ChunkProgress())  # an empty table is still a valid gzip file
         self.out.flush()
         if self.to_stdout:
+            if self.out is not sys.stdout.buffer:
+                self.out.close()
             return
         for stream in self._streams():
             os.fsync(stream.fileno())

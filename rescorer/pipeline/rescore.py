@@ -49,6 +49,7 @@ from infrastructure.files import (
     display_name,
     exclusive_use,
     open_input,
+    streamed_output,
 )
 from infrastructure.interrupts import held_while_starting_children
 from infrastructure.progress import progress_bar
@@ -238,7 +239,7 @@ def _columns_of_models(input_path: str, output_path: str, models: Models,
     device = select_device(opts.device)
     precision = scoring_precision(opts.precision)
     scoring = opts.scoring
-    if opts.resume and scoring.token_budget is None and output_path != "-":
+    if opts.resume and scoring.token_budget is None and not streamed_output(output_path):
         # The automatic budget follows free GPU memory; the resumed run keeps the recorded one, so
         # its groups, and hence its bytes, are those of the interrupted run.
         recorded = recorded_options(OutputFiles.beside(output_path).progress)
@@ -355,7 +356,7 @@ class _Run:
         self.children = children
         self.timeline: Timeline = opts.timeline  # set by rescore()
         self.started = time.monotonic()
-        self.to_stdout = output_path == "-"
+        self.to_stdout = streamed_output(output_path)
         self.files = OutputFiles.beside(output_path)
         self.parts_dir = Path(opts.scores_parquet + ".parts") if opts.scores_parquet else None
         # The gzip member level of a .gz output; None: plain text.
@@ -561,11 +562,12 @@ def check_options(input_path: str, output_path: str, opts: RescoreOptions) -> No
             raise RescoreError(f"input {input_path} does not exist")
     if input_path == "-" and (opts.resume or opts.shard):
         raise RescoreError("--resume and --shard need a file as input, not stdin")
-    if output_path == "-":
+    if streamed_output(output_path):
+        stream = "stdout" if output_path == "-" else f"{output_path}, a device or a pipe"
         if opts.resume:
-            raise RescoreError("--resume needs a file as output, not stdout")
+            raise RescoreError(f"--resume needs a file as output, not {stream}")
         if opts.skip_bad_lines:
-            raise RescoreError("--skip-bad-lines writes rejected lines beside the output: give a file, not stdout")
+            raise RescoreError(f"--skip-bad-lines writes rejected lines beside the output: give a file, not {stream}")
         return
     if input_path != "-" and Path(input_path).resolve() == Path(output_path).resolve():
         raise RescoreError(f"refusing to overwrite the input {input_path}; choose another output path")

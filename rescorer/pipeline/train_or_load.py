@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infrastructure.files import streamed_output
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint
 from rescorer.model.config import DEFAULT_SHORTLIST, ModelSizes, TrainConfig
 from rescorer.pipeline.columns.base import ScoringModel
@@ -125,6 +126,6 @@ def finished_training_of(output_path: str, save_model: str | None = None) -> str
     also change the model file and make the partial output unusable).
     """
     model = default_model_path(output_path, save_model)
-    if output_path != "-" and OutputFiles.beside(output_path).progress.exists() and Path(model).exists():
+    if not streamed_output(output_path) and OutputFiles.beside(output_path).progress.exists() and Path(model).exists():
         return model
     return None

@@ -140,6 +140,40 @@ def test_atomic_output_plain_and_stdout(tmp_path: Path, capfdbinary: pytest.Capt
     assert not sys.stdout.closed
 
 
+def test_a_device_or_a_pipe_is_written_in_place_never_replaced(tmp_path: Path) -> None:
+    """``--report /dev/null`` renamed a regular file over ``/dev/null`` (as root, the machine's own). A
+    device, a FIFO and a link to one are written straight into and stay what they were; a link to a
+    file stays a link, and the file it points to gets the output."""
+    import stat
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)  # hangs if replaced
+    reader.start()
+    with atomic_output(fifo) as fh:
+        fh.write(b"through the pipe\n")
+    reader.join(10)
+    assert received == [b"through the pipe\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target.name)
+    write_json(link, {"new": 1})
+    assert link.is_symlink() and '"new"' in target.read_text()
+    if os.geteuid() != 0:
+        return  # only root makes a device node, and only root can replace /dev/null
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    (tmp_path / "to-null").symlink_to(null)
+    for out in (null, tmp_path / "to-null"):
+        check_output_place(out)
+        with atomic_output(out) as fh:
+            fh.write(b"gone\n")
+        write_json(out, {"gone": True})
+        assert stat.S_ISCHR(null.stat().st_mode) and null.stat().st_rdev == os.makedev(1, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.json", "null", "target.json", "to-null"]
+
+
 def _writer_in_another_process(dest: Path) -> subprocess.Popen:
     """A process inside ``atomic_output(dest)``, its temp file half written, until it is killed."""
     code = ("import sys, time\nfrom infrastructure.files import atomic_output\n"

@@ -251,6 +251,32 @@ def test_weight_files_by_name_and_init_opt(tmp_path: Path) -> None:
         read_init_opt(short, 14)
 
 
+@pytest.mark.parametrize(("lines", "message"), [
+    (["0.1 nan"], r"init.opt:1: 'nan' is not a finite number"),
+    (["0.1 0.2", "0 -inf", "1 1"], r"init.opt:2: '-inf' is not a finite number"),
+    (["0.1 0.2", "0 1", "1 0"], r"init.opt:3: value 2: the random-restart maximum 0 is below the minimum 1 of line 2"),
+    (["0.1 0.2", "-1e308 0", "1e308 1"], r"init.opt:3: value 1: the random-restart range -1e\+308 to 1e\+308 is "
+                                         r"wider than a float holds"),
+])
+def test_init_opt_values_that_no_restart_can_use_name_their_line(tmp_path: Path, lines: list[str],
+                                                                 message: str) -> None:
+    """A start weight or a range that is not finite, or a range upside down: the file's line, not a
+    ValueError or OverflowError from the random restarts."""
+    with pytest.raises(WeightsError, match=message):
+        read_init_opt(_write(tmp_path / "init.opt", lines), 2)
+
+
+def test_cli_start_weights_and_ranges_that_are_not_finite_are_one_line(tmp_path: Path) -> None:
+    nbest = _write(tmp_path / "small.nbest", ["0 ||| a b ||| LM0= 0 TM0= 1 ||| 0", "0 ||| a c ||| LM0= 1 TM0= 2 ||| 0"])
+    ref = _write(tmp_path / "ref", ["a b"])
+    for extra, message in ((["--init", "LM0= nan TM0= 1"], "--init 'LM0= nan TM0= 1':1: 'nan' is not a finite number"),
+                           (["--init", "LM0= 1e999 TM0= 1"], "'1e999' is not a finite number"),
+                           (["--ranges", "-1e308,1e308"], "the numbers are further apart than a float holds")):
+        result = CliRunner().invoke(main, ["optimize", str(nbest), "--ref", str(ref), "--restarts", "2", *extra])
+        assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+        assert message in result.output
+
+
 def test_cli_optimize_prints_moses_weights_and_bleu(tmp_path: Path) -> None:
     runner = CliRunner()
     args = ["optimize", str(shared_file(NBEST)), "--ref", str(shared_file(REF)), "--init-opt", str(shared_file(INIT))]

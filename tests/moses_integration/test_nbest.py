@@ -114,6 +114,8 @@ def test_plain_gzip_and_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ("1 ||| x ||| A= 1 2 B= -1", "expected 'id ||| hypothesis ||| features ||| total'"),
         ("1 ||| x ||| A= 1 abc B= -1 ||| 3", "feature A: 'abc' is not a number"),
         ("1 ||| x ||| A= 1 nan B= -1 ||| 3", "feature A: value is NaN"),
+        ("1 ||| x ||| A= 1 2 B= -inf ||| 3", "feature B: value is infinite"),
+        ("1 ||| x ||| A= inf -inf B= -1 ||| 3", "feature A: value is infinite"),
         ("1 ||| x ||| 5 A= 1 2 B= -1 ||| 3", "feature value '5' before any feature name"),
         ("1 ||| x ||| A= B= -1 ||| 3", "feature 'A' has no values"),
         ("1 ||| x ||| A= 1 2 B= -1 ||| total", "total score: 'total' is not a number"),
@@ -315,3 +317,9 @@ def test_a_malformed_segmentation_names_file_and_line(tmp_path: Path, line: str,
         list(read_nbest(path))
     assert str(err.value).startswith(f"{path}:3: ") and message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_large_finite_values_whose_sum_overflows_are_read() -> None:
+    """The parser finds a non-finite value by its sum first: a sum that overflows is not an error."""
+    entry = parse_nbest_line("0 ||| x ||| A= 1e308 1e308 ||| 0", path="x", line_no=1)
+    assert entry.features == [("A", [1e308, 1e308])]

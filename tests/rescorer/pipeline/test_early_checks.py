@@ -3,6 +3,7 @@ touched (tables, moses.ini, options, paths, model files; no file written beside 
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -322,3 +323,27 @@ def test_the_model_a_run_trained_may_be_the_next_runs_model(tmp_path: Path, mode
     assert res.exit_code == 0, res.output
     assert model.read_bytes() == model_file.read_bytes()
     assert len(added_columns(tmp_path / "out.gz")) == 30
+
+
+def test_an_output_that_is_a_pipe_is_written_as_stdout_is(tmp_path: Path, model_file: Path) -> None:
+    """OUTPUT_TABLE a FIFO (or ``/dev/null``): the table goes through it, as to ``-``, and it stays a FIFO;
+    the rename at the end put a regular file in its place (as root, over ``/dev/null`` itself), and the
+    reader got nothing. What needs a file beside the output (``--resume``) is refused in one line."""
+    import stat
+    import threading
+
+    table = write_table(tmp_path / "pt.txt", table_lines(300))
+    assert cli(str(table), str(tmp_path / "file.txt"), "--model", str(model_file)).exit_code == 0
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)  # hangs if replaced
+    reader.start()
+    res = cli(str(table), str(fifo), "--model", str(model_file))
+    reader.join(30)
+    assert res.exit_code == 0, res.output
+    assert received == [(tmp_path / "file.txt").read_bytes()] and stat.S_ISFIFO(fifo.stat().st_mode)
+    res = cli(str(table), str(fifo), "--model", str(model_file), "--resume")
+    assert res.exit_code == 1 and res.output.count("\n") == 1
+    assert f"--resume needs a file as output, not {fifo}, a device or a pipe" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "file.txt", "pt.txt"]
