@@ -37,6 +37,7 @@ import functools
 import itertools
 import math
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -259,8 +260,22 @@ def threads_option(help: str = THREADS_HELP) -> Callable[[F], F]:
                         help=help)
 
 
+class DeviceName(OneLineValue, click.ParamType):
+    """``--device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, checked while the command line is read.
+    torch's own check of another name (``gpu``, ``cuda:x``, ``mps``, ``meta``) is a traceback, and for
+    some of them only once the data is prepared."""
+
+    name = "device"
+
+    def convert(self, value, param, ctx):
+        text = str(value)
+        if text in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", text):
+            return text
+        self.fail(f"{value!r} is not one of {DEVICE_HELP}.", param, ctx)
+
+
 def device_option(help: str = DEVICE_HELP) -> Callable[[F], F]:
-    return click.option("--device", default="auto", show_default=True, help=help)
+    return click.option("--device", type=DeviceName(), default="auto", show_default=True, help=help)
 
 
 def quiet_option(help: str = "no progress output on stderr") -> Callable[[F], F]:

@@ -24,6 +24,8 @@ def select_device(name: str = "auto") -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda was requested but torch sees no CUDA device")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UserError(f"--device {name}: torch sees {torch.cuda.device_count()} CUDA device(s), numbered from 0")
     return device
 
 

@@ -19,6 +19,7 @@ from cslm.cli import main as cslm_main
 from infrastructure.cli_options import (
     DEFAULT_SEED,
     Command,
+    DeviceName,
     FiniteFloat,
     Group,
     IntRange,
@@ -71,6 +72,7 @@ def test_common_options_mean_the_same_everywhere(name, command):
     device = _option(command, "device")
     if device is not None:
         assert device.opts == ["--device"] and device.default == "auto", name
+        assert isinstance(device.type, DeviceName), f"{name}: --device is checked by DeviceName"
     quiet = _option(command, "quiet")
     if quiet is not None:
         assert quiet.opts == ["-q", "--quiet"] and quiet.is_flag, name
@@ -81,6 +83,18 @@ def test_common_options_mean_the_same_everywhere(name, command):
     if resume is not None:
         assert resume.opts[0] == "--resume" and resume.is_flag, name
     assert _option(command, "jobs") is None, f"{name}: --threads, not --jobs"
+
+
+@pytest.mark.parametrize("bad", ["gpu", "cuda:x", "cuda:-1", "mps", "meta", "CPU"])
+def test_a_device_torch_cannot_take_is_one_line_while_the_command_line_is_read(bad):
+    """``--device gpu`` was torch's RuntimeError, and ``--device meta`` its NotImplementedError after the
+    data was prepared; every command with ``--device`` now says what it takes, before any work."""
+    with_device = [name for name, command in COMMANDS if _option(command, "device") is not None]
+    assert len(with_device) >= 10
+    for name in with_device:
+        res = _invoke_as_typed(name, "--device", bad)
+        assert res.exit_code == 1 and res.output == (f"Error: Invalid value for '--device': {bad!r} is not one of "
+                                                     "auto, cpu, cuda or cuda:N.\n"), (name, res.output)
 
 
 def test_short_options_are_not_reused_with_another_meaning():
