@@ -39,12 +39,13 @@ import torch
 from tqdm import tqdm
 
 from cslm.model import CSLM, CSLMConfig
-from cslm.model_file import load_cslm, save_cslm
+from cslm.model_file import CSLMFile, load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output, write_json
+from infrastructure.files import atomic_output, atomic_path, write_json
 from infrastructure.progress import progress_bar
+from infrastructure.resume_record import check_same_options, options_record
 from moses_integration.tokens import split_tokens
 from neural.config import CHECKPOINT_EVERY, TRAIN_STEPS, DictConfig, check_positive_int
 from neural.device import select_device
@@ -144,25 +145,27 @@ def _write_split(path: str, lines: np.ndarray, lengths: np.ndarray, vocab: Vocab
     chosen = np.zeros(len(lengths), dtype=bool)
     chosen[lines] = True
     total = int((lengths[chosen] + 1).sum())
-    tokens = np.lib.format.open_memmap(out / "tokens.npy.tmp", mode="w+", dtype=np.int32, shape=(total,))
-    at = 0
-    bar = progress_bar(desc=f"encoding {out.name}", total=len(lengths), unit=" lines", show=progress)
-    for line_no, line in enumerate(read_corpus_lines(path)):
-        bar.update(1)
-        if line_no >= len(chosen) or not chosen[line_no]:
-            continue
-        ids = vocab.encode(split_tokens(line.rstrip("\r\n")), add_eos=True)
-        tokens[at : at + len(ids)] = ids
-        at += len(ids)
-    bar.close()
-    if at != total:
-        raise UserError(f"{path}: changed while it was being read ({at} tokens, expected {total})")
-    tokens.flush()
-    del tokens
-    positions = sentence_positions(lengths[chosen] + 1, context).astype(np.uint8)
-    with atomic_output(out / "positions.npy") as fh:
-        np.save(fh, positions)
-    os.replace(out / "tokens.npy.tmp", out / "tokens.npy")
+    with atomic_path(out / "tokens.npy") as tmp:  # Ctrl-C while encoding leaves no half-written ids
+        tokens = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(total,))
+        at = 0
+        bar = progress_bar(desc=f"encoding {out.name}", total=len(lengths), unit=" lines", show=progress)
+        try:  # closed on Ctrl-C too, so that the line saying so starts a line of its own
+            for line_no, line in enumerate(read_corpus_lines(path)):
+                bar.update(1)
+                if line_no >= len(chosen) or not chosen[line_no]:
+                    continue
+                ids = vocab.encode(split_tokens(line.rstrip("\r\n")), add_eos=True)
+                tokens[at : at + len(ids)] = ids
+                at += len(ids)
+        finally:
+            bar.close()
+        if at != total:
+            raise UserError(f"{path}: changed while it was being read ({at} tokens, expected {total})")
+        tokens.flush()
+        del tokens
+        positions = sentence_positions(lengths[chosen] + 1, context).astype(np.uint8)
+        with atomic_output(out / "positions.npy") as fh:
+            np.save(fh, positions)
 
 
 class NgramSplit:
@@ -190,6 +193,19 @@ def _fingerprint(path: str) -> dict[str, Any]:
     return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def data_record(corpus: str, valid: str | None, *, shortlist: int, order: int, seed: int) -> dict[str, Any]:
+    """What the prepared data of a run depends on: the texts (by path, size and time, as ``make`` knows a
+    file), the shortlist, n and the seed of the held-out lines. Known from the command line alone, so a
+    ``--resume`` on other data is refused before the corpus is read, naming what differs."""
+    return {"version": DATA_VERSION, "corpus": _fingerprint(corpus), "valid": _fingerprint(valid) if valid else None,
+            "shortlist": shortlist, "order": order, "seed": seed}
+
+
+def data_fingerprint(record: dict[str, Any]) -> str:
+    """The digest of a :func:`data_record` that a training state keeps as its ``data``."""
+    return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
 def prepare_corpus(
     corpus: str,
     folder: Path,
@@ -208,8 +224,7 @@ def prepare_corpus(
     vocabulary, both splits and a fingerprint that a resumed run compares.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    meta = {"version": DATA_VERSION, "corpus": _fingerprint(corpus), "valid": _fingerprint(valid) if valid else None,
-            "shortlist": shortlist, "order": order, "seed": seed}
+    meta = data_record(corpus, valid, shortlist=shortlist, order=order, seed=seed)
     meta_path = folder / "meta.json"
     vocab_path = folder / "vocab.json"
     current = meta_path.exists() and json.loads(meta_path.read_text(encoding="utf-8")) == meta
@@ -226,6 +241,8 @@ def prepare_corpus(
             vocab = Vocab.from_counts(counted.counts, shortlist)
         if valid:
             valid_counts = count_corpus(valid, progress)
+            if len(valid_counts.lengths) == 0:  # its perplexity would be 1.00 at every epoch: no stopping, no best
+                raise UserError(f"{valid}: the validation text is empty")
             train_lines = np.arange(n)
         else:
             n_valid = min(max(500, round(n * 0.001)), max(1, n // 10))
@@ -247,8 +264,7 @@ def prepare_corpus(
     assert vocab is not None or current
     vocab = vocab or Vocab(json.loads(vocab_path.read_text(encoding="utf-8")))
     config = CSLMConfig(vocab_size=len(vocab), order=order)
-    fingerprint = hashlib.sha1(json.dumps(meta, sort_keys=True).encode()).hexdigest()
-    return vocab, NgramSplit(folder / "train", config), NgramSplit(folder / "valid", config), fingerprint
+    return vocab, NgramSplit(folder / "train", config), NgramSplit(folder / "valid", config), data_fingerprint(meta)
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,6 +346,7 @@ class CSLMTrainingState(TrainingState):
     position: int = 0  # n-grams of the current epoch trained on
     examples: int = 0  # n-grams trained on in all
     best: float = math.inf  # the best validation perplexity (it falls)
+    data_record: dict[str, Any] | None = None  # what ``data`` digests (:func:`data_record`); None in older files
 
     FILE_NAMES: ClassVar[Mapping[str, str]] = {"bad_validations": "bad_epochs"}
     VALIDATION: ClassVar[type] = Validation
@@ -375,6 +392,24 @@ class _IntervalSums:
     ngrams: int = 0
 
 
+def _check_resumable_here(loaded: CSLMFile, model_out: Path, model_config: CSLMConfig, cfg: CSLMTrainConfig,
+                          record: dict[str, Any], corpus: str) -> None:
+    """Before the corpus is read: the state can resume, with this call's recipe, sizes and data. Each
+    that differs is named in one line; sizes given now were silently replaced by the file's."""
+    where = loaded.path or model_out
+    check_resumable(where, loaded.train_state, loaded.optimizer_state)
+    check_same_recipe(where, loaded.train_config, cfg, cfg.RESUME_MAY_DIFFER)
+    sizes = {"vocab_size"}  # set by the data, checked with it
+    check_same_options(options_record(loaded.model.config, sizes), options_record(model_config, sizes), where,
+                       advice="resume with the same sizes, or train into another MODEL")
+    assert loaded.train_state is not None
+    recorded = loaded.train_state.get("data_record")
+    if recorded is not None:
+        check_same_options(recorded, record, where, names={"corpus": "CORPUS", "valid": "--valid"},
+                           advice="resume on the same data, or train into another MODEL")
+    check_same_data(where, loaded.train_state, data_fingerprint(record), corpus)
+
+
 @dataclass
 class _CSLMTraining(Training):
     """One CSLM training run on :class:`neural.training.Training`: an update on the next n-grams of the
@@ -404,9 +439,9 @@ class _CSLMTraining(Training):
         dev, precision, amp_dtype, why = training_device(device, precision, width)
         resume_from = resume_source(model_out, resume)
         loaded = load_cslm(resume_from, dev) if resume_from is not None else None
+        record = data_record(corpus, valid, shortlist=shortlist, order=model_config.order, seed=cfg.seed)
         if loaded is not None:
-            check_resumable(loaded.path or model_out, loaded.train_state, loaded.optimizer_state)
-            check_same_recipe(loaded.path or model_out, loaded.train_config, cfg, cfg.RESUME_MAY_DIFFER)
+            _check_resumable_here(loaded, model_out, model_config, cfg, record, corpus)
             model_config = loaded.model.config
         vocab, train_split, valid_split, fingerprint = prepare_corpus(
             corpus, data_folder(model_out), shortlist=shortlist, order=model_config.order, valid=valid,
@@ -416,13 +451,13 @@ class _CSLMTraining(Training):
         torch.manual_seed(cfg.seed)
         model = CSLM(model_config).to(dev)
         optimizer = _make_optimizer(model, cfg)
-        state = CSLMTrainingState(data=fingerprint)
+        state = CSLMTrainingState(data=fingerprint, data_record=record)
         if loaded is not None:
             assert loaded.train_state is not None and loaded.optimizer_state is not None
-            check_same_data(loaded.path or model_out, loaded.train_state, fingerprint, corpus)
             model.load_state_dict(loaded.model.state_dict())
             optimizer.load_state_dict(loaded.optimizer_state)
             state = CSLMTrainingState.from_dict(loaded.train_state)
+            state.data_record = record  # the same data (checked): kept for the next resume's message
         announce(state, dev, precision, resolve_cslm_step(cfg.train_step, dev, cfg.optimizer), why)
         train_step = make_cslm_step(state.train_step, model, optimizer, self_normalize=cfg.self_normalize,
                                     batch_size=cfg.batch_size, optimizer_name=cfg.optimizer, device=dev,

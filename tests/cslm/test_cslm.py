@@ -384,6 +384,70 @@ def test_a_resume_with_another_recipe_is_refused_naming_it_and_the_stops_may_dif
     assert load_cslm(model.with_name("m.pt.last")).train_state["epoch"] == 2
 
 
+def test_a_resume_with_other_sizes_or_data_is_refused_naming_them_before_the_corpus_is_read(
+        tmp_path: Path, monkeypatch) -> None:
+    """``--resume --hidden 32`` (or ``--order 4``) went on with the file's sizes and said nothing; another
+    corpus, --shortlist or --valid was refused only after the corpus was counted and encoded again (the
+    prepared data overwritten for it), as "trained on other data (or other settings)"."""
+    corpus, valid = tmp_path / "fr.txt", tmp_path / "valid.txt"
+    corpus.write_text("".join(_french_lines(300)), encoding="utf-8")
+    valid.write_text("".join(_french_lines(20)), encoding="utf-8")
+    model = tmp_path / "m.pt"
+    args = ["--embedding", "8", "--shortlist", "200", "--epoch-size", "512", "-q", "--device", "cpu", "--threads", "1"]
+    first = ["train", str(corpus), str(model), "--order", "3", "--hidden", "16", "--valid", str(valid), *args]
+    assert CliRunner().invoke(main, [*first, "--max-epochs", "1"]).exit_code == 0
+    prepared = {p: p.read_bytes() for p in sorted((tmp_path / "m.pt.data").rglob("*")) if p.is_file()}
+    import cslm.train
+    monkeypatch.setattr(cslm.train, "count_corpus", lambda *a: pytest.fail("the corpus was read"))
+    other = tmp_path / "other.txt"
+    other.write_bytes(corpus.read_bytes())
+    again = [*first, "--max-epochs", "2", "--resume"]
+    for call, message in (
+            ([*again, "--hidden", "32"], "--hidden [16], now [32]; resume with the same sizes"),
+            ([*again, "--order", "4"], "--order 3, now 4; resume with the same sizes"),
+            ([*again, "--shortlist", "150"], "--shortlist 200, now 150; resume on the same data"),
+            ([*again, "--valid", str(corpus)], f"--valid {valid} ("),
+            (["train", str(other), *again[2:]], f"CORPUS {corpus} ("),
+    ):
+        res = CliRunner().invoke(main, call)
+        _one_error_line(res, f"cannot --resume: {model}.last was made with {message}")
+    assert {p: p.read_bytes() for p in sorted((tmp_path / "m.pt.data").rglob("*")) if p.is_file()} == prepared
+
+
+def test_a_training_stopped_while_it_encodes_the_corpus_leaves_no_partial_ids(tmp_path: Path, monkeypatch) -> None:
+    """Ctrl-C or SIGTERM while the corpus was being encoded left ``MODEL.data/train/tokens.npy.tmp`` (20 MB
+    for a 576k-line corpus), which no later run removed."""
+    import cslm.train
+
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(300)), encoding="utf-8")
+    calls = {"n": 0}
+    real_split = cslm.train.split_tokens
+
+    def split_then_stop(line: str) -> list[str]:
+        calls["n"] += 1
+        if calls["n"] == 300 + 100:  # the counting pass read every line; 100 lines into the encoding
+            raise KeyboardInterrupt
+        return real_split(line)
+
+    monkeypatch.setattr(cslm.train, "split_tokens", split_then_stop)
+    res = CliRunner().invoke(main, ["train", str(corpus), str(tmp_path / "m.pt"), "--order", "3", "--embedding",
+                                    "8", "--hidden", "16", "--max-epochs", "1", "-q", "--device", "cpu"])
+    assert res.exit_code != 0 and calls["n"] == 400, res.output
+    assert [p.name for p in tmp_path.rglob("*") if "tmp" in p.name or "tokens" in p.name] == []
+
+
+def test_an_empty_validation_text_is_refused(tmp_path: Path) -> None:
+    """It trained, and said "valid perplexity 1.00" at every epoch: early stopping and the best model meant nothing."""
+    corpus, empty = tmp_path / "fr.txt", tmp_path / "empty.txt"
+    corpus.write_text("".join(_french_lines(50)), encoding="utf-8")
+    empty.write_text("")
+    res = CliRunner().invoke(main, ["train", str(corpus), str(tmp_path / "m.pt"), "--valid", str(empty), "--order", "3",
+                                    "--embedding", "8", "--hidden", "16", "--max-epochs", "1", "-q", "--device", "cpu"])
+    _one_error_line(res, f"{empty}: the validation text is empty")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt", "fr.txt"]
+
+
 def test_training_again_without_resume_keeps_the_trained_model(tmp_path: Path) -> None:
     corpus = tmp_path / "fr.txt"
     corpus.write_text("".join(_french_lines(50)), encoding="utf-8")
