@@ -20,6 +20,7 @@ from infrastructure.cli_options import (
     checkpoint_every_option,
     device_option,
     friendly_errors,
+    learning_rate_type,
     quiet_option,
     resume_option,
     seed_option,
@@ -66,7 +67,7 @@ RAW_HELP = ("unnormalised scores, each word floored at -100: what Moses' NeuralL
 @click.option("--batch-size", type=IntRange(min=1), default=128, show_default=True, help="n-grams per update")
 @click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True,
               help="Adam, or the CSLM toolkit's SGD with its decaying learning rate (docs/cslm.md)")
-@click.option("--lr", type=FiniteFloat(min=0, min_open=True),
+@click.option("--lr", type=learning_rate_type(),
               help="learning rate [default: 1e-3 for adam, 0.02 for sgd]")
 @click.option("--self-normalize", type=FiniteFloat(min=0), default=0.0, show_default=True, metavar="ALPHA",
               help="add ALPHA*(log Z)^2 to the loss (Devlin et al. 2014; 0.1 is usual), so that the raw scores "

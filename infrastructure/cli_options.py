@@ -118,6 +118,16 @@ class FiniteFloat(OneLineValue, click.FloatRange):
         return "finite" if self.min is None and self.max is None else super()._describe_range()
 
 
+#: The largest learning rate an optimiser takes: torch turns it into a float32 on the way (a larger one was
+#: "value cannot be converted to type float without overflow" after the data was prepared).
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def learning_rate_type() -> FiniteFloat:
+    """``--lr``: above 0, and what a float32 holds."""
+    return FiniteFloat(min=0, min_open=True, max=FLOAT32_MAX)
+
+
 class NumberList(OneLineValue, click.ParamType):
     """Comma-separated numbers (``--hidden 1536,1024``, ``--ranges 0,1``), each checked by ``item`` (an
     :class:`IntRange` or :class:`FiniteFloat`); ``count`` of them if given, and with ``ascending`` none
@@ -173,6 +183,9 @@ class OutputPath(OneLinePath):
         self.also_writes = also_writes
 
     def convert(self, value, param, ctx):
+        if os.fspath(value) == "-" and not self.allow_dash:  # else a file named "-" (and "-.last") is written
+            self.fail(f"'-' means standard output, which this {'folder' if self.folder else 'file'} cannot go to; "
+                      "give a path.", param, ctx)
         path = super().convert(value, param, ctx)
         try:
             check_output_place(path, folder=self.folder)

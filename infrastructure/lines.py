@@ -68,6 +68,17 @@ def text_lines(
             yield line
 
 
+def checked_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError) -> Iterator[str]:
+    """The lines of a text file, streamed after a first pass has read them all: a bad line (invalid UTF-8,
+    a truncated gzip) is one error before the long work on the lines before it, not after it. Reading is
+    a small part of translating or scoring a line. Standard input, which cannot be read twice, is streamed
+    as it comes."""
+    if path != "-":
+        for _ in iter_text_lines(path, error=error):
+            pass
+    return text_lines(path, error=error)
+
+
 def read_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError) -> list[str]:
     """All lines of a small text file (references, decoder input, weights), line ends removed."""
     return list(text_lines(path, error=error))

@@ -19,6 +19,7 @@ from infrastructure.cli_options import (
     checkpoint_every_option,
     device_option,
     friendly_errors,
+    learning_rate_type,
     quiet_option,
     resume_option,
     seed_option,
@@ -55,7 +56,7 @@ def main() -> None:
 @click.option("--maxout", type=IntRange(min=1, max=MAX_LAYER_SIZE), default=256, show_default=True,
               help="L, the maxout units")
 @click.option("--batch-size", type=IntRange(min=1), default=64, show_default=True, help="sentence pairs per update")
-@click.option("--lr", type=FiniteFloat(min=0, min_open=True), default=5e-4, show_default=True,
+@click.option("--lr", type=learning_rate_type(), default=5e-4, show_default=True,
               help="Adam's learning rate")
 @click.option("--valid-every", type=IntRange(min=1), default=1000, show_default=True,
               help="updates between validations")
@@ -121,14 +122,14 @@ def nmt_train_command(src, tgt, model_out, valid_src, valid_tgt, valid_lines, vo
 @friendly_errors()
 def nmt_translate_command(model, text, out, beam, nbest, normalize, batch_size, device, threads, quiet):
     """Translate tokenised TEXT (- for stdin) into OUT (- for stdout), one line per line."""
-    from infrastructure.lines import text_lines
+    from infrastructure.lines import checked_text_lines
     from nmt.model_file import load_nmt
     from nmt.translate import write_translations
 
     loaded = load_nmt(model, _device(device))
     if nbest is not None and nbest > beam:
         raise click.UsageError(f"--nbest {nbest} is more than --beam {beam} can find")
-    count = write_translations(loaded, text_lines(text), out, beam=beam, nbest=nbest, normalize=normalize,
+    count = write_translations(loaded, checked_text_lines(text), out, beam=beam, nbest=nbest, normalize=normalize,
                                batch_size=batch_size)
     if not quiet:
         click.echo(f"{count} sentences translated", err=True)

@@ -97,6 +97,30 @@ def test_a_device_torch_cannot_take_is_one_line_while_the_command_line_is_read(b
                                                      "auto, cpu, cuda or cuda:N.\n"), (name, res.output)
 
 
+def test_an_output_that_cannot_be_stdout_refuses_the_dash():
+    """``nmt train SRC TGT -`` wrote a model into a file named ``-`` (and ``-.last``): ``-`` is stdout
+    everywhere, so an output that cannot go there says so in one line."""
+    refused = []
+    for name, command in COMMANDS:
+        for param in command.params:
+            if isinstance(param.type, OutputPath) and not param.type.allow_dash:
+                with pytest.raises(click.ClickException, match="'-' means standard output, which this"):
+                    param.type.convert("-", param, None)
+                refused.append((name, param.name))
+    assert ("nmt train", "model_out") in refused and ("mert evaluate", "json_path") in refused
+
+
+def test_a_learning_rate_past_what_float32_holds_is_one_line():
+    """``--lr 1e39`` was torch's "cannot be converted to type float without overflow" after the data was
+    prepared, and left MODEL and MODEL.last behind."""
+    with_lr = [(name, _option(command, "lr")) for name, command in COMMANDS if _option(command, "lr") is not None]
+    assert {name for name, _ in with_lr} >= {"cslm train", "nmt train"}
+    for name, option in with_lr:
+        with pytest.raises(click.ClickException, match="1e\\+39 is not in the range 0<x<=3.40"):
+            option.type.convert("1e39", option, None)
+        assert option.type.convert("0.5", option, None) == 0.5, name
+
+
 def test_short_options_are_not_reused_with_another_meaning():
     meaning: dict[str, set[str]] = {}
     for _, command in COMMANDS:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infrastructure.errors import FileLineError
-from infrastructure.lines import iter_text_lines, read_text_lines, strip_line_end, text_lines
+from infrastructure.lines import checked_text_lines, iter_text_lines, read_text_lines, strip_line_end, text_lines
 
 
 def test_strip_line_end() -> None:
@@ -44,3 +44,13 @@ def test_text_lines_slices_gzip_and_names_bad_utf8(tmp_path):
     bad.write_bytes(b"ok\n\xff\n")
     with pytest.raises(ValueError, match=r"bad\.txt:2: not valid UTF-8"):
         list(text_lines(bad))
+
+
+def test_checked_lines_find_a_bad_last_line_before_the_first_is_given(tmp_path: Path) -> None:
+    """``nmt translate`` translated 3,000 good lines, then stopped at line 3,001's bad byte and lost them."""
+    path = tmp_path / "text.en"
+    path.write_bytes(b"good\n" * 3000 + b"le \xff chat\n")
+    with pytest.raises(FileLineError, match=r"text\.en:3001: not valid UTF-8"):
+        next(checked_text_lines(path))
+    path.write_bytes(b"one\r\ntwo\n")
+    assert list(checked_text_lines(path)) == list(text_lines(path)) == ["one", "two"]

@@ -237,6 +237,8 @@ def test_score_and_nbest_give_log_p_in_both_directions(models, bitext, tmp_path)
 @pytest.mark.parametrize(("src", "tgt", "message"), [
     ("a b\nc d\n", "x y\n", "src:2: line 2 has no counterpart: tgt has 1 lines, src 2"),
     ("a b\nc d\n", "x y\n \n", "tgt:2: empty line: every line of a bitext must be a sentence"),
+    ("a b\n" + "c " * 251 + "\n", "x y\nz\n", "src:2: 251 words: a training sentence has at most 250 (clean the "
+     "bitext: Moses' clean-corpus-n.perl … 1 80)"),
 ])
 def test_a_bad_bitext_is_one_line_with_file_and_line(tmp_path, src, tgt, message):
     (tmp_path / "src").write_text(src, encoding="utf-8")
