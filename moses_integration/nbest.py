@@ -283,7 +283,7 @@ def _read_lines_and_entries(
         yield raw, entry
     if check_ids and expected_sentences is not None and prev_id + 1 != expected_sentences:
         if prev_id < 0:
-            raise NBestError(name, line_no, f"the list is empty; expected {expected_sentences} sentences")
+            raise NBestError(name, None, f"the list is empty; expected {expected_sentences} sentences")
         raise NBestError(
             name,
             line_no,
@@ -301,7 +301,8 @@ def _check_id(sent_id: int, prev_id: int, expected: int | None, name: str, line_
         )
     if sent_id != prev_id + 1:
         missing = f"{prev_id + 1}" if sent_id == prev_id + 2 else f"{prev_id + 1}..{sent_id - 1}"
-        raise NBestError(name, line_no, f"sentence id {sent_id} follows id {prev_id}: sentence id {missing} is missing")
+        after = f"follows id {prev_id}" if prev_id >= 0 else "starts the list"
+        raise NBestError(name, line_no, f"sentence id {sent_id} {after}: sentence id {missing} is missing")
     if expected is not None and sent_id >= expected:
         raise NBestError(
             name,
@@ -472,7 +473,7 @@ def load_nbest_arrays(
         rows.append([v for _, values in entry.features for v in values])
         totals.append(entry.total)
     if names is None:
-        raise NBestError(name, 0, "the n-best list is empty")
+        raise NBestError(name, None, "the n-best list is empty")
     return NBestArrays(
         sent_ids=np.asarray(sent_ids, dtype=np.int64),
         hypotheses=hyps,

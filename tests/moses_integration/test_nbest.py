@@ -142,7 +142,7 @@ def test_missing_sentence_id_is_reported(tmp_path: Path) -> None:
 
 def test_first_sentence_missing(tmp_path: Path) -> None:
     path = _write(tmp_path / "late.nbest", _small_list([1, 2]))
-    with pytest.raises(NBestError, match=r"late.nbest:1: .*sentence id 0 is missing"):
+    with pytest.raises(NBestError, match=r"late.nbest:1: sentence id 1 starts the list: sentence id 0 is missing"):
         list(read_nbest(path))
 
 
@@ -184,7 +184,7 @@ def test_encoding_empty_and_corrupt_inputs(tmp_path: Path) -> None:
         list(read_nbest(bad))
     empty = tmp_path / "empty.nbest"
     empty.write_bytes(b"")
-    with pytest.raises(NBestError, match=r"empty.nbest:0: the n-best list is empty"):
+    with pytest.raises(NBestError, match=r"empty.nbest: the n-best list is empty"):
         load_nbest_arrays(empty)
     blank = _write(tmp_path / "blank.nbest", [*_small_list([0]), ""])
     with pytest.raises(NBestError, match=r"blank.nbest:3: empty line"):
