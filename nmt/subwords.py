@@ -58,17 +58,18 @@ class Subwords:
         return cls(bytes(tensor.numpy().tobytes()))
 
 
-def train_subwords(lines: Iterable[str], vocab_size: int, *, seed: int = 1234, byte_fallback: bool = True) -> Subwords:
+def train_subwords(lines: Iterable[str], vocab_size: int, *, seed: int = 1234, byte_fallback: bool = True,
+                   name: str = "this text") -> Subwords:
     """A unigram sentencepiece model of at most ``vocab_size`` pieces trained on ``lines``.
 
     The size is a limit, not a demand (``hard_vocab_limit`` off): a small text gets the pieces it has.
     With ``byte_fallback`` any character outside the pieces is spelled in bytes (256 pieces of the
-    vocabulary), so nothing is unknown.
+    vocabulary), so nothing is unknown. ``name`` (the file) is what a too small ``vocab_size`` names.
     """
     lines = list(lines)
     needed = len(set("".join(lines)) - {" "}) + 1 + 4 + (256 if byte_fallback else 0)  # + "▁", specials, bytes
     if vocab_size < needed:
-        raise NMTError(f"--vocab-size {vocab_size} is too small for this text: its {needed - 261} characters, "
+        raise NMTError(f"--vocab-size {vocab_size} is too small for {name}: its {needed - 261} characters, "
                        f"4 special units and 256 bytes need at least {needed}")
     model = io.BytesIO()
     spm.set_random_generator_seed(seed)

@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from infrastructure.errors import UserError
+from infrastructure.files import display_name
 from infrastructure.progress import progress_bar
 from infrastructure.resume_record import check_same_options, options_record
 from neural.config import CHECKPOINT_EVERY, DictConfig, check_positive_int
@@ -157,8 +158,8 @@ def prepare_data(src: str, tgt: str, cfg: NMTTrainConfig, *, valid_src: str | No
     train_src = [src_lines[i] for i in train_rows]
     train_tgt = [tgt_lines[i] for i in train_rows]
     if subwords is None:
-        subwords = (train_subwords(train_src, cfg.vocab_size, seed=cfg.seed),
-                    train_subwords(train_tgt, cfg.vocab_size, seed=cfg.seed))
+        subwords = (train_subwords(train_src, cfg.vocab_size, seed=cfg.seed, name=display_name(src)),
+                    train_subwords(train_tgt, cfg.vocab_size, seed=cfg.seed, name=display_name(tgt)))
     src_sw, tgt_sw = subwords
     identity = {"src": _file_identity(src), "tgt": _file_identity(tgt),
                 "valid": [_file_identity(valid_src), _file_identity(valid_tgt)] if valid_src and valid_tgt else None,

@@ -250,6 +250,16 @@ def test_a_bad_bitext_is_one_line_with_file_and_line(tmp_path, src, tgt, message
     assert not (tmp_path / "m.pt").exists()
 
 
+def test_a_vocabulary_too_small_for_a_sides_characters_names_that_file(tmp_path):
+    chars = [chr(0x4E00 + i) for i in range(200)]
+    (tmp_path / "zh").write_text("".join(" ".join(chars[i::25]) + "\n" for i in range(25)), encoding="utf-8")
+    (tmp_path / "en").write_text("the cat\n" * 25, encoding="utf-8")
+    result = CliRunner().invoke(main, ["train", str(tmp_path / "en"), str(tmp_path / "zh"), str(tmp_path / "m.pt"),
+                                       *TINY])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert f"--vocab-size 400 is too small for {tmp_path / 'zh'}: its " in result.output  # the held-out lines' aside
+
+
 @pytest.mark.parametrize("option", ["--embedding", "--hidden", "--alignment", "--maxout"])
 def test_a_size_beyond_its_limit_is_one_line_before_any_work(tmp_path, option):
     (tmp_path / "src").write_text("a b\n" * 20, encoding="utf-8")
