@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import os
 from collections.abc import Collection, Mapping
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 from infrastructure.errors import UserError
 
@@ -124,3 +125,25 @@ def shown(value: object) -> str:
     if isinstance(value, str):
         return value if value and not any(c.isspace() for c in value) else repr(value)
     return repr(value)
+
+
+def file_identity(path: str | os.PathLike | None) -> dict | None:
+    """Path, size and modification time: enough to notice a changed input or a retrained model."""
+    if path is None or str(path) == "-":
+        return None
+    st = os.stat(path)
+    return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def content_identity(path: str | os.PathLike | None) -> dict | None:
+    """A model file by its content: its SHA-256 and size, read once in blocks (a few hundred MB: about a
+    second). Path, size and modification time do not tell two models apart: another model of the same
+    size with its time copied (``cp -p``, ``touch -r``, a sync tool) would let a resumed run finish the
+    table with another model than the chunks before, and the output would mix the two."""
+    if path is None or str(path) == "-":
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return {"sha256": digest.hexdigest(), "size": os.stat(path).st_size}

@@ -53,7 +53,7 @@ from infrastructure.files import (
 )
 from infrastructure.interrupts import held_while_starting_children
 from infrastructure.progress import progress_bar
-from infrastructure.resume_record import options_record
+from infrastructure.resume_record import file_identity, options_record
 from infrastructure.threads import available_cpus
 from moses_integration.phrase_table import PhraseTableError
 from neural.device import autocast_dtype, matmul_precision, scoring_precision, select_device
@@ -90,7 +90,6 @@ from rescorer.pipeline.reader import (
 from rescorer.pipeline.resume import (
     PROGRESS_VERSION,
     ResumeError,
-    file_identity,
     load_progress,
     recorded_options,
 )

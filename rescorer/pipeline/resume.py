@@ -10,9 +10,7 @@ refused instead of splicing two different outputs.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 
 from infrastructure.errors import UserError
@@ -32,28 +30,6 @@ PROGRESS_VERSION = 10
 
 class ResumeError(UserError):
     """A progress record that does not belong to this run, or partial files that lost bytes."""
-
-
-def file_identity(path: str | os.PathLike | None) -> dict | None:
-    """Path, size and modification time: enough to notice a changed input or a retrained model."""
-    if path is None or str(path) == "-":
-        return None
-    st = os.stat(path)
-    return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def content_identity(path: str | os.PathLike | None) -> dict | None:
-    """A model file by its content: its SHA-256 and size, read once in blocks (a few hundred MB: about a
-    second). Path, size and modification time do not tell two models apart: another model of the same
-    size with its time copied (``cp -p``, ``touch -r``, a sync tool) would let a resumed run finish the
-    table with another model than the chunks before, and the output would mix the two."""
-    if path is None or str(path) == "-":
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return {"sha256": digest.hexdigest(), "size": os.stat(path).st_size}
 
 
 def save_progress(path: Path, record: dict) -> None:

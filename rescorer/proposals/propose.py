@@ -50,7 +50,7 @@ from tqdm import tqdm
 from infrastructure.files import atomic_output, atomic_path, display_name, exclusive_use
 from infrastructure.lines import iter_text_lines
 from infrastructure.progress import progress_bar
-from infrastructure.resume_record import options_record
+from infrastructure.resume_record import content_identity, file_identity, options_record
 from moses_integration.phrase_table import SEPARATOR, iter_lines
 from moses_integration.tokens import split_tokens
 from neural.device import autocast_dtype, scoring_precision, select_device
@@ -59,7 +59,6 @@ from rescorer.model.checkpoint import Checkpoint
 from rescorer.pipeline.columns.rnn import LOW_OVERLAP_PERCENT
 from rescorer.pipeline.errors import RescoreError
 from rescorer.pipeline.rescore import RescoreOptions, RescoreSummary, rescore
-from rescorer.pipeline.resume import content_identity, file_identity
 from rescorer.pipeline.scoring import PairScorer
 from rescorer.pipeline.train_or_load import Models
 from rescorer.proposals.beam import default_rows_per_step, search_sources

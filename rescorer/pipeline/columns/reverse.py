@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from infrastructure.resume_record import content_identity
 from rescorer.pipeline.columns.base import (
     ChunkPhrases,
     ChunkRows,
@@ -22,7 +23,6 @@ from rescorer.pipeline.columns.base import (
     scorer_identity,
 )
 from rescorer.pipeline.columns.rnn import probability_column, warn_low_overlap
-from rescorer.pipeline.resume import content_identity
 from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
 from rescorer.tables.chunks import phrases_to_ids
 

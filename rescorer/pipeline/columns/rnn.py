@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from infrastructure.resume_record import content_identity
 from moses_integration.phrase_table import LOG_FLOOR, format_log_probability
 from rescorer.pipeline.columns.base import (
     ChunkPhrases,
@@ -22,7 +23,6 @@ from rescorer.pipeline.columns.base import (
     StartWeight,
     scorer_identity,
 )
-from rescorer.pipeline.resume import content_identity
 from rescorer.pipeline.scoring_plan import ScoringPlan, plan_scoring
 from rescorer.tables.chunks import phrases_to_ids
 
