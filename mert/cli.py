@@ -269,6 +269,8 @@ def tune_command(
 @click.option("--detokenized", is_flag=True, help="the hypotheses are already detokenized: no post-processing")
 @click.option("--report", "json_path", type=OutputPath(path_type=Path),
               help="also write the report as JSON here")
+@resume_option("keep the decodes an earlier run finished in --output-dir from the same ini, extra features "
+               "and --src (each LABEL.runK.tok.json says what); decode the rest")
 @quiet_option("no progress lines on stderr")
 @friendly_errors()
 def evaluate_command(
@@ -288,6 +290,7 @@ def evaluate_command(
     bootstrap_samples: int,
     detokenized: bool,
     json_path: Path | None,
+    resume: bool,
     quiet: bool,
 ) -> None:
     """BLEU of a system on a test set: sacrebleu on detokenized text, with its signature.
@@ -299,7 +302,7 @@ def evaluate_command(
     """
 
     from infrastructure.files import check_outputs_are_not_inputs, write_json
-    from mert.evaluate import check_inputs_agree, decode_plan, decode_test_set, evaluate
+    from mert.evaluate import check_inputs_agree, decode_and_record, decode_plan, evaluate, finished_decode
     from mert.features import sidecar_path
 
     if not hyps and not inis:
@@ -322,10 +325,14 @@ def evaluate_command(
     def decoded(configs: tuple[Path, ...], outs: list[Path]) -> list[Path]:
         for ini, out in zip(configs, outs, strict=True):
             assert source is not None
+            if resume and finished_decode(ini, source, out, nbest_size=nbest_size):
+                if not quiet:
+                    click.echo(f"kept {out}: decoded by an earlier run from the same ini and source", err=True)
+                continue
             if not quiet:
                 click.echo(f"decoding {source} with {ini} -> {out}", err=True)
-            decode_test_set(ini, source, out, moses_bin_dir=moses_bin_dir, threads=threads,
-                            nbest_size=nbest_size, decoder_cwd=decoder_cwd)
+            decode_and_record(ini, source, out, moses_bin_dir=moses_bin_dir, threads=threads, nbest_size=nbest_size,
+                              decoder_cwd=decoder_cwd)
         return outs
 
     system = list(hyps) + (decoded(inis, system_out) if decoding else [])

@@ -22,6 +22,7 @@ weights is its output: Moses alone cannot apply those features.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 from collections.abc import Sequence
@@ -33,10 +34,11 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from infrastructure.errors import UserError
-from infrastructure.files import PathArg, atomic_output, display_name
+from infrastructure.files import PathArg, atomic_output, display_name, write_json
 from infrastructure.lines import read_text_lines
+from infrastructure.resume_record import check_same_options, content_identity, file_identity
 from mert.bleu import ReferenceFileError, read_reference_lines
-from mert.features import add_features, decoder_flags, load_feature, read_sidecar
+from mert.features import add_features, decoder_flags, load_feature, read_sidecar, sidecar_path
 from mert.rerank import one_best
 from moses_integration.decoder import decode, find_moses_bin_dir
 from moses_integration.moses_ini import MosesIni
@@ -280,10 +282,57 @@ def check_inputs_agree(
 
 def decoded_files(output: PathArg) -> list[Path]:
     """Every file :func:`decode_test_set` writes or replaces for ``output``, beside it: the output, the
-    decoder's log, and with n-best features Moses' own 1-best, its log and the n-best lists."""
+    decoder's log, with n-best features Moses' own 1-best, its log and the n-best lists, and the record
+    of what it was decoded from (:func:`decode_record_path`)."""
     output = Path(output)
     return [output, *(output.with_name(output.name + suffix)
-                      for suffix in (".log", ".moses-1best", ".moses-1best.log", ".nbest", ".nbest.gz"))]
+                      for suffix in (".log", ".moses-1best", ".moses-1best.log", ".nbest", ".nbest.gz", ".json"))]
+
+
+def decode_record_path(output: PathArg) -> Path:
+    """``OUTPUT.json``: what a finished decode was made from, which ``mert evaluate --resume`` compares."""
+    return Path(f"{os.fspath(output)}.json")
+
+
+def decode_record(ini: PathArg, source: PathArg, nbest_size: int) -> dict[str, object]:
+    """What a test-set decode depends on that a user may change between two runs: the ini and its extra
+    features by content, the source by path, size and time, the n-best size extra features rescore."""
+    extras = sidecar_path(ini)
+    return {"moses_ini": content_identity(ini), "extra_features": content_identity(extras) if extras.exists() else None,
+            "src": file_identity(source), "nbest_size": nbest_size if extras.exists() else None}
+
+
+def finished_decode(ini: PathArg, source: PathArg, output: PathArg, *, nbest_size: int) -> bool:
+    """Whether ``output`` is a decode an earlier run finished from this ini, its extra features and this
+    source (its :func:`decode_record`), which ``mert evaluate --resume`` keeps.
+
+    A test set takes half an hour per run to decode, and ``mert evaluate`` decodes several: a run stopped
+    in its third decode, resumed, decodes only what is left. A decode of another ini or source is refused
+    in one line naming what differs, never reused. What the ini points to (the tables, the LM) is not in
+    the record: a model rewritten in place under the same ini is the user's to decode again.
+    """
+    record_path = decode_record_path(output)
+    if not (Path(output).is_file() and record_path.is_file()):
+        return False
+    try:
+        then = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(then, dict):
+        return False
+    check_same_options(then, decode_record(ini, source, nbest_size), record_path, error=EvaluationError,
+                       advice="decode it again: run without --resume, or give another --output-dir")
+    return True
+
+
+def decode_and_record(ini: PathArg, source: PathArg, output: PathArg, *, nbest_size: int,
+                      **decode_args: object) -> Path:
+    """:func:`decode_test_set`, then the record :func:`finished_decode` reads (none while it decodes)."""
+    record_path = decode_record_path(output)
+    record_path.unlink(missing_ok=True)
+    decode_test_set(ini, source, output, nbest_size=nbest_size, **decode_args)  # type: ignore[arg-type]
+    write_json(record_path, decode_record(ini, source, nbest_size))
+    return Path(output)
 
 
 def run_names(paths: Sequence[PathArg]) -> list[str]:

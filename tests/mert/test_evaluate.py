@@ -320,6 +320,41 @@ def test_cli_evaluate_checks_line_counts_before_decoding(fake_system: dict[str, 
     assert result.exit_code == 0 and calls.read_text() == "called\n", result.output
 
 
+def test_cli_evaluate_resume_keeps_the_decodes_a_stopped_run_finished(fake_system: dict[str, Path],
+                                                                       tmp_path: Path) -> None:
+    """Three runs decode for half an hour each: a run that fails in its second decode keeps the first (and the
+    second's log, which its message names), and ``--resume`` decodes only what is left. A decode of another
+    ini is refused in one line, never scored as this one's."""
+    bin_dir, calls = _counting_moses(tmp_path)
+    fail_once = tmp_path / "fail-once"  # the next decode of sys2/moses.ini fails
+    (bin_dir / "moses").write_text(f"#!/bin/sh\necho called >> {calls}\ncase \"$*\" in *sys2*) if [ -f {fail_once} ]; "
+                                   f"then rm {fail_once}; echo 'broken table' >&2; exit 3; fi;; esac\ncat\n",
+                                   encoding="utf-8")
+    second = tmp_path / "sys2/moses.ini"
+    second.parent.mkdir()
+    second.write_text(fake_system["ini"].read_text())
+    out_dir = tmp_path / "eval"
+    args = ["evaluate", "--moses-ini", str(fake_system["ini"]), "--moses-ini", str(second), "--src",
+            str(fake_system["src"]), "--ref", str(fake_system["src"]), "--moses-bin-dir", str(bin_dir),
+            "--output-dir", str(out_dir), "--threads", "1", "--resume"]
+    fail_once.write_text("")
+    failed = CliRunner().invoke(main, args)  # the first is kept; the second decode fails
+    assert failed.exit_code == 1 and "moses failed (exit 3)" in failed.output, failed.output
+    assert (out_dir / "system.run2.tok.log").read_text() == "broken table\n"
+    assert calls.read_text().count("called") == 2
+    resumed = CliRunner().invoke(main, args)
+    assert resumed.exit_code == 0 and calls.read_text().count("called") == 3, resumed.output
+    assert f"kept {out_dir / 'system.run1.tok'}: decoded by an earlier run" in resumed.output
+    assert "system system.run2.tok: BLEU = " in resumed.output and "(mean ± std over 2 runs)" in resumed.output
+    second.write_text(second.read_text() + "\n")
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 1, refused.output  # "kept" run 1, then one line:
+    assert refused.output.splitlines()[-1].startswith(f"Error: cannot --resume: {out_dir / 'system.run2.tok.json'} "
+                                                      "was made with --moses-ini a file of ")
+    again = CliRunner().invoke(main, [a for a in args if a != "--resume"])
+    assert again.exit_code == 0 and calls.read_text().count("called") == 5, again.output
+
+
 def test_cli_evaluate_an_empty_test_set_is_one_line(tmp_path: Path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("")
