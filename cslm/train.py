@@ -346,7 +346,6 @@ class CSLMTrainingState(TrainingState):
     position: int = 0  # n-grams of the current epoch trained on
     examples: int = 0  # n-grams trained on in all
     best: float = math.inf  # the best validation perplexity (it falls)
-    data_record: dict[str, Any] | None = None  # what ``data`` digests (:func:`data_record`); None in older files
 
     FILE_NAMES: ClassVar[Mapping[str, str]] = {"bad_validations": "bad_epochs"}
     VALIDATION: ClassVar[type] = Validation
@@ -403,8 +402,11 @@ def _check_resumable_here(loaded: CSLMFile, model_out: Path, model_config: CSLMC
     check_same_options(options_record(loaded.model.config, sizes), options_record(model_config, sizes), where,
                        advice="resume with the same sizes, or train into another MODEL")
     assert loaded.train_state is not None
-    recorded = loaded.train_state.get("data_record")
-    if recorded is not None:
+    try:  # the prepared data's record, if it is still the one the state was trained on, names what differs
+        recorded = json.loads((data_folder(model_out) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        recorded = None
+    if isinstance(recorded, dict) and data_fingerprint(recorded) == loaded.train_state.get("data"):
         check_same_options(recorded, record, where, names={"corpus": "CORPUS", "valid": "--valid"},
                            advice="resume on the same data, or train into another MODEL")
     check_same_data(where, loaded.train_state, data_fingerprint(record), corpus)
@@ -451,13 +453,12 @@ class _CSLMTraining(Training):
         torch.manual_seed(cfg.seed)
         model = CSLM(model_config).to(dev)
         optimizer = _make_optimizer(model, cfg)
-        state = CSLMTrainingState(data=fingerprint, data_record=record)
+        state = CSLMTrainingState(data=fingerprint)
         if loaded is not None:
             assert loaded.train_state is not None and loaded.optimizer_state is not None
             model.load_state_dict(loaded.model.state_dict())
             optimizer.load_state_dict(loaded.optimizer_state)
             state = CSLMTrainingState.from_dict(loaded.train_state)
-            state.data_record = record  # the same data (checked): kept for the next resume's message
         announce(state, dev, precision, resolve_cslm_step(cfg.train_step, dev, cfg.optimizer), why)
         train_step = make_cslm_step(state.train_step, model, optimizer, self_normalize=cfg.self_normalize,
                                     batch_size=cfg.batch_size, optimizer_name=cfg.optimizer, device=dev,

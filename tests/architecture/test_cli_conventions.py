@@ -252,7 +252,7 @@ COMMON_OPTIONS: dict[str, set[str]] = {
     "mert tune": {"threads", "quiet", "seed", "resume"},
     # its paired bootstrap is sacreBLEU's, seeded as sacreBLEU seeds it ($SACREBLEU_SEED, 12345, printed in
     # the signature), so that its p-values are the ones sacreBLEU itself reports
-    "mert evaluate": {"threads", "quiet"},
+    "mert evaluate": {"threads", "quiet", "resume"},  # resume: a stopped run keeps the decodes it finished
     # every step is stamped and a rerun always continues (no --resume); each tuning run has its own fixed
     # seed (table1/settings.py) so that the experiment is the same experiment everywhere
     "table1": {"threads", "device"},

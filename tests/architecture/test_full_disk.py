@@ -51,13 +51,31 @@ def test_cslm_train_on_a_full_disk_is_one_line_and_leaves_no_data_folder(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]
 
 
-def test_a_command_without_resume_says_so_and_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
-    """``mert evaluate --report``: what is written through the one atomic output (infrastructure.files)."""
+def test_a_command_that_keeps_what_it_finished_says_to_resume_and_leaves_nothing_else(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    """``mert evaluate --report``: what is written through the one atomic output (infrastructure.files).
+    It keeps its finished decodes for ``--resume``; scoring files, it made none, and leaves nothing."""
     hyp = tmp_path / "hyp.txt"
     hyp.write_text("le chat est noir .\nun chien .\n")
     fill_up_on_write(monkeypatch, files, room=10)
     res = CliRunner().invoke(mert_main, ["evaluate", "--hyp", str(hyp), "--ref", str(hyp), "--detokenized",
                                          "--report", str(tmp_path / "out" / "report.json"), "-q"])
     assert res.exit_code == 1, res.output
-    assert _one_line(res.output) == "Error: the disk is full: free space and run again"
+    assert _one_line(res.output) == "Error: the disk is full: free space and run again with --resume to continue"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hyp.txt"]  # out/ was made by the run: gone again
+
+
+def test_a_command_without_resume_says_so_and_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    """``cslm export-nplm``: its NPLM file is written through the one atomic output."""
+    from cslm.model import CSLM, CSLMConfig
+    from cslm.model_file import save_cslm
+    from neural.vocab import Vocab
+
+    vocab = Vocab.from_counts({"le": 3, "chat": 2, "noir": 1}, shortlist=10)
+    model = save_cslm(tmp_path / "lm.pt", CSLM(CSLMConfig(vocab_size=len(vocab), order=3, embedding=4, hidden=[4])),
+                      vocab)
+    fill_up_on_write(monkeypatch, files, room=10)
+    res = CliRunner().invoke(cslm_main, ["export-nplm", str(model), str(tmp_path / "out" / "lm.nplm")])
+    assert res.exit_code == 1, res.output
+    assert _one_line(res.output) == "Error: the disk is full: free space and run again"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lm.pt"]
