@@ -46,6 +46,24 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
 
 
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
+def _killed_with_parent() -> None:
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def ends_with_this_process() -> dict[str, object]:
+    """``subprocess`` arguments for a program (Moses, a Moses script, KenLM's ``query``) that ends with the
+    thread that starts it: a ``mert evaluate`` killed by SIGKILL left its ``moses`` decoding for half an
+    hour into a temp file nobody would read. The kernel kills the program (``PR_SET_PDEATHSIG``, kept
+    across ``exec``); the call that starts it must wait in the thread that started it, as
+    ``subprocess.run`` does. Only the program itself: what a script starts in turn is its own. Elsewhere
+    than Linux, nothing."""
+    return {"preexec_fn": _killed_with_parent} if _prctl is not None else {}
+
+
 def leave_interrupts_to_parent() -> None:
     """Ignore Ctrl-C and SIGTERM in a child: they reach the whole process group (a terminal's Ctrl-C,
     a scheduler's SIGTERM), and the parent, which stops its children itself, says the one line

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from infrastructure.errors import UserError
 from infrastructure.files import atomic_path
+from infrastructure.processes import ends_with_this_process
 
 STDERR_TAIL_LINES = 25
 
@@ -102,7 +103,8 @@ def decode(
         cmd += list(extra_args)
         with open(input_path, "rb") as stdin, open(tmp_out, "wb") as stdout, open(log_path, "wb") as stderr:
             try:
-                proc = subprocess.run(cmd, stdin=stdin, stdout=stdout, stderr=stderr, cwd=workdir, check=False)
+                proc = subprocess.run(cmd, stdin=stdin, stdout=stdout, stderr=stderr, cwd=workdir, check=False,
+                                      **ends_with_this_process())  # type: ignore[call-overload]
             except OSError as exc:
                 raise DecoderError(f"cannot run {moses}: {exc}") from exc
         if proc.returncode != 0:  # raising inside the block removes every temp file

@@ -48,6 +48,43 @@ def test_failed_decode_reports_stderr_tail_and_leaves_no_output(tmp_path):
     assert not (tmp_path / "out.txt").exists()
 
 
+def test_a_decoder_ends_with_a_run_killed_by_sigkill(tmp_path):
+    """``mert evaluate`` killed by SIGKILL left its moses decoding on, for half an hour, into a temp file
+    nobody would read: the decoder now ends with the process that started it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "moses.pid"
+    bindir = fake_moses(tmp_path, f"echo $$ > {pid_file}\nexec sleep 60\n")
+    (tmp_path / "in.txt").write_text("a b\n")
+    (tmp_path / "moses.ini").write_text("[feature]\n")
+    code = ("import sys\nfrom moses_integration.decoder import decode\n"
+            "decode(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4])\n")
+    run = subprocess.Popen([sys.executable, "-c", code, str(bindir), str(tmp_path / "moses.ini"),
+                            str(tmp_path / "in.txt"), str(tmp_path / "out.txt")],
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        time.sleep(0.05)
+    decoder = int(pid_file.read_text())
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    for _ in range(100):
+        try:
+            os.kill(decoder, 0)
+        except ProcessLookupError:
+            break
+        if Path(f"/proc/{decoder}/stat").read_text().split(") ")[1].startswith("Z"):  # ended, not yet reaped
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(decoder, signal.SIGKILL)
+        pytest.fail("the decoder outlived the run that started it")
+
+
 def test_decode_runs_in_the_ini_folder_with_weight_overrides(tmp_path):
     system = tmp_path / "system"
     system.mkdir()
