@@ -315,6 +315,15 @@ def _check_id(sent_id: int, prev_id: int, expected: int | None, name: str, line_
 # Writing
 
 
+def nbest_hypothesis(text: str) -> str:
+    """``text`` as an n-best line's hypothesis: a word holding ``|||`` would read as the field separator, so
+    its bars are written as Moses' tokenizer writes one (``&#124;``). Moses' own lists never hold one; a
+    model trained on text that was not tokenized by Moses can produce it."""
+    if FIELD_SEPARATOR not in text:
+        return text
+    return " ".join(word.replace("|", "&#124;") if FIELD_SEPARATOR in word else word for word in text.split(" "))
+
+
 def format_value(value: float) -> str:
     """A feature value as Moses writes it: C++ stream default, i.e. ``%g`` with 6 digits.
 

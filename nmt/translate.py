@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from infrastructure.files import PathArg, atomic_output
-from moses_integration.nbest import FIELD_SEPARATOR, format_value
+from moses_integration.nbest import FIELD_SEPARATOR, format_value, nbest_hypothesis
 from nmt.model_file import NMTFile
 from nmt.search import Hypothesis, beam_search
 
@@ -59,5 +59,5 @@ def write_translations(loaded: NMTFile, lines: Iterable[str], out: PathArg, *, b
                 continue
             for text, hypothesis in zip(texts, hypotheses, strict=True):
                 value = format_value(hypothesis.log_prob)
-                stream.write(f"{count - 1}{sep}{text}{sep}{name}= {value}{sep}{value}\n".encode())
+                stream.write(f"{count - 1}{sep}{nbest_hypothesis(text)}{sep}{name}= {value}{sep}{value}\n".encode())
     return count

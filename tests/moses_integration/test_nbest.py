@@ -323,3 +323,14 @@ def test_large_finite_values_whose_sum_overflows_are_read() -> None:
     """The parser finds a non-finite value by its sum first: a sum that overflows is not an error."""
     entry = parse_nbest_line("0 ||| x ||| A= 1e308 1e308 ||| 0", path="x", line_no=1)
     assert entry.features == [("A", [1e308, 1e308])]
+
+
+def test_a_hypothesis_holding_the_field_separator_is_written_so_that_it_reads_back() -> None:
+    """``nmt translate --nbest`` wrote ``0 ||| ||| un ||| ||| NMT0= …``, which no reader can split."""
+    from moses_integration.nbest import nbest_hypothesis
+
+    for text in ("||| un |||", "a ||| b", "|||", "a | b", "a |||| b", ""):
+        entry = parse_nbest_line(f"0 ||| {nbest_hypothesis(text)} ||| F= 1 ||| 1", path="x", line_no=1)
+        assert entry.hypothesis.replace("&#124;", "|") == text
+    assert nbest_hypothesis("a | b") == "a | b" and nbest_hypothesis("a ||| b") == "a &#124;&#124;&#124; b"
+    assert nbest_hypothesis("a|||b c|d") == "a&#124;&#124;&#124;b c|d"
