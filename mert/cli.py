@@ -319,8 +319,9 @@ def evaluate_command(
             [("--moses-ini", p) for p in inis] + [("--baseline-ini", p) for p in baseline_inis] + \
             [("the extra features of --moses-ini", sidecar_path(p)) for p in [*inis, *baseline_inis]]
         check_outputs_are_not_inputs([("written in --output-dir", p) for p in written], inputs)
-    check_inputs_agree(references=refs, tokenized_references=tok_refs, hypotheses=[*hyps, *baselines],
-                       source=source if decoding else None)
+        # before the decodes; scoring --hyp files alone, evaluate() checks them as it starts
+        check_inputs_agree(references=refs, tokenized_references=tok_refs, hypotheses=[*hyps, *baselines],
+                           source=source)
 
     def decoded(configs: tuple[Path, ...], outs: list[Path]) -> list[Path]:
         for ini, out in zip(configs, outs, strict=True):
