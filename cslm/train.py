@@ -26,7 +26,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import sys
 from collections import Counter
 from collections.abc import Mapping
@@ -45,7 +44,7 @@ from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, atomic_path, write_json
 from infrastructure.progress import progress_bar
-from infrastructure.resume_record import check_same_options, options_record
+from infrastructure.resume_record import check_same_options, file_identity, options_record
 from moses_integration.tokens import split_tokens
 from neural.config import CHECKPOINT_EVERY, TRAIN_STEPS, DictConfig, check_positive_int
 from neural.device import select_device
@@ -188,16 +187,11 @@ class NgramSplit:
         return torch.from_numpy(hist), torch.from_numpy(np.asarray(self.tokens[idx], dtype=np.int64))
 
 
-def _fingerprint(path: str) -> dict[str, Any]:
-    st = os.stat(path)
-    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
 def data_record(corpus: str, valid: str | None, *, shortlist: int, order: int, seed: int) -> dict[str, Any]:
     """What the prepared data of a run depends on: the texts (by path, size and time, as ``make`` knows a
     file), the shortlist, n and the seed of the held-out lines. Known from the command line alone, so a
     ``--resume`` on other data is refused before the corpus is read, naming what differs."""
-    return {"version": DATA_VERSION, "corpus": _fingerprint(corpus), "valid": _fingerprint(valid) if valid else None,
+    return {"version": DATA_VERSION, "corpus": file_identity(corpus), "valid": file_identity(valid) if valid else None,
             "shortlist": shortlist, "order": order, "seed": seed}
 
 

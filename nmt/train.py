@@ -21,11 +21,10 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import sacrebleu
@@ -35,7 +34,7 @@ from tqdm import tqdm
 from infrastructure.errors import UserError
 from infrastructure.files import display_name
 from infrastructure.progress import progress_bar
-from infrastructure.resume_record import check_same_options, options_record
+from infrastructure.resume_record import check_same_options, file_identity, options_record
 from neural.config import CHECKPOINT_EVERY, DictConfig, check_positive_int
 from neural.device import autocast
 from neural.training import (
@@ -136,11 +135,6 @@ class PreparedData:
     fingerprint: str  # what a resumed run must find again
 
 
-def _file_identity(path: str) -> dict[str, Any]:
-    st = os.stat(path)
-    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
 def prepare_data(src: str, tgt: str, cfg: NMTTrainConfig, *, valid_src: str | None = None,
                  valid_tgt: str | None = None, subwords: tuple[Subwords, Subwords] | None = None) -> PreparedData:
     """Read and check the bitext (before anything long), split, train or reuse the subwords, encode."""
@@ -161,8 +155,8 @@ def prepare_data(src: str, tgt: str, cfg: NMTTrainConfig, *, valid_src: str | No
         subwords = (train_subwords(train_src, cfg.vocab_size, seed=cfg.seed, name=display_name(src)),
                     train_subwords(train_tgt, cfg.vocab_size, seed=cfg.seed, name=display_name(tgt)))
     src_sw, tgt_sw = subwords
-    identity = {"src": _file_identity(src), "tgt": _file_identity(tgt),
-                "valid": [_file_identity(valid_src), _file_identity(valid_tgt)] if valid_src and valid_tgt else None,
+    identity = {"src": file_identity(src), "tgt": file_identity(tgt),
+                "valid": [file_identity(valid_src), file_identity(valid_tgt)] if valid_src and valid_tgt else None,
                 "vocab_size": cfg.vocab_size, "seed": cfg.seed, "valid_lines": cfg.valid_lines}
     return PreparedData(
         src_sw, tgt_sw, EncodedBitext(src_sw.encode(train_src), tgt_sw.encode(train_tgt)),

@@ -412,6 +412,10 @@ def test_a_resume_with_other_sizes_or_data_is_refused_naming_them_before_the_cor
         res = CliRunner().invoke(main, call)
         _one_error_line(res, f"cannot --resume: {model}.last was made with {message}")
     assert {p: p.read_bytes() for p in sorted((tmp_path / "m.pt.data").rglob("*")) if p.is_file()} == prepared
+    link = tmp_path / "link.txt"  # the same corpus by another name is the same data
+    link.symlink_to(corpus)
+    res = CliRunner().invoke(main, ["train", str(link), *again[2:]])
+    assert res.exit_code == 0, res.output
 
 
 def test_a_training_stopped_while_it_encodes_the_corpus_leaves_no_partial_ids(tmp_path: Path, monkeypatch) -> None:
