@@ -121,6 +121,7 @@ def cslm_score_command(model, text, raw, device, threads, quiet):
     """One natural-log sentence probability per line of TEXT on stdout; perplexity on stderr."""
     from cslm.model_file import load_cslm
     from cslm.scoring import ScoreStats, score_lines
+    from infrastructure.files import display_name
     from infrastructure.lines import text_lines
 
     loaded = load_cslm(model, device)
@@ -128,7 +129,9 @@ def cslm_score_command(model, text, raw, device, threads, quiet):
     out = sys.stdout
     for value in score_lines(loaded.model, loaded.vocab, text_lines(text), normalize=not raw, stats=stats):
         out.write(f"{value:.6f}\n")
-    if not quiet:
+    if not quiet and not stats.sentences:
+        click.echo(f"{display_name(text)} holds no sentence: no perplexity", err=True)
+    elif not quiet:
         click.echo(f"{stats.sentences} sentences, {stats.tokens} tokens (</s> included): "
                    f"perplexity {stats.perplexity:.2f}", err=True)
 

@@ -503,6 +503,15 @@ def test_score_and_nbest_are_quiet_with_q(tmp_path: Path) -> None:
         assert ("perplexity" in res.stderr) is not bool(quiet)
 
 
+def test_score_of_an_empty_text_prints_nothing_and_says_so(tmp_path: Path) -> None:
+    """It printed "0 sentences, 0 tokens (</s> included): perplexity nan"."""
+    model, vocab = small_model()
+    save_cslm(tmp_path / "m.pt", model, vocab)
+    res = CliRunner().invoke(main, ["score", str(tmp_path / "m.pt"), "-"], input="")
+    assert res.exit_code == 0 and res.stdout == ""
+    assert res.stderr.strip() == "<stdin> holds no sentence: no perplexity"
+
+
 def test_export_into_a_folder_not_made_yet_makes_it(tmp_path: Path) -> None:
     model, vocab = small_model()
     save_cslm(tmp_path / "m.pt", model, vocab)
