@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,10 @@ def detruecase(line: str) -> str:
     return " ".join(words)
 
 
+#: The languages sacremoses segments with rules of their own, beyond those it has non-breaking prefixes for.
+CJK_LANGUAGES = ("ja", "ko", "cjk")
+
+
 class PostProcessor:
     """detruecase → detokenize → unescape, for one target language.
 
@@ -88,7 +93,11 @@ class PostProcessor:
 
     def __init__(self, lang: str) -> None:
         from sacremoses import MosesDetokenizer
+        from sacremoses.corpus import NonbreakingPrefixes
 
+        if lang not in {*NonbreakingPrefixes().available_langs.values(), *CJK_LANGUAGES}:
+            warnings.warn(f"--lang {lang}: sacremoses has no rules for it, so its generic rules detokenize "
+                          "(a typo? the codes are ISO 639-1: fr, en, de…)", stacklevel=2)
         self.lang = lang
         self._detok = MosesDetokenizer(lang=lang)
 

@@ -363,6 +363,17 @@ def test_cli_evaluate_an_empty_test_set_is_one_line(tmp_path: Path) -> None:
     assert f"{empty}: empty: no sentence to score" in result.output
 
 
+def test_cli_evaluate_warns_in_one_line_of_a_language_sacremoses_has_no_rules_for() -> None:
+    """``--lang xx`` (a typo for fr) detokenized ``l' homme`` with the generic rules and said nothing."""
+    args = ["evaluate", "--hyp", str(shared_file(TUNED)), "--ref", str(shared_file(REF)), "--bootstrap-samples", "10"]
+    for lang, warned in (("xx", True), ("fr", False), ("de", False), ("ja", False)):
+        result = CliRunner().invoke(main, [*args, "--lang", lang])
+        assert result.exit_code == 0, result.output
+        lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+        assert lines == ([f"warning: --lang {lang}: sacremoses has no rules for it, so its generic rules detokenize "
+                          "(a typo? the codes are ISO 639-1: fr, en, de…)"] if warned else []), result.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.moses
 def test_real_moses_decode_reproduces_the_fixture_and_prints_a_signature(tmp_path: Path) -> None:
