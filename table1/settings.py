@@ -285,9 +285,12 @@ MEDIUM = ScaleSettings(
     # report marks every run that stopped at the cap rather than converging.
     tune_max_iterations=25,
     selection=SelectionBudget(train_words=6_000_000, lm_words=None),
-    # 1000-best lists, of which the first 100 (the tuning's n-best size) are scored and reranked: the NMT
-    # model's two directions then take about 2.3 hours for 3 runs' dev and test on 2 cores, not 23.
-    reranking=RerankingSettings(rerank_size=100),
+    # 300-best distinct lists, of which the first 100 (the tuning's n-best size) are scored and reranked:
+    # the NMT model's two directions then take about 2.3 hours for 3 runs' dev and test on 2 cores, not
+    # 23. Moses' distinct n-best extraction grows much faster than the list: on this system, 0.65, 1.06,
+    # 1.87 and 9.8 s a sentence for 100, 300, 500 and 1000-best (docs/table1.md), so 3.5 CPU hours for
+    # the six lists at 300 against 33 at 1000. The oracle curve to 300 shows what a deeper list adds.
+    reranking=RerankingSettings(nbest_size=300, rerank_size=100),
     # A run of 12-15 hours on a 2-core machine, which --resume lets one interrupt and continue.
     plan_hours=15.0,
 )
