@@ -154,7 +154,14 @@ class NumberList(OneLineValue, click.ParamType):
 
 
 class OneLinePath(OneLineValue, click.Path):
-    """:class:`click.Path`, failing with one line (:class:`OneLineValue`)."""
+    """:class:`click.Path`, failing with one line (:class:`OneLineValue`). An input that must exist and
+    cannot be stdin (it is read twice, or beside another input that is) says why it refuses ``-``: click
+    said "File '-' does not exist", as if a file named ``-`` were wanted."""
+
+    def convert(self, value, param, ctx):
+        if os.fspath(value) == "-" and self.exists and not self.allow_dash and not os.path.lexists(value):
+            self.fail("'-' means standard input, which this input cannot be read from; give a path.", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 #: The files a command writes beside an output (``also_writes``) when they depend on its other options

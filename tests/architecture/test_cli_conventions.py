@@ -110,6 +110,23 @@ def test_an_output_that_cannot_be_stdout_refuses_the_dash():
     assert ("nmt train", "model_out") in refused and ("mert evaluate", "json_path") in refused
 
 
+def test_an_input_that_cannot_be_stdin_says_so_for_the_dash(tmp_path, monkeypatch):
+    """``cslm train - m.pt`` said "File '-' does not exist", as if a file named ``-`` were wanted; such a
+    file is still read where there is one."""
+    monkeypatch.chdir(tmp_path)
+    refused = []
+    for name, command in COMMANDS:
+        for param in command.params:
+            if isinstance(param.type, OneLinePath) and param.type.exists and not param.type.allow_dash:
+                with pytest.raises(click.ClickException, match="'-' means standard input, which this input cannot"):
+                    param.type.convert("-", param, None)
+                refused.append((name, param.name))
+    assert {("cslm train", "corpus"), ("mert optimize", "nbest"), ("mert evaluate", "hyps")} <= set(refused)
+    (tmp_path / "-").write_text("a file named -\n")
+    param = dict((p.name, p) for p in dict(COMMANDS)["cslm train"].params)["corpus"]
+    assert os.fspath(param.type.convert("-", param, None)) == "-"
+
+
 def test_a_learning_rate_past_what_float32_holds_is_one_line():
     """``--lr 1e39`` was torch's "cannot be converted to type float without overflow" after the data was
     prepared, and left MODEL and MODEL.last behind."""
