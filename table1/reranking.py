@@ -30,7 +30,7 @@ from infrastructure.files import atomic_path, copy_compressed, display_name
 from mert.bleu import read_references
 from mert.features import NBestFeature, load_feature, read_source_sentences, score_entries
 from mert.nbest_set import fixed_mask
-from mert.rerank import bleu_statistics, one_best, oracle_bleu, tune_on_lists, with_columns
+from mert.rerank import best_rows, bleu_statistics, oracle_bleu, tune_on_lists, with_columns
 from mert.tune import weights_vector
 from moses_integration.decoder import decode
 from moses_integration.nbest import (
@@ -300,16 +300,33 @@ def tune_set(exp: Experiment, lists: RunLists, fset: FeatureSet) -> dict[str, ob
     tuned = tune_on_lists(dev, lists.dev_stats, start, fixed=fixed_mask(dev.feature_names, fixed_columns(exp, fset)),
                           restarts=r.restarts, seed=baseline_plan(lists.run).seed, threads=exp.jobs)
     test = with_scores(exp, lists.test, fset, lists.run, "test")
+    depth = {}
     for split, arrays in (("dev", dev), ("test", test)):
         out = output_path(exp, fset, lists.run, split)
         out.parent.mkdir(parents=True, exist_ok=True)
+        rows = best_rows(arrays.features @ tuned.weights, arrays.offsets)
         with atomic_path(out) as partial:
-            partial.write_text("".join(f"{h}\n" for h in one_best(arrays, tuned.weights)), encoding="utf-8")
+            partial.write_text("".join(f"{arrays.hypotheses[i]}\n" for i in rows), encoding="utf-8")
+        depth[split] = choice_depth(rows - arrays.offsets[:-1], r.rerank_size)
     held = set(fixed_columns(exp, fset))
     baseline_tunes = set(column_names(lists.dev.feature_names)) - set(fixed_columns(exp, FeatureSet("", ())))
     new = [c for c in column_names(dev.feature_names) if c not in held and c not in baseline_tunes]
     return {"weights": tuned.named(), "new_columns": new, "dev_bleu": round(tuned.dev_bleu, 4),
-            "start_dev_bleu": round(tuned.start_bleu, 4)}
+            "start_dev_bleu": round(tuned.start_bleu, 4), "choice_depth": depth}
+
+
+def choice_depth(positions: np.ndarray, rerank_size: int) -> dict[str, int]:
+    """How many sentences took their reranked 1-best from each stretch of the list (0-based ``positions``):
+    ``{"1": n, "2-10": n, "11-50": n, "51-100": n}`` for a reranked prefix of 100. A set that often
+    chooses from the last stretch would have found more in a deeper list; one that never leaves the top
+    ten would not."""
+    bounds = sorted({b for b in (1, 10, 50) if b < rerank_size} | {rerank_size})
+    counts, low = {}, 0
+    for high in bounds:
+        stretch = str(high) if high == low + 1 else f"{low + 1}-{high}"
+        counts[stretch] = int(((positions >= low) & (positions < high)).sum())
+        low = high
+    return counts
 
 
 # --------------------------------------------------------------------------------------------

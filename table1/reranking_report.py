@@ -60,7 +60,8 @@ def set_runs(exp: Experiment, fset: FeatureSet, runs: int, refs: list[list[str]]
                              tokenized_references=[read_text_lines(tok_ref)], tokenized_ref_paths=[tok_ref])
         out.append({"run": k, "dev_bleu": stamp["dev_bleu"], "start_dev_bleu": stamp["start_dev_bleu"],
                     "test_bleu": round(score.bleu, 4), "test_bleu_tokenized": round(score.tokenized_bleu or 0.0, 4),
-                    "weights": stamp["weights"], "new_columns": stamp["new_columns"], "signature": score.signature})
+                    "weights": stamp["weights"], "new_columns": stamp["new_columns"], "signature": score.signature,
+                    "choice_depth": stamp.get("choice_depth")})
         detok[k] = score.detokenized
     return out, detok
 
@@ -209,6 +210,7 @@ def format_markdown(doc: dict[str, object], command: str = "") -> str:
                   + (f": {choice['set']}" if choice["set"] else "") + ").", ""]
     lines += format_readouts(doc)
     lines += format_oracle(doc)
+    lines += format_depth(doc)
     check = doc["first_hypothesis_check"]
     if check:
         lines += ["Each test list's first hypothesis is Baseline's own test output in "
@@ -248,6 +250,26 @@ def format_oracle(doc: dict[str, object]) -> list[str]:
             "| list | " + " | ".join(f"first {s}" for s in sizes) + " |", "|---|" + "---|" * len(sizes),
             *(f"| {run} {split} | " + " | ".join(f"{bleu:.2f}" for _, bleu in c) + " |" for run, split, c in curves),
             ""]
+
+
+def format_depth(doc: dict[str, object]) -> list[str]:
+    """Where each set's reranked test 1-best lies in the list, as shares of the sentences over all runs."""
+    table = []
+    for row in doc["rows"]:  # type: ignore[attr-defined]
+        depths = [x["choice_depth"]["test"] for x in row["runs"] if x.get("choice_depth")]
+        if depths:
+            totals = {stretch: sum(d[stretch] for d in depths) for stretch in depths[0]}
+            table.append((row["label"], totals))
+    if not table:
+        return []
+    stretches = sorted(table[0][1], key=lambda stretch: int(stretch.split("-")[0]))  # stamps sort their keys
+    return ["Where each set's reranked test 1-best lies in the list (its position in Moses' order; share of "
+            "the test sentences of all runs): a set that often chooses from the last stretch would have found "
+            "more in a deeper list.", "",
+            "| feature set | " + " | ".join(f"position {s}" for s in stretches) + " |",
+            "|---|" + "---|" * len(stretches),
+            *(f"| {label} | " + " | ".join(f"{100 * totals[s] / sum(totals.values()):.1f}%" for s in stretches)
+              + " |" for label, totals in table), ""]
 
 
 def format_examples(doc: dict[str, object]) -> list[str]:

@@ -105,6 +105,16 @@ def test_the_rnn_column_that_tells_the_reference_apart_wins_every_run(tuned_base
     markdown = paths[1].read_text()
     assert "| + p_RNN |" in markdown and "Baseline reranked" in markdown and "Oracle BLEU" in markdown
     assert "CONFIGS='baseline rnn' STEPS='tune eval report'" in markdown
+    for label, row in rows.items():  # where each reranked 1-best was in its list, counted from the outputs
+        fset = reranking.FeatureSet(label, tuple(row["features"]))
+        for run in row["runs"]:
+            for split, refs in (("dev", DEV), ("test", TEST)):
+                chosen = reranking.output_path(exp, fset, run["run"], split).read_text().splitlines()
+                at = [hypotheses(ref).index(hyp) for ref, hyp in zip(refs, chosen, strict=True)]
+                assert run["choice_depth"][split] == {"1": at.count(0), "2-10": len(at) - at.count(0), "11-50": 0,
+                                                      "51-1000": 0}, (label, split)
+    assert [r["choice_depth"]["test"] for r in rnn["runs"]] == [{"1": 0, "2-10": 4, "11-50": 0, "51-1000": 0}] * 3
+    assert "| + p_RNN | 0.0% | 100.0% | 0.0% | 0.0% |" in markdown
 
 
 def test_the_nmt_models_own_translation_is_scored_beside_the_sets(tuned_baseline, tmp_path):
