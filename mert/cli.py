@@ -27,7 +27,6 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from infrastructure.files import check_output_place
 
 
 @click.group(cls=Group)
@@ -301,53 +300,19 @@ def evaluate_command(
     mean ± std; --baseline/--baseline-ini add paired bootstrap resampling (sacrebleu).
     """
 
-    from infrastructure.files import check_outputs_are_not_inputs, write_json
-    from mert.evaluate import check_inputs_agree, decode_and_record, decode_plan, evaluate, finished_decode
-    from mert.features import sidecar_path
+    from infrastructure.files import write_json
+    from mert.evaluate import TestDecodes, evaluate_test_set
 
     if not hyps and not inis:
         raise click.UsageError("give --hyp FILE or --moses-ini INI --src SRC")
     if (inis or baseline_inis) and source is None:
         raise click.UsageError("--moses-ini/--baseline-ini need --src (the test source)")
-    out_dir = output_dir or Path("eval")
-    decoding = bool(inis or baseline_inis)
-    if decoding:  # only a decode writes there: scoring --hyp files needs no writable folder
-        check_output_place(out_dir, folder=True)
-        system_out, baseline_out, written = decode_plan(out_dir, hyps, inis, baselines, baseline_inis)
-        inputs = [("--ref", p) for p in refs] + [("--tok-ref", p) for p in tok_refs] + \
-            [("--hyp", p) for p in hyps] + [("--baseline", p) for p in baselines] + [("--src", source)] + \
-            [("--moses-ini", p) for p in inis] + [("--baseline-ini", p) for p in baseline_inis] + \
-            [("the extra features of --moses-ini", sidecar_path(p)) for p in [*inis, *baseline_inis]]
-        check_outputs_are_not_inputs([("written in --output-dir", p) for p in written], inputs)
-        # before the decodes; scoring --hyp files alone, evaluate() checks them as it starts
-        check_inputs_agree(references=refs, tokenized_references=tok_refs, hypotheses=[*hyps, *baselines],
-                           source=source)
-
-    def decoded(configs: tuple[Path, ...], outs: list[Path]) -> list[Path]:
-        for ini, out in zip(configs, outs, strict=True):
-            assert source is not None
-            if resume and finished_decode(ini, source, out, nbest_size=nbest_size):
-                if not quiet:
-                    click.echo(f"kept {out}: decoded by an earlier run from the same ini and source", err=True)
-                continue
-            if not quiet:
-                click.echo(f"decoding {source} with {ini} -> {out}", err=True)
-            decode_and_record(ini, source, out, moses_bin_dir=moses_bin_dir, threads=threads, nbest_size=nbest_size,
-                              decoder_cwd=decoder_cwd)
-        return outs
-
-    system = list(hyps) + (decoded(inis, system_out) if decoding else [])
-    baseline = list(baselines) + (decoded(baseline_inis, baseline_out) if decoding else [])
-    report = evaluate(
-        system,
-        refs,
-        lang=lang,
-        tokenized_references=tok_refs,
-        baseline_hyps=baseline,
-        already_detokenized=detokenized,
-        bootstrap_samples=bootstrap_samples,
-        detok_dir=out_dir if (inis or baseline_inis) else None,
-    )
+    decodes = None if source is None or not (inis or baseline_inis) else TestDecodes(
+        source, inis, baseline_inis, output_dir or Path("eval"), moses_bin_dir=moses_bin_dir, threads=threads,
+        decoder_cwd=decoder_cwd, nbest_size=nbest_size, resume=resume)
+    report = evaluate_test_set(hyps, refs, lang=lang, tokenized_references=tok_refs, baselines=baselines,
+                               decodes=decodes, already_detokenized=detokenized, bootstrap_samples=bootstrap_samples,
+                               say=(lambda _: None) if quiet else (lambda message: click.echo(message, err=True)))
     for line in report.lines():
         click.echo(line)
     if json_path is not None:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,14 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from infrastructure.errors import UserError
-from infrastructure.files import PathArg, atomic_output, display_name, write_json
+from infrastructure.files import (
+    PathArg,
+    atomic_output,
+    check_output_place,
+    check_outputs_are_not_inputs,
+    display_name,
+    write_json,
+)
 from infrastructure.lines import read_text_lines
 from infrastructure.resume_record import check_same_options, content_identity, file_identity
 from mert.bleu import ReferenceFileError, read_reference_lines
@@ -606,3 +614,74 @@ def evaluate(
         else (f"detruecase, detokenize + unescape (sacremoses MosesDetokenizer, lang={lang})")
     )
     return EvaluationReport(system, baseline, comparisons, steps)
+
+
+@dataclass(frozen=True)
+class TestDecodes:
+    """What ``mert evaluate`` decodes before scoring: ``source`` with each ``inis`` (the system's runs) and
+    ``baseline_inis``, into ``output_dir``, with these Moses settings; ``resume`` keeps the decodes an
+    earlier run finished (:func:`finished_decode`)."""
+
+    source: Path
+    inis: tuple[Path, ...] = ()
+    baseline_inis: tuple[Path, ...] = ()
+    output_dir: Path = Path("eval")
+    moses_bin_dir: Path | None = None
+    threads: int = 1
+    decoder_cwd: Path | None = None
+    nbest_size: int = DEFAULT_RESCORE_NBEST
+    resume: bool = False
+
+
+def evaluate_test_set(
+    hyps: Sequence[Path],
+    references: Sequence[Path],
+    *,
+    lang: str,
+    tokenized_references: Sequence[Path] = (),
+    baselines: Sequence[Path] = (),
+    decodes: TestDecodes | None = None,
+    already_detokenized: bool = False,
+    bootstrap_samples: int = DEFAULT_BOOTSTRAP_SAMPLES,
+    say: Callable[[str], None] = lambda message: print(message, file=sys.stderr, flush=True),
+) -> EvaluationReport:
+    """``mert evaluate``: decode what ``decodes`` asks for, then :func:`evaluate` the ``hyps`` and decodes
+    against the ``baselines`` and baseline decodes. Everything that would fail after a decode (an output
+    that is an input, a file of another length) is refused before the first; ``say`` tells each decode."""
+    system, baseline = list(hyps), list(baselines)
+    if decodes is not None:
+        system_out, baseline_out = _check_decodes(decodes, references, tokenized_references, hyps, baselines)
+        system += _decode_all(decodes, decodes.inis, system_out, say)
+        baseline += _decode_all(decodes, decodes.baseline_inis, baseline_out, say)
+    return evaluate(system, references, lang=lang, tokenized_references=tokenized_references,
+                    baseline_hyps=baseline, already_detokenized=already_detokenized,
+                    bootstrap_samples=bootstrap_samples, detok_dir=decodes.output_dir if decodes else None)
+
+
+def _check_decodes(decodes: TestDecodes, references: Sequence[Path], tokenized_references: Sequence[Path],
+                   hyps: Sequence[Path], baselines: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """Where each decode goes, once the folder, the outputs and the inputs' lengths are checked; scoring
+    ``--hyp`` files alone needs none of it (:func:`evaluate` checks their lengths as it starts)."""
+    check_output_place(decodes.output_dir, folder=True)
+    system_out, baseline_out, written = decode_plan(decodes.output_dir, hyps, decodes.inis, baselines,
+                                                    decodes.baseline_inis)
+    inputs = [("--ref", p) for p in references] + [("--tok-ref", p) for p in tokenized_references] + \
+        [("--hyp", p) for p in hyps] + [("--baseline", p) for p in baselines] + [("--src", decodes.source)] + \
+        [("--moses-ini", p) for p in decodes.inis] + [("--baseline-ini", p) for p in decodes.baseline_inis] + \
+        [("the extra features of --moses-ini", sidecar_path(p)) for p in [*decodes.inis, *decodes.baseline_inis]]
+    check_outputs_are_not_inputs([("written in --output-dir", p) for p in written], inputs)
+    check_inputs_agree(references=references, tokenized_references=tokenized_references,
+                       hypotheses=[*hyps, *baselines], source=decodes.source)
+    return system_out, baseline_out
+
+
+def _decode_all(decodes: TestDecodes, inis: Sequence[Path], outputs: Sequence[Path],
+                say: Callable[[str], None]) -> list[Path]:
+    for ini, out in zip(inis, outputs, strict=True):
+        if decodes.resume and finished_decode(ini, decodes.source, out, nbest_size=decodes.nbest_size):
+            say(f"kept {out}: decoded by an earlier run from the same ini and source")
+            continue
+        say(f"decoding {decodes.source} with {ini} -> {out}")
+        decode_and_record(ini, decodes.source, out, moses_bin_dir=decodes.moses_bin_dir, threads=decodes.threads,
+                          nbest_size=decodes.nbest_size, decoder_cwd=decodes.decoder_cwd)
+    return list(outputs)
