@@ -311,22 +311,32 @@ def decode_record_path(output: PathArg) -> Path:
     return Path(f"{os.fspath(output)}.json")
 
 
-def decode_record(ini: PathArg, source: PathArg, nbest_size: int) -> dict[str, object]:
+#: How a decode record names a model file the ini points to: ``model /abs/lm.fr.binary``.
+MODEL_KEY = "model "
+
+
+def decode_record(ini: PathArg, source: PathArg, nbest_size: int,
+                  decoder_cwd: PathArg | None = None) -> dict[str, object]:
     """What a test-set decode depends on that a user may change between two runs: the ini and its extra
-    features by content, the source by path, size and time, the n-best size extra features rescore."""
+    features by content, the source and every model file the ini points to (the tables, the LM:
+    :meth:`MosesIni.model_files`) by path, size and time (gigabytes are not hashed on every run; a model
+    retrained in place has another time), the n-best size extra features rescore."""
     extras = sidecar_path(ini)
+    models = MosesIni.read(ini).model_files(decoder_cwd)
     return {"moses_ini": content_identity(ini), "extra_features": content_identity(extras) if extras.exists() else None,
-            "src": file_identity(source), "nbest_size": nbest_size if extras.exists() else None}
+            "src": file_identity(source), "nbest_size": nbest_size if extras.exists() else None,
+            **{f"{MODEL_KEY}{path.resolve()}": file_identity(path) for path in models}}
 
 
-def finished_decode(ini: PathArg, source: PathArg, output: PathArg, *, nbest_size: int) -> bool:
-    """Whether ``output`` is a decode an earlier run finished from this ini, its extra features and this
-    source (its :func:`decode_record`), which ``mert evaluate --resume`` keeps.
+def finished_decode(ini: PathArg, source: PathArg, output: PathArg, *, nbest_size: int,
+                    decoder_cwd: PathArg | None = None) -> bool:
+    """Whether ``output`` is a decode an earlier run finished from this ini, its extra features, its model
+    files and this source (its :func:`decode_record`), which ``mert evaluate --resume`` keeps.
 
     A test set takes half an hour per run to decode, and ``mert evaluate`` decodes several: a run stopped
-    in its third decode, resumed, decodes only what is left. A decode of another ini or source is refused
-    in one line naming what differs, never reused. What the ini points to (the tables, the LM) is not in
-    the record: a model rewritten in place under the same ini is the user's to decode again.
+    in its third decode, resumed, decodes only what is left. A decode of another ini, source or model is
+    refused in one line naming what differs, never reused. The models the extra features name (an RNN,
+    a CSLM) are in the record by their spec, not by their files.
     """
     record_path = decode_record_path(output)
     if not (Path(output).is_file() and record_path.is_file()):
@@ -337,18 +347,21 @@ def finished_decode(ini: PathArg, source: PathArg, output: PathArg, *, nbest_siz
         return False
     if not isinstance(then, dict):
         return False
-    check_same_options(then, decode_record(ini, source, nbest_size), record_path, error=EvaluationError,
+    now = decode_record(ini, source, nbest_size, decoder_cwd)
+    check_same_options(then, now, record_path, error=EvaluationError,
+                       names={key: "the model" for key in {*then, *now} if key.startswith(MODEL_KEY)},
                        advice="decode it again: run without --resume, or give another --output-dir")
     return True
 
 
 def decode_and_record(ini: PathArg, source: PathArg, output: PathArg, *, nbest_size: int,
-                      **decode_args: object) -> Path:
+                      decoder_cwd: PathArg | None = None, **decode_args: object) -> Path:
     """:func:`decode_test_set`, then the record :func:`finished_decode` reads (none while it decodes)."""
     record_path = decode_record_path(output)
     record_path.unlink(missing_ok=True)
-    decode_test_set(ini, source, output, nbest_size=nbest_size, **decode_args)  # type: ignore[arg-type]
-    write_json(record_path, decode_record(ini, source, nbest_size))
+    decode_test_set(ini, source, output, nbest_size=nbest_size, decoder_cwd=decoder_cwd,  # type: ignore[arg-type]
+                    **decode_args)
+    write_json(record_path, decode_record(ini, source, nbest_size, decoder_cwd))
     return Path(output)
 
 
@@ -678,7 +691,8 @@ def _check_decodes(decodes: TestDecodes, references: Sequence[Path], tokenized_r
 def _decode_all(decodes: TestDecodes, inis: Sequence[Path], outputs: Sequence[Path],
                 say: Callable[[str], None]) -> list[Path]:
     for ini, out in zip(inis, outputs, strict=True):
-        if decodes.resume and finished_decode(ini, decodes.source, out, nbest_size=decodes.nbest_size):
+        if decodes.resume and finished_decode(ini, decodes.source, out, nbest_size=decodes.nbest_size,
+                                              decoder_cwd=decodes.decoder_cwd):
             say(f"kept {out}: decoded by an earlier run from the same ini and source")
             continue
         say(f"decoding {decodes.source} with {ini} -> {out}")

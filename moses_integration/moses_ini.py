@@ -25,11 +25,13 @@ are a letter followed by letters or digits (:func:`dense_feature_name_problem`, 
 
 from __future__ import annotations
 
+import glob
 import math
 import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from infrastructure.errors import UserError
 from infrastructure.files import atomic_output
@@ -309,6 +311,24 @@ class MosesIni:
 
     def phrase_tables(self) -> list[FeatureLine]:
         return [f for f in self.feature_lines() if f.is_phrase_table]
+
+    def model_files(self, cwd: str | os.PathLike | None = None) -> list[Path]:
+        """The files the features read (their ``path=``), resolved as Moses resolves them: against ``cwd``
+        (the decoder's working folder; the ini's own by default). Moses adds suffixes to some paths
+        (``.gz``, ``.minphr``, ``.minlexr``, ``.binphr.*``), so a path stands for every file of its folder
+        whose name starts with it; a folder (a probing table) for every file in it. A path that finds
+        nothing is left out: Moses itself says it is missing when it loads."""
+        base = Path(cwd) if cwd is not None else Path(self.path).parent
+        files: set[Path] = set()
+        for feature in self.feature_lines():
+            if feature.path is None:
+                continue
+            path = base / feature.path  # an absolute path stays as it is
+            if path.is_dir():
+                files.update(p for p in path.rglob("*") if p.is_file())
+            elif path.parent.is_dir():
+                files.update(p for p in path.parent.glob(glob.escape(path.name) + "*") if p.is_file())
+        return sorted(files)
 
     def choose_phrase_table(self, table_name: str | None, *, how_to_name: str = "name one") -> FeatureLine:
         """The phrase table ``table_name`` names, or the only one; an error lists the phrase tables.

@@ -353,6 +353,16 @@ def test_cli_evaluate_resume_keeps_the_decodes_a_stopped_run_finished(fake_syste
                                                       "was made with --moses-ini a file of ")
     again = CliRunner().invoke(main, [a for a in args if a != "--resume"])
     assert again.exit_code == 0 and calls.read_text().count("called") == 5, again.output
+    lm = fake_system["ini"].parent / "lm.fr.binary"  # the LM the ini names, retrained in place
+    lm.write_bytes(b"an LM\n")
+    assert CliRunner().invoke(main, [a for a in args if a != "--resume"]).exit_code == 0
+    assert CliRunner().invoke(main, args).exit_code == 0 and calls.read_text().count("called") == 7
+    lm.write_bytes(b"a retrained LM\n")
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 1 and refused.output.count("\n") == 1, refused.output
+    assert refused.output.startswith(f"Error: cannot --resume: {out_dir / 'system.run1.tok.json'} was made with the "
+                                     f"model {lm} (6 bytes, mtime "), refused.output
+    assert calls.read_text().count("called") == 7
 
 
 def test_cli_evaluate_an_empty_test_set_is_one_line(tmp_path: Path) -> None:

@@ -443,3 +443,24 @@ def test_dense_feature_names(name: str) -> None:
 @pytest.mark.parametrize("name", ["", "CSLM_0", "1LM", "C SLM", "CSLM0\n", "CS=LM", "CSLM#"])
 def test_not_dense_feature_names(name: str) -> None:
     assert dense_feature_name_problem(name)
+
+
+def test_model_files_are_the_files_moses_reads_for_each_path(tmp_path: Path) -> None:
+    """As Moses resolves ``path=``: against the decoder's folder, with the suffixes it adds, a folder whole."""
+    system, elsewhere = tmp_path / "system", tmp_path / "elsewhere"
+    (system / "probing").mkdir(parents=True)
+    elsewhere.mkdir()
+    files = [system / "lm.fr.binary", system / "phrase-table.gz", system / "probing" / "source_vocabs.dat",
+             system / "probing" / "binfile.dat", elsewhere / "reordering.minlexr"]
+    for f in [*files, system / "other.gz", system / "phrase.gz"]:  # the last two: no feature names them
+        f.write_text("x")
+    ini = system / "moses.ini"
+    ini.write_text("[feature]\nKENLM name=LM0 factor=0 path=lm.fr.binary order=5\n"
+                   "PhraseDictionaryMemory name=TranslationModel0 num-features=4 path=phrase-table input-factor=0 "
+                   "output-factor=0\nProbingPT name=TranslationModel1 num-features=4 path=probing input-factor=0 "
+                   "output-factor=0\nLexicalReordering name=LexicalReordering0 num-features=6 "
+                   f"type=msd-bidirectional-fe input-factor=0 output-factor=0 path={elsewhere / 'reordering'}\n"
+                   "KENLM name=LM1 factor=0 path=missing.binary order=5\nWordPenalty\n")
+    assert MosesIni.read(ini).model_files() == sorted(files)
+    (elsewhere / "lm.fr.binary").write_text("y")  # run from elsewhere: the relative paths are read there
+    assert MosesIni.read(ini).model_files(elsewhere) == [elsewhere / "lm.fr.binary", elsewhere / "reordering.minlexr"]
