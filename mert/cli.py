@@ -301,13 +301,13 @@ def evaluate_command(
     """
 
     from infrastructure.files import write_json
-    from mert.evaluate import TestDecodes, evaluate_test_set
+    from mert.evaluate import Decodes, evaluate_test_set
 
     if not hyps and not inis:
         raise click.UsageError("give --hyp FILE or --moses-ini INI --src SRC")
     if (inis or baseline_inis) and source is None:
         raise click.UsageError("--moses-ini/--baseline-ini need --src (the test source)")
-    decodes = None if source is None or not (inis or baseline_inis) else TestDecodes(
+    decodes = None if source is None or not (inis or baseline_inis) else Decodes(
         source, inis, baseline_inis, output_dir or Path("eval"), moses_bin_dir=moses_bin_dir, threads=threads,
         decoder_cwd=decoder_cwd, nbest_size=nbest_size, resume=resume)
     report = evaluate_test_set(hyps, refs, lang=lang, tokenized_references=tok_refs, baselines=baselines,

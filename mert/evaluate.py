@@ -630,7 +630,7 @@ def evaluate(
 
 
 @dataclass(frozen=True)
-class TestDecodes:
+class Decodes:
     """What ``mert evaluate`` decodes before scoring: ``source`` with each ``inis`` (the system's runs) and
     ``baseline_inis``, into ``output_dir``, with these Moses settings; ``resume`` keeps the decodes an
     earlier run finished (:func:`finished_decode`)."""
@@ -653,7 +653,7 @@ def evaluate_test_set(
     lang: str,
     tokenized_references: Sequence[Path] = (),
     baselines: Sequence[Path] = (),
-    decodes: TestDecodes | None = None,
+    decodes: Decodes | None = None,
     already_detokenized: bool = False,
     bootstrap_samples: int = DEFAULT_BOOTSTRAP_SAMPLES,
     say: Callable[[str], None] = lambda message: print(message, file=sys.stderr, flush=True),
@@ -671,7 +671,7 @@ def evaluate_test_set(
                     bootstrap_samples=bootstrap_samples, detok_dir=decodes.output_dir if decodes else None)
 
 
-def _check_decodes(decodes: TestDecodes, references: Sequence[Path], tokenized_references: Sequence[Path],
+def _check_decodes(decodes: Decodes, references: Sequence[Path], tokenized_references: Sequence[Path],
                    hyps: Sequence[Path], baselines: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     """Where each decode goes, once the folder, the outputs and the inputs' lengths are checked; scoring
     ``--hyp`` files alone needs none of it (:func:`evaluate` checks their lengths as it starts)."""
@@ -688,7 +688,7 @@ def _check_decodes(decodes: TestDecodes, references: Sequence[Path], tokenized_r
     return system_out, baseline_out
 
 
-def _decode_all(decodes: TestDecodes, inis: Sequence[Path], outputs: Sequence[Path],
+def _decode_all(decodes: Decodes, inis: Sequence[Path], outputs: Sequence[Path],
                 say: Callable[[str], None]) -> list[Path]:
     for ini, out in zip(inis, outputs, strict=True):
         if decodes.resume and finished_decode(ini, decodes.source, out, nbest_size=decodes.nbest_size,
