@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import multiprocessing
 import os
 import signal
@@ -21,10 +22,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-from infrastructure.interrupts import held_while_starting_children
+from infrastructure.interrupts import Terminated, held_while_starting_children
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCH_SECONDS = 0.25  # how often a child looks whether its parent is still there
@@ -59,9 +61,74 @@ def ends_with_this_process() -> dict[str, object]:
     thread that starts it: a ``mert evaluate`` killed by SIGKILL left its ``moses`` decoding for half an
     hour into a temp file nobody would read. The kernel kills the program (``PR_SET_PDEATHSIG``, kept
     across ``exec``); the call that starts it must wait in the thread that started it, as
-    ``subprocess.run`` does. Only the program itself: what a script starts in turn is its own. Elsewhere
-    than Linux, nothing."""
+    ``subprocess.run`` does. Only the program itself: a program that starts programs of its own (a Perl
+    script) runs with :func:`run_as_group`. Elsewhere than Linux, nothing."""
     return {"preexec_fn": _killed_with_parent} if _prctl is not None else {}
+
+
+# Leads a process group of its own, in which run_as_group starts its program; waits for its standard
+# input to close (its owner ended, or is done with the program), then ends whatever of the group is
+# left, itself last. Ctrl-C and SIGTERM are the owner's to pass on.
+_GROUP_REAPER = """
+import os, signal, sys
+for number in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(number, signal.SIG_IGN)
+sys.stdin.buffer.read()
+os.killpg(0, signal.SIGKILL)
+"""
+
+
+def _lead_a_group() -> None:
+    os.setpgid(0, 0)
+
+
+def _join_group(group: int) -> None:
+    """In :func:`run_as_group`'s program before it starts: in the reaper's group, killed with the thread
+    that started it (as :func:`ends_with_this_process`), with the Ctrl-C and SIGTERM its starter held
+    back taken again."""
+    _killed_with_parent()
+    os.setpgid(0, group)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def run_as_group(args: Sequence[str], **popen_args: Any) -> int:
+    """Run a program that starts programs of its own (a Moses Perl script: ``mert-moses.pl`` runs
+    ``moses``, ``train-model.perl`` its aligners) to its end, and its exit status; nothing it started
+    outlives the call, however the call ends.
+
+    :func:`ends_with_this_process` ends only the program itself: a ``mert tune --mert-moses`` killed by
+    SIGKILL left ``moses`` decoding the dev set for an hour. Here a small process leads a process group
+    and holds a pipe whose only writer is this process (as :func:`remove_when_gone`); the program starts
+    in that group, known before it can start anything, and once the program has returned, or this
+    process has ended, the small process ends the whole group (SIGKILL). A terminal's Ctrl-C, or a
+    SIGTERM, reaches this process only (the group is not the terminal's): it passes the same signal on
+    to the group and waits for the program, so that a training saves its state as it would have from
+    the terminal; a second Ctrl-C while it waits ends the group at once.
+    """
+    reaper = program = None
+    try:
+        with held_while_starting_children():  # a Ctrl-C comes once the program is in the group
+            reaper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GROUP_REAPER], stdin=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL, preexec_fn=_lead_a_group)
+            program = subprocess.Popen(list(args), preexec_fn=functools.partial(_join_group, reaper.pid),
+                                       **popen_args)
+        return program.wait()
+    except KeyboardInterrupt as exc:
+        if program is not None and reaper is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(reaper.pid, signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+            program.wait()
+        raise
+    except BaseException:
+        if program is not None:
+            program.kill()
+        raise
+    finally:
+        if reaper is not None:
+            reaper.stdin.close()  # type: ignore[union-attr]  # the reaper ends what is left of the group
+            reaper.wait()
+        if program is not None:
+            program.wait()
 
 
 def leave_interrupts_to_parent() -> None:
@@ -180,3 +247,4 @@ def remove_semaphores(name: str) -> None:
     for path in SEMAPHORE_FOLDER.glob(f"sem.mp-{name}-*"):
         with contextlib.suppress(OSError):
             path.unlink()
+

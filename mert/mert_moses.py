@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infrastructure.files import PathArg
-from infrastructure.processes import ends_with_this_process
+from infrastructure.processes import run_as_group
 from mert.features import write_sidecar
 from mert.tune import DEFAULT_MAX_ITERATIONS, DEFAULT_NBEST_SIZE, FINAL_INI, TuneError, TuneOptions, log_to_stderr
 from moses_integration.decoder import GETTING_MOSES, find_moses_bin_dir
@@ -126,11 +126,10 @@ def tune_with_mert_moses(
     log_path = work / "mert-moses.log"
     log(f"running {' '.join(cmd)} (log: {log_path})")
     with open(log_path, "ab") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=work, check=False,
-                              **ends_with_this_process())  # type: ignore[call-overload]
-    if proc.returncode != 0:
+        code = run_as_group(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=work)  # moses and mert end with it
+    if code != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
-        raise TuneError(f"mert-moses.pl failed (exit {proc.returncode}); last lines of {log_path}:\n{tail}")
+        raise TuneError(f"mert-moses.pl failed (exit {code}); last lines of {log_path}:\n{tail}")
     tuned = mm_dir / "moses.ini"
     if not tuned.is_file():
         raise TuneError(f"mert-moses.pl finished without writing {tuned}")

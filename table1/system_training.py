@@ -26,7 +26,7 @@ from pathlib import Path
 from infrastructure.errors import UserError
 from infrastructure.files import atomic_path
 from infrastructure.lines import text_lines
-from infrastructure.processes import ends_with_this_process
+from infrastructure.processes import run_as_group
 from moses_integration.decoder import GETTING_MOSES
 from moses_integration.tokens import split_tokens
 from table1.text_prep import write_text_lines
@@ -116,8 +116,7 @@ def run_logged(
         in_fh = open(stdin, "rb") if stdin else subprocess.DEVNULL  # noqa: SIM115
         out_fh = open(stdout, "wb") if stdout else log_fh  # noqa: SIM115
         try:
-            code = subprocess.call(args, stdin=in_fh, stdout=out_fh, stderr=log_fh, cwd=cwd,
-                                   **ends_with_this_process())  # type: ignore[call-overload]
+            code = run_as_group(args, stdin=in_fh, stdout=out_fh, stderr=log_fh, cwd=cwd)
         except FileNotFoundError as exc:
             raise MosesToolError(f"cannot run {args[0]}: {exc}") from exc
         finally:
