@@ -153,10 +153,24 @@ class NumberList(OneLineValue, click.ParamType):
         return numbers
 
 
+#: The file an input option stands for when it is not given, found from the command's other parameters
+#: (``ctx.params``): ``propose`` reads ``lex.e2f`` beside INPUT_TABLE without ``--lex-e2f``. None: no file.
+DefaultInput = Callable[[Mapping[str, Any]], str | os.PathLike[str] | None]
+
+
 class OneLinePath(OneLineValue, click.Path):
     """:class:`click.Path`, failing with one line (:class:`OneLineValue`). An input that must exist and
     cannot be stdin (it is read twice, or beside another input that is) says why it refuses ``-``: click
-    said "File '-' does not exist", as if a file named ``-`` were wanted."""
+    said "File '-' does not exist", as if a file named ``-`` were wanted.
+
+    ``default_file``: the file the command reads when the option is not given (:data:`DefaultInput`), so
+    that it counts as an input as much as a named one does and no output of the command replaces it
+    (:func:`friendly_errors`).
+    """
+
+    def __init__(self, *args: Any, default_file: DefaultInput | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.default_file = default_file
 
     def convert(self, value, param, ctx):
         if os.fspath(value) == "-" and self.exists and not self.allow_dash and not os.path.lexists(value):
@@ -338,7 +352,7 @@ def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list
                                                       list[tuple[str, Any]]]:
     """The ``(label, path)`` pairs of the outputs given on ``ctx``'s command line, of the other files the
     command writes (``also_writes``, and the lock file :func:`~infrastructure.files.exclusive_use` may hold
-    beside each output) and of the inputs."""
+    beside each output) and of the inputs, those an option reads when it is not given (``default_file``) too."""
 
     def values(param: click.Parameter) -> list[tuple[str, Any]]:
         value = ctx.params.get(param.name)  # type: ignore[arg-type]
@@ -359,6 +373,12 @@ def _outputs_and_inputs(ctx: click.Context) -> tuple[list[tuple[str, Any]], list
     locks = [(f"the lock file of {label}", str(lock_path(path))) for label, path in outputs + side
              if os.fspath(path) != "-" and not os.fspath(path).endswith(FOLDER_MARK)]
     inputs = [pair for p in ctx.command.params if is_input(p) for pair in values(p)]
+    for p in ctx.command.params:
+        default_file = getattr(p.type, "default_file", None)
+        if is_input(p) and default_file is not None and ctx.params.get(p.name) is None:  # type: ignore[arg-type]
+            path = default_file(ctx.params)
+            if path is not None:
+                inputs.append((f"{parameter_label(p)}'s default", path))
     return outputs, side + locks, inputs
 
 

@@ -509,6 +509,18 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
                    err=True)
 
 
+def _lex_beside(table_param: str, which: int) -> Callable[[Mapping[str, Any]], str | None]:
+    """The word table (0: lex.e2f, 1: lex.f2e) that ``propose`` and ``rerank-weights`` read beside the phrase
+    table ``table_param`` when ``--lex-e2f``/``--lex-f2e`` is not given, so that no output replaces it."""
+    def default(params: Mapping[str, Any]) -> str | None:
+        from rescorer.proposals.propose import lex_paths
+
+        table = params.get(table_param)
+        return None if table is None else lex_paths(table)[which]
+
+    return default
+
+
 @main.command("propose")
 @click.argument("input_table", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("output_table", type=OutputPath())
@@ -537,9 +549,9 @@ def rescore_phrase_table_command(input_table, output_table, model_path, save_mod
               "reranking [default: 0]")
 @click.option("--max-target-words", type=IntRange(min=1, max=MAX_PHRASE_WORDS),
               help="longest proposed target [default: the table's longest target]")
-@click.option("--lex-e2f", type=OneLinePath(dir_okay=False),
+@click.option("--lex-e2f", type=OneLinePath(dir_okay=False, default_file=_lex_beside("input_table", 0)),
               help="Moses' word table lex.e2f [default: beside INPUT_TABLE]")
-@click.option("--lex-f2e", type=OneLinePath(dir_okay=False),
+@click.option("--lex-f2e", type=OneLinePath(dir_okay=False, default_file=_lex_beside("input_table", 1)),
               help="Moses' word table lex.f2e [default: beside INPUT_TABLE]")
 @click.option("--list", "list_path", type=OutputPath(),
               help="also write the proposals as TSV: kind, source, target, log p(target|source)")
@@ -629,10 +641,10 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
 @click.option("--plain-beam", type=IntRange(min=1, max=MAX_BEAM),
               help="also measure the proposals of a plain beam this wide without the reverse model")
 @click.option("--measure", is_flag=True, help="print the figures and choose nothing (text other than dev, e.g. test)")
-@click.option("--lex-e2f", type=OneLinePath(dir_okay=False), help="Moses' word table lex.e2f [default: beside "
-              "PHRASE_TABLE]")
-@click.option("--lex-f2e", type=OneLinePath(dir_okay=False), help="Moses' word table lex.f2e [default: beside "
-              "PHRASE_TABLE]")
+@click.option("--lex-e2f", type=OneLinePath(dir_okay=False, default_file=_lex_beside("phrase_table", 0)),
+              help="Moses' word table lex.e2f [default: beside PHRASE_TABLE]")
+@click.option("--lex-f2e", type=OneLinePath(dir_okay=False, default_file=_lex_beside("phrase_table", 1)),
+              help="Moses' word table lex.f2e [default: beside PHRASE_TABLE]")
 @device_option()
 @threads_option()
 @friendly_errors()

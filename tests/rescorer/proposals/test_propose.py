@@ -172,6 +172,28 @@ def test_missing_or_malformed_word_tables_stop_before_the_search_with_file_and_l
     assert _nothing_left(tmp_path, out)
 
 
+@pytest.mark.parametrize(("output", "option"), [
+    ("lex.e2f", ()), ("lex.f2e", ("--list",)), ("lex.e2f", ("--moses-ini", str(EXAMPLE_INI), "--moses-ini-out"))])
+def test_the_word_tables_read_beside_the_table_are_inputs_no_output_replaces(system, tmp_path, output,
+                                                                            option) -> None:
+    """Without --lex-e2f/--lex-f2e the word tables beside INPUT_TABLE are read, so OUTPUT_TABLE, --list or
+    --moses-ini-out on one of them would replace what the run reads: refused in one line, before any work,
+    as a word table given by name is, and the file stays as it was."""
+    for name in ("phrase-table.gz", "lex.e2f", "lex.f2e"):
+        shutil.copy(system / name, tmp_path / name)
+    before = (tmp_path / output).read_bytes()
+    table_out = [str(tmp_path / output)] if not option else [str(tmp_path / "out.gz"), *option, str(tmp_path / output)]
+    result = CliRunner().invoke(main, ["propose", str(tmp_path / "phrase-table.gz"), *table_out, "--model",
+                                       str(system / "model.pt"), "--device", "cpu", "--threads", "1", "-q"])
+    assert result.exit_code == 1
+    label, given_as = f"--{output.replace('.', '-')}", option[-1] if option else "OUTPUT_TABLE"
+    assert result.output.strip().splitlines() == [
+        f"Error: output {tmp_path / output} ({given_as}) is the input {label}'s default "
+        f"{(tmp_path / output).resolve()}; write it elsewhere"]
+    assert (tmp_path / output).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lex.e2f", "lex.f2e", "phrase-table.gz"]
+
+
 def test_readme_line_runs_on_the_shipped_sample_with_the_word_tables_beside_it(system, tmp_path) -> None:
     """README's ``rescorer propose TABLE OUT --model MODEL`` on ``examples/``: the sample ships the
     lex.e2f/lex.f2e its generator writes, so no --lex option is needed."""
