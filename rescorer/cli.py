@@ -32,6 +32,7 @@ from infrastructure.files import DEFAULT_MEMBER_LEVEL
 from moses_integration.phrase_table import MAX_PHRASE_WORDS
 from neural.config import CPU_BF16_PAYS_AT, MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
 from neural.training import MODEL_ALSO_WRITES
+from rescorer.analysis import REPORT_FILES
 from rescorer.model.config import (
     DEFAULT_SHORTLIST,
     DEFAULT_TRAIN_TIME,
@@ -51,6 +52,8 @@ MAX_BEAM = 1000
 #: The most targets drawn from the decoder for a source: they are drawn all at once, samples x shortlist
 #: probabilities a step (600 MB at 10,000 with the paper's shortlist).
 MAX_SAMPLES = 10_000
+#: The files ``report`` writes into OUT_DIR, refused where one of them is MODEL or PHRASE_TABLE.
+REPORT_WRITES = tuple(f"{{}}/{name}" for name in REPORT_FILES)
 
 
 def _model_size_options(fn: Callable) -> Callable:
@@ -329,7 +332,7 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 @main.command("report")
 @click.argument("model_path", metavar="MODEL", type=OneLinePath(exists=True, dir_okay=False))
 @click.argument("phrase_table", type=OneLinePath(exists=True, dir_okay=False))
-@click.argument("out_dir", type=OutputPath(folder=True))
+@click.argument("out_dir", type=OutputPath(folder=True, also_writes=REPORT_WRITES))
 @click.option("--sources", type=IntRange(min=1), default=8, show_default=True,
               help="frequent and rare long sources in the top-target tables")
 @click.option("--min-src-words", type=IntRange(min=1), default=4, show_default=True,

@@ -136,3 +136,24 @@ def test_screenshot_without_chromium_stops_before_the_work(tmp_path: Path, monke
     assert res.output.startswith("Error: --screenshot needs Chromium or Chrome on PATH (looked for chromium, ")
     assert len(res.output.splitlines()) == 1  # not even the first progress line: no work was done
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+@pytest.mark.parametrize(("name", "which"), [("scores.png", "table"), ("report.html", "model")])
+def test_an_input_under_a_name_the_report_writes_in_out_dir_is_refused(tmp_path: Path, name: str, which: str) -> None:
+    """OUT_DIR/report.html and the figures are replaced by name: an input there under one of those names was
+    overwritten. Refused in one line before any work, as every command's output on its input is."""
+    out = tmp_path / "rep"
+    out.mkdir()
+    model = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "model.pt")
+    inputs = {"model": model, "table": EXAMPLE_TABLE}
+    moved = out / name
+    moved.write_bytes(Path(inputs[which]).read_bytes())
+    inputs[which] = moved
+    before = moved.read_bytes()
+    res = CliRunner().invoke(main, ["report", str(inputs["model"]), str(inputs["table"]), str(out), "-q"])
+    assert res.exit_code == 1
+    label = "PHRASE_TABLE" if which == "table" else "MODEL"
+    assert res.output == (f"Error: output {moved} (written with OUT_DIR) is the input {label} {moved}; "
+                          "write it elsewhere\n")
+    assert moved.read_bytes() == before and [p.name for p in out.iterdir()] == [name]
+
