@@ -437,6 +437,34 @@ def atomic_output(path: PathArg, zlib_level: int = 6) -> Iterator[BinaryIO]:
             yield raw
 
 
+@contextlib.contextmanager
+def files_replaced_together(folder: PathArg, names: Iterable[str]) -> Iterator[Path]:
+    """Write a set of files of ``folder`` (a report's page and its figures) that replace the set there as one.
+
+    Yields an empty temporary folder inside ``folder``, where the block writes those of ``names`` it
+    makes. When the block ends, each is renamed over its namesake in ``folder`` and those of ``names``
+    it did not make are removed from ``folder``: a page and the figures of another run side by side
+    would show one model's figures under another's page. When the block raises (an error, Ctrl-C) only
+    the temporary folder goes: ``folder`` keeps the previous set, every file byte for byte. ``folder``
+    is made if missing; the renames stay on its file system, as :func:`atomic_path`'s do.
+    """
+    target = Path(folder)
+    target.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".new.", suffix=".tmp", dir=target))
+    try:
+        yield staging
+        wanted = list(names)
+        made = [name for name in wanted if (staging / name).is_file()]
+        for name in wanted:
+            if name not in made:
+                (target / name).unlink(missing_ok=True)
+        for name in made:
+            os.replace(staging / name, target / name)
+        fsync_directory(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def copy_compressed(src: PathArg, dest: PathArg) -> None:
     """``src`` copied to ``dest`` atomically, gzipped for a ``.gz`` name (:func:`atomic_output`): how a
     decoder's plain n-best list is kept, a tenth of its size, without a half-written copy on a crash."""

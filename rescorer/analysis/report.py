@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output, display_name
+from infrastructure.files import atomic_output, display_name, files_replaced_together
 from neural.device import select_device
+from rescorer.analysis import REPORT_FILES
 from rescorer.analysis.compare import ComparedSource, compare_blocks, score_blocks
 from rescorer.analysis.plots import (
     PIXELS,
@@ -70,10 +71,21 @@ def build_report(
     model_path: str | os.PathLike[str], table_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
     options: ReportOptions | None = None,
 ) -> Path:
-    """Write ``OUT_DIR/report.html`` (and its figures as PNGs) and return the page's path."""
+    """Write ``OUT_DIR/report.html`` (and its figures as PNGs) and return the page's path.
+
+    The files of :data:`REPORT_FILES` replace those of a previous report as one set
+    (:func:`files_replaced_together`): a failed or interrupted run leaves the previous page with its own
+    figures, not beside those of another model.
+    """
     opts = options or ReportOptions()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with files_replaced_together(out_dir, REPORT_FILES) as staging:
+        _write_report(model_path, table_path, staging, opts)
+    return Path(out_dir) / "report.html"  # the command says where it wrote it
+
+
+def _write_report(model_path: str | os.PathLike[str], table_path: str | os.PathLike[str], out: Path,
+                  opts: ReportOptions) -> None:
+    """The page and its figures, written into ``out``."""
     started = time.monotonic()
     checkpoint = load_checkpoint(model_path, map_location=select_device(opts.device))
     _say(f"reading {table_path}", opts.progress)
@@ -115,7 +127,6 @@ def build_report(
     path = out / "report.html"
     with atomic_output(path) as fh:
         fh.write(page.encode("utf-8"))
-    return path  # the command says where it wrote it
 
 
 # ------------------------------------------------------------------ HTML

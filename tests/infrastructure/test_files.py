@@ -25,6 +25,7 @@ from infrastructure.files import (
     check_output_place,
     check_outputs_are_not_inputs,
     exclusive_use,
+    files_replaced_together,
     lock_path,
     open_input,
     open_output,
@@ -128,6 +129,23 @@ def test_write_json_is_one_format_and_replaces_only_when_complete(tmp_path: Path
     assert dest.read_bytes() == before and os.listdir(tmp_path) == ["progress.json"]
     write_json(dest, {"z": 1, "a": 2}, sort_keys=True)
     assert dest.read_bytes() == b'{\n "a": 2,\n "z": 1\n}\n'
+
+
+def test_files_replaced_together_replace_the_set_only_when_the_block_ends(tmp_path: Path) -> None:
+    """Interrupted, the folder keeps the previous set byte for byte and nothing beside it; finished, the
+    new set replaces it whole: a name of the set the block did not write goes too."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    for name in ("page", "a", "b", "mine"):
+        (folder / name).write_text(f"old {name}")
+    with pytest.raises(KeyboardInterrupt), files_replaced_together(folder, ("page", "a", "b")) as staging:
+        (staging / "a").write_text("new a")
+        raise KeyboardInterrupt
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {n: f"old {n}" for n in ("page", "a", "b", "mine")}
+    with files_replaced_together(folder, ("page", "a", "b")) as staging:
+        (staging / "a").write_text("new a")
+        (staging / "page").write_text("new page")
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {"page": "new page", "a": "new a", "mine": "old mine"}
 
 
 def test_atomic_output_plain_and_stdout(tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from analysis_checkpoint import EXAMPLE_TABLE, png_size, write_random_checkpoint
+from rescorer.analysis import report as report_module
 from rescorer.analysis.report import SECTIONS, ReportOptions, build_report, find_browser, screenshot
 from rescorer.cli import main
 
@@ -157,3 +159,25 @@ def test_an_input_under_a_name_the_report_writes_in_out_dir_is_refused(tmp_path:
                           "write it elsewhere\n")
     assert moved.read_bytes() == before and [p.name for p in out.iterdir()] == [name]
 
+
+def test_an_interrupted_report_leaves_the_previous_one_whole(report: Path, tmp_path: Path, monkeypatch) -> None:
+    """A Ctrl-C once some figures were drawn left the previous page beside the new model's figures; now the
+    previous report stays byte for byte, with nothing beside it, and a finished one replaces it whole (a
+    model without a training history leaves no training curve of the previous model behind)."""
+    out = tmp_path / "out"
+    shutil.copytree(report.parent, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    model = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "other.pt", seed=6)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(report_module, "map_phrases", interrupted)  # the last figure, after the others are drawn
+        with pytest.raises(KeyboardInterrupt):
+            build_report(model, EXAMPLE_TABLE, out, SMALL)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    build_report(model, EXAMPLE_TABLE, out, SMALL)
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(after) == ["phrases.png", "report.html", "scores.png", "words.png"]
+    assert after["report.html"] != before["report.html"]
