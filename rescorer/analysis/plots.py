@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from matplotlib.colors import LogNorm
@@ -66,26 +67,54 @@ def table_log_p(probabilities: np.ndarray) -> np.ndarray:
         return np.maximum(np.log(probabilities), LOG_FLOOR)
 
 
+def _open_scores_parquet(path: str | os.PathLike[str]) -> pq.ParquetFile:
+    """Open ``path`` as a ``--scores-parquet`` file, checking the column types the figure reads before any
+    batch is read, so a text file, a truncated file or a foreign Parquet is one line naming the file,
+    not an Arrow traceback from deep in the read."""
+    name = display_name(path)
+    try:
+        file = pq.ParquetFile(path)
+        schema = file.schema_arrow
+    except (pa.ArrowException, OSError) as exc:
+        raise UserError(f"{name}: not a Parquet file of rescore --scores-parquet ({exc})") from None
+    names = set(schema.names)
+    if not {"log_p", "table_scores"} <= names:
+        raise UserError(f"{name}: no log_p/table_scores columns; is it a --scores-parquet file?")
+    log_p = schema.field("log_p").type
+    if not (pa.types.is_floating(log_p) or pa.types.is_integer(log_p)):
+        raise UserError(f"{name}: not a Parquet file of rescore --scores-parquet (log_p is {log_p}, not numbers)")
+    scores = schema.field("table_scores").type
+    if not pa.types.is_null(scores) and not (
+        pa.types.is_fixed_size_list(scores)
+        and (pa.types.is_floating(scores.value_type) or pa.types.is_integer(scores.value_type))
+    ):
+        raise UserError(
+            f"{name}: not a Parquet file of rescore --scores-parquet "
+            f"(table_scores is {scores}, not a fixed-size list of numbers)"
+        )
+    return file
+
+
 def read_scores_parquet(path: str | os.PathLike[str], column: int = DIRECT_COLUMN) -> ScorePairs:
     """RNN and table log p from ``rescore-phrase-table --scores-parquet``, read batch by batch
     (only the two numbers per row are kept, as float32)."""
-    file = pq.ParquetFile(path)
-    names = set(file.schema_arrow.names)
-    if not {"log_p", "table_scores"} <= names:
-        raise UserError(f"{display_name(path)}: no log_p/table_scores columns; is it a --scores-parquet file?")
+    file = _open_scores_parquet(path)
     rnn, table = [], []
-    for batch in file.iter_batches(columns=["log_p", "table_scores"], batch_size=1 << 20):
-        scores = batch.column("table_scores")
-        if scores.null_count == len(scores):
-            raise UserError(f"{display_name(path)}: the table scores were not stored")
-        width = scores.type.list_size
-        if column >= width:
-            raise UserError(
-                f"{display_name(path)}: the table has {width} score columns; there is no column {column + 1}"
-            )
-        values = scores.flatten().to_numpy().reshape(-1, width)[:, column]
-        table.append(table_log_p(values).astype(np.float32))
-        rnn.append(batch.column("log_p").to_numpy().astype(np.float32))
+    try:
+        for batch in file.iter_batches(columns=["log_p", "table_scores"], batch_size=1 << 20):
+            scores = batch.column("table_scores")
+            if scores.null_count == len(scores):
+                raise UserError(f"{display_name(path)}: the table scores were not stored")
+            width = scores.type.list_size
+            if column >= width:
+                raise UserError(
+                    f"{display_name(path)}: the table has {width} score columns; there is no column {column + 1}"
+                )
+            values = scores.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)[:, column]
+            table.append(table_log_p(values).astype(np.float32))
+            rnn.append(batch.column("log_p").to_numpy(zero_copy_only=False).astype(np.float32))
+    except (pa.ArrowException, OSError) as exc:
+        raise UserError(f"{display_name(path)}: not a Parquet file of rescore --scores-parquet ({exc})") from None
     if not rnn:
         raise UserError(f"{display_name(path)}: no rows")
     return ScorePairs(np.concatenate(table), np.concatenate(rnn))

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -54,6 +55,46 @@ def test_plot_scores_scatter_and_histogram_have_the_expected_size(scores_parquet
     description = plots.plot_scores(plots.read_scores_parquet(scores_parquet), tmp_path / "hist.png")
     assert description.startswith("2-D histogram of 366")
     assert png_size(tmp_path / "hist.png") == plots.PIXELS
+
+
+def _scores_with(table_scores: pa.Array, log_p: pa.Array | None = None) -> pa.Table:
+    """A two-row table shaped like --scores-parquet's, with the given columns in place of the real ones."""
+    return pa.table({"source": ["a", "b"], "target": ["x", "y"],
+                     "log_p": log_p if log_p is not None else pa.array([-1.0, -2.0]), "table_scores": table_scores})
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("text", "Parquet file size is 6 bytes"),
+    ("empty", "Parquet file size is 0 bytes"),
+    ("truncated", "Parquet magic bytes not found"),
+    ("gzip table", "Parquet magic bytes not found"),
+    ("string log_p", "log_p is string, not numbers"),
+    ("list table_scores", "table_scores is list<element: double>, not a fixed-size list of numbers"),
+])
+def test_plot_scores_refuses_what_is_not_a_scores_parquet_in_one_line(scores_parquet, tmp_path, kind, reason):
+    """Each of these was an Arrow traceback (ArrowInvalid, or AttributeError on ``list_size``)."""
+    bad = tmp_path / "bad.parquet"
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array([0.1] * 8), 4)
+    if kind == "text":
+        bad.write_text("hello\n")
+    elif kind == "empty":
+        bad.write_bytes(b"")
+    elif kind == "truncated":
+        data = scores_parquet.read_bytes()
+        bad.write_bytes(data[: len(data) // 2])
+    elif kind == "gzip table":
+        bad.write_bytes(EXAMPLE_TABLE.read_bytes())
+    elif kind == "string log_p":
+        pq.write_table(_scores_with(fixed, pa.array(["a", "b"])), bad)
+    else:
+        pq.write_table(_scores_with(pa.array([[0.1] * 4, [0.2] * 4])), bad)
+    res = CliRunner().invoke(main, ["plot-scores", str(bad), str(tmp_path / "out.png")])
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output
+    error = res.output.splitlines()[-1]
+    assert error.startswith(f"Error: {bad}: not a Parquet file of rescore --scores-parquet (") and reason in error
+    assert res.output.splitlines() == [f"reading {bad}", error]
+    assert not (tmp_path / "out.png").exists()
 
 
 def test_table_log_p_is_what_moses_reads():
