@@ -36,6 +36,16 @@ class PhraseTableError(FileLineError):
     """
 
 
+def no_lines_error(path: PathArg, consequence: str) -> PhraseTableError:
+    """The error for a table with no phrase-table line (an empty file, an empty gzip), said the same way by
+    every command that needs one: ``path: the table holds no phrase-table lines; {consequence}``.
+
+    A command that divides by the table's lines or pairs would otherwise fail with a ZeroDivisionError,
+    or write an empty result as if it had found nothing worth keeping.
+    """
+    return PhraseTableError(display_name(path), None, f"the table holds no phrase-table lines; {consequence}")
+
+
 # --------------------------------------------------------------------------------------------
 # Reading lines and entries
 

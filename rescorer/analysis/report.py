@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output, display_name, files_replaced_together
+from infrastructure.files import atomic_output, files_replaced_together
+from moses_integration.phrase_table import no_lines_error
 from neural.device import select_device
 from rescorer.analysis import REPORT_FILES
 from rescorer.analysis.compare import ComparedSource, compare_blocks, score_blocks
@@ -92,8 +93,7 @@ def _write_report(model_path: str | os.PathLike[str], table_path: str | os.PathL
     scan = scan_table(table_path, min_src_words=opts.min_src_words, n_chosen=opts.compare_sources,
                       n_sampled=opts.score_sources, seed=opts.seed, progress=opts.progress)
     if scan.summary.lines == 0:
-        raise UserError(f"{display_name(table_path)}: the table holds no phrase-table lines; there is nothing "
-                         "to report on")
+        raise no_lines_error(table_path, "there is nothing to report on")
     if scan.summary.score_columns <= DIRECT_COLUMN:
         raise UserError(f"{table_path}: {scan.summary.score_columns} score columns; the direct "
                          f"probability φ(e|f) is column {DIRECT_COLUMN + 1}")

@@ -51,7 +51,7 @@ from infrastructure.files import atomic_output, atomic_path, display_name, exclu
 from infrastructure.lines import iter_text_lines
 from infrastructure.progress import progress_bar
 from infrastructure.resume_record import content_identity, file_identity, options_record
-from moses_integration.phrase_table import SEPARATOR, iter_lines
+from moses_integration.phrase_table import SEPARATOR, iter_lines, no_lines_error
 from moses_integration.tokens import split_tokens
 from neural.device import autocast_dtype, scoring_precision, select_device
 from neural.vocab import UNK_ID
@@ -314,6 +314,8 @@ def _choose_sources(table: str, checkpoint: Checkpoint, opts: ProposeOptions, re
         ngrams = text_ngrams(opts.for_text, opts.max_source_words or 20)
     reverse_vocabs = (reverse.src_vocab, reverse.tgt_vocab) if reverse is not None else None
     scan = table_statistics(table, checkpoint.src_vocab, checkpoint.tgt_vocab, frozenset(ngrams), reverse_vocabs)
+    if scan.lines == 0:
+        raise no_lines_error(table, "there are no sources to propose targets for")
     _warn_low_overlap(table, scan, checkpoint, reverse)
     summary = ProposeSummary(scan, scan.phrase_probabilities())
     if opts.for_text is None:

@@ -42,6 +42,7 @@ from infrastructure.errors import FileLineError
 from infrastructure.files import display_name
 from infrastructure.lines import iter_text_lines
 from moses_integration.phrase_coverage import Lengths, Proposal, reference_overlap, table_targets
+from moses_integration.phrase_table import no_lines_error
 from moses_integration.tokens import split_tokens
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.proposals.beam import default_rows_per_step, search_sources
@@ -109,6 +110,8 @@ def read_grid_text(table: Path, forward: Checkpoint, text: Path, reference: Path
     reference = reference_copy(reference, sentences, folder)
     ngrams = text_ngrams(text, LONGEST_NGRAM)
     scan = table_statistics(table, forward.src_vocab, forward.tgt_vocab, frozenset(ngrams))
+    if scan.lines == 0:
+        raise no_lines_error(table, "there are no pairs to measure proposals against")
     ngrams = {g: n for g, n in ngrams.items() if g.count(" ") < scan.max_source_words}
     choice = choose_for_text(ngrams, scan, forward.src_vocab, thin_below)
     sources = choice.to_fill

@@ -216,6 +216,18 @@ def test_an_unsorted_table_is_refused_at_the_line_out_of_order(system, tmp_path)
     assert _nothing_left(tmp_path, out)
 
 
+@pytest.mark.parametrize("name, content", [("empty.txt", b""), ("empty.gz", gzip.compress(b""))])
+def test_a_table_with_no_lines_is_one_line_naming_it(system, tmp_path, name, content) -> None:
+    """It was a ZeroDivisionError traceback from the table's mean phrase probabilities."""
+    table, out = tmp_path / name, tmp_path / "out.gz"
+    table.write_bytes(content)
+    result = _cli(system, table, out)
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {table}: the table holds no phrase-table lines; there are no sources to "
+                             "propose targets for\n")
+    assert _nothing_left(tmp_path, out)
+
+
 def test_a_model_for_another_table_is_warned_about_before_the_search_as_in_rescoring(system, tmp_path) -> None:
     """As ``rescore-phrase-table`` warns (a share below half is a sign, not a proof), with the whole table's
     figures and before the search: a model whose source shortlist holds none of the table's source words

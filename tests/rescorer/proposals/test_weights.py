@@ -29,9 +29,10 @@ def system(tmp_path_factory) -> Path:
     return folder
 
 
-def _cli(system: Path, *extra: str, reverse: str = "reverse.pt", reference: str = "dev.fr"):
+def _cli(system: Path, *extra: str, reverse: str = "reverse.pt", reference: str = "dev.fr",
+         table: str = "phrase-table.gz"):
     return CliRunner().invoke(main, [
-        "rerank-weights", str(system / "phrase-table.gz"), "--model", str(system / "model.pt"), "--reverse-model",
+        "rerank-weights", str(system / table), "--model", str(system / "model.pt"), "--reverse-model",
         str(system / reverse), "--text", str(system / "dev.en"), "--reference", str(system / reference),
         "--per-source", "1", "--device", "cpu", "--threads", "1", *extra])
 
@@ -93,3 +94,13 @@ def test_bad_input_is_one_line_before_the_search(system, tmp_path) -> None:
     result = _cli(system, "--lex-e2f", str(tmp_path / "none.e2f"))
     assert result.exit_code == 1 and "none.e2f" in result.output and "sources to fill" not in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_table_with_no_lines_is_one_line_naming_it(system) -> None:
+    """It was a ZeroDivisionError traceback from the table's target words per source word."""
+    (system / "empty.gz").write_bytes(gzip.compress(b""))
+    result = _cli(system, "--lex-e2f", str(system / "lex.e2f"), "--lex-f2e", str(system / "lex.f2e"),
+                  table="empty.gz")
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {system / 'empty.gz'}: the table holds no phrase-table lines; there are no "
+                             "pairs to measure proposals against\n")
