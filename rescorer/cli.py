@@ -256,9 +256,11 @@ def compare_command(model_path, phrase_table, min_src_words, frequent, sources, 
                     as_json, quiet, device, threads) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
     from rescorer.analysis.compare import compare_blocks, format_json, format_markdown
+    from rescorer.pipeline.train_or_load import check_directions
     from rescorer.tables.scan import scan_table
 
     checkpoint = _load(model_path, device)
+    check_directions(checkpoint, None)  # a p(f|e) model's log p would be listed as p(e|f)'s
     scan = scan_table(phrase_table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets,
                       seed=seed, progress=not quiet)
     rows = compare_blocks(checkpoint, scan.frequent if frequent else scan.rare, top=top, column=column - 1)

@@ -33,8 +33,11 @@ def table_vocabularies(table: Path, shortlist: int = 3000) -> tuple[Vocab, Vocab
     return Vocab.from_counts(source, shortlist), Vocab.from_counts(target, shortlist)
 
 
-def write_random_checkpoint(table: Path, out: Path, *, seed: int = 5, history: list[dict] | None = None) -> Path:
+def write_random_checkpoint(table: Path, out: Path, *, seed: int = 5, history: list[dict] | None = None,
+                            direction: str = "forward") -> Path:
     """Save a seeded random model (hidden 16) whose shortlists hold the table's words.
+
+    ``direction``: "reverse" saves it as ``rescorer train --reverse`` would, for the commands that must refuse it.
 
     ``history`` goes into the train state as the trainer writes it (step, log-likelihood,
     perplexity per validation), for the report's training curve.
@@ -42,7 +45,7 @@ def write_random_checkpoint(table: Path, out: Path, *, seed: int = 5, history: l
     src_vocab, tgt_vocab = table_vocabularies(table)
     torch.manual_seed(seed)
     config = ModelConfig(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), hidden=16, embedding=8,
-                         maxout_units=8, output_rank=8, init_std=0.3)
+                         maxout_units=8, output_rank=8, init_std=0.3, direction=direction)
     model = RNNEncoderDecoder(config)
     state = {"step": history[-1]["step"], "history": history} if history else None
     return save_checkpoint(out, model=model, config=config, src_vocab=src_vocab, tgt_vocab=tgt_vocab,

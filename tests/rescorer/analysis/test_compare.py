@@ -90,3 +90,12 @@ def test_cli_markdown_and_json(sample_table, checkpoint_path):
     assert len(rows) == 3 and all(len(r["by_rnn"]) <= 3 and r["by_table"] for r in rows)
     bad = runner.invoke(main, ["compare", str(checkpoint_path), str(sample_table), "--column", "9", "--quiet"])
     assert bad.exit_code == 1 and "no column 9" in bad.output
+
+
+def test_a_reverse_model_is_refused_as_rescore_refuses_it(sample_table, tmp_path):
+    """A p(f|e) model's log p was listed under the RNN's p(e|f) column, exit 0."""
+    reverse = write_random_checkpoint(sample_table, tmp_path / "rev.pt", direction="reverse")
+    result = CliRunner().invoke(main, ["compare", str(reverse), str(sample_table), "--quiet"])
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {reverse}: a reverse model (it scores p(f|e), from rescorer train --reverse): "
+                             "give it to --reverse-model, not --model\n")

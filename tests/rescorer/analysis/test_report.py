@@ -181,3 +181,13 @@ def test_an_interrupted_report_leaves_the_previous_one_whole(report: Path, tmp_p
     after = {p.name: p.read_bytes() for p in out.iterdir()}
     assert sorted(after) == ["phrases.png", "report.html", "scores.png", "words.png"]
     assert after["report.html"] != before["report.html"]
+
+
+def test_a_reverse_model_is_refused_as_rescore_refuses_it(tmp_path: Path) -> None:
+    """A p(f|e) model's figures were shown as the p(e|f) model's, exit 0."""
+    reverse = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "rev.pt", direction="reverse")
+    res = CliRunner().invoke(main, ["report", str(reverse), str(EXAMPLE_TABLE), str(tmp_path / "rep"), "-q"])
+    assert res.exit_code == 1
+    assert res.output == (f"Error: {reverse}: a reverse model (it scores p(f|e), from rescorer train --reverse): "
+                          "give it to --reverse-model, not --model\n")
+    assert not (tmp_path / "rep").exists()
