@@ -666,9 +666,13 @@ def rerank_weights_command(phrase_table, model_path, reverse_path, text, referen
     --rerank-length-weight.
     """
     from rescorer.pipeline.train_or_load import check_directions
-    from rescorer.proposals.propose import lex_paths
+    from rescorer.proposals.propose import check_beam_keeps, lex_paths
+    from rescorer.proposals.rerank import RERANK_BEAM
     from rescorer.proposals.weights import ChoiceInputs, RerankGrid, check_parallel, choose_point, grid_figures
 
+    check_beam_keeps(per_source, beam or RERANK_BEAM)
+    if plain_beam:
+        check_beam_keeps(per_source, plain_beam, "--plain-beam")
     check_parallel(text, reference)
     e2f, f2e = lex_paths(phrase_table, lex_e2f, lex_f2e)
     forward, reverse = _load(model_path, device), _load(reverse_path, device)

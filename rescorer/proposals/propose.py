@@ -192,8 +192,15 @@ def check_propose_paths(table: str, output: str, opts: ProposeOptions) -> None:
             raise RescoreError(f"output folder {Path(path).parent} does not exist")
     if opts.for_text is not None and not Path(opts.for_text).is_file():
         raise RescoreError(f"--for-text {opts.for_text} is not a file")
-    if opts.per_source > opts.beam:
-        raise RescoreError(f"--per-source {opts.per_source} is more than the beam keeps (--beam {opts.beam})")
+    check_beam_keeps(opts.per_source, opts.beam)
+
+
+def check_beam_keeps(per_source: int, beam: int, option: str = "--beam") -> None:
+    """Refuse ``--per-source`` above the beam's width (given as ``option``): a beam keeps no more
+    hypotheses than it is wide, so the proposals asked for could never all be there, and a run
+    would look as if the model had found nothing worth proposing."""
+    if per_source > beam:
+        raise RescoreError(f"--per-source {per_source} is more than the beam keeps ({option} {beam})")
 
 
 def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOptions,

@@ -77,8 +77,12 @@ def first_lines(path: Path, count: int | None, folder: Path) -> Path:
 
 def check_parallel(text: Path, reference: Path) -> None:
     """The reference has a line for each line of the text: a reference of another text, or one a line
-    short, would count targets against the wrong sentences without any sign of it."""
+    short, would count targets against the wrong sentences without any sign of it. An empty text is
+    refused too: with no sentence there is nothing to measure, and every point of the grid would tie at 0."""
     counts = [sum(1 for _ in iter_text_lines(path)) for path in (text, reference)]
+    if counts[0] == 0:
+        raise FileLineError(display_name(text), None, "the text holds no lines; there are no sentences to measure "
+                            "the proposals on")
     if counts[0] != counts[1]:
         raise FileLineError(display_name(reference), min(counts) + 1,
                             f"the reference has {counts[1]} lines but the text {display_name(text)} has {counts[0]}")
@@ -115,6 +119,10 @@ def read_grid_text(table: Path, forward: Checkpoint, text: Path, reference: Path
     ngrams = {g: n for g, n in ngrams.items() if g.count(" ") < scan.max_source_words}
     choice = choose_for_text(ngrams, scan, forward.src_vocab, thin_below)
     sources = choice.to_fill
+    if not sources:
+        raise FileLineError(display_name(text), None, f"no n-gram of the text is a source propose --for-text would "
+                            f"fill (missing or thin in {table}, every word known to the model): there are no "
+                            "proposals to measure")
     table_lengths = Lengths()
     own = table_targets(table, {s.source for s in sources}, table_lengths)
     table_ratio = table_lengths.target_words / table_lengths.source_words

@@ -104,3 +104,38 @@ def test_a_table_with_no_lines_is_one_line_naming_it(system) -> None:
     assert result.exit_code == 1
     assert result.output == (f"Error: {system / 'empty.gz'}: the table holds no phrase-table lines; there are no "
                              "pairs to measure proposals against\n")
+
+
+def test_nothing_to_measure_is_one_line_not_a_choice(system) -> None:
+    """An empty text and reference, or a text with no source to fill, printed "0 proposals" at every point
+    and then "chosen: λ 0, μ 0", exit 0."""
+    (system / "empty.en").write_text("")
+    (system / "empty.fr").write_text("")
+    result = CliRunner().invoke(main, [
+        "rerank-weights", str(system / "phrase-table.gz"), "--model", str(system / "model.pt"), "--reverse-model",
+        str(system / "reverse.pt"), "--text", str(system / "empty.en"), "--reference", str(system / "empty.fr"),
+        "--per-source", "1", "--device", "cpu", "--threads", "1"])
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {system / 'empty.en'}: the text holds no lines; there are no sentences to "
+                             "measure the proposals on\n")
+    (system / "unknown.en").write_text("zzqx\n")
+    (system / "unknown.fr").write_text("zzqx\n")
+    result = CliRunner().invoke(main, [
+        "rerank-weights", str(system / "phrase-table.gz"), "--model", str(system / "model.pt"), "--reverse-model",
+        str(system / "reverse.pt"), "--text", str(system / "unknown.en"), "--reference", str(system / "unknown.fr"),
+        "--per-source", "1", "--device", "cpu", "--threads", "1"])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: {system / 'unknown.en'}: no n-gram of the text is a source propose "
+                                    "--for-text would fill (missing or thin in ")
+    assert len(result.output.splitlines()) == 1 and "chosen" not in result.output
+
+
+@pytest.mark.parametrize("option, width", [("--beam", "1"), ("--plain-beam", "3")])
+def test_more_per_source_than_a_beam_keeps_is_refused_as_propose_refuses_it(system, option, width) -> None:
+    """``--beam 1`` with the default ``--per-source 5`` ran and chose weights from proposals it could not make."""
+    result = CliRunner().invoke(main, [
+        "rerank-weights", str(system / "phrase-table.gz"), "--model", str(system / "model.pt"), "--reverse-model",
+        str(system / "reverse.pt"), "--text", str(system / "dev.en"), "--reference", str(system / "dev.fr"),
+        option, width, "--device", "cpu", "--threads", "1"])
+    assert result.exit_code == 1
+    assert result.output == f"Error: --per-source 5 is more than the beam keeps ({option} {width})\n"
