@@ -158,7 +158,9 @@ def _tsne(vectors: np.ndarray, seed: int) -> np.ndarray:
 def _readable_labels(points: np.ndarray, max_labels: int, columns: int, rows: int) -> list[int]:
     """Indices to label: at most one per cell of a columns × rows raster, earlier (more frequent)
     points first. Cells are wider than tall because labels are: a label then rarely runs into
-    its neighbour's."""
+    its neighbour's. ``max_labels`` 0 labels none (``--labels 0``: the points alone)."""
+    if max_labels <= 0:
+        return []
     low, high = points.min(0), points.max(0)
     scaled = (points - low) / np.maximum(high - low, 1e-12)
     cells = np.floor(scaled * (np.array([columns, rows]) - 1e-9)).astype(int)

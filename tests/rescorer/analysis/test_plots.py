@@ -114,6 +114,19 @@ def test_map_words_and_map_phrases_write_pngs(checkpoint_path, tmp_path):
     assert "40 phrases" in result.output and png_size(phrases_png) == plots.PIXELS
 
 
+def test_labels_0_labels_no_point(checkpoint_path, tmp_path):
+    """``--labels 0`` labelled one point ("1 labelled"): the first was taken before the limit was checked."""
+    runner = CliRunner()
+    result = runner.invoke(main, ["map-words", str(checkpoint_path), str(tmp_path / "w.png"), "--words", "5",
+                                  "--labels", "0"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == f"wrote {tmp_path / 'w.png'}: 5 words, 0 labelled"
+    result = runner.invoke(main, ["map-phrases", str(checkpoint_path), str(EXAMPLE_TABLE), str(tmp_path / "p.png"),
+                                  "--max-phrases", "20", "--labels", "0"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == f"wrote {tmp_path / 'p.png'}: 20 phrases, 0 labelled"
+
+
 def test_read_phrases_from_text_or_table(tmp_path):
     text = tmp_path / "phrases.txt"
     text.write_text("the house\n\nthe  house\na\u00a0b c\none\n", encoding="utf-8")
