@@ -143,6 +143,33 @@ def score_tokens(field: bytes) -> list[bytes]:
     return [token for token in field.rstrip(b"\r").replace(b"\t", b" ").split(b" ") if token]
 
 
+#: The 0-based field of ``count(target) count(source) count(pair)`` (older Moses wrote the first two only).
+COUNTS_FIELD = 4
+
+
+def read_counts(entry: PhraseTableEntry, path: PathArg) -> tuple[float, ...] | None:
+    """The counts field's numbers (two or three), or None when the line has no counts field (or an empty one).
+
+    Every reader of the counts goes through here, so a damaged field (``271 x 3``) is an error at its
+    line instead of a line read as having no counts, which silently changed what was ranked by.
+    """
+    if len(entry.fields) <= COUNTS_FIELD:
+        return None
+    tokens = score_tokens(entry.fields[COUNTS_FIELD])
+    if not tokens:
+        return None
+    text = entry.fields[COUNTS_FIELD].decode("utf-8", "replace").strip()
+    if len(tokens) not in (2, 3):
+        raise PhraseTableError(display_name(path), entry.line_no, f"counts field {text!r} has {len(tokens)} "
+                               "numbers; expected 'count(target) count(source) count(pair)'")
+    for token in tokens:
+        reason = _check_score(token)
+        if reason is not None:
+            raise PhraseTableError(display_name(path), entry.line_no,
+                                   f"counts field {text!r}: {reason.replace('score ', 'count ', 1)}")
+    return tuple(float(token) for token in tokens)
+
+
 def parse_line(raw: bytes, *, path: PathArg, line_no: int, num_scores: int | None = None) -> PhraseTableEntry:
     """Split and validate one line (without ``\\n``); raise :class:`PhraseTableError` if unusable.
 

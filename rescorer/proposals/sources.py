@@ -28,7 +28,7 @@ import numpy as np
 
 from infrastructure.files import PathArg, display_name
 from infrastructure.lines import iter_text_lines
-from moses_integration.phrase_table import PhraseTableError, read_phrase_table, score_tokens
+from moses_integration.phrase_table import PhraseTableError, read_counts, read_phrase_table
 from moses_integration.tokens import split_tokens
 from neural.vocab import Vocab
 
@@ -146,17 +146,17 @@ def table_statistics(path: PathArg, src_vocab: Vocab, tgt_vocab: Vocab, wanted: 
             scan.reverse_target_known += sum(reverse[0].is_known(w) for w in target_words)
         if keep is not None:
             keep.append(entry.target)
-        _add_probabilities(scan, entry.fields, scores)
+        _add_probabilities(scan, read_counts(entry, name), scores)
     return scan
 
 
-def _add_probabilities(scan: TableStatistics, fields: tuple[bytes, ...], scores: list[float]) -> None:
-    """Sum ln p(f|e), ln p(e|f) (columns 1 and 3, floored as Moses floors them) over all and singleton pairs."""
+def _add_probabilities(scan: TableStatistics, counts: tuple[float, ...] | None, scores: list[float]) -> None:
+    """Sum ln p(f|e), ln p(e|f) (columns 1 and 3, floored as Moses floors them) over all and singleton pairs
+    (``counts``: the line's counts field, :func:`read_counts`)."""
     logs = [max(math.log(scores[k]), -100.0) if scores[k] > 0 else -100.0 for k in (0, 2)]
     scan.all_log_sums[0] += logs[0]
     scan.all_log_sums[1] += logs[1]
-    counts = score_tokens(fields[4]) if len(fields) > 4 else []
-    if len(counts) >= 3 and counts[2] in (b"1", b"1.0"):
+    if counts is not None and len(counts) == 3 and counts[2] == 1:
         scan.singletons += 1
         scan.log_sums[0] += logs[0]
         scan.log_sums[1] += logs[1]

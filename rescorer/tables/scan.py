@@ -24,11 +24,10 @@ import numpy as np
 
 from infrastructure.files import display_name
 from infrastructure.progress import progress_bar
-from moses_integration.phrase_table import PhraseTableEntry, read_phrase_table
+from moses_integration.phrase_table import read_counts, read_phrase_table
 from moses_integration.tokens import split_tokens
 
 DIRECT_COLUMN = 2  # φ(e|f): p(target | source), 0-based
-COUNTS_FIELD = 4  # "count(target) count(source) count(pair)"
 
 
 @dataclass
@@ -73,19 +72,6 @@ class TableScan:
     sampled: list[SourceBlock]  # a uniform random sample of source blocks, in table order
 
 
-def _source_count(entry: PhraseTableEntry) -> float | None:
-    """count(source) from the counts field, or None when the table has none."""
-    if len(entry.fields) <= COUNTS_FIELD:
-        return None
-    counts = entry.fields[COUNTS_FIELD].split()
-    if len(counts) < 2:
-        return None
-    try:
-        return float(counts[1])
-    except ValueError:
-        return None
-
-
 def _blocks(path: str | os.PathLike[str], summary: TableSummary, progress: bool):
     """Yield one :class:`SourceBlock` per run of consecutive lines with the same source."""
     source: str | None = None
@@ -96,12 +82,14 @@ def _blocks(path: str | os.PathLike[str], summary: TableSummary, progress: bool)
     entries = read_phrase_table(path)
     bar = progress_bar(entries, unit=" lines", unit_scale=True, show=progress, desc="reading table",
                        mininterval=1.0)
+    name = display_name(path)
     for entry in bar:
+        counts = read_counts(entry, name)  # every line's: a damaged field is an error wherever it is
         if entry.source != source:
             if source is not None:
                 yield SourceBlock(source, first, targets, np.array(scores), count if count else len(targets))
             source, first, targets, scores = entry.source, entry.line_no, [], []
-            count = _source_count(entry)
+            count = counts[1] if counts is not None else None
             if count is None:
                 summary.has_counts = False
         target = entry.target

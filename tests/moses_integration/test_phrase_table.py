@@ -31,6 +31,7 @@ from moses_integration.phrase_table import (
     format_log_probability,
     iter_lines,
     parse_line,
+    read_counts,
     read_phrase_table,
 )
 from shared_paths import REPO_ROOT, shared_file
@@ -202,6 +203,25 @@ def test_parse_line_error_carries_attributes() -> None:
         parse_line(b"a ||| b ||| 0.5", path="x/y.gz", line_no=42, num_scores=2)
     assert (info.value.path, info.value.line_no) == ("x/y.gz", 42)
     assert str(info.value) == "x/y.gz:42: expected 2 scores, found 1"
+
+
+@pytest.mark.parametrize("counts, numbers", [(None, None), (b"", None), (b"232 271 200", (232.0, 271.0, 200.0)),
+                                             (b"232 271", (232.0, 271.0)), (b"1 1 0.5\r", (1.0, 1.0, 0.5))])
+def test_read_counts_gives_the_numbers_or_none_without_a_counts_field(counts, numbers) -> None:
+    fields = (b"a", b"b", b"0.5", b"0-0") + (() if counts is None else (counts,))
+    assert read_counts(PhraseTableEntry(3, fields), "t.gz") == numbers
+
+
+@pytest.mark.parametrize("counts, reason", [
+    (b"271 x 3", "counts field '271 x 3': count 'x' is not a number"),
+    (b"271 -1 3", "counts field '271 -1 3': count '-1' is negative"),
+    (b"271", "counts field '271' has 1 numbers; expected 'count(target) count(source) count(pair)'"),
+    (b"1 2 3 4", "counts field '1 2 3 4' has 4 numbers; expected 'count(target) count(source) count(pair)'"),
+])
+def test_a_damaged_counts_field_is_an_error_at_its_line(counts, reason) -> None:
+    with pytest.raises(PhraseTableError) as info:
+        read_counts(PhraseTableEntry(3, (b"a", b"b", b"0.5", b"0-0", counts)), "t.gz")
+    assert str(info.value).startswith(f"t.gz:3: {reason}")
 
 
 def test_entry_is_frozen_and_slotted() -> None:

@@ -99,3 +99,17 @@ def test_a_reverse_model_is_refused_as_rescore_refuses_it(sample_table, tmp_path
     assert result.exit_code == 1
     assert result.output == (f"Error: {reverse}: a reverse model (it scores p(f|e), from rescorer train --reverse): "
                              "give it to --reverse-model, not --model\n")
+
+
+def test_a_damaged_counts_field_is_one_line_at_its_line(sample_table, checkpoint_path, tmp_path):
+    """A counts field '271 x 3' was read as no counts at all: exit 0, the header said "targets" instead of
+    "count" and the sources were ranked by their number of targets."""
+    lines = gzip.decompress(sample_table.read_bytes()).split(b"\n")
+    fields = lines[1].split(b" ||| ")
+    fields[4] = b"271 x 3"
+    lines[1] = b" ||| ".join(fields)
+    bad = tmp_path / "bad.gz"
+    bad.write_bytes(gzip.compress(b"\n".join(lines)))
+    result = CliRunner().invoke(main, ["compare", str(checkpoint_path), str(bad), "--quiet"])
+    assert result.exit_code == 1
+    assert result.output == f"Error: {bad}:2: counts field '271 x 3': count 'x' is not a number\n"
