@@ -46,6 +46,14 @@ def no_lines_error(path: PathArg, consequence: str) -> PhraseTableError:
     return PhraseTableError(display_name(path), None, f"the table holds no phrase-table lines; {consequence}")
 
 
+def out_of_order_error(path: PathArg, line_no: int, consequence: str) -> PhraseTableError:
+    """The error for a line that sorts before the one above it, said the same way by every command that
+    reads a table as Moses writes it (sorted as ``LC_ALL=C sort`` sorts the lines, so that a source's
+    targets are next to each other): ``path:line: the table is not sorted …; {consequence}``."""
+    return PhraseTableError(display_name(path), line_no, "the table is not sorted as `LC_ALL=C sort` sorts it "
+                            f"(this line sorts before the one above); {consequence}")
+
+
 # --------------------------------------------------------------------------------------------
 # Reading lines and entries
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from infrastructure.files import PathArg, display_name
 from infrastructure.lines import iter_text_lines
-from moses_integration.phrase_table import PhraseTableError, read_counts, read_phrase_table
+from moses_integration.phrase_table import PhraseTableError, out_of_order_error, read_counts, read_phrase_table
 from moses_integration.tokens import split_tokens
 from neural.vocab import Vocab
 
@@ -117,8 +117,7 @@ def table_statistics(path: PathArg, src_vocab: Vocab, tgt_vocab: Vocab, wanted: 
     for entry in read_phrase_table(path):
         raw = entry.raw
         if raw < previous:
-            raise PhraseTableError(name, entry.line_no, "the table is not sorted as `LC_ALL=C sort` sorts it (this "
-                                   "line sorts before the one above); proposals are merged into sorted order")
+            raise out_of_order_error(name, entry.line_no, "proposals are merged into sorted order")
         previous = raw
         scores = entry.scores
         if len(scores) != len(MOSES_COLUMNS):

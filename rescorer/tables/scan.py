@@ -24,7 +24,7 @@ import numpy as np
 
 from infrastructure.files import display_name
 from infrastructure.progress import progress_bar
-from moses_integration.phrase_table import read_counts, read_phrase_table
+from moses_integration.phrase_table import out_of_order_error, read_counts, read_phrase_table
 from moses_integration.tokens import split_tokens
 
 DIRECT_COLUMN = 2  # φ(e|f): p(target | source), 0-based
@@ -83,7 +83,11 @@ def _blocks(path: str | os.PathLike[str], summary: TableSummary, progress: bool)
     bar = progress_bar(entries, unit=" lines", unit_scale=True, show=progress, desc="reading table",
                        mininterval=1.0)
     name = display_name(path)
+    previous = b""
     for entry in bar:
+        if entry.raw < previous:  # a source's targets apart would be counted as two sources
+            raise out_of_order_error(name, entry.line_no, "its sources' targets are read as runs of lines")
+        previous = entry.raw
         counts = read_counts(entry, name)  # every line's: a damaged field is an error wherever it is
         if entry.source != source:
             if source is not None:

@@ -113,3 +113,15 @@ def test_a_damaged_counts_field_is_one_line_at_its_line(sample_table, checkpoint
     result = CliRunner().invoke(main, ["compare", str(checkpoint_path), str(bad), "--quiet"])
     assert result.exit_code == 1
     assert result.output == f"Error: {bad}:2: counts field '271 x 3': count 'x' is not a number\n"
+
+
+def test_a_table_out_of_order_is_one_line_at_the_first_line_out_of_place(sample_table, checkpoint_path, tmp_path):
+    """A line moved to the end listed its source twice, each time with part of its targets, exit 0."""
+    lines = [line for line in gzip.decompress(sample_table.read_bytes()).split(b"\n") if line]
+    moved = lines[:1] + lines[2:] + lines[1:2]
+    unsorted = tmp_path / "unsorted.gz"
+    unsorted.write_bytes(gzip.compress(b"\n".join(moved) + b"\n"))
+    result = CliRunner().invoke(main, ["compare", str(checkpoint_path), str(unsorted), "--quiet"])
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {unsorted}:{len(lines)}: the table is not sorted as `LC_ALL=C sort` sorts it "
+                             "(this line sorts before the one above); its sources' targets are read as runs of lines\n")
