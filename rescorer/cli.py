@@ -255,20 +255,12 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 def compare_command(model_path, phrase_table, min_src_words, frequent, sources, top, min_targets, column, seed,
                     as_json, quiet, device, threads) -> None:
     """Top targets of long source phrases by the table and by the RNN, side by side (paper Table 2)."""
-    from rescorer.analysis.compare import compare_blocks, format_json, format_markdown
-    from rescorer.pipeline.train_or_load import check_directions
-    from rescorer.tables.scan import scan_table
+    from rescorer.analysis.compare import compare_table, format_json, format_markdown
 
-    checkpoint = _load(model_path, device)
-    check_directions(checkpoint, None)  # a p(f|e) model's log p would be listed as p(e|f)'s
-    scan = scan_table(phrase_table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets,
-                      seed=seed, progress=not quiet)
-    rows = compare_blocks(checkpoint, scan.frequent if frequent else scan.rare, top=top, column=column - 1)
-    if as_json:
-        click.echo(format_json(rows))
-    else:
-        counted = "count" if scan.summary.has_counts else "targets"
-        click.echo(format_markdown(rows, frequency=counted))
+    table = compare_table(_load(model_path, device), phrase_table, min_src_words=min_src_words, frequent=frequent,
+                          sources=sources, top=top, min_targets=min_targets, column=column - 1, seed=seed,
+                          progress=not quiet)
+    click.echo(format_json(table.rows) if as_json else format_markdown(table.rows, frequency=table.frequency))
 
 
 @main.command("plot-scores")

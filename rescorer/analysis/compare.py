@@ -16,10 +16,13 @@ import numpy as np
 import torch
 
 from infrastructure.errors import UserError
+from infrastructure.files import PathArg, display_name
+from moses_integration.phrase_table import no_lines_error
 from rescorer.analysis.sampling import encode_phrases
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.pipeline.scoring import PairScorer
-from rescorer.tables.scan import DIRECT_COLUMN, SourceBlock
+from rescorer.pipeline.train_or_load import check_directions
+from rescorer.tables.scan import DIRECT_COLUMN, SourceBlock, scan_table
 
 
 @dataclass
@@ -97,3 +100,29 @@ def format_json(rows: Sequence[ComparedSource]) -> str:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+@dataclass
+class ComparedTable:
+    """``rescorer compare``'s rows, and what their frequency column counts: the table's ``count`` of the
+    source where its lines have a counts field, else its number of ``targets``."""
+
+    rows: list[ComparedSource]
+    frequency: str
+
+
+def compare_table(checkpoint: Checkpoint, table: PathArg, *, min_src_words: int, frequent: bool, sources: int,
+                  top: int, min_targets: int, column: int, seed: int, progress: bool) -> ComparedTable:
+    """Table 2 of a whole phrase table: its ``sources`` most frequent (or rarest) long sources, each with its
+    ``top`` targets by table column ``column`` (0-based) and by the RNN. A reverse model, an empty table and
+    a column the table lacks are one-line errors naming what is wrong."""
+    check_directions(checkpoint, None)  # a p(f|e) model's log p would be listed as p(e|f)'s
+    scan = scan_table(table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets, seed=seed,
+                      progress=progress)
+    if scan.summary.lines == 0:
+        raise no_lines_error(table, "there are no sources to compare")
+    if column >= scan.summary.score_columns:
+        raise UserError(f"{display_name(table)}: the table has {scan.summary.score_columns} score columns; "
+                        f"there is no column {column + 1}")
+    rows = compare_blocks(checkpoint, scan.frequent if frequent else scan.rare, top=top, column=column)
+    return ComparedTable(rows, "count" if scan.summary.has_counts else "targets")

@@ -125,3 +125,16 @@ def test_a_table_out_of_order_is_one_line_at_the_first_line_out_of_place(sample_
     assert result.exit_code == 1
     assert result.output == (f"Error: {unsorted}:{len(lines)}: the table is not sorted as `LC_ALL=C sort` sorts it "
                              "(this line sorts before the one above); its sources' targets are read as runs of lines\n")
+
+
+def test_an_empty_table_or_a_column_it_lacks_is_one_line_naming_the_table(sample_table, checkpoint_path, tmp_path):
+    """An empty table printed the table's header alone, exit 0; ``--column 9`` said "the table has 4 score
+    columns" without saying which table."""
+    empty = tmp_path / "empty.gz"
+    empty.write_bytes(gzip.compress(b""))
+    result = CliRunner().invoke(main, ["compare", str(checkpoint_path), str(empty), "--quiet"])
+    assert (result.exit_code, result.output) == (1, f"Error: {empty}: the table holds no phrase-table lines; there "
+                                                    "are no sources to compare\n")
+    result = CliRunner().invoke(main, ["compare", str(checkpoint_path), str(sample_table), "--column", "9", "--quiet"])
+    assert (result.exit_code, result.output) == (1, f"Error: {sample_table}: the table has 4 score columns; there "
+                                                    "is no column 9\n")
