@@ -48,6 +48,7 @@ import torch
 from tqdm import tqdm
 
 from infrastructure.files import atomic_output, atomic_path, display_name, exclusive_use
+from infrastructure.interrupts import Interrupted
 from infrastructure.lines import iter_text_lines
 from infrastructure.progress import progress_bar
 from infrastructure.resume_record import content_identity, file_identity, options_record
@@ -225,6 +226,12 @@ def propose(table: str, output: str, checkpoint: Checkpoint, opts: ProposeOption
         state = work.start(identity, opts.resume)  # before any input is read: a refusal costs nothing
         try:
             summary = _run(table, output, models, opts, device, rows, work, identity, state)
+        except KeyboardInterrupt as exc:
+            work.discard_if_empty()
+            if work.folder.exists():  # a record says what in it is done: say where, and how to go on
+                raise Interrupted(f"the work done so far kept in {work.folder} (run again with --resume to "
+                                  "continue)") from exc
+            raise
         except BaseException:
             work.discard_if_empty()
             raise

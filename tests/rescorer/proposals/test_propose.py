@@ -364,6 +364,23 @@ def test_without_resume_a_kept_work_folder_is_one_line_and_stays(system, tmp_pat
     assert not (tmp_path / ".out.gz.propose").exists() and len(_lines(out)) > len(_lines(system / "phrase-table.gz"))
 
 
+def test_a_ctrl_c_after_the_search_says_where_the_work_is_kept_and_how_to_go_on(system, tmp_path, monkeypatch) -> None:
+    """It said only "rescorer propose: stopped by Ctrl-C", though the search's work was kept for --resume."""
+    import rescorer.proposals.propose as module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "out.gz"
+    monkeypatch.setattr(module, "rescore", interrupted)
+    result = _cli(system, system / "phrase-table.gz", out)
+    assert result.exit_code == 130
+    assert result.stderr.endswith(f" propose: stopped by Ctrl-C; the work done so far kept in "
+                                  f"{tmp_path / '.out.gz.propose'} (run again with --resume to continue)\n")
+    assert result.stderr.count("\n") == 1
+    assert (tmp_path / ".out.gz.propose" / "progress.json").is_file() and not out.exists()
+
+
 @dataclasses.dataclass
 class WithANewOption(ProposeOptions):
     """The options with one more, as a new feature adds one: listed nowhere else."""
