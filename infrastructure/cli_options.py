@@ -308,6 +308,24 @@ class DeviceName(OneLineValue, click.ParamType):
         self.fail(f"{value!r} is not one of {DEVICE_HELP}.", param, ctx)
 
 
+class PhraseText(OneLineValue, click.ParamType):
+    """A phrase given on the command line (``rescorer sample``'s SOURCE): words, in UTF-8. Bytes that are
+    not UTF-8 reach Python as lone surrogates, which the vocabulary would map to unknown words and a JSON
+    output would carry on as invalid UTF-8; a blank phrase has nothing to condition on."""
+
+    name = "phrase"
+
+    def convert(self, value, param, ctx):
+        text = str(value)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail(f"{text.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8.", param, ctx)
+        if not text.split():
+            self.fail("the phrase is empty.", param, ctx)
+        return text
+
+
 def device_option(help: str = DEVICE_HELP) -> Callable[[F], F]:
     return click.option("--device", type=DeviceName(), default="auto", show_default=True, help=help)
 

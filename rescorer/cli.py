@@ -19,6 +19,7 @@ from infrastructure.cli_options import (
     NumberList,
     OneLinePath,
     OutputPath,
+    PhraseText,
     cap_workers,
     checkpoint_every_option,
     device_option,
@@ -202,7 +203,7 @@ def _load(model_path: str, device: str = "cpu"):
 
 @main.command("sample")
 @click.argument("model_path", metavar="MODEL", type=OneLinePath(exists=True, dir_okay=False))
-@click.argument("source")
+@click.argument("source", type=PhraseText())
 @click.option("-n", "--samples", type=IntRange(min=0, max=MAX_SAMPLES), default=50, show_default=True,
               help="targets drawn from the decoder")
 @click.option("--beam", type=IntRange(min=0, max=MAX_BEAM), default=5, show_default=True,
@@ -220,6 +221,8 @@ def sample_command(model_path, source, samples, beam, seed, max_words, as_json, 
 
     from rescorer.analysis.sampling import format_sample_result, sample_and_search
 
+    if samples == 0 and beam == 0:
+        raise click.UsageError("-n 0 and --beam 0: nothing to generate; give -n or --beam")
     checkpoint = _load(model_path, device)
     result = sample_and_search(checkpoint.model, checkpoint.src_vocab, source, n=samples, beam=beam, seed=seed,
                                max_words=max_words)

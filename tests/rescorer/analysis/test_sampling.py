@@ -157,3 +157,22 @@ def test_cli_lists_distinct_targets_as_markdown_or_json(tmp_path) -> None:
     # A target cut at --max-words has no </s> yet: its score is that of its words alone.
     direct = float(steps.sum() if best["finished"] else steps[:-1].sum())
     assert best["log_p"] == pytest.approx(direct, abs=1e-4)
+
+
+def test_cli_refuses_a_source_not_in_utf8_a_blank_one_and_nothing_to_generate(tmp_path) -> None:
+    """``sample MODEL $'caf\\xe9'`` sampled for unknown words and ``--json`` wrote invalid UTF-8; ``-n 0 --beam 0``
+    printed an empty table."""
+    from click.testing import CliRunner
+
+    from analysis_checkpoint import EXAMPLE_TABLE, write_random_checkpoint
+    from rescorer.cli import main
+
+    model = str(write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "model.pt"))
+    latin1 = b"caf\xe9".decode("utf-8", "surrogateescape")  # how Python passes such an argument on
+    for args, message in (([model, latin1], "Invalid value for 'SOURCE': b'caf\\xe9' is not valid UTF-8."),
+                          ([model, "  "], "Invalid value for 'SOURCE': the phrase is empty."),
+                          ([model, "all canadians", "-n", "0", "--beam", "0"],
+                           "-n 0 and --beam 0: nothing to generate; give -n or --beam")):
+        result = CliRunner().invoke(main, ["sample", *args, "--json", "--device", "cpu"])
+        assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+        assert result.output.startswith(f"Error: {message}"), result.output
