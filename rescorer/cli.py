@@ -591,6 +591,11 @@ def propose_command(input_table, output_table, model_path, for_text, thin_below,
         raise click.UsageError("--moses-ini and --moses-ini-out go together")
     if reverse_path is None and (rerank_reverse_weight is not None or rerank_length_weight is not None):
         raise click.UsageError("--rerank-reverse-weight and --rerank-length-weight need --reverse-model")
+    ctx = click.get_current_context()
+    if for_text is None and (max_source_words is not None
+                             or ctx.get_parameter_source("thin_below") is ParameterSource.COMMANDLINE):
+        raise click.UsageError("--thin-below and --max-source-words need --for-text (without it every source of "
+                               "the table is proposed for)")
     start = _start_weights(column_kinds(reverse=reverse_path is not None, flags=True), weights)
     rerank = RerankWeights(DEFAULT_WEIGHTS.reverse if rerank_reverse_weight is None else rerank_reverse_weight,
                            DEFAULT_WEIGHTS.length if rerank_length_weight is None else rerank_length_weight)

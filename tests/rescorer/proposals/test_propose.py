@@ -381,6 +381,15 @@ def test_a_ctrl_c_after_the_search_says_where_the_work_is_kept_and_how_to_go_on(
     assert (tmp_path / ".out.gz.propose" / "progress.json").is_file() and not out.exists()
 
 
+def test_the_options_of_for_text_without_it_are_refused(system, tmp_path) -> None:
+    """``--thin-below 5`` without ``--for-text`` was ignored without a word: every source was proposed for."""
+    for option in (["--thin-below", "5"], ["--max-source-words", "3"]):
+        result = _cli(system, system / "phrase-table.gz", tmp_path / "out.gz", *option)
+        assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+        assert result.output.startswith("Error: --thin-below and --max-source-words need --for-text"), result.output
+    assert list(tmp_path.iterdir()) == []
+
+
 @dataclasses.dataclass
 class WithANewOption(ProposeOptions):
     """The options with one more, as a new feature adds one: listed nowhere else."""
