@@ -317,10 +317,15 @@ def map_phrases_command(model_path, phrases, out_png, max_phrases, min_words, la
 
     PHRASES is a text file with one phrase per line, or a Moses phrase table (its source phrases).
     """
-    from rescorer.analysis.plots import map_phrases, read_phrases
+    from infrastructure.errors import UserError
+    from rescorer.analysis.plots import MIN_MAP_POINTS, map_phrases, read_phrases
 
     checkpoint = _load(model_path, device)
     chosen = read_phrases(phrases, max_phrases=max_phrases, min_words=min_words, seed=seed)
+    if len(chosen) < MIN_MAP_POINTS:
+        hint = " (a lower --min-words keeps more)" if min_words > 1 else ""
+        raise UserError(f"{phrases}: {len(chosen)} distinct phrases of at least {min_words} word(s); a map needs at "
+                        f"least {MIN_MAP_POINTS}{hint}")
     click.echo(f"t-SNE of {len(chosen)} phrase summaries", err=True)
     click.echo(f"wrote {out_png}: {map_phrases(checkpoint, chosen, out_png, seed=seed, max_labels=labels)}",
                err=True)

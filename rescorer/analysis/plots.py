@@ -143,13 +143,17 @@ def plot_scores(pairs: ScorePairs, out_png: str | os.PathLike[str], *, title: st
     return f"{kind} of {description}"
 
 
+#: The fewest points a t-SNE map is drawn of (its perplexity is a third of them).
+MIN_MAP_POINTS = 5
+
+
 def _tsne(vectors: np.ndarray, seed: int) -> np.ndarray:
     """2-D t-SNE (scikit-learn), perplexity capped for small inputs; PCA init for stable maps."""
     from sklearn.manifold import TSNE
 
     n = len(vectors)
-    if n < 5:
-        raise UserError(f"a map needs at least 5 points, got {n}")
+    if n < MIN_MAP_POINTS:
+        raise UserError(f"a map needs at least {MIN_MAP_POINTS} points, got {n}")
     perplexity = min(30.0, (n - 1) / 3)
     tsne = TSNE(n_components=2, perplexity=perplexity, init="pca", learning_rate="auto", random_state=seed)
     return tsne.fit_transform(vectors.astype(np.float64))

@@ -114,6 +114,19 @@ def test_map_words_and_map_phrases_write_pngs(checkpoint_path, tmp_path):
     assert "40 phrases" in result.output and png_size(phrases_png) == plots.PIXELS
 
 
+def test_too_few_phrases_for_a_map_names_the_file_and_what_kept_them_out(checkpoint_path, tmp_path):
+    """It said "a map needs at least 5 points, got 0", naming neither the file nor --min-words."""
+    text = tmp_path / "phrases.txt"
+    text.write_text("the house\nall canadians\nthe government of canada\n", encoding="utf-8")
+    for extra, message in (([], f"{text}: 3 distinct phrases of at least 1 word(s); a map needs at least 5"),
+                           (["--min-words", "4"], f"{text}: 1 distinct phrases of at least 4 word(s); a map needs at "
+                                                  "least 5 (a lower --min-words keeps more)")):
+        result = CliRunner().invoke(main, ["map-phrases", str(checkpoint_path), str(text), str(tmp_path / "p.png"),
+                                           *extra])
+        assert (result.exit_code, result.output) == (1, f"Error: {message}\n")
+    assert not (tmp_path / "p.png").exists()
+
+
 def test_labels_0_labels_no_point(checkpoint_path, tmp_path):
     """``--labels 0`` labelled one point ("1 labelled"): the first was taken before the limit was checked."""
     runner = CliRunner()
