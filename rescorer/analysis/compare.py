@@ -21,7 +21,7 @@ from moses_integration.phrase_table import no_lines_error
 from rescorer.analysis.sampling import encode_phrases
 from rescorer.model.checkpoint import Checkpoint
 from rescorer.pipeline.scoring import PairScorer
-from rescorer.pipeline.train_or_load import check_directions
+from rescorer.pipeline.train_or_load import FORWARD_ONLY, check_directions
 from rescorer.tables.scan import DIRECT_COLUMN, SourceBlock, scan_table
 
 
@@ -116,7 +116,7 @@ def compare_table(checkpoint: Checkpoint, table: PathArg, *, min_src_words: int,
     """Table 2 of a whole phrase table: its ``sources`` most frequent (or rarest) long sources, each with its
     ``top`` targets by table column ``column`` (0-based) and by the RNN. A reverse model, an empty table and
     a column the table lacks are one-line errors naming what is wrong."""
-    check_directions(checkpoint, None)  # a p(f|e) model's log p would be listed as p(e|f)'s
+    check_directions(checkpoint, None, advice=FORWARD_ONLY)  # a p(f|e) model's log p would be listed as p(e|f)'s
     scan = scan_table(table, min_src_words=min_src_words, n_chosen=sources, min_targets=min_targets, seed=seed,
                       progress=progress)
     if scan.summary.lines == 0:

@@ -42,7 +42,7 @@ from rescorer.analysis.plots import (
 )
 from rescorer.analysis.sampling import SampleResult, sample_and_search
 from rescorer.model.checkpoint import Checkpoint, load_checkpoint
-from rescorer.pipeline.train_or_load import check_directions
+from rescorer.pipeline.train_or_load import FORWARD_ONLY, check_directions
 from rescorer.tables.scan import DIRECT_COLUMN, TableScan, scan_table
 
 SECTIONS = ("model", "training", "table", "frequent", "rare", "samples", "scores", "words", "phrases")
@@ -90,7 +90,7 @@ def _write_report(model_path: str | os.PathLike[str], table_path: str | os.PathL
     """The page and its figures, written into ``out``."""
     started = time.monotonic()
     checkpoint = load_checkpoint(model_path, map_location=select_device(opts.device))
-    check_directions(checkpoint, None)  # a p(f|e) model's figures would be shown as p(e|f)'s
+    check_directions(checkpoint, None, advice=FORWARD_ONLY)  # a p(f|e) model's figures would be shown as p(e|f)'s
     _say(f"reading {table_path}", opts.progress)
     scan = scan_table(table_path, min_src_words=opts.min_src_words, n_chosen=opts.compare_sources,
                       n_sampled=opts.score_sources, seed=opts.seed, progress=opts.progress)

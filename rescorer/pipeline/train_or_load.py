@@ -105,14 +105,20 @@ def _unless_file(model: ModelGiven | None) -> ModelGiven | None:
     return None if isinstance(model, (str, os.PathLike)) else model
 
 
+#: What a reverse model given as a command's forward model is told, where the command has no ``--reverse-model``.
+FORWARD_ONLY = "MODEL must be a forward model (rescorer train without --reverse)"
+
+
 def check_directions(model: ModelGiven | None, reverse: ModelGiven | None, model_name: str | None = None,
-                     reverse_name: str | None = None) -> None:
+                     reverse_name: str | None = None, *,
+                     advice: str = "give it to --reverse-model, not --model") -> None:
     """A forward model (p(e|f)) for ``--model`` and a reverse one (p(f|e), ``rescorer train --reverse``)
     for ``--reverse-model``: either one in the other's place would give a column that means the
-    opposite of its name, which nothing downstream could notice."""
+    opposite of its name, which nothing downstream could notice. ``advice`` ends the message of a reverse
+    model given as the forward one (:data:`FORWARD_ONLY` for a command that takes no other)."""
     if model is not None and not isinstance(model, ScoringModel) and model.config.direction != "forward":
         raise RescoreError(f"{model_name or model.path}: a reverse model (it scores p(f|e), from rescorer train "
-                           "--reverse): give it to --reverse-model, not --model")
+                           f"--reverse): {advice}")
     if reverse is not None and not isinstance(reverse, ScoringModel) and reverse.config.direction != "reverse":
         raise RescoreError(f"{reverse_name or reverse.path}: a forward model (it scores p(e|f)): --reverse-model "
                            "needs one trained with rescorer train --reverse")

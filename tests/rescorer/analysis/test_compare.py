@@ -98,7 +98,7 @@ def test_a_reverse_model_is_refused_as_rescore_refuses_it(sample_table, tmp_path
     result = CliRunner().invoke(main, ["compare", str(reverse), str(sample_table), "--quiet"])
     assert result.exit_code == 1
     assert result.output == (f"Error: {reverse}: a reverse model (it scores p(f|e), from rescorer train --reverse): "
-                             "give it to --reverse-model, not --model\n")
+                             "MODEL must be a forward model (rescorer train without --reverse)\n")
 
 
 def test_a_damaged_counts_field_is_one_line_at_its_line(sample_table, checkpoint_path, tmp_path):

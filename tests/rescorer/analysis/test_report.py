@@ -189,5 +189,5 @@ def test_a_reverse_model_is_refused_as_rescore_refuses_it(tmp_path: Path) -> Non
     res = CliRunner().invoke(main, ["report", str(reverse), str(EXAMPLE_TABLE), str(tmp_path / "rep"), "-q"])
     assert res.exit_code == 1
     assert res.output == (f"Error: {reverse}: a reverse model (it scores p(f|e), from rescorer train --reverse): "
-                          "give it to --reverse-model, not --model\n")
+                          "MODEL must be a forward model (rescorer train without --reverse)\n")
     assert not (tmp_path / "rep").exists()
