@@ -128,7 +128,8 @@ def read_grid_text(table: Path, forward: Checkpoint, text: Path, reference: Path
     table_ratio = table_lengths.target_words / table_lengths.source_words
     counts = scan.length_counts()
     mean_target = (counts * range(counts.shape[1])).sum(axis=1) / counts.sum(axis=1).clip(min=1)
-    say(f"{text.name}: {sentences or 'all'} sentences; {len(sources)} sources to fill "
+    read = sum(1 for _ in iter_text_lines(text))  # --sentences 100 of a 2-line text is 2
+    say(f"{text.name}: {read} sentences; {len(sources)} sources to fill "
         f"({choice.count('missing')} missing, {choice.count('thin')} thin); table {table}: "
         f"{table_lengths.pairs} pairs, {table_ratio:.3f} target words per source word")
     return GridText(text, reference, sources, own, table_ratio, mean_target), scan

@@ -60,7 +60,7 @@ def test_it_prints_every_point_and_chooses_by_the_rule_from_the_figures_it_print
                   "--sentences", "50")
     assert result.exit_code == 0, result.output
     out = result.output.splitlines()
-    assert out[0].startswith("dev.en: 50 sentences; ") and " sources to fill (" in out[0]  # 10 lines: all of them
+    assert out[0].startswith("dev.en: 10 sentences; ") and " sources to fill (" in out[0]  # --sentences 50 of 10 lines
     assert re.match(r"plain beam 4 \(no reverse model\): [\d.]+ sources/s; \d+ proposals", out[1]), out[1]
     assert re.match(r"collecting beam 40: [\d.]+ sources/s, \d+ candidates per source; reverse model: ", out[2])
     printed = {}
