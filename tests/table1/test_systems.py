@@ -234,7 +234,7 @@ def test_the_weights_step_runs_rerank_weights_on_dev_and_proposes_with_its_choic
     _dev_system(exp)
     reverse, length = systems.rerank_weights(exp)
     said = exp.rerank_report.read_text(encoding="utf-8").splitlines()
-    assert said[0].startswith("dev.tok.tc.en: 50 sentences; ") and " sources to fill (" in said[0]
+    assert said[0].startswith("dev.tok.tc.en: 10 sentences; ") and " sources to fill (" in said[0]
     grid = exp.settings.rerank
     points = [re.match(r"  λ (\S+), μ (\S+): ", line) for line in said]
     assert [(float(m[1]), float(m[2])) for m in points if m] == \
