@@ -446,12 +446,18 @@ def files_replaced_together(folder: PathArg, names: Iterable[str]) -> Iterator[P
     it did not make are removed from ``folder``: a page and the figures of another run side by side
     would show one model's figures under another's page. When the block raises (an error, Ctrl-C) only
     the temporary folder goes: ``folder`` keeps the previous set, every file byte for byte. ``folder``
-    is made if missing; the renames stay on its file system, as :func:`atomic_path`'s do.
+    is made if missing; the renames stay on its file system, as :func:`atomic_path`'s do. The temporary
+    folder is locked while the block runs, so that the next run into ``folder`` removes those a SIGKILLed
+    run left (:func:`_remove_dead_staging`), as :func:`atomic_path` does with its temp files.
     """
     target = Path(folder)
     target.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".new.", suffix=".tmp", dir=target))
+    _remove_dead_staging(target)
+    staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, suffix=".tmp", dir=target))
+    fd = os.open(staging, os.O_RDONLY)
     try:
+        with contextlib.suppress(OSError):  # a file system without locks: the folder is only unprotected
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         yield staging
         wanted = list(names)
         made = [name for name in wanted if (staging / name).is_file()]
@@ -463,6 +469,34 @@ def files_replaced_together(folder: PathArg, names: Iterable[str]) -> Iterator[P
         fsync_directory(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        os.close(fd)
+
+
+#: The start of :func:`files_replaced_together`'s temporary folders' names (then mkdtemp's 8 characters, ``.tmp``).
+_STAGING_PREFIX = ".new."
+
+
+def _remove_dead_staging(folder: Path) -> list[Path]:
+    """Remove the temporary folders of :func:`files_replaced_together` in ``folder`` that no running
+    writer holds; return them. Those a writer holds, those younger than :data:`STALE_TEMP_SECONDS` (its
+    lock may be a moment away) and anything else in ``folder`` stay."""
+    removed = []
+    try:
+        entries = [e for e in os.scandir(folder) if _temp_of(_STAGING_PREFIX[1:-1], e.name)]
+    except OSError:
+        return []
+    now = _dt.datetime.now().timestamp()
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or now - entry.stat(
+                    follow_symlinks=False).st_mtime < STALE_TEMP_SECONDS:
+                continue
+        except OSError:
+            continue
+        if lock_held(entry.path) is False:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
 
 
 def copy_compressed(src: PathArg, dest: PathArg) -> None:

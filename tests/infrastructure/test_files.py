@@ -148,6 +148,42 @@ def test_files_replaced_together_replace_the_set_only_when_the_block_ends(tmp_pa
     assert {p.name: p.read_text() for p in folder.iterdir()} == {"page": "new page", "a": "new a", "mine": "old mine"}
 
 
+def _report_writer_in_another_process(folder: Path) -> subprocess.Popen:
+    """A process inside ``files_replaced_together(folder, ...)``, one file staged, until it is killed."""
+    code = ("import sys, time\nfrom infrastructure.files import files_replaced_together\n"
+            "with files_replaced_together(sys.argv[1], ['page']) as staging:\n"
+            "    (staging / 'page').write_text('half')\n    print('writing', flush=True)\n    time.sleep(60)\n")
+    writer = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert writer.stdout.readline() == "writing\n"
+    return writer
+
+
+def test_the_next_report_removes_the_staging_folder_a_sigkilled_run_left(tmp_path: Path) -> None:
+    """SIGKILL leaves files_replaced_together's temporary folder in the user's folder; the next run into
+    it removes it, and keeps a running writer's and the user's own hidden folders."""
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / ".new.user_dir").mkdir()
+    writer = _report_writer_in_another_process(folder)
+    (stale,) = folder.glob(".new.*.tmp")
+    writer.kill()
+    writer.wait()
+    _age(stale, 3600)
+    living = _report_writer_in_another_process(folder)
+    try:
+        (held,) = folder.glob(".new.*.tmp")
+        assert held != stale and not stale.exists()
+        _age(held, 3600)
+        with files_replaced_together(folder, ["page"]) as staging:
+            (staging / "page").write_text("whole")
+        assert sorted(p.name for p in folder.iterdir()) == sorted([".new.user_dir", held.name, "page"])
+    finally:
+        living.kill()
+        living.wait()
+    assert (folder / "page").read_text() == "whole"
+
+
 def test_atomic_output_plain_and_stdout(tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     with atomic_output(tmp_path / "plain.txt") as fh:
         fh.write(b"x\n")
