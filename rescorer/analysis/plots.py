@@ -122,7 +122,18 @@ def read_scores_parquet(path: str | os.PathLike[str], column: int = DIRECT_COLUM
 
 def plot_scores(pairs: ScorePairs, out_png: str | os.PathLike[str], *, title: str = "") -> str:
     """Fig. 3: RNN log p(Y|X) against the table's log φ(e|f); a 2-D histogram beyond
-    :data:`SCATTER_LIMIT` points. Returns a one-line description."""
+    :data:`SCATTER_LIMIT` points. Returns a one-line description.
+
+    A pair with a score that is not finite (NaN, ±inf: a damaged table or a diverged model) has no place
+    on the axes and would make Pearson's r NaN: it is left out, and the description counts it, so that it
+    is seen and not drawn as if it were not there.
+    """
+    finite = np.isfinite(pairs.table_log_p) & np.isfinite(pairs.rnn_log_p)
+    left_out = int(len(finite) - finite.sum())
+    if left_out == len(finite):
+        raise UserError(f"none of the {left_out:,} phrase pairs has finite scores: nothing to plot")
+    if left_out:
+        pairs = ScorePairs(pairs.table_log_p[finite], pairs.rnn_log_p[finite])
     n = len(pairs.rnn_log_p)
     fig, ax = _figure()
     if n > SCATTER_LIMIT:
@@ -140,7 +151,8 @@ def plot_scores(pairs: ScorePairs, out_png: str | os.PathLike[str], *, title: st
     ax.grid(alpha=0.3)
     fig.tight_layout()
     _save(fig, out_png)
-    return f"{kind} of {description}"
+    not_drawn = f"; {left_out:,} with a score that is not finite (NaN or infinite) left out" if left_out else ""
+    return f"{kind} of {description}{not_drawn}"
 
 
 #: The fewest points a t-SNE map is drawn of (its perplexity is a third of them).

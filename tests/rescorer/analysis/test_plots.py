@@ -97,6 +97,21 @@ def test_plot_scores_refuses_what_is_not_a_scores_parquet_in_one_line(scores_par
     assert not (tmp_path / "out.png").exists()
 
 
+def test_plot_scores_leaves_out_and_counts_pairs_whose_scores_are_not_finite(tmp_path):
+    """A NaN or infinite score has no place on the axes: the figure is drawn of the rest, Pearson's r is
+    theirs (not NaN), and the line says how many were left out; all of them so is one line, no PNG."""
+    table = np.array([-1.0, -2.0, -3.0, -4.0, np.nan], dtype=np.float32)
+    rnn = np.array([-1.5, np.inf, -2.5, -4.5, -1.0], dtype=np.float32)
+    description = plots.plot_scores(plots.ScorePairs(table, rnn), tmp_path / "some.png")
+    r = np.corrcoef([-1.0, -3.0, -4.0], [-1.5, -2.5, -4.5])[0, 1]
+    assert description == (f"scatter of 3 phrase pairs, Pearson r = {r:.3f}; "
+                           "2 with a score that is not finite (NaN or infinite) left out")
+    assert png_size(tmp_path / "some.png") == plots.PIXELS
+    with pytest.raises(UserError, match="^none of the 2 phrase pairs has finite scores: nothing to plot$"):
+        plots.plot_scores(plots.ScorePairs(table[4:].repeat(2), rnn[4:].repeat(2)), tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
+
+
 def test_table_log_p_is_what_moses_reads():
     assert plots.table_log_p(np.array([1.0, math.exp(-3), 0.0])).tolist() == pytest.approx([0.0, -3.0, -100.0])
 
