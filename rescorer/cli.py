@@ -364,6 +364,9 @@ def report_command(model_path, phrase_table, out_dir, sources, min_src_words, sa
     from rescorer.analysis.report import ReportOptions, build_report, require_browser
     from rescorer.analysis.report import screenshot as take_screenshot
 
+    if sample_sources and not samples and not beam:
+        raise click.UsageError("-n 0 and --beam 0: nothing to show for --sample-sources; give -n or --beam, "
+                               "or --sample-sources 0")
     browser = require_browser() if screenshot else None  # before the work, not after it
     options = ReportOptions(compare_sources=sources, min_src_words=min_src_words, sample_sources=sample_sources,
                             samples=samples, beam=beam, score_sources=score_sources, map_words=map_words_,

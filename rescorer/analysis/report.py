@@ -200,7 +200,8 @@ def _samples_section(results: Sequence[SampleResult], checkpoint: Checkpoint) ->
         ]
         parts.append(f"<h3>{_e(result.source)}</h3>"
                      + _table(["log p", "samples", "beam rank", "target"], rows, numeric=(0, 1, 2)))
-    return "".join(parts) or '<p class="note">no long source phrase to sample from</p>'
+    return "".join(parts) or ('<p class="note">no samples: --sample-sources 0, or no source phrase of '
+                              '--min-src-words words or more in the table</p>')
 
 
 def render_html(

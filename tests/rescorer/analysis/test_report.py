@@ -191,3 +191,20 @@ def test_a_reverse_model_is_refused_as_rescore_refuses_it(tmp_path: Path) -> Non
     assert res.output == (f"Error: {reverse}: a reverse model (it scores p(f|e), from rescorer train --reverse): "
                           "MODEL must be a forward model (rescorer train without --reverse)\n")
     assert not (tmp_path / "rep").exists()
+
+
+def test_a_report_without_samples_says_why(tmp_path: Path) -> None:
+    """``--sample-sources 0`` leaves the samples out, and the page says so (it said there was no long source
+    phrase to sample from); ``-n 0 --beam 0`` with sources to sample is one line before any work."""
+    model = write_random_checkpoint(EXAMPLE_TABLE, tmp_path / "model.pt")
+    common = [str(model), str(EXAMPLE_TABLE), str(tmp_path / "rep"), "-q", "--device", "cpu"]
+    res = CliRunner().invoke(main, ["report", *common, "-n", "0", "--beam", "0"])
+    assert res.exit_code == 1 and res.output.splitlines() == [
+        "Error: -n 0 and --beam 0: nothing to show for --sample-sources; give -n or --beam, or --sample-sources 0; "
+        "see 'main report --help'"]
+    assert not (tmp_path / "rep").exists()
+    options = ReportOptions(compare_sources=3, min_src_words=2, sample_sources=0, score_sources=20, map_words=20,
+                            map_phrases=20, progress=False)
+    page = build_report(model, EXAMPLE_TABLE, tmp_path / "rep", options).read_text()
+    samples = page[page.index('<section id="samples">'):].split("</section>")[0]
+    assert "<h3>" not in samples and "no samples: --sample-sources 0" in samples
