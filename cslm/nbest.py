@@ -50,6 +50,11 @@ class CSLMFeature:
         path, comma, option = model.partition(",")
         return f"{os.path.abspath(path)}{comma}{option}"
 
+    @staticmethod
+    def model_files(model: str) -> list[str]:
+        """The model file the spec names (``mert.features.feature_files``)."""
+        return [model.partition(",")[0]]
+
     def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
         sentences = [split_tokens(e.hypothesis) for e in entries]
         return sentence_log_probs(self.loaded.model, self.loaded.vocab, sentences, stats=self.stats)[:, None]

@@ -47,7 +47,14 @@ from infrastructure.files import (
 from infrastructure.lines import read_text_lines
 from infrastructure.resume_record import check_same_options, content_identity, file_identity
 from mert.bleu import ReferenceFileError, read_reference_lines
-from mert.features import add_features, decoder_flags, load_feature, read_sidecar, sidecar_path
+from mert.features import (
+    add_features,
+    decoder_flags,
+    feature_files,
+    load_feature,
+    read_sidecar,
+    sidecar_path,
+)
 from mert.rerank import one_best
 from moses_integration.decoder import decode, find_moses_bin_dir
 from moses_integration.moses_ini import MosesIni
@@ -320,12 +327,14 @@ def decode_record(ini: PathArg, source: PathArg, nbest_size: int,
     """What a test-set decode depends on that a user may change between two runs: the ini and its extra
     features by content, the source and every model file the ini points to (the tables, the LM:
     :meth:`MosesIni.model_files`) by path, size and time (gigabytes are not hashed on every run; a model
-    retrained in place has another time), the n-best size extra features rescore."""
+    retrained in place has another time), the files the extra features read (:func:`feature_files`: an
+    RNN, an NMT model; one that is gone is ``None``), the n-best size extra features rescore."""
     extras = sidecar_path(ini)
     models = MosesIni.read(ini).model_files(decoder_cwd)
+    models += [path for extra in read_sidecar(ini) for path in feature_files(extra.spec)]
     return {"moses_ini": content_identity(ini), "extra_features": content_identity(extras) if extras.exists() else None,
             "src": file_identity(source), "nbest_size": nbest_size if extras.exists() else None,
-            **{f"{MODEL_KEY}{path.resolve()}": file_identity(path) for path in models}}
+            **{f"{MODEL_KEY}{path.resolve()}": file_identity(path) if path.exists() else None for path in models}}
 
 
 def finished_decode(ini: PathArg, source: PathArg, output: PathArg, *, nbest_size: int,
@@ -335,8 +344,7 @@ def finished_decode(ini: PathArg, source: PathArg, output: PathArg, *, nbest_siz
 
     A test set takes half an hour per run to decode, and ``mert evaluate`` decodes several: a run stopped
     in its third decode, resumed, decodes only what is left. A decode of another ini, source or model is
-    refused in one line naming what differs, never reused. The models the extra features name (an RNN,
-    a CSLM) are in the record by their spec, not by their files.
+    refused in one line naming what differs, never reused.
     """
     record_path = decode_record_path(output)
     if not (Path(output).is_file() and record_path.is_file()):

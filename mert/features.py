@@ -233,6 +233,18 @@ def absolute_spec_path(text: str) -> str:
     return parsed.with_arg(absolute_arg(parsed.arg)) if callable(absolute_arg) else parsed.text
 
 
+def feature_files(text: str) -> list[Path]:
+    """The files the feature a spec names reads (its models, a phrase table), where its class says which
+    (a ``model_files(arg) -> list[str]`` static method); none otherwise.
+
+    ``mert evaluate --resume`` records them with its decodes: a test set rescored with an RNN or an NMT
+    model since retrained in place is not the new model's output.
+    """
+    parsed = parse_feature_spec(text)
+    model_files = getattr(_feature_class(parsed), "model_files", None) if parsed.arg is not None else None
+    return [Path(name) for name in model_files(parsed.arg)] if callable(model_files) else []
+
+
 def _feature_class(parsed: FeatureSpec) -> object:
     """The class (or factory) a spec names, imported."""
     try:

@@ -101,6 +101,12 @@ class NMTFeature:
             parts.append(f"{key}={value}" if value or key != "normalize" else key)
         return ",".join(parts)
 
+    @staticmethod
+    def model_files(arg: str) -> list[str]:
+        """The model files it reads, ``reverse=`` too (``mert.features.feature_files``)."""
+        path, options = _options(arg)
+        return [path, *([options["reverse"]] if options.get("reverse") else [])]
+
     def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
         return self.scorer.score(source_sentences, entries)
 

@@ -162,6 +162,12 @@ class RNNFeature:
             options["table"] = os.path.abspath(options["table"])
         return ",".join([os.path.abspath(path), *(f"{k}={v}" for k, v in options.items())])
 
+    @staticmethod
+    def model_files(arg: str) -> list[str]:
+        """The model file and the ``table=`` it reads (``mert.features.feature_files``)."""
+        path, options = _options(arg)
+        return [path, *([options["table"]] if "table" in options else [])]
+
     def score(self, source_sentences: list[str], entries: list[NBestEntry]) -> np.ndarray:
         pairs_of = [phrase_pairs(source_sentences[e.sent_id], e) for e in entries]
         distinct = sorted({pair for pairs in pairs_of for pair in pairs})

@@ -404,3 +404,36 @@ def test_real_moses_decode_reproduces_the_fixture_and_prints_a_signature(tmp_pat
     decoded = (tmp_path / "eval/system.run1.tok").read_text(encoding="utf-8").splitlines()
     assert decoded == read_text_lines(root / "nbest/test.1best")[:n]
     assert (tmp_path / "eval/system.run1.tok.detok").is_file()
+
+
+def test_cli_evaluate_resume_refuses_a_decode_rescored_with_a_model_since_retrained(
+        fake_system: dict[str, Path], tmp_path: Path) -> None:
+    """The extra features' model files are in the decode record: a CSLM retrained in place (same path, same
+    spec) makes ``--resume`` refuse the earlier rescored decode, naming the model, not score it as the new one's."""
+    import torch
+
+    from cslm.model import CSLM, CSLMConfig
+    from cslm.model_file import save_cslm
+    from neural.vocab import Vocab
+
+    vocab = Vocab.from_counts(Vocab.count_tokens(["a b c"]), 10)
+
+    def train_cslm(seed: int) -> Path:
+        torch.manual_seed(seed)
+        return save_cslm(tmp_path / "cslm.pt", CSLM(CSLMConfig(vocab_size=len(vocab), embedding=8, hidden=[16])).eval(),
+                         vocab)
+
+    path = train_cslm(0)
+    write_sidecar(fake_system["ini"], [ExtraFeatureWeights(f"CSLM:{path}", "CSLM0", (1.0,))])
+    out_dir = tmp_path / "eval"
+    args = ["evaluate", "--moses-ini", str(fake_system["ini"]), "--src", str(fake_system["src"]), "--ref",
+            str(fake_system["src"]), "--moses-bin-dir", str(fake_system["bin"]), "--output-dir", str(out_dir),
+            "--threads", "1", "--resume"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    kept = CliRunner().invoke(main, args)
+    assert kept.exit_code == 0 and "decoded by an earlier run" in kept.output, kept.output
+    train_cslm(1)
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 1 and refused.output.count("\n") == 1, refused.output
+    assert refused.output.startswith(f"Error: cannot --resume: {out_dir / 'system.run1.tok.json'} was made with the "
+                                     f"model {path} ("), refused.output

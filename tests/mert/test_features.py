@@ -251,3 +251,19 @@ def test_the_decoder_flags_features_need_are_added_once() -> None:
     assert decoder_flags(features, ["-x", "-distortion-limit", "6"]) == [
         "-x", "-distortion-limit", "6", "-include-segmentation-in-n-best"]
     assert decoder_flags([WordCount()]) == []
+
+
+@pytest.mark.parametrize("spec, files", [
+    ("CSLM:/m/cslm.pt,name=CSLM1", ["/m/cslm.pt"]),
+    ("RNN:/m/rnn.pt", ["/m/rnn.pt"]),
+    ("RNN:/m/rnn.pt,name=RNN1,table=/t/phrase-table.gz", ["/m/rnn.pt", "/t/phrase-table.gz"]),
+    ("NMT:/m/nmt.pt,reverse=/m/reverse.pt,normalize", ["/m/nmt.pt", "/m/reverse.pt"]),
+    ("NMT:/m/nmt.pt", ["/m/nmt.pt"]),
+    ("WordCount", []),
+    ("LengthRatio:1.1", []),
+])
+def test_feature_files_are_the_files_each_feature_reads(spec: str, files: list[str]) -> None:
+    """What ``mert evaluate`` records of an extra feature beside its spec: the models (and the RNN's table)."""
+    from mert.features import feature_files
+
+    assert feature_files(spec) == [Path(f) for f in files]
