@@ -255,6 +255,20 @@ def tuning_hours_left(exp: Experiment, plans: list[RunPlan], cost: RowCost) -> t
     return left, started
 
 
+def finished_pace_note(exp: Experiment, plans: list[RunPlan], evaluations: float) -> str:
+    """What a row's runs still to go take at the pace of its finished ones, beside the cap's bound: MERT
+    usually converges well before its cap (medium's first Baseline run: 7 of 25 iterations), so the cap
+    alone would plan three times the hours."""
+    finished = [float(exp.read_stamp(f"tune/{p.name}")["seconds"]) / 3600 for p in plans if exp.done(f"tune/{p.name}")]
+    to_go = [p for p in plans if not exp.done(f"tune/{p.name}")]
+    if not finished or not to_go:
+        return ""
+    pace = sum(finished) / len(finished)
+    likely = sum(max(pace - exp.seconds_so_far(f"tune/{p.name}") / 3600, 0.0) for p in to_go) + evaluations
+    runs = f"{len(finished)} finished run{'s' if len(finished) != 1 else ''}"
+    return f"; {likely:.1f} h at the pace of its {runs} ({pace:.1f} h each)"
+
+
 def time_plan(exp: Experiment, configs: list[Configuration], runs: int) -> list[str]:
     """The plan printed before the first tuning run, so that a user sees what fits in the time they
     have: hours per tuning run (at the cap) and per evaluation of each chosen row, their total with
@@ -274,13 +288,15 @@ def time_plan(exp: Experiment, configs: list[Configuration], runs: int) -> list[
         plans = plans_of[config.key]
         left = sum(not exp.done(f"tune/{plan.name}") for plan in plans)
         tuning_left, started = tuning_hours_left(exp, plans, cost)
-        row = tuning_left + sum(not exp.done(f"eval/{plan.name}/test") for plan in plans) * cost.evaluation_hours
+        evaluations = sum(not exp.done(f"eval/{plan.name}/test") for plan in plans) * cost.evaluation_hours
+        row = tuning_left + evaluations
         total += row
         lines.append(f"time plan: {config.label}: {cost.tuning_hours:.1f} h per tuning run at the {cost.cap}-iteration "
                      f"cap ({decoding_note(cost)}; {optimisation_note(cost)}), {cost.evaluation_hours:.2f} h per dev "
                      f"+ test evaluation; "
                      f"{left} of {runs} runs to go: {row:.1f} h"
-                     + (f" ({started:.1f} h of their tuning done)" if started else ""))
+                     + (f" ({started:.1f} h of their tuning done)" if started else "")
+                     + finished_pace_note(exp, plans, evaluations))
     budget = exp.settings.plan_hours
     planned = f" of the {budget:.0f} h planned" if budget else ""
     lines.append(f"time plan: chosen rows: {total:.1f} h in all{planned}")

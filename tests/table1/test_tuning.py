@@ -131,7 +131,9 @@ def test_the_time_plan_sums_measured_rows_and_says_which_optional_rows_fit(tmp_p
     row = (25 * 186 + 672) / 3600
     done = (3600 + 7200 + 999 + 1) / 3600
     assert lines[0] == f"time plan: {done:.1f} h of steps done so far"
-    assert lines[1].endswith(f"2 of 3 runs to go: {2 * row:.1f} h")
+    pace = 999 / 3600  # the one finished run's hours: the two to go at that pace, and their evaluations
+    assert lines[1].endswith(f"2 of 3 runs to go: {2 * row:.1f} h; {2 * pace + 2 * 672 / 3600:.1f} h at the pace of "
+                             "its 1 finished run (0.3 h each)")
     assert "1.3 h per tuning run at the 25-iteration cap (decoding as the speed step measured it; MERT's " \
         "optimisation not counted (no tuning iteration of this work folder has measured it yet)), 0.19 h per dev + " \
         "test evaluation" in lines[1]
@@ -162,7 +164,9 @@ def test_the_time_plan_counts_a_tuning_run_resumed_across_sessions(tmp_path):
     assert lines[1].endswith(f"2 of 2 runs to go: {2 * run - 0.5 + 2 * evaluation:.1f} h (0.5 h of their tuning done)")
     assert lines[2] == f"time plan: chosen rows: {1 + 2 * run + 2 * evaluation:.1f} h in all of the 15 h planned"
     _stamp(exp, "tune/baseline/run1", seconds=2000.0)  # finished: its clock no longer counts
-    assert tuning.time_plan(exp, select_configurations("baseline"), 2)[0] == "time plan: 1.6 h of steps done so far"
+    lines = tuning.time_plan(exp, select_configurations("baseline"), 2)
+    assert lines[0] == "time plan: 1.6 h of steps done so far"
+    assert lines[1].endswith(f"; {2000 / 3600 + 2 * evaluation:.1f} h at the pace of its 1 finished run (0.6 h each)")
 
 
 def test_the_time_plan_counts_what_tuning_iterations_measured(tmp_path, monkeypatch):
