@@ -81,7 +81,7 @@ def decode(
     the ini. Every output is written to a temporary name and renamed on success, so a killed decode
     never leaves a plausible-looking but short file behind.
     """
-    moses = Path(moses_bin_dir) / "moses"
+    moses = Path(moses_bin_dir).absolute() / "moses"  # moses runs in workdir: a relative bin dir would move
     ini = Path(ini).resolve()
     input_path = Path(input_path).resolve()
     output_path = Path(output_path).resolve()

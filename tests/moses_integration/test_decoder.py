@@ -99,6 +99,19 @@ def test_decode_runs_in_the_ini_folder_with_weight_overrides(tmp_path):
     assert format_weight_overwrite({"A": [1.0]}) == "A= 1"
 
 
+def test_a_relative_bin_dir_is_the_callers_not_the_ini_folders(tmp_path, monkeypatch):
+    """``mert tune --moses-bin-dir bin`` said "cannot run bin/moses: No such file" (it was looked for in the
+    ini's folder, where moses runs): the bin dir is the caller's, like every other path."""
+    system = tmp_path / "system"
+    system.mkdir()
+    fake_moses(tmp_path, "cat\n")
+    (tmp_path / "in.txt").write_text("hello\n")
+    (system / "moses.ini").write_text("[feature]\n")
+    monkeypatch.chdir(tmp_path.parent)
+    result = decode(tmp_path.name, system / "moses.ini", tmp_path / "in.txt", tmp_path / "out.txt")
+    assert result.output.read_text() == "hello\n"
+
+
 def test_translation_details_are_written_under_a_temp_name_and_kept_only_on_success(tmp_path):
     """Moses gets -translation-details with a temp name; a failed decode leaves no details file."""
     body = ('while [ $# -gt 0 ]; do [ "$1" = -translation-details ] && echo "$2" > "$2"; shift; done\n'
