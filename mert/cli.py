@@ -28,6 +28,13 @@ from infrastructure.cli_options import (
     threads_option,
 )
 
+#: Caps on the counts that size an array up front (one row per start point, per extra direction, per
+#: resample of the test set), so a mistyped count is one line as the command line is read, not a
+#: terabyte allocation traceback. Far above use: Moses' own defaults are 20 restarts and 1000 resamples.
+MAX_RESTARTS = 10_000
+MAX_RANDOM_DIRECTIONS = 10_000
+MAX_BOOTSTRAP_SAMPLES = 10_000
+
 
 @click.group(cls=Group)
 def main() -> None:
@@ -64,13 +71,15 @@ class WeightsOrFile(OneLinePath):
 )
 @click.option("--init-opt", "init_opt", type=OneLinePath(exists=True, dir_okay=False),
               help="Moses init.opt: start weights, then restart minima and maxima")
-@click.option("--restarts", type=IntRange(min=0), default=20, show_default=True, help="random restarts (Moses -n)")
+@click.option("--restarts", type=IntRange(min=0, max=MAX_RESTARTS), default=20, show_default=True,
+              help="random restarts (Moses -n)")
 @seed_option("seed of the random restarts")
 @click.option("--ranges", type=NumberList(FiniteFloat(), count=2, ascending=True), metavar="MIN,MAX",
               help="random-restart range MIN,MAX for every feature (default 0,1 or init.opt)")
 @click.option("--fixed", multiple=True, help="feature or column (LM0_0) to keep fixed (held at 0: absent)")
 @click.option("--epsilon", type=FiniteFloat(min=0), default=0.01, show_default=True, help="stop when BLEU gains ≤ this")
-@click.option("--random-directions", type=IntRange(min=0), default=0, show_default=True, help="extra random directions")
+@click.option("--random-directions", type=IntRange(min=0, max=MAX_RANDOM_DIRECTIONS), default=0, show_default=True,
+              help="extra random directions")
 @threads_option("threads optimising the start points at once (the same result; without --random-directions) "
                 "[default: the CPUs this process may use]")
 @friendly_errors()
@@ -144,7 +153,7 @@ def optimize_command(
 @click.option("--max-iterations", type=IntRange(min=1), default=25, show_default=True,
               help="stop after this many iterations (decode, then optimise), unless the weights converge or the "
                    "n-best lists bring no new hypotheses first")
-@click.option("--restarts", type=IntRange(min=0), default=20, show_default=True,
+@click.option("--restarts", type=IntRange(min=0, max=MAX_RESTARTS), default=20, show_default=True,
               help="random restarts per optimisation")
 @seed_option("iteration n seeds its restarts with SEED + 1000 n (as --predictable-seeds); "
                    "independent runs need seeds that differ modulo 1000")
@@ -263,7 +272,7 @@ def tune_command(
               help="run moses here (default: each ini's folder; Moses resolves relative model paths against it)")
 @click.option("--nbest-size", type=IntRange(min=1), default=100, show_default=True,
               help="n-best size when extra features rescore the output")
-@click.option("--bootstrap-samples", type=IntRange(min=1), default=1000, show_default=True,
+@click.option("--bootstrap-samples", type=IntRange(min=1, max=MAX_BOOTSTRAP_SAMPLES), default=1000, show_default=True,
               help="resamples of the test set for --baseline's paired bootstrap")
 @click.option("--detokenized", is_flag=True, help="the hypotheses are already detokenized: no post-processing")
 @click.option("--report", "json_path", type=OutputPath(path_type=Path),

@@ -277,6 +277,22 @@ def test_cli_start_weights_and_ranges_that_are_not_finite_are_one_line(tmp_path:
         assert message in result.output
 
 
+@pytest.mark.parametrize(("command", "option", "limit"), [
+    ("optimize", "--restarts", "10000"), ("optimize", "--random-directions", "10000"), ("tune", "--restarts", "10000"),
+    ("evaluate", "--bootstrap-samples", "10000"),
+])
+def test_counts_that_size_an_array_have_a_maximum(tmp_path: Path, command: str, option: str, limit: str) -> None:
+    """``--restarts 100000000000`` was numpy's traceback 'Unable to allocate 10.2 TiB' (and
+    ``--bootstrap-samples 100000000`` ate 16 GB for 20 lines): one line as the command line is read."""
+    text = _write(tmp_path / "text", ["a b"])
+    files = {"optimize": [str(text), "--ref", str(text)],
+             "tune": ["--moses-ini", str(text), "--src", str(text), "--ref", str(text)],
+             "evaluate": ["--hyp", str(text), "--ref", str(text)]}[command]
+    result = CliRunner().invoke(main, [command, *files, option, "100000000000"])
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert f"'{option}': 100000000000 is not in the range" in result.output and limit in result.output
+
+
 def test_cli_optimize_prints_moses_weights_and_bleu(tmp_path: Path) -> None:
     runner = CliRunner()
     args = ["optimize", str(shared_file(NBEST)), "--ref", str(shared_file(REF)), "--init-opt", str(shared_file(INIT))]
