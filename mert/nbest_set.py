@@ -177,16 +177,16 @@ class InlineWeights(str):
 
     @staticmethod
     def parse(text: str) -> InlineWeights | None:
-        """``text`` as weights when every word is a number or a ``Name=``, else None (a file name, then)."""
+        """``text`` as weights when it starts with a number or holds a ``Name=``, else None (a file name,
+        then): a typo among the weights (``'LM0= x'``) is then a weights line's error, not "no such file"."""
         words = text.split()
         if not words:
             return None
-        for word in words:
-            try:
-                float(word)
-            except ValueError:
-                if not (word.endswith("=") and len(word) > 1):
-                    return None
+        try:
+            float(words[0])
+        except ValueError:
+            if not any(word.endswith("=") and len(word) > 1 for word in words):
+                return None
         return InlineWeights(text)
 
 

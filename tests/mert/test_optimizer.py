@@ -350,6 +350,12 @@ def test_init_takes_the_weights_themselves_as_its_help_says(tmp_path: Path) -> N
     assert wrong.exit_code == 1 and wrong.output == "Error: --init '0.1 0.2':1: expected 3 weights, found 2\n"
     missing = runner.invoke(main, ["optimize", str(nbest), "--ref", str(ref), "--init", "weights.txt"])
     assert missing.exit_code == 1 and "'--init': File 'weights.txt' does not exist" in missing.output
+    for typo, message in (("LM0= 0.3 TM0= 0.2 O.1", "could not convert string to float: 'O.1'"),
+                          ("0.3 0.2 x", "could not convert string to float: 'x'")):  # was: File '…' does not exist
+        res = runner.invoke(main, ["optimize", str(nbest), "--ref", str(ref), "--init", typo])
+        assert res.exit_code == 1 and res.output.startswith(f"Error: --init '{typo}':"), res.output
+        assert ": not a number" in res.output and res.output.count("\n") == 1
+        assert message in res.output
 
 
 def test_a_stop_ends_the_optimising_threads_at_once(monkeypatch) -> None:
