@@ -34,13 +34,14 @@ import numpy as np
 from infrastructure.errors import UserError
 from infrastructure.files import atomic_output, copy_compressed, exclusive_use, write_json
 from infrastructure.lines import read_text_lines
-from infrastructure.resume_record import check_same_options, options_record
+from infrastructure.resume_record import check_same_options, content_identity, file_identity, options_record
 from mert.bleu import References, bleu_stats_batch, corpus_bleu, read_references
 from mert.features import (
     ExtraFeatureWeights,
     NBestFeature,
     add_features,
     decoder_flags,
+    feature_files,
     load_features,
     read_source_sentences,
     write_sidecar,
@@ -223,6 +224,20 @@ def _options_record(options: TuneOptions) -> dict[str, object]:
     })
 
 
+#: How the state's inputs record names a model file: ``model /abs/lm.fr.binary`` (as mert evaluate's decodes).
+_MODEL_KEY = "model "
+
+
+def _inputs_record(options: TuneOptions, ini: MosesIni, decoder_cwd: Path) -> dict[str, object]:
+    """What the kept n-best lists were decoded from, which a path does not tell: the ini by content, the
+    source and every file its features and the extra features read (:meth:`MosesIni.model_files`,
+    :func:`feature_files`) by path, size and time. A resume merges the new lists with the kept ones, so a
+    source edited in place or a table retrained in place would mix two systems' lists in one MERT."""
+    models = ini.model_files(decoder_cwd) + [path for spec in options.feature_specs for path in feature_files(spec)]
+    return {"--moses-ini": content_identity(options.ini), "--src": file_identity(options.source),
+            **{f"{_MODEL_KEY}{path.resolve()}": file_identity(path) if path.exists() else None for path in models}}
+
+
 def read_state(work_dir: Path) -> dict[str, object] | None:
     """The state of an earlier run in ``work_dir``, or None."""
     path = work_dir / STATE_FILE
@@ -372,12 +387,23 @@ class Tuner:
             record = {key: record[field] for key, field in _FINGERPRINT_KEYS.items()}
         check_same_options(then, record, self.work / STATE_FILE, names=_OPTION_NAMES, error=TuneError,
                            advice="resume with the same options, or choose another --work-dir")
+        self._check_same_inputs(state.get("inputs"))
         records = [IterationRecord(**r) for r in state["iterations"]]  # type: ignore[arg-type, union-attr]
         weights = {k: [float(x) for x in v] for k, v in state["weights"].items()}  # type: ignore[union-attr]
         completed = int(state["completed_iterations"])  # type: ignore[arg-type]
         stop = state.get("stop_reason")
         self.log(f"resuming {self.work} after iteration {completed}" + (f" ({stop})" if stop else ""))
         return weights, records, completed, stop if isinstance(stop, str) else None
+
+    def _check_same_inputs(self, then: object) -> None:
+        """Refuse a resume whose source, ini or models changed since the kept lists were decoded (a state
+        written before inputs were recorded has none to compare)."""
+        if not isinstance(then, dict):
+            return
+        now = _inputs_record(self.options, self.base_ini, self.decoder_cwd)
+        check_same_options(then, now, self.work / STATE_FILE, error=TuneError,
+                           names={key: key if key.startswith("--") else "the model" for key in {*then, *now}},
+                           advice="its n-best lists were decoded from the files then: choose another --work-dir")
 
     def _save_state(
         self, weights: dict[str, list[float]], records: list[IterationRecord], completed: int, stop: str | None
@@ -388,6 +414,7 @@ class Tuner:
             {
                 "format": STATE_FORMAT,
                 "options": _options_record(self.options),
+                "inputs": _inputs_record(self.options, self.base_ini, self.decoder_cwd),
                 "completed_iterations": completed,
                 "stop_reason": stop,
                 "weights": weights,

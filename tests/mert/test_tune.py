@@ -164,6 +164,32 @@ def test_a_resume_with_another_option_that_changes_the_weights_is_refused_naming
     assert len(tune(tune_options(dev, work, max_iterations=2, seed=7, resume=True), log=quiet).iterations) == 2
 
 
+def test_a_resume_after_the_source_or_a_model_changed_in_place_is_refused_naming_it(dev: dict[str, Path],
+                                                                                    tmp_path: Path) -> None:
+    """The state recorded the files by path alone: a --src edited in place (its lines reordered) or a language
+    model retrained in place was resumed in silence, and MERT merged lists decoded from two systems."""
+    system = tmp_path / "system"
+    system.mkdir()
+    (system / "lm.fr.binary").write_bytes(b"the first LM")
+    ini = system / "moses.ini"
+    ini.write_text(dev["ini"].read_text(encoding="utf-8"), encoding="utf-8")
+    source = tmp_path / "dev.en"
+    source.write_bytes(dev["src"].read_bytes())
+    work = tmp_path / "work"
+    tune(tune_options(dev, work, ini=ini, source=source, max_iterations=1), log=quiet)
+    assert len(tune(tune_options(dev, work, ini=ini, source=source, max_iterations=2, resume=True),
+                    log=quiet).iterations) == 2
+    lines = source.read_text(encoding="utf-8").splitlines()
+    source.write_text("".join(f"{line}\n" for line in reversed(lines)), encoding="utf-8")
+    with pytest.raises(TuneError, match=r"^cannot --resume: .*tuning-state.json was made with --src "):
+        tune(tune_options(dev, work, ini=ini, source=source, max_iterations=3, resume=True), log=quiet)
+    source.write_bytes(dev["src"].read_bytes())
+    os.utime(source, ns=(0, json.loads((work / STATE_FILE).read_text())["inputs"]["--src"]["mtime_ns"]))
+    (system / "lm.fr.binary").write_bytes(b"the new LM!!")  # the same size: retrained in place
+    with pytest.raises(TuneError, match=r"was made with the model .*lm\.fr\.binary \(12 bytes, mtime \d+\), now "):
+        tune(tune_options(dev, work, ini=ini, source=source, max_iterations=3, resume=True), log=quiet)
+
+
 def test_extra_feature_is_tuned_and_its_weight_goes_to_the_sidecar(dev: dict[str, Path], tmp_path: Path) -> None:
     work = tmp_path / "work"
     # An ini written elsewhere whose relative model paths refer to the system folder (what
