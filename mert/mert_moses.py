@@ -9,13 +9,15 @@ be compared on the same system.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from infrastructure.files import PathArg
 from infrastructure.processes import run_as_group
 from mert.features import write_sidecar
+from mert.optimizer import DEFAULT_RESTARTS
 from mert.tune import DEFAULT_MAX_ITERATIONS, DEFAULT_NBEST_SIZE, FINAL_INI, TuneError, TuneOptions, log_to_stderr
 from moses_integration.decoder import GETTING_MOSES, find_moses_bin_dir
 from moses_integration.moses_ini import MosesIni
@@ -59,8 +61,12 @@ def mert_moses_command(
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
     predictable_seeds: bool = True,
     resume: bool = False,
+    restarts: int = DEFAULT_RESTARTS,
+    decoder_flags: Sequence[str] = (),
 ) -> list[str]:
-    """The ``mert-moses.pl`` command line (all paths absolute: it changes into its working dir)."""
+    """The ``mert-moses.pl`` command line (all paths absolute: it changes into its working dir), with the
+    options of ``mert tune`` it has a counterpart for (``--restarts``, ``--decoder-flags``), which it would
+    otherwise tune without."""
     cmd = [
         "perl",
         str((scripts_dir / "training" / "mert-moses.pl").resolve()),
@@ -71,7 +77,8 @@ def mert_moses_command(
         f"--mertdir={moses_bin_dir.resolve()}",
         f"--working-dir={work_dir.resolve()}",
         f"--nbest={nbest_size}",
-        f"--decoder-flags=-threads {threads}",
+        f"--decoder-flags={shlex.join(['-threads', str(threads), *decoder_flags])}",
+        f"--random-restarts={restarts}",
         f"--maximum-iterations={max_iterations}",
         "--no-filter-phrase-table",
     ]
@@ -122,6 +129,8 @@ def tune_with_mert_moses(
         max_iterations=options.max_iterations,
         predictable_seeds=options.seed is not None,
         resume=options.resume,
+        restarts=options.restarts,
+        decoder_flags=options.decoder_flags,
     )
     log_path = work / "mert-moses.log"
     log(f"running {' '.join(cmd)} (log: {log_path})")

@@ -29,6 +29,14 @@ def test_engine_moses_command_and_errors(dev: dict[str, Path], tmp_path: Path, m
     assert all(os.path.isabs(c) for c in cmd[1:6])
     assert "--decoder-flags=-threads 2" in cmd and "--maximum-iterations=10" in cmd
     assert "--predictable-seeds" in cmd and "--no-filter-phrase-table" in cmd and "--nbest=100" in cmd
+    assert "--random-restarts=20" in cmd
+    # --decoder-flags and --restarts reached mert-moses.pl: they were dropped, and it tuned without them
+    cmd = mert_moses_command(
+        tmp_path / "scripts", tmp_path / "bin", Path("a.ini"), Path("dev.en"), Path("dev.fr"), tmp_path / "mm",
+        threads=2, restarts=5, decoder_flags=["-distortion-limit", "6", "-feature-overwrite", "LM0 path=/a b"],
+    )
+    assert "--decoder-flags=-threads 2 -distortion-limit 6 -feature-overwrite 'LM0 path=/a b'" in cmd
+    assert "--random-restarts=5" in cmd
     monkeypatch.delenv("MOSES_SCRIPTS_DIR", raising=False)
     with pytest.raises(TuneError, match="--moses-scripts-dir or set MOSES_SCRIPTS_DIR"):
         find_moses_scripts_dir(None, tmp_path / "nowhere/bin")
