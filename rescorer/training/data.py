@@ -179,6 +179,7 @@ class PairData:
                  source: str | None = None):
         """``source`` names the table the pairs came from in errors (a user knows it, not ``path``)."""
         self.path = Path(path)
+        self.source = source or str(path)
         table = pa.ipc.open_file(pa.memory_map(str(self.path))).read_all().combine_chunks()
         self.src_offsets, self.src_ids = _ragged(table.column("src"))
         self.tgt_offsets, self.tgt_ids = _ragged(table.column("tgt"))

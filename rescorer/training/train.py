@@ -145,7 +145,7 @@ def _restore(path: Path, data: PairData, model: RNNEncoderDecoder, optimizer: to
     ck = load_checkpoint(path, map_location=next(model.parameters()).device)
     check_resumable(path, ck.train_state, ck.optimizer_state)
     assert ck.train_state is not None
-    check_same_data(path, ck.train_state, fingerprint, data.path)
+    check_same_data(path, ck.train_state, fingerprint, data.source)  # the table: the user's name for the data
     check_same_recipe(path, ck.train_config.to_dict() if ck.train_config else None, cfg, cfg.RESUME_MAY_DIFFER)
     if ck.config != model.config:
         raise UserError(f"{path}: checkpoint config {ck.config} differs from the requested {model.config}")

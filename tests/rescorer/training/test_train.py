@@ -76,8 +76,11 @@ def test_resume_refuses_other_data(tmp_path):
     other = tmp_path / "other.txt"
     other.write_text("a ||| b ||| 1 1 1 1\n" * 3 + "c d ||| e ||| 1 1 1 1\n" * 30 + "".join(
         f"w{i} ||| v{i} ||| 1 1 1 1\n" for i in range(40)))
-    with pytest.raises(UserError, match="other data"):
+    with pytest.raises(UserError) as refused:
         run(str(other), tmp_path / "m.pt", 4, resume=True)
+    # it named m.pt.data/pairs.ids.arrow, a file of the run's own, not the table the user gave
+    assert str(refused.value) == f"{tmp_path / 'm.pt.last'}: trained on other data (or other settings) than {other}; " \
+        "cannot resume"
 
 
 def test_resume_of_a_finished_timed_run_trains_no_more(tmp_path):
