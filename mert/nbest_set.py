@@ -220,6 +220,9 @@ def read_weights(path: PathArg | InlineWeights, names: FeatureNames) -> np.ndarr
     for line_no, line in lines:
         match = _NAMED_LINE.match(line)
         if match:
+            if match.group(1) in named:  # which one is meant? moses.ini refuses it too (MosesIni.weights)
+                raise WeightsError(path, line_no, f"weights for {match.group(1)} already given on line "
+                                   f"{named[match.group(1)][0]}")
             named[match.group(1)] = (line_no, _floats(match.group(2), path, line_no))
         elif line.split()[-1] != "UNTUNEABLE":
             plain.append((line_no, _floats(line, path, line_no)))

@@ -246,6 +246,9 @@ def test_weight_files_by_name_and_init_opt(tmp_path: Path) -> None:
     bad = _write(tmp_path / "w.ini", [ln for ln in lines if not ln.startswith("LM0")])
     with pytest.raises(WeightsError, match=r"w.ini:\d+: no weights for n-best feature LM0"):
         read_weights(bad, names)
+    twice = _write(tmp_path / "twice.txt", [*lines, "LM0= 0.9"])  # the last one was taken in silence
+    with pytest.raises(WeightsError, match=r"/twice.txt:7: weights for LM0 already given on line 3$"):
+        read_weights(twice, names)
     short = _write(tmp_path / "init.opt", ["0.1 0.2"])
     with pytest.raises(WeightsError, match=r"init.opt:1: expected 14 values, found 2"):
         read_init_opt(short, 14)
