@@ -23,6 +23,7 @@ exactly. ``--engine moses`` instead hands the whole job to Moses' own ``mert-mos
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output, copy_compressed, exclusive_use, write_json
+from infrastructure.files import atomic_output, copy_compressed, exclusive_use, same_file, write_json
 from infrastructure.lines import read_text_lines
 from infrastructure.resume_record import check_same_options, content_identity, file_identity, options_record
 from mert.bleu import References, bleu_stats_batch, corpus_bleu, read_references
@@ -258,6 +259,20 @@ def iteration_path(work_dir: Path, iteration: int, suffix: str) -> Path:
     return work_dir / f"run{iteration}.{suffix}"
 
 
+#: The files of an iteration in the working directory (:func:`iteration_path`): its ini, n-best list (plain while
+#: the decoder writes it), 1-best output and decoder log, and the weights MERT chose.
+_ITERATION_FILE = re.compile(r"run[0-9]+\.(moses\.ini|nbest|nbest\.gz|out|out\.log|weights)")
+
+
+def kept_in_work_dir(path: Path, work_dir: Path) -> bool:
+    """Whether ``path`` is a file a tuning keeps in ``work_dir`` besides the tuned ini: the state and log a
+    ``--resume`` reads, the iterations' files. Another output there would replace one of them at the end
+    (``--moses-ini-out WORK/run1.nbest.gz`` did: the next resume failed on that list)."""
+    if not same_file(path.parent, work_dir):
+        return False
+    return path.name in {STATE_FILE, LOG_FILE} or _ITERATION_FILE.fullmatch(path.name) is not None
+
+
 def _format_bleu(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
@@ -325,6 +340,9 @@ class Tuner:
             raise TuneError("at least one reference file is needed")
         if options.max_iterations < 1:
             raise TuneError("--max-iterations must be at least 1")
+        if options.output_ini is not None and kept_in_work_dir(options.output_ini, self.work):
+            raise TuneError(f"--moses-ini-out {options.output_ini} is a file the tuning keeps in --work-dir "
+                            f"{self.work}; write it elsewhere")
         self.base_ini = MosesIni.read(self.ini_path)
         self.decoder_cwd = (options.decoder_cwd or self.ini_path.parent).resolve()
         if not self.decoder_cwd.is_dir():

@@ -230,6 +230,17 @@ def test_bad_options_are_clear_errors(dev: dict[str, Path], tmp_path: Path, monk
         tune(tune_options(dev, tmp_path / "w4"), log=quiet)
 
 
+@pytest.mark.parametrize("name", ["tuning-state.json", "tuning.tsv", "run1.nbest.gz", "run2.weights", "run12.out"])
+def test_a_tuned_ini_written_over_a_file_the_tuning_keeps_is_refused_before_decoding(dev: dict[str, Path],
+                                                                                    tmp_path: Path, name: str) -> None:
+    """``--moses-ini-out WORK/run1.nbest.gz`` replaced that iteration's list with the tuned ini at the end (and
+    WORK/tuning-state.json the state): the next --resume failed on it, its decodes lost."""
+    work = tmp_path / "work"
+    with pytest.raises(TuneError, match=rf"^--moses-ini-out .*{re.escape(name)} is a file the tuning keeps in "):
+        tune(tune_options(dev, work, output_ini=tmp_path / "." / "work" / name), log=quiet)
+    assert not (work / "run1.out").exists()
+
+
 def test_cli_tune_prints_the_weights(dev: dict[str, Path], tmp_path: Path) -> None:
     args = ["tune", "--moses-ini", str(dev["ini"]), "--src", str(dev["src"]), "--ref", str(dev["ref"]),
             "--work-dir", str(tmp_path / "work"), "--moses-bin-dir", str(dev["bin"]), "--max-iterations", "2",
