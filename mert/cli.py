@@ -316,6 +316,8 @@ def evaluate_command(
         raise click.UsageError("give --hyp FILE or --moses-ini INI --src SRC")
     if (inis or baseline_inis) and source is None:
         raise click.UsageError("--moses-ini/--baseline-ini need --src (the test source)")
+    if detokenized and tok_refs:  # the tokenized BLEU line was left out in silence
+        raise click.UsageError("--tok-ref scores tokenized hypotheses, and --detokenized ones have none: drop one")
     decodes = None if source is None or not (inis or baseline_inis) else Decodes(
         source, inis, baseline_inis, output_dir or Path("eval"), moses_bin_dir=moses_bin_dir, threads=threads,
         decoder_cwd=decoder_cwd, nbest_size=nbest_size, resume=resume)

@@ -384,6 +384,14 @@ def test_cli_evaluate_warns_in_one_line_of_a_language_sacremoses_has_no_rules_fo
                           "(a typo? the codes are ISO 639-1: fr, en, de…)"] if warned else []), result.stderr
 
 
+def test_cli_evaluate_refuses_a_tokenized_reference_for_detokenized_hypotheses() -> None:
+    """``--detokenized --tok-ref T`` printed no tokenized BLEU and said nothing of the --tok-ref it left out."""
+    result = CliRunner().invoke(main, ["evaluate", "--hyp", str(shared_file(REF)), "--ref", str(shared_file(REF)),
+                                       "--tok-ref", str(shared_file(TOK_REF)), "--detokenized"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert "--tok-ref scores tokenized hypotheses, and --detokenized ones have none" in result.output
+
+
 @pytest.mark.slow
 @pytest.mark.moses
 def test_real_moses_decode_reproduces_the_fixture_and_prints_a_signature(tmp_path: Path) -> None:
