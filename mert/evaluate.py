@@ -50,10 +50,11 @@ from mert.bleu import ReferenceFileError, read_reference_lines
 from mert.features import (
     add_features,
     decoder_flags,
-    feature_files,
     load_feature,
+    model_names,
     read_sidecar,
     sidecar_path,
+    system_files_record,
 )
 from mert.rerank import one_best
 from moses_integration.decoder import decode, find_moses_bin_dir
@@ -318,23 +319,16 @@ def decode_record_path(output: PathArg) -> Path:
     return Path(f"{os.fspath(output)}.json")
 
 
-#: How a decode record names a model file the ini points to: ``model /abs/lm.fr.binary``.
-MODEL_KEY = "model "
-
-
 def decode_record(ini: PathArg, source: PathArg, nbest_size: int,
                   decoder_cwd: PathArg | None = None) -> dict[str, object]:
     """What a test-set decode depends on that a user may change between two runs: the ini and its extra
-    features by content, the source and every model file the ini points to (the tables, the LM:
-    :meth:`MosesIni.model_files`) by path, size and time (gigabytes are not hashed on every run; a model
-    retrained in place has another time), the files the extra features read (:func:`feature_files`: an
-    RNN, an NMT model; one that is gone is ``None``), the n-best size extra features rescore."""
+    features by content, the source by path, size and time, every file the system reads
+    (:func:`system_files_record`), the n-best size extra features rescore."""
     extras = sidecar_path(ini)
-    models = MosesIni.read(ini).model_files(decoder_cwd)
-    models += [path for extra in read_sidecar(ini) for path in feature_files(extra.spec)]
+    specs = [extra.spec for extra in read_sidecar(ini)]
     return {"moses_ini": content_identity(ini), "extra_features": content_identity(extras) if extras.exists() else None,
             "src": file_identity(source), "nbest_size": nbest_size if extras.exists() else None,
-            **{f"{MODEL_KEY}{path.resolve()}": file_identity(path) if path.exists() else None for path in models}}
+            **system_files_record(MosesIni.read(ini), decoder_cwd, specs)}
 
 
 def finished_decode(ini: PathArg, source: PathArg, output: PathArg, *, nbest_size: int,
@@ -357,7 +351,7 @@ def finished_decode(ini: PathArg, source: PathArg, output: PathArg, *, nbest_siz
         return False
     now = decode_record(ini, source, nbest_size, decoder_cwd)
     check_same_options(then, now, record_path, error=EvaluationError,
-                       names={key: "the model" for key in {*then, *now} if key.startswith(MODEL_KEY)},
+                       names=model_names(then, now),
                        advice="decode it again: run without --resume, or give another --output-dir")
     return True
 

@@ -30,7 +30,8 @@ import numpy as np
 from infrastructure.errors import UserError
 from infrastructure.files import PathArg, display_name, write_json
 from infrastructure.lines import read_text_lines
-from moses_integration.moses_ini import dense_feature_name_problem
+from infrastructure.resume_record import file_identity
+from moses_integration.moses_ini import MosesIni, dense_feature_name_problem
 from moses_integration.nbest import NBestEntry, NBestError, append_features
 from moses_integration.tokens import split_tokens
 
@@ -243,6 +244,25 @@ def feature_files(text: str) -> list[Path]:
     parsed = parse_feature_spec(text)
     model_files = getattr(_feature_class(parsed), "model_files", None) if parsed.arg is not None else None
     return [Path(name) for name in model_files(parsed.arg)] if callable(model_files) else []
+
+
+#: How a resume record names a file a system reads: ``model /abs/lm.fr.binary``.
+MODEL_KEY = "model "
+
+
+def system_files_record(ini: MosesIni, decoder_cwd: PathArg | None, specs: Iterable[str]) -> dict[str, object]:
+    """Every file a system reads, by path, size and time, under :data:`MODEL_KEY` names: what its ini's
+    features read (:meth:`MosesIni.model_files`: tables, LM) and what its extra features read
+    (:func:`feature_files`); one that is gone is ``None``. A table or a model retrained in place keeps its
+    path: ``mert tune --resume`` and ``mert evaluate --resume`` compare this record, so that lists or
+    outputs of the old system are never taken for the new one's (gigabytes are not hashed on every run)."""
+    models = ini.model_files(decoder_cwd) + [path for spec in specs for path in feature_files(spec)]
+    return {f"{MODEL_KEY}{path.resolve()}": file_identity(path) if path.exists() else None for path in models}
+
+
+def model_names(*records: dict[str, object]) -> dict[str, str]:
+    """How a refused resume names the :func:`system_files_record` keys of ``records``: "the model"."""
+    return {key: "the model" for record in records for key in record if key.startswith(MODEL_KEY)}
 
 
 def _feature_class(parsed: FeatureSpec) -> object:

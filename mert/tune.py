@@ -42,9 +42,10 @@ from mert.features import (
     NBestFeature,
     add_features,
     decoder_flags,
-    feature_files,
     load_features,
+    model_names,
     read_source_sentences,
+    system_files_record,
     write_sidecar,
 )
 from mert.nbest_set import NBestSet, build_mert_data, fixed_mask, merge_nbest_lists
@@ -225,18 +226,13 @@ def _options_record(options: TuneOptions) -> dict[str, object]:
     })
 
 
-#: How the state's inputs record names a model file: ``model /abs/lm.fr.binary`` (as mert evaluate's decodes).
-_MODEL_KEY = "model "
-
-
 def _inputs_record(options: TuneOptions, ini: MosesIni, decoder_cwd: Path) -> dict[str, object]:
     """What the kept n-best lists were decoded from, which a path does not tell: the ini by content, the
-    source and every file its features and the extra features read (:meth:`MosesIni.model_files`,
-    :func:`feature_files`) by path, size and time. A resume merges the new lists with the kept ones, so a
-    source edited in place or a table retrained in place would mix two systems' lists in one MERT."""
-    models = ini.model_files(decoder_cwd) + [path for spec in options.feature_specs for path in feature_files(spec)]
+    source by path, size and time, and every file the system reads (:func:`system_files_record`, the extra
+    features' too). A resume merges the new lists with the kept ones, so a source edited in place or a
+    table retrained in place would mix two systems' lists in one MERT."""
     return {"--moses-ini": content_identity(options.ini), "--src": file_identity(options.source),
-            **{f"{_MODEL_KEY}{path.resolve()}": file_identity(path) if path.exists() else None for path in models}}
+            **system_files_record(ini, decoder_cwd, options.feature_specs)}
 
 
 def read_state(work_dir: Path) -> dict[str, object] | None:
@@ -420,7 +416,8 @@ class Tuner:
             return
         now = _inputs_record(self.options, self.base_ini, self.decoder_cwd)
         check_same_options(then, now, self.work / STATE_FILE, error=TuneError,
-                           names={key: key if key.startswith("--") else "the model" for key in {*then, *now}},
+                           names={**{key: key for key in {*then, *now} if key.startswith("--")},
+                                  **model_names(then, now)},
                            advice="its n-best lists were decoded from the files then: choose another --work-dir")
 
     def _save_state(
