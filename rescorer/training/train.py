@@ -11,6 +11,8 @@ uninterrupted run.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import shutil
 import sys
@@ -25,8 +27,9 @@ import torch
 from tqdm import tqdm
 
 from infrastructure.errors import UserError
+from infrastructure.files import STDIO_NAME, write_json
 from infrastructure.progress import progress_bar
-from infrastructure.resume_record import check_same_options, options_record
+from infrastructure.resume_record import check_same_options, file_identity, options_record
 from neural.adadelta import FusedAdadelta
 from neural.device import matmul_precision
 from neural.training import (
@@ -309,12 +312,23 @@ def prepare_data(
     are counted in are swapped (``src_corpus`` stays the text of the table's source language), so
     a reverse model's shortlists are the forward model's, exchanged. The returned vocabularies are
     the model's (source first).
+
+    A resumed run reuses the id file when :func:`pairs_record` says it was encoded from the same table,
+    the same way and with these vocabularies: extracting a real table's unique pairs takes minutes, on
+    every resume of a training that runs for days. Otherwise the pairs are extracted again, and the
+    training's data fingerprint decides whether they are the data it was trained on.
     """
     from rescorer.training.data import build_vocabularies, encode_pairs, extract_unique_pairs
 
     workdir.mkdir(parents=True, exist_ok=True)
     ids_path = workdir / "pairs.ids.arrow"
     pairs_path = workdir / "pairs.text.arrow"
+    record_path = workdir / PAIRS_RECORD
+    if vocabs is not None and ids_path.exists() and _read_record(record_path) == pairs_record(table, reverse, vocabs):
+        if progress:
+            print(f"reusing {ids_path}: {table}'s pairs, encoded by an earlier run", file=sys.stderr)
+        return ids_path, *vocabs
+    record_path.unlink(missing_ok=True)  # written again once the ids are
     try:  # the text pairs only serve to make the ids: never left behind, however this ends
         corpus = extract_unique_pairs(table, pairs_path, progress=progress)
         if vocabs is None:
@@ -324,7 +338,32 @@ def prepare_data(
         encode_pairs(pairs_path, ids_path, src_vocab, tgt_vocab, swap=reverse)
     finally:
         pairs_path.unlink(missing_ok=True)
+    record = pairs_record(table, reverse, (src_vocab, tgt_vocab))
+    if record is not None:
+        write_json(record_path, record)
     return ids_path, src_vocab, tgt_vocab
+
+
+#: The record of what ``MODEL.data/pairs.ids.arrow`` was encoded from (:func:`pairs_record`).
+PAIRS_RECORD = "pairs.json"
+
+
+def pairs_record(table: str, reverse: bool, vocabs: tuple[Vocab, Vocab]) -> dict[str, object] | None:
+    """What an id file of :func:`prepare_data` depends on: the table by path, size and time (as the CSLM's
+    and the NMT model's prepared data), the direction, and the vocabularies' words by digest; None for a
+    table read from stdin, which cannot be told again."""
+    if table == STDIO_NAME:
+        return None
+    words = json.dumps([vocab.words for vocab in vocabs], ensure_ascii=False).encode("utf-8")
+    return {"table": file_identity(table), "reverse": reverse, "vocabularies": hashlib.sha1(words).hexdigest()}
+
+
+def _read_record(path: Path) -> object:
+    """A JSON record, or None where it is missing or unreadable (then the ids are made again)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def train_on_phrase_table(

@@ -204,10 +204,14 @@ def test_a_resume_stopped_while_it_prepares_the_data_leaves_no_text_pairs(tmp_pa
     """A ``--resume`` whose stderr pipe breaks (or that is stopped) while it encodes the pairs: the
     text pairs (``MODEL.data/pairs.text.arrow``, ~7 MB for a filtered table) go, though the folder
     stays for the next resume; left there, each later resume on a nearly full disk failed on them."""
+    import os
+
     from rescorer.training import data
 
-    table = str(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz"))
+    table = str(tmp_path / "table.gz")
+    Path(table).write_bytes(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz").read_bytes())
     run(table, tmp_path / "m.pt", 2)
+    os.utime(table, (1e9, 1e9))  # not the table the ids were made from, as far as a resume can tell: read again
 
     def encoding_stopped(*args, **kwargs):
         raise stop
@@ -218,3 +222,31 @@ def test_a_resume_stopped_while_it_prepares_the_data_leaves_no_text_pairs(tmp_pa
     assert sorted(p.name for p in (tmp_path / "m.pt.data").iterdir()) == ["pairs.ids.arrow"]
     monkeypatch.undo()
     assert run(table, tmp_path / "m.pt", 4, resume=True).history[-1].step == 4
+
+
+def test_resume_reuses_the_encoded_pairs_of_the_same_table(tmp_path, monkeypatch, capsys):
+    """Extracting a real table's pairs takes minutes on every resume: the same table (path, size, time) is
+    not read again, and the training goes on to the same model; a table changed since is read again, and
+    refused as other data."""
+    import rescorer.training.data as data
+
+    table = tmp_path / "table.gz"
+    table.write_bytes(shared_file("fixtures/hansard-enfr/phrase-table.sample.gz").read_bytes())
+    run(str(table), tmp_path / "straight.pt", 8)
+    run(str(table), tmp_path / "killed.pt", 4)
+
+    def no_extraction(*args, **kwargs):
+        raise AssertionError("the table was read again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(data, "extract_unique_pairs", no_extraction)
+        train_on_phrase_table(str(table), tmp_path / "killed.pt", model_sizes=SMALL,
+                              train_config=TrainConfig(max_steps=8, valid_every=4, patience=None, seed=7,
+                                                       batch_size=64), shortlist=300, device="cpu", resume=True)
+    assert "pairs, encoded by an earlier run" in capsys.readouterr().err
+    a = load_checkpoint(tmp_path / "straight.pt").model.state_dict()
+    b = load_checkpoint(tmp_path / "killed.pt").model.state_dict()
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    table.write_text("a ||| b ||| 1 1 1 1\n" * 3 + "c d ||| e ||| 1 1 1 1\n" * 30)
+    with pytest.raises(UserError, match="trained on other data"):
+        run(str(table), tmp_path / "killed.pt", 12, resume=True)
