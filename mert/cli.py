@@ -207,6 +207,8 @@ def tune_command(
     """
     import shlex
 
+    if engine == "moses":
+        _refuse_what_mert_moses_ignores()
     from mert.features import absolute_spec_path
     from mert.mert_moses import tune_with_mert_moses
     from mert.tune import TuneOptions, format_weight_lines, log_to_stderr, tune
@@ -244,6 +246,17 @@ def tune_command(
         f"{'-' if best is None else f'{best:.2f}'}; config {result.ini}"
         + (f" (+ {result.sidecar.name})" if result.sidecar else "")
     )
+
+
+def _refuse_what_mert_moses_ignores() -> None:
+    """``mert-moses.pl`` seeds iteration n with 1000 n and stops at its own weight change (1e-5): a --seed or
+    --min-weight-change given with --engine moses would be dropped in silence, and the run not be the one asked for."""
+    ctx = click.get_current_context()
+    given = [f"--{name.replace('_', '-')}" for name in ("seed", "min_weight_change")
+             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"--engine moses has no counterpart for {' and '.join(given)} (mert-moses.pl seeds "
+                               "iteration n with 1000 n and stops at a weight change of 1e-5); use the default engine")
 
 
 @main.command("evaluate")

@@ -68,3 +68,21 @@ def test_engine_moses_runs_the_script_and_copies_its_ini(
     assert text.startswith("# stand-in tuned") and (tmp_path / "t.ini").read_text() == text
     # mert-moses.pl runs moses from its own working dir: it got absolute model paths.
     assert all(os.path.isabs(f.path) for f in MosesIni.read(final).feature_lines() if f.path)
+
+
+@pytest.mark.parametrize("given", [["--seed", "7"], ["--min-weight-change", "0.001"],
+                                   ["--seed", "7", "--min-weight-change", "0.001"]])
+def test_engine_moses_refuses_the_options_mert_moses_has_no_counterpart_for(
+        dev: dict[str, Path], tmp_path: Path, given: list[str]) -> None:
+    """They were dropped in silence: mert-moses.pl seeds iteration n with 1000 n and stops at its own 1e-5."""
+    from click.testing import CliRunner
+
+    from mert.cli import main
+
+    args = ["tune", "--moses-ini", str(dev["ini"]), "--src", str(dev["src"]), "--ref", str(dev["ref"]),
+            "--work-dir", str(tmp_path / "w"), "--moses-bin-dir", str(tmp_path / "bin"), "--engine", "moses", *given]
+    result = CliRunner().invoke(main, args)
+    names = " and ".join(a for a in given if a.startswith("--"))
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: --engine moses has no counterpart for {names} (mert-moses.pl seeds ")
+    assert not (tmp_path / "w").exists()
