@@ -150,13 +150,9 @@ def test_files_replaced_together_replace_the_set_only_when_the_block_ends(tmp_pa
 
 def _report_writer_in_another_process(folder: Path) -> subprocess.Popen:
     """A process inside ``files_replaced_together(folder, ...)``, one file staged, until it is killed."""
-    code = ("import sys, time\nfrom infrastructure.files import files_replaced_together\n"
-            "with files_replaced_together(sys.argv[1], ['page']) as staging:\n"
-            "    (staging / 'page').write_text('half')\n    print('writing', flush=True)\n    time.sleep(60)\n")
-    writer = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert writer.stdout.readline() == "writing\n"
-    return writer
+    return _writing_in_another_process(folder, "from infrastructure.files import files_replaced_together\n"
+                                               "with files_replaced_together(sys.argv[1], ['page']) as staging:\n"
+                                               "    (staging / 'page').write_text('half')\n")
 
 
 def test_the_next_report_removes_the_staging_folder_a_sigkilled_run_left(tmp_path: Path) -> None:
@@ -230,10 +226,16 @@ def test_a_device_or_a_pipe_is_written_in_place_never_replaced(tmp_path: Path) -
 
 def _writer_in_another_process(dest: Path) -> subprocess.Popen:
     """A process inside ``atomic_output(dest)``, its temp file half written, until it is killed."""
-    code = ("import sys, time\nfrom infrastructure.files import atomic_output\n"
-            "with atomic_output(sys.argv[1]) as fh:\n    fh.write(b'half')\n    fh.flush()\n"
-            "    print('writing', flush=True)\n    time.sleep(60)\n")
-    writer = subprocess.Popen([sys.executable, "-c", code, str(dest)], stdout=subprocess.PIPE, text=True,
+    return _writing_in_another_process(dest, "from infrastructure.files import atomic_output\n"
+                                             "with atomic_output(sys.argv[1]) as fh:\n"
+                                             "    fh.write(b'half')\n    fh.flush()\n")
+
+
+def _writing_in_another_process(target: Path, opening: str) -> subprocess.Popen:
+    """A process that runs ``opening`` (a ``with`` line and its first body lines; ``sys.argv[1]`` is ``target``),
+    then says so and waits inside the block until it is killed."""
+    code = f"import sys, time\n{opening}    print('writing', flush=True)\n    time.sleep(60)\n"
+    writer = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert writer.stdout.readline() == "writing\n"
     return writer
