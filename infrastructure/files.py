@@ -88,6 +88,14 @@ def first_unreadable_line(path: PathArg, fallback: int) -> int:
     return newlines + 1
 
 
+def read_twice(path: PathArg) -> bool:
+    """Whether an input can be read twice, a first pass that checks every line before the long work
+    and then the work: a regular file. Standard input, a pipe (``<(zcat x.gz)``, a FIFO) or a device
+    gives its lines once, and a first pass over it would leave the work nothing to read."""
+    name = os.fspath(path)
+    return name != STDIO_NAME and os.path.isfile(name)
+
+
 def display_name(path: PathArg) -> str:
     """The name used in error messages: ``<stdin>`` is clearer than a bare ``-``."""
     name = os.fspath(path)

@@ -13,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from infrastructure.errors import FileLineError
-from infrastructure.files import CORRUPT_GZIP_ERRORS, PathArg, display_name, first_unreadable_line, open_input
+from infrastructure.files import (
+    CORRUPT_GZIP_ERRORS,
+    PathArg,
+    display_name,
+    first_unreadable_line,
+    open_input,
+    read_twice,
+)
 
 
 def strip_line_end(raw: bytes) -> bytes:
@@ -71,9 +78,9 @@ def text_lines(
 def checked_text_lines(path: PathArg, *, error: type[FileLineError] = FileLineError) -> Iterator[str]:
     """The lines of a text file, streamed after a first pass has read them all: a bad line (invalid UTF-8,
     a truncated gzip) is one error before the long work on the lines before it, not after it. Reading is
-    a small part of translating or scoring a line. Standard input, which cannot be read twice, is streamed
-    as it comes."""
-    if path != "-":
+    a small part of translating or scoring a line. Standard input and a pipe (``<(zcat x.gz)``), which
+    cannot be read twice (:func:`~infrastructure.files.read_twice`), are streamed as they come."""
+    if read_twice(path):
         for _ in iter_text_lines(path, error=error):
             pass
     return text_lines(path, error=error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,15 @@ def test_checked_lines_find_a_bad_last_line_before_the_first_is_given(tmp_path: 
         next(checked_text_lines(path))
     path.write_bytes(b"one\r\ntwo\n")
     assert list(checked_text_lines(path)) == list(text_lines(path)) == ["one", "two"]
+
+
+def test_checked_lines_of_a_pipe_are_read_once() -> None:
+    """``nmt translate MODEL <(zcat test.gz) OUT`` checked the pipe's lines, then found it empty: 0 sentences
+    translated, an empty OUT and exit 0. Bash gives the command the pipe as ``/dev/fd/N``, as here."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"one\r\ntwo\n")
+        os.close(write_end)
+        assert list(checked_text_lines(f"/dev/fd/{read_end}")) == ["one", "two"]
+    finally:
+        os.close(read_end)
