@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infrastructure.errors import FileLineError
-from infrastructure.files import PathArg, atomic_output, display_name
+from infrastructure.files import PathArg, atomic_output, display_name, read_twice
 from infrastructure.lines import iter_raw_lines, strip_line_end
 
 FIELD_SEPARATOR = "|||"
@@ -370,6 +370,7 @@ def append_features(
     *,
     chunk_lines: int = 2000,
     expected_sentences: int | None = None,
+    check_entry: Callable[[NBestEntry], None] | None = None,
 ) -> int:
     """The one n-best rewriter: append `` Name= v …`` to each line's features; return the line count.
 
@@ -377,13 +378,26 @@ def append_features(
     feature's name and values. Every other byte of a line stays as it was (hypothesis, the other
     features, the total as Moses wrote it, alignment fields, the line end), so the result is also
     a valid ``--transform-decoded-file`` output for ``mert-moses.pl``. Lines are parsed and their
-    ids checked as :func:`read_nbest` does, so a broken list fails with its file and line; a
-    feature the list already has is an error (a second copy would make the list unreadable).
-    Values are written as Moses writes its own; the output is written atomically.
+    ids checked as :func:`read_nbest` does, and each entry by ``check_entry`` (a caller's own rule,
+    raising :class:`NBestError`), so a broken list fails with its file and line: a list that can be
+    read twice (:func:`~infrastructure.files.read_twice`) is checked whole before the first line is
+    scored, since a neural feature scores a list for an hour. A feature the list already has is an
+    error (a second copy would make the list unreadable). Values are written as Moses writes its
+    own; the output is written atomically.
     """
     name = display_name(nbest_in)
     count = 0
-    rows = _read_lines_and_entries(nbest_in, expected_sentences=expected_sentences)
+
+    def checked_rows() -> Iterator[tuple[bytes, NBestEntry]]:
+        for raw, entry in _read_lines_and_entries(nbest_in, expected_sentences=expected_sentences):
+            if check_entry is not None:
+                check_entry(entry)
+            yield raw, entry
+
+    if read_twice(nbest_in):
+        for _ in checked_rows():
+            pass
+    rows = checked_rows()
     with atomic_output(nbest_out) as out:
         for chunk in _sentence_chunks(rows, chunk_lines):
             entries = [entry for _, entry in chunk]

@@ -122,16 +122,17 @@ def add_nmt_to_nbest(scorer: NBestScorer, source_file: PathArg, nbest_in: PathAr
     """Append `` NAME= v [v]`` to each hypothesis of ``nbest_in``, every other byte kept; return the lines.
 
     The list's sentence ids must run 0, 1, … without a gap and stay within ``source_file``'s lines:
-    otherwise one line naming the list's file and line, before a hypothesis is scored past it.
+    otherwise one line naming the list's file and line, before a hypothesis is scored.
     """
     sources = read_text_lines(source_file)
     listed = display_name(nbest_in)
 
+    def within_the_source(entry: NBestEntry) -> None:
+        if entry.sent_id >= len(sources):
+            raise NBestError(listed, entry.line_no, f"sentence id {entry.sent_id} but the source "
+                             f"{display_name(source_file)} has {len(sources)} lines")
+
     def score(entries: list[NBestEntry]) -> list[tuple[str, np.ndarray]]:
-        for entry in entries:
-            if entry.sent_id >= len(sources):
-                raise NBestError(listed, entry.line_no, f"sentence id {entry.sent_id} but the source "
-                                 f"{display_name(source_file)} has {len(sources)} lines")
         return [(name, scorer.score(sources, entries))]
 
-    return append_features(nbest_in, nbest_out, score, chunk_lines=chunk_lines)
+    return append_features(nbest_in, nbest_out, score, chunk_lines=chunk_lines, check_entry=within_the_source)

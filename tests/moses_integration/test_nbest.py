@@ -245,6 +245,31 @@ def test_append_features_keeps_every_other_byte_and_chunks_whole_sentences(tmp_p
     assert not (tmp_path / "bad.nbest").exists()
 
 
+
+@pytest.mark.parametrize(("last_line", "message"), [
+    ("1 ||| b ||| LM0= nan ||| -1", "feature LM0: value is NaN"),
+    ("2 ||| b ||| LM0= -1 ||| -1", "sentence id 2 is past the source"),
+])
+def test_append_features_checks_a_whole_file_before_scoring_a_line(tmp_path, last_line, message):
+    """``nmt nbest`` scored the 6,000 hypotheses before a list's bad last line (an hour at a real model's
+    speed), then stopped at it: a list in a file is read whole first, ``check_entry`` included."""
+    nbest = tmp_path / "in.nbest"
+    nbest.write_text("0 ||| a ||| LM0= -1 ||| -1\n" * 3 + "1 ||| b ||| LM0= -1 ||| -1\n" + last_line + "\n",
+                     encoding="utf-8")
+    scored = []
+
+    def score(entries):
+        scored.append(len(entries))
+        return [("New", np.zeros(len(entries)))]
+
+    def within_two_sentences(entry):
+        if entry.sent_id >= 2:
+            raise NBestError(str(nbest), entry.line_no, f"sentence id {entry.sent_id} is past the source")
+
+    with pytest.raises(NBestError, match=rf"in\.nbest:5: {message}"):
+        append_features(nbest, tmp_path / "out.nbest", score, chunk_lines=1, check_entry=within_two_sentences)
+    assert scored == [] and not (tmp_path / "out.nbest").exists()
+
 # --------------------------------------------------------------------------------------------
 # Phrase segmentation: lines as Moses writes them (the fixture system, sentence "zzqx the house",
 # whose first and last words it passes through as unknown), with -include-segmentation-in-n-best,
