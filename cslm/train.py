@@ -42,7 +42,7 @@ from cslm.model_file import CSLMFile, load_cslm, save_cslm
 from cslm.scoring import gather_histories, sentence_positions, token_scores
 from cslm.step import CSLMStep, make_cslm_step, resolve_cslm_step
 from infrastructure.errors import UserError
-from infrastructure.files import atomic_output, atomic_path, write_json
+from infrastructure.files import atomic_output, atomic_path, display_name, read_twice, write_json
 from infrastructure.progress import progress_bar
 from infrastructure.resume_record import check_same_options, file_identity, options_record
 from moses_integration.tokens import split_tokens
@@ -367,12 +367,23 @@ def train_cslm(
     touching its files.
     """
     resolve_cslm_step(train_config.train_step, select_device(device), train_config.optimizer)  # before any work
+    _check_read_twice(corpus, valid)
     with training_files(Path(model_out), resume):
         run = _CSLMTraining.start(corpus, Path(model_out), model_config, train_config, shortlist=shortlist,
                                   valid=valid, device=device, precision=precision, resume=resume, progress=progress)
         stopped_by = run.run(progress=progress, checkpoint_every=train_config.checkpoint_every)
         state = run.state
         return CSLMTrainResult(state.epoch, state.examples, state.elapsed, stopped_by, state.history)
+
+
+def _check_read_twice(corpus: str, valid: str | None) -> None:
+    """The corpus and the validation text are read twice (counted, then encoded): a pipe (``<(zcat x.gz)``)
+    gives its lines once, and the second pass found none, which was reported, after the counting of a
+    whole corpus, as a file that "changed while it was being read"."""
+    for label, path in (("CORPUS", corpus), ("--valid", valid)):
+        if path is not None and not read_twice(path):
+            raise UserError(f"{display_name(path)}: {label} is read twice (counted, then encoded), which a pipe "
+                            "cannot be; give the file itself (plain or .gz)")
 
 
 @dataclass

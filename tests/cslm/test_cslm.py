@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import math
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -451,6 +452,26 @@ def test_an_empty_validation_text_is_refused(tmp_path: Path) -> None:
     _one_error_line(res, f"{empty}: the validation text is empty")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt", "fr.txt"]
 
+
+@pytest.mark.parametrize("piped", ["corpus", "valid"])
+def test_a_piped_corpus_is_refused_before_it_is_counted(tmp_path: Path, piped: str) -> None:
+    """``cslm train <(zcat fr.gz) m.pt`` counted the whole corpus, then found the pipe empty and said it had
+    "changed while it was being read"."""
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("".join(_french_lines(50)), encoding="utf-8")
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, corpus.read_bytes())
+        os.close(write_end)
+        pipe = f"/dev/fd/{read_end}"
+        args = [pipe, str(tmp_path / "m.pt")] if piped == "corpus" else [str(corpus), str(tmp_path / "m.pt"),
+                                                                        "--valid", pipe]
+        res = CliRunner().invoke(main, ["train", *args, "--order", "3", "--embedding", "8", "--hidden", "16",
+                                        "--max-epochs", "1", "-q", "--device", "cpu"])
+    finally:
+        os.close(read_end)
+    _one_error_line(res, f"{pipe}: ", "is read twice (counted, then encoded), which a pipe cannot be")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fr.txt"]
 
 def test_training_again_without_resume_keeps_the_trained_model(tmp_path: Path) -> None:
     corpus = tmp_path / "fr.txt"
