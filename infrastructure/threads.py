@@ -13,6 +13,7 @@ import os
 import sys
 
 from infrastructure.errors import UserError
+from infrastructure.interrupts import hold_interrupts_while_torch_loads
 
 
 def prefer_passive_waits() -> None:
@@ -108,6 +109,7 @@ def before_torch_loads() -> None:
     same_sums_whatever_the_threads()
     huge_pages_for_large_tensors()
     keep_freed_memory()
+    hold_interrupts_while_torch_loads()
 
 
 def available_cpus() -> int:
