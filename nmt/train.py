@@ -24,7 +24,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import sacrebleu
@@ -155,13 +155,43 @@ def prepare_data(src: str, tgt: str, cfg: NMTTrainConfig, *, valid_src: str | No
         subwords = (train_subwords(train_src, cfg.vocab_size, seed=cfg.seed, name=display_name(src)),
                     train_subwords(train_tgt, cfg.vocab_size, seed=cfg.seed, name=display_name(tgt)))
     src_sw, tgt_sw = subwords
-    identity = {"src": file_identity(src), "tgt": file_identity(tgt),
-                "valid": [file_identity(valid_src), file_identity(valid_tgt)] if valid_src and valid_tgt else None,
-                "vocab_size": cfg.vocab_size, "seed": cfg.seed, "valid_lines": cfg.valid_lines}
     return PreparedData(
         src_sw, tgt_sw, EncodedBitext(src_sw.encode(train_src), tgt_sw.encode(train_tgt)),
         EncodedBitext(src_sw.encode(valid_pairs[0]), tgt_sw.encode(valid_pairs[1])), list(valid_pairs[1]),
-        hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest())
+        data_fingerprint(data_record(src, tgt, cfg, valid_src=valid_src, valid_tgt=valid_tgt)))
+
+
+def data_record(src: str, tgt: str, cfg: NMTTrainConfig, *, valid_src: str | None = None,
+                valid_tgt: str | None = None) -> dict[str, object]:
+    """What the prepared data depends on: the texts by path, size and time (as ``make`` knows a file), the
+    subword vocabulary's size, the seed and the held-out lines. Known from the command line alone, so a
+    ``--resume`` on other data is refused before the bitext is read; the state keeps it to name what differs."""
+    return {"src": file_identity(src), "tgt": file_identity(tgt),
+            "valid": [file_identity(valid_src), file_identity(valid_tgt)] if valid_src and valid_tgt else None,
+            "vocab_size": cfg.vocab_size, "seed": cfg.seed, "valid_lines": cfg.valid_lines}
+
+
+def data_fingerprint(record: dict[str, object]) -> str:
+    """The digest of a :func:`data_record` that a training state keeps as its ``data``."""
+    return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def check_same_data_record(where: Path, train_state: dict[str, object], record: dict[str, object],
+                           src: str, tgt: str) -> None:
+    """Before the bitext is read: a resume is on the data the state was trained on. A state that keeps its
+    :func:`data_record` names each file that differs (moved, copied, edited); an older one only says so."""
+    recorded = train_state.get("data_record")
+    if isinstance(recorded, dict):
+        check_same_options(_by_option(recorded), _by_option(record), where,
+                           names={"src": "SRC", "tgt": "TGT"}, advice="resume on the same data, or train into "
+                           "another MODEL (a copied or touched file counts as other data)")
+    check_same_data(where, train_state, data_fingerprint(record), f"{src} and {tgt}")
+
+
+def _by_option(record: dict[str, object]) -> dict[str, object]:
+    """A :func:`data_record` keyed as the command line names its parts (``--valid-src``, ``--valid-tgt``)."""
+    valid = record.get("valid") or [None, None]
+    return {**{k: v for k, v in record.items() if k != "valid"}, "valid_src": valid[0], "valid_tgt": valid[1]}
 
 
 def learning_rate(cfg: NMTTrainConfig, step: int) -> float:
@@ -224,6 +254,7 @@ class NMTTrainingState(TrainingState):
     step: int = 0  # updates
     target_tokens: int = 0  # target units (EOS counted) trained on
     best: float = math.inf  # the best validation perplexity (it falls)
+    data_record: dict[str, Any] | None = None  # what ``data`` digests (:func:`data_record`), to name what differs
 
     VALIDATION: ClassVar[type] = Validation
 
@@ -280,6 +311,10 @@ class _NMTTraining(Training):
                                options_record(model_config, vocabularies), resume_from,
                                advice="resume with the same sizes, or train into another MODEL")
             model_config = loaded.model.config
+        record = data_record(src, tgt, cfg, valid_src=valid_src, valid_tgt=valid_tgt)
+        if loaded is not None:
+            assert resume_from is not None and loaded.train_state is not None
+            check_same_data_record(resume_from, loaded.train_state, record, src, tgt)
         data = prepare_data(src, tgt, cfg, valid_src=valid_src, valid_tgt=valid_tgt,
                             subwords=(loaded.src_subwords, loaded.tgt_subwords) if loaded else None)
         model_config = dataclasses.replace(model_config, src_vocab=len(data.src_subwords),
@@ -289,11 +324,11 @@ class _NMTTraining(Training):
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
         state = NMTTrainingState(data=data.fingerprint)
         if loaded is not None:
-            assert resume_from is not None and loaded.train_state is not None
-            check_same_data(resume_from, loaded.train_state, data.fingerprint, f"{src} and {tgt}")
+            assert loaded.train_state is not None
             model.load_state_dict(loaded.model.state_dict())
             optimizer.load_state_dict(loaded.optimizer_state)
             state = NMTTrainingState.from_dict(loaded.train_state)
+        state.data_record = record
         announce(state, dev, precision, "eager", why)
         print(f"{len(data.train)} pairs, {len(data.src_subwords)} and {len(data.tgt_subwords)} subword units",
               file=sys.stderr)

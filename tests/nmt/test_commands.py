@@ -294,3 +294,26 @@ def test_a_bad_nbest_list_is_one_line_with_file_and_line(models, tmp_path, nbest
     assert result.exit_code == 1
     assert result.output.strip().replace(f"{tmp_path}/", "") == f"Error: {message}"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_resume_on_moved_data_names_the_file_before_the_bitext_is_read(bitext, tmp_path, monkeypatch):
+    """It said "trained on other data (or other settings) than SRC and TGT", after the bitext was read and
+    encoded; now the file that differs is named, before it is read. A state written before the record was
+    kept (its digest only) is still told from other data, and resumes on the same."""
+    src, tgt = tmp_path / "train.fr", tmp_path / "train.en"
+    src.write_bytes(bitext[0].read_bytes())
+    tgt.write_bytes(bitext[1].read_bytes())
+    _tiny_run((src, tgt), tmp_path / "m.pt", 3)
+    moved = tmp_path / "moved.en"
+    tgt.rename(moved)
+    monkeypatch.setattr(nmt_train, "read_bitext", lambda *args: pytest.fail("the bitext was read"))
+    with pytest.raises(UserError) as refused:
+        _tiny_run((src, moved), tmp_path / "m.pt", 6, resume=True)
+    assert str(refused.value).startswith(f"cannot --resume: {tmp_path / 'm.pt.last'} was made with TGT {tgt} (")
+    assert str(refused.value).endswith("; resume on the same data, or train into another MODEL (a copied or touched "
+                                       "file counts as other data)")
+    moved.rename(tgt)
+    monkeypatch.undo()
+    assert _tiny_run((src, tgt), tmp_path / "m.pt", 6, resume=True).steps == 6
+    state = load_nmt(tmp_path / "m.pt.last").train_state
+    assert state["data_record"]["tgt"]["path"] == str(tgt)
