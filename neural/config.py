@@ -34,6 +34,11 @@ TRAIN_STEPS = ("auto", "eager", "static", "captured")
 #: ``--hidden 1000000`` asked torch for terabytes and failed in a 50-frame allocation traceback.
 MAX_LAYER_SIZE = 8192
 
+#: The widest beam: 25 times propose's 40 with a reverse model. A beam weighs beam x shortlist candidates
+#: at each step (15M at 1000 with the paper's shortlist); ``--beam 1000000000000`` asked torch for
+#: petabytes and failed in an allocation traceback.
+MAX_BEAM = 1000
+
 #: Seconds between saves of ``MODEL.last`` in between validations (every training's ``checkpoint_every``):
 #: a run killed outright (no signal handler sees SIGKILL, the end of a session, a power cut) loses at most
 #: this much training, for a save that takes seconds.

@@ -31,7 +31,7 @@ from infrastructure.cli_options import (
 )
 from infrastructure.files import DEFAULT_MEMBER_LEVEL
 from moses_integration.phrase_table import MAX_PHRASE_WORDS
-from neural.config import CPU_BF16_PAYS_AT, MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
+from neural.config import CPU_BF16_PAYS_AT, MAX_BEAM, MAX_LAYER_SIZE, PRECISIONS, TRAIN_STEPS
 from neural.training import MODEL_ALSO_WRITES
 from rescorer.analysis import REPORT_FILES
 from rescorer.model.config import (
@@ -46,10 +46,6 @@ from rescorer.pipeline.columns import COLUMNS, column_kinds
 from rescorer.pipeline.columns.base import Column
 from rescorer.pipeline.option_rules import WHOLE_NUMBERS, WP_SIDES
 
-#: The widest beam: 25 times propose's 40 with a reverse model. A beam weighs beam x shortlist candidates
-#: at each step (15M at 1000 with the paper's shortlist); ``--beam 1000000000000`` asked torch for
-#: petabytes and failed in an allocation traceback.
-MAX_BEAM = 1000
 #: The most targets drawn from the decoder for a source: they are drawn all at once, samples x shortlist
 #: probabilities a step (600 MB at 10,000 with the paper's shortlist).
 MAX_SAMPLES = 10_000
