@@ -25,7 +25,7 @@ from infrastructure.cli_options import (
     seed_option,
     threads_option,
 )
-from neural.config import CHECKPOINT_EVERY, MAX_LAYER_SIZE, PRECISIONS, TRAINING_PRECISION_HELP
+from neural.config import CHECKPOINT_EVERY, MAX_BEAM, MAX_LAYER_SIZE, PRECISIONS, TRAINING_PRECISION_HELP
 from neural.training import MODEL_ALSO_WRITES
 
 INPUT = OneLinePath(exists=True, dir_okay=False)
@@ -112,7 +112,7 @@ def nmt_train_command(src, tgt, model_out, valid_src, valid_tgt, valid_lines, vo
 @click.argument("model", type=INPUT)
 @click.argument("text", default="-", type=INPUT_OR_STDIN)
 @click.argument("out", default="-", type=OutputPath(allow_dash=True))
-@click.option("--beam", type=IntRange(min=1), default=5, show_default=True, help="beam width")
+@click.option("--beam", type=IntRange(min=1, max=MAX_BEAM), default=5, show_default=True, help="beam width")
 @click.option("--nbest", type=IntRange(min=1), help="write the N best in Moses' n-best format (at most --beam)")
 @click.option("--normalize", is_flag=True, help="choose by log-probability per target unit, not in total")
 @click.option("--batch-size", type=IntRange(min=1), default=32, show_default=True, help="sentences searched at once")

@@ -317,3 +317,13 @@ def test_a_resume_on_moved_data_names_the_file_before_the_bitext_is_read(bitext,
     assert _tiny_run((src, tgt), tmp_path / "m.pt", 6, resume=True).steps == 6
     state = load_nmt(tmp_path / "m.pt.last").train_state
     assert state["data_record"]["tgt"]["path"] == str(tgt)
+
+
+def test_translate_refuses_a_beam_wider_than_any_model_needs_in_one_line(models, tmp_path):
+    """--beam 100000 ran for minutes on one short line before anyone could tell why (and asks a shortlist of
+    8,000 units for 800M candidates a step); it is now refused as the command line is read."""
+    result = CliRunner().invoke(main, ["translate", str(models[0]), "-", str(tmp_path / "out"), "--beam", "100000"],
+                                input="bonjour\n")
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert "Invalid value for '--beam': 100000 is not in the range 1<=x<=1000." in result.output
+    assert not (tmp_path / "out").exists()
