@@ -125,6 +125,8 @@ class _HeldLoader(importlib.abc.Loader):
         self.loader = loader
 
     def __getattr__(self, name: str) -> object:
+        if name == "loader":  # not set yet (a copy being made): no recursion through this method
+            raise AttributeError(name)
         return getattr(self.loader, name)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
