@@ -372,7 +372,22 @@ def new_experiment(work: str | os.PathLike[str], scale: str, **kwargs: object) -
     """The experiment in ``work`` at ``scale``, with nothing written yet (see :func:`open_work`)."""
     if scale not in SCALES:
         raise ExperimentError(f"SCALE={scale}: expected one of {', '.join(SCALES)}")
-    return Experiment(work=Path(work).resolve(), settings=SCALES[scale], **kwargs)  # type: ignore[arg-type]
+    resolved = Path(work).resolve()
+    check_outside_source_tree(resolved)
+    return Experiment(work=resolved, settings=SCALES[scale], **kwargs)  # type: ignore[arg-type]
+
+
+#: The project's source tree, when this code runs from one (a checkout, or an editable install of it).
+SOURCE_TREE = Path(__file__).resolve().parents[1]
+
+
+def check_outside_source_tree(work: Path) -> None:
+    """Refuse a work folder inside the project's source tree: a run keeps gigabytes there (corpora, tables,
+    n-best lists, models) that git then lists, a clean clone lacks, and ``make`` or CI copies around; a kept
+    work folder lives beside the clone (``make``'s default, ``../table1-work``)."""
+    if (SOURCE_TREE / "pyproject.toml").is_file() and work.is_relative_to(SOURCE_TREE):
+        raise ExperimentError(f"--work {work} is inside the source tree {SOURCE_TREE}: give a folder outside it "
+                              "(make's default is ../table1-work)")
 
 
 def open_work(exp: Experiment) -> None:

@@ -223,3 +223,14 @@ def test_a_tool_whose_output_is_kept_leaves_nothing_when_it_fails(tmp_path):
     assert list(out.parent.iterdir()) == []
     workspace.run_tool([sys.executable, "-c", "print('whole')"], log, stdout=out)
     assert out.read_text() == "whole\n" and list(out.parent.iterdir()) == [out]
+
+
+def test_a_work_folder_inside_the_source_tree_is_refused_before_anything_is_written() -> None:
+    """The help said "outside the source tree", and a run into the clone wrote its gigabytes there."""
+    inside = workspace.SOURCE_TREE / "table1-work-inside"
+    with pytest.raises(workspace.ExperimentError) as refused:
+        workspace.new_experiment(inside, "small")
+    assert str(refused.value) == (f"--work {inside} is inside the source tree {workspace.SOURCE_TREE}: give a folder "
+                                  "outside it (make's default is ../table1-work)")
+    assert not inside.exists()
+    assert (workspace.SOURCE_TREE / "pyproject.toml").is_file()  # the tests run from the source tree
