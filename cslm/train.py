@@ -51,6 +51,7 @@ from neural.device import select_device
 from neural.training import (
     Training,
     TrainingState,
+    TrainResult,
     announce,
     check_resumable,
     check_same_data,
@@ -282,16 +283,9 @@ class Validation:
 
 
 @dataclass
-class CSLMTrainResult:
-    epochs: int
-    examples: int
-    elapsed: float
-    stopped_by: str
-    history: list[Validation] = field(default_factory=list)
-
-    @property
-    def best(self) -> Validation | None:
-        return min(self.history, key=lambda v: v.perplexity, default=None)
+class CSLMTrainResult(TrainResult):
+    epochs: int = 0
+    examples: int = 0  # n-grams trained on
 
 
 @torch.no_grad()
@@ -373,7 +367,7 @@ def train_cslm(
                                   valid=valid, device=device, precision=precision, resume=resume, progress=progress)
         stopped_by = run.run(progress=progress, checkpoint_every=train_config.checkpoint_every)
         state = run.state
-        return CSLMTrainResult(state.epoch, state.examples, state.elapsed, stopped_by, state.history)
+        return CSLMTrainResult(stopped_by, state.elapsed, state.history, epochs=state.epoch, examples=state.examples)
 
 
 def _check_read_twice(corpus: str, valid: str | None) -> None:

@@ -18,7 +18,8 @@ Defined here once, for ``rescorer train``, ``cslm train``, ``nmt train`` and any
   before the first update and after each validation,
   Ctrl-C and SIGTERM (``MODEL.last`` saved, one :class:`~infrastructure.interrupts.Interrupted` line);
 - a loss or validation that is not a number: training stops in one line (:class:`DivergedError`),
-  and ``MODEL`` and ``MODEL.last`` keep the last finite state.
+  and ``MODEL`` and ``MODEL.last`` keep the last finite state;
+- what a run returns (:class:`TrainResult`: why it stopped, its clock, its validations and the best of them).
 
 A model subclasses :class:`TrainingState` with its position in the data, and :class:`Training` with
 what only it knows::
@@ -278,6 +279,26 @@ class LossWatch:
         if self.at is None or self.loss is None or int(self.at) < 0:
             return None
         return int(self.at), float(self.loss)
+
+
+@dataclass
+class TrainResult:
+    """What a finished training returns: why it stopped, its clock and its validations. A model's subclass
+    adds where the run stands (updates, examples) and says by which field of its validations the best one,
+    the model file's, is chosen (``BEST_BY``: the field, and whether lower is better)."""
+
+    stopped_by: str
+    elapsed: float
+    history: list[Any] = field(default_factory=list)
+
+    BEST_BY: ClassVar[tuple[str, bool]] = ("perplexity", True)
+
+    @property
+    def best(self) -> Any:
+        """The best validation so far (the one ``MODEL`` holds), or None before any."""
+        key, lower_is_better = self.BEST_BY
+        choose = min if lower_is_better else max
+        return choose(self.history, key=lambda v: getattr(v, key), default=None)
 
 
 @dataclass

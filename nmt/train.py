@@ -40,6 +40,7 @@ from neural.device import autocast
 from neural.training import (
     Training,
     TrainingState,
+    TrainResult,
     announce,
     check_resumable,
     check_same_data,
@@ -107,16 +108,9 @@ class Validation:
 
 
 @dataclass
-class NMTTrainResult:
-    steps: int
-    elapsed: float
-    stopped_by: str
-    history: list[Validation]
-    target_tokens: int  # target units (EOS counted) trained on
-
-    @property
-    def best(self) -> Validation | None:
-        return min(self.history, key=lambda v: v.perplexity, default=None)
+class NMTTrainResult(TrainResult):
+    steps: int = 0  # updates
+    target_tokens: int = 0  # target units (EOS counted) trained on
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,8 +270,8 @@ def train_nmt(src: str, tgt: str, model_out: Path, *, model_config: NMTConfig, t
                                  valid_src=valid_src, valid_tgt=valid_tgt, device=device, precision=precision,
                                  resume=resume)
         stopped_by = run.run(progress=progress, checkpoint_every=train_config.checkpoint_every)
-        return NMTTrainResult(run.state.step, run.state.elapsed, stopped_by, run.state.history,
-                              run.state.target_tokens)
+        return NMTTrainResult(stopped_by, run.state.elapsed, run.state.history, steps=run.state.step,
+                              target_tokens=run.state.target_tokens)
 
 
 @dataclass

@@ -18,7 +18,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -35,6 +35,7 @@ from neural.device import matmul_precision
 from neural.training import (
     Training,
     TrainingState,
+    TrainResult,
     announce,
     check_resumable,
     check_same_data,
@@ -66,15 +67,10 @@ class Validation:
 
 
 @dataclass
-class TrainResult:
-    steps: int
-    elapsed: float
-    stopped_by: str
-    history: list[Validation] = field(default_factory=list)
+class RNNTrainResult(TrainResult):
+    steps: int = 0  # updates
 
-    @property
-    def best(self) -> Validation | None:
-        return max(self.history, key=lambda v: v.log_likelihood, default=None)
+    BEST_BY = ("log_likelihood", False)  # the mean log-likelihood per pair grows
 
 
 @torch.no_grad()
@@ -169,7 +165,7 @@ def train(
     precision: str = "auto",
     resume: bool = False,
     progress: bool = True,
-) -> TrainResult:
+) -> RNNTrainResult:
     """Train until max_steps, max_time or early stopping, checkpointing at every validation.
 
     ``model_out`` holds the model with the best validation log-likelihood (the one to score
@@ -179,7 +175,7 @@ def train(
         run = _Training.start(data, Path(model_out), model_config, train_config, src_vocab, tgt_vocab, device,
                               precision, resume)
         stopped_by = run.run(progress=progress, checkpoint_every=train_config.checkpoint_every)
-        return TrainResult(run.state.step, run.state.elapsed, stopped_by, run.state.history)
+        return RNNTrainResult(stopped_by, run.state.elapsed, run.state.history, steps=run.state.step)
 
 
 @dataclass
@@ -379,7 +375,7 @@ def train_on_phrase_table(
     precision: str = "auto",
     resume: bool = False,
     progress: bool = True,
-) -> TrainResult:
+) -> RNNTrainResult:
     """What ``rescorer train`` does: unique pairs → shortlists → model file.
 
     The model's config is built once the shortlists are: ``model_sizes`` over their vocabularies (a
